@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Tessera needs to build, test, benchmark and run its demo.
+# Idempotent: packages already present are not touched and nothing is printed for them.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git
+  libopenblas-openmp-dev               # BLAS (fp32 GEMM), the OpenMP-threaded build
+  libdnnl-dev                          # oneDNN: bf16 matmul on avx512_bf16
+  libopenmpi-dev openmpi-bin           # distributed engine
+  nlohmann-json3-dev libcli11-dev      # JSON and command-line parsing
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libomp-dev
+  libsentencepiece-dev
+  fortunes fortunes-min                # English text for the demo corpus
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "setup: installing ${missing[*]}"
+sudo_cmd=()
+[ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

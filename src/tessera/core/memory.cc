@@ -1,0 +1,99 @@
+#include "tessera/core/memory.h"
+
+#include <malloc.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "tessera/core/error.h"
+
+namespace tessera {
+namespace {
+
+constexpr int kCategories = static_cast<int>(MemoryCategory::kCount);
+std::atomic<int64_t> g_current[kCategories];
+std::atomic<int64_t> g_peak[kCategories];
+std::atomic<int64_t> g_total_current;
+std::atomic<int64_t> g_total_peak;
+
+void raise_peak(std::atomic<int64_t>& peak, int64_t value) {
+  int64_t seen = peak.load(std::memory_order_relaxed);
+  while (value > seen && !peak.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+
+// Activations are allocated and freed every micro-batch. glibc returns large blocks to the
+// kernel with munmap and faults them in again on the next allocation, which costs more than
+// the kernels touching them. Keeping freed memory in the heap makes the steady state free of
+// page faults, the same trade-off a caching allocator makes.
+struct MallocTuning {
+  MallocTuning() {
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  }
+} g_malloc_tuning;
+
+}  // namespace
+
+const char* memory_category_name(MemoryCategory category) {
+  switch (category) {
+    case MemoryCategory::kParams: return "params";
+    case MemoryCategory::kGrads: return "grads";
+    case MemoryCategory::kOptimizer: return "optimizer";
+    case MemoryCategory::kActivations: return "activations";
+    case MemoryCategory::kComm: return "comm";
+    case MemoryCategory::kOther: return "other";
+    case MemoryCategory::kCount: break;
+  }
+  return "?";
+}
+
+MemoryAccountant& MemoryAccountant::instance() {
+  static MemoryAccountant accountant;
+  return accountant;
+}
+
+void MemoryAccountant::on_alloc(MemoryCategory category, int64_t bytes) {
+  const int c = static_cast<int>(category);
+  raise_peak(g_peak[c], g_current[c].fetch_add(bytes, std::memory_order_relaxed) + bytes);
+  raise_peak(g_total_peak, g_total_current.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+}
+
+void MemoryAccountant::on_free(MemoryCategory category, int64_t bytes) {
+  g_current[static_cast<int>(category)].fetch_sub(bytes, std::memory_order_relaxed);
+  g_total_current.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+MemorySnapshot MemoryAccountant::snapshot() const {
+  MemorySnapshot s{};
+  for (int c = 0; c < kCategories; ++c) {
+    s.current[c] = g_current[c].load(std::memory_order_relaxed);
+    s.peak[c] = g_peak[c].load(std::memory_order_relaxed);
+  }
+  s.total_current = g_total_current.load(std::memory_order_relaxed);
+  s.total_peak = g_total_peak.load(std::memory_order_relaxed);
+  return s;
+}
+
+void MemoryAccountant::reset_peaks() {
+  for (int c = 0; c < kCategories; ++c) g_peak[c].store(g_current[c].load());
+  g_total_peak.store(g_total_current.load());
+}
+
+void* tracked_alloc(size_t bytes, MemoryCategory category) {
+  if (bytes == 0) return nullptr;
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  void* ptr = std::aligned_alloc(64, rounded);
+  if (ptr == nullptr) throw std::bad_alloc();
+  MemoryAccountant::instance().on_alloc(category, static_cast<int64_t>(bytes));
+  return ptr;
+}
+
+void tracked_free(void* ptr, size_t bytes, MemoryCategory category) {
+  if (ptr == nullptr) return;
+  std::free(ptr);
+  MemoryAccountant::instance().on_free(category, static_cast<int64_t>(bytes));
+}
+
+}  // namespace tessera

@@ -1,0 +1,35 @@
+// Causal self-attention, flash-style: blocked online softmax, so the extra memory is O(T) per
+// head (the log-sum-exp of each query row); the T x T score matrix is never stored. Backward
+// recomputes scores block by block from q, k and the saved log-sum-exp. MHA and GQA: query head
+// h attends to key/value group h / (NH / KV).
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/core/philox.h"
+
+namespace tessera::kernels {
+
+// Attention-probability dropout keyed by global coordinates: the probability (q, k) of head h
+// in sample b is dropped iff uniform(key, ((sample_offset + b) * NH_global + head_offset + h) * T + q, k) < p.
+struct AttentionDropout {
+  float p = 0.0f;
+  PhiloxKey key{0, 0};
+  int64_t sample_offset = 0;  // global index of the first local sample
+  int head_offset = 0;        // global index of the first local query head
+  int num_heads_global = 0;   // NH over all tensor-parallel ranks (0 means NH)
+};
+
+// out (B, T, NH*HD); lse (B, NH, T) fp32, saved for backward;
+// qkv (B, T, (NH + 2*KV) * HD) packed as in rope.h. scale = 1/sqrt(HD).
+template <typename T>
+void attention_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T, int NH, int KV,
+                       int HD, const AttentionDropout& dropout);
+
+// dqkv (B, T, (NH + 2*KV) * HD) overwritten; dout, out (B, T, NH*HD); lse from forward.
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
+                        int64_t B, int64_t T, int NH, int KV, int HD,
+                        const AttentionDropout& dropout);
+
+}  // namespace tessera::kernels

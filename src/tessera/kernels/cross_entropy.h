@@ -1,0 +1,19 @@
+// Fused softmax cross-entropy: loss and dlogits in one pass over the logits.
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::kernels {
+
+// logits (N, V) with V >= V_real: only the first V_real columns are real vocabulary; padded
+// columns get probability 0 and gradient 0, so padding never changes the math.
+// targets (N) in [0, V_real); loss_mask (N) or nullptr (all ones).
+// losses (N) fp32 = mask * -log softmax(logits)[target].
+// dlogits (N, V) or nullptr: mask * grad_scale * (softmax - onehot(target)); padded columns 0.
+// dlogits may alias logits (the usual case: the logits buffer becomes its gradient).
+template <typename T>
+void cross_entropy_forward_backward(float* losses, T* dlogits, const T* logits,
+                                    const int32_t* targets, const float* loss_mask, int64_t N,
+                                    int64_t V, int64_t V_real, float grad_scale);
+
+}  // namespace tessera::kernels

@@ -1,0 +1,36 @@
+// Dropout with masks from counter-based Philox keyed by *global* coordinates.
+//
+// Element (n, c) of the local (N, C) buffer is kept iff uniform(key, global_row(n), c) >= p,
+// and kept values are scaled by 1/(1-p). Because the mask is a function of the global token id
+// and feature index only, any split of tokens (data, sequence, context parallel) reproduces the
+// single-process mask. Backward recomputes the mask: nothing is saved.
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/core/philox.h"
+
+namespace tessera::kernels {
+
+// Maps local row n of a (B_local * T_local) buffer to its global token id:
+//   (sample_offset + n / local_seq) * global_seq + seq_offset + n % local_seq
+struct TokenCoords {
+  int64_t sample_offset = 0;  // global index of this buffer's first sample
+  int64_t seq_offset = 0;     // position of this buffer's first token in its sequence
+  int64_t local_seq = 1;      // tokens per sample held locally
+  int64_t global_seq = 1;     // tokens per sample in the full sequence
+  int64_t global_row(int64_t n) const {
+    return (sample_offset + n / local_seq) * global_seq + seq_offset + n % local_seq;
+  }
+};
+
+// out, inp (N,C); out may alias inp. p in [0, 1); p == 0 copies.
+template <typename T>
+void dropout_forward(T* out, const T* inp, PhiloxKey key, TokenCoords coords, int64_t N,
+                     int64_t C, float p);
+// dinp, dout (N,C); dinp may alias dout.
+template <typename T>
+void dropout_backward(T* dinp, const T* dout, PhiloxKey key, TokenCoords coords, int64_t N,
+                      int64_t C, float p);
+
+}  // namespace tessera::kernels

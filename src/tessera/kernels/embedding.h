@@ -1,0 +1,24 @@
+// Token embedding lookup (+ optional learned absolute position embedding).
+//
+// Vocabulary sharding: this rank owns rows [vocab_start, vocab_start + V) of the embedding
+// table; tokens outside that range contribute zeros (Megatron's VocabParallelEmbedding), so
+// the full table's output is the sum over ranks. Single process: vocab_start 0, V = all rows.
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::kernels {
+
+// out (N,C) = wte[tokens[n] - vocab_start] (zero when out of range) + (wpe ? wpe[positions[n]] : 0).
+// tokens, positions (N); wte (V,C); wpe (P,C) or nullptr (then positions may be nullptr).
+template <typename T>
+void embedding_forward(T* out, const int32_t* tokens, const int32_t* positions, const T* wte,
+                       const T* wpe, int64_t N, int64_t C, int64_t vocab_start, int64_t V);
+
+// dwte (V,C), dwpe (P,C) fp32 accumulated (dwpe may be nullptr); dout (N,C).
+template <typename T>
+void embedding_backward(float* dwte, float* dwpe, const T* dout, const int32_t* tokens,
+                        const int32_t* positions, int64_t N, int64_t C, int64_t vocab_start,
+                        int64_t V);
+
+}  // namespace tessera::kernels

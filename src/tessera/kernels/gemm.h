@@ -1,0 +1,32 @@
+// General matrix multiply, the one entry point every GEMM in Tessera goes through.
+//
+//   C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C
+//
+// Row-major with leading dimensions (elements between consecutive rows); op(X) is X or X^T.
+// fp32 runs on OpenBLAS sgemm; bf16 inputs run on oneDNN's matmul (avx512_bf16 dot products,
+// fp32 accumulation). The choice per dtype was measured: docs/performance.md.
+// Thread-safe (oneDNN primitives are cached per shape behind a lock). Uses the calling process's
+// thread count (core/threads.h).
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/core/dtype.h"
+
+namespace tessera::kernels {
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc);
+
+// bf16 inputs, fp32 output (used for weight gradients accumulating into fp32 buffers).
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C,
+          int64_t ldc);
+
+// bf16 inputs, bf16 output rounded from the fp32 accumulator. beta must be 0.
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C,
+          int64_t ldc);
+
+}  // namespace tessera::kernels

@@ -1,0 +1,20 @@
+// Linear layer: out = inp @ weight^T + bias, weight stored (OC, C) like torch.nn.Linear.
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::kernels {
+
+// out (N,OC); inp (N,C); weight (OC,C); bias (OC) or nullptr.
+template <typename T>
+void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C,
+                    int64_t OC);
+
+// dinp (N,C) overwritten, may be nullptr (not needed);
+// dweight (OC,C) fp32 accumulated (+=); dbias (OC) fp32 accumulated, nullptr when no bias;
+// dout (N,OC); inp (N,C); weight (OC,C).
+template <typename T>
+void linear_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
+                     const T* weight, int64_t N, int64_t C, int64_t OC);
+
+}  // namespace tessera::kernels

@@ -1,0 +1,21 @@
+// Rotary position embedding, Hugging Face LLaMA's rotate-half convention: within each head,
+// dimension i (< HD/2) pairs with i + HD/2, angle = position * theta^(-2i/HD) computed in fp32
+// as Transformers does (inv_freq in fp32, then position * inv_freq in fp32).
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::kernels {
+
+// Rotates the query and key heads of a packed qkv buffer in place.
+// qkv (B, T, (NH + 2*KV) * HD): per token NH query heads, then KV key heads, then KV value
+// heads (values untouched). positions (T): the global position of each local token.
+template <typename T>
+void rope_forward(T* qkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV, int HD,
+                  float theta);
+// The transpose (inverse rotation) applied in place to dqkv's query and key heads.
+template <typename T>
+void rope_backward(T* dqkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV,
+                   int HD, float theta);
+
+}  // namespace tessera::kernels
