@@ -22,14 +22,15 @@ struct AttentionDropout {
 
 // out (B, T, NH*HD); lse (B, NH, T) fp32, saved for backward;
 // qkv (B, T, (NH + 2*KV) * HD) packed as in rope.h. scale = 1/sqrt(HD).
-template <typename T>
-void attention_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T, int NH, int KV,
-                       int HD, const AttentionDropout& dropout);
+// (The storage type is named Float, not T, because T is the sequence length here.)
+template <typename Float>
+void attention_forward(Float* out, float* lse, const Float* qkv, int64_t B, int64_t T, int NH,
+                       int KV, int HD, const AttentionDropout& dropout);
 
 // dqkv (B, T, (NH + 2*KV) * HD) overwritten; dout, out (B, T, NH*HD); lse from forward.
-template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
-                        int64_t B, int64_t T, int NH, int KV, int HD,
+template <typename Float>
+void attention_backward(Float* dqkv, const Float* dout, const Float* qkv, const Float* out,
+                        const float* lse, int64_t B, int64_t T, int NH, int KV, int HD,
                         const AttentionDropout& dropout);
 
 }  // namespace tessera::kernels

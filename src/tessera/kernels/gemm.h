@@ -3,6 +3,9 @@
 //   C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C
 //
 // Row-major with leading dimensions (elements between consecutive rows); op(X) is X or X^T.
+// lda >= (trans_a ? M : K), ldb >= (trans_b ? K : N), ldc >= N (violations are bugs: they abort).
+// M or N == 0 is a no-op; K == 0 gives C = beta * C (an empty sum). With beta == 0, C is only
+// written, never read (NaNs in it do not propagate). Elements of C between N and ldc are untouched.
 // fp32 runs on OpenBLAS sgemm; bf16 inputs run on oneDNN's matmul (avx512_bf16 dot products,
 // fp32 accumulation). The choice per dtype was measured: docs/performance.md.
 // Thread-safe (oneDNN primitives are cached per shape behind a lock). Uses the calling process's
@@ -28,5 +31,11 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C,
           int64_t ldc);
+
+// Times an n x n x n gemm of `dtype` (fp32, or bf16 in and out) through the functions above at
+// the current thread count: one warm-up call, then the best of `repeats` calls, in GFLOP/s
+// (2*n^3 flops per call). For benchmarks that print "achieved vs peak measured in the same run".
+// Allocates 3 n x n buffers (untracked). Throws tessera::Error for other dtypes or n, repeats <= 0.
+double measure_peak_gflops(DType dtype, int64_t n = 2048, int repeats = 3);
 
 }  // namespace tessera::kernels

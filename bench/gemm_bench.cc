@@ -1,0 +1,239 @@
+// GEMM backends on the GEMMs of a GPT-2 124M step (micro-batch 4, seq 256 -> N = 1024 tokens,
+// C = 768, V = 50304), forward, dgrad and wgrad, at 1 and 2 threads:
+//   openblas      fp32  cblas_sgemm (the production fp32 path)
+//   onednn        fp32  oneDNN matmul, plain strided operands
+//   onednn        bf16  tessera::kernels::gemm (the production bf16 path: oneDNN matmul)
+//   onednn-packed fp32/bf16  oneDNN matmul with the weight reordered once into the layout the
+//                 primitive prefers (format_tag::any); the reorder is timed separately
+//                 (reorder/bf16), since in training it recurs after every optimizer step, and
+//                 together with the matmul (onednn-reorder+packed/bf16: packing on every call).
+// Plus a square "peak" shape; the custom context lines give measure_peak_gflops() for reference.
+// Decision and table: docs/performance.md.
+//
+//   build-gemm/bin/gemm_bench --benchmark_filter=... --benchmark_min_time=0.3
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "tessera/core/dtype.h"
+#include "tessera/core/threads.h"
+#include "tessera/kernels/gemm.h"
+
+namespace {
+
+using tessera::bf16;
+using dt = dnnl::memory::data_type;
+
+constexpr int64_t kN = 1024, kC = 768, kV = 50304;
+
+// A gemm as gemm() sees it. `weight_is_b`: B is a parameter (forward and dgrad), so packing it
+// is an option; wgrad multiplies two activations and accumulates (beta = 1) into fp32.
+struct Shape {
+  std::string name;
+  bool trans_a, trans_b;
+  int64_t M, N, K;
+  float beta;
+  bool weight_is_b;
+};
+
+std::vector<Shape> shapes() {
+  std::vector<Shape> s;
+  // Linear layers out(N,OC) = inp(N,C) @ W(OC,C)^T, as linear.cc calls gemm.
+  const struct { const char* name; int64_t in, out; } layers[] = {
+      {"qkv", kC, 3 * kC}, {"attproj", kC, kC}, {"fc", kC, 4 * kC}, {"fcproj", 4 * kC, kC},
+      {"lmhead", kC, kV}};
+  for (const auto& l : layers) {
+    s.push_back({std::string("fwd_") + l.name, false, true, kN, l.out, l.in, 0.0f, true});
+    s.push_back({std::string("dgrad_") + l.name, false, false, kN, l.in, l.out, 0.0f, true});
+    s.push_back({std::string("wgrad_") + l.name, true, false, l.out, l.in, kN, 1.0f, false});
+  }
+  s.push_back({"peak_2048", false, false, 2048, 2048, 2048, 0.0f, true});
+  return s;
+}
+
+void fill(std::vector<float>& v, uint32_t seed) {
+  for (auto& x : v) {
+    seed = seed * 1664525u + 1013904223u;
+    x = static_cast<float>(seed >> 8) / static_cast<float>(1u << 24) - 0.5f;
+  }
+}
+
+struct Buffers {
+  std::vector<float> a, b, c;
+  std::vector<bf16> a16, b16, c16;
+  Buffers(const Shape& s, bool need_bf16) : a(s.M * s.K), b(s.K * s.N), c(s.M * s.N) {
+    fill(a, 1), fill(b, 2), fill(c, 3);
+    if (need_bf16) {
+      a16.resize(a.size()), b16.resize(b.size()), c16.resize(c.size());
+      tessera::convert(a16.data(), a.data(), static_cast<int64_t>(a.size()));
+      tessera::convert(b16.data(), b.data(), static_cast<int64_t>(b.size()));
+    }
+  }
+};
+
+dnnl::memory::desc strided(int64_t rows, int64_t cols, bool trans, dt type) {
+  return dnnl::memory::desc({rows, cols}, type,
+                            trans ? dnnl::memory::dims{1, rows} : dnnl::memory::dims{cols, 1});
+}
+
+// A oneDNN matmul bound to one problem's buffers; `packed` lets the primitive choose B's layout
+// and holds B reordered into it.
+struct OnednnRun {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  dnnl::matmul prim;
+  dnnl::reorder pack;
+  dnnl::memory::desc b_plain_md;
+  dnnl::memory a_mem, b_plain, b_used, c_mem;
+  std::string impl;
+
+  OnednnRun(const Shape& s, dt in, dt out, void* a, void* b, void* c, bool packed) {
+    const auto a_md = strided(s.M, s.K, s.trans_a, in);
+    b_plain_md = strided(s.K, s.N, s.trans_b, in);
+    const auto c_md = strided(s.M, s.N, false, out);
+    const auto b_md = packed ? dnnl::memory::desc({s.K, s.N}, in, dnnl::memory::format_tag::any)
+                             : b_plain_md;
+    dnnl::primitive_attr attr;
+    if (s.beta != 0.0f) {
+      dnnl::post_ops ops;
+      ops.append_sum(s.beta);
+      attr.set_post_ops(ops);
+    }
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine);
+    impl = pd.impl_info_str();
+    prim = dnnl::matmul(pd);
+    a_mem = dnnl::memory(a_md, engine, a);
+    b_plain = dnnl::memory(b_plain_md, engine, b);
+    c_mem = dnnl::memory(c_md, engine, c);
+    if (packed && pd.weights_desc() != b_plain_md) {
+      b_used = dnnl::memory(pd.weights_desc(), engine);
+      pack = dnnl::reorder(b_plain, b_used);
+      reorder();
+    } else {
+      b_used = b_plain;
+    }
+  }
+  void reorder() {
+    if (!pack) return;  // the primitive wanted the plain layout: nothing to pack
+    pack.execute(stream, b_plain, b_used);
+    stream.wait();
+  }
+  void run() {
+    prim.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_used}, {DNNL_ARG_DST, c_mem}});
+    stream.wait();
+  }
+};
+
+enum class Backend {
+  kOpenblas,
+  kOnednnF32,
+  kTesseraBf16,
+  kPackedF32,
+  kPackedBf16,
+  kReorderBf16,
+  kReorderPackedBf16
+};
+
+bool is_packed(Backend b) {
+  return b == Backend::kPackedF32 || b == Backend::kPackedBf16 || b == Backend::kReorderBf16 ||
+         b == Backend::kReorderPackedBf16;
+}
+
+void run_bench(benchmark::State& state, const Shape& s, Backend backend, int threads) {
+  tessera::set_num_threads(threads);
+  const bool bf = backend != Backend::kOpenblas && backend != Backend::kOnednnF32 &&
+                  backend != Backend::kPackedF32;
+  Buffers buf(s, bf);
+  // wgrad accumulates into fp32; forward and dgrad write bf16 activations in the bf16 path.
+  const bool bf16_out = bf && s.beta == 0.0f;
+  std::unique_ptr<OnednnRun> dnn;
+  if (backend == Backend::kOnednnF32 || backend == Backend::kPackedF32)
+    dnn = std::make_unique<OnednnRun>(s, dt::f32, dt::f32, buf.a.data(), buf.b.data(),
+                                      buf.c.data(), backend == Backend::kPackedF32);
+  if (bf && is_packed(backend))
+    dnn = std::make_unique<OnednnRun>(s, dt::bf16, bf16_out ? dt::bf16 : dt::f32, buf.a16.data(),
+                                      buf.b16.data(),
+                                      bf16_out ? static_cast<void*>(buf.c16.data())
+                                               : static_cast<void*>(buf.c.data()),
+                                      true);
+  const int64_t lda = s.trans_a ? s.M : s.K, ldb = s.trans_b ? s.K : s.N;
+  const auto once = [&] {
+    switch (backend) {
+      case Backend::kOpenblas:
+        cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans,
+                    s.trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(s.M),
+                    static_cast<int>(s.N), static_cast<int>(s.K), 1.0f, buf.a.data(),
+                    static_cast<int>(lda), buf.b.data(), static_cast<int>(ldb), s.beta,
+                    buf.c.data(), static_cast<int>(s.N));
+        break;
+      case Backend::kTesseraBf16:
+        if (bf16_out)
+          tessera::kernels::gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, buf.a16.data(), lda,
+                                 buf.b16.data(), ldb, 0.0f, buf.c16.data(), s.N);
+        else
+          tessera::kernels::gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, buf.a16.data(), lda,
+                                 buf.b16.data(), ldb, s.beta, buf.c.data(), s.N);
+        break;
+      case Backend::kReorderBf16:
+        dnn->reorder();
+        break;
+      case Backend::kReorderPackedBf16:
+        dnn->reorder();
+        dnn->run();
+        break;
+      default:
+        dnn->run();
+    }
+  };
+  once();  // warm-up (primitive creation, first touch)
+  for (auto _ : state) once();
+  if (backend == Backend::kReorderBf16) {
+    state.counters["GB/s"] = benchmark::Counter(
+        static_cast<double>(s.K * s.N * sizeof(bf16)), benchmark::Counter::kIsIterationInvariantRate);
+  } else {
+    state.counters["GFLOP/s"] = benchmark::Counter(2.0 * s.M * s.N * s.K,
+                                                   benchmark::Counter::kIsIterationInvariantRate);
+  }
+  if (dnn) state.SetLabel(dnn->impl);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  const struct { Backend backend; const char* name; } backends[] = {
+      {Backend::kOpenblas, "openblas/fp32"},        {Backend::kOnednnF32, "onednn/fp32"},
+      {Backend::kTesseraBf16, "onednn/bf16"},       {Backend::kPackedF32, "onednn-packed/fp32"},
+      {Backend::kPackedBf16, "onednn-packed/bf16"}, {Backend::kReorderBf16, "reorder/bf16"},
+      {Backend::kReorderPackedBf16, "onednn-reorder+packed/bf16"}};
+  for (const Shape& s : shapes()) {
+    for (const auto& b : backends) {
+      if (!s.weight_is_b && is_packed(b.backend)) continue;
+      for (int threads : {1, 2}) {
+        const std::string name = s.name + "/" + b.name + "/threads:" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), [s, b, threads](benchmark::State& st) {
+          run_bench(st, s, b.backend, threads);
+        })->UseRealTime()->Unit(benchmark::kMillisecond);
+      }
+    }
+  }
+  // The reference every other benchmark quotes: measure_peak_gflops at the default thread count.
+  tessera::set_num_threads(0);
+  for (auto dtype : {tessera::DType::kF32, tessera::DType::kBF16}) {
+    benchmark::AddCustomContext(
+        std::string("peak_gflops_") + tessera::dtype_name(dtype) + "_threads" +
+            std::to_string(tessera::num_threads()),
+        std::to_string(tessera::kernels::measure_peak_gflops(dtype)));
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

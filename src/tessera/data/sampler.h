@@ -1,0 +1,95 @@
+// Token samplers: what the trainer draws (seq_length + 1)-token training samples from.
+//
+// A sample of seq_length + 1 tokens gives a model input (the first seq_length tokens) and its
+// next-token labels (the last seq_length tokens), as in Megatron's GPTDataset.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tessera/data/indexed_dataset.h"
+
+namespace tessera::data {
+
+// Source of fixed-length token samples addressed by index in [0, num_samples()).
+// Implementations are deterministic (the same index always gives the same tokens) and
+// sample() is safe to call concurrently from several threads.
+class TokenSampler {
+ public:
+  virtual ~TokenSampler() = default;
+  virtual int64_t num_samples() const = 0;
+  // Tokens per sample are seq_length() + 1.
+  virtual int64_t seq_length() const = 0;
+  // Every token written is in [0, vocab_size()).
+  virtual int64_t vocab_size() const = 0;
+  // Writes sample `index` to out[0, seq_length() + 1). Throws tessera::Error if index is out of
+  // range or the data holds a token outside [0, vocab_size()).
+  virtual void sample(int64_t index, int32_t* out) const = 0;
+};
+
+// Samples taken in order over the concatenation of all sequences (documents in order) of an
+// IndexedDataset, restricted to the global token range [first_token, last_token):
+//   sample k = tokens [first_token + k*seq_length, first_token + (k+1)*seq_length + 1),
+// so consecutive samples overlap by one token (the last label of k is the first input of k+1)
+// and num_samples() = (last_token - first_token - 1) / seq_length (0 if the range has fewer than
+// seq_length + 1 tokens). A caller carves train (head) and validation (tail) ranges by giving
+// disjoint token ranges. Samples cross document boundaries, as Megatron's do.
+// Keeps a reference to `dataset`, which must outlive the sampler. Costs 8 bytes per sequence.
+class SequentialSampler final : public TokenSampler {
+ public:
+  // Throws tessera::Error if seq_length < 1, vocab < 1, or the range is not within
+  // [0, dataset.num_tokens()] with first_token <= last_token.
+  SequentialSampler(const IndexedDataset& dataset, int64_t seq_length, int64_t first_token,
+                    int64_t last_token, int64_t vocab);
+
+  int64_t num_samples() const override { return num_samples_; }
+  int64_t seq_length() const override { return seq_length_; }
+  int64_t vocab_size() const override { return vocab_; }
+  // The error for an out-of-vocabulary token names the .bin file, the global token position and
+  // the (sequence, offset) holding it.
+  void sample(int64_t index, int32_t* out) const override;
+
+ private:
+  const IndexedDataset* dataset_;
+  int64_t seq_length_, first_token_, last_token_, vocab_, num_samples_;
+  std::vector<int64_t> starts_;  // starts_[s] = global position of sequence s's first token
+};
+
+// A synthetic, deterministic stream with learnable structure, for tests and benchmarks without
+// data files. Each sample is a path of a fixed first-order Markov chain over [0, vocab):
+//   token 0 is uniform; then with probability `stickiness` the next token is succ[prev] (a fixed
+//   random successor of each token), otherwise it is uniform over the vocabulary.
+// succ is drawn from Philox keyed by seed; the tokens of sample i from Philox keyed by
+// (seed, i), so a sample never depends on which others were drawn, or by which rank.
+// Every row of the transition matrix has one entry p + (1-p)/V and V-1 entries (1-p)/V, so the
+// entropy rate (the best achievable mean next-token loss, in nats) is
+//   H = -(p + (1-p)/V) ln(p + (1-p)/V) - (V-1) (1-p)/V ln((1-p)/V)
+// e.g. 0.877 nats for V = 257, p = 0.9, against ln(257) = 5.55 for a model that learned nothing.
+class MockSampler final : public TokenSampler {
+ public:
+  static constexpr double kDefaultStickiness = 0.9;
+
+  // Throws tessera::Error if vocab < 2, seq_length < 1, num_samples < 0 or stickiness is not in
+  // [0, 1].
+  MockSampler(int64_t vocab, int64_t seq_length, uint64_t seed, int64_t num_samples,
+              double stickiness = kDefaultStickiness);
+
+  int64_t num_samples() const override { return num_samples_; }
+  int64_t seq_length() const override { return seq_length_; }
+  int64_t vocab_size() const override { return vocab_; }
+  void sample(int64_t index, int32_t* out) const override;
+
+  // The chain's entropy rate H in nats (formula above).
+  double entropy_rate() const;
+  // The fixed successor of token t.
+  int32_t successor(int32_t t) const { return successor_[static_cast<size_t>(t)]; }
+
+ private:
+  int64_t vocab_, seq_length_, num_samples_;
+  uint64_t seed_;
+  double stickiness_;
+  uint64_t stick_threshold_;  // a 32-bit draw below this follows succ (2^32: always)
+  std::vector<int32_t> successor_;
+};
+
+}  // namespace tessera::data

@@ -1,0 +1,37 @@
+// Tokenizer interface: text <-> token ids. Implementations: ByteLevel (byte_tokenizer.h); GPT-2
+// BPE, HuggingFace tokenizer.json and SentencePiece plug in behind the same interface.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::data {
+
+// Ids are in [0, vocab_size()). vocab_size() is the tokenizer's own vocabulary; padding it to a
+// multiple for the model's embedding is the model's business. Implementations are immutable
+// after construction, so every method is safe to call from several threads.
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // Name as given to --tokenizer-type, e.g. "ByteLevel".
+  virtual std::string name() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  // Text to ids. Special-token strings in the text (e.g. "<|endoftext|>") are NOT turned into
+  // special ids: they are encoded as ordinary text, so a document cannot forge an EOD.
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // Ids to text; special ids decode to their string form. Throws tessera::Error for an id
+  // outside [0, vocab_size()).
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;
+  // The end-of-document id appended by --append-eod.
+  virtual int32_t eod() const = 0;
+};
+
+// The tokenizer named `type` (case-sensitive: "ByteLevel"). Throws tessera::Error naming the
+// known types for an unknown one.
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& type);
+
+}  // namespace tessera::data

@@ -1,0 +1,16 @@
+#include "tessera/kernels/elementwise.h"
+
+#include "tessera/core/dtype.h"
+
+namespace tessera::kernels {
+
+template <typename T>
+void add(T* out, const T* a, const T* b, int64_t n) {
+#pragma omp parallel for simd if (n > (1 << 15))
+  for (int64_t i = 0; i < n; ++i) out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
+}
+
+template void add<float>(float*, const float*, const float*, int64_t);
+template void add<bf16>(bf16*, const bf16*, const bf16*, int64_t);
+
+}  // namespace tessera::kernels

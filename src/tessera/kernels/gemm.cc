@@ -1,0 +1,234 @@
+#include "tessera/kernels/gemm.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "tessera/core/error.h"
+#include "tessera/core/memory.h"
+
+namespace tessera::kernels {
+namespace {
+
+// Leading dimensions must cover a stored row: op(A) is (M,K), so A is stored (M,K) or (K,M).
+void check_args(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int64_t lda,
+                int64_t ldb, int64_t ldc) {
+  TESSERA_CHECK(M >= 0 && N >= 0 && K >= 0);
+  TESSERA_CHECK(lda >= std::max<int64_t>(1, trans_a ? M : K));
+  TESSERA_CHECK(ldb >= std::max<int64_t>(1, trans_b ? K : N));
+  TESSERA_CHECK(ldc >= std::max<int64_t>(1, N));
+}
+
+// K == 0: the product is an empty sum, so C = beta * C (beta == 0 writes zeros, never reads C).
+template <typename T>
+void scale_c(int64_t M, int64_t N, float beta, T* C, int64_t ldc) {
+  for (int64_t m = 0; m < M; ++m) {
+    T* row = C + m * ldc;
+    for (int64_t n = 0; n < N; ++n)
+      row[n] = beta == 0.0f ? from_f32<T>(0.0f) : from_f32<T>(beta * to_f32(row[n]));
+  }
+}
+
+// ---- oneDNN matmul, cached per problem --------------------------------------------------------
+
+struct MatmulKey {
+  bool trans_a, trans_b;
+  int64_t M, N, K, lda, ldb, ldc;
+  dnnl::memory::data_type a_type, c_type;
+  float alpha, beta;
+  int threads;  // oneDNN picks its blocking for the thread count at creation time
+  auto tie() const {
+    return std::tie(trans_a, trans_b, M, N, K, lda, ldb, ldc, a_type, c_type, alpha, beta,
+                    threads);
+  }
+  bool operator<(const MatmulKey& o) const { return tie() < o.tie(); }
+};
+
+struct Matmul {
+  dnnl::matmul primitive;
+  dnnl::memory::desc a_md, b_md, c_md;
+  size_t scratchpad_bytes = 0;
+};
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// Transposes and leading dimensions become strides of a plain (rows, cols) descriptor, so no
+// operand is ever copied on our side.
+dnnl::memory::desc strided_md(int64_t rows, int64_t cols, bool transposed, int64_t ld,
+                              dnnl::memory::data_type type) {
+  const dnnl::memory::dims strides = transposed ? dnnl::memory::dims{1, ld}
+                                                : dnnl::memory::dims{ld, 1};
+  return dnnl::memory::desc({rows, cols}, type, strides);
+}
+
+std::shared_ptr<const Matmul> make_matmul(const MatmulKey& k) {
+  auto mm = std::make_shared<Matmul>();
+  mm->a_md = strided_md(k.M, k.K, k.trans_a, k.lda, k.a_type);
+  mm->b_md = strided_md(k.K, k.N, k.trans_b, k.ldb, k.a_type);
+  mm->c_md = strided_md(k.M, k.N, false, k.ldc, k.c_type);
+  dnnl::primitive_attr attr;
+  // Scratchpad from us (per calling thread): the library-managed one is shared between
+  // primitives and forbids executing a cached primitive from another thread.
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (k.alpha != 1.0f) attr.set_output_scales(0, {k.alpha});
+  if (k.beta != 0.0f) {
+    // Output scales apply to the accumulator before post-ops: C = alpha*AB + beta*C.
+    dnnl::post_ops ops;
+    ops.append_sum(k.beta);
+    attr.set_post_ops(ops);
+  }
+  const dnnl::matmul::desc desc(mm->a_md, mm->b_md, mm->c_md);
+  const dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
+  mm->primitive = dnnl::matmul(pd);
+  mm->scratchpad_bytes = pd.scratchpad_desc().get_size();
+  return mm;
+}
+
+std::shared_ptr<const Matmul> cached_matmul(const MatmulKey& key) {
+  static std::mutex mutex;
+  static std::map<MatmulKey, std::shared_ptr<const Matmul>> cache;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  // Created outside the lock (it JIT-compiles kernels); a racing thread may build the same one.
+  auto mm = make_matmul(key);
+  std::lock_guard<std::mutex> lock(mutex);
+  return cache.emplace(key, std::move(mm)).first->second;
+}
+
+// Per-thread scratchpad, grown on demand and kept (accounted as kOther).
+class Scratchpad {
+ public:
+  ~Scratchpad() {
+    if (ptr_) tracked_free(ptr_, bytes_, MemoryCategory::kOther);
+  }
+  void* get(size_t bytes) {
+    if (bytes > bytes_) {
+      if (ptr_) tracked_free(ptr_, bytes_, MemoryCategory::kOther);
+      bytes_ = bytes;
+      ptr_ = tracked_alloc(bytes_, MemoryCategory::kOther);
+    }
+    return ptr_;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+template <typename TA, typename TC>
+void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const TA* A, int64_t lda, const TA* B, int64_t ldb, float beta, TC* C,
+                 int64_t ldc) {
+  check_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  if (K == 0) return scale_c(M, N, beta, C, ldc);
+  using dt = dnnl::memory::data_type;
+  const dt a_type = std::is_same_v<TA, bf16> ? dt::bf16 : dt::f32;
+  const dt c_type = std::is_same_v<TC, bf16> ? dt::bf16 : dt::f32;
+  const MatmulKey key{trans_a, trans_b, M,      N,      K,    lda, ldb,
+                      ldc,     a_type,  c_type, alpha, beta, omp_get_max_threads()};
+  const auto mm = cached_matmul(key);
+
+  thread_local dnnl::stream stream(cpu_engine());
+  thread_local Scratchpad scratchpad;
+  dnnl::engine& engine = cpu_engine();
+  // oneDNN takes non-const handles; A and B are only read.
+  dnnl::memory a_mem(mm->a_md, engine, const_cast<TA*>(A));
+  dnnl::memory b_mem(mm->b_md, engine, const_cast<TA*>(B));
+  dnnl::memory c_mem(mm->c_md, engine, C);
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
+  if (mm->scratchpad_bytes > 0) {
+    const dnnl::memory::desc scratch_md({static_cast<int64_t>(mm->scratchpad_bytes)}, dt::u8,
+                                        dnnl::memory::format_tag::a);
+    args.emplace(DNNL_ARG_SCRATCHPAD,
+                 dnnl::memory(scratch_md, engine, scratchpad.get(mm->scratchpad_bytes)));
+  }
+  mm->primitive.execute(stream, args);
+  stream.wait();
+}
+
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc) {
+  check_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  if (K == 0) return scale_c(M, N, beta, C, ldc);
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(M),
+              static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
+              static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C,
+              static_cast<blasint>(ldc));
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C,
+          int64_t ldc) {
+  onednn_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C,
+          int64_t ldc) {
+  TESSERA_CHECK_MSG(beta == 0.0f, "bf16-output gemm accumulates only into fp32 outputs");
+  onednn_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+double measure_peak_gflops(DType dtype, int64_t n, int repeats) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16)
+    throw Error(std::string("measure_peak_gflops: dtype ") + dtype_name(dtype) +
+                " has no GEMM; expected fp32 or bf16");
+  if (n <= 0 || repeats <= 0)
+    throw Error("measure_peak_gflops: n and repeats must be positive, got n=" +
+                std::to_string(n) + " repeats=" + std::to_string(repeats));
+  const size_t count = static_cast<size_t>(n * n);
+  std::vector<float> a(count), b(count), c(count);
+  for (size_t i = 0; i < count; ++i) {
+    // Small non-trivial values; denormals or zeros could take other paths in the hardware.
+    a[i] = 0.001f * static_cast<float>(i % 97) - 0.05f;
+    b[i] = 0.002f * static_cast<float>(i % 89) - 0.09f;
+  }
+  std::vector<bf16> a16, b16, c16;
+  if (dtype == DType::kBF16) {
+    a16.resize(count), b16.resize(count), c16.resize(count);
+    convert(a16.data(), a.data(), static_cast<int64_t>(count));
+    convert(b16.data(), b.data(), static_cast<int64_t>(count));
+  }
+  const auto run = [&] {
+    if (dtype == DType::kF32)
+      gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    else
+      gemm(false, false, n, n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f, c16.data(), n);
+  };
+  run();  // warm-up: primitive creation, page faults, thread start
+  double best = 0.0;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * static_cast<double>(n) * n * n / s * 1e-9);
+  }
+  return best;
+}
+
+}  // namespace tessera::kernels

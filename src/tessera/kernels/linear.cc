@@ -1,0 +1,71 @@
+#include "tessera/kernels/linear.h"
+
+#include <algorithm>
+
+#include "tessera/core/dtype.h"
+#include "tessera/kernels/gemm.h"
+
+namespace tessera::kernels {
+namespace {
+
+// out[n, :] += bias, in fp32. For bf16 `out` already holds the product rounded to bf16, so the
+// result is rounded twice (product, then sum): within one bf16 ulp, and it keeps gemm's
+// bf16-output path (no fp32 temporary of N x OC).
+template <typename T>
+void add_bias(T* out, const T* bias, int64_t N, int64_t OC) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    T* row = out + n * OC;
+    for (int64_t o = 0; o < OC; ++o) row[o] = from_f32<T>(to_f32(row[o]) + to_f32(bias[o]));
+  }
+}
+
+// dbias[o] += sum_n dout[n, o], fp32 accumulators. Threads own disjoint column blocks and walk
+// all rows, so no reduction between threads is needed and each row segment is contiguous.
+template <typename T>
+void bias_grad(float* dbias, const T* dout, int64_t N, int64_t OC) {
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (OC + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t o0 = b * kBlock, o1 = std::min(OC, o0 + kBlock);
+    float acc[kBlock] = {};
+    for (int64_t n = 0; n < N; ++n) {
+      const T* row = dout + n * OC;
+      for (int64_t o = o0; o < o1; ++o) acc[o - o0] += to_f32(row[o]);
+    }
+    for (int64_t o = o0; o < o1; ++o) dbias[o] += acc[o - o0];
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C,
+                    int64_t OC) {
+  // out (N,OC) = inp (N,C) @ weight (OC,C)^T
+  gemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
+  if (bias != nullptr) add_bias(out, bias, N, OC);
+}
+
+template <typename T>
+void linear_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
+                     const T* weight, int64_t N, int64_t C, int64_t OC) {
+  // dinp (N,C) = dout (N,OC) @ weight (OC,C)
+  if (dinp != nullptr) gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+  // dweight (OC,C) += dout^T (OC,N) @ inp (N,C); for bf16 the fp32 overload, so the sum over
+  // tokens and micro-batches never passes through bf16.
+  gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  if (dbias != nullptr) bias_grad(dbias, dout, N, OC);
+}
+
+template void linear_forward<float>(float*, const float*, const float*, const float*, int64_t,
+                                    int64_t, int64_t);
+template void linear_forward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, int64_t,
+                                   int64_t, int64_t);
+template void linear_backward<float>(float*, float*, float*, const float*, const float*,
+                                     const float*, int64_t, int64_t, int64_t);
+template void linear_backward<bf16>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*,
+                                    int64_t, int64_t, int64_t);
+
+}  // namespace tessera::kernels

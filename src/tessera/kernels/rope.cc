@@ -1,0 +1,92 @@
+// Rotary position embedding (contract in rope.h).
+//
+// The cos/sin table (T, HD/2) is rebuilt on every call from the positions: it costs T * HD/2
+// sincos, a small fraction of rotating the B * (NH + KV) heads (measured in
+// bench/attention_bench.cc), and a per-call table needs no cache invalidation or locking.
+
+#include "tessera/kernels/rope.h"
+
+#include <cmath>
+#include <vector>
+
+#include "tessera/core/dtype.h"
+#include "tessera/core/error.h"
+
+namespace tessera::kernels {
+namespace {
+
+// cos_t, sin_t (T, HD/2): angle = float(position) * inv_freq[i] in fp32, with
+// inv_freq[i] = 1 / theta^(float(2i) / HD) in fp32, as Transformers' LLaMA rotary embedding.
+void build_table(std::vector<float>& cos_t, std::vector<float>& sin_t, const int32_t* positions,
+                 int64_t T, int HD, float theta) {
+  const int half = HD / 2;
+  std::vector<float> inv_freq(half);
+  for (int i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(HD);
+    inv_freq[i] = 1.0f / std::pow(theta, exponent);
+  }
+  cos_t.resize(static_cast<size_t>(T * half));
+  sin_t.resize(cos_t.size());
+#pragma omp parallel for
+  for (int64_t t = 0; t < T; ++t) {
+    const float pos = static_cast<float>(positions[t]);
+    for (int i = 0; i < half; ++i) {
+      const float angle = pos * inv_freq[i];
+      cos_t[t * half + i] = std::cos(angle);
+      sin_t[t * half + i] = std::sin(angle);
+    }
+  }
+}
+
+// Rotates each (i, i + HD/2) pair of the NH + KV query and key heads by +angle (sign = 1) or
+// -angle (sign = -1, the transpose).
+template <typename Float>
+void rotate(Float* qkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV, int HD,
+            float theta, float sign) {
+  TESSERA_CHECK(B >= 0 && T >= 0 && NH > 0 && KV > 0 && HD > 0);
+  TESSERA_CHECK_MSG(HD % 2 == 0, "rope: head dim must be even");
+  TESSERA_CHECK_MSG(theta > 0.0f, "rope: theta must be positive");
+  std::vector<float> cos_t, sin_t;
+  build_table(cos_t, sin_t, positions, T, HD, theta);
+  const int half = HD / 2;
+  const int64_t width = (int64_t{NH} + 2 * KV) * HD;
+  const int rotated_heads = NH + KV;  // queries then keys; values follow and are left alone
+#pragma omp parallel for
+  for (int64_t row = 0; row < B * T; ++row) {
+    const int64_t t = row % T;
+    const float* c = cos_t.data() + t * half;
+    const float* s = sin_t.data() + t * half;
+    Float* token = qkv + row * width;
+    for (int head = 0; head < rotated_heads; ++head) {
+      Float* x = token + int64_t{head} * HD;
+      for (int i = 0; i < half; ++i) {
+        const float a = to_f32(x[i]);
+        const float b = to_f32(x[i + half]);
+        const float si = sign * s[i];
+        x[i] = from_f32<Float>(a * c[i] - b * si);
+        x[i + half] = from_f32<Float>(b * c[i] + a * si);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+template <typename Float>
+void rope_forward(Float* qkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV,
+                  int HD, float theta) {
+  rotate(qkv, positions, B, T, NH, KV, HD, theta, 1.0f);
+}
+
+template <typename Float>
+void rope_backward(Float* dqkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV,
+                   int HD, float theta) {
+  rotate(dqkv, positions, B, T, NH, KV, HD, theta, -1.0f);
+}
+
+template void rope_forward<float>(float*, const int32_t*, int64_t, int64_t, int, int, int, float);
+template void rope_forward<bf16>(bf16*, const int32_t*, int64_t, int64_t, int, int, int, float);
+template void rope_backward<float>(float*, const int32_t*, int64_t, int64_t, int, int, int, float);
+template void rope_backward<bf16>(bf16*, const int32_t*, int64_t, int64_t, int, int, int, float);
+
+}  // namespace tessera::kernels

@@ -1,0 +1,31 @@
+// Linear module over a (possibly fused) weight view: out = x @ W^T + b.
+#pragma once
+
+#include "tessera/core/tensor.h"
+
+namespace tessera::model {
+
+class Linear {
+ public:
+  Linear() = default;
+  // weight (OC, C) and its fp32 grad; bias (OC) and its grad, or undefined tensors.
+  Linear(Tensor weight, Tensor dweight, Tensor bias, Tensor dbias)
+      : weight_(std::move(weight)), bias_(std::move(bias)), dweight_(std::move(dweight)),
+        dbias_(std::move(dbias)) {}
+
+  int64_t in_features() const { return weight_.dim(1); }
+  int64_t out_features() const { return weight_.dim(0); }
+
+  // x (N, C) -> (N, OC).
+  Tensor forward(const Tensor& x) const;
+  // dy (N, OC), x the forward input -> dx (N, C); accumulates dW (and db).
+  Tensor backward(const Tensor& dy, const Tensor& x) const;
+
+ private:
+  // Gradient handles are mutable: backward() is const (it does not change the layer) but
+  // accumulates into the gradient buffers these views point at.
+  Tensor weight_, bias_;
+  mutable Tensor dweight_, dbias_;
+};
+
+}  // namespace tessera::model

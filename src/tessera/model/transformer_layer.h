@@ -1,0 +1,46 @@
+// One pre-norm transformer layer:
+//   r = x + dropout(attn(norm1(x)));  out = r + dropout(mlp(norm2(r)))
+// forward() fills a Saved with exactly what backward() needs; a pipeline can hold several
+// Saved at once, and recomputation can drop one and rebuild it from `x` alone.
+#pragma once
+
+#include <string>
+
+#include "tessera/model/attention.h"
+#include "tessera/model/mlp.h"
+#include "tessera/model/norm.h"
+
+namespace tessera::model {
+
+class TransformerLayer {
+ public:
+  struct Saved {
+    Norm::Saved norm1, norm2;
+    Attention::Saved attn;
+    Mlp::Saved mlp;
+    Tensor residual;  // r, the input of norm2
+  };
+
+  // The HF prefix of layer `index`: "transformer.h.3" or "model.layers.3".
+  static std::string prefix(const ModelConfig& cfg, int index);
+  static void declare(ParameterSet& params, const ModelConfig& cfg, int index);
+  TransformerLayer(ParameterSet& params, const ModelConfig& cfg, int index);
+
+  // x (N, C) -> (N, C)
+  Tensor forward(const Tensor& x, Saved& s, const StepContext& ctx) const;
+  // dout (N, C) -> dx (N, C); accumulates parameter gradients.
+  Tensor backward(const Tensor& dout, const Saved& s, const StepContext& ctx) const;
+
+ private:
+  Tensor dropout_add(const Tensor& residual, const Tensor& branch, int site,
+                     const StepContext& ctx) const;
+  Tensor dropout_backward(const Tensor& d, int site, const StepContext& ctx) const;
+
+  int index_;
+  float hidden_dropout_;
+  Norm norm1_, norm2_;
+  Attention attn_;
+  Mlp mlp_;
+};
+
+}  // namespace tessera::model

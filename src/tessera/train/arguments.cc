@@ -1,0 +1,209 @@
+#include "tessera/train/arguments.h"
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <map>
+
+#include "tessera/core/error.h"
+#include "tessera/train/json_config.h"
+
+namespace tessera::train {
+namespace {
+
+using model::ModelConfig;
+
+// Model flags write into a scratch config; after parsing, only the flags that were given
+// (on the command line or in --config) are copied over the preset.
+class ModelFlags {
+ public:
+  ModelFlags(CLI::App& app, ModelConfig& scratch) : app_(app), scratch_(scratch) {}
+
+  template <typename V>
+  void add(const char* flag, V ModelConfig::*field, const char* help) {
+    CLI::Option* opt = app_.add_option(flag, scratch_.*field, help);
+    copies_.push_back([opt, field](ModelConfig& dst, const ModelConfig& src) {
+      if (opt->count() > 0) dst.*field = src.*field;
+    });
+  }
+  void add_flag(const char* flag, bool ModelConfig::*field, bool value, const char* help) {
+    CLI::Option* opt = app_.add_flag(std::string(flag))->description(help);
+    copies_.push_back([opt, field, value](ModelConfig& dst, const ModelConfig&) {
+      if (opt->count() > 0) dst.*field = value;
+    });
+  }
+  template <typename E>
+  void add_enum(const char* flag, E ModelConfig::*field, std::map<std::string, E> names,
+                const char* help) {
+    CLI::Option* opt =
+        app_.add_option(flag, scratch_.*field, help)->transform(CLI::CheckedTransformer(names));
+    copies_.push_back([opt, field](ModelConfig& dst, const ModelConfig& src) {
+      if (opt->count() > 0) dst.*field = src.*field;
+    });
+  }
+  void apply(ModelConfig& dst) const {
+    for (const auto& copy : copies_) copy(dst, scratch_);
+  }
+
+ private:
+  CLI::App& app_;
+  ModelConfig& scratch_;
+  std::vector<std::function<void(ModelConfig&, const ModelConfig&)>> copies_;
+};
+
+void add_model_flags(ModelFlags& m) {
+  m.add("--num-layers", &ModelConfig::num_layers, "transformer layers");
+  m.add("--hidden-size", &ModelConfig::hidden_size, "hidden size C");
+  m.add("--num-attention-heads", &ModelConfig::num_attention_heads, "attention heads");
+  m.add("--ffn-hidden-size", &ModelConfig::ffn_hidden_size, "MLP hidden size (default 4C)");
+  m.add("--seq-length", &ModelConfig::seq_length, "sequence length");
+  m.add("--max-position-embeddings", &ModelConfig::max_position_embeddings,
+        "learned position table size (default: seq length)");
+  m.add("--vocab-size", &ModelConfig::vocab_size, "vocabulary size (before padding)");
+  m.add("--make-vocab-size-divisible-by", &ModelConfig::make_vocab_size_divisible_by,
+        "pad the vocabulary to a multiple of this (x TP)");
+  m.add_enum("--normalization", &ModelConfig::normalization,
+             {{"LayerNorm", model::Normalization::kLayerNorm},
+              {"RMSNorm", model::Normalization::kRMSNorm}},
+             "LayerNorm or RMSNorm");
+  m.add("--norm-epsilon", &ModelConfig::norm_epsilon, "epsilon of the norms");
+  m.add_flag("--swiglu", &ModelConfig::swiglu, true, "SwiGLU MLP");
+  m.add_enum("--position-embedding-type", &ModelConfig::position_embedding,
+             {{"learned_absolute", model::PositionEmbedding::kLearnedAbsolute},
+              {"rope", model::PositionEmbedding::kRope}},
+             "learned_absolute or rope");
+  m.add("--rotary-base", &ModelConfig::rotary_base, "RoPE theta");
+  m.add_flag("--group-query-attention", &ModelConfig::group_query_attention, true, "use GQA");
+  m.add("--num-query-groups", &ModelConfig::num_query_groups, "key/value groups for GQA");
+  m.add_flag("--untie-embeddings-and-output-weights",
+             &ModelConfig::untie_embeddings_and_output_weights, true, "separate output layer");
+  m.add_flag("--disable-bias-linear", &ModelConfig::add_bias_linear, false, "no linear biases");
+  m.add("--attention-dropout", &ModelConfig::attention_dropout, "attention dropout probability");
+  m.add("--hidden-dropout", &ModelConfig::hidden_dropout, "hidden dropout probability");
+  m.add("--init-method-std", &ModelConfig::init_method_std, "std of the normal initialisation");
+}
+
+// CLI11's messages are one line already; make sure they name what was wrong.
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n') c = ' ';
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+int64_t TrainArgs::num_microbatches(int64_t data_parallel) const {
+  return global_batch_size / (micro_batch_size * data_parallel);
+}
+
+bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
+  CLI::App app{"tessera-train: train a GPT/LLaMA-style language model", "tessera-train"};
+  app.option_defaults()->always_capture_default();
+  app.config_formatter(std::make_shared<JsonConfig>());
+  app.set_config("--config", "", "JSON file of flags (keys without dashes); flags on the command line win");
+  app.allow_config_extras(CLI::config_extras_mode::error);
+
+  ModelConfig scratch;
+  ModelFlags model_flags(app, scratch);
+  app.add_option("--model", args.model_preset,
+                 "preset: gpt2-tiny, gpt2-124m, gpt2-350m, llama-tiny, llama-1b");
+  add_model_flags(model_flags);
+
+  app.add_option("--micro-batch-size", args.micro_batch_size)->check(CLI::PositiveNumber);
+  app.add_option("--global-batch-size", args.global_batch_size)->check(CLI::PositiveNumber);
+  auto* iters = app.add_option("--train-iters", args.train_iters)->check(CLI::PositiveNumber);
+  app.add_option("--train-samples", args.train_samples)->check(CLI::PositiveNumber)->excludes(iters);
+  app.add_option("--exit-interval", args.exit_interval)->check(CLI::NonNegativeNumber);
+  app.add_option("--exit-duration-in-mins", args.exit_duration_in_mins)->check(CLI::NonNegativeNumber);
+  app.add_option("--eval-interval", args.eval_interval)->check(CLI::NonNegativeNumber);
+  app.add_option("--eval-iters", args.eval_iters)->check(CLI::NonNegativeNumber);
+
+  app.add_option("--optimizer", args.optimizer)->check(CLI::IsMember({"adam", "adamw", "sgd"}));
+  app.add_option("--lr", args.lr)->check(CLI::NonNegativeNumber);
+  app.add_option("--min-lr", args.min_lr)->check(CLI::NonNegativeNumber);
+  app.add_option("--adam-beta1", args.adam_beta1)->check(CLI::Range(0.0, 1.0));
+  app.add_option("--adam-beta2", args.adam_beta2)->check(CLI::Range(0.0, 1.0));
+  app.add_option("--adam-eps", args.adam_eps)->check(CLI::PositiveNumber);
+  app.add_option("--sgd-momentum", args.sgd_momentum)->check(CLI::Range(0.0, 1.0));
+  app.add_option("--weight-decay", args.weight_decay)->check(CLI::NonNegativeNumber);
+  app.add_option("--clip-grad", args.clip_grad)->check(CLI::NonNegativeNumber);
+  auto* warm = app.add_option("--lr-warmup-iters", args.lr_warmup_iters)->check(CLI::NonNegativeNumber);
+  app.add_option("--lr-warmup-fraction", args.lr_warmup_fraction)->check(CLI::Range(0.0, 1.0))->excludes(warm);
+  app.add_option("--lr-decay-iters", args.lr_decay_iters)->check(CLI::NonNegativeNumber);
+  app.add_option("--lr-decay-style", args.lr_decay_style)
+      ->check(CLI::IsMember({"constant", "linear", "cosine", "inverse-square-root", "WSD"}));
+  app.add_option("--lr-wsd-decay-iters", args.lr_wsd_decay_iters)->check(CLI::NonNegativeNumber);
+  app.add_option("--lr-wsd-decay-style", args.lr_wsd_decay_style)
+      ->check(CLI::IsMember({"linear", "cosine", "exponential", "minus_sqrt"}));
+
+  app.add_flag("--bf16", args.bf16, "bf16 compute, fp32 master weights and gradients");
+  app.add_flag("--fp16", args.fp16, "fp16 compute with loss scaling");
+  app.add_option("--loss-scale", args.loss_scale, "static loss scale (default: dynamic)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--initial-loss-scale", args.initial_loss_scale)->check(CLI::PositiveNumber);
+  app.add_option("--min-loss-scale", args.min_loss_scale)->check(CLI::PositiveNumber);
+  app.add_option("--loss-scale-window", args.loss_scale_window)->check(CLI::PositiveNumber);
+  app.add_option("--hysteresis", args.hysteresis)->check(CLI::PositiveNumber);
+  app.add_flag("--skip-nan-iterations", args.skip_nan_iterations,
+               "skip iterations whose loss or gradients are NaN/Inf instead of stopping");
+
+  app.add_flag("--mock-data", args.mock_data, "synthetic learnable token stream");
+  app.add_option("--data-path", args.data_path, "indexed dataset prefix (PREFIX.bin/.idx)");
+  app.add_option("--tokenizer-type", args.tokenizer_type)->check(CLI::IsMember({"ByteLevel"}));
+  app.add_option("--split", args.split, "train,valid,test weights");
+
+  app.add_option("--seed", args.seed);
+  app.add_option("--log-interval", args.log_interval)->check(CLI::PositiveNumber);
+  app.add_option("--metrics-file", args.metrics_file, "JSON lines of per-iteration metrics");
+  app.add_option("--export-weights", args.export_weights,
+                 "write final weights (safetensors) and config.json for Hugging Face");
+  app.add_option("--num-threads", args.num_threads, "threads per process (default cores/ranks)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--inject-overflow-at-iteration", args.inject_overflow_at,
+                 "test hook: make this iteration's gradients overflow");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::printf("%s", app.help().c_str());
+    return false;
+  } catch (const CLI::ConfigError& e) {
+    std::string what = e.what();
+    const std::string extras = "INI was not able to parse ";
+    if (what.rfind(extras, 0) == 0)
+      throw Error("--config: '" + what.substr(extras.size()) + "' is not a tessera-train flag");
+    throw Error("--config: " + one_line(what));
+  } catch (const CLI::ParseError& e) {
+    throw Error(one_line(e.what()));
+  }
+
+  if (!args.model_preset.empty()) args.model = model::preset(args.model_preset);
+  model_flags.apply(args.model);
+  return true;
+}
+
+void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
+  args.model.validate();
+  if (args.bf16 && args.fp16) throw Error("--fp16 and --bf16 are mutually exclusive: pick one");
+  if (args.train_iters == 0 && args.train_samples == 0)
+    throw Error("--train-iters or --train-samples is required");
+  if (args.global_batch_size % (args.micro_batch_size * data_parallel) != 0)
+    throw Error("--global-batch-size " + std::to_string(args.global_batch_size) +
+                " is not divisible by --micro-batch-size " + std::to_string(args.micro_batch_size) +
+                " x data-parallel size " + std::to_string(data_parallel));
+  if (args.train_samples > 0 && args.train_samples % args.global_batch_size != 0)
+    throw Error("--train-samples " + std::to_string(args.train_samples) +
+                " is not a multiple of --global-batch-size " +
+                std::to_string(args.global_batch_size));
+  if (!args.mock_data && args.data_path.empty())
+    throw Error("no data: give --data-path PREFIX or --mock-data");
+  if (args.mock_data && !args.data_path.empty())
+    throw Error("--mock-data and --data-path are mutually exclusive");
+  if (args.data_path.size() > 1)
+    throw Error("--data-path: one prefix is supported by this trainer (blending comes with the data pipeline)");
+  if (args.lr_decay_style == "WSD" && args.lr_wsd_decay_iters == 0)
+    throw Error("--lr-decay-style WSD needs --lr-wsd-decay-iters");
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,75 @@
+// tessera-train's arguments: Megatron-LM's flag names and defaults (REFERENCE.md §4), the
+// model presets (`--model NAME`, overridable by any explicit flag) and `--config FILE.json`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessera/model/config.h"
+
+namespace tessera::train {
+
+struct TrainArgs {
+  model::ModelConfig model;
+  std::string model_preset;  // --model
+
+  // Batches and length of training.
+  int64_t micro_batch_size = 1;     // --micro-batch-size
+  int64_t global_batch_size = 0;    // --global-batch-size (0: micro batch x data parallel)
+  int64_t train_iters = 0;          // --train-iters
+  int64_t train_samples = 0;        // --train-samples (alternative to --train-iters)
+  int64_t exit_interval = 0;        // --exit-interval
+  double exit_duration_in_mins = 0; // --exit-duration-in-mins
+  int64_t eval_interval = 1000;     // --eval-interval
+  int64_t eval_iters = 100;         // --eval-iters
+
+  // Optimizer and schedule.
+  std::string optimizer = "adam";   // --optimizer {adam, sgd}; adam is AdamW (decoupled decay)
+  double lr = 0;                    // --lr (required)
+  double min_lr = 0;                // --min-lr
+  double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;
+  double sgd_momentum = 0.9;        // --sgd-momentum
+  double weight_decay = 0.01;       // --weight-decay
+  double clip_grad = 1.0;           // --clip-grad (0 disables)
+  int64_t lr_warmup_iters = 0;      // --lr-warmup-iters
+  double lr_warmup_fraction = -1;   // --lr-warmup-fraction (of the decay iterations)
+  int64_t lr_decay_iters = 0;       // --lr-decay-iters (0: the training iterations)
+  std::string lr_decay_style = "linear";
+  int64_t lr_wsd_decay_iters = 0;   // --lr-wsd-decay-iters
+  std::string lr_wsd_decay_style = "exponential";
+
+  // Precision.
+  bool bf16 = false, fp16 = false;
+  double loss_scale = 0;            // --loss-scale (> 0: static)
+  double initial_loss_scale = 4294967296.0;  // 2^32, Megatron's default
+  double min_loss_scale = 1.0;
+  int64_t loss_scale_window = 1000;
+  int hysteresis = 2;
+  bool skip_nan_iterations = false; // --skip-nan-iterations
+
+  // Data.
+  bool mock_data = false;           // --mock-data
+  std::vector<std::string> data_path;  // --data-path PREFIX
+  std::string tokenizer_type;       // --tokenizer-type (ByteLevel)
+  std::string split = "969,30,1";   // --split (train, valid, test weights)
+
+  // Run, output.
+  uint64_t seed = 1234;             // --seed
+  int64_t log_interval = 100;       // --log-interval
+  std::string metrics_file;         // --metrics-file
+  std::string export_weights;       // --export-weights F.safetensors
+  int num_threads = 0;              // --num-threads (0: cores / local ranks)
+  int64_t inject_overflow_at = -1;  // --inject-overflow-at-iteration (test hook)
+
+  int64_t num_microbatches(int64_t data_parallel) const;
+};
+
+// Parses argv. Returns false when the run should stop successfully (--help printed).
+// Throws tessera::Error with one line (naming the flag or config key) on any bad input.
+bool parse_arguments(int argc, const char* const* argv, TrainArgs& args);
+
+// Checks combinations (fp16 with bf16, batch divisibility, required flags); tessera::Error.
+void validate_arguments(const TrainArgs& args, int64_t data_parallel);
+
+}  // namespace tessera::train

@@ -1,0 +1,54 @@
+#include "tessera/train/metrics.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+
+#include "tessera/core/error.h"
+
+namespace tessera::train {
+
+MetricsWriter::MetricsWriter(const std::string& path) {
+  if (path.empty()) return;
+  file_.open(path, std::ios::out | std::ios::trunc);
+  if (!file_) throw Error("--metrics-file " + path + ": cannot open for writing");
+}
+
+void MetricsWriter::write(const IterationMetrics& m) {
+  if (!file_.is_open()) return;
+  nlohmann::ordered_json j;
+  j["iteration"] = m.iteration;
+  j["consumed_samples"] = m.consumed_samples;
+  j["lm_loss"] = m.lm_loss;
+  j["lr"] = m.lr;
+  j["grad_norm"] = m.grad_norm;
+  j["loss_scale"] = m.loss_scale;
+  j["skipped"] = m.skipped;
+  j["iter_time_s"] = m.iter_time_s;
+  j["tokens_per_s"] = m.tokens_per_s;
+  j["tflops_per_rank"] = m.tflops_per_rank;
+  j["peak_mem_bytes"] = m.peak_mem_bytes;
+  if (m.val_loss) j["val_loss"] = *m.val_loss;
+  // NaN/Inf are not JSON: nlohmann writes null for them, which readers can detect.
+  file_ << j.dump() << "\n";
+  file_.flush();
+}
+
+std::string format_log_line(const IterationMetrics& m) {
+  char buf[640];
+  std::snprintf(buf, sizeof buf,
+                " iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration "
+                "(ms): %.1f | learning rate: %.6E | global batch size: %5lld | lm loss: %.6E | "
+                "loss scale: %.1f | grad norm: %.3f | number of skipped iterations: %3lld | "
+                "number of nan iterations: %3lld | tokens/s: %.0f | TFLOP/s/rank: %.3f | "
+                "peak mem (MiB): %.1f |",
+                static_cast<long long>(m.iteration), static_cast<long long>(m.train_iters),
+                static_cast<long long>(m.consumed_samples), m.iter_time_s * 1e3, m.lr,
+                static_cast<long long>(m.global_batch_size), m.lm_loss, m.loss_scale, m.grad_norm,
+                static_cast<long long>(m.skipped_total), static_cast<long long>(m.nan_total),
+                m.tokens_per_s, m.tflops_per_rank, m.peak_mem_bytes / 1048576.0);
+  return buf;
+}
+
+}  // namespace tessera::train

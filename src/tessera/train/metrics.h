@@ -1,0 +1,43 @@
+// Per-iteration metrics: the Megatron-style log line on stdout and `--metrics-file` JSON lines.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+
+namespace tessera::train {
+
+struct IterationMetrics {
+  int64_t iteration = 0;
+  int64_t train_iters = 0;
+  int64_t consumed_samples = 0;
+  int64_t global_batch_size = 0;
+  double lm_loss = 0;          // mean over the global batch's counted tokens, before the update
+  double lr = 0;
+  double grad_norm = 0;        // global L2 norm before clipping (unscaled)
+  double loss_scale = 1;
+  bool skipped = false;        // update skipped (overflow or NaN with --skip-nan-iterations)
+  int64_t skipped_total = 0;
+  int64_t nan_total = 0;
+  double iter_time_s = 0;
+  double tokens_per_s = 0;
+  double tflops_per_rank = 0;
+  int64_t peak_mem_bytes = 0;
+  std::optional<double> val_loss;
+};
+
+class MetricsWriter {
+ public:
+  // path empty: no file. Throws tessera::Error if the file cannot be opened.
+  explicit MetricsWriter(const std::string& path);
+  void write(const IterationMetrics& m);
+
+ private:
+  std::ofstream file_;
+};
+
+// The Megatron-style line: " iteration   10/  100 | consumed samples: ... | lm loss: ...".
+std::string format_log_line(const IterationMetrics& m);
+
+}  // namespace tessera::train

@@ -1,0 +1,309 @@
+#include "tessera/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "tessera/checkpoint/hf_export.h"
+#include "tessera/core/threads.h"
+#include "tessera/data/byte_tokenizer.h"
+#include "tessera/kernels/adamw.h"
+#include "tessera/train/flops.h"
+
+namespace tessera::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Normalised --split weights: {train, valid, test} fractions.
+std::array<double, 3> parse_split(const std::string& split) {
+  std::array<double, 3> w{0, 0, 0};
+  size_t start = 0;
+  for (int i = 0; i < 3 && start <= split.size(); ++i) {
+    const size_t end = std::min(split.find_first_of(",/", start), split.size());
+    try {
+      w[i] = std::stod(split.substr(start, end - start));
+    } catch (const std::exception&) {
+      throw Error("--split '" + split + "': expected up to three comma-separated numbers");
+    }
+    if (w[i] < 0) throw Error("--split '" + split + "': weights must be >= 0");
+    start = end + 1;
+  }
+  const double total = w[0] + w[1] + w[2];
+  if (!(total > 0)) throw Error("--split '" + split + "': weights sum to zero");
+  for (double& x : w) x /= total;
+  return w;
+}
+
+optim::LRScheduleOptions schedule_options(const TrainArgs& a, int64_t train_iters) {
+  optim::LRScheduleOptions o;
+  o.lr = a.lr;
+  o.min_lr = a.min_lr;
+  o.decay_iters = a.lr_decay_iters > 0 ? a.lr_decay_iters : train_iters;
+  o.warmup_iters = a.lr_warmup_fraction >= 0
+                       ? optim::warmup_iters_from_fraction(a.lr_warmup_fraction, o.decay_iters)
+                       : static_cast<double>(a.lr_warmup_iters);
+  o.decay_style = optim::parse_lr_decay_style(a.lr_decay_style);
+  o.wsd_decay_iters = a.lr_wsd_decay_iters;
+  o.wsd_decay_style = optim::parse_wsd_decay_style(a.lr_wsd_decay_style);
+  return o;
+}
+
+}  // namespace
+
+Trainer::Trainer(const TrainArgs& args) : args_(args), metrics_(args.metrics_file) {
+  const auto& a = args_;
+  train_iters_ = a.train_iters > 0 ? a.train_iters : a.train_samples / a.global_batch_size;
+  const DType dtype = a.bf16 ? DType::kBF16 : DType::kF32;
+  model_ = std::make_unique<model::GPTModel>(a.model, dtype, a.seed);
+  optimizer_ = std::make_unique<optim::Optimizer>(
+      model_->params(), optim::OptimizerOptions{a.optimizer == "sgd" ? "sgd" : "adam",
+                                                a.adam_beta1, a.adam_beta2, a.adam_eps,
+                                                a.sgd_momentum, a.weight_decay});
+  scheduler_ = std::make_unique<optim::LRScheduler>(schedule_options(a, train_iters_));
+  if (a.fp16 && a.loss_scale <= 0) {
+    scaler_ = std::make_unique<optim::DynamicLossScaler>(optim::DynamicLossScaler::dynamic(
+        a.initial_loss_scale, static_cast<int32_t>(a.loss_scale_window), a.hysteresis,
+        a.min_loss_scale));
+  } else {
+    scaler_ = std::make_unique<optim::DynamicLossScaler>(
+        optim::DynamicLossScaler::fixed(a.loss_scale > 0 ? a.loss_scale : 1.0));
+  }
+
+  const int64_t T = a.model.seq_length, vocab = a.model.vocab_size;
+  const int64_t train_samples = train_iters_ * a.global_batch_size;
+  const int64_t eval_samples = a.eval_iters * a.global_batch_size;
+  if (a.mock_data) {
+    // One Markov chain; validation samples are drawn after all training samples.
+    auto mock = std::make_unique<data::MockSampler>(vocab, T, a.seed, train_samples + eval_samples);
+    std::printf("> mock data: vocab %lld, entropy rate %.3f nats/token (uniform: %.3f)\n",
+                static_cast<long long>(vocab), mock->entropy_rate(), std::log(double(vocab)));
+    train_data_ = std::move(mock);
+  } else {
+    dataset_ = std::make_unique<data::IndexedDataset>(a.data_path[0]);
+    const auto split = parse_split(a.split);
+    const int64_t n = dataset_->num_tokens();
+    const int64_t train_end = static_cast<int64_t>(std::llround(split[0] * n));
+    const int64_t valid_end = static_cast<int64_t>(std::llround((split[0] + split[1]) * n));
+    train_data_ = std::make_unique<data::SequentialSampler>(*dataset_, T, 0, train_end, vocab);
+    if (train_data_->num_samples() < 1)
+      throw Error("--data-path " + a.data_path[0] + ": " + std::to_string(train_end) +
+                  " training tokens make no sample of --seq-length " + std::to_string(T) + " + 1");
+    if (valid_end - train_end > T)
+      valid_data_ = std::make_unique<data::SequentialSampler>(*dataset_, T, train_end, valid_end, vocab);
+    std::printf("> data %s: %lld documents, %lld tokens; train %lld samples, valid %lld samples\n",
+                a.data_path[0].c_str(), static_cast<long long>(dataset_->num_documents()),
+                static_cast<long long>(n), static_cast<long long>(train_data_->num_samples()),
+                static_cast<long long>(valid_data_ ? valid_data_->num_samples() : 0));
+  }
+  std::printf("> model: %s family, %lld parameters (%d layers, hidden %d, heads %d/%d, ffn %d, "
+              "vocab %lld padded to %lld), compute %s, %d threads\n",
+              a.model.family() == model::Family::kGpt2 ? "GPT-2" : "LLaMA",
+              static_cast<long long>(a.model.num_parameters()), a.model.num_layers,
+              a.model.hidden_size, a.model.num_attention_heads, a.model.kv_heads(), a.model.ffn(),
+              static_cast<long long>(vocab), static_cast<long long>(model_->padded_vocab()),
+              dtype_name(dtype), num_threads());
+  std::fflush(stdout);
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::load_samples(const data::TokenSampler& sampler, int64_t first, int64_t count) {
+  const int64_t T = args_.model.seq_length;
+  tokens_.resize(count * T);
+  targets_.resize(count * T);
+  sample_buf_.resize(T + 1);
+  for (int64_t b = 0; b < count; ++b) {
+    // Past the end of the data the sequence starts over (epochs; shuffling comes with the
+    // GPT dataset).
+    sampler.sample((first + b) % sampler.num_samples(), sample_buf_.data());
+    std::copy(sample_buf_.begin(), sample_buf_.end() - 1, tokens_.begin() + b * T);
+    std::copy(sample_buf_.begin() + 1, sample_buf_.end(), targets_.begin() + b * T);
+  }
+}
+
+Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
+  const int64_t mbs = args_.micro_batch_size, T = args_.model.seq_length;
+  const int64_t num_micro = args_.num_microbatches(1);
+  const double global_tokens = static_cast<double>(args_.global_batch_size) * T;
+  const double loss_scale = scaler_->scale();
+  // Gradients of the global mean loss, times the loss scale (1 unless fp16).
+  const float grad_scale = static_cast<float>(loss_scale / global_tokens);
+
+  StepOutcome out;
+  model_->params().zero_grads();
+  for (int64_t m = 0; m < num_micro; ++m) {
+    const int64_t first = consumed_samples_ + m * mbs;
+    load_samples(*train_data_, first, mbs);
+    model::Batch batch{tokens_.data(), targets_.data(), nullptr, mbs, T};
+    const auto ctx = model::StepContext::make(mbs, T, first, args_.seed, iteration, true);
+    const model::LossSum s = model_->forward_backward(batch, ctx, grad_scale);
+    out.loss_sum += s.loss_sum;
+    out.tokens += s.tokens;
+  }
+
+  Tensor& grads = model_->params().flat_grads();
+  if (iteration == args_.inject_overflow_at) grads.data<float>()[0] = INFINITY;  // test hook
+  const double sum_sq = kernels::sum_squares(grads.data<float>(), grads.numel());
+  const bool finite = std::isfinite(sum_sq) && std::isfinite(out.loss_sum);
+  out.grad_norm = std::sqrt(sum_sq) / loss_scale;
+
+  if (!finite) {
+    if (args_.fp16) {
+      scaler_->update(true);  // throws at the minimum scale
+      out.skipped = true;
+      return out;
+    }
+    out.nan = true;
+    if (!args_.skip_nan_iterations)
+      throw Error("iteration " + std::to_string(iteration) + ": loss or gradients are NaN/Inf " +
+                  "(lm loss " + std::to_string(out.loss_sum / out.tokens) +
+                  "); weights left untouched; pass --skip-nan-iterations to skip such iterations");
+    out.skipped = true;
+    return out;
+  }
+  scaler_->update(false);
+  float step_scale = static_cast<float>(1.0 / loss_scale);
+  // Megatron's clipping: scale by max_norm / (norm + 1e-6) when that is below 1.
+  if (args_.clip_grad > 0) {
+    const double coeff = args_.clip_grad / (out.grad_norm + 1e-6);
+    if (coeff < 1.0) step_scale *= static_cast<float>(coeff);
+  }
+  optimizer_->step(scheduler_->lr_at(optimizer_->steps()), step_scale);
+  return out;
+}
+
+double Trainer::evaluate(int64_t iteration) {
+  const data::TokenSampler* sampler = valid_data_ ? valid_data_.get() : nullptr;
+  int64_t first = 0;
+  if (args_.mock_data) {
+    sampler = train_data_.get();
+    first = train_iters_ * args_.global_batch_size;  // held-out samples after the training ones
+  }
+  if (sampler == nullptr || args_.eval_iters == 0) return NAN;
+  const int64_t mbs = args_.micro_batch_size, T = args_.model.seq_length;
+  double loss = 0, tokens = 0;
+  const auto t0 = Clock::now();
+  const int64_t batches = args_.eval_iters * args_.num_microbatches(1);
+  for (int64_t i = 0; i < batches; ++i) {
+    const int64_t at = first + i * mbs;
+    load_samples(*sampler, at, mbs);
+    model::Batch batch{tokens_.data(), targets_.data(), nullptr, mbs, T};
+    const auto ctx = model::StepContext::make(mbs, T, at, args_.seed, iteration, false);
+    const model::LossSum s = model_->forward_loss(batch, ctx);
+    loss += s.loss_sum;
+    tokens += s.tokens;
+    if (seconds_since(t0) > 2.0) {  // progress only when it is slow enough to wonder
+      std::fprintf(stderr, "\r  evaluating: %lld/%lld micro-batches", static_cast<long long>(i + 1),
+                   static_cast<long long>(batches));
+      if (i + 1 == batches) std::fprintf(stderr, "\n");
+    }
+  }
+  const double val = loss / tokens;
+  std::printf("-----------------------------------------------------------------------------\n"
+              " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n"
+              "-----------------------------------------------------------------------------\n",
+              static_cast<long long>(iteration), val, std::exp(std::min(val, 700.0)));
+  return val;
+}
+
+int64_t Trainer::train() {
+  const auto& a = args_;
+  const auto run_start = Clock::now();
+  const double flops_per_iter =
+      model_flops(a.model, model_->padded_vocab(), a.global_batch_size);
+  const int64_t tokens_per_iter = a.global_batch_size * a.model.seq_length;
+  double window_time = 0, window_loss = 0;
+  int64_t window_iters = 0, iteration = 0;
+  for (iteration = 1; iteration <= train_iters_; ++iteration) {
+    MemoryAccountant::instance().reset_peaks();
+    const auto t0 = Clock::now();
+    const StepOutcome step = train_step(iteration);
+    const double dt = seconds_since(t0);
+    consumed_samples_ += a.global_batch_size;
+    skipped_total_ += step.skipped ? 1 : 0;
+    nan_total_ += step.nan ? 1 : 0;
+
+    IterationMetrics m;
+    m.iteration = iteration;
+    m.train_iters = train_iters_;
+    m.consumed_samples = consumed_samples_;
+    m.global_batch_size = a.global_batch_size;
+    m.lm_loss = step.loss_sum / step.tokens;
+    m.lr = scheduler_->lr_at(std::max<int64_t>(optimizer_->steps() - 1, 0));
+    m.grad_norm = step.grad_norm;
+    m.loss_scale = scaler_->scale();
+    m.skipped = step.skipped;
+    m.skipped_total = skipped_total_;
+    m.nan_total = nan_total_;
+    m.iter_time_s = dt;
+    m.tokens_per_s = tokens_per_iter / dt;
+    m.tflops_per_rank = flops_per_iter / dt / 1e12;
+    m.peak_mem_bytes = MemoryAccountant::instance().snapshot().total_peak;
+
+    window_time += dt;
+    window_loss += m.lm_loss;
+    ++window_iters;
+    if (iteration % a.log_interval == 0 || iteration == train_iters_) {
+      IterationMetrics avg = m;  // Megatron averages time and loss over the logging window
+      avg.iter_time_s = window_time / window_iters;
+      avg.lm_loss = window_loss / window_iters;
+      avg.tokens_per_s = tokens_per_iter / avg.iter_time_s;
+      avg.tflops_per_rank = flops_per_iter / avg.iter_time_s / 1e12;
+      std::printf("%s\n", format_log_line(avg).c_str());
+      std::fflush(stdout);
+      window_time = window_loss = 0;
+      window_iters = 0;
+    }
+    if (a.eval_interval > 0 && iteration % a.eval_interval == 0) m.val_loss = evaluate(iteration);
+    metrics_.write(m);
+
+    if (a.exit_interval > 0 && iteration % a.exit_interval == 0) {
+      std::printf("> exiting after iteration %lld (--exit-interval %lld)\n",
+                  static_cast<long long>(iteration), static_cast<long long>(a.exit_interval));
+      break;
+    }
+    if (a.exit_duration_in_mins > 0 && seconds_since(run_start) / 60.0 >= a.exit_duration_in_mins) {
+      std::printf("> exiting after iteration %lld (--exit-duration-in-mins %.2f)\n",
+                  static_cast<long long>(iteration), a.exit_duration_in_mins);
+      break;
+    }
+  }
+  iteration = std::min(iteration, train_iters_);
+  if (a.eval_interval > 0 && iteration % a.eval_interval != 0) evaluate(iteration);
+  if (!a.export_weights.empty()) export_weights();
+  return iteration;
+}
+
+void Trainer::export_weights() const {
+  const auto path = std::filesystem::path(args_.export_weights);
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  checkpoint::export_hf(args_.model, model_->params(),
+                        [&](const model::Parameter& p) { return optimizer_->master(p); },
+                        args_.export_weights);
+  std::printf("> exported weights to %s (+ config.json)\n", args_.export_weights.c_str());
+}
+
+int train_main(int argc, const char* const* argv) {
+  try {
+    TrainArgs args;
+    if (!parse_arguments(argc, argv, args)) return 0;
+    if (args.global_batch_size == 0) args.global_batch_size = args.micro_batch_size;
+    validate_arguments(args, /*data_parallel=*/1);
+    set_num_threads(args.num_threads);
+    Trainer trainer(args);
+    trainer.train();
+    return 0;
+  } catch (const Error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kUserErrorExitCode;
+  }
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,66 @@
+// The training loop. One iteration: the global batch is split into micro-batches whose
+// gradients accumulate in fp32; the loss scaler and a non-finite check decide whether the
+// update happens; the global gradient norm is taken (and clipped); the optimizer steps with the
+// scheduled learning rate; metrics are logged. Evaluation runs every --eval-interval
+// iterations on the validation samples.
+//
+// The reported `lm loss` of iteration i is the mean over all counted tokens of the global batch
+// from that iteration's own forward passes (before its update).
+#pragma once
+
+#include <memory>
+
+#include "tessera/data/indexed_dataset.h"
+#include "tessera/data/sampler.h"
+#include "tessera/model/gpt_model.h"
+#include "tessera/optim/loss_scaler.h"
+#include "tessera/optim/lr_schedule.h"
+#include "tessera/optim/optimizer.h"
+#include "tessera/train/arguments.h"
+#include "tessera/train/metrics.h"
+
+namespace tessera::train {
+
+class Trainer {
+ public:
+  // Builds model, optimizer, schedule and data from validated arguments. Throws tessera::Error
+  // on bad input (missing data file, token out of vocabulary, ...).
+  explicit Trainer(const TrainArgs& args);
+  ~Trainer();
+
+  // Runs to --train-iters (or --exit-interval / --exit-duration-in-mins), then exports weights
+  // if asked. Returns the last iteration run.
+  int64_t train();
+
+  model::GPTModel& model() { return *model_; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
+
+ private:
+  struct StepOutcome {
+    double loss_sum = 0, tokens = 0, grad_norm = 0;
+    bool skipped = false, nan = false;
+  };
+  StepOutcome train_step(int64_t iteration);
+  double evaluate(int64_t iteration);
+  // Loads `count` samples starting at global sample `first` into tokens/targets (B, T).
+  void load_samples(const data::TokenSampler& sampler, int64_t first, int64_t count);
+  void export_weights() const;
+
+  TrainArgs args_;
+  int64_t train_iters_ = 0;
+  int64_t consumed_samples_ = 0;
+  int64_t skipped_total_ = 0, nan_total_ = 0;
+  std::unique_ptr<model::GPTModel> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::LRScheduler> scheduler_;
+  std::unique_ptr<optim::DynamicLossScaler> scaler_;
+  std::unique_ptr<data::IndexedDataset> dataset_;
+  std::unique_ptr<data::TokenSampler> train_data_, valid_data_;
+  MetricsWriter metrics_;
+  std::vector<int32_t> tokens_, targets_, sample_buf_;
+};
+
+// Runs tessera-train's main: parses, validates, trains. Returns the process exit code.
+int train_main(int argc, const char* const* argv);
+
+}  // namespace tessera::train
