@@ -221,7 +221,7 @@ int main(int argc, char** argv) {
         const std::string name = s.name + "/" + b.name + "/threads:" + std::to_string(threads);
         benchmark::RegisterBenchmark(name.c_str(), [s, b, threads](benchmark::State& st) {
           run_bench(st, s, b.backend, threads);
-        })->UseRealTime()->Unit(benchmark::kMillisecond);
+        })->Unit(benchmark::kMillisecond);
       }
     }
   }

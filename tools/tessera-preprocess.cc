@@ -37,8 +37,8 @@ using tessera::Error;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kTool = "tessera-preprocess";
-constexpr int kMalformedReported = 5;           // malformed lines printed before going quiet
-constexpr size_t kBatchBytes = 8u << 20;        // text read per parallel batch
+constexpr int kMalformedReported = 5;              // malformed lines printed before going quiet
+constexpr size_t kBatchBytes = 8u << 20;           // text read per parallel batch
 constexpr uint64_t kProgressMinBytes = 64u << 20;  // inputs this big get progress lines
 constexpr double kProgressSeconds = 5.0;
 
@@ -65,7 +65,8 @@ struct Encoded {
 };
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 bool is_blank(const std::string& s) {
@@ -269,12 +270,12 @@ int run(const Options& opt) {
     std::fprintf(stderr, "%s: ... and %lld more malformed lines\n", kTool,
                  static_cast<long long>(malformed - kMalformedReported));
   }
-  std::printf("%s: %lld documents, %lld malformed lines skipped, %.2f MB in %.2f s (%.1f MB/s), "
-              "tokenizer %s (vocab %lld, stored as %s)\n",
-              kTool, static_cast<long long>(documents), static_cast<long long>(malformed), mb,
-              secs, secs > 0 ? mb / secs : 0.0, tokenizer->name().c_str(),
-              static_cast<long long>(tokenizer->vocab_size()),
-              tessera::data::index_dtype_name(dtype));
+  std::printf(
+      "%s: %lld documents, %lld malformed lines skipped, %.2f MB in %.2f s (%.1f MB/s), "
+      "tokenizer %s (vocab %lld, stored as %s)\n",
+      kTool, static_cast<long long>(documents), static_cast<long long>(malformed), mb, secs,
+      secs > 0 ? mb / secs : 0.0, tokenizer->name().c_str(),
+      static_cast<long long>(tokenizer->vocab_size()), tessera::data::index_dtype_name(dtype));
   for (size_t k = 0; k < keys.size(); ++k) {
     std::printf("%s: key '%s': %lld tokens -> %s.{bin,idx}\n", kTool, keys[k].c_str(),
                 static_cast<long long>(writers[k].num_tokens()), prefixes[k].c_str());

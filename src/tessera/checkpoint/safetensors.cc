@@ -35,13 +35,13 @@ struct DTypeEntry {
   size_t size;
 };
 constexpr DTypeEntry kDTypes[] = {
-    {SafeDType::kBool, "BOOL", 1},   {SafeDType::kU8, "U8", 1},
-    {SafeDType::kI8, "I8", 1},       {SafeDType::kF8E5M2, "F8_E5M2", 1},
+    {SafeDType::kBool, "BOOL", 1},      {SafeDType::kU8, "U8", 1},
+    {SafeDType::kI8, "I8", 1},          {SafeDType::kF8E5M2, "F8_E5M2", 1},
     {SafeDType::kF8E4M3, "F8_E4M3", 1}, {SafeDType::kI16, "I16", 2},
-    {SafeDType::kU16, "U16", 2},     {SafeDType::kF16, "F16", 2},
-    {SafeDType::kBF16, "BF16", 2},   {SafeDType::kI32, "I32", 4},
-    {SafeDType::kU32, "U32", 4},     {SafeDType::kF32, "F32", 4},
-    {SafeDType::kF64, "F64", 8},     {SafeDType::kI64, "I64", 8},
+    {SafeDType::kU16, "U16", 2},        {SafeDType::kF16, "F16", 2},
+    {SafeDType::kBF16, "BF16", 2},      {SafeDType::kI32, "I32", 4},
+    {SafeDType::kU32, "U32", 4},        {SafeDType::kF32, "F32", 4},
+    {SafeDType::kF64, "F64", 8},        {SafeDType::kI64, "I64", 8},
     {SafeDType::kU64, "U64", 8},
 };
 
@@ -95,12 +95,18 @@ std::optional<SafeDType> parse_safe_dtype(std::string_view name) {
 
 SafeDType to_safe_dtype(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return SafeDType::kF32;
-    case DType::kBF16: return SafeDType::kBF16;
-    case DType::kF16: return SafeDType::kF16;
-    case DType::kI32: return SafeDType::kI32;
-    case DType::kI64: return SafeDType::kI64;
-    case DType::kU16: return SafeDType::kU16;
+    case DType::kF32:
+      return SafeDType::kF32;
+    case DType::kBF16:
+      return SafeDType::kBF16;
+    case DType::kF16:
+      return SafeDType::kF16;
+    case DType::kI32:
+      return SafeDType::kI32;
+    case DType::kI64:
+      return SafeDType::kI64;
+    case DType::kU16:
+      return SafeDType::kU16;
   }
   TESSERA_CHECK_MSG(false, "DType without a safetensors equivalent");
   return SafeDType::kF32;
@@ -108,13 +114,20 @@ SafeDType to_safe_dtype(DType dtype) {
 
 DType to_core_dtype(SafeDType dtype) {
   switch (dtype) {
-    case SafeDType::kF32: return DType::kF32;
-    case SafeDType::kBF16: return DType::kBF16;
-    case SafeDType::kF16: return DType::kF16;
-    case SafeDType::kI32: return DType::kI32;
-    case SafeDType::kI64: return DType::kI64;
-    case SafeDType::kU16: return DType::kU16;
-    default: break;
+    case SafeDType::kF32:
+      return DType::kF32;
+    case SafeDType::kBF16:
+      return DType::kBF16;
+    case SafeDType::kF16:
+      return DType::kF16;
+    case SafeDType::kI32:
+      return DType::kI32;
+    case SafeDType::kI64:
+      return DType::kI64;
+    case SafeDType::kU16:
+      return DType::kU16;
+    default:
+      break;
   }
   throw Error(std::string("safetensors dtype ") + safe_dtype_name(dtype) +
               " is not supported: expected one of F32, BF16, F16, I32, I64, U16");
@@ -238,7 +251,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         if (!value.is_object()) throw Error(path + ": __metadata__ is not a JSON object");
         for (const auto& [k, v] : value.items()) {
           if (!v.is_string()) {
-            throw Error(path + ": __metadata__ key '" + k + "' is not a string: expected a "
+            throw Error(path + ": __metadata__ key '" + k +
+                        "' is not a string: expected a "
                         "string-to-string map");
           }
           metadata_[k] = v.get<std::string>();
@@ -302,9 +316,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                     "' in the data section: expected disjoint data_offsets");
       }
       if (begin > end) {
-        throw Error(path + ": tensor '" + *name + "' starts at data byte " +
-                    std::to_string(begin) + " but the previous tensor ends at " +
-                    std::to_string(end) + ": expected contiguous data_offsets");
+        throw Error(path + ": tensor '" + *name + "' starts at data byte " + std::to_string(begin) +
+                    " but the previous tensor ends at " + std::to_string(end) +
+                    ": expected contiguous data_offsets");
       }
       end = tensor_end;
       prev = name;

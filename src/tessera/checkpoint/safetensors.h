@@ -24,7 +24,21 @@ namespace tessera::checkpoint {
 
 // The element types safetensors defines.
 enum class SafeDType {
-  kBool, kU8, kI8, kF8E5M2, kF8E4M3, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kF64, kI64, kU64,
+  kBool,
+  kU8,
+  kI8,
+  kF8E5M2,
+  kF8E4M3,
+  kI16,
+  kU16,
+  kF16,
+  kBF16,
+  kI32,
+  kU32,
+  kF32,
+  kF64,
+  kI64,
+  kU64
 };
 
 // Bytes per element.

@@ -54,8 +54,8 @@ std::pair<void*, size_t> map_file(const std::string& path, const char* what) {
   if (size > 0) {
     map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) {
-      const std::string msg = path + ": cannot mmap " + std::to_string(size) + " bytes: " +
-                              errno_text();
+      const std::string msg =
+          path + ": cannot mmap " + std::to_string(size) + " bytes: " + errno_text();
       ::close(fd);
       throw Error(msg);
     }
@@ -76,11 +76,16 @@ struct IdRange {
 };
 IdRange id_range(IndexDType dtype) {
   switch (dtype) {
-    case IndexDType::kUInt8: return {0, 255};
-    case IndexDType::kInt8: return {-128, 127};
-    case IndexDType::kInt16: return {-32768, 32767};
-    case IndexDType::kUInt16: return {0, 65535};
-    case IndexDType::kFloat32: return {-(int64_t{1} << 24), int64_t{1} << 24};
+    case IndexDType::kUInt8:
+      return {0, 255};
+    case IndexDType::kInt8:
+      return {-128, 127};
+    case IndexDType::kInt16:
+      return {-32768, 32767};
+    case IndexDType::kUInt16:
+      return {0, 65535};
+    case IndexDType::kFloat32:
+      return {-(int64_t{1} << 24), int64_t{1} << 24};
     case IndexDType::kInt32:
     case IndexDType::kInt64:
     case IndexDType::kFloat64:
@@ -126,13 +131,17 @@ bool is_valid_index_dtype(uint8_t code) { return code >= 1 && code <= 8; }
 size_t index_dtype_size(IndexDType dtype) {
   switch (dtype) {
     case IndexDType::kUInt8:
-    case IndexDType::kInt8: return 1;
+    case IndexDType::kInt8:
+      return 1;
     case IndexDType::kInt16:
-    case IndexDType::kUInt16: return 2;
+    case IndexDType::kUInt16:
+      return 2;
     case IndexDType::kInt32:
-    case IndexDType::kFloat32: return 4;
+    case IndexDType::kFloat32:
+      return 4;
     case IndexDType::kInt64:
-    case IndexDType::kFloat64: return 8;
+    case IndexDType::kFloat64:
+      return 8;
   }
   throw Error("unknown MMIDIDX dtype code " + std::to_string(static_cast<int>(dtype)) +
               ": expected 1..8");
@@ -140,14 +149,22 @@ size_t index_dtype_size(IndexDType dtype) {
 
 const char* index_dtype_name(IndexDType dtype) {
   switch (dtype) {
-    case IndexDType::kUInt8: return "uint8";
-    case IndexDType::kInt8: return "int8";
-    case IndexDType::kInt16: return "int16";
-    case IndexDType::kInt32: return "int32";
-    case IndexDType::kInt64: return "int64";
-    case IndexDType::kFloat64: return "float64";
-    case IndexDType::kFloat32: return "float32";
-    case IndexDType::kUInt16: return "uint16";
+    case IndexDType::kUInt8:
+      return "uint8";
+    case IndexDType::kInt8:
+      return "int8";
+    case IndexDType::kInt16:
+      return "int16";
+    case IndexDType::kInt32:
+      return "int32";
+    case IndexDType::kInt64:
+      return "int64";
+    case IndexDType::kFloat64:
+      return "float64";
+    case IndexDType::kFloat32:
+      return "float32";
+    case IndexDType::kUInt16:
+      return "uint16";
   }
   return "unknown";
 }
@@ -234,14 +251,30 @@ void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
   const size_t elem = index_dtype_size(dtype_);
   buffer_.resize(tokens.size() * elem);
   switch (dtype_) {
-    case IndexDType::kUInt8: encode_tokens<uint8_t>(tokens, buffer_.data()); break;
-    case IndexDType::kInt8: encode_tokens<int8_t>(tokens, buffer_.data()); break;
-    case IndexDType::kInt16: encode_tokens<int16_t>(tokens, buffer_.data()); break;
-    case IndexDType::kInt32: encode_tokens<int32_t>(tokens, buffer_.data()); break;
-    case IndexDType::kInt64: encode_tokens<int64_t>(tokens, buffer_.data()); break;
-    case IndexDType::kFloat64: encode_tokens<double>(tokens, buffer_.data()); break;
-    case IndexDType::kFloat32: encode_tokens<float>(tokens, buffer_.data()); break;
-    case IndexDType::kUInt16: encode_tokens<uint16_t>(tokens, buffer_.data()); break;
+    case IndexDType::kUInt8:
+      encode_tokens<uint8_t>(tokens, buffer_.data());
+      break;
+    case IndexDType::kInt8:
+      encode_tokens<int8_t>(tokens, buffer_.data());
+      break;
+    case IndexDType::kInt16:
+      encode_tokens<int16_t>(tokens, buffer_.data());
+      break;
+    case IndexDType::kInt32:
+      encode_tokens<int32_t>(tokens, buffer_.data());
+      break;
+    case IndexDType::kInt64:
+      encode_tokens<int64_t>(tokens, buffer_.data());
+      break;
+    case IndexDType::kFloat64:
+      encode_tokens<double>(tokens, buffer_.data());
+      break;
+    case IndexDType::kFloat32:
+      encode_tokens<float>(tokens, buffer_.data());
+      break;
+    case IndexDType::kUInt16:
+      encode_tokens<uint16_t>(tokens, buffer_.data());
+      break;
   }
   if (!buffer_.empty() && std::fwrite(buffer_.data(), 1, buffer_.size(), bin_) != buffer_.size()) {
     throw Error(data_file_path(prefix_) + ".tmp: write failed: " + errno_text());
@@ -308,13 +341,12 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
                   (idx_size_ < sizeof(kIndexMagic) ? " but file has only " + size_text : ""));
     }
     if (idx_size_ < kIndexHeaderBytes) {
-      throw Error(idx_path + ": truncated: the header needs " +
-                  std::to_string(kIndexHeaderBytes) + " bytes but file has " + size_text);
+      throw Error(idx_path + ": truncated: the header needs " + std::to_string(kIndexHeaderBytes) +
+                  " bytes but file has " + size_text);
     }
     const uint64_t version = load<uint64_t>(idx + 9);
     if (version != kIndexVersion) {
-      throw Error(idx_path + ": unsupported version " + std::to_string(version) +
-                  ": expected 1");
+      throw Error(idx_path + ": unsupported version " + std::to_string(version) + ": expected 1");
     }
     const uint8_t code = load<uint8_t>(idx + 17);
     if (!is_valid_index_dtype(code)) {
@@ -334,10 +366,9 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
                   size_text);
     }
     const uint64_t needed = kIndexHeaderBytes + seq_count * 12 + doc_count * 8;
-    const std::string header_text =
-        "header says " + std::to_string(seq_count) + " sequences and " +
-        std::to_string(doc_count) + " document indices (needs " + std::to_string(needed) +
-        " bytes";
+    const std::string header_text = "header says " + std::to_string(seq_count) + " sequences and " +
+                                    std::to_string(doc_count) + " document indices (needs " +
+                                    std::to_string(needed) + " bytes";
     if (idx_size_ < needed) {
       throw Error(idx_path + ": truncated: " + header_text + ") but file has " + size_text);
     }
@@ -359,8 +390,8 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
       document_indices_[d] = load<int64_t>(docs + d * 8);
       const int64_t prev = d == 0 ? 0 : document_indices_[d - 1];
       if (document_indices_[d] < prev) {
-        throw Error(idx_path + ": document_indices[" + std::to_string(d) + "] = " +
-                    std::to_string(document_indices_[d]) + (d == 0 ? "" : " < previous ") +
+        throw Error(idx_path + ": document_indices[" + std::to_string(d) +
+                    "] = " + std::to_string(document_indices_[d]) + (d == 0 ? "" : " < previous ") +
                     (d == 0 ? "" : std::to_string(prev)) +
                     ": expected a non-decreasing list starting at 0");
       }
@@ -392,10 +423,9 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
       }
       const uint64_t end = static_cast<uint64_t>(ptr) + static_cast<uint64_t>(len) * elem_size_;
       if (end > bin_size_) {
-        throw Error(bin_path + ": truncated: " + idx_path + " puts sequence " +
-                    std::to_string(i) + " at bytes [" + std::to_string(ptr) + ", " +
-                    std::to_string(end) + ") but file has " + std::to_string(bin_size_) +
-                    " bytes");
+        throw Error(bin_path + ": truncated: " + idx_path + " puts sequence " + std::to_string(i) +
+                    " at bytes [" + std::to_string(ptr) + ", " + std::to_string(end) +
+                    ") but file has " + std::to_string(bin_size_) + " bytes");
       }
       num_tokens_ += len;
     }
@@ -475,14 +505,30 @@ void IndexedDataset::get(int64_t i, int64_t offset, int64_t length, int32_t* out
                     offset * static_cast<int64_t>(elem_size_);
   int64_t bad = -1;
   switch (dtype_) {
-    case IndexDType::kUInt8: decode_tokens<uint8_t>(src, length, out, &bad); break;
-    case IndexDType::kInt8: decode_tokens<int8_t>(src, length, out, &bad); break;
-    case IndexDType::kInt16: decode_tokens<int16_t>(src, length, out, &bad); break;
-    case IndexDType::kInt32: decode_tokens<int32_t>(src, length, out, &bad); break;
-    case IndexDType::kInt64: decode_tokens<int64_t>(src, length, out, &bad); break;
-    case IndexDType::kFloat64: decode_tokens<double>(src, length, out, &bad); break;
-    case IndexDType::kFloat32: decode_tokens<float>(src, length, out, &bad); break;
-    case IndexDType::kUInt16: decode_tokens<uint16_t>(src, length, out, &bad); break;
+    case IndexDType::kUInt8:
+      decode_tokens<uint8_t>(src, length, out, &bad);
+      break;
+    case IndexDType::kInt8:
+      decode_tokens<int8_t>(src, length, out, &bad);
+      break;
+    case IndexDType::kInt16:
+      decode_tokens<int16_t>(src, length, out, &bad);
+      break;
+    case IndexDType::kInt32:
+      decode_tokens<int32_t>(src, length, out, &bad);
+      break;
+    case IndexDType::kInt64:
+      decode_tokens<int64_t>(src, length, out, &bad);
+      break;
+    case IndexDType::kFloat64:
+      decode_tokens<double>(src, length, out, &bad);
+      break;
+    case IndexDType::kFloat32:
+      decode_tokens<float>(src, length, out, &bad);
+      break;
+    case IndexDType::kUInt16:
+      decode_tokens<uint16_t>(src, length, out, &bad);
+      break;
   }
   if (bad >= 0) {
     const unsigned char* p = src + bad * static_cast<int64_t>(elem_size_);

@@ -41,11 +41,12 @@ SequentialSampler::SequentialSampler(const IndexedDataset& dataset, int64_t seq_
   if (seq_length < 1) {
     throw Error(where + "sequence length " + std::to_string(seq_length) + ": expected >= 1");
   }
-  if (vocab < 1) throw Error(where + "vocabulary size " + std::to_string(vocab) + ": expected >= 1");
+  if (vocab < 1)
+    throw Error(where + "vocabulary size " + std::to_string(vocab) + ": expected >= 1");
   if (first_token < 0 || first_token > last_token || last_token > dataset.num_tokens()) {
     throw Error(where + "token range " + range_text(first_token, last_token) +
-                " is invalid: expected a range within [0, " +
-                std::to_string(dataset.num_tokens()) + "] (the dataset's tokens)");
+                " is invalid: expected a range within [0, " + std::to_string(dataset.num_tokens()) +
+                "] (the dataset's tokens)");
   }
   const int64_t n = dataset.num_sequences();
   starts_.resize(static_cast<size_t>(n) + 1);
@@ -101,15 +102,13 @@ MockSampler::MockSampler(int64_t vocab, int64_t seq_length, uint64_t seed, int64
       stickiness_(stickiness),
       stick_threshold_(0) {
   if (vocab < 2 || vocab > (int64_t{1} << 31) - 1) {
-    throw Error("mock data: vocabulary size " + std::to_string(vocab) +
-                ": expected in [2, 2^31)");
+    throw Error("mock data: vocabulary size " + std::to_string(vocab) + ": expected in [2, 2^31)");
   }
   if (seq_length < 1) {
     throw Error("mock data: sequence length " + std::to_string(seq_length) + ": expected >= 1");
   }
   if (num_samples < 0) {
-    throw Error("mock data: number of samples " + std::to_string(num_samples) +
-                ": expected >= 0");
+    throw Error("mock data: number of samples " + std::to_string(num_samples) + ": expected >= 0");
   }
   if (!(stickiness >= 0.0 && stickiness <= 1.0)) {
     throw Error("mock data: stickiness " + std::to_string(stickiness) + ": expected in [0, 1]");

@@ -52,9 +52,9 @@ inline __m512 gelu16(__m512 x, __m512* grad) {
       _mm512_max_ps(_mm512_set1_ps(-1e4f), _mm512_min_ps(_mm512_set1_ps(1e4f), x));  // NaN kept
   const __m512 x2 = _mm512_mul_ps(xc, xc);
   const __m512 k0 = _mm512_set1_ps(kGeluScale);
-  const __m512 two_u = _mm512_mul_ps(
-      _mm512_mul_ps(_mm512_set1_ps(2.0f * kGeluScale), xc),
-      _mm512_fmadd_ps(_mm512_set1_ps(kGeluCubic), x2, _mm512_set1_ps(1.0f)));
+  const __m512 two_u =
+      _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(2.0f * kGeluScale), xc),
+                    _mm512_fmadd_ps(_mm512_set1_ps(kGeluCubic), x2, _mm512_set1_ps(1.0f)));
   __m512 slope;
   const __m512 s = sigmoid(two_u, &slope);
   if (grad) {

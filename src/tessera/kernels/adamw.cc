@@ -114,19 +114,29 @@ void sgd_step(float* master, float* momentum_buf, T* param_out, const float* gra
 double sum_squares(const float* x, int64_t n) {
   const int64_t chunks = num_chunks(n);
   std::vector<double> partial(chunks);
+  // x^2 accumulated into 8 double lanes; four independent chains so the loop streams at memory
+  // speed instead of waiting on FMA latency.
+  const auto acc = [](__m256 v, __m512d a) {
+    const __m512d d = _mm512_cvtps_pd(v);
+    return _mm512_fmadd_pd(d, d, a);
+  };
 #pragma omp parallel for schedule(static) if (n > kParallelThreshold)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t end = std::min(n, (c + 1) * kChunk);
-    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
-    for (int64_t i = c * kChunk; i < end; i += 16) {
-      const __m512 xv = _mm512_maskz_loadu_ps(tail_mask(end - i), x + i);
-      const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(xv));
-      const __m512d hi =
-          _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(xv), 1)));
-      a0 = _mm512_fmadd_pd(lo, lo, a0);
-      a1 = _mm512_fmadd_pd(hi, hi, a1);
+    __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = c * kChunk;
+    for (; i + 32 <= end; i += 32) {
+      a0 = acc(_mm256_loadu_ps(x + i), a0);
+      a1 = acc(_mm256_loadu_ps(x + i + 8), a1);
+      a2 = acc(_mm256_loadu_ps(x + i + 16), a2);
+      a3 = acc(_mm256_loadu_ps(x + i + 24), a3);
     }
-    partial[c] = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+    for (; i < end; i += 8) {
+      const int64_t r = end - i;
+      a0 =
+          acc(_mm256_maskz_loadu_ps(r >= 8 ? __mmask8(0xff) : __mmask8((1u << r) - 1u), x + i), a0);
+    }
+    partial[c] = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
   }
   double total = 0.0;
   for (int64_t c = 0; c < chunks; ++c) total += partial[c];

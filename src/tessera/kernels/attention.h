@@ -2,6 +2,11 @@
 // head (the log-sum-exp of each query row); the T x T score matrix is never stored. Backward
 // recomputes scores block by block from q, k and the saved log-sum-exp. MHA and GQA: query head
 // h attends to key/value group h / (NH / KV).
+//
+// Threads: the calling thread's OpenMP team; forward splits over (sample, head, runs of query
+// blocks), backward over (sample, head). Results are bitwise identical for any thread count (no
+// atomics; every sum has a fixed order). Scratch, fp32: forward 2 T*HD per thread; backward
+// 5 T*HD per thread plus, with GQA (KV < NH), 2 B*NH*T*HD for per-head dK/dV partials.
 #pragma once
 
 #include <cstdint>

@@ -32,6 +32,12 @@ inline __mmask16 tail_mask(int64_t remaining) {
   return remaining >= 16 ? __mmask16(0xffff) : __mmask16((1u << remaining) - 1u);
 }
 
+// d[begin, end) = 0.
+template <typename T>
+void zero_columns(T* d, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; i += 16) store16(d + i, _mm512_setzero_ps(), tail_mask(end - i));
+}
+
 template <typename T>
 float row_max(const T* x, int64_t V_real) {
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -103,12 +109,16 @@ float row_forward_backward(T* d, const T* x, int32_t target, float coef, int64_t
   // target entry of a bf16 gradient is rounded only once.
   const float d_target = e[target] * inv - coef;
   const __m512 vinv = _mm512_set1_ps(inv);
-  for (int64_t i = 0; i < V_real; i += 16) {
+  int64_t i = 0;
+  for (; i + 16 <= V_real; i += 16) {
+    store16(d + i, _mm512_mul_ps(_mm512_loadu_ps(e + i), vinv), 0xffff);
+  }
+  if (i < V_real) {
     const __mmask16 m = tail_mask(V_real - i);
     store16(d + i, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, e + i), vinv), m);
   }
   d[target] = from_f32<T>(d_target);
-  for (int64_t i = V_real; i < V; i += 16) store16(d + i, _mm512_setzero_ps(), tail_mask(V - i));
+  zero_columns(d, V_real, V);
   return loss;
 }
 
@@ -133,9 +143,7 @@ void cross_entropy_forward_backward(float* losses, T* dlogits, const T* logits,
       if (mask == 0.0f) {
         // Masked rows are not read at all (their logits and target may be anything).
         losses[n] = 0.0f;
-        if (d) {
-          for (int64_t i = 0; i < V; i += 16) store16(d + i, _mm512_setzero_ps(), tail_mask(V - i));
-        }
+        if (d) zero_columns(d, 0, V);
         continue;
       }
       const int32_t target = targets[n];

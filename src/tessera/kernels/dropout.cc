@@ -27,53 +27,62 @@ inline void store16(bf16* p, __m512 v, __mmask16 m) {
 
 constexpr int64_t kParallelThreshold = 1 << 14;
 
-// hi and lo 32 bits of a * b (32x32 -> 64 bit) in every lane.
-inline void mul_hi_lo(__m512i a, __m512i b, __m512i* hi, __m512i* lo) {
-  const __m512i even = _mm512_mul_epu32(a, b);                         // lanes 0, 2, ...
-  const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), b);  // lanes 1, 3, ...
-  *lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
-  *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
-}
+// Philox4x32-10 key schedule: (k0, k1) for each of the 10 rounds.
+struct KeySchedule {
+  uint32_t k[10][2];
+  explicit KeySchedule(PhiloxKey key) {
+    uint32_t k0 = key.k0, k1 = key.k1;
+    for (int round = 0; round < 10; ++round) {
+      k[round][0] = k0;
+      k[round][1] = k1;
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+  }
+};
 
 // philox_block(key, row, col4 + i) for i = 0..15 at once (col4 a multiple of 16), returned in
 // element order: out[k] holds the 16 values for columns 4*col4 + 16k ... + 15. Same rounds as
-// philox4x32 in core/philox.h, one counter per lane; the tests check it against that.
-inline void philox_64(PhiloxKey key, uint64_t row, uint64_t col4, __m512i out[4]) {
-  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
-  constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
-  const __m512i mul0 = _mm512_set1_epi32(static_cast<int>(kMul0));
-  const __m512i mul1 = _mm512_set1_epi32(static_cast<int>(kMul1));
-  __m512i c0 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(row)));
-  __m512i c1 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(row >> 32)));
+// philox4x32 in core/philox.h (the tests check it against that). The 16 counters are held as
+// two halves of 8, each 32-bit word in the low half of a 64-bit lane, so one vpmuludq gives the
+// whole 32x32 -> 64 bit product (hi = product >> 32, lo = its low half; the garbage above a
+// low half is never read, as vpmuludq only reads the low 32 bits of each lane).
+inline void philox_64(const KeySchedule& ks, uint64_t row, uint64_t col4, __m512i out[4]) {
+  const __m512i mul0 = _mm512_set1_epi64(0xD2511F53u);
+  const __m512i mul1 = _mm512_set1_epi64(0xCD9E8D57u);
+  const __m512i row_lo = _mm512_set1_epi64(static_cast<uint32_t>(row));
+  const __m512i row_hi = _mm512_set1_epi64(static_cast<uint32_t>(row >> 32));
   // col4 is a multiple of 16, so col4 + i never carries into the high word.
-  __m512i c2 = _mm512_add_epi32(
-      _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(col4))),
-      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-  __m512i c3 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(col4 >> 32)));
-  uint32_t k0 = key.k0, k1 = key.k1;
+  const __m512i col_hi = _mm512_set1_epi64(static_cast<uint32_t>(col4 >> 32));
+  const __m512i col_lo = _mm512_set1_epi64(static_cast<uint32_t>(col4));
+  __m512i c0[2] = {row_lo, row_lo}, c1[2] = {row_hi, row_hi}, c3[2] = {col_hi, col_hi};
+  __m512i c2[2] = {_mm512_add_epi64(col_lo, _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7)),
+                   _mm512_add_epi64(col_lo, _mm512_setr_epi64(8, 9, 10, 11, 12, 13, 14, 15))};
   for (int round = 0; round < 10; ++round) {
-    __m512i hi0, lo0, hi1, lo1;
-    mul_hi_lo(c0, mul0, &hi0, &lo0);
-    mul_hi_lo(c2, mul1, &hi1, &lo1);
-    c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32(static_cast<int>(k0)));
-    c1 = lo1;
-    c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32(static_cast<int>(k1)));
-    c3 = lo0;
-    k0 += kWeyl0;
-    k1 += kWeyl1;
+    const __m512i k0 = _mm512_set1_epi32(static_cast<int>(ks.k[round][0]));
+    const __m512i k1 = _mm512_set1_epi32(static_cast<int>(ks.k[round][1]));
+    for (int h = 0; h < 2; ++h) {
+      const __m512i p0 = _mm512_mul_epu32(c0[h], mul0);
+      const __m512i p1 = _mm512_mul_epu32(c2[h], mul1);
+      // 0x96: three-way xor.
+      c0[h] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p1, 32), c1[h], k0, 0x96);
+      c1[h] = p1;
+      c2[h] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p0, 32), c3[h], k1, 0x96);
+      c3[h] = p0;
+    }
   }
-  // c_l[i] is lane l of block i = column 4i + l. Transpose the 4 x 16 words into column order:
-  // first 4x4 within each 128-bit lane (u_m's lane j = block 4j + m), then 4x4 across lanes.
-  const __m512i t0 = _mm512_unpacklo_epi32(c0, c1), t1 = _mm512_unpackhi_epi32(c0, c1);
-  const __m512i t2 = _mm512_unpacklo_epi32(c2, c3), t3 = _mm512_unpackhi_epi32(c2, c3);
-  const __m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
-  const __m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
-  const __m512i v0 = _mm512_shuffle_i32x4(u0, u1, 0x44), v1 = _mm512_shuffle_i32x4(u0, u1, 0xEE);
-  const __m512i v2 = _mm512_shuffle_i32x4(u2, u3, 0x44), v3 = _mm512_shuffle_i32x4(u2, u3, 0xEE);
-  out[0] = _mm512_shuffle_i32x4(v0, v2, 0x88);
-  out[1] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
-  out[2] = _mm512_shuffle_i32x4(v1, v3, 0x88);
-  out[3] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
+  // Half h holds blocks 8h + b (b = 0..7) in 64-bit lane b. Pack words 0,1 and 2,3 of each
+  // block into one 64-bit lane each, pair them into whole blocks (even blocks in `even`, odd in
+  // `odd`, one per 128-bit lane), then interleave the 128-bit lanes into block order.
+  const __m512i first = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+  const __m512i second = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+  for (int h = 0; h < 2; ++h) {
+    const __m512i w01 = _mm512_mask_blend_epi32(0xAAAA, c0[h], _mm512_slli_epi64(c1[h], 32));
+    const __m512i w23 = _mm512_mask_blend_epi32(0xAAAA, c2[h], _mm512_slli_epi64(c3[h], 32));
+    const __m512i even = _mm512_unpacklo_epi64(w01, w23), odd = _mm512_unpackhi_epi64(w01, w23);
+    out[2 * h] = _mm512_permutex2var_epi64(even, first, odd);
+    out[2 * h + 1] = _mm512_permutex2var_epi64(even, second, odd);
+  }
 }
 
 // Forward and backward are the same map: keep-and-scale or zero, by the global mask.
@@ -91,6 +100,7 @@ void apply_dropout(T* out, const T* inp, PhiloxKey key, const TokenCoords& coord
   // uint_to_unit_float(x) = (x >> 8) * 2^-24 exactly, so "uniform >= p" is the exact float
   // comparison (x >> 8) >= p * 2^24 (both sides exact in fp32).
   const __m512 threshold = _mm512_set1_ps(p * 16777216.0f);
+  const KeySchedule ks(key);
 #pragma omp parallel for schedule(static) if (N * C > kParallelThreshold)
   for (int64_t n = 0; n < N; ++n) {
     const uint64_t row = static_cast<uint64_t>(coords.global_row(n));
@@ -98,7 +108,7 @@ void apply_dropout(T* out, const T* inp, PhiloxKey key, const TokenCoords& coord
     T* o = out + n * C;
     for (int64_t c0 = 0; c0 < C; c0 += 64) {
       __m512i bits[4];
-      philox_64(key, row, static_cast<uint64_t>(c0 / 4), bits);
+      philox_64(ks, row, static_cast<uint64_t>(c0 / 4), bits);
       for (int k = 0; k < 4 && c0 + 16 * k < C; ++k) {
         const int64_t c = c0 + 16 * k;
         const __mmask16 m = lane_mask(c, C);
@@ -113,8 +123,8 @@ void apply_dropout(T* out, const T* inp, PhiloxKey key, const TokenCoords& coord
 }  // namespace
 
 template <typename T>
-void dropout_forward(T* out, const T* inp, PhiloxKey key, TokenCoords coords, int64_t N,
-                     int64_t C, float p) {
+void dropout_forward(T* out, const T* inp, PhiloxKey key, TokenCoords coords, int64_t N, int64_t C,
+                     float p) {
   apply_dropout(out, inp, key, coords, N, C, p);
 }
 
@@ -124,13 +134,13 @@ void dropout_backward(T* dinp, const T* dout, PhiloxKey key, TokenCoords coords,
   apply_dropout(dinp, dout, key, coords, N, C, p);
 }
 
-template void dropout_forward<float>(float*, const float*, PhiloxKey, TokenCoords, int64_t,
-                                     int64_t, float);
+template void dropout_forward<float>(float*, const float*, PhiloxKey, TokenCoords, int64_t, int64_t,
+                                     float);
 template void dropout_forward<bf16>(bf16*, const bf16*, PhiloxKey, TokenCoords, int64_t, int64_t,
                                     float);
 template void dropout_backward<float>(float*, const float*, PhiloxKey, TokenCoords, int64_t,
                                       int64_t, float);
-template void dropout_backward<bf16>(bf16*, const bf16*, PhiloxKey, TokenCoords, int64_t,
-                                     int64_t, float);
+template void dropout_backward<bf16>(bf16*, const bf16*, PhiloxKey, TokenCoords, int64_t, int64_t,
+                                     float);
 
 }  // namespace tessera::kernels

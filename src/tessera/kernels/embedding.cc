@@ -94,7 +94,7 @@ template void embedding_forward<bf16>(bf16*, const int32_t*, const int32_t*, con
                                       const bf16*, int64_t, int64_t, int64_t, int64_t);
 template void embedding_backward<float>(float*, float*, const float*, const int32_t*,
                                         const int32_t*, int64_t, int64_t, int64_t, int64_t);
-template void embedding_backward<bf16>(float*, float*, const bf16*, const int32_t*,
-                                       const int32_t*, int64_t, int64_t, int64_t, int64_t);
+template void embedding_backward<bf16>(float*, float*, const bf16*, const int32_t*, const int32_t*,
+                                       int64_t, int64_t, int64_t, int64_t);
 
 }  // namespace tessera::kernels

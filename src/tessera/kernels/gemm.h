@@ -34,7 +34,9 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 
 // Times an n x n x n gemm of `dtype` (fp32, or bf16 in and out) through the functions above at
 // the current thread count: one warm-up call, then the best of `repeats` calls, in GFLOP/s
-// (2*n^3 flops per call). For benchmarks that print "achieved vs peak measured in the same run".
+// (2*n^3 flops per call). Time is the calling thread's CPU time, as in Google Benchmark's default
+// (not UseRealTime), so a machine shared with other work does not deflate it. For benchmarks
+// that print "achieved vs peak measured in the same run".
 // Allocates 3 n x n buffers (untracked). Throws tessera::Error for other dtypes or n, repeats <= 0.
 double measure_peak_gflops(DType dtype, int64_t n = 2048, int repeats = 3);
 

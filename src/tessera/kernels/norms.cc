@@ -65,7 +65,8 @@ void add_partials(float* grad, const float* partial, int64_t stride, int64_t num
   for (int64_t c = 0; c < C; c += 16) {
     const __mmask16 m = lane_mask(c, C);
     __m512 s = _mm512_setzero_ps();
-    for (int64_t k = 0; k < num_chunks; ++k) s = _mm512_add_ps(s, load16(partial + k * stride + c, m));
+    for (int64_t k = 0; k < num_chunks; ++k)
+      s = _mm512_add_ps(s, load16(partial + k * stride + c, m));
     _mm512_mask_storeu_ps(grad + c, m, _mm512_add_ps(load16(grad + c, m), s));
   }
 }
@@ -145,9 +146,9 @@ void layer_norm_backward(T* dinp, float* dweight, float* dbias, const T* dout, c
         const __m512 g = load16(dy + c, m);
         const __m512 dnorm = _mm512_mul_ps(g, load16(weight + c, m));
         const __m512 d = _mm512_fnmadd_ps(norm, b, _mm512_sub_ps(dnorm, a));
-        store16(dx + c, _mm512_mul_ps(d, vrs), m);
         _mm512_mask_storeu_ps(pw + c, m, _mm512_fmadd_ps(norm, g, load16(pw + c, m)));
         if (pb) _mm512_mask_storeu_ps(pb + c, m, _mm512_add_ps(load16(pb + c, m), g));
+        store16(dx + c, _mm512_mul_ps(d, vrs), m);
       }
     }
   }
@@ -173,8 +174,7 @@ void rms_norm_forward(T* out, float* rstd, const T* inp, const T* weight, int64_
     const __m512 vrs = _mm512_set1_ps(rs);
     for (int64_t c = 0; c < C; c += 16) {
       const __mmask16 m = lane_mask(c, C);
-      store16(o + c, _mm512_mul_ps(_mm512_mul_ps(load16(x + c, m), vrs), load16(weight + c, m)),
-              m);
+      store16(o + c, _mm512_mul_ps(_mm512_mul_ps(load16(x + c, m), vrs), load16(weight + c, m)), m);
     }
     if (rstd) rstd[n] = rs;
   }
@@ -222,16 +222,15 @@ void rms_norm_backward(T* dinp, float* dweight, const T* dout, const T* inp, con
 
 template void layer_norm_forward<float>(float*, float*, float*, const float*, const float*,
                                         const float*, int64_t, int64_t, float);
-template void layer_norm_forward<bf16>(bf16*, float*, float*, const bf16*, const bf16*,
-                                       const bf16*, int64_t, int64_t, float);
+template void layer_norm_forward<bf16>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*,
+                                       int64_t, int64_t, float);
 template void layer_norm_backward<float>(float*, float*, float*, const float*, const float*,
                                          const float*, const float*, const float*, int64_t,
                                          int64_t);
 template void layer_norm_backward<bf16>(bf16*, float*, float*, const bf16*, const bf16*,
-                                        const bf16*, const float*, const float*, int64_t,
-                                        int64_t);
-template void rms_norm_forward<float>(float*, float*, const float*, const float*, int64_t,
-                                      int64_t, float);
+                                        const bf16*, const float*, const float*, int64_t, int64_t);
+template void rms_norm_forward<float>(float*, float*, const float*, const float*, int64_t, int64_t,
+                                      float);
 template void rms_norm_forward<bf16>(bf16*, float*, const bf16*, const bf16*, int64_t, int64_t,
                                      float);
 template void rms_norm_backward<float>(float*, float*, const float*, const float*, const float*,

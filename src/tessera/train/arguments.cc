@@ -180,6 +180,9 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
 
   if (!args.model_preset.empty()) args.model = model::preset(args.model_preset);
   model_flags.apply(args.model);
+  // The tokenizer determines the vocabulary unless --vocab-size says otherwise.
+  if (args.tokenizer_type == "ByteLevel" && app.get_option("--vocab-size")->count() == 0)
+    args.model.vocab_size = 257;
   return true;
 }
 

@@ -1,5 +1,6 @@
 #include "tessera/train/trainer.h"
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -54,6 +55,27 @@ optim::LRScheduleOptions schedule_options(const TrainArgs& a, int64_t train_iter
   return o;
 }
 
+// Entropy (nats/token) of the token frequencies in [0, last_token) of the dataset, over at most
+// the first 16M tokens: the loss of the best model that ignores context.
+double unigram_entropy(const data::IndexedDataset& ds, int64_t last_token, int64_t vocab) {
+  std::vector<int64_t> counts(vocab, 0);
+  std::vector<int32_t> buf;
+  int64_t seen = 0;
+  const int64_t limit = std::min<int64_t>(last_token, 16 << 20);
+  for (int64_t s = 0; s < ds.num_sequences() && seen < limit; ++s) {
+    const int64_t len = std::min(ds.sequence_length(s), limit - seen);
+    buf.resize(len);
+    ds.get(s, 0, len, buf.data());
+    for (int32_t t : buf)
+      if (t >= 0 && t < vocab) ++counts[t];
+    seen += len;
+  }
+  double h = 0;
+  for (int64_t c : counts)
+    if (c > 0) h -= (double(c) / seen) * std::log(double(c) / seen);
+  return h;
+}
+
 }  // namespace
 
 Trainer::Trainer(const TrainArgs& args) : args_(args), metrics_(args.metrics_file) {
@@ -96,10 +118,13 @@ Trainer::Trainer(const TrainArgs& args) : args_(args), metrics_(args.metrics_fil
                   " training tokens make no sample of --seq-length " + std::to_string(T) + " + 1");
     if (valid_end - train_end > T)
       valid_data_ = std::make_unique<data::SequentialSampler>(*dataset_, T, train_end, valid_end, vocab);
-    std::printf("> data %s: %lld documents, %lld tokens; train %lld samples, valid %lld samples\n",
+    unigram_entropy_ = unigram_entropy(*dataset_, train_end, vocab);
+    std::printf("> data %s: %lld documents, %lld tokens; train %lld samples, valid %lld samples; "
+                "unigram entropy %.3f nats/token\n",
                 a.data_path[0].c_str(), static_cast<long long>(dataset_->num_documents()),
                 static_cast<long long>(n), static_cast<long long>(train_data_->num_samples()),
-                static_cast<long long>(valid_data_ ? valid_data_->num_samples() : 0));
+                static_cast<long long>(valid_data_ ? valid_data_->num_samples() : 0),
+                unigram_entropy_);
   }
   std::printf("> model: %s family, %lld parameters (%d layers, hidden %d, heads %d/%d, ffn %d, "
               "vocab %lld padded to %lld), compute %s, %d threads\n",
@@ -209,6 +234,9 @@ double Trainer::evaluate(int64_t iteration) {
               " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n"
               "-----------------------------------------------------------------------------\n",
               static_cast<long long>(iteration), val, std::exp(std::min(val, 700.0)));
+  if (unigram_entropy_ > 0)
+    std::printf(" (unigram entropy of the training data: %.3f nats/token; validation loss is "
+                "%.1f%% of it)\n", unigram_entropy_, 100.0 * val / unigram_entropy_);
   return val;
 }
 

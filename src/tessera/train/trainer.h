@@ -57,6 +57,7 @@ class Trainer {
   std::unique_ptr<data::IndexedDataset> dataset_;
   std::unique_ptr<data::TokenSampler> train_data_, valid_data_;
   MetricsWriter metrics_;
+  double unigram_entropy_ = 0;  // of the training tokens (data files only), for reference
   std::vector<int32_t> tokens_, targets_, sample_buf_;
 };
 

@@ -58,12 +58,9 @@ TEST(Safetensors, RoundTripsMixedDtypesShapesAndMetadata) {
   const std::vector<int32_t> scalar = {42};
   const std::vector<uint16_t> half = {0x3c00, 0xbc00, 0x0000};
   const std::vector<SafeTensorView> tensors = {
-      {"w", SafeDType::kF32, {2, 3}, w.data()},
-      {"norm.b", SafeDType::kBF16, {5}, b.data()},
-      {"step", SafeDType::kI64, {2}, steps.data()},
-      {"Ids", SafeDType::kU16, {3, 1}, ids.data()},
-      {"scalar", SafeDType::kI32, {}, scalar.data()},
-      {"h", SafeDType::kF16, {3}, half.data()},
+      {"w", SafeDType::kF32, {2, 3}, w.data()},       {"norm.b", SafeDType::kBF16, {5}, b.data()},
+      {"step", SafeDType::kI64, {2}, steps.data()},   {"Ids", SafeDType::kU16, {3, 1}, ids.data()},
+      {"scalar", SafeDType::kI32, {}, scalar.data()}, {"h", SafeDType::kF16, {3}, half.data()},
       {"empty", SafeDType::kF32, {0, 4}, nullptr},
   };
   const std::map<std::string, std::string> meta = {{"format", "pt"}, {"iteration", "100"}};
@@ -127,8 +124,8 @@ TEST(Safetensors, WriterMatchesHandCheckedBytes) {
                             R"("a":{"data_offsets":[4,10],"dtype":"BF16","shape":[3]},)"
                             R"("b":{"data_offsets":[0,4],"dtype":"F32","shape":[1]}})"));
   append(expected, bytes_of("    "));
-  append(expected, {0x00, 0x00, 0x80, 0xbf});                    // b = -1.0f
-  append(expected, {0x80, 0x3f, 0x00, 0x40, 0x40, 0x40});        // a = 1, 2, 3 (bf16)
+  append(expected, {0x00, 0x00, 0x80, 0xbf});              // b = -1.0f
+  append(expected, {0x80, 0x3f, 0x00, 0x40, 0x40, 0x40});  // a = 1, 2, 3 (bf16)
   EXPECT_EQ(read_bytes(path), expected);
 }
 
@@ -184,7 +181,8 @@ TEST(Safetensors, RejectsInconsistentHeaders) {
     write_bytes(path, file);
   };
   make(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-       R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12);
+       R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+       12);
   expect_load_error(path, {path, "tensor 'b' overlaps tensor 'a'"});
   make(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8);
   expect_load_error(path, {path, "tensor 'a'", "span 8 bytes", "needs 12"});

@@ -49,8 +49,7 @@ TEST(ByteTokenizer, DecodeRejectsOutOfRangeIds) {
       ADD_FAILURE() << "no error for id " << bad;
     } catch (const Error& e) {
       const std::string msg = e.what();
-      EXPECT_NE(msg.find("id " + std::to_string(bad) + " at position 1"), std::string::npos)
-          << msg;
+      EXPECT_NE(msg.find("id " + std::to_string(bad) + " at position 1"), std::string::npos) << msg;
     }
   }
 }

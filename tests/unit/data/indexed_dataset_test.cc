@@ -17,9 +17,8 @@ using testing::read_bytes;
 using testing::TempDir;
 using testing::write_bytes;
 
-constexpr IndexDType kAllDTypes[] = {IndexDType::kUInt8,   IndexDType::kInt8,
-                                     IndexDType::kInt16,   IndexDType::kInt32,
-                                     IndexDType::kInt64,   IndexDType::kFloat64,
+constexpr IndexDType kAllDTypes[] = {IndexDType::kUInt8,   IndexDType::kInt8,  IndexDType::kInt16,
+                                     IndexDType::kInt32,   IndexDType::kInt64, IndexDType::kFloat64,
                                      IndexDType::kFloat32, IndexDType::kUInt16};
 
 // Little-endian byte helpers for hand-built files.
@@ -34,12 +33,24 @@ void put(std::vector<unsigned char>& out, T v) {
 std::vector<std::vector<int32_t>> documents_for(IndexDType dtype) {
   int32_t lo = 0, hi = 0;
   switch (dtype) {
-    case IndexDType::kUInt8: lo = 0, hi = 255; break;
-    case IndexDType::kInt8: lo = -128, hi = 127; break;
-    case IndexDType::kInt16: lo = -32768, hi = 32767; break;
-    case IndexDType::kUInt16: lo = 0, hi = 65535; break;
-    case IndexDType::kFloat32: lo = -(1 << 24), hi = 1 << 24; break;
-    default: lo = INT32_MIN, hi = INT32_MAX; break;
+    case IndexDType::kUInt8:
+      lo = 0, hi = 255;
+      break;
+    case IndexDType::kInt8:
+      lo = -128, hi = 127;
+      break;
+    case IndexDType::kInt16:
+      lo = -32768, hi = 32767;
+      break;
+    case IndexDType::kUInt16:
+      lo = 0, hi = 65535;
+      break;
+    case IndexDType::kFloat32:
+      lo = -(1 << 24), hi = 1 << 24;
+      break;
+    default:
+      lo = INT32_MIN, hi = INT32_MAX;
+      break;
   }
   // Lengths 0, 1, 5, 17, 33: an empty document and sizes off any power of two.
   std::vector<std::vector<int32_t>> docs = {{}, {hi}, {lo, 0, 1, hi, 7}};
@@ -120,6 +131,7 @@ TEST(IndexedDataset, WriterMatchesHandBuiltMegatronBytes) {
     w.add_document(std::vector<int32_t>{65535, 0});
     w.finalize();
   }
+  // clang-format off
   const std::vector<unsigned char> expected_idx = {
       'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0,  // magic
       1, 0, 0, 0, 0, 0, 0, 0,                   // version 1
@@ -135,6 +147,7 @@ TEST(IndexedDataset, WriterMatchesHandBuiltMegatronBytes) {
       2, 0, 0, 0, 0, 0, 0, 0,                   //   2,
       3, 0, 0, 0, 0, 0, 0, 0,                   //   3
   };
+  // clang-format on
   const std::vector<unsigned char> expected_bin = {1, 0, 2, 0, 3, 0, 7, 0, 0xff, 0xff, 0, 0};
   EXPECT_EQ(read_bytes(prefix + ".idx"), expected_idx);
   EXPECT_EQ(read_bytes(prefix + ".bin"), expected_bin);
@@ -261,8 +274,8 @@ TEST(IndexedDataset, RejectsTruncatedBin) {
   ASSERT_EQ(bin.size(), 16u);
   bin.resize(15);
   write_bytes(prefix + ".bin", bin);
-  expect_open_error(prefix, {prefix + ".bin", "truncated", "sequence 1", "[10, 16)",
-                             "file has 15 bytes"});
+  expect_open_error(prefix,
+                    {prefix + ".bin", "truncated", "sequence 1", "[10, 16)", "file has 15 bytes"});
 }
 
 TEST(IndexedDataset, RejectsBadDocumentIndices) {

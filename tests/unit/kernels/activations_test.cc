@@ -33,11 +33,11 @@ double max_scaled_error(const A& a, const B& b) {
 constexpr double kFdStep = 1e-2;
 constexpr double kFdTolerance = 1e-2;
 
-// bf16 kernel on rounded inputs against the fp32 kernel on the exact inputs: input and output
-// rounding of up to 2^-9 relative each, amplified at most ~3x by the slope of gelu/silu*up
-// (|d gelu/dx| <= 1.13, |x d gelu/dx / gelu| stays small), so errors stay well below 1e-2 of
-// the output scale; 2e-2 keeps a margin and still catches a wrong conversion.
-constexpr double kBf16Tolerance = 1e-12;
+// bf16 kernel on rounded inputs against the fp32 kernel on the exact inputs: bf16 keeps 8
+// significant bits, so inputs and outputs each carry up to 2^-8 (~4e-3) relative rounding
+// error, passed through slopes of O(1) (|d gelu/dx| <= 1.13); measured 2.3e-3 .. 3.8e-3 of the
+// output scale. 2e-2 keeps a ~5x margin and still catches a wrong conversion (an O(1) error).
+constexpr double kBf16Tolerance = 2e-2;
 
 // gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi)(x + 0.044715 x^3). Written as x / (1 + e^-2u),
 // the same function, because 1 + tanh(u) cancels in double too for x << 0.

@@ -161,10 +161,10 @@ TEST(DropoutBf16, MatchesFp32) {
   dropout_backward(dinpb.data(), xb.data(), kKey, coords, N, C, p);
   const auto outf = to_float(outb);
   for (int64_t i = 0; i < N * C; ++i) {
-    // Same mask; kept values carry the input's and the output's bf16 rounding (2^-9 relative
-    // each), so they are within 2^-8 of the fp32 result.
+    // Same mask; kept values carry the input's and the output's bf16 rounding (8 significant
+    // bits: up to 2^-8 relative each), so they are within ~2^-7 of the fp32 result.
     EXPECT_EQ(outf[i] == 0.0f, out[i] == 0.0f) << "i=" << i;
-    EXPECT_NEAR(outf[i], out[i], std::ldexp(std::fabs(out[i]), -8)) << "i=" << i;
+    EXPECT_NEAR(outf[i], out[i], 1.01 * std::ldexp(std::fabs(out[i]), -7)) << "i=" << i;
   }
   // fp32 arithmetic whatever T: the bf16 result is the fp32 result on the same values, rounded.
   EXPECT_EQ(outf, round_to_bf16(out_r));

@@ -165,8 +165,13 @@ TEST(EmbeddingBackward, AccumulatesDeterministically) {
   run(3, 2, &dwte3, &dwpe3);
   EXPECT_EQ(dwte1, dwte2);
   EXPECT_EQ(dwpe1, dwpe2);
-  for (int64_t i = 0; i < V * C; ++i) EXPECT_EQ(dwte3[i], 2.0f * dwte1[i]);
-  for (int64_t i = 0; i < P * C; ++i) EXPECT_EQ(dwpe3[i], 2.0f * dwpe1[i]);
+  // Each token's row is added straight into dwte, so the second call continues the running
+  // sums: 2x up to fp32 rounding of ~N/V additions (not bitwise, unlike the norms' weights).
+  std::vector<float> twice_wte(dwte1), twice_wpe(dwpe1);
+  for (float& v : twice_wte) v *= 2.0f;
+  for (float& v : twice_wpe) v *= 2.0f;
+  EXPECT_LT(max_scaled_error(dwte3, twice_wte), 1e-6);
+  EXPECT_LT(max_scaled_error(dwpe3, twice_wpe), 1e-6);
 }
 
 TEST(EmbeddingBf16, MatchesFp32) {
@@ -195,12 +200,12 @@ TEST(EmbeddingBf16, MatchesFp32) {
                     V);
   embedding_backward(dwteb.data(), dwpeb.data(), doutb.data(), tokens.data(), positions.data(), N,
                      C, 0, V);
-  // Each table entry and dout value is rounded to bf16 (2^-9 relative), and the output once
-  // more; sums of such values stay within ~1e-2 of the fp32 scale. 2e-2 leaves a margin and
-  // still catches a wrong conversion.
-  EXPECT_LT(max_scaled_error(to_float(outb), out), 1e-12);
-  EXPECT_LT(max_scaled_error(dwteb, dwte), 1e-12);
-  EXPECT_LT(max_scaled_error(dwpeb, dwpe), 1e-12);
+  // Each table entry and dout value is rounded to bf16 (8 significant bits: up to 2^-8 ~ 4e-3
+  // relative), and the output once more (measured 1.7e-3 .. 3.8e-3 of the fp32 scale). 2e-2
+  // leaves a ~5x margin and still catches a wrong conversion.
+  EXPECT_LT(max_scaled_error(to_float(outb), out), 2e-2);
+  EXPECT_LT(max_scaled_error(dwteb, dwte), 2e-2);
+  EXPECT_LT(max_scaled_error(dwpeb, dwpe), 2e-2);
   // fp32 arithmetic whatever T: exactly the fp32 kernel on the same (rounded) values.
   EXPECT_EQ(to_float(outb), round_to_bf16(out_r));
   EXPECT_EQ(dwteb, dwte_r);

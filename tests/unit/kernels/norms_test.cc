@@ -41,11 +41,12 @@ constexpr double kFdTolerance = 1e-2;
 // sums, so the error is a few ulp times sqrt(C/16) -- far below 1e-5 for C <= 1000.
 constexpr double kFp32Tolerance = 1e-5;
 
-// bf16 kernel on bf16-rounded inputs against the fp32 kernel on the unrounded inputs: each
-// input carries a relative rounding error of up to 2^-9 (~2e-3) and the output is rounded
-// once more; the normalisation mixes these into errors of a few 1e-3 relative to the output
-// scale. 2e-2 allows ~5x that while still catching a wrong conversion (which is O(1)).
-constexpr double kBf16Tolerance = 1e-12;
+// bf16 kernel on bf16-rounded inputs against the fp32 kernel on the unrounded inputs: bf16
+// keeps 8 significant bits, so each input carries a relative rounding error of up to 2^-8
+// (~4e-3) and the output is rounded once more; the normalisation averages these into errors
+// of a few 1e-3 of the output scale (1.4e-3 .. 4.2e-3 measured here). 2e-2 allows ~5x that
+// while still catching a wrong conversion (an O(1) error).
+constexpr double kBf16Tolerance = 2e-2;
 
 // Inputs with a non-zero mean (offset) so LayerNorm's centring is exercised.
 std::vector<float> make_input(int64_t n, uint64_t seed, float offset) {

@@ -17,7 +17,8 @@ class TempDir {
  public:
   TempDir() {
     const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base != nullptr && *base ? base : "/tmp") + "/tessera-test-XXXXXX";
+    std::string tmpl =
+        std::string(base != nullptr && *base ? base : "/tmp") + "/tessera-test-XXXXXX";
     char* made = ::mkdtemp(tmpl.data());
     if (made == nullptr) {
       ADD_FAILURE() << "mkdtemp failed for " << tmpl;
@@ -49,7 +50,8 @@ inline std::vector<unsigned char> read_bytes(const std::string& path) {
 // Replaces a file's contents.
 inline void write_bytes(const std::string& path, const std::vector<unsigned char>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
 }
 
 }  // namespace tessera::testing

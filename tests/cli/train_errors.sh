@@ -1,0 +1,63 @@
+#!/bin/bash
+# Command-line test of tessera-train's handling of bad input: every case must print exactly one
+# line on stderr naming the flag/key/file at fault and exit with code 2, without training.
+# Usage: train_errors.sh BUILD_BIN_DIR
+set -u
+BIN="${1:?usage: train_errors.sh BUILD_BIN_DIR}/tessera-train"
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/tessera-train-errors.XXXXXX")"
+trap 'rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+OK_FLAGS=(--model gpt2-tiny --mock-data --train-iters 1 --lr 1e-3 --micro-batch-size 2
+          --global-batch-size 2 --num-threads 1)
+
+# expect_error NAME EXPECTED_SUBSTRING ARGS...: exit code 2, one stderr line containing the text.
+expect_error() {
+  local name="$1" expected="$2"
+  shift 2
+  "$BIN" "$@" >"$TMP/out" 2>"$TMP/err"
+  local code=$?
+  local lines
+  lines=$(wc -l <"$TMP/err")
+  if [ "$code" -eq 2 ] && [ "$lines" -eq 1 ] && grep -qF -- "$expected" "$TMP/err"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: $name: exit $code, $lines stderr lines, expected '$expected' in:" >&2
+    sed 's/^/    /' "$TMP/err" >&2
+  fi
+}
+
+[ -x "$BIN" ] || { echo "FAIL: $BIN not found" >&2; exit 1; }
+
+expect_error "unknown flag" "--no-such-flag" "${OK_FLAGS[@]}" --no-such-flag 3
+expect_error "unknown preset" "unknown preset 'gpt5'" --model gpt5 --mock-data --train-iters 1 --lr 1
+expect_error "heads do not divide hidden" "--num-attention-heads" "${OK_FLAGS[@]}" --hidden-size 64 --num-attention-heads 5
+expect_error "query groups do not divide heads" "--num-query-groups" "${OK_FLAGS[@]}" --group-query-attention --num-query-groups 3
+expect_error "bad number" "--hidden-size" "${OK_FLAGS[@]}" --hidden-size abc
+expect_error "bad enum" "--normalization" "${OK_FLAGS[@]}" --normalization BatchNorm
+expect_error "missing data file" "$TMP/nothing" --model gpt2-tiny --data-path "$TMP/nothing" --train-iters 1 --lr 1e-3
+expect_error "GBS not divisible by MBS" "--global-batch-size 10 is not divisible by --micro-batch-size 4" \
+  --model gpt2-tiny --mock-data --train-iters 1 --lr 1e-3 --micro-batch-size 4 --global-batch-size 10
+expect_error "fp16 with bf16" "--fp16 and --bf16" "${OK_FLAGS[@]}" --fp16 --bf16
+echo '{"num-layers": 2, "hidden_sise": 64}' >"$TMP/bad_key.json"
+expect_error "config key that is not a flag" "'hidden-sise' is not a tessera-train flag" \
+  "${OK_FLAGS[@]}" --config "$TMP/bad_key.json"
+echo '{"num-layers": 2,' >"$TMP/bad_json.json"
+expect_error "config that is not JSON" "--config" "${OK_FLAGS[@]}" --config "$TMP/bad_json.json"
+expect_error "no train length" "--train-iters or --train-samples" --model gpt2-tiny --mock-data --lr 1
+expect_error "no data" "--data-path PREFIX or --mock-data" --model gpt2-tiny --train-iters 1 --lr 1
+
+# A config file supplies flags; the command line wins over it.
+echo '{"num_layers": 3, "hidden-size": 48, "num-attention-heads": 6}' >"$TMP/good.json"
+if "$BIN" "${OK_FLAGS[@]}" --config "$TMP/good.json" --hidden-size 96 --eval-iters 0 >"$TMP/out" 2>&1 &&
+   grep -q "3 layers, hidden 96, heads 6/6" "$TMP/out"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "FAIL: --config values with command-line override:" >&2
+  sed 's/^/    /' "$TMP/out" >&2
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
