@@ -18,6 +18,14 @@ constexpr int64_t kVocab = 50304;  // GPT-2 vocabulary padded to a multiple of 1
 constexpr int64_t kVocabReal = 50257;
 constexpr int64_t kParams = 124'000'000;  // GPT-2 small
 
+// Non-constant contents, so no page holds identical data (a hypervisor could otherwise merge
+// pages and flatter the bandwidth).
+std::vector<float> varied(int64_t n, float scale) {
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = scale * (1.0f + static_cast<float>(i % 4099) * 1e-4f);
+  return x;
+}
+
 template <typename T>
 void BM_CrossEntropy(benchmark::State& state) {
   std::vector<T> logits(kTokens * kVocab);
@@ -52,8 +60,8 @@ BENCHMARK(BM_CrossEntropy<bf16>)
 
 template <typename T>
 void BM_AdamW(benchmark::State& state) {
-  std::vector<float> master(kParams, 0.5f), m(kParams, 0.0f), v(kParams, 0.0f),
-      grad(kParams, 1e-3f);
+  std::vector<float> master = varied(kParams, 0.5f), m(kParams, 0.0f), v(kParams, 0.0f),
+                     grad = varied(kParams, 1e-3f);
   std::vector<T> out(kParams);
   int64_t step = 0;
   for (auto _ : state) {
@@ -76,7 +84,7 @@ BENCHMARK(BM_AdamW<bf16>)
     ->UseRealTime();
 
 void BM_SumSquares(benchmark::State& state) {
-  std::vector<float> grad(kParams, 1e-3f);
+  const std::vector<float> grad = varied(kParams, 1e-3f);
   for (auto _ : state)
     benchmark::DoNotOptimize(tessera::kernels::sum_squares(grad.data(), kParams));
   state.counters["GB/s"] =
@@ -87,7 +95,7 @@ BENCHMARK(BM_SumSquares)->Name("SumSquares/124M")->Unit(benchmark::kMillisecond)
 // Reference ceiling: an OpenMP copy of 4 bytes x 124M over the same thread team (read + write
 // counted, like the kernels above).
 void BM_CopyReference(benchmark::State& state) {
-  std::vector<float> a(kParams, 1.0f), b(kParams);
+  std::vector<float> a = varied(kParams, 1.0f), b(kParams);
   for (auto _ : state) {
     float* dst = b.data();
     const float* src = a.data();

@@ -214,6 +214,7 @@ double Trainer::evaluate(int64_t iteration) {
   const int64_t mbs = args_.micro_batch_size, T = args_.model.seq_length;
   double loss = 0, tokens = 0;
   const auto t0 = Clock::now();
+  double next_progress = 5.0;
   const int64_t batches = args_.eval_iters * args_.num_microbatches(1);
   for (int64_t i = 0; i < batches; ++i) {
     const int64_t at = first + i * mbs;
@@ -223,10 +224,12 @@ double Trainer::evaluate(int64_t iteration) {
     const model::LossSum s = model_->forward_loss(batch, ctx);
     loss += s.loss_sum;
     tokens += s.tokens;
-    if (seconds_since(t0) > 2.0) {  // progress only when it is slow enough to wonder
-      std::fprintf(stderr, "\r  evaluating: %lld/%lld micro-batches", static_cast<long long>(i + 1),
-                   static_cast<long long>(batches));
-      if (i + 1 == batches) std::fprintf(stderr, "\n");
+    // Progress only when evaluation is slow enough to wonder about, a line every 5 seconds.
+    if (seconds_since(t0) > next_progress) {
+      std::printf("  evaluating: %lld/%lld micro-batches\n", static_cast<long long>(i + 1),
+                  static_cast<long long>(batches));
+      std::fflush(stdout);
+      next_progress += 5.0;
     }
   }
   const double val = loss / tokens;

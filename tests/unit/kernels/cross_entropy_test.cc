@@ -148,7 +148,7 @@ TEST(CrossEntropy, PaddedVocabEqualsUnpaddedComputation) {
   for (int64_t n = 0; n < N; ++n)
     for (int64_t i = 0; i < V_real; ++i) padded[n * V + i] = real[n * V_real + i];
 
-  std::vector<float> loss_a(N), d_a(N * V_real), loss_b(N), d_b(N * V);
+  std::vector<float> loss_a(N), d_a(N * V_real), loss_b(N), d_b(N * V, 7.0f);  // 7: must be overwritten
   cross_entropy_forward_backward<float>(loss_a.data(), d_a.data(), real.data(), targets.data(),
                                         nullptr, N, V_real, V_real, 1.0f);
   cross_entropy_forward_backward<float>(loss_b.data(), d_b.data(), padded.data(), targets.data(),
