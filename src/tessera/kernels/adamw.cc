@@ -7,10 +7,13 @@
 #include <vector>
 
 #include "tessera/core/dtype.h"
+#include "tessera/kernels/simd.h"
 #include "tessera/core/error.h"
 
 namespace tessera::kernels {
 namespace {
+
+using simd::store16;
 
 // Elements per OpenMP work item. Also the fixed reduction unit of sum_squares: partial sums are
 // formed per chunk and combined in chunk order, so the result does not depend on thread count.
@@ -22,13 +25,6 @@ inline int64_t num_chunks(int64_t n) { return (n + kChunk - 1) / kChunk; }
 
 inline __mmask16 tail_mask(int64_t remaining) {
   return remaining >= 16 ? __mmask16(0xffff) : __mmask16((1u << remaining) - 1u);
-}
-
-inline void store16(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
-inline void store16(bf16* p, __m512 v, __mmask16 m) {
-  // vcvtneps2bf16 rounds to nearest even, like bf16::from_float.
-  const __m256bh b = _mm512_cvtneps_pbh(v);
-  _mm256_mask_storeu_epi16(p, m, reinterpret_cast<const __m256i&>(b));
 }
 
 }  // namespace

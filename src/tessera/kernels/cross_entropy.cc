@@ -8,29 +8,19 @@
 #include <type_traits>
 
 #include "tessera/core/dtype.h"
+#include "tessera/kernels/simd.h"
 #include "tessera/core/error.h"
 #include "tessera/kernels/fast_exp.h"
 
 namespace tessera::kernels {
 namespace {
 
-// 16-lane loads/stores of either storage type as fp32; lanes outside `m` read as 0 and are not
-// written.
-inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-inline __m512 load16(const bf16* p, __mmask16 m) {
-  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-inline void store16(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
-inline void store16(bf16* p, __m512 v, __mmask16 m) {
-  // vcvtneps2bf16 rounds to nearest even, like bf16::from_float.
-  const __m256bh b = _mm512_cvtneps_pbh(v);
-  _mm256_mask_storeu_epi16(p, m, reinterpret_cast<const __m256i&>(b));
-}
+using simd::lane_mask;
+using simd::load16;
+using simd::store16;
 
-inline __mmask16 tail_mask(int64_t remaining) {
-  return remaining >= 16 ? __mmask16(0xffff) : __mmask16((1u << remaining) - 1u);
-}
+// Lanes [0, min(remaining, 16)).
+inline __mmask16 tail_mask(int64_t remaining) { return lane_mask(0, remaining); }
 
 // d[begin, end) = 0.
 template <typename T>

@@ -6,25 +6,15 @@
 #include <algorithm>
 
 #include "tessera/core/dtype.h"
+#include "tessera/kernels/simd.h"
 #include "tessera/core/error.h"
 
 namespace tessera::kernels {
 namespace {
 
-inline __mmask16 lane_mask(int64_t c, int64_t C) {
-  const int64_t left = C - c;
-  return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
-}
-inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-inline __m512 load16(const bf16* p, __mmask16 m) {
-  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-inline void store16(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
-inline void store16(bf16* p, __m512 v, __mmask16 m) {
-  __m256bh h = _mm512_cvtneps_pbh(v);  // round to nearest even, like bf16::from_float
-  _mm256_mask_storeu_epi16(p, m, reinterpret_cast<__m256i&>(h));
-}
+using simd::lane_mask;
+using simd::load16;
+using simd::store16;
 
 constexpr int64_t kParallelThreshold = 1 << 14;
 

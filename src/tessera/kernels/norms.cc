@@ -6,30 +6,16 @@
 #include <cmath>
 
 #include "tessera/core/dtype.h"
+#include "tessera/kernels/simd.h"
 #include "tessera/core/error.h"
 #include "tessera/core/memory.h"
 
 namespace tessera::kernels {
 namespace {
 
-// Rows are processed 16 lanes at a time; the last block of a row is masked, so every column
-// goes through the same vector arithmetic whatever C is (no scalar tail that rounds
-// differently).
-inline __mmask16 lane_mask(int64_t c, int64_t C) {
-  const int64_t left = C - c;
-  return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
-}
-// Masked-out lanes load as 0.
-inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-inline __m512 load16(const bf16* p, __mmask16 m) {
-  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-inline void store16(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
-inline void store16(bf16* p, __m512 v, __mmask16 m) {
-  __m256bh h = _mm512_cvtneps_pbh(v);  // round to nearest even, like bf16::from_float
-  _mm256_mask_storeu_epi16(p, m, reinterpret_cast<__m256i&>(h));
-}
+using simd::lane_mask;
+using simd::load16;
+using simd::store16;
 
 // Below this many elements the OpenMP team is not worth waking.
 constexpr int64_t kParallelThreshold = 1 << 14;
@@ -58,6 +44,27 @@ class Workspace {
   float* ptr_;
 };
 
+// Row reductions: sums[k] = sum over the row of the k-th value `step` adds into its accumulator
+// array, step(c, mask, acc) being called for every 16-column block. Four independent
+// accumulator sets keep the loop from waiting on add latency (a single chain made the forward
+// 2x slower); the summation order depends on C only, so results are deterministic.
+template <int K, typename Step>
+[[gnu::always_inline]] inline void row_reduce(int64_t C, float sums[K], Step step) {
+  __m512 acc[4][K];
+  for (int u = 0; u < 4; ++u)
+    for (int k = 0; k < K; ++k) acc[u][k] = _mm512_setzero_ps();
+  int64_t c = 0;
+  for (; c + 64 <= C; c += 64)
+    for (int u = 0; u < 4; ++u) step(c + 16 * u, static_cast<__mmask16>(0xFFFF), acc[u]);
+  // Constant trip count, so acc stays in registers (a runtime index would put it in memory).
+  for (int u = 0; u < 4; ++u)
+    if (c + 16 * u < C) step(c + 16 * u, lane_mask(c + 16 * u, C), acc[u]);
+  for (int k = 0; k < K; ++k) {
+    sums[k] = _mm512_reduce_add_ps(
+        _mm512_add_ps(_mm512_add_ps(acc[0][k], acc[1][k]), _mm512_add_ps(acc[2][k], acc[3][k])));
+  }
+}
+
 // grad[c] += sum over chunks k (in order) of partial[k*stride + c], c < C.
 void add_partials(float* grad, const float* partial, int64_t stride, int64_t num_chunks,
                   int64_t C) {
@@ -82,19 +89,19 @@ void layer_norm_forward(T* out, float* mean, float* rstd, const T* inp, const T*
   for (int64_t n = 0; n < N; ++n) {
     const T* x = inp + n * C;
     T* o = out + n * C;
-    // Two passes over a row that sits in L1: the centred variance avoids the cancellation of
-    // E[x^2] - E[x]^2 for rows with a large mean.
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t c = 0; c < C; c += 16) acc = _mm512_add_ps(acc, load16(x + c, lane_mask(c, C)));
-    const float mu = _mm512_reduce_add_ps(acc) * inv_c;
+    // The variance is a second pass over the row (now in L1) around the mean: it avoids the
+    // cancellation of E[x^2] - E[x]^2 for rows with a large mean.
+    float sum, sum_sq;
+    row_reduce<1>(C, &sum, [&](int64_t c, __mmask16 m, __m512* acc) {
+      acc[0] = _mm512_add_ps(acc[0], load16(x + c, m));  // masked lanes load 0
+    });
+    const float mu = sum * inv_c;
     const __m512 vmu = _mm512_set1_ps(mu);
-    acc = _mm512_setzero_ps();
-    for (int64_t c = 0; c < C; c += 16) {
-      const __mmask16 m = lane_mask(c, C);
+    row_reduce<1>(C, &sum_sq, [&](int64_t c, __mmask16 m, __m512* acc) {
       const __m512 d = _mm512_maskz_sub_ps(m, load16(x + c, m), vmu);
-      acc = _mm512_fmadd_ps(d, d, acc);
-    }
-    const float rs = 1.0f / std::sqrt(_mm512_reduce_add_ps(acc) * inv_c + eps);
+      acc[0] = _mm512_fmadd_ps(d, d, acc[0]);
+    });
+    const float rs = 1.0f / std::sqrt(sum_sq * inv_c + eps);
     const __m512 vrs = _mm512_set1_ps(rs);
     for (int64_t c = 0; c < C; c += 16) {
       const __mmask16 m = lane_mask(c, C);
@@ -130,25 +137,24 @@ void layer_norm_backward(T* dinp, float* dweight, float* dbias, const T* dout, c
       const __m512 vmu = _mm512_set1_ps(mean[n]);
       const __m512 vrs = _mm512_set1_ps(rstd[n]);
       // dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * weight.
-      __m512 sum_dnorm = _mm512_setzero_ps(), sum_dnorm_norm = _mm512_setzero_ps();
-      for (int64_t c = 0; c < C; c += 16) {
-        const __mmask16 m = lane_mask(c, C);
+      float sums[2];  // sum(dnorm), sum(dnorm * norm)
+      row_reduce<2>(C, sums, [&](int64_t c, __mmask16 m, __m512* acc) {
         const __m512 norm = _mm512_mul_ps(_mm512_sub_ps(load16(x + c, m), vmu), vrs);
         const __m512 dnorm = _mm512_mul_ps(load16(dy + c, m), load16(weight + c, m));
-        sum_dnorm = _mm512_add_ps(sum_dnorm, dnorm);  // masked lanes: dnorm = 0
-        sum_dnorm_norm = _mm512_fmadd_ps(dnorm, norm, sum_dnorm_norm);
-      }
-      const __m512 a = _mm512_set1_ps(_mm512_reduce_add_ps(sum_dnorm) * inv_c);
-      const __m512 b = _mm512_set1_ps(_mm512_reduce_add_ps(sum_dnorm_norm) * inv_c);
+        acc[0] = _mm512_add_ps(acc[0], dnorm);  // masked lanes: dnorm = 0
+        acc[1] = _mm512_fmadd_ps(dnorm, norm, acc[1]);
+      });
+      const __m512 a = _mm512_set1_ps(sums[0] * inv_c);
+      const __m512 b = _mm512_set1_ps(sums[1] * inv_c);
       for (int64_t c = 0; c < C; c += 16) {
         const __mmask16 m = lane_mask(c, C);
         const __m512 norm = _mm512_mul_ps(_mm512_sub_ps(load16(x + c, m), vmu), vrs);
         const __m512 g = load16(dy + c, m);
         const __m512 dnorm = _mm512_mul_ps(g, load16(weight + c, m));
         const __m512 d = _mm512_fnmadd_ps(norm, b, _mm512_sub_ps(dnorm, a));
+        store16(dx + c, _mm512_mul_ps(d, vrs), m);
         _mm512_mask_storeu_ps(pw + c, m, _mm512_fmadd_ps(norm, g, load16(pw + c, m)));
         if (pb) _mm512_mask_storeu_ps(pb + c, m, _mm512_add_ps(load16(pb + c, m), g));
-        store16(dx + c, _mm512_mul_ps(d, vrs), m);
       }
     }
   }
@@ -165,12 +171,12 @@ void rms_norm_forward(T* out, float* rstd, const T* inp, const T* weight, int64_
   for (int64_t n = 0; n < N; ++n) {
     const T* x = inp + n * C;
     T* o = out + n * C;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t c = 0; c < C; c += 16) {
-      const __m512 v = load16(x + c, lane_mask(c, C));
-      acc = _mm512_fmadd_ps(v, v, acc);
-    }
-    const float rs = 1.0f / std::sqrt(_mm512_reduce_add_ps(acc) * inv_c + eps);
+    float sum_sq;
+    row_reduce<1>(C, &sum_sq, [&](int64_t c, __mmask16 m, __m512* acc) {
+      const __m512 v = load16(x + c, m);
+      acc[0] = _mm512_fmadd_ps(v, v, acc[0]);
+    });
+    const float rs = 1.0f / std::sqrt(sum_sq * inv_c + eps);
     const __m512 vrs = _mm512_set1_ps(rs);
     for (int64_t c = 0; c < C; c += 16) {
       const __mmask16 m = lane_mask(c, C);
@@ -199,14 +205,13 @@ void rms_norm_backward(T* dinp, float* dweight, const T* dout, const T* inp, con
       T* dx = dinp + n * C;
       const __m512 vrs = _mm512_set1_ps(rstd[n]);
       // dx = rstd * (dnorm - norm * mean(dnorm * norm)), norm = x * rstd, dnorm = dout * weight.
-      __m512 sum_dnorm_norm = _mm512_setzero_ps();
-      for (int64_t c = 0; c < C; c += 16) {
-        const __mmask16 m = lane_mask(c, C);
+      float sum_dnorm_norm;
+      row_reduce<1>(C, &sum_dnorm_norm, [&](int64_t c, __mmask16 m, __m512* acc) {
         const __m512 norm = _mm512_mul_ps(load16(x + c, m), vrs);
         const __m512 dnorm = _mm512_mul_ps(load16(dy + c, m), load16(weight + c, m));
-        sum_dnorm_norm = _mm512_fmadd_ps(dnorm, norm, sum_dnorm_norm);
-      }
-      const __m512 b = _mm512_set1_ps(_mm512_reduce_add_ps(sum_dnorm_norm) * inv_c);
+        acc[0] = _mm512_fmadd_ps(dnorm, norm, acc[0]);
+      });
+      const __m512 b = _mm512_set1_ps(sum_dnorm_norm * inv_c);
       for (int64_t c = 0; c < C; c += 16) {
         const __mmask16 m = lane_mask(c, C);
         const __m512 norm = _mm512_mul_ps(load16(x + c, m), vrs);

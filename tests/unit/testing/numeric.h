@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <vector>
 
 #include "tessera/core/dtype.h"
@@ -38,9 +39,12 @@ inline std::vector<float> to_float(const std::vector<bf16>& v) {
 }
 
 // max_i |a_i - b_i| / (max_j |b_j| + floor): an error relative to the reference's scale, which
-// is robust for outputs that cross zero.
+// is robust for outputs that cross zero. A non-finite value in `a` is an infinite error (a plain
+// comparison with NaN is false and would let a kernel that produced NaN pass).
 template <typename A, typename B>
 double max_scaled_error(const A& a, const B& b, double floor = 1e-12) {
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!std::isfinite(double(a[i]))) return std::numeric_limits<double>::infinity();
   double ref_scale = 0.0, err = 0.0;
   for (size_t i = 0; i < b.size(); ++i) ref_scale = std::max(ref_scale, std::fabs(double(b[i])));
   for (size_t i = 0; i < b.size(); ++i) err = std::max(err, std::fabs(double(a[i]) - double(b[i])));
