@@ -128,5 +128,9 @@ template void swiglu_forward<float>(float*, const float*, int64_t, int64_t);
 template void swiglu_forward<bf16>(bf16*, const bf16*, int64_t, int64_t);
 template void swiglu_backward<float>(float*, const float*, const float*, int64_t, int64_t);
 template void swiglu_backward<bf16>(bf16*, const bf16*, const bf16*, int64_t, int64_t);
+template void gelu_forward<fp16>(fp16*, const fp16*, int64_t);
+template void gelu_backward<fp16>(fp16*, const fp16*, const fp16*, int64_t);
+template void swiglu_forward<fp16>(fp16*, const fp16*, int64_t, int64_t);
+template void swiglu_backward<fp16>(fp16*, const fp16*, const fp16*, int64_t, int64_t);
 
 }  // namespace tessera::kernels

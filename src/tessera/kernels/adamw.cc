@@ -170,5 +170,9 @@ template void sgd_step<float>(float*, float*, float*, const float*, int64_t, flo
                               int64_t, float);
 template void sgd_step<bf16>(float*, float*, bf16*, const float*, int64_t, float, float, float,
                              int64_t, float);
+template void adamw_step<fp16>(float*, float*, float*, fp16*, const float*, int64_t, float, float,
+                               float, float, float, int64_t, float);
+template void sgd_step<fp16>(float*, float*, fp16*, const float*, int64_t, float, float, float,
+                             int64_t, float);
 
 }  // namespace tessera::kernels

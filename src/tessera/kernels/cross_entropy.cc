@@ -149,5 +149,7 @@ template void cross_entropy_forward_backward<float>(float*, float*, const float*
                                                     const float*, int64_t, int64_t, int64_t, float);
 template void cross_entropy_forward_backward<bf16>(float*, bf16*, const bf16*, const int32_t*,
                                                    const float*, int64_t, int64_t, int64_t, float);
+template void cross_entropy_forward_backward<fp16>(float*, fp16*, const fp16*, const int32_t*,
+                                                   const float*, int64_t, int64_t, int64_t, float);
 
 }  // namespace tessera::kernels

@@ -132,5 +132,9 @@ template void dropout_backward<float>(float*, const float*, PhiloxKey, TokenCoor
                                       int64_t, float);
 template void dropout_backward<bf16>(bf16*, const bf16*, PhiloxKey, TokenCoords, int64_t, int64_t,
                                      float);
+template void dropout_forward<fp16>(fp16*, const fp16*, PhiloxKey, TokenCoords, int64_t, int64_t,
+                                    float);
+template void dropout_backward<fp16>(fp16*, const fp16*, PhiloxKey, TokenCoords, int64_t, int64_t,
+                                     float);
 
 }  // namespace tessera::kernels

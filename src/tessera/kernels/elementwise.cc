@@ -12,5 +12,6 @@ void add(T* out, const T* a, const T* b, int64_t n) {
 
 template void add<float>(float*, const float*, const float*, int64_t);
 template void add<bf16>(bf16*, const bf16*, const bf16*, int64_t);
+template void add<fp16>(fp16*, const fp16*, const fp16*, int64_t);
 
 }  // namespace tessera::kernels

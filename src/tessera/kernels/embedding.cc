@@ -86,5 +86,9 @@ template void embedding_backward<float>(float*, float*, const float*, const int3
                                         const int32_t*, int64_t, int64_t, int64_t, int64_t);
 template void embedding_backward<bf16>(float*, float*, const bf16*, const int32_t*, const int32_t*,
                                        int64_t, int64_t, int64_t, int64_t);
+template void embedding_forward<fp16>(fp16*, const int32_t*, const int32_t*, const fp16*,
+                                      const fp16*, int64_t, int64_t, int64_t, int64_t);
+template void embedding_backward<fp16>(float*, float*, const fp16*, const int32_t*, const int32_t*,
+                                       int64_t, int64_t, int64_t, int64_t);
 
 }  // namespace tessera::kernels

@@ -242,5 +242,13 @@ template void rms_norm_backward<float>(float*, float*, const float*, const float
                                        const float*, int64_t, int64_t);
 template void rms_norm_backward<bf16>(bf16*, float*, const bf16*, const bf16*, const bf16*,
                                       const float*, int64_t, int64_t);
+template void layer_norm_forward<fp16>(fp16*, float*, float*, const fp16*, const fp16*, const fp16*,
+                                       int64_t, int64_t, float);
+template void layer_norm_backward<fp16>(fp16*, float*, float*, const fp16*, const fp16*,
+                                        const fp16*, const float*, const float*, int64_t, int64_t);
+template void rms_norm_forward<fp16>(fp16*, float*, const fp16*, const fp16*, int64_t, int64_t,
+                                     float);
+template void rms_norm_backward<fp16>(fp16*, float*, const fp16*, const fp16*, const fp16*,
+                                      const float*, int64_t, int64_t);
 
 }  // namespace tessera::kernels
