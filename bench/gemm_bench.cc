@@ -1,26 +1,28 @@
 // GEMM backends on the GEMMs of a GPT-2 124M step (micro-batch 4, seq 256 -> N = 1024 tokens,
-// C = 768, V = 50304), forward, dgrad and wgrad, at 1 and 2 threads:
-//   openblas      fp32  cblas_sgemm (the production fp32 path)
-//   onednn        fp32  oneDNN matmul, plain strided operands
-//   onednn        bf16  tessera::kernels::gemm (the production bf16 path: oneDNN matmul)
-//   onednn-packed fp32/bf16  oneDNN matmul with the weight reordered once into the layout the
-//                 primitive prefers (format_tag::any); the reorder is timed separately
-//                 (reorder/bf16), since in training it recurs after every optimizer step, and
-//                 together with the matmul (onednn-reorder+packed/bf16: packing on every call).
-// Plus a square "peak" shape; the custom context lines give measure_peak_gflops() for reference.
-// Decision and table: docs/performance.md.
+// C = 768, V = 50304), forward, dgrad and wgrad as linear.cc issues them, at 1 and 2 threads:
+//   openblas/fp32   cblas_sgemm called directly (the candidate fp32 backend)
+//   onednn/fp32     tessera::kernels::gemm, fp32 (production path: oneDNN matmul)
+//   onednn/bf16     tessera::kernels::gemm, bf16 (production path: oneDNN matmul); forward and
+//                   dgrad write bf16, wgrad accumulates (beta = 1) into fp32
+//   onednn-packed/* oneDNN matmul with the weight B reordered once into the layout the primitive
+//                   prefers (format_tag::any); only the matmul is timed
+//   reorder/bf16    that reorder alone (GB/s of bf16 weight), which training repeats after every
+//                   optimizer step
+//   onednn-reorder+packed/*  reorder and matmul on every call (packing inside gemm, no cache)
+// plus a square peak shape. The context lines give measure_peak_gflops() at the default thread
+// count. Rates use CPU time of the main thread (Google Benchmark's default), which is robust to
+// other processes sharing the cores. Decision and table: docs/performance.md.
 //
-//   build-gemm/bin/gemm_bench --benchmark_filter=... --benchmark_min_time=0.3
+//   build/bin/gemm_bench --benchmark_min_time=0.2 --benchmark_repetitions=3
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
 #include <cstdint>
 #include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <unordered_map>
 #include <vector>
-
-#include <oneapi/dnnl/dnnl.hpp>
 
 #include "tessera/core/dtype.h"
 #include "tessera/core/threads.h"
@@ -46,9 +48,14 @@ struct Shape {
 std::vector<Shape> shapes() {
   std::vector<Shape> s;
   // Linear layers out(N,OC) = inp(N,C) @ W(OC,C)^T, as linear.cc calls gemm.
-  const struct { const char* name; int64_t in, out; } layers[] = {
-      {"qkv", kC, 3 * kC}, {"attproj", kC, kC}, {"fc", kC, 4 * kC}, {"fcproj", 4 * kC, kC},
-      {"lmhead", kC, kV}};
+  const struct {
+    const char* name;
+    int64_t in, out;
+  } layers[] = {{"qkv", kC, 3 * kC},
+                {"attproj", kC, kC},
+                {"fc", kC, 4 * kC},
+                {"fcproj", 4 * kC, kC},
+                {"lmhead", kC, kV}};
   for (const auto& l : layers) {
     s.push_back({std::string("fwd_") + l.name, false, true, kN, l.out, l.in, 0.0f, true});
     s.push_back({std::string("dgrad_") + l.name, false, false, kN, l.in, l.out, 0.0f, true});
@@ -98,8 +105,8 @@ struct OnednnRun {
     const auto a_md = strided(s.M, s.K, s.trans_a, in);
     b_plain_md = strided(s.K, s.N, s.trans_b, in);
     const auto c_md = strided(s.M, s.N, false, out);
-    const auto b_md = packed ? dnnl::memory::desc({s.K, s.N}, in, dnnl::memory::format_tag::any)
-                             : b_plain_md;
+    const auto b_md =
+        packed ? dnnl::memory::desc({s.K, s.N}, in, dnnl::memory::format_tag::any) : b_plain_md;
     dnnl::primitive_attr attr;
     if (s.beta != 0.0f) {
       dnnl::post_ops ops;
@@ -126,7 +133,8 @@ struct OnednnRun {
     stream.wait();
   }
   void run() {
-    prim.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_used}, {DNNL_ARG_DST, c_mem}});
+    prim.execute(stream,
+                 {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_used}, {DNNL_ARG_DST, c_mem}});
     stream.wait();
   }
 };
@@ -138,31 +146,30 @@ enum class Backend {
   kPackedF32,
   kPackedBf16,
   kReorderBf16,
-  kReorderPackedBf16
+  kReorderPackedBf16,
+  kReorderPackedF32
 };
 
 bool is_packed(Backend b) {
   return b == Backend::kPackedF32 || b == Backend::kPackedBf16 || b == Backend::kReorderBf16 ||
-         b == Backend::kReorderPackedBf16;
+         b == Backend::kReorderPackedBf16 || b == Backend::kReorderPackedF32;
 }
 
 void run_bench(benchmark::State& state, const Shape& s, Backend backend, int threads) {
   tessera::set_num_threads(threads);
   const bool bf = backend != Backend::kOpenblas && backend != Backend::kOnednnF32 &&
-                  backend != Backend::kPackedF32;
+                  backend != Backend::kPackedF32 && backend != Backend::kReorderPackedF32;
   Buffers buf(s, bf);
   // wgrad accumulates into fp32; forward and dgrad write bf16 activations in the bf16 path.
   const bool bf16_out = bf && s.beta == 0.0f;
   std::unique_ptr<OnednnRun> dnn;
-  if (backend == Backend::kOnednnF32 || backend == Backend::kPackedF32)
-    dnn = std::make_unique<OnednnRun>(s, dt::f32, dt::f32, buf.a.data(), buf.b.data(),
-                                      buf.c.data(), backend == Backend::kPackedF32);
+  if (!bf && is_packed(backend))
+    dnn = std::make_unique<OnednnRun>(s, dt::f32, dt::f32, buf.a.data(), buf.b.data(), buf.c.data(),
+                                      is_packed(backend));
   if (bf && is_packed(backend))
-    dnn = std::make_unique<OnednnRun>(s, dt::bf16, bf16_out ? dt::bf16 : dt::f32, buf.a16.data(),
-                                      buf.b16.data(),
-                                      bf16_out ? static_cast<void*>(buf.c16.data())
-                                               : static_cast<void*>(buf.c.data()),
-                                      true);
+    dnn = std::make_unique<OnednnRun>(
+        s, dt::bf16, bf16_out ? dt::bf16 : dt::f32, buf.a16.data(), buf.b16.data(),
+        bf16_out ? static_cast<void*>(buf.c16.data()) : static_cast<void*>(buf.c.data()), true);
   const int64_t lda = s.trans_a ? s.M : s.K, ldb = s.trans_b ? s.K : s.N;
   const auto once = [&] {
     switch (backend) {
@@ -172,6 +179,10 @@ void run_bench(benchmark::State& state, const Shape& s, Backend backend, int thr
                     static_cast<int>(s.N), static_cast<int>(s.K), 1.0f, buf.a.data(),
                     static_cast<int>(lda), buf.b.data(), static_cast<int>(ldb), s.beta,
                     buf.c.data(), static_cast<int>(s.N));
+        break;
+      case Backend::kOnednnF32:
+        tessera::kernels::gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, buf.a.data(), lda,
+                               buf.b.data(), ldb, s.beta, buf.c.data(), s.N);
         break;
       case Backend::kTesseraBf16:
         if (bf16_out)
@@ -185,6 +196,7 @@ void run_bench(benchmark::State& state, const Shape& s, Backend backend, int thr
         dnn->reorder();
         break;
       case Backend::kReorderPackedBf16:
+      case Backend::kReorderPackedF32:
         dnn->reorder();
         dnn->run();
         break;
@@ -195,11 +207,11 @@ void run_bench(benchmark::State& state, const Shape& s, Backend backend, int thr
   once();  // warm-up (primitive creation, first touch)
   for (auto _ : state) once();
   if (backend == Backend::kReorderBf16) {
-    state.counters["GB/s"] = benchmark::Counter(
-        static_cast<double>(s.K * s.N * sizeof(bf16)), benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["GB/s"] = benchmark::Counter(static_cast<double>(s.K * s.N * sizeof(bf16)),
+                                                benchmark::Counter::kIsIterationInvariantRate);
   } else {
-    state.counters["GFLOP/s"] = benchmark::Counter(2.0 * s.M * s.N * s.K,
-                                                   benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["GFLOP/s"] =
+        benchmark::Counter(2.0 * s.M * s.N * s.K, benchmark::Counter::kIsIterationInvariantRate);
   }
   if (dnn) state.SetLabel(dnn->impl);
 }
@@ -209,11 +221,17 @@ void run_bench(benchmark::State& state, const Shape& s, Backend backend, int thr
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  const struct { Backend backend; const char* name; } backends[] = {
-      {Backend::kOpenblas, "openblas/fp32"},        {Backend::kOnednnF32, "onednn/fp32"},
-      {Backend::kTesseraBf16, "onednn/bf16"},       {Backend::kPackedF32, "onednn-packed/fp32"},
-      {Backend::kPackedBf16, "onednn-packed/bf16"}, {Backend::kReorderBf16, "reorder/bf16"},
-      {Backend::kReorderPackedBf16, "onednn-reorder+packed/bf16"}};
+  const struct {
+    Backend backend;
+    const char* name;
+  } backends[] = {{Backend::kOpenblas, "openblas/fp32"},
+                  {Backend::kOnednnF32, "onednn/fp32"},
+                  {Backend::kTesseraBf16, "onednn/bf16"},
+                  {Backend::kPackedF32, "onednn-packed/fp32"},
+                  {Backend::kPackedBf16, "onednn-packed/bf16"},
+                  {Backend::kReorderBf16, "reorder/bf16"},
+                  {Backend::kReorderPackedBf16, "onednn-reorder+packed/bf16"},
+                  {Backend::kReorderPackedF32, "onednn-reorder+packed/fp32"}};
   for (const Shape& s : shapes()) {
     for (const auto& b : backends) {
       if (!s.weight_is_b && is_packed(b.backend)) continue;
@@ -228,10 +246,9 @@ int main(int argc, char** argv) {
   // The reference every other benchmark quotes: measure_peak_gflops at the default thread count.
   tessera::set_num_threads(0);
   for (auto dtype : {tessera::DType::kF32, tessera::DType::kBF16}) {
-    benchmark::AddCustomContext(
-        std::string("peak_gflops_") + tessera::dtype_name(dtype) + "_threads" +
-            std::to_string(tessera::num_threads()),
-        std::to_string(tessera::kernels::measure_peak_gflops(dtype)));
+    benchmark::AddCustomContext(std::string("peak_gflops_") + tessera::dtype_name(dtype) +
+                                    "_threads" + std::to_string(tessera::num_threads()),
+                                std::to_string(tessera::kernels::measure_peak_gflops(dtype)));
   }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -1,6 +1,5 @@
 #include "tessera/kernels/gemm.h"
 
-#include <cblas.h>
 #include <omp.h>
 #include <time.h>
 
@@ -8,13 +7,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
-
-#include <oneapi/dnnl/dnnl.hpp>
 
 #include "tessera/core/error.h"
 #include "tessera/core/memory.h"
@@ -41,6 +39,25 @@ void scale_c(int64_t M, int64_t N, float beta, T* C, int64_t ldc) {
   }
 }
 
+constexpr int64_t kSerialMacs = int64_t{128} * 128 * 128;
+
+// Sets the calling thread's OpenMP team size to 1 for its lifetime (even if oneDNN throws).
+class SerialScope {
+ public:
+  explicit SerialScope(bool active) : saved_(omp_get_max_threads()), active_(active) {
+    if (active_) omp_set_num_threads(1);
+  }
+  ~SerialScope() {
+    if (active_) omp_set_num_threads(saved_);
+  }
+  SerialScope(const SerialScope&) = delete;
+  SerialScope& operator=(const SerialScope&) = delete;
+
+ private:
+  int saved_;
+  bool active_;
+};
+
 // ---- oneDNN matmul, cached per problem --------------------------------------------------------
 
 struct MatmulKey {
@@ -50,8 +67,7 @@ struct MatmulKey {
   float alpha, beta;
   int threads;  // oneDNN picks its blocking for the thread count at creation time
   auto tie() const {
-    return std::tie(trans_a, trans_b, M, N, K, lda, ldb, ldc, a_type, c_type, alpha, beta,
-                    threads);
+    return std::tie(trans_a, trans_b, M, N, K, lda, ldb, ldc, a_type, c_type, alpha, beta, threads);
   }
   bool operator<(const MatmulKey& o) const { return tie() < o.tie(); }
 };
@@ -71,8 +87,8 @@ dnnl::engine& cpu_engine() {
 // operand is ever copied on our side.
 dnnl::memory::desc strided_md(int64_t rows, int64_t cols, bool transposed, int64_t ld,
                               dnnl::memory::data_type type) {
-  const dnnl::memory::dims strides = transposed ? dnnl::memory::dims{1, ld}
-                                                : dnnl::memory::dims{ld, 1};
+  const dnnl::memory::dims strides =
+      transposed ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1};
   return dnnl::memory::desc({rows, cols}, type, strides);
 }
 
@@ -143,8 +159,14 @@ void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
   using dt = dnnl::memory::data_type;
   const dt a_type = std::is_same_v<TA, bf16> ? dt::bf16 : dt::f32;
   const dt c_type = std::is_same_v<TC, bf16> ? dt::bf16 : dt::f32;
-  const MatmulKey key{trans_a, trans_b, M,      N,      K,    lda, ldb,
-                      ldc,     a_type,  c_type, alpha, beta, omp_get_max_threads()};
+  // Small products run on the calling thread alone: below ~4 MFLOP (tens of microseconds on one
+  // core) an OpenMP fork/join costs about as much as it saves, and far more when the sibling
+  // core is busy. oneDNN sizes its parallel loops from omp_get_max_threads() at creation.
+  const int team = omp_get_max_threads();
+  const bool serial = team > 1 && M * N * K <= kSerialMacs;
+  const SerialScope serial_scope(serial);
+  const MatmulKey key{trans_a, trans_b,          M, N, K, lda, ldb, ldc, a_type, c_type, alpha,
+                      beta,    serial ? 1 : team};
   const auto mm = cached_matmul(key);
 
   thread_local dnnl::stream stream(cpu_engine());
@@ -168,28 +190,21 @@ void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
 
 }  // namespace
 
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-          int64_t ldc) {
-  check_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
-  if (M == 0 || N == 0) return;
-  if (K == 0) return scale_c(M, N, beta, C, ldc);
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(M),
-              static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
-              static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C,
-              static_cast<blasint>(ldc));
-}
-
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-          const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C,
-          int64_t ldc) {
+// fp32 also runs on oneDNN: Debian 12's OpenBLAS 0.3.21 does not know this CPU (AMD family 1Ah)
+// and falls back to its AVX2 (Haswell) kernels, 1.2-2x slower than oneDNN's AVX-512 brgemm on
+// the transformer shapes (docs/performance.md).
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   onednn_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-          const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C,
-          int64_t ldc) {
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+          int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  onednn_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+          int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C, int64_t ldc) {
   TESSERA_CHECK_MSG(beta == 0.0f, "bf16-output gemm accumulates only into fp32 outputs");
   onednn_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -199,8 +214,8 @@ double measure_peak_gflops(DType dtype, int64_t n, int repeats) {
     throw Error(std::string("measure_peak_gflops: dtype ") + dtype_name(dtype) +
                 " has no GEMM; expected fp32 or bf16");
   if (n <= 0 || repeats <= 0)
-    throw Error("measure_peak_gflops: n and repeats must be positive, got n=" +
-                std::to_string(n) + " repeats=" + std::to_string(repeats));
+    throw Error("measure_peak_gflops: n and repeats must be positive, got n=" + std::to_string(n) +
+                " repeats=" + std::to_string(repeats));
   const size_t count = static_cast<size_t>(n * n);
   std::vector<float> a(count), b(count), c(count);
   for (size_t i = 0; i < count; ++i) {

@@ -6,8 +6,9 @@
 // lda >= (trans_a ? M : K), ldb >= (trans_b ? K : N), ldc >= N (violations are bugs: they abort).
 // M or N == 0 is a no-op; K == 0 gives C = beta * C (an empty sum). With beta == 0, C is only
 // written, never read (NaNs in it do not propagate). Elements of C between N and ldc are untouched.
-// fp32 runs on OpenBLAS sgemm; bf16 inputs run on oneDNN's matmul (avx512_bf16 dot products,
-// fp32 accumulation). The choice per dtype was measured: docs/performance.md.
+// Both dtypes run on oneDNN's matmul (AVX-512 brgemm; bf16 inputs use avx512_bf16 dot products
+// with fp32 accumulation). For fp32, oneDNN beat OpenBLAS sgemm (which runs AVX2 kernels on this
+// CPU) by 1.2-2x on the transformer shapes; measurements and choice: docs/performance.md.
 // Thread-safe (oneDNN primitives are cached per shape behind a lock). Uses the calling process's
 // thread count (core/threads.h).
 #pragma once
@@ -18,19 +19,25 @@
 
 namespace tessera::kernels {
 
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-          int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 // bf16 inputs, fp32 output (used for weight gradients accumulating into fp32 buffers).
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-          const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C,
-          int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+          int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 // bf16 inputs, bf16 output rounded from the fp32 accumulator. beta must be 0.
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-          const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C,
-          int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+          int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C, int64_t ldc);
+
+// fp16 inputs, fp32 output / fp16 output (beta must be 0 for fp16 output). oneDNN 2.6 has no
+// fp16 matmul on CPUs without AVX512-FP16 (Zen 4 lacks it), so the operands are widened to fp32
+// (exactly: every fp16 value is an fp32 value) and run through the fp32 path: the products and
+// fp32 accumulation an fp16 GEMM with fp32 accumulate computes, at fp32 speed. gemm_fp16.cc.
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const fp16* A,
+          int64_t lda, const fp16* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const fp16* A,
+          int64_t lda, const fp16* B, int64_t ldb, float beta, fp16* C, int64_t ldc);
 
 // Times an n x n x n gemm of `dtype` (fp32, or bf16 in and out) through the functions above at
 // the current thread count: one warm-up call, then the best of `repeats` calls, in GFLOP/s

@@ -8,12 +8,15 @@
 namespace tessera::kernels {
 namespace {
 
+// Below this many elements a pass is a few microseconds: not worth an OpenMP fork/join.
+constexpr int64_t kParallelElems = int64_t{1} << 16;
+
 // out[n, :] += bias, in fp32. For bf16 `out` already holds the product rounded to bf16, so the
 // result is rounded twice (product, then sum): within one bf16 ulp, and it keeps gemm's
 // bf16-output path (no fp32 temporary of N x OC).
 template <typename T>
 void add_bias(T* out, const T* bias, int64_t N, int64_t OC) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * OC >= kParallelElems)
   for (int64_t n = 0; n < N; ++n) {
     T* row = out + n * OC;
     for (int64_t o = 0; o < OC; ++o) row[o] = from_f32<T>(to_f32(row[o]) + to_f32(bias[o]));
@@ -26,7 +29,7 @@ template <typename T>
 void bias_grad(float* dbias, const T* dout, int64_t N, int64_t OC) {
   constexpr int64_t kBlock = 64;
   const int64_t blocks = (OC + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * OC >= kParallelElems)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t o0 = b * kBlock, o1 = std::min(OC, o0 + kBlock);
     float acc[kBlock] = {};
@@ -53,7 +56,7 @@ void linear_backward(T* dinp, float* dweight, float* dbias, const T* dout, const
                      const T* weight, int64_t N, int64_t C, int64_t OC) {
   // dinp (N,C) = dout (N,OC) @ weight (OC,C)
   if (dinp != nullptr) gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
-  // dweight (OC,C) += dout^T (OC,N) @ inp (N,C); for bf16 the fp32 overload, so the sum over
+  // dweight (OC,C) += dout^T (OC,N) @ inp (N,C); for 16-bit types the fp32-output overload, so the sum over
   // tokens and micro-batches never passes through bf16.
   gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias != nullptr) bias_grad(dbias, dout, N, OC);
@@ -61,11 +64,15 @@ void linear_backward(T* dinp, float* dweight, float* dbias, const T* dout, const
 
 template void linear_forward<float>(float*, const float*, const float*, const float*, int64_t,
                                     int64_t, int64_t);
-template void linear_forward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, int64_t,
-                                   int64_t, int64_t);
+template void linear_forward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, int64_t, int64_t,
+                                   int64_t);
 template void linear_backward<float>(float*, float*, float*, const float*, const float*,
                                      const float*, int64_t, int64_t, int64_t);
 template void linear_backward<bf16>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*,
+                                    int64_t, int64_t, int64_t);
+template void linear_forward<fp16>(fp16*, const fp16*, const fp16*, const fp16*, int64_t, int64_t,
+                                   int64_t);
+template void linear_backward<fp16>(fp16*, float*, float*, const fp16*, const fp16*, const fp16*,
                                     int64_t, int64_t, int64_t);
 
 }  // namespace tessera::kernels

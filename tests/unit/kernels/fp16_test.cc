@@ -12,6 +12,8 @@
 #include "tessera/kernels/dropout.h"
 #include "tessera/kernels/elementwise.h"
 #include "tessera/kernels/embedding.h"
+#include "tessera/kernels/gemm.h"
+#include "tessera/kernels/linear.h"
 #include "tessera/kernels/norms.h"
 #include "testing/numeric.h"
 
@@ -123,6 +125,47 @@ TEST(Fp16Kernels, CrossEntropyAndAdamWMatchFp32) {
   adamw_step(master16.data(), m16.data(), v16.data(), out16.data(), g.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f);
   EXPECT_EQ(master16, master);  // the fp32 master update does not depend on the copy's dtype
   for (int64_t i = 0; i < n; ++i) EXPECT_EQ(out16[i].bits, fp16(master[i]).bits);
+}
+
+TEST(Fp16Kernels, GemmAllTransposesMatchFp32OnTheSameValues) {
+  const int64_t M = 13, N = 17, K = 29, pad = 3;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const int64_t a_rows = ta ? K : M, a_cols = (ta ? M : K) + pad;
+      const int64_t b_rows = tb ? N : K, b_cols = (tb ? K : N) + pad;
+      auto a = round_to_fp16(testing::random_normal(a_rows * a_cols, 20));
+      auto b = round_to_fp16(testing::random_normal(b_rows * b_cols, 21));
+      const auto a16 = to_fp16(a), b16 = to_fp16(b);
+      std::vector<float> c(M * N, 0.5f), c32(M * N, 0.5f);
+      gemm(ta, tb, M, N, K, 1.0f, a16.data(), a_cols, b16.data(), b_cols, 1.0f, c.data(), N);
+      gemm(ta, tb, M, N, K, 1.0f, a.data(), a_cols, b.data(), b_cols, 1.0f, c32.data(), N);
+      // Identical fp32 operands through the same fp32 path: equal up to summation order.
+      EXPECT_LT(testing::max_scaled_error(c, c32), 1e-6) << ta << tb;
+      std::vector<fp16> c16(M * N);
+      gemm(ta, tb, M, N, K, 1.0f, a16.data(), a_cols, b16.data(), b_cols, 0.0f, c16.data(), N);
+      gemm(ta, tb, M, N, K, 1.0f, a.data(), a_cols, b.data(), b_cols, 0.0f, c32.data(), N);
+      EXPECT_LT(testing::max_scaled_error(widen(c16), c32), kFp16Tolerance) << ta << tb;
+    }
+  }
+}
+
+TEST(Fp16Kernels, LinearMatchesFp32) {
+  const int64_t N = 9, C = 20, OC = 11;
+  auto x = round_to_fp16(testing::random_normal(N * C, 30));
+  auto w = round_to_fp16(testing::random_normal(OC * C, 31, 0.3f));
+  auto b = round_to_fp16(testing::random_normal(OC, 32));
+  auto dy = round_to_fp16(testing::random_normal(N * OC, 33));
+  const auto x16 = to_fp16(x), w16 = to_fp16(w), b16 = to_fp16(b), dy16 = to_fp16(dy);
+  std::vector<float> y(N * OC), dx(N * C), dw(OC * C, 0), db(OC, 0), dw16(OC * C, 0), db16(OC, 0);
+  std::vector<fp16> y16(N * OC), dx16(N * C);
+  linear_forward(y.data(), x.data(), w.data(), b.data(), N, C, OC);
+  linear_forward(y16.data(), x16.data(), w16.data(), b16.data(), N, C, OC);
+  EXPECT_LT(testing::max_scaled_error(widen(y16), y), kFp16Tolerance);
+  linear_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), N, C, OC);
+  linear_backward(dx16.data(), dw16.data(), db16.data(), dy16.data(), x16.data(), w16.data(), N, C, OC);
+  EXPECT_LT(testing::max_scaled_error(widen(dx16), dx), kFp16Tolerance);
+  EXPECT_LT(testing::max_scaled_error(dw16, dw), 1e-6);  // fp32 accumulation of equal values
+  EXPECT_LT(testing::max_scaled_error(db16, db), 1e-6);
 }
 
 }  // namespace

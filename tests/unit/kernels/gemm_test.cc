@@ -52,7 +52,8 @@ struct Operands {
       for (int64_t n = p.N; n < p.ldc; ++n) c0[m * p.ldc + n] = kPad;
     if (p.beta == 0.0f) {  // beta == 0 must not read C: NaNs there must not leak into the result
       for (int64_t m = 0; m < p.M; ++m)
-        for (int64_t n = 0; n < p.N; ++n) c0[m * p.ldc + n] = std::numeric_limits<float>::quiet_NaN();
+        for (int64_t n = 0; n < p.N; ++n)
+          c0[m * p.ldc + n] = std::numeric_limits<float>::quiet_NaN();
     }
   }
 };
@@ -95,8 +96,8 @@ double run_error(const Problem& p, Path path) {
   std::vector<float> got;
   if (path == Path::kF32) {
     std::vector<float> c = x.c0;
-    gemm(p.trans_a, p.trans_b, p.M, p.N, p.K, p.alpha, x.a.data(), p.lda, x.b.data(), p.ldb,
-         p.beta, c.data(), p.ldc);
+    gemm(p.trans_a, p.trans_b, p.M, p.N, p.K, p.alpha, x.a.data(), p.lda, x.b.data(), p.ldb, p.beta,
+         c.data(), p.ldc);
     got = block(p, c);
   } else if (path == Path::kBf16ToF32) {
     std::vector<float> c = x.c0;
@@ -135,9 +136,10 @@ TEST(Gemm, AllTransposesOddSizesPaddedLeadingDims) {
 
 TEST(Gemm, VectorTailsAndBlockSizes) {
   // Sizes around the 16-wide vector and the kernels' register blocks, a beta that is not 0/1,
-  // and one shape large enough for multi-block paths.
-  const int64_t shapes[][3] = {{1, 1, 1}, {1, 31, 17}, {16, 16, 16}, {15, 47, 2},
-                               {63, 1, 129}, {100, 37, 200}};
+  // and shapes large enough for multi-block paths; the last is above the size gemm runs on one
+  // thread, so it takes the OpenMP-parallel path.
+  const int64_t shapes[][3] = {{1, 1, 1},    {1, 31, 17},    {16, 16, 16},   {15, 47, 2},
+                               {63, 1, 129}, {100, 37, 200}, {150, 130, 129}};
   for (const auto& s : shapes)
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
@@ -195,9 +197,8 @@ TEST(Gemm, EmptyDimensions) {
   for (bf16 v : c16) EXPECT_EQ(to_f32(v), 0.0f);
 }
 
-TEST(Gemm, ConcurrentCallersShareCachedPrimitives) {
-  // Two threads run the same cached bf16 primitive at once; each must get its own answer.
-  const Problem p = make_problem(false, true, 33, 47, 80, 1.0f, 0.0f);
+// Two threads run the same cached primitive at once; each must get its own answer.
+void concurrent_check(const Problem& p) {
   const Operands x1(p, 21), x2(p, 31);
   const std::vector<double> ref1 = reference(p, x1), ref2 = reference(p, x2);
   double err1 = 1.0, err2 = 1.0;
@@ -206,8 +207,8 @@ TEST(Gemm, ConcurrentCallersShareCachedPrimitives) {
     double worst = 0.0;
     for (int rep = 0; rep < 20; ++rep) {
       std::vector<float> c = x.c0;
-      gemm(p.trans_a, p.trans_b, p.M, p.N, p.K, 1.0f, a16.data(), p.lda, b16.data(), p.ldb,
-           0.0f, c.data(), p.ldc);
+      gemm(p.trans_a, p.trans_b, p.M, p.N, p.K, 1.0f, a16.data(), p.lda, b16.data(), p.ldb, 0.0f,
+           c.data(), p.ldc);
       std::vector<float> got(p.M * p.N);
       for (int64_t m = 0; m < p.M; ++m)
         for (int64_t n = 0; n < p.N; ++n) got[m * p.N + n] = c[m * p.ldc + n];
@@ -219,8 +220,15 @@ TEST(Gemm, ConcurrentCallersShareCachedPrimitives) {
   std::thread t2(worker, std::cref(x2), std::cref(ref2), &err2);
   t1.join();
   t2.join();
-  EXPECT_LT(err1, kF32Tol);
-  EXPECT_LT(err2, kF32Tol);
+  EXPECT_LT(err1, kF32Tol) << p.name();
+  EXPECT_LT(err2, kF32Tol) << p.name();
+}
+
+TEST(Gemm, ConcurrentCallersShareCachedPrimitives) {
+  // One small (single-threaded) and one large (OpenMP team) bf16 problem.
+  for (const Problem& p : {make_problem(false, true, 33, 47, 80, 1.0f, 0.0f),
+                           make_problem(false, true, 130, 140, 150, 1.0f, 0.0f)})
+    concurrent_check(p);
 }
 
 TEST(Gemm, MeasurePeakRejectsDtypesWithoutGemm) {
