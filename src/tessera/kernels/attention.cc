@@ -15,6 +15,9 @@
 // Score tiles are kept transposed (keys x queries), so per-query state (max, sum, lse,
 // rowsum(dO * O), dropout masks) is a vector over 16 queries. The tile products run on one
 // AVX-512 register-blocked kernel (tile_gemm); everything is fp32 inside whatever the storage.
+//
+// (Longer than the usual file: the tile GEMM, the lane-parallel Philox and the 16 x 16
+// transposes exist only for this kernel and are kept next to it.)
 
 #include "tessera/kernels/attention.h"
 

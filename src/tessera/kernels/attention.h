@@ -16,7 +16,11 @@
 namespace tessera::kernels {
 
 // Attention-probability dropout keyed by global coordinates: the probability (q, k) of head h
-// in sample b is dropped iff uniform(key, ((sample_offset + b) * NH_global + head_offset + h) * T + q, k) < p.
+// in sample b is dropped iff
+//   uniform(key, ((sample_offset + b) * NH_global + head_offset + h) * T + q, k) < p,
+// uniform(key, row, col) being lane col % 4 of philox_block(key, row, col / 4) through
+// uint_to_unit_float. Kept probabilities are scaled by 1 / (1 - p); the softmax
+// normalisation (and lse) is taken before dropout.
 struct AttentionDropout {
   float p = 0.0f;
   PhiloxKey key{0, 0};

@@ -109,7 +109,7 @@ TEST(RopeBf16, MatchesFp32OnTheSameInputs) {
   std::vector<bf16> y16 = testing::to_bf16(x);
   rope_forward(y32.data(), pos.data(), s.B, s.T, s.NH, s.KV, s.HD, 10000.0f);
   rope_forward(y16.data(), pos.data(), s.B, s.T, s.NH, s.KV, s.HD, 10000.0f);
-  // Same fp32 arithmetic, then one rounding to bf16 (relative 2^-9 of each value).
+  // Same fp32 arithmetic, then one rounding to bf16 (at most half an ulp: 2^-8 of each value).
   EXPECT_LT(testing::max_scaled_error(testing::to_float(y16), y32), 4e-3);
   std::vector<float> d32 = x;
   std::vector<bf16> d16 = testing::to_bf16(x);
