@@ -83,12 +83,13 @@ constexpr DType dtype_of<int64_t>() { return DType::kI64; }
 template <>
 constexpr DType dtype_of<uint16_t>() { return DType::kU16; }
 
-// Calls f(T{}) with T the storage type of a compute dtype (float or bf16), the two types
+// Calls f(T{}) with T the storage type of a compute dtype (float, bf16 or fp16), the types
 // every kernel is instantiated for:
 //   visit_float(t.dtype(), [&](auto tag) { using T = decltype(tag); ... });
 template <typename F>
 decltype(auto) visit_float(DType dtype, F&& f) {
   if (dtype == DType::kBF16) return f(bf16{});
+  if (dtype == DType::kF16) return f(fp16{});
   if (dtype != DType::kF32) throw std::logic_error(std::string("no kernels for ") + dtype_name(dtype));
   return f(float{});
 }

@@ -33,6 +33,7 @@
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
 #include "tessera/kernels/fast_exp.h"
+#include "tessera/kernels/simd.h"
 
 namespace tessera::kernels {
 namespace {
@@ -250,6 +251,8 @@ inline __m512 load16(const bf16* p, __mmask16 m) {
   return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, x, 16));
 }
 
+inline __m512 load16(const fp16* p, __mmask16 m) { return simd::load16(p, m); }
+
 // dst (rows x cols, ld_dst) = src (rows x cols, ld_src) * mul.
 template <typename T>
 void load_tile(float* dst, int64_t ld_dst, const T* src, int64_t ld_src, int64_t rows, int cols,
@@ -335,6 +338,8 @@ inline void store16(bf16* p, __mmask16 m, __m512 x) {
   const __m512i bits = _mm512_mask_blend_epi32(is_nan, rounded, nan);
   _mm256_mask_storeu_epi16(p, m, _mm512_maskz_cvtepi32_epi16(kAll, bits));
 }
+
+inline void store16(fp16* p, __mmask16 m, __m512 x) { simd::store16(p, x, m); }
 
 // dst (rows x cols, ld_dst) = src * mul, rounded to T.
 template <typename T>
@@ -723,6 +728,10 @@ template void attention_backward<float>(float*, const float*, const float*, cons
                                         const float*, int64_t, int64_t, int, int, int,
                                         const AttentionDropout&);
 template void attention_backward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, const float*,
+                                       int64_t, int64_t, int, int, int, const AttentionDropout&);
+template void attention_forward<fp16>(fp16*, float*, const fp16*, int64_t, int64_t, int, int, int,
+                                      const AttentionDropout&);
+template void attention_backward<fp16>(fp16*, const fp16*, const fp16*, const fp16*, const float*,
                                        int64_t, int64_t, int, int, int, const AttentionDropout&);
 
 }  // namespace tessera::kernels

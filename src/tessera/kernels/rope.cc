@@ -93,5 +93,7 @@ template void rope_forward<float>(float*, const int32_t*, int64_t, int64_t, int,
 template void rope_forward<bf16>(bf16*, const int32_t*, int64_t, int64_t, int, int, int, float);
 template void rope_backward<float>(float*, const int32_t*, int64_t, int64_t, int, int, int, float);
 template void rope_backward<bf16>(bf16*, const int32_t*, int64_t, int64_t, int, int, int, float);
+template void rope_forward<fp16>(fp16*, const int32_t*, int64_t, int64_t, int, int, int, float);
+template void rope_backward<fp16>(fp16*, const int32_t*, int64_t, int64_t, int, int, int, float);
 
 }  // namespace tessera::kernels

@@ -189,10 +189,6 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
 void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
   args.model.validate();
   if (args.bf16 && args.fp16) throw Error("--fp16 and --bf16 are mutually exclusive: pick one");
-  // The loss scaler is ready (optim/loss_scaler.h) but the kernels are instantiated for fp32 and
-  // bf16 storage only; running fp16 as fp32 would be a silent lie about the numerics.
-  if (args.fp16)
-    throw Error("--fp16: fp16 compute is not available yet (kernels exist for fp32 and bf16); use --bf16");
   if (args.train_iters == 0 && args.train_samples == 0)
     throw Error("--train-iters or --train-samples is required");
   if (args.global_batch_size % (args.micro_batch_size * data_parallel) != 0)

@@ -81,7 +81,7 @@ double unigram_entropy(const data::IndexedDataset& ds, int64_t last_token, int64
 Trainer::Trainer(const TrainArgs& args) : args_(args), metrics_(args.metrics_file) {
   const auto& a = args_;
   train_iters_ = a.train_iters > 0 ? a.train_iters : a.train_samples / a.global_batch_size;
-  const DType dtype = a.bf16 ? DType::kBF16 : DType::kF32;
+  const DType dtype = a.bf16 ? DType::kBF16 : a.fp16 ? DType::kF16 : DType::kF32;
   model_ = std::make_unique<model::GPTModel>(a.model, dtype, a.seed);
   optimizer_ = std::make_unique<optim::Optimizer>(
       model_->params(), optim::OptimizerOptions{a.optimizer == "sgd" ? "sgd" : "adam",

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "tessera/kernels/activations.h"
+#include "tessera/kernels/attention.h"
+#include "tessera/kernels/rope.h"
 #include "tessera/kernels/adamw.h"
 #include "tessera/kernels/cross_entropy.h"
 #include "tessera/kernels/dropout.h"
@@ -166,6 +168,33 @@ TEST(Fp16Kernels, LinearMatchesFp32) {
   EXPECT_LT(testing::max_scaled_error(widen(dx16), dx), kFp16Tolerance);
   EXPECT_LT(testing::max_scaled_error(dw16, dw), 1e-6);  // fp32 accumulation of equal values
   EXPECT_LT(testing::max_scaled_error(db16, db), 1e-6);
+}
+
+TEST(Fp16Kernels, RopeAndAttentionMatchFp32) {
+  const int64_t B = 2, T = 37;
+  const int NH = 4, KV = 2, HD = 16, W = (NH + 2 * KV) * HD;
+  auto qkv = round_to_fp16(testing::random_normal(B * T * W, 40));
+  auto dout = round_to_fp16(testing::random_normal(B * T * NH * HD, 41));
+  auto qkv16 = to_fp16(qkv);
+  const auto dout16 = to_fp16(dout);
+  std::vector<int32_t> pos(T);
+  for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(t + 5);
+  rope_forward(qkv.data(), pos.data(), B, T, NH, KV, HD, 10000.0f);
+  rope_forward(qkv16.data(), pos.data(), B, T, NH, KV, HD, 10000.0f);
+  EXPECT_LT(testing::max_scaled_error(widen(qkv16), qkv), kFp16Tolerance);
+  qkv = widen(qkv16);  // continue from identical values
+  AttentionDropout none;
+  std::vector<float> out(B * T * NH * HD), lse(B * NH * T), lse16(B * NH * T), dqkv(B * T * W);
+  std::vector<fp16> out16(out.size()), dqkv16(dqkv.size());
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, KV, HD, none);
+  attention_forward(out16.data(), lse16.data(), qkv16.data(), B, T, NH, KV, HD, none);
+  EXPECT_LT(testing::max_scaled_error(widen(out16), out), kFp16Tolerance);
+  EXPECT_LT(testing::max_scaled_error(lse16, lse), 1e-6);  // fp32 math on equal inputs
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, NH, KV, HD, none);
+  attention_backward(dqkv16.data(), dout16.data(), qkv16.data(), out16.data(), lse16.data(), B, T, NH, KV, HD, none);
+  // The fp16 backward reads the fp16-rounded forward output (D = rowsum(dout * out)): one more
+  // rounding feeds every gradient, so twice the pointwise tolerance.
+  EXPECT_LT(testing::max_scaled_error(widen(dqkv16), dqkv), 2 * kFp16Tolerance);
 }
 
 }  // namespace

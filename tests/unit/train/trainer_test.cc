@@ -130,3 +130,57 @@ TEST(Trainer, SkipNanIterationsSkipsAndCounts) {
 
 }  // namespace
 }  // namespace tessera::train
+
+namespace tessera::train {
+namespace {
+
+TEST(Trainer, Fp16TrainsWithTheLossScaleAdapting) {
+  testing::TempDir dir;
+  TrainArgs a = tiny_args(dir.file("m.jsonl"));
+  a.fp16 = true;
+  a.train_iters = 40;
+  a.lr = 3e-3;
+  a.initial_loss_scale = 1099511627776.0;  // 2^40: fp16 gradients overflow until it comes down
+  a.loss_scale_window = 10;                // grows again after 10 clean steps
+  Trainer t(a);
+  t.train();
+  const auto m = read_metrics(a.metrics_file);
+  ASSERT_EQ(m.size(), 40u);
+  int skipped = 0;
+  double min_scale = 1e300, max_scale_after_min = 0;
+  for (const auto& row : m) {
+    skipped += row["skipped"].get<bool>() ? 1 : 0;
+    const double s = row["loss_scale"];
+    if (s < min_scale) {
+      min_scale = s;
+      max_scale_after_min = s;
+    }
+    max_scale_after_min = std::max(max_scale_after_min, s);
+  }
+  EXPECT_GT(skipped, 2);                          // overflows were detected and skipped
+  EXPECT_LT(min_scale, 1099511627776.0);          // ... and the scale came down
+  EXPECT_GT(max_scale_after_min, min_scale);      // ... and grew again after a clean window
+  EXPECT_EQ(t.optimizer().steps(), 40 - skipped);
+  const double first = m[0]["lm_loss"], last = m.back()["lm_loss"];
+  EXPECT_LT(last, first - 1.0);
+}
+
+TEST(Trainer, Fp16ForcedOverflowIsSkippedAndLogged) {
+  testing::TempDir dir;
+  TrainArgs a = tiny_args(dir.file("m.jsonl"));
+  a.fp16 = true;
+  a.initial_loss_scale = 1024;
+  a.hysteresis = 1;
+  a.train_iters = 4;
+  a.inject_overflow_at = 3;
+  Trainer t(a);
+  t.train();
+  const auto m = read_metrics(a.metrics_file);
+  EXPECT_EQ(m[2]["skipped"], true);
+  EXPECT_EQ(m[1]["loss_scale"], 1024.0);
+  EXPECT_EQ(m[2]["loss_scale"], 512.0);  // hysteresis 1: halved on the first overflow
+  EXPECT_EQ(t.optimizer().steps(), 3);
+}
+
+}  // namespace
+}  // namespace tessera::train
