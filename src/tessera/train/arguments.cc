@@ -153,6 +153,17 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   app.add_option("--tokenizer-type", args.tokenizer_type)->check(CLI::IsMember({"ByteLevel"}));
   app.add_option("--split", args.split, "train,valid,test weights");
 
+  app.add_option("--tensor-model-parallel-size", args.tensor_model_parallel_size)->check(CLI::PositiveNumber);
+  app.add_option("--pipeline-model-parallel-size", args.pipeline_model_parallel_size)->check(CLI::PositiveNumber);
+  app.add_option("--context-parallel-size", args.context_parallel_size)->check(CLI::PositiveNumber);
+  app.add_option("--expert-model-parallel-size", args.expert_model_parallel_size)->check(CLI::PositiveNumber);
+  app.add_flag("--print-mesh", args.print_mesh, "print every rank's coordinates and groups, then exit");
+  app.add_option("--distributed-timeout-minutes", args.distributed_timeout_minutes,
+                 "abort the job when a communication does not complete within this time")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--check-collectives", args.check_collectives,
+               "compare every rank's sequence of collectives; report the first mismatch");
+
   app.add_option("--seed", args.seed);
   app.add_option("--log-interval", args.log_interval)->check(CLI::PositiveNumber);
   app.add_option("--metrics-file", args.metrics_file, "JSON lines of per-iteration metrics");

@@ -54,6 +54,17 @@ struct TrainArgs {
   std::string tokenizer_type;       // --tokenizer-type (ByteLevel)
   std::string split = "969,30,1";   // --split (train, valid, test weights)
 
+  // Process mesh (issue: distributed runtime). Parallel training arrives with the layers that
+  // use these groups; today the sizes are validated, the mesh can be printed, and a world of
+  // one process trains.
+  int tensor_model_parallel_size = 1;    // --tensor-model-parallel-size
+  int pipeline_model_parallel_size = 1;  // --pipeline-model-parallel-size
+  int context_parallel_size = 1;         // --context-parallel-size
+  int expert_model_parallel_size = 1;    // --expert-model-parallel-size
+  bool print_mesh = false;               // --print-mesh: print the layout and exit
+  double distributed_timeout_minutes = 10;  // --distributed-timeout-minutes (watchdog)
+  bool check_collectives = false;        // --check-collectives
+
   // Run, output.
   uint64_t seed = 1234;             // --seed
   int64_t log_interval = 100;       // --log-interval

@@ -4,9 +4,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "tessera/checkpoint/hf_export.h"
+#include "tessera/comm/parallel_state.h"
+#include "tessera/comm/process_group.h"
 #include "tessera/core/threads.h"
 #include "tessera/data/byte_tokenizer.h"
 #include "tessera/kernels/adamw.h"
@@ -320,19 +323,62 @@ void Trainer::export_weights() const {
   std::printf("> exported weights to %s (+ config.json)\n", args_.export_weights.c_str());
 }
 
+namespace {
+
+// This process's rank before MPI is up (for printing a parse error once): the launcher's
+// environment, 0 when run without one.
+int launcher_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  return 0;
+}
+
+// Brings up the runtime and checks the layout; returns false when the run is done (--print-mesh).
+bool setup_distributed(const TrainArgs& args) {
+  auto world = comm::ProcessGroup::world();
+  comm::ProcessGroup::set_timeout(args.distributed_timeout_minutes * 60.0);
+  comm::ProcessGroup::set_check_collectives(args.check_collectives);
+  comm::ParallelConfig cfg;
+  cfg.tensor = args.tensor_model_parallel_size;
+  cfg.pipeline = args.pipeline_model_parallel_size;
+  cfg.context = args.context_parallel_size;
+  cfg.expert = args.expert_model_parallel_size;
+  const comm::MeshLayout layout(world->size(), cfg);  // tessera::Error on sizes that do not fit
+  if (args.print_mesh) {
+    if (world->rank() == 0) std::printf("%s", comm::format_mesh(layout).c_str());
+    return false;
+  }
+  if (world->size() > 1)
+    throw Error("world size " + std::to_string(world->size()) + " (" + layout.summary() +
+                "): this build trains in one process; data, tensor and pipeline parallel "
+                "training are not implemented yet (use --print-mesh to check a layout)");
+  return true;
+}
+
+}  // namespace
+
 int train_main(int argc, const char* const* argv) {
+  bool runtime_up = false;
   try {
     TrainArgs args;
     if (!parse_arguments(argc, argv, args)) return 0;
+    runtime_up = true;
+    if (!setup_distributed(args)) {
+      comm::shutdown();
+      return 0;
+    }
     if (args.global_batch_size == 0) args.global_batch_size = args.micro_batch_size;
     validate_arguments(args, /*data_parallel=*/1);
     set_num_threads(args.num_threads);
     Trainer trainer(args);
     trainer.train();
+    comm::shutdown();
     return 0;
   } catch (const Error& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "error: %s\n", e.what());
+    // Every rank sees the same bad flag or size; one line from rank 0, exit code 2 everywhere.
+    if (runtime_up) comm::abort_job(std::string("error: ") + e.what(), kUserErrorExitCode);
+    if (launcher_rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
     return kUserErrorExitCode;
   }
 }

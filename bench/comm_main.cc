@@ -1,0 +1,136 @@
+// Communication benchmark: bus bandwidth of all_reduce, all_gather, reduce_scatter and
+// all_to_all through ProcessGroup (queued on the communication thread, caller waits on the Work)
+// next to the plain MPI call on the same buffers, measured in the same run, interleaved.
+//
+//   mpirun -np 2 build/bin/comm [--min-bytes 1024] [--max-bytes 268435456] [--rounds 5] [--op all_reduce]
+//
+// Size S follows nccl-tests: the all_reduce buffer, the all_gather output, the reduce_scatter
+// input, the all_to_all input (fp32). Bus bandwidth = S / time × (2(n-1)/n for all_reduce,
+// (n-1)/n for the others), comparable across ops and with the link's peak. Each figure is the
+// best of --rounds rounds of enough iterations to take ~50 ms; a time is the slowest rank's.
+// "ratio" = ProcessGroup bandwidth / MPI bandwidth (goal: >= 0.90 for S >= 1 MiB).
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tessera/comm/process_group.h"
+#include "tessera/core/tensor.h"
+
+namespace {
+
+using tessera::DType;
+using tessera::MemoryCategory;
+using tessera::Tensor;
+using tessera::comm::ProcessGroup;
+using tessera::comm::ReduceOp;
+
+// Seconds per call of fn, the slowest rank's, averaged over `iters` calls.
+double time_per_call(MPI_Comm comm, int iters, const std::function<void()>& fn) {
+  MPI_Barrier(comm);
+  const double t0 = MPI_Wtime();
+  for (int i = 0; i < iters; ++i) fn();
+  double dt = (MPI_Wtime() - t0) / iters;
+  MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, comm);
+  return dt;
+}
+
+std::string human(int64_t bytes) {
+  char buf[32];
+  if (bytes >= (1 << 20)) {
+    std::snprintf(buf, sizeof buf, "%lld MiB", static_cast<long long>(bytes >> 20));
+  } else {
+    std::snprintf(buf, sizeof buf, "%lld KiB", static_cast<long long>(bytes >> 10));
+  }
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t min_bytes = 1024, max_bytes = int64_t{256} << 20;
+  int rounds = 5;
+  std::string only;  // --op NAME: run one operation
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--min-bytes")) min_bytes = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--max-bytes")) max_bytes = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--rounds")) rounds = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--op")) only = argv[i + 1];
+  }
+  auto world = ProcessGroup::world();  // initialises MPI (MPI_THREAD_MULTIPLE)
+  const int n = world->size(), me = world->rank();
+  MPI_Comm comm;  // the raw MPI path gets its own communicator, as the ProcessGroup has
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  if (me == 0) {
+    std::printf("comm bench: %d ranks, fp32, check_collectives=%d; bus bandwidth in GB/s "
+                "(1e9 B/s)\n",
+                n, ProcessGroup::check_collectives() ? 1 : 0);
+    std::printf("%-15s %9s %12s %10s %12s %10s %7s\n", "op", "size", "MPI us", "MPI GB/s",
+                "PG us", "PG GB/s", "ratio");
+  }
+  const char* ops[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"};
+  for (const char* op : ops) {
+    if (!only.empty() && only != op) continue;
+    for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+      const int64_t count = bytes / 4 / n * n;  // divisible by n
+      const int block = static_cast<int>(count / n);
+      const std::string name = op;
+      Tensor a, b;
+      std::function<void()> raw, pg;
+      double factor = static_cast<double>(n - 1) / n;
+      if (name == "all_reduce") {
+        factor *= 2;
+        a = Tensor::zeros({count}, DType::kF32, MemoryCategory::kComm);
+        raw = [&] {
+          MPI_Allreduce(MPI_IN_PLACE, a.raw(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm);
+        };
+        pg = [&] { world->all_reduce(a, ReduceOp::kSum).wait(); };
+      } else if (name == "all_gather") {
+        a = Tensor::zeros({block}, DType::kF32, MemoryCategory::kComm);
+        b = Tensor::zeros({count}, DType::kF32, MemoryCategory::kComm);
+        raw = [&] { MPI_Allgather(a.raw(), block, MPI_FLOAT, b.raw(), block, MPI_FLOAT, comm); };
+        pg = [&] { world->all_gather(a, b).wait(); };
+      } else if (name == "reduce_scatter") {
+        a = Tensor::zeros({count}, DType::kF32, MemoryCategory::kComm);
+        b = Tensor::zeros({block}, DType::kF32, MemoryCategory::kComm);
+        raw = [&] {
+          MPI_Reduce_scatter_block(a.raw(), b.raw(), block, MPI_FLOAT, MPI_SUM, comm);
+        };
+        pg = [&] { world->reduce_scatter(a, b, ReduceOp::kSum).wait(); };
+      } else {
+        a = Tensor::zeros({count}, DType::kF32, MemoryCategory::kComm);
+        b = Tensor::zeros({count}, DType::kF32, MemoryCategory::kComm);
+        raw = [&] { MPI_Alltoall(a.raw(), block, MPI_FLOAT, b.raw(), block, MPI_FLOAT, comm); };
+        pg = [&] { world->all_to_all(a, b).wait(); };
+      }
+      // Warm up both paths (page faults, MPI's internal buffers), then size the iterations.
+      raw();
+      pg();
+      const double est = time_per_call(comm, 1, raw);
+      int iters = static_cast<int>(std::clamp(0.05 / std::max(est, 1e-7), 1.0, 2000.0));
+      MPI_Bcast(&iters, 1, MPI_INT, 0, comm);
+      double t_raw = 1e30, t_pg = 1e30;
+      for (int r = 0; r < rounds; ++r) {  // alternate which path goes first
+        if (r % 2 == 0) t_raw = std::min(t_raw, time_per_call(comm, iters, raw));
+        t_pg = std::min(t_pg, time_per_call(comm, iters, pg));
+        if (r % 2 == 1) t_raw = std::min(t_raw, time_per_call(comm, iters, raw));
+      }
+      const double sz = static_cast<double>(count) * 4;
+      const double bw_raw = sz / t_raw * factor / 1e9, bw_pg = sz / t_pg * factor / 1e9;
+      if (me == 0) {
+        std::printf("%-15s %9s %12.1f %10.2f %12.1f %10.2f %7.3f\n", op, human(bytes).c_str(),
+                    t_raw * 1e6, bw_raw, t_pg * 1e6, bw_pg, bw_pg / bw_raw);
+        std::fflush(stdout);
+      }
+    }
+  }
+  MPI_Comm_free(&comm);
+  world.reset();
+  tessera::comm::shutdown();
+  return 0;
+}

@@ -1,0 +1,483 @@
+#include "tessera/comm/process_group.h"
+
+#include <mpi.h>
+
+#include <cstring>
+#include <mutex>
+#include <numeric>
+
+#include "tessera/comm/runtime.h"
+
+namespace tessera::comm {
+
+using detail::Runtime;
+
+const char* op_name(OpType op) {
+  switch (op) {
+    case OpType::kAllReduce: return "all_reduce";
+    case OpType::kAllGather: return "all_gather";
+    case OpType::kReduceScatter: return "reduce_scatter";
+    case OpType::kAllToAll: return "all_to_all";
+    case OpType::kAllToAllv: return "all_to_allv";
+    case OpType::kBroadcast: return "broadcast";
+    case OpType::kSend: return "send";
+    case OpType::kRecv: return "recv";
+    case OpType::kBarrier: return "barrier";
+    case OpType::kCount: break;
+  }
+  return "?";
+}
+
+int64_t CommStats::total_bytes() const {
+  return std::accumulate(bytes.begin(), bytes.end(), int64_t{0});
+}
+
+void Work::wait() const {
+  if (!state_) return;
+  std::unique_lock<std::mutex> lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->done.load(std::memory_order_acquire); });
+  if (state_->failed) throw Error(state_->error);
+}
+
+bool Work::done() const { return !state_ || state_->done.load(std::memory_order_acquire); }
+
+struct ProcessGroup::Impl {
+  MPI_Comm comm = MPI_COMM_NULL;  // freed by MPI_Finalize (freeing is collective; see shutdown)
+  std::shared_ptr<detail::GroupProgress> progress;
+  mutable std::mutex mu;  // orders issue: sequence numbers and queue order agree
+  int64_t seq = 0;        // collectives issued on this group
+  int64_t subgroups_made = 0;
+  CommStats stats;
+};
+
+namespace {
+
+// splitmix64: group ids must agree across ranks, so they are derived, never random.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+constexpr uint64_t kWorldId = 0x7e55e7a0000001ull;
+
+MPI_Datatype mpi_type(DType d) {
+  switch (d) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kBF16:
+    case DType::kF16:
+    case DType::kU16: return MPI_UINT16_T;
+    case DType::kI32: return MPI_INT32_T;
+    case DType::kI64: return MPI_INT64_T;
+  }
+  return MPI_BYTE;
+}
+
+bool is_half(DType d) { return d == DType::kBF16 || d == DType::kF16; }
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX; }
+
+const char* reduce_name(ReduceOp op) { return op == ReduceOp::kSum ? "sum" : "max"; }
+
+std::string site_str(const std::source_location& w) {
+  std::string file = w.file_name();
+  auto slash = file.rfind('/');
+  if (slash != std::string::npos) file = file.substr(slash + 1);
+  return file + ":" + std::to_string(w.line());
+}
+
+// The fixed-size descriptor compared by the collective consistency check.
+struct Descriptor {
+  int64_t seq;
+  int64_t count;
+  int32_t op;
+  int32_t dtype;
+  int32_t root;
+  int32_t reduce;
+  char site[224];
+};
+
+std::string describe(const Descriptor& d) {
+  std::string s = std::string(op_name(static_cast<OpType>(d.op))) + "(" +
+                  dtype_name(static_cast<DType>(d.dtype));
+  if (d.count >= 0) s += ", count " + std::to_string(d.count);
+  if (d.root >= 0) s += ", root " + std::to_string(d.root);
+  if (d.reduce >= 0) s += std::string(", ") + reduce_name(static_cast<ReduceOp>(d.reduce));
+  return s + ") at " + d.site;
+}
+
+void check_consistency(MPI_Comm comm, const std::string& group, int size, const Descriptor& mine) {
+  std::vector<Descriptor> all(size);
+  MPI_Allgather(&mine, sizeof(Descriptor), MPI_BYTE, all.data(), sizeof(Descriptor), MPI_BYTE,
+                comm);
+  for (int r = 1; r < size; ++r) {
+    const Descriptor& a = all[0];
+    const Descriptor& b = all[r];
+    if (a.seq != b.seq || a.count != b.count || a.op != b.op || a.dtype != b.dtype ||
+        a.root != b.root || a.reduce != b.reduce) {
+      throw Error("collective mismatch on group '" + group + "' at its collective #" +
+                  std::to_string(a.seq) + ": rank 0 called " + describe(a) + " but rank " +
+                  std::to_string(r) + " called " + describe(b));
+    }
+  }
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw Error(message);
+}
+
+void require_defined(const Tensor& t, const char* what, const char* op) {
+  require(t.defined(), std::string(op) + ": " + what + " tensor is undefined");
+}
+
+void require_reducible(DType d, const char* op) {
+  require(d != DType::kU16, std::string(op) + ": no reductions on uint16 tensors");
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(std::string name, int rank, std::vector<int> world_ranks, uint64_t id,
+                           std::unique_ptr<Impl> impl)
+    : name_(std::move(name)),
+      rank_(rank),
+      world_ranks_(std::move(world_ranks)),
+      id_(id),
+      impl_(std::move(impl)) {}
+
+ProcessGroup::~ProcessGroup() = default;
+
+std::shared_ptr<ProcessGroup> ProcessGroup::world() {
+  static std::mutex mu;
+  static std::shared_ptr<ProcessGroup> world;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!world) {
+    Runtime& rt = Runtime::get();
+    auto impl = std::make_unique<Impl>();
+    impl->comm = rt.world_comm();
+    impl->progress = rt.register_group(kWorldId);
+    std::vector<int> ranks(rt.world_size());
+    std::iota(ranks.begin(), ranks.end(), 0);
+    world = std::make_shared<ProcessGroup>("world", rt.world_rank(), std::move(ranks), kWorldId,
+                                           std::move(impl));
+  }
+  return world;
+}
+
+void ProcessGroup::set_check_collectives(bool on) { Runtime::get().check_collectives = on; }
+bool ProcessGroup::check_collectives() { return Runtime::get().check_collectives; }
+void ProcessGroup::set_timeout(double seconds) {
+  require(seconds > 0, "distributed timeout must be positive, got " + std::to_string(seconds));
+  Runtime::get().timeout_seconds = seconds;
+}
+double ProcessGroup::timeout() { return Runtime::get().timeout_seconds; }
+
+CommStats ProcessGroup::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+void ProcessGroup::reset_stats() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->stats = CommStats{};
+}
+
+Work ProcessGroup::enqueue_collective(OpType op, DType dtype, int64_t count, int root,
+                                      int reduce, const std::source_location& where, int64_t bytes_sent,
+                                      std::vector<Tensor> keep_alive, std::function<void()> run) {
+  Runtime& rt = Runtime::get();
+  detail::Task task;
+  task.progress = impl_->progress;
+  task.info.group_name = name_;
+  task.info.group_id = id_;
+  task.info.members = world_ranks_;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const int64_t seq = ++impl_->seq;
+  task.info.seq = seq;
+  task.info.description = std::string(op_name(op)) + " #" + std::to_string(seq) + " (" +
+                          dtype_name(dtype) + ", " + std::to_string(count) + " elements, at " +
+                          site_str(where) + ")";
+  const int i = static_cast<int>(op);
+  impl_->stats.calls[i] += 1;
+  impl_->stats.bytes[i] += bytes_sent;
+  if (rt.check_collectives) {
+    Descriptor d{};
+    d.seq = seq;
+    d.count = op == OpType::kAllToAllv ? -1 : count;
+    d.op = i;
+    d.dtype = static_cast<int32_t>(dtype);
+    d.root = root;
+    d.reduce = reduce;
+    std::string site = site_str(where);
+    std::strncpy(d.site, site.c_str(), sizeof d.site - 1);
+    task.run = [comm = impl_->comm, name = name_, size = size(), d, run = std::move(run),
+                keep = std::move(keep_alive)] {
+      check_consistency(comm, name, size, d);
+      run();
+    };
+  } else {
+    task.run = [run = std::move(run), keep = std::move(keep_alive)] { run(); };
+  }
+  return rt.submit(std::move(task));
+}
+
+Work ProcessGroup::all_reduce(Tensor& t, ReduceOp op, std::source_location where) {
+  require_defined(t, "input", "all_reduce");
+  require_reducible(t.dtype(), "all_reduce");
+  const int count = detail::mpi_count(t.numel(), "all_reduce");
+  const int n = size();
+  const int64_t wire = is_half(t.dtype()) ? t.numel() * 4 : static_cast<int64_t>(t.nbytes());
+  MPI_Comm comm = impl_->comm;
+  Tensor tt = t;
+  auto run = [=]() mutable {
+    if (is_half(tt.dtype())) {
+      // Accumulate in fp32: convert, reduce, round back once.
+      Tensor buf = tt.to(DType::kF32, MemoryCategory::kComm);
+      MPI_Allreduce(MPI_IN_PLACE, buf.raw(), count, MPI_FLOAT, mpi_op(op), comm);
+      tt.copy_from(buf);
+    } else {
+      MPI_Allreduce(MPI_IN_PLACE, tt.raw(), count, mpi_type(tt.dtype()), mpi_op(op), comm);
+    }
+  };
+  return enqueue_collective(OpType::kAllReduce, t.dtype(), t.numel(), -1, static_cast<int>(op),
+                            where, 2 * (n - 1) * wire / n, {t}, std::move(run));
+}
+
+Work ProcessGroup::all_gather(const Tensor& in, Tensor& out, std::source_location where) {
+  require_defined(in, "input", "all_gather");
+  require_defined(out, "output", "all_gather");
+  require(in.dtype() == out.dtype(), "all_gather: input is " + std::string(dtype_name(in.dtype())) +
+                                         " but output is " + dtype_name(out.dtype()));
+  require(out.numel() == size() * in.numel(),
+          "all_gather: output has " + std::to_string(out.numel()) + " elements, expected " +
+              std::to_string(size()) + " x " + std::to_string(in.numel()) + " on group '" +
+              name_ + "'");
+  const int count = detail::mpi_count(in.numel(), "all_gather");
+  MPI_Comm comm = impl_->comm;
+  Tensor a = in, b = out;
+  auto run = [=]() mutable {
+    MPI_Allgather(a.raw(), count, mpi_type(a.dtype()), b.raw(), count, mpi_type(a.dtype()), comm);
+  };
+  return enqueue_collective(OpType::kAllGather, in.dtype(), in.numel(), -1, -1, where,
+                            static_cast<int64_t>(size() - 1) * in.nbytes(), {in, out},
+                            std::move(run));
+}
+
+Work ProcessGroup::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op,
+                                  std::source_location where) {
+  require_defined(in, "input", "reduce_scatter");
+  require_defined(out, "output", "reduce_scatter");
+  require_reducible(in.dtype(), "reduce_scatter");
+  require(in.dtype() == out.dtype(), "reduce_scatter: input is " +
+                                         std::string(dtype_name(in.dtype())) + " but output is " +
+                                         dtype_name(out.dtype()));
+  require(in.numel() == size() * out.numel(),
+          "reduce_scatter: input has " + std::to_string(in.numel()) + " elements, expected " +
+              std::to_string(size()) + " x " + std::to_string(out.numel()) + " on group '" +
+              name_ + "'");
+  const int count = detail::mpi_count(out.numel(), "reduce_scatter");
+  const int n = size();
+  const int64_t wire = is_half(in.dtype()) ? in.numel() * 4 : static_cast<int64_t>(in.nbytes());
+  MPI_Comm comm = impl_->comm;
+  Tensor a = in, b = out;
+  auto run = [=]() mutable {
+    if (is_half(a.dtype())) {
+      Tensor a32 = a.to(DType::kF32, MemoryCategory::kComm);
+      Tensor b32 = Tensor::empty({b.numel()}, DType::kF32, MemoryCategory::kComm);
+      MPI_Reduce_scatter_block(a32.raw(), b32.raw(), count, MPI_FLOAT, mpi_op(op), comm);
+      b.copy_from(b32);
+    } else {
+      MPI_Reduce_scatter_block(a.raw(), b.raw(), count, mpi_type(a.dtype()), mpi_op(op), comm);
+    }
+  };
+  return enqueue_collective(OpType::kReduceScatter, in.dtype(), out.numel(), -1,
+                            static_cast<int>(op), where, (n - 1) * wire / n, {in, out},
+                            std::move(run));
+}
+
+Work ProcessGroup::all_to_all(const Tensor& in, Tensor& out, std::source_location where) {
+  require_defined(in, "input", "all_to_all");
+  require_defined(out, "output", "all_to_all");
+  require(in.dtype() == out.dtype(), "all_to_all: input is " + std::string(dtype_name(in.dtype())) +
+                                         " but output is " + dtype_name(out.dtype()));
+  require(in.numel() == out.numel() && in.numel() % size() == 0,
+          "all_to_all: input (" + std::to_string(in.numel()) + ") and output (" +
+              std::to_string(out.numel()) + ") must have the same number of elements, divisible "
+              "by the size of group '" + name_ + "' (" + std::to_string(size()) + ")");
+  const int count = detail::mpi_count(in.numel() / size(), "all_to_all");
+  const int n = size();
+  MPI_Comm comm = impl_->comm;
+  Tensor a = in, b = out;
+  auto run = [=]() mutable {
+    MPI_Alltoall(a.raw(), count, mpi_type(a.dtype()), b.raw(), count, mpi_type(a.dtype()), comm);
+  };
+  return enqueue_collective(OpType::kAllToAll, in.dtype(), in.numel(), -1, -1, where,
+                            (n - 1) * static_cast<int64_t>(in.nbytes()) / n, {in, out},
+                            std::move(run));
+}
+
+Work ProcessGroup::all_to_allv(const Tensor& in, const std::vector<int64_t>& in_counts,
+                               Tensor& out, const std::vector<int64_t>& out_counts,
+                               std::source_location where) {
+  require_defined(in, "input", "all_to_allv");
+  require_defined(out, "output", "all_to_allv");
+  require(in.dtype() == out.dtype(), "all_to_allv: input is " +
+                                         std::string(dtype_name(in.dtype())) + " but output is " +
+                                         dtype_name(out.dtype()));
+  const int n = size();
+  require(static_cast<int>(in_counts.size()) == n && static_cast<int>(out_counts.size()) == n,
+          "all_to_allv: need " + std::to_string(n) + " counts per direction on group '" + name_ +
+              "'");
+  std::vector<int> sc(n), sd(n), rc(n), rd(n);
+  int64_t s_total = 0, r_total = 0, sent_to_peers = 0;
+  for (int j = 0; j < n; ++j) {
+    require(in_counts[j] >= 0 && out_counts[j] >= 0, "all_to_allv: negative count");
+    sc[j] = detail::mpi_count(in_counts[j], "all_to_allv");
+    rc[j] = detail::mpi_count(out_counts[j], "all_to_allv");
+    sd[j] = detail::mpi_count(s_total, "all_to_allv displacement");
+    rd[j] = detail::mpi_count(r_total, "all_to_allv displacement");
+    s_total += in_counts[j];
+    r_total += out_counts[j];
+    if (j != rank_) sent_to_peers += in_counts[j];
+  }
+  require(s_total <= in.numel() && r_total <= out.numel(),
+          "all_to_allv: counts sum to " + std::to_string(s_total) + " sent / " +
+              std::to_string(r_total) + " received but the tensors hold " +
+              std::to_string(in.numel()) + " / " + std::to_string(out.numel()));
+  MPI_Comm comm = impl_->comm;
+  Tensor a = in, b = out;
+  auto run = [=]() mutable {
+    MPI_Alltoallv(a.raw(), sc.data(), sd.data(), mpi_type(a.dtype()), b.raw(), rc.data(),
+                  rd.data(), mpi_type(a.dtype()), comm);
+  };
+  return enqueue_collective(OpType::kAllToAllv, in.dtype(), s_total, -1, -1, where,
+                            sent_to_peers * static_cast<int64_t>(dtype_size(in.dtype())),
+                            {in, out}, std::move(run));
+}
+
+Work ProcessGroup::broadcast(Tensor& t, int root, std::source_location where) {
+  require_defined(t, "input", "broadcast");
+  require(root >= 0 && root < size(), "broadcast: root " + std::to_string(root) +
+                                          " is not a rank of group '" + name_ + "' (size " +
+                                          std::to_string(size()) + ")");
+  const int count = detail::mpi_count(t.numel(), "broadcast");
+  MPI_Comm comm = impl_->comm;
+  Tensor tt = t;
+  auto run = [=]() mutable { MPI_Bcast(tt.raw(), count, mpi_type(tt.dtype()), root, comm); };
+  return enqueue_collective(OpType::kBroadcast, t.dtype(), t.numel(), root, -1, where,
+                            rank_ == root ? static_cast<int64_t>(t.nbytes()) : 0, {t},
+                            std::move(run));
+}
+
+Work ProcessGroup::barrier(std::source_location where) {
+  MPI_Comm comm = impl_->comm;
+  return enqueue_collective(OpType::kBarrier, DType::kF32, 0, -1, -1, where, 0, {},
+                            [comm] { MPI_Barrier(comm); });
+}
+
+namespace {
+
+detail::Task p2p_task(OpType op, const ProcessGroup& g, uint64_t id, const Tensor& t, int peer,
+                      const std::source_location& where) {
+  detail::Task task;
+  task.info.group_name = g.name();
+  task.info.group_id = id;
+  task.info.members = g.world_ranks();
+  task.info.peer_world = g.world_ranks()[peer];
+  task.info.description = std::string(op_name(op)) + (op == OpType::kSend ? " to" : " from") +
+                          " rank " + std::to_string(peer) + " (" + dtype_name(t.dtype()) + ", " +
+                          std::to_string(t.numel()) + " elements, at " + site_str(where) + ")";
+  return task;
+}
+
+}  // namespace
+
+Work ProcessGroup::send(const Tensor& t, int peer, std::source_location where) {
+  require_defined(t, "input", "send");
+  require(peer >= 0 && peer < size() && peer != rank_,
+          "send: peer " + std::to_string(peer) + " is not another rank of group '" + name_ + "'");
+  const int count = detail::mpi_count(t.numel(), "send");
+  detail::Task task = p2p_task(OpType::kSend, *this, id_, t, peer, where);
+  MPI_Comm comm = impl_->comm;
+  task.start_nonblocking = [t, count, peer, comm] {
+    MPI_Request r;
+    MPI_Isend(t.raw(), count, mpi_type(t.dtype()), peer, 0, comm, &r);
+    return r;
+  };
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->stats.calls[static_cast<int>(OpType::kSend)] += 1;
+  impl_->stats.bytes[static_cast<int>(OpType::kSend)] += t.nbytes();
+  return Runtime::get().submit(std::move(task));
+}
+
+Work ProcessGroup::recv(Tensor& t, int peer, std::source_location where) {
+  require_defined(t, "output", "recv");
+  require(peer >= 0 && peer < size() && peer != rank_,
+          "recv: peer " + std::to_string(peer) + " is not another rank of group '" + name_ + "'");
+  const int count = detail::mpi_count(t.numel(), "recv");
+  detail::Task task = p2p_task(OpType::kRecv, *this, id_, t, peer, where);
+  MPI_Comm comm = impl_->comm;
+  task.start_nonblocking = [t, count, peer, comm]() mutable {
+    MPI_Request r;
+    MPI_Irecv(t.raw(), count, mpi_type(t.dtype()), peer, 0, comm, &r);
+    return r;
+  };
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->stats.calls[static_cast<int>(OpType::kRecv)] += 1;
+  impl_->stats.received_bytes += t.nbytes();
+  return Runtime::get().submit(std::move(task));
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::new_subgroups(
+    const std::vector<std::vector<int>>& partition, const std::string& name) {
+  const int n = size();
+  std::vector<int> color_of(n, -1), key_of(n, -1);
+  for (size_t c = 0; c < partition.size(); ++c) {
+    require(!partition[c].empty(), "new_subgroups('" + name + "'): part " + std::to_string(c) +
+                                       " is empty");
+    for (size_t k = 0; k < partition[c].size(); ++k) {
+      const int r = partition[c][k];
+      require(r >= 0 && r < n, "new_subgroups('" + name + "'): rank " + std::to_string(r) +
+                                   " is not in group '" + name_ + "' (size " +
+                                   std::to_string(n) + ")");
+      require(color_of[r] < 0, "new_subgroups('" + name + "'): rank " + std::to_string(r) +
+                                   " is in two parts");
+      color_of[r] = static_cast<int>(c);
+      key_of[r] = static_cast<int>(k);
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    require(color_of[r] >= 0, "new_subgroups('" + name + "'): rank " + std::to_string(r) +
+                                  " of group '" + name_ + "' is in no part");
+  }
+  const int color = color_of[rank_], key = key_of[rank_];
+  std::vector<int> ranks;
+  for (int r : partition[color]) ranks.push_back(world_ranks_[r]);
+
+  auto impl = std::make_unique<Impl>();
+  Runtime& rt = Runtime::get();
+  detail::Task task;
+  task.progress = impl_->progress;
+  task.info.group_name = name_;
+  task.info.group_id = id_;
+  task.info.members = world_ranks_;
+  MPI_Comm parent = impl_->comm;
+  MPI_Comm* out = &impl->comm;
+  task.run = [parent, color, key, out] { MPI_Comm_split(parent, color, key, out); };
+  uint64_t id;
+  Work w;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    const int64_t seq = ++impl_->seq;
+    task.info.seq = seq;
+    task.info.description = "new_subgroups('" + name + "') #" + std::to_string(seq);
+    id = mix(mix(id_ ^ static_cast<uint64_t>(++impl_->subgroups_made)) +
+             static_cast<uint64_t>(color));
+    w = rt.submit(std::move(task));
+  }
+  w.wait();
+  impl->progress = rt.register_group(id);
+  return std::make_shared<ProcessGroup>(name, key, std::move(ranks), id, std::move(impl));
+}
+
+}  // namespace tessera::comm

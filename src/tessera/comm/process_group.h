@@ -1,0 +1,210 @@
+// ProcessGroup: collectives and point-to-point transfers between the ranks of an MPI job.
+//
+// Runtime model (see docs/distributed.md):
+//  - The first ProcessGroup::world() call initialises MPI with MPI_THREAD_MULTIPLE (required:
+//    the communication thread runs the operations while a watchdog thread polls a separate
+//    control communicator and may end the job; Open MPI 4.1 provides it) and starts two
+//    threads per process: the communication thread and the watchdog.
+//  - Every operation is queued and executed in issue order on the ONE communication thread of
+//    the process (the CPU analogue of a CUDA communication stream), so computation on the
+//    caller's threads overlaps communication whatever MPI's progress engine does. Only the
+//    communication thread calls MPI for data transfers and group creation; the watchdog uses
+//    its own duplicated communicator (nonblocking calls only), and ending the job (MPI_Abort,
+//    or under Open MPI's mpirun a plain exit, which mpirun turns into killing every rank) may
+//    happen on any thread.
+//  - Each call returns a Work handle at once. The caller's tensors (their storage) must stay
+//    alive and must not be modified (nor, for outputs, read) until wait() returns or done() is
+//    true. Copying a Tensor handle into the call is what keeps storage alive here: the
+//    operation holds a copy of every Tensor handle it was given until it completes, so only
+//    concurrent writes/reads are the caller's responsibility.
+//  - Collectives must be issued in the same order on every member of a group (as with MPI and
+//    NCCL). Issuing from several threads on one group is allowed but their order is then the
+//    order in which the calls took the group's lock.
+//  - 16-bit floating-point reductions (all_reduce, reduce_scatter on bf16/fp16) accumulate in
+//    fp32: the input is converted to an fp32 buffer (MemoryCategory::kComm), reduced by MPI in
+//    fp32 and converted back (round to nearest even), so the result is the correctly rounded
+//    fp32 sum/max and does not depend on the reduction order beyond fp32 rounding. Such a
+//    reduction moves fp32 on the wire (twice the tensor's bytes).
+//  - Supported dtypes: fp32, bf16, fp16 for everything; int32 and int64 for everything
+//    (reductions in integer arithmetic); uint16 for data movement only (no reductions).
+//  - Bad arguments (mismatched sizes or dtypes, a peer or root out of range) throw
+//    tessera::Error from the issuing call, before anything is queued.
+//  - A single call moves at most 2^31-1 elements per peer (MPI's int counts).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "tessera/core/tensor.h"
+
+namespace tessera::comm {
+
+enum class ReduceOp { kSum, kMax };
+
+// Operation types, for accounting and messages.
+enum class OpType {
+  kAllReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kAllToAllv,
+  kBroadcast,
+  kSend,
+  kRecv,
+  kBarrier,
+  kCount
+};
+const char* op_name(OpType op);  // "all_reduce", "all_gather", ...
+
+// Handle to a queued operation. Copies share the same operation. A default-constructed Work is
+// already done. Thread-safe.
+class Work {
+ public:
+  Work() = default;
+  // Blocks until the operation completed. If it failed (e.g. the collective consistency check
+  // found a mismatch) rethrows the failure as tessera::Error, on every call.
+  void wait() const;
+  // True once the operation completed (successfully or not); never blocks.
+  bool done() const;
+
+  struct State;  // implementation detail (process_group.cc)
+  explicit Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// Communication accounting of one group, counted when an operation is issued.
+// Convention: `bytes[op]` is what THIS rank sends for op under the bandwidth-optimal (ring)
+// algorithm, with S the bytes of the full buffer MPI operates on and n the group size:
+//   all_reduce      2(n-1)/n · S   (S = the tensor; fp32 bytes for 16-bit tensors, see above)
+//   all_gather      (n-1)/n · S    (S = the output; i.e. (n-1) · input bytes)
+//   reduce_scatter  (n-1)/n · S    (S = the input; fp32 bytes for 16-bit tensors)
+//   all_to_all      (n-1)/n · S    (S = the input: everything except the block kept locally)
+//   all_to_allv     bytes of in_counts[j] for every peer j != rank (exact)
+//   broadcast       S on the root, 0 elsewhere (the payload the root injects)
+//   send            S;  recv 0 (its bytes are in `received_bytes`)
+//   barrier         0
+// Integer division is done per call (floor). `calls[op]` counts issued operations.
+struct CommStats {
+  std::array<int64_t, static_cast<int>(OpType::kCount)> calls{};
+  std::array<int64_t, static_cast<int>(OpType::kCount)> bytes{};
+  int64_t received_bytes = 0;  // bytes received by recv()
+
+  int64_t calls_of(OpType op) const { return calls[static_cast<int>(op)]; }
+  int64_t bytes_of(OpType op) const { return bytes[static_cast<int>(op)]; }
+  int64_t total_bytes() const;
+};
+
+class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
+ public:
+  // The world group (all ranks of MPI_COMM_WORLD, named "world"). The first call initialises
+  // MPI (MPI_THREAD_MULTIPLE; throws tessera::Error if MPI was already initialised with less)
+  // and starts the communication and watchdog threads; later calls return the same group.
+  // Reads TESSERA_CHECK_COLLECTIVES=1 and TESSERA_DISTRIBUTED_TIMEOUT_SECONDS=<s> once here.
+  static std::shared_ptr<ProcessGroup> world();
+
+  // Collective over this group (every member calls it with the same `partition`): `partition`
+  // is a list of disjoint rank lists (ranks are *this group's* ranks) covering all members;
+  // returns the subgroup that contains the caller, named `name` (e.g. "tp", "dp"), whose
+  // ranks are in the order of its list. Like MPI_Comm_split. Blocks until the group exists.
+  // Throws tessera::Error if the partition is not a partition of [0, size()).
+  std::shared_ptr<ProcessGroup> new_subgroups(const std::vector<std::vector<int>>& partition,
+                                              const std::string& name);
+
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(world_ranks_.size()); }
+  const std::vector<int>& world_ranks() const { return world_ranks_; }  // in group order
+  const std::string& name() const { return name_; }
+
+  // In place over all members.
+  Work all_reduce(Tensor& t, ReduceOp op,
+                  std::source_location where = std::source_location::current());
+  // out = concatenation of every member's `in`, in rank order; out.numel() == size()*in.numel().
+  Work all_gather(const Tensor& in, Tensor& out,
+                  std::source_location where = std::source_location::current());
+  // out = block rank() of the reduction of every member's `in`; in.numel() == size()*out.numel().
+  Work reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op,
+                      std::source_location where = std::source_location::current());
+  // Block j of `in` goes to member j, block i of `out` comes from member i; in and out have the
+  // same numel, divisible by size().
+  Work all_to_all(const Tensor& in, Tensor& out,
+                  std::source_location where = std::source_location::current());
+  // Counts in elements per peer (size() entries each): the first sum(in_counts) elements of
+  // `in` are sent, packed in peer order; the first sum(out_counts) elements of `out` receive,
+  // packed in peer order. in_counts[j] on rank i must equal out_counts[i] on rank j.
+  Work all_to_allv(const Tensor& in, const std::vector<int64_t>& in_counts, Tensor& out,
+                   const std::vector<int64_t>& out_counts,
+                   std::source_location where = std::source_location::current());
+  // t on every member = t on `root` (a rank of this group).
+  Work broadcast(Tensor& t, int root,
+                 std::source_location where = std::source_location::current());
+  // Point to point; peer is a rank of this group. Messages between two ranks of a group are
+  // matched in issue order. Not part of the collective consistency check.
+  Work send(const Tensor& t, int peer,
+            std::source_location where = std::source_location::current());
+  Work recv(Tensor& t, int peer, std::source_location where = std::source_location::current());
+  Work barrier(std::source_location where = std::source_location::current());
+
+  CommStats stats() const;
+  void reset_stats();
+
+  // Process-wide switches. They are read when an operation is issued, so set them at the same
+  // point of the program on every rank (e.g. right after world()).
+  //
+  // Collective consistency check (off by default; TESSERA_CHECK_COLLECTIVES=1 turns it on):
+  // before each collective the members all-gather a fixed-size descriptor (sequence number on
+  // this group, op, dtype, count, root, call site) and compare; on a mismatch the operation is
+  // not executed and its Work fails on every member with a tessera::Error naming the first
+  // divergent call with both ranks' call sites. The group stays usable afterwards.
+  static void set_check_collectives(bool on);
+  static bool check_collectives();
+  // Watchdog: an operation that has been executing longer than `seconds` (default 600) makes
+  // the watchdog ask the group's members how far they got, print one message naming the
+  // operation, the group and the ranks that did not arrive, and abort the job with exit code
+  // kWatchdogExitCode. TESSERA_DISTRIBUTED_TIMEOUT_SECONDS overrides the default.
+  static void set_timeout(double seconds);
+  static double timeout();
+
+  // Internal: groups are made by world() and new_subgroups().
+  struct Impl;
+  ProcessGroup(std::string name, int rank, std::vector<int> world_ranks, uint64_t id,
+               std::unique_ptr<Impl> impl);
+  ~ProcessGroup();
+
+ private:
+  Work enqueue_collective(OpType op, DType dtype, int64_t count, int root, int reduce,
+                          const std::source_location& where, int64_t bytes_sent,
+                          std::vector<Tensor> keep_alive, std::function<void()> run);
+
+  std::string name_;
+  int rank_;
+  std::vector<int> world_ranks_;
+  uint64_t id_;  // identical on every member; used by the watchdog's side channel
+  std::unique_ptr<Impl> impl_;
+};
+
+// Exit code of a job aborted by the watchdog (mpirun returns it).
+inline constexpr int kWatchdogExitCode = 124;
+
+// Ends the runtime cleanly: drains the communication queue, stops the threads, MPI_Finalize.
+// Call once at exit on every rank (after this no group may be used). A no-op if world() was
+// never called.
+void shutdown();
+
+// Aborts every rank of the job with exit code `code` after printing `message` once on stderr
+// (used for user errors detected on some ranks). Rank 0 prints at once and ends the job;
+// another rank waits up to 2 s to be taken down by rank 0 (which normally detected the same
+// error) and otherwise prints the message itself and ends the job. mpirun then exits with
+// `code`. (Under Open MPI's mpirun the job is ended by exiting with `code` without
+// MPI_Finalize, which mpirun turns into killing every rank; elsewhere by MPI_Abort.)
+// Works before world() (then only this process exits) and from any thread.
+[[noreturn]] void abort_job(const std::string& message, int code);
+
+}  // namespace tessera::comm

@@ -1,0 +1,555 @@
+#include "tessera/comm/runtime.h"
+
+#include <malloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "tessera/core/error.h"
+
+namespace tessera::comm {
+namespace detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Control-channel messages (fixed size, sent as bytes between identical binaries).
+constexpr int kTagQuery = 101;
+constexpr int kTagReply = 102;
+// Progress id of the barrier in shutdown() (not a group's id: those come from splitmix64).
+constexpr uint64_t kShutdownBarrierId = 1;
+struct QueryMsg {
+  uint64_t group_id;
+  int64_t seq;
+};
+struct ReplyMsg {
+  uint64_t group_id;
+  int64_t started;  // collectives of that group this rank has started; -1: unknown group
+  int32_t busy;     // 1 if its communication thread is inside an operation
+  char doing[228];  // what its communication thread is doing right now
+};
+
+std::mutex g_instance_mu;
+std::unique_ptr<Runtime> g_instance;
+bool g_shut_down = false;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+void copy_str(char* dst, size_t cap, const std::string& s) {
+  size_t n = std::min(cap - 1, s.size());
+  std::memcpy(dst, s.data(), n);
+  dst[n] = '\0';
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+[[noreturn]] void end_job(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  // Under Open MPI's mpirun, exiting with a non-zero code without MPI_Finalize makes mpirun kill
+  // every rank and return that code (orte_abort_on_non_zero_status, on by default). MPI_Abort
+  // does the same in principle, but Open MPI 4.1.4's mpirun crashes or hangs when it arrives
+  // while other ranks are inside MPI_Finalize (reproduced: ranks done with their work
+  // finalising while another rank's watchdog fires), so it is used only under other launchers.
+  if (std::getenv("OMPI_MCA_orte_hnp_uri") == nullptr) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+int mpi_count(int64_t n, const char* what) {
+  if (n < 0 || n > INT_MAX) {
+    throw Error(std::string(what) + ": " + std::to_string(n) +
+                " elements per peer exceeds MPI's limit of 2^31-1 per call; split the call");
+  }
+  return static_cast<int>(n);
+}
+
+Runtime::Runtime() {
+  int initialised = 0, provided = 0;
+  MPI_Initialized(&initialised);
+  if (!initialised) {
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    we_initialised_mpi_ = true;
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  if (provided < MPI_THREAD_MULTIPLE) {
+    throw Error("tessera needs MPI_THREAD_MULTIPLE (communication thread + watchdog); this MPI "
+                "provides level " + std::to_string(provided));
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
+  MPI_Comm_dup(MPI_COMM_WORLD, &world_comm_);
+  MPI_Comm_dup(MPI_COMM_WORLD, &control_comm_);
+  if (const char* v = std::getenv("TESSERA_CHECK_COLLECTIVES")) {
+    check_collectives = std::string(v) == "1";
+  }
+  if (const char* v = std::getenv("TESSERA_DISTRIBUTED_TIMEOUT_SECONDS")) {
+    char* end = nullptr;
+    double s = std::strtod(v, &end);
+    if (end == v || *end != '\0' || !(s > 0)) {
+      throw Error(std::string("TESSERA_DISTRIBUTED_TIMEOUT_SECONDS='") + v +
+                  "' is not a positive number of seconds");
+    }
+    timeout_seconds = s;
+  }
+  // One malloc arena for the process, set before the communication thread exists. Open MPI
+  // allocates temporary buffers as large as the message inside reductions; from a thread with
+  // its own (non-main) glibc arena each such buffer is a fresh mmap (heaps of non-main arenas
+  // are capped at 64 MiB and trimmed on free), page-faulted on every call: bench/comm measured
+  // a 64-256 MiB all_reduce at 0.45x raw MPI on the main thread, 0.97-1.0x with one arena.
+  // Our allocations are few and large (tensors), so arena contention does not matter.
+  // MALLOC_ARENA_MAX in the environment still wins.
+  if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 1);
+  comm_thread_ = std::thread([this] { comm_loop(); });
+  watchdog_thread_ = std::thread([this] { watchdog_loop(); });
+}
+
+Runtime& Runtime::get() {
+  std::lock_guard<std::mutex> lock(g_instance_mu);
+  if (!g_instance) {
+    if (g_shut_down) throw Error("tessera communication used after comm::shutdown()");
+    g_instance.reset(new Runtime());
+  }
+  return *g_instance;
+}
+
+Runtime* Runtime::running() {
+  std::lock_guard<std::mutex> lock(g_instance_mu);
+  return g_instance.get();
+}
+
+std::shared_ptr<GroupProgress> Runtime::register_group(uint64_t group_id) {
+  std::lock_guard<std::mutex> lock(groups_mu_);
+  auto& p = groups_[group_id];
+  if (!p) p = std::make_shared<GroupProgress>();
+  return p;
+}
+
+Work Runtime::submit(Task task) {
+  auto state = std::make_shared<Work::State>();
+  task.state = state;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    queue_.push_back(std::move(task));
+  }
+  queue_cv_.notify_one();
+  return Work(state);
+}
+
+void Runtime::run_sync(std::function<void()> fn, const std::string& what) {
+  Task t;
+  t.info.description = what;
+  t.run = std::move(fn);
+  submit(std::move(t)).wait();
+}
+
+namespace {
+
+void finish(Task& task, bool failed, const std::string& error) {
+  task.run = nullptr;  // drops the tensor handles the task kept alive
+  task.start_nonblocking = nullptr;
+  auto& st = *task.state;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    st.failed = failed;
+    st.error = error;
+    st.done.store(true, std::memory_order_release);
+  }
+  st.cv.notify_all();
+}
+
+}  // namespace
+
+void Runtime::comm_loop() {
+  // Point-to-point transfers are started nonblocking (MPI_Isend/MPI_Irecv) in issue order and
+  // completed here, so two ranks that send to each other before receiving (a pipeline
+  // schedule's pattern) cannot deadlock on one communication thread.
+  std::vector<Task> pending;
+  std::vector<MPI_Request> requests;
+  std::vector<int> indices;
+  int idle_rounds = 0;
+  for (;;) {
+    Task task;
+    bool have_task = false;
+    {
+      std::unique_lock<std::mutex> lock(queue_mu_);
+      if (pending.empty()) {
+        queue_cv_.wait(lock, [&] { return stop_comm_ || !queue_.empty(); });
+      } else if (queue_.empty() && idle_rounds > 64) {
+        // Poll pending transfers without burning a core: back off to 200 us sleeps.
+        queue_cv_.wait_for(lock, std::chrono::microseconds(200));
+      }
+      if (!queue_.empty()) {
+        task = std::move(queue_.front());
+        queue_.pop_front();
+        have_task = true;
+      } else if (stop_comm_ && pending.empty()) {
+        return;
+      }
+    }
+    if (have_task) {
+      idle_rounds = 0;
+      if (task.progress && task.info.seq > 0) task.progress->started.store(task.info.seq);
+      {
+        std::lock_guard<std::mutex> lock(current_mu_);
+        current_running_ = true;
+        ++current_token_;
+        current_start_ = Clock::now();
+        current_info_ = task.info;
+      }
+      bool failed = false;
+      std::string error;
+      MPI_Request req = MPI_REQUEST_NULL;
+      try {
+        if (task.start_nonblocking) {
+          req = task.start_nonblocking();
+        } else {
+          task.run();
+        }
+      } catch (const std::exception& e) {
+        failed = true;
+        error = e.what();
+      }
+      {
+        std::lock_guard<std::mutex> lock(current_mu_);
+        current_running_ = false;
+        if (req != MPI_REQUEST_NULL) {
+          pending_infos_.push_back({Clock::now(), ++current_token_, task.info});
+        }
+      }
+      if (req != MPI_REQUEST_NULL) {
+        requests.push_back(req);
+        pending.push_back(std::move(task));
+      } else {
+        finish(task, failed, error);
+      }
+    } else {
+      ++idle_rounds;
+    }
+    if (!pending.empty()) {
+      int outcount = 0;
+      indices.resize(requests.size());
+      MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &outcount, indices.data(),
+                   MPI_STATUSES_IGNORE);
+      if (outcount > 0 && outcount != MPI_UNDEFINED) {
+        std::vector<bool> completed(requests.size(), false);
+        for (int i = 0; i < outcount; ++i) completed[indices[i]] = true;
+        size_t w = 0;
+        {
+          std::lock_guard<std::mutex> lock(current_mu_);
+          for (size_t i = 0; i < requests.size(); ++i) {
+            if (completed[i]) {
+              finish(pending[i], false, "");
+              continue;
+            }
+            requests[w] = requests[i];
+            if (w != i) {
+              pending_infos_[w] = std::move(pending_infos_[i]);
+              pending[w] = std::move(pending[i]);
+            }
+            ++w;
+          }
+          requests.resize(w);
+          pending.resize(w);
+          pending_infos_.resize(w);
+        }
+        idle_rounds = 0;
+      }
+    }
+  }
+}
+
+// ---- watchdog ---------------------------------------------------------------------------
+
+namespace {
+
+// One investigation of a timed-out operation: queries sent, replies awaited.
+struct Investigation {
+  bool active = false;
+  uint64_t token = 0;
+  TaskInfo info;
+  double elapsed = 0;
+  Clock::time_point deadline;
+  std::vector<int> targets;  // world ranks asked
+  std::vector<QueryMsg> queries;
+  std::vector<ReplyMsg> replies;
+  std::vector<MPI_Request> send_reqs, recv_reqs;
+  std::vector<bool> answered;
+};
+
+}  // namespace
+
+void Runtime::watchdog_loop() {
+  QueryMsg incoming{};
+  MPI_Request query_req;
+  MPI_Irecv(&incoming, sizeof incoming, MPI_BYTE, MPI_ANY_SOURCE, kTagQuery, control_comm_,
+            &query_req);
+  std::vector<std::unique_ptr<ReplyMsg>> reply_bufs;
+  std::vector<MPI_Request> reply_reqs;
+  Investigation inv;
+  bool verdict_given = false;
+  Clock::time_point self_abort_at;
+  std::string verdict;
+
+  auto doing_now = [this]() {
+    std::lock_guard<std::mutex> lock(current_mu_);
+    if (current_running_) {
+      return "running " + current_info_.description + " on group '" + current_info_.group_name +
+             "' for " + std::to_string(static_cast<int>(seconds_since(current_start_))) + " s";
+    }
+    if (!pending_infos_.empty()) {
+      const auto& p = pending_infos_.front();
+      return "waiting for " + p.info.description + " on group '" + p.info.group_name + "'";
+    }
+    return std::string("idle");
+  };
+
+  while (!stop_watchdog_.load()) {
+    // Answer other ranks' queries.
+    for (;;) {
+      int flag = 0;
+      MPI_Status status;
+      MPI_Test(&query_req, &flag, &status);
+      if (!flag) break;
+      auto reply = std::make_unique<ReplyMsg>();
+      reply->group_id = incoming.group_id;
+      reply->started = -1;
+      {
+        std::lock_guard<std::mutex> lock(groups_mu_);
+        auto it = groups_.find(incoming.group_id);
+        if (it != groups_.end()) reply->started = it->second->started.load();
+      }
+      const std::string doing = doing_now();
+      reply->busy = doing != "idle";
+      copy_str(reply->doing, sizeof reply->doing, doing);
+      MPI_Request r;
+      MPI_Isend(reply.get(), sizeof(ReplyMsg), MPI_BYTE, status.MPI_SOURCE, kTagReply,
+                control_comm_, &r);
+      reply_bufs.push_back(std::move(reply));
+      reply_reqs.push_back(r);
+      MPI_Irecv(&incoming, sizeof incoming, MPI_BYTE, MPI_ANY_SOURCE, kTagQuery, control_comm_,
+                &query_req);
+    }
+    for (size_t i = 0; i < reply_reqs.size();) {
+      int flag = 0;
+      MPI_Test(&reply_reqs[i], &flag, MPI_STATUS_IGNORE);
+      if (flag) {
+        reply_reqs.erase(reply_reqs.begin() + i);
+        reply_bufs.erase(reply_bufs.begin() + i);
+      } else {
+        ++i;
+      }
+    }
+
+    const double timeout = timeout_seconds.load();
+    if (!inv.active && !verdict_given) {
+      // The running task, else the oldest point-to-point transfer still in flight.
+      std::lock_guard<std::mutex> lock(current_mu_);
+      const TaskInfo* info = nullptr;
+      double elapsed = 0;
+      uint64_t token = 0;
+      if (current_running_) {
+        info = &current_info_;
+        elapsed = seconds_since(current_start_);
+        token = current_token_;
+      } else if (!pending_infos_.empty()) {
+        info = &pending_infos_.front().info;
+        elapsed = seconds_since(pending_infos_.front().start);
+        token = pending_infos_.front().token;
+      }
+      if (info && elapsed > timeout) {
+        inv = Investigation{};
+        inv.active = true;
+        inv.token = token;
+        inv.info = *info;
+        inv.elapsed = elapsed;
+      }
+      if (inv.active) {
+        if (inv.info.seq > 0) {
+          for (int r : inv.info.members) {
+            if (r != world_rank_) inv.targets.push_back(r);
+          }
+        } else if (inv.info.peer_world >= 0) {
+          inv.targets.push_back(inv.info.peer_world);
+        }
+        const size_t n = inv.targets.size();
+        inv.queries.assign(n, QueryMsg{inv.info.group_id, inv.info.seq});
+        inv.replies.assign(n, ReplyMsg{});
+        inv.send_reqs.assign(n, MPI_REQUEST_NULL);
+        inv.recv_reqs.assign(n, MPI_REQUEST_NULL);
+        inv.answered.assign(n, false);
+        for (size_t i = 0; i < n; ++i) {
+          MPI_Irecv(&inv.replies[i], sizeof(ReplyMsg), MPI_BYTE, inv.targets[i], kTagReply,
+                    control_comm_, &inv.recv_reqs[i]);
+          MPI_Isend(&inv.queries[i], sizeof(QueryMsg), MPI_BYTE, inv.targets[i], kTagQuery,
+                    control_comm_, &inv.send_reqs[i]);
+        }
+        // Peers answer within one poll interval (<= 100 ms) unless dead or wedged.
+        inv.deadline = Clock::now() + std::chrono::milliseconds(
+                                          static_cast<int>(1000 * std::clamp(timeout, 1.0, 5.0)));
+      }
+    }
+
+    if (inv.active) {
+      bool all = true;
+      for (size_t i = 0; i < inv.targets.size(); ++i) {
+        if (!inv.answered[i]) {
+          int flag = 0;
+          MPI_Test(&inv.recv_reqs[i], &flag, MPI_STATUS_IGNORE);
+          inv.answered[i] = flag != 0;
+        }
+        all = all && inv.answered[i];
+      }
+      if (all || Clock::now() > inv.deadline) {
+        inv.active = false;
+        verdict_given = true;
+        // Who did not arrive: a member that has not started this collective (or, for a
+        // point-to-point transfer, the peer), or that did not answer at all.
+        std::string missing;
+        int printer = world_rank_;
+        bool missing_rank_busy = false;
+        for (size_t i = 0; i < inv.targets.size(); ++i) {
+          const int r = inv.targets[i];
+          std::string what;
+          if (!inv.answered[i]) {
+            what = "no answer: dead or unresponsive";
+          } else if (inv.info.seq > 0 && inv.replies[i].started >= inv.info.seq) {
+            printer = std::min(printer, r);  // arrived
+            continue;
+          } else {
+            inv.replies[i].doing[sizeof(inv.replies[i].doing) - 1] = '\0';
+            missing_rank_busy = missing_rank_busy || inv.replies[i].busy != 0;
+            what = (inv.info.seq > 0 ? "started " + std::to_string(inv.replies[i].started) +
+                                           " collectives on this group, now "
+                                     : std::string("now ")) +
+                   inv.replies[i].doing;
+          }
+          missing += (missing.empty() ? "" : "; ") + std::string("world rank ") +
+                     std::to_string(r) + " (" + what + ")";
+        }
+        if (missing.empty()) {
+          missing = "none (every member arrived: the transfer itself is stuck)";
+        }
+        verdict = "tessera watchdog: " + inv.info.description + " on group '" +
+                  inv.info.group_name + "' (world ranks " + rank_list(inv.info.members) +
+                  ") did not complete within " + std::to_string(static_cast<int>(timeout)) +
+                  " s on world rank " + std::to_string(world_rank_) +
+                  "; ranks that did not arrive: " + missing + ". Aborting the job.";
+        // Cancel what is still outstanding so MPI does not write into inv later.
+        for (size_t i = 0; i < inv.targets.size(); ++i) {
+          if (!inv.answered[i]) {
+            MPI_Cancel(&inv.recv_reqs[i]);
+            MPI_Request_free(&inv.recv_reqs[i]);
+          }
+          MPI_Request_free(&inv.send_reqs[i]);
+        }
+        // The lowest arrived rank speaks for everyone; the others give it a moment to take the
+        // job down, then abort themselves (so a lost message can never leave the job hanging).
+        // If a missing rank is itself inside another operation, its own watchdog will report
+        // what it waits for, which is closer to the cause: give it that moment too.
+        const bool still_same = [&] {
+          std::lock_guard<std::mutex> lock(current_mu_);
+          if (current_running_ && current_token_ == inv.token) return true;
+          for (const auto& p : pending_infos_) {
+            if (p.token == inv.token) return true;
+          }
+          return false;
+        }();
+        if (!still_same) {
+          verdict_given = false;  // it completed meanwhile: nothing to report
+        } else if (printer == world_rank_ && !missing_rank_busy) {
+          std::fprintf(stderr, "%s\n", verdict.c_str());
+          end_job(kWatchdogExitCode);
+        } else {
+          self_abort_at = Clock::now() + std::chrono::seconds(5);
+        }
+      }
+    }
+    if (verdict_given && Clock::now() > self_abort_at) {
+      std::fprintf(stderr, "%s\n", verdict.c_str());
+      end_job(kWatchdogExitCode);
+    }
+    const double poll = std::clamp(timeout / 20, 0.001, 0.1);
+    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(poll * 1e6)));
+  }
+  MPI_Cancel(&query_req);
+  MPI_Wait(&query_req, MPI_STATUS_IGNORE);
+  for (auto& r : reply_reqs) MPI_Wait(&r, MPI_STATUS_IGNORE);
+}
+
+void Runtime::shutdown() {
+  // Nobody finalises before everybody got here. Besides being tidy, this keeps ranks out of
+  // MPI_Finalize while another rank may still fail: Open MPI 4.1.4's mpirun crashes or hangs
+  // when a rank dies while others are inside MPI_Finalize, but handles it (kills the job)
+  // when they are in an ordinary collective. The barrier is watched like any operation.
+  if (world_size_ > 1) {
+    Task t;
+    t.progress = register_group(kShutdownBarrierId);
+    t.info.description = "barrier #1 (in comm::shutdown())";
+    t.info.group_name = "world";
+    t.info.group_id = kShutdownBarrierId;
+    t.info.seq = 1;
+    for (int r = 0; r < world_size_; ++r) t.info.members.push_back(r);
+    MPI_Comm comm = world_comm_;
+    t.run = [comm] { MPI_Barrier(comm); };
+    submit(std::move(t)).wait();
+  }
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    stop_comm_ = true;
+  }
+  queue_cv_.notify_all();
+  if (comm_thread_.joinable()) comm_thread_.join();
+  stop_watchdog_ = true;
+  if (watchdog_thread_.joinable()) watchdog_thread_.join();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (we_initialised_mpi_ && !finalized) MPI_Finalize();
+}
+
+}  // namespace detail
+
+void shutdown() {
+  std::unique_ptr<detail::Runtime> rt;
+  {
+    std::lock_guard<std::mutex> lock(detail::g_instance_mu);
+    rt = std::move(detail::g_instance);
+    detail::g_shut_down = true;
+  }
+  if (rt) rt->shutdown();
+}
+
+void abort_job(const std::string& message, int code) {
+  int initialised = 0, finalized = 0;
+  MPI_Initialized(&initialised);
+  MPI_Finalized(&finalized);
+  int rank = 0, size = 1;
+  if (initialised && !finalized) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+  }
+  if (size == 1) {
+    std::fprintf(stderr, "%s\n", message.c_str());
+    std::fflush(stderr);
+    if (initialised && !finalized) shutdown();
+    std::exit(code);
+  }
+  // Rank 0 normally saw the same error: give it time to take everyone down with one message.
+  if (rank != 0) std::this_thread::sleep_for(std::chrono::seconds(2));
+  std::fprintf(stderr, "%s\n", message.c_str());
+  detail::end_job(code);
+}
+
+}  // namespace tessera::comm

@@ -1,0 +1,137 @@
+// Internal to comm/: the per-process communication runtime behind ProcessGroup.
+//  - MPI initialisation (MPI_THREAD_MULTIPLE) and finalisation.
+//  - The communication thread: one FIFO queue of tasks, executed in issue order.
+//  - The watchdog thread: times the running task; on a timeout asks the task's group members
+//    over a private control communicator (nonblocking point-to-point, tags kTagQuery/kTagReply)
+//    how many collectives of that group they have started, prints one message naming the ranks
+//    that did not arrive and ends the job (end_job). It also answers such queries from other ranks.
+// Nothing outside comm/ includes this header.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tessera/comm/process_group.h"
+
+namespace tessera::comm {
+
+// Shared state of a Work handle.
+struct Work::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<bool> done{false};
+  bool failed = false;
+  std::string error;
+};
+
+namespace detail {
+
+// How far this process got on one group: the number of collectives it has started (the
+// sequence number of the last one begun on the communication thread).
+struct GroupProgress {
+  std::atomic<int64_t> started{0};
+};
+
+// What the watchdog needs to know about a task.
+struct TaskInfo {
+  std::string description;         // "all_reduce #3 (fp32, 100 elements, at f.cc:12)"
+  std::string group_name;
+  uint64_t group_id = 0;
+  int64_t seq = 0;                 // collective sequence number on the group (1-based); 0 = p2p
+  std::vector<int> members;        // world ranks of the group, in group order
+  int peer_world = -1;             // for send/recv: the peer's world rank
+};
+
+struct Task {
+  TaskInfo info;
+  std::function<void()> run;  // throws tessera::Error (or anything) on failure
+  // Instead of run: starts a nonblocking transfer; the task completes with the request.
+  std::function<MPI_Request()> start_nonblocking;
+  std::shared_ptr<Work::State> state;
+  std::shared_ptr<GroupProgress> progress;
+};
+
+class Runtime {
+ public:
+  // The runtime, initialising MPI and starting the threads on the first call.
+  static Runtime& get();
+  // The runtime if get() was called and shutdown() was not, else nullptr.
+  static Runtime* running();
+
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
+  // A duplicate of MPI_COMM_WORLD for the world group's traffic.
+  MPI_Comm world_comm() const { return world_comm_; }
+
+  // Queues a task on the communication thread; returns its Work.
+  Work submit(Task task);
+  // Runs fn on the communication thread and waits for it (rethrowing its exception).
+  void run_sync(std::function<void()> fn, const std::string& what);
+
+  std::shared_ptr<GroupProgress> register_group(uint64_t group_id);
+
+  std::atomic<bool> check_collectives{false};
+  std::atomic<double> timeout_seconds{600.0};
+
+  // Stops the threads (after draining the queue) and finalises MPI.
+  void shutdown();
+
+ private:
+  Runtime();
+  void comm_loop();
+  void watchdog_loop();
+
+  int world_rank_ = 0;
+  int world_size_ = 1;
+  bool we_initialised_mpi_ = false;
+  MPI_Comm world_comm_ = MPI_COMM_NULL;
+  MPI_Comm control_comm_ = MPI_COMM_NULL;
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<Task> queue_;
+  bool stop_comm_ = false;
+
+  // The task running on the communication thread (watchdog reads it).
+  std::mutex current_mu_;
+  bool current_running_ = false;
+  uint64_t current_token_ = 0;
+  std::chrono::steady_clock::time_point current_start_;
+  TaskInfo current_info_;
+  struct PendingInfo {
+    std::chrono::steady_clock::time_point start;
+    uint64_t token;
+    TaskInfo info;
+  };
+  std::vector<PendingInfo> pending_infos_;  // in-flight point-to-point transfers, oldest first
+
+  std::mutex groups_mu_;
+  std::map<uint64_t, std::shared_ptr<GroupProgress>> groups_;
+
+  std::atomic<bool> stop_watchdog_{false};
+  std::thread comm_thread_;
+  std::thread watchdog_thread_;
+
+};
+
+// Ends the whole job with exit code `code` (after flushing stdio); see runtime.cc for why this
+// is not always MPI_Abort.
+[[noreturn]] void end_job(int code);
+
+// Converts a 64-bit count to MPI's int, throwing tessera::Error beyond 2^31-1.
+int mpi_count(int64_t n, const char* what);
+
+}  // namespace detail
+}  // namespace tessera::comm

@@ -1,0 +1,35 @@
+#!/bin/bash
+# tessera-train under mpirun: --print-mesh prints the layout once and exits 0; sizes that do not
+# fit the world give one error line and exit code 2 without hanging; a world larger than one
+# process is refused clearly until parallel training exists. Usage: train_mesh.sh BUILD_BIN_DIR
+set -u
+BIN="${1:?usage: train_mesh.sh BUILD_BIN_DIR}/tessera-train"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/tessera-train-mesh.XXXXXX")"
+trap 'rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); }
+fail() { failed=$((failed + 1)); echo "FAIL: $1" >&2; sed 's/^/    /' "$TMP/out" "$TMP/err" >&2; }
+FLAGS=(--model gpt2-tiny --mock-data --train-iters 1 --lr 1e-3 --eval-iters 0)
+run() { timeout 120 mpirun --oversubscribe -np "$1" "$BIN" "${@:2}" >"$TMP/out" 2>"$TMP/err"; }
+
+run 8 "${FLAGS[@]}" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --print-mesh
+code=$?
+# The Megatron order: TP groups [0,1]..., DP groups [0,2]..., PP groups [0,4]...; printed once.
+if [ $code -eq 0 ] && [ "$(grep -c '^world 8 = TP 2 x CP 1 x DP 2 x PP 2' "$TMP/out")" -eq 1 ] &&
+   grep -q '^dp  *\[0,2\] \[1,3\] \[4,6\] \[5,7\]$' "$TMP/out" &&
+   grep -q '^pp  *\[0,4\] \[1,5\] \[2,6\] \[3,7\]$' "$TMP/out"; then ok; else fail "print-mesh (exit $code)"; fi
+
+run 3 "${FLAGS[@]}" --tensor-model-parallel-size 2
+code=$?
+if [ $code -eq 2 ] && [ "$(grep -c '^error: world size 3 is not divisible by TP\*CP\*PP = 2' "$TMP/err")" -eq 1 ]; then ok
+else fail "indivisible world (exit $code)"; fi
+
+run 2 "${FLAGS[@]}"
+code=$?
+if [ $code -eq 2 ] && [ "$(grep -c '^error: world size 2' "$TMP/err")" -eq 1 ]; then ok
+else fail "world > 1 refused (exit $code)"; fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,48 @@
+// main() for distributed gtest binaries: starts the communication runtime, runs the tests on
+// every rank (rank 0 prints gtest's usual report, other ranks print only their failures, prefixed
+// with the rank), makes every rank agree on the result (any failure anywhere fails the job) and
+// shuts the runtime down.
+//   int main(int argc, char** argv) { return tessera::testing::run_distributed_tests(argc, argv); }
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "tessera/comm/process_group.h"
+#include "tessera/core/tensor.h"
+
+namespace tessera::testing {
+
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", rank_,
+                 r.file_name() ? r.file_name() : "?", r.line_number(), r.summary());
+  }
+
+ private:
+  int rank_;
+};
+
+inline int run_distributed_tests(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  auto world = comm::ProcessGroup::world();
+  if (world->rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new RankFailurePrinter(world->rank()));
+  }
+  int rc = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  Tensor t = Tensor::empty({1}, DType::kI32);
+  t.data<int32_t>()[0] = rc;
+  world->all_reduce(t, comm::ReduceOp::kMax).wait();
+  rc = t.data<int32_t>()[0];
+  world.reset();
+  comm::shutdown();
+  return rc;
+}
+
+}  // namespace tessera::testing
