@@ -1,6 +1,5 @@
 #include "tessera/comm/runtime.h"
 
-#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -104,14 +103,7 @@ Runtime::Runtime() {
     }
     timeout_seconds = s;
   }
-  // One malloc arena for the process, set before the communication thread exists. Open MPI
-  // allocates temporary buffers as large as the message inside reductions; from a thread with
-  // its own (non-main) glibc arena each such buffer is a fresh mmap (heaps of non-main arenas
-  // are capped at 64 MiB and trimmed on free), page-faulted on every call: bench/comm measured
-  // a 64-256 MiB all_reduce at 0.45x raw MPI on the main thread, 0.97-1.0x with one arena.
-  // Our allocations are few and large (tensors), so arena contention does not matter.
-  // MALLOC_ARENA_MAX in the environment still wins.
-  if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 1);
+  // The process uses one malloc arena (core/memory.cc explains why), set before main().
   comm_thread_ = std::thread([this] { comm_loop(); });
   watchdog_thread_ = std::thread([this] { watchdog_loop(); });
 }
