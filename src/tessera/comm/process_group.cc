@@ -34,6 +34,9 @@ int64_t CommStats::total_bytes() const {
 
 void Work::wait() const {
   if (!state_) return;
+  if (!state_->done.load(std::memory_order_acquire)) {
+    if (detail::Runtime* rt = detail::Runtime::running()) rt->try_run_inline(state_);
+  }
   std::unique_lock<std::mutex> lock(state_->mu);
   state_->cv.wait(lock, [&] { return state_->done.load(std::memory_order_acquire); });
   if (state_->failed) throw Error(state_->error);

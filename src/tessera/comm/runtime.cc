@@ -164,6 +164,54 @@ void finish(Task& task, bool failed, const std::string& error) {
 
 }  // namespace
 
+MPI_Request Runtime::execute(Task& task, bool& failed, std::string& error) {
+  if (task.progress && task.info.seq > 0) task.progress->started.store(task.info.seq);
+  {
+    std::lock_guard<std::mutex> lock(current_mu_);
+    current_running_ = true;
+    ++current_token_;
+    current_start_ = Clock::now();
+    current_info_ = task.info;
+  }
+  MPI_Request req = MPI_REQUEST_NULL;
+  try {
+    if (task.start_nonblocking) {
+      req = task.start_nonblocking();
+    } else {
+      task.run();
+    }
+  } catch (const std::exception& e) {
+    failed = true;
+    error = e.what();
+  }
+  std::lock_guard<std::mutex> lock(current_mu_);
+  current_running_ = false;
+  return req;
+}
+
+bool Runtime::try_run_inline(const std::shared_ptr<Work::State>& state) {
+  Task task;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (comm_busy_ || inline_running_ || queue_.empty() || queue_.front().state != state ||
+        queue_.front().start_nonblocking)
+      return false;
+    task = std::move(queue_.front());
+    queue_.pop_front();
+    inline_running_ = true;
+  }
+  bool failed = false;
+  std::string error;
+  execute(task, failed, error);
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    inline_running_ = false;
+  }
+  queue_cv_.notify_one();  // tasks issued meanwhile wait for the communication thread
+  finish(task, failed, error);
+  return true;
+}
+
 void Runtime::comm_loop() {
   // Point-to-point transfers are started nonblocking (MPI_Isend/MPI_Irecv) in issue order and
   // completed here, so two ranks that send to each other before receiving (a pipeline
@@ -177,49 +225,31 @@ void Runtime::comm_loop() {
     bool have_task = false;
     {
       std::unique_lock<std::mutex> lock(queue_mu_);
+      comm_busy_ = !pending.empty();
+      const auto ready = [&] { return !queue_.empty() && !inline_running_; };
       if (pending.empty()) {
-        queue_cv_.wait(lock, [&] { return stop_comm_ || !queue_.empty(); });
-      } else if (queue_.empty() && idle_rounds > 64) {
+        queue_cv_.wait(lock, [&] { return (stop_comm_ && !inline_running_) || ready(); });
+      } else if (!ready() && idle_rounds > 64) {
         // Poll pending transfers without burning a core: back off to 200 us sleeps.
         queue_cv_.wait_for(lock, std::chrono::microseconds(200));
       }
-      if (!queue_.empty()) {
+      if (ready()) {
         task = std::move(queue_.front());
         queue_.pop_front();
         have_task = true;
-      } else if (stop_comm_ && pending.empty()) {
+        comm_busy_ = true;
+      } else if (stop_comm_ && pending.empty() && queue_.empty() && !inline_running_) {
         return;
       }
     }
     if (have_task) {
       idle_rounds = 0;
-      if (task.progress && task.info.seq > 0) task.progress->started.store(task.info.seq);
-      {
-        std::lock_guard<std::mutex> lock(current_mu_);
-        current_running_ = true;
-        ++current_token_;
-        current_start_ = Clock::now();
-        current_info_ = task.info;
-      }
       bool failed = false;
       std::string error;
-      MPI_Request req = MPI_REQUEST_NULL;
-      try {
-        if (task.start_nonblocking) {
-          req = task.start_nonblocking();
-        } else {
-          task.run();
-        }
-      } catch (const std::exception& e) {
-        failed = true;
-        error = e.what();
-      }
-      {
+      const MPI_Request req = execute(task, failed, error);
+      if (req != MPI_REQUEST_NULL) {
         std::lock_guard<std::mutex> lock(current_mu_);
-        current_running_ = false;
-        if (req != MPI_REQUEST_NULL) {
-          pending_infos_.push_back({Clock::now(), ++current_token_, task.info});
-        }
+        pending_infos_.push_back({Clock::now(), ++current_token_, task.info});
       }
       if (req != MPI_REQUEST_NULL) {
         requests.push_back(req);

@@ -79,6 +79,12 @@ class Runtime {
   Work submit(Task task);
   // Runs fn on the communication thread and waits for it (rethrowing its exception).
   void run_sync(std::function<void()> fn, const std::string& what);
+  // Called by Work::wait(): if the task of `state` is a collective at the head of the queue and
+  // the communication thread is idle (nothing running, no transfer in flight), runs it on the
+  // calling thread and returns true. Issue order is kept: the communication thread takes no
+  // task while one runs inline. A synchronous collective then costs no thread hand-off (two
+  // context switches, ~10 us on a shared 2-core machine: 15% of a 1 MiB transfer).
+  bool try_run_inline(const std::shared_ptr<Work::State>& state);
 
   std::shared_ptr<GroupProgress> register_group(uint64_t group_id);
 
@@ -92,6 +98,8 @@ class Runtime {
   Runtime();
   void comm_loop();
   void watchdog_loop();
+  // Runs one task with the watchdog's bookkeeping; returns the request of a started transfer.
+  MPI_Request execute(Task& task, bool& failed, std::string& error);
 
   int world_rank_ = 0;
   int world_size_ = 1;
@@ -103,6 +111,8 @@ class Runtime {
   std::condition_variable queue_cv_;
   std::deque<Task> queue_;
   bool stop_comm_ = false;
+  bool comm_busy_ = false;      // the comm thread runs a task or has transfers in flight
+  bool inline_running_ = false; // a waiter runs a task itself (try_run_inline)
 
   // The task running on the communication thread (watchdog reads it).
   std::mutex current_mu_;
