@@ -18,13 +18,7 @@
 namespace {
 
 constexpr const char* kTool = "tessera-mesh";
-
-std::string one_line(std::string s) {
-  for (char& c : s)
-    if (c == '\n' || c == '\r') c = ' ';
-  while (!s.empty() && s.back() == ' ') s.pop_back();
-  return s;
-}
+using tessera::one_line;
 
 }  // namespace
 

@@ -37,6 +37,7 @@ using tessera::Error;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kTool = "tessera-preprocess";
+using tessera::one_line;
 constexpr int kMalformedReported = 5;              // malformed lines printed before going quiet
 constexpr size_t kBatchBytes = 8u << 20;           // text read per parallel batch
 constexpr uint64_t kProgressMinBytes = 64u << 20;  // inputs this big get progress lines
@@ -71,12 +72,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 bool is_blank(const std::string& s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; });
-}
-
-std::string one_line(std::string s) {
-  std::replace(s.begin(), s.end(), '\n', ' ');
-  while (!s.empty() && s.back() == ' ') s.pop_back();
-  return s;
 }
 
 // Reads the input in batches of records, line by line (POSIX getline: any line length).

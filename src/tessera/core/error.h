@@ -17,6 +17,10 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+// `s` with line breaks turned into spaces and trailing spaces dropped: messages from libraries
+// (CLI11, nlohmann::json) become the one line a user error is allowed.
+std::string one_line(std::string s);
+
 [[noreturn]] void check_failed(const char* condition, const char* file, int line,
                                const std::string& detail = "");
 

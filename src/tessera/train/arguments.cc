@@ -83,14 +83,6 @@ void add_model_flags(ModelFlags& m) {
   m.add("--init-method-std", &ModelConfig::init_method_std, "std of the normal initialisation");
 }
 
-// CLI11's messages are one line already; make sure they name what was wrong.
-std::string one_line(std::string s) {
-  for (char& c : s)
-    if (c == '\n') c = ' ';
-  while (!s.empty() && s.back() == ' ') s.pop_back();
-  return s;
-}
-
 }  // namespace
 
 int64_t TrainArgs::num_microbatches(int64_t data_parallel) const {

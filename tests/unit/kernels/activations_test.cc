@@ -20,11 +20,8 @@ using testing::to_float;
 
 using testing::max_scaled_error;
 
-// Central differences of an fp32 forward: truncation O(h^2 f''') ~ 1e-4 relative at h = 1e-2,
-// rounding ~eps_f32 |out| / h ~ 1e-5; a wrong gradient term is an O(1) error. 1e-2 is the
-// margin between the two.
-constexpr double kFdStep = 1e-2;
-constexpr double kFdTolerance = 1e-2;
+using testing::kFdStep;
+using testing::kFdTolerance;
 
 // bf16 kernel on rounded inputs against the fp32 kernel on the exact inputs: bf16 keeps 8
 // significant bits, so inputs and outputs each carry up to 2^-8 (~4e-3) relative rounding

@@ -23,12 +23,8 @@ using testing::max_scaled_error;
 
 constexpr float kEps = 1e-5f;
 
-// Finite differences of an fp32 forward: central differences have truncation error O(h^2)
-// (~1e-4 relative at h = 1e-2 for these smooth functions of O(1) inputs) and rounding error
-// ~eps_f32 * |loss| / h (~1e-5). 1e-2 leaves a wide margin while any wrong or missing term in
-// the analytic gradient shows up as an O(1) relative error.
-constexpr double kFdStep = 1e-2;
-constexpr double kFdTolerance = 1e-2;
+using testing::kFdStep;
+using testing::kFdTolerance;
 
 // fp32 kernel against a double reference: rows are reduced in fp32 with 16 lane-wise partial
 // sums, so the error is a few ulp times sqrt(C/16) -- far below 1e-5 for C <= 1000.

@@ -51,6 +51,13 @@ double max_scaled_error(const A& a, const B& b, double floor = 1e-12) {
   return err / (ref_scale + floor);
 }
 
+// Step and tolerance for checking an fp32 kernel's backward by central differences: truncation
+// error O(h^2 f''') is ~1e-4 relative at h = 1e-2 for smooth functions of O(1) inputs, rounding
+// error ~eps_f32 |loss| / h ~1e-5; a wrong or missing gradient term is an O(1) relative error.
+// 1e-2 sits between the two with a wide margin on both sides.
+constexpr double kFdStep = 1e-2;
+constexpr double kFdTolerance = 1e-2;
+
 // Central finite differences: d loss / d x_i for every i, loss = f() evaluated after writing
 // x_i +- h into x (restored afterwards). The loss is computed in double by the caller.
 inline std::vector<double> finite_difference(std::vector<float>& x,
