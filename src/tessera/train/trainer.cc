@@ -121,6 +121,9 @@ Trainer::Trainer(const TrainArgs& args) : args_(args), metrics_(args.metrics_fil
                   " training tokens make no sample of --seq-length " + std::to_string(T) + " + 1");
     if (valid_end - train_end > T)
       valid_data_ = std::make_unique<data::SequentialSampler>(*dataset_, T, train_end, valid_end, vocab);
+    if (!valid_data_ && a.eval_interval > 0 && a.eval_iters > 0)
+      std::printf("> --split '%s' leaves no validation sample of %lld + 1 tokens: no evaluation\n",
+                  a.split.c_str(), static_cast<long long>(T));
     unigram_entropy_ = unigram_entropy(*dataset_, train_end, vocab);
     std::printf("> data %s: %lld documents, %lld tokens; train %lld samples, valid %lld samples; "
                 "unigram entropy %.3f nats/token\n",
@@ -294,7 +297,10 @@ int64_t Trainer::train() {
       window_time = window_loss = 0;
       window_iters = 0;
     }
-    if (a.eval_interval > 0 && iteration % a.eval_interval == 0) m.val_loss = evaluate(iteration);
+    if (a.eval_interval > 0 && iteration % a.eval_interval == 0) {
+      const double val = evaluate(iteration);  // NaN when there is no validation data
+      if (!std::isnan(val)) m.val_loss = val;
+    }
     metrics_.write(m);
 
     if (a.exit_interval > 0 && iteration % a.exit_interval == 0) {
