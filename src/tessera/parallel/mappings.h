@@ -1,0 +1,60 @@
+// Tensor- and sequence-parallel region mappings (Megatron-Core's tensor_parallel/mappings.py),
+// written as explicit forward/backward pairs: the caller runs the forward in its layer's forward
+// and the matching backward in its layer's backward, so every collective of a TP layer is visible
+// at its call site (no autograd).
+//
+//   mapping                                   forward               backward
+//   copy_to_tp_region                         identity              all-reduce SUM
+//   reduce_from_tp_region                     all-reduce SUM        identity
+//   gather_from_sequence_parallel_region      all-gather dim 0      reduce-scatter SUM dim 0
+//   reduce_scatter_to_sequence_parallel_region reduce-scatter dim 0 all-gather dim 0
+//
+// Common contract:
+//  - `tp` is the tensor-parallel group (ParallelState::group(GroupKind::kTensor)). Every member
+//    calls the same mapping at the same point with tensors of the same shape and dtype (they are
+//    collectives). With a group of size 1 no collective is issued: the all-reduces leave the
+//    tensor as it is and the gather/scatter mappings return a copy of their input.
+//  - Tensors are fp32, bf16 or fp16 (16-bit sums accumulate in fp32, see comm/process_group.h).
+//  - "dim 0" is the leading dimension of a row-major tensor: the slice of member r is rows
+//    [r * S/n, (r+1) * S/n) of the full (S, ...) tensor (Megatron's [s, b, h] layout, sequence
+//    first). A tensor with no dims, or a full dim 0 not divisible by the group size, throws
+//    tessera::Error naming the mapping and the sizes.
+//  - In-place mappings (the all-reduces) overwrite the given tensor's storage and return the same
+//    handle; the gather/scatter mappings return a new tensor in the input's memory category.
+//  - All calls are synchronous today (they issue the collective and wait on its Work).
+//  - Not thread-safe with respect to other collectives issued on the same group from other
+//    threads (their order would decide the matching; see ProcessGroup).
+#pragma once
+
+#include "tessera/comm/process_group.h"
+#include "tessera/core/tensor.h"
+
+namespace tessera::parallel {
+
+// Forward: x is the replicated input of a column-parallel region; returned as is.
+inline Tensor copy_to_tp_region_forward(const Tensor& x, comm::ProcessGroup& /*tp*/) { return x; }
+// Backward: dx holds this rank's partial input gradient; all-reduced (SUM) in place.
+Tensor copy_to_tp_region_backward(Tensor dx, comm::ProcessGroup& tp);
+
+// Forward: y holds this rank's partial output of a row-parallel region; all-reduced in place.
+Tensor reduce_from_tp_region_forward(Tensor y, comm::ProcessGroup& tp);
+// Backward: dy is already the full (replicated) gradient; returned as is.
+inline Tensor reduce_from_tp_region_backward(const Tensor& dy, comm::ProcessGroup& /*tp*/) {
+  return dy;
+}
+
+// Forward: x (S/n, ...) is this rank's sequence slice; returns the full (S, ...) tensor, the
+// slices concatenated in rank order.
+Tensor gather_from_sequence_parallel_region_forward(const Tensor& x, comm::ProcessGroup& tp);
+// Backward: dy (S, ...) is this rank's partial gradient of the gathered tensor; returns
+// (S/n, ...) = rank's slice of the sum over ranks.
+Tensor gather_from_sequence_parallel_region_backward(const Tensor& dy, comm::ProcessGroup& tp);
+
+// Forward: y (S, ...) is this rank's partial output; returns (S/n, ...) = rank's slice of the sum.
+Tensor reduce_scatter_to_sequence_parallel_region_forward(const Tensor& y, comm::ProcessGroup& tp);
+// Backward: dy (S/n, ...) is the gradient of this rank's slice; returns the full (S, ...)
+// gradient, the slices concatenated in rank order.
+Tensor reduce_scatter_to_sequence_parallel_region_backward(const Tensor& dy,
+                                                           comm::ProcessGroup& tp);
+
+}  // namespace tessera::parallel
