@@ -4,15 +4,13 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config git
-  libopenblas-openmp-dev               # BLAS (fp32 GEMM), the OpenMP-threaded build
-  libdnnl-dev                          # oneDNN: bf16 matmul on avx512_bf16
+  build-essential cmake
+  libdnnl-dev                          # oneDNN: fp32 and bf16 GEMM (AVX-512, avx512_bf16)
+  libopenblas-openmp-dev               # OpenBLAS: the baseline bench/gemm_bench compares with
   libopenmpi-dev openmpi-bin           # distributed engine
   nlohmann-json3-dev libcli11-dev      # JSON and command-line parsing
-  libgtest-dev libgmock-dev libbenchmark-dev
-  libomp-dev
-  libsentencepiece-dev
-  fortunes fortunes-min                # English text for the demo corpus
+  libgtest-dev libbenchmark-dev
+  fortunes                             # English text for the demo corpus
 )
 
 missing=()

@@ -48,6 +48,29 @@ expect_error "config that is not JSON" "--config" "${OK_FLAGS[@]}" --config "$TM
 expect_error "no train length" "--train-iters or --train-samples" --model gpt2-tiny --mock-data --lr 1
 expect_error "no data" "--data-path PREFIX or --mock-data" --model gpt2-tiny --train-iters 1 --lr 1
 
+expect_error "no --lr" "--lr is required" --model gpt2-tiny --mock-data --train-iters 1
+expect_error "split with junk" "--split '98abc,2'" "${OK_FLAGS[@]}" --split 98abc,2
+expect_error "split with four weights" "more than three weights" "${OK_FLAGS[@]}" --split 90,10,0,50
+expect_error "unwritable export path" "--export-weights /proc/nonexistent/model.safetensors" \
+  "${OK_FLAGS[@]}" --export-weights /proc/nonexistent/model.safetensors
+expect_error "export of a config Transformers cannot load" "--normalization" \
+  "${OK_FLAGS[@]}" --position-embedding-type rope --export-weights "$TMP/out/model.safetensors"
+expect_error "GQA in GPT-2 export" "--group-query-attention" "${OK_FLAGS[@]}" \
+  --group-query-attention --num-query-groups 2 --export-weights "$TMP/out/model.safetensors"
+
+# Boolean model flags honour false, on the command line and in --config.
+echo '{"swiglu": false, "untie_embeddings_and_output_weights": false}' >"$TMP/false.json"
+for extra in "--config $TMP/false.json" "--swiglu=false"; do
+  # shellcheck disable=SC2086
+  if "$BIN" "${OK_FLAGS[@]}" $extra --eval-iters 0 >"$TMP/out" 2>&1 && grep -q "GPT-2 family" "$TMP/out"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: false boolean ($extra) switched a feature on:" >&2
+    sed 's/^/    /' "$TMP/out" >&2
+  fi
+done
+
 # A config file supplies flags; the command line wins over it.
 echo '{"num_layers": 3, "hidden-size": 48, "num-attention-heads": 6}' >"$TMP/good.json"
 if "$BIN" "${OK_FLAGS[@]}" --config "$TMP/good.json" --hidden-size 96 --eval-iters 0 >"$TMP/out" 2>&1 &&

@@ -22,6 +22,25 @@ bool is_conv1d(const model::ModelConfig& cfg, const std::string& name) {
 
 }  // namespace
 
+void check_hf_exportable(const model::ModelConfig& cfg) {
+  const auto refuse = [](const std::string& flag, const std::string& why) {
+    throw Error("--export-weights: " + flag + ": " + why);
+  };
+  if (cfg.family() == model::Family::kGpt2) {
+    if (cfg.group_query_attention && cfg.kv_heads() != cfg.num_attention_heads)
+      refuse("--group-query-attention", "GPT-2 (GPT2LMHeadModel) has no grouped-query attention");
+    return;
+  }
+  // LLaMA naming was chosen because one LLaMA feature is on; LlamaForCausalLM needs all three.
+  if (cfg.normalization != model::Normalization::kRMSNorm)
+    refuse("--normalization", "a LLaMA-family model (RoPE/SwiGLU) must use RMSNorm to be loadable by LlamaForCausalLM");
+  if (cfg.position_embedding != model::PositionEmbedding::kRope)
+    refuse("--position-embedding-type", "a LLaMA-family model (RMSNorm/SwiGLU) must use rope to be loadable by LlamaForCausalLM");
+  if (!cfg.swiglu)
+    refuse("--swiglu", "a LLaMA-family model (RMSNorm/RoPE) must use SwiGLU to be loadable by LlamaForCausalLM");
+  // Biases map onto LlamaConfig's attention_bias (q/k/v/o) and mlp_bias (gate/up/down).
+}
+
 std::string hf_config_json(const model::ModelConfig& cfg) {
   nlohmann::ordered_json j;
   if (cfg.family() == model::Family::kGpt2) {
@@ -67,6 +86,7 @@ std::string hf_config_json(const model::ModelConfig& cfg) {
 void export_hf(const model::ModelConfig& cfg, const model::ParameterSet& params,
                const std::function<Tensor(const model::Parameter&)>& master,
                const std::string& weights_path) {
+  check_hf_exportable(cfg);
   std::vector<Tensor> keep;  // owns converted copies until the file is written
   std::vector<SafeTensorView> views;
   for (const model::Parameter& p : params.all()) {

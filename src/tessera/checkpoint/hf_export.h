@@ -23,6 +23,11 @@ void export_hf(const model::ModelConfig& cfg, const model::ParameterSet& params,
                const std::function<Tensor(const model::Parameter&)>& master,
                const std::string& weights_path);
 
+// Throws tessera::Error naming the flag when cfg mixes the families in a way Transformers'
+// GPT2LMHeadModel or LlamaForCausalLM cannot represent (e.g. RoPE with LayerNorm and GELU, or
+// GQA in GPT-2), so an export is refused at startup instead of writing a model that loads wrong.
+void check_hf_exportable(const model::ModelConfig& cfg);
+
 // The config.json text for cfg.
 std::string hf_config_json(const model::ModelConfig& cfg);
 

@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <cstdlib>
 
-extern "C" void openblas_set_num_threads(int num_threads);
-
 namespace tessera {
 
 int default_num_threads() {
@@ -25,7 +23,6 @@ int default_num_threads() {
 int set_num_threads(int n) {
   if (n <= 0) n = default_num_threads();
   omp_set_num_threads(n);
-  openblas_set_num_threads(n);
   return n;
 }
 

@@ -1,4 +1,4 @@
-// Thread configuration. Each process uses one OpenMP team for our kernels and for BLAS/oneDNN.
+// Thread configuration. Each process uses one OpenMP team for our kernels and for oneDNN's GEMMs.
 // The default is cores on this node ÷ processes on this node (from Open MPI's
 // OMPI_COMM_WORLD_LOCAL_SIZE), so `mpirun -np 2` on 2 cores runs one thread per rank.
 #pragma once
@@ -7,7 +7,7 @@ namespace tessera {
 
 // Number of threads the default policy picks for this process (at least 1).
 int default_num_threads();
-// Applies `n` threads (n <= 0 means the default) to OpenMP and OpenBLAS. Returns the count set.
+// Applies `n` threads (n <= 0 means the default) to OpenMP (which oneDNN uses too). Returns the count set.
 int set_num_threads(int n);
 int num_threads();
 

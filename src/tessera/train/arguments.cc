@@ -26,20 +26,28 @@ class ModelFlags {
       if (opt->count() > 0) dst.*field = src.*field;
     });
   }
+  // A boolean flag: `--swiglu`, `--swiglu=false`, or `"swiglu": false` in --config. The field
+  // becomes `value` when the flag is true and !value when it is false (for --disable-*).
   void add_flag(const char* flag, bool ModelConfig::*field, bool value, const char* help) {
-    CLI::Option* opt = app_.add_flag(std::string(flag))->description(help);
-    copies_.push_back([opt, field, value](ModelConfig& dst, const ModelConfig&) {
-      if (opt->count() > 0) dst.*field = value;
+    auto parsed = std::make_shared<bool>(false);
+    flag_values_.push_back(parsed);
+    CLI::Option* opt = app_.add_flag(std::string(flag), *parsed, help);
+    copies_.push_back([opt, field, value, parsed](ModelConfig& dst, const ModelConfig&) {
+      if (opt->count() > 0) dst.*field = *parsed ? value : !value;
     });
   }
+  // An option naming one of `names`; anything else is an error listing them.
   template <typename E>
   void add_enum(const char* flag, E ModelConfig::*field, std::map<std::string, E> names,
                 const char* help) {
-    CLI::Option* opt =
-        app_.add_option(flag, scratch_.*field, help)->transform(CLI::CheckedTransformer(names));
-    copies_.push_back([opt, field](ModelConfig& dst, const ModelConfig& src) {
-      if (opt->count() > 0) dst.*field = src.*field;
+    auto parsed = std::make_shared<std::string>();
+    std::vector<std::string> allowed;
+    for (const auto& [name, v] : names) allowed.push_back(name);
+    CLI::Option* opt = app_.add_option(flag, *parsed, help)->check(CLI::IsMember(allowed));
+    copies_.push_back([opt, field, names, parsed](ModelConfig& dst, const ModelConfig&) {
+      if (opt->count() > 0) dst.*field = names.at(*parsed);
     });
+    enum_values_.push_back(parsed);
   }
   void apply(ModelConfig& dst) const {
     for (const auto& copy : copies_) copy(dst, scratch_);
@@ -49,6 +57,8 @@ class ModelFlags {
   CLI::App& app_;
   ModelConfig& scratch_;
   std::vector<std::function<void(ModelConfig&, const ModelConfig&)>> copies_;
+  std::vector<std::shared_ptr<bool>> flag_values_;           // storage CLI11 writes flags into
+  std::vector<std::shared_ptr<std::string>> enum_values_;
 };
 
 void add_model_flags(ModelFlags& m) {
@@ -189,9 +199,38 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   return true;
 }
 
+std::array<double, 3> split_fractions(const std::string& split) {
+  const auto bad = [&](const std::string& why) {
+    return Error("--split '" + split + "': " + why + " (expected up to three comma-separated weights, e.g. 969,30,1)");
+  };
+  std::array<double, 3> w{0, 0, 0};
+  size_t start = 0;
+  for (int i = 0;; ++i) {
+    const size_t end = std::min(split.find_first_of(",/", start), split.size());
+    if (i == 3) throw bad("more than three weights");
+    const std::string field = split.substr(start, end - start);
+    size_t used = 0;
+    try {
+      w[i] = std::stod(field, &used);
+    } catch (const std::exception&) {
+      throw bad("'" + field + "' is not a number");
+    }
+    if (used != field.size()) throw bad("'" + field + "' is not a number");
+    if (!(w[i] >= 0)) throw bad("weights must be >= 0");
+    if (end == split.size()) break;
+    start = end + 1;
+  }
+  const double total = w[0] + w[1] + w[2];
+  if (!(total > 0)) throw bad("weights sum to zero");
+  for (double& x : w) x /= total;
+  return w;
+}
+
 void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
+  split_fractions(args.split);
   args.model.validate();
   if (args.bf16 && args.fp16) throw Error("--fp16 and --bf16 are mutually exclusive: pick one");
+  if (args.lr < 0) throw Error("--lr is required (the peak learning rate)");
   if (args.train_iters == 0 && args.train_samples == 0)
     throw Error("--train-iters or --train-samples is required");
   if (args.global_batch_size % (args.micro_batch_size * data_parallel) != 0)

@@ -2,6 +2,7 @@
 // model presets (`--model NAME`, overridable by any explicit flag) and `--config FILE.json`.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -26,7 +27,7 @@ struct TrainArgs {
 
   // Optimizer and schedule.
   std::string optimizer = "adam";   // --optimizer {adam, sgd}; adam is AdamW (decoupled decay)
-  double lr = 0;                    // --lr (required)
+  double lr = -1;                   // --lr (required; negative = not given)
   double min_lr = 0;                // --min-lr
   double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;
   double sgd_momentum = 0.9;        // --sgd-momentum
@@ -79,6 +80,10 @@ struct TrainArgs {
 // Parses argv. Returns false when the run should stop successfully (--help printed).
 // Throws tessera::Error with one line (naming the flag or config key) on any bad input.
 bool parse_arguments(int argc, const char* const* argv, TrainArgs& args);
+
+// The --split weights normalised to {train, valid, test} fractions. Throws tessera::Error for
+// anything but up to three non-negative numbers separated by ',' or '/' with a positive sum.
+std::array<double, 3> split_fractions(const std::string& split);
 
 // Checks combinations (fp16 with bf16, batch divisibility, required flags); tessera::Error.
 void validate_arguments(const TrainArgs& args, int64_t data_parallel);

@@ -46,7 +46,7 @@ std::string format_log_line(const IterationMetrics& m) {
                 static_cast<long long>(m.iteration), static_cast<long long>(m.train_iters),
                 static_cast<long long>(m.consumed_samples), m.iter_time_s * 1e3, m.lr,
                 static_cast<long long>(m.global_batch_size), m.lm_loss, m.loss_scale, m.grad_norm,
-                static_cast<long long>(m.skipped_total), static_cast<long long>(m.nan_total),
+                static_cast<long long>(m.skipped_in_window), static_cast<long long>(m.nan_in_window),
                 m.tokens_per_s, m.tflops_per_rank, m.peak_mem_bytes / 1048576.0);
   return buf;
 }

@@ -18,8 +18,8 @@ struct IterationMetrics {
   double grad_norm = 0;        // global L2 norm before clipping (unscaled)
   double loss_scale = 1;
   bool skipped = false;        // update skipped (overflow or NaN with --skip-nan-iterations)
-  int64_t skipped_total = 0;
-  int64_t nan_total = 0;
+  int64_t skipped_in_window = 0;  // log line: skipped iterations since the previous log line
+  int64_t nan_in_window = 0;      // log line: NaN iterations since the previous log line
   double iter_time_s = 0;
   double tokens_per_s = 0;
   double tflops_per_rank = 0;

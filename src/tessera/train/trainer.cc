@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "tessera/checkpoint/hf_export.h"
 #include "tessera/comm/parallel_state.h"
@@ -22,26 +23,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// Normalised --split weights: {train, valid, test} fractions.
-std::array<double, 3> parse_split(const std::string& split) {
-  std::array<double, 3> w{0, 0, 0};
-  size_t start = 0;
-  for (int i = 0; i < 3 && start <= split.size(); ++i) {
-    const size_t end = std::min(split.find_first_of(",/", start), split.size());
-    try {
-      w[i] = std::stod(split.substr(start, end - start));
-    } catch (const std::exception&) {
-      throw Error("--split '" + split + "': expected up to three comma-separated numbers");
-    }
-    if (w[i] < 0) throw Error("--split '" + split + "': weights must be >= 0");
-    start = end + 1;
-  }
-  const double total = w[0] + w[1] + w[2];
-  if (!(total > 0)) throw Error("--split '" + split + "': weights sum to zero");
-  for (double& x : w) x /= total;
-  return w;
 }
 
 optim::LRScheduleOptions schedule_options(const TrainArgs& a, int64_t train_iters) {
@@ -84,6 +65,18 @@ double unigram_entropy(const data::IndexedDataset& ds, int64_t last_token, int64
 Trainer::Trainer(const TrainArgs& args) : args_(args), metrics_(args.metrics_file) {
   const auto& a = args_;
   train_iters_ = a.train_iters > 0 ? a.train_iters : a.train_samples / a.global_batch_size;
+  if (!a.export_weights.empty()) {
+    // Refuse now, not after hours of training: a config Transformers cannot load, or a path
+    // that cannot be written.
+    checkpoint::check_hf_exportable(a.model);
+    const auto path = std::filesystem::path(a.export_weights);
+    std::error_code ec;
+    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+    if (ec || !std::ofstream(a.export_weights + ".probe"))
+      throw Error("--export-weights " + a.export_weights + ": cannot write there" +
+                  (ec ? " (" + ec.message() + ")" : ""));
+    std::filesystem::remove(a.export_weights + ".probe", ec);
+  }
   const DType dtype = a.bf16 ? DType::kBF16 : a.fp16 ? DType::kF16 : DType::kF32;
   model_ = std::make_unique<model::GPTModel>(a.model, dtype, a.seed);
   optimizer_ = std::make_unique<optim::Optimizer>(
@@ -111,7 +104,7 @@ Trainer::Trainer(const TrainArgs& args) : args_(args), metrics_(args.metrics_fil
     train_data_ = std::move(mock);
   } else {
     dataset_ = std::make_unique<data::IndexedDataset>(a.data_path[0]);
-    const auto split = parse_split(a.split);
+    const auto split = split_fractions(a.split);
     const int64_t n = dataset_->num_tokens();
     const int64_t train_end = static_cast<int64_t>(std::llround(split[0] * n));
     const int64_t valid_end = static_cast<int64_t>(std::llround((split[0] + split[1]) * n));
@@ -186,7 +179,11 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
 
   if (!finite) {
     if (args_.fp16) {
-      scaler_->update(true);  // throws at the minimum scale
+      try {
+        scaler_->update(true);  // throws at the minimum scale
+      } catch (const Error& e) {
+        throw Error("iteration " + std::to_string(iteration) + ": " + e.what());
+      }
       out.skipped = true;
       return out;
     }
@@ -255,16 +252,17 @@ int64_t Trainer::train() {
   const double flops_per_iter =
       model_flops(a.model, model_->padded_vocab(), a.global_batch_size);
   const int64_t tokens_per_iter = a.global_batch_size * a.model.seq_length;
+  // Megatron's logging window: time averaged over every iteration, loss over the iterations
+  // that updated, skipped and NaN iterations counted within the window.
   double window_time = 0, window_loss = 0;
-  int64_t window_iters = 0, iteration = 0;
+  int64_t window_iters = 0, window_updates = 0, window_skipped = 0, window_nan = 0;
+  int64_t iteration = 0;
   for (iteration = 1; iteration <= train_iters_; ++iteration) {
     MemoryAccountant::instance().reset_peaks();
     const auto t0 = Clock::now();
     const StepOutcome step = train_step(iteration);
     const double dt = seconds_since(t0);
     consumed_samples_ += a.global_batch_size;
-    skipped_total_ += step.skipped ? 1 : 0;
-    nan_total_ += step.nan ? 1 : 0;
 
     IterationMetrics m;
     m.iteration = iteration;
@@ -276,46 +274,53 @@ int64_t Trainer::train() {
     m.grad_norm = step.grad_norm;
     m.loss_scale = scaler_->scale();
     m.skipped = step.skipped;
-    m.skipped_total = skipped_total_;
-    m.nan_total = nan_total_;
     m.iter_time_s = dt;
     m.tokens_per_s = tokens_per_iter / dt;
     m.tflops_per_rank = flops_per_iter / dt / 1e12;
     m.peak_mem_bytes = MemoryAccountant::instance().snapshot().total_peak;
 
     window_time += dt;
-    window_loss += m.lm_loss;
     ++window_iters;
+    window_skipped += step.skipped ? 1 : 0;
+    window_nan += step.nan ? 1 : 0;
+    if (!step.skipped) {
+      window_loss += m.lm_loss;
+      ++window_updates;
+    }
     if (iteration % a.log_interval == 0 || iteration == train_iters_) {
-      IterationMetrics avg = m;  // Megatron averages time and loss over the logging window
+      IterationMetrics avg = m;
       avg.iter_time_s = window_time / window_iters;
-      avg.lm_loss = window_loss / window_iters;
+      avg.lm_loss = window_updates > 0 ? window_loss / window_updates : m.lm_loss;
+      avg.skipped_in_window = window_skipped;
+      avg.nan_in_window = window_nan;
       avg.tokens_per_s = tokens_per_iter / avg.iter_time_s;
       avg.tflops_per_rank = flops_per_iter / avg.iter_time_s / 1e12;
       std::printf("%s\n", format_log_line(avg).c_str());
       std::fflush(stdout);
       window_time = window_loss = 0;
-      window_iters = 0;
+      window_iters = window_updates = window_skipped = window_nan = 0;
     }
-    if (a.eval_interval > 0 && iteration % a.eval_interval == 0) {
+
+    // Megatron stops at once on --exit-interval / --exit-duration-in-mins (no extra evaluation,
+    // so a time-limited job keeps to its budget); a run that reaches its last iteration ends
+    // with a validation pass.
+    const bool exit_interval = a.exit_interval > 0 && iteration % a.exit_interval == 0;
+    const bool exit_duration =
+        a.exit_duration_in_mins > 0 && seconds_since(run_start) / 60.0 >= a.exit_duration_in_mins;
+    const bool periodic_eval = a.eval_interval > 0 && iteration % a.eval_interval == 0;
+    const bool final_eval = a.eval_interval > 0 && iteration == train_iters_;
+    if (periodic_eval || final_eval) {
       const double val = evaluate(iteration);  // NaN when there is no validation data
       if (!std::isnan(val)) m.val_loss = val;
     }
     metrics_.write(m);
-
-    if (a.exit_interval > 0 && iteration % a.exit_interval == 0) {
-      std::printf("> exiting after iteration %lld (--exit-interval %lld)\n",
-                  static_cast<long long>(iteration), static_cast<long long>(a.exit_interval));
-      break;
-    }
-    if (a.exit_duration_in_mins > 0 && seconds_since(run_start) / 60.0 >= a.exit_duration_in_mins) {
-      std::printf("> exiting after iteration %lld (--exit-duration-in-mins %.2f)\n",
-                  static_cast<long long>(iteration), a.exit_duration_in_mins);
+    if (exit_interval || exit_duration) {
+      std::printf("> exiting after iteration %lld (%s)\n", static_cast<long long>(iteration),
+                  exit_interval ? "--exit-interval" : "--exit-duration-in-mins");
       break;
     }
   }
   iteration = std::min(iteration, train_iters_);
-  if (a.eval_interval > 0 && iteration % a.eval_interval != 0) evaluate(iteration);
   if (!a.export_weights.empty()) export_weights();
   return iteration;
 }
@@ -385,6 +390,13 @@ int train_main(int argc, const char* const* argv) {
     // Every rank sees the same bad flag or size; one line from rank 0, exit code 2 everywhere.
     if (runtime_up) comm::abort_job(std::string("error: ") + e.what(), kUserErrorExitCode);
     if (launcher_rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
+    return kUserErrorExitCode;
+  } catch (const std::exception& e) {
+    // A library's exception (e.g. std::filesystem on a path it cannot use) is still one line.
+    std::fflush(stdout);
+    const std::string message = std::string("error: ") + one_line(e.what());
+    if (runtime_up) comm::abort_job(message, kUserErrorExitCode);
+    std::fprintf(stderr, "%s\n", message.c_str());
     return kUserErrorExitCode;
   }
 }

@@ -49,7 +49,6 @@ class Trainer {
   TrainArgs args_;
   int64_t train_iters_ = 0;
   int64_t consumed_samples_ = 0;
-  int64_t skipped_total_ = 0, nan_total_ = 0;
   std::unique_ptr<model::GPTModel> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRScheduler> scheduler_;

@@ -112,6 +112,44 @@ TEST(Trainer, NanGradientsStopTheRunWithoutTouchingWeights) {
     EXPECT_NE(std::string(e.what()).find("iteration 2"), std::string::npos) << e.what();
   }
   EXPECT_EQ(t.optimizer().steps(), 1);  // the first update only
+  // The weights are exactly those after iteration 1 of the same run.
+  TrainArgs one = tiny_args("");
+  one.train_iters = 1;
+  one.lr_decay_iters = 2;  // the same schedule as the two-iteration run
+  Trainer reference(one);
+  reference.train();
+  const Tensor& w = t.model().params().flat_values();
+  const Tensor& r = reference.model().params().flat_values();
+  for (int64_t i = 0; i < w.numel(); ++i) ASSERT_EQ(w.data<float>()[i], r.data<float>()[i]) << i;
+}
+
+TEST(Trainer, TheLastIterationEndsWithAValidationPass) {
+  testing::TempDir dir;
+  TrainArgs a = tiny_args(dir.file("m.jsonl"));
+  a.train_iters = 5;
+  a.eval_interval = 1000;  // no periodic evaluation within 5 iterations
+  a.eval_iters = 1;
+  Trainer t(a);
+  t.train();
+  const auto m = read_metrics(a.metrics_file);
+  ASSERT_EQ(m.size(), 5u);
+  for (size_t i = 0; i + 1 < m.size(); ++i) EXPECT_FALSE(m[i].contains("val_loss"));
+  EXPECT_TRUE(m.back().contains("val_loss"));
+}
+
+TEST(Trainer, ExitIntervalStopsWithoutAnExtraEvaluation) {
+  testing::TempDir dir;
+  TrainArgs a = tiny_args(dir.file("m.jsonl"));
+  a.train_iters = 10;
+  a.exit_interval = 3;
+  a.eval_interval = 2;
+  a.eval_iters = 1;
+  Trainer t(a);
+  EXPECT_EQ(t.train(), 3);
+  const auto m = read_metrics(a.metrics_file);
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_TRUE(m[1].contains("val_loss"));   // iteration 2: periodic
+  EXPECT_FALSE(m[2].contains("val_loss"));  // iteration 3: exit, no evaluation
 }
 
 TEST(Trainer, SkipNanIterationsSkipsAndCounts) {
