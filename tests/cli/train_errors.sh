@@ -58,6 +58,13 @@ expect_error "export of a config Transformers cannot load" "--normalization" \
 expect_error "GQA in GPT-2 export" "--group-query-attention" "${OK_FLAGS[@]}" \
   --group-query-attention --num-query-groups 2 --export-weights "$TMP/out/model.safetensors"
 
+# A token outside the vocabulary is found when the data is opened, not when it is first read.
+printf 'hello world, a document\n\nand another one\n' >"$TMP/tiny.txt"
+"$(dirname "$BIN")/tessera-preprocess" --input "$TMP/tiny.txt" --input-format text \
+  --output-prefix "$TMP/tiny" --tokenizer-type ByteLevel >/dev/null 2>&1
+expect_error "token outside the vocabulary" "is outside the vocabulary [0, 100)" --model gpt2-tiny \
+  --data-path "$TMP/tiny_text_document" --vocab-size 100 --seq-length 4 --train-iters 1 --lr 1e-3
+
 # Boolean model flags honour false, on the command line and in --config.
 echo '{"swiglu": false, "untie_embeddings_and_output_weights": false}' >"$TMP/false.json"
 for extra in "--config $TMP/false.json" "--swiglu=false"; do

@@ -40,7 +40,8 @@ optim::LRScheduleOptions schedule_options(const TrainArgs& a, int64_t train_iter
 }
 
 // Entropy (nats/token) of the token frequencies in [0, last_token) of the dataset, over at most
-// the first 16M tokens: the loss of the best model that ignores context.
+// the first 16M tokens: the loss of the best model that ignores context. Throws tessera::Error
+// for a token outside [0, vocab).
 double unigram_entropy(const data::IndexedDataset& ds, int64_t last_token, int64_t vocab) {
   std::vector<int64_t> counts(vocab, 0);
   std::vector<int32_t> buf;
@@ -50,8 +51,16 @@ double unigram_entropy(const data::IndexedDataset& ds, int64_t last_token, int64
     const int64_t len = std::min(ds.sequence_length(s), limit - seen);
     buf.resize(len);
     ds.get(s, 0, len, buf.data());
-    for (int32_t t : buf)
-      if (t >= 0 && t < vocab) ++counts[t];
+    for (int64_t i = 0; i < len; ++i) {
+      const int32_t t = buf[i];
+      // This pass reads the head of the data anyway: report a bad token now, not hours later.
+      if (t < 0 || t >= vocab)
+        throw Error(ds.bin_path() + ": token " + std::to_string(t) + " at sequence " +
+                    std::to_string(s) + ", offset " + std::to_string(i) +
+                    " is outside the vocabulary [0, " + std::to_string(vocab) +
+                    ") (--vocab-size or the tokenizer's)");
+      ++counts[t];
+    }
     seen += len;
   }
   double h = 0;

@@ -77,6 +77,34 @@ TEST(Trainer, GradientAccumulationMatchesOneLargeMicroBatch) {
   EXPECT_LT(accumulation_weight_difference("adam", 1e-3), 1e-3);
 }
 
+TEST(Trainer, ClippingScalesTheUpdateByMaxNormOverNorm) {
+  // Plain SGD (no momentum) makes the update lr * clip_coeff * g, so a clipped run equals an
+  // unclipped run whose learning rate carries the coefficient Megatron computes,
+  // max_norm / (norm + 1e-6).
+  testing::TempDir dir;
+  TrainArgs clipped = tiny_args(dir.file("c.jsonl"));
+  clipped.optimizer = "sgd";
+  clipped.sgd_momentum = 0;
+  clipped.weight_decay = 0;
+  clipped.lr = 0.1;
+  clipped.train_iters = 1;
+  clipped.clip_grad = 0.05;
+  Trainer tc(clipped);
+  tc.train();
+  const double norm = read_metrics(clipped.metrics_file)[0]["grad_norm"];
+  ASSERT_GT(norm, 0.05);  // clipping is active
+  TrainArgs scaled = clipped;
+  scaled.metrics_file = "";
+  scaled.clip_grad = 0;
+  scaled.lr = 0.1 * 0.05 / (norm + 1e-6);
+  Trainer ts(scaled);
+  ts.train();
+  const Tensor& a = tc.model().params().flat_values();
+  const Tensor& b = ts.model().params().flat_values();
+  for (int64_t i = 0; i < a.numel(); ++i)
+    ASSERT_NEAR(a.data<float>()[i], b.data<float>()[i], 1e-7 + 1e-6 * std::fabs(b.data<float>()[i])) << i;
+}
+
 TEST(Trainer, LossFallsAndMetricsAreComplete) {
   testing::TempDir dir;
   TrainArgs a = tiny_args(dir.file("m.jsonl"));

@@ -1,0 +1,52 @@
+// The optimizer over a model's flat buffers: which parameters get weight decay, and that bf16
+// compute keeps exact fp32 master weights.
+#include "tessera/optim/optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include "tessera/model/gpt_model.h"
+
+namespace tessera::optim {
+namespace {
+
+TEST(Optimizer, WeightDecaySkipsBiasesAndNormWeights) {
+  model::ModelConfig cfg = model::preset("gpt2-tiny");
+  model::GPTModel m(cfg, DType::kF32, 1);
+  std::vector<float> before(m.params().flat_values().data<float>(),
+                            m.params().flat_values().data<float>() + m.params().numel());
+  Optimizer opt(m.params(), {"adam", 0.9, 0.999, 1e-8, 0.9, /*weight_decay=*/0.5});
+  m.params().zero_grads();  // zero gradients: AdamW's update is decay alone
+  opt.step(/*lr=*/0.1, 1.0f);
+  int decayed = 0, kept = 0;
+  for (const model::Parameter& p : m.params().all()) {
+    const float* w = p.value.data<float>();
+    for (int64_t i = 0; i < p.numel(); i += 17) {
+      const float w0 = before[p.offset + i];
+      // Decoupled decay: w -= lr * wd * w, computed as w * (1 - lr*wd) in fp32.
+      const float expected = p.weight_decay ? w0 * (1.0f - 0.1f * 0.5f) : w0;
+      ASSERT_NEAR(w[i], expected, 1e-7f * std::max(1.0f, std::fabs(w0))) << p.name << "[" << i << "]";
+    }
+    (p.weight_decay ? decayed : kept) += 1;
+    const bool is_norm_or_bias = p.name.find(".bias") != std::string::npos ||
+                                 p.name.find("ln_") != std::string::npos;
+    EXPECT_EQ(p.weight_decay, !is_norm_or_bias) << p.name;
+  }
+  EXPECT_GT(decayed, 0);
+  EXPECT_GT(kept, 0);
+}
+
+TEST(Optimizer, Bf16ComputeKeepsExactFp32Masters) {
+  model::ModelConfig cfg = model::preset("llama-tiny");
+  model::GPTModel m(cfg, DType::kBF16, 3);
+  Optimizer opt(m.params(), {});
+  const model::Parameter& p = m.params().get("model.layers.0.mlp.down_proj.weight");
+  const Tensor master = opt.master(p);
+  for (int64_t i = 0; i < p.numel(); i += 13) {
+    const int64_t cols = p.global_shape.back();
+    EXPECT_EQ(master.data<float>()[i], model::ParameterSet::init_value(p, 3, i / cols, i % cols));
+    EXPECT_EQ(p.value.data<bf16>()[i].bits, bf16(master.data<float>()[i]).bits);
+  }
+}
+
+}  // namespace
+}  // namespace tessera::optim
