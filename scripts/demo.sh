@@ -26,4 +26,12 @@ fi
 
 ./build/bin/tessera-train --config examples/demo_llama.json \
   --data-path "$out/fortunes_text_document" \
-  --metrics-file "$out/metrics.jsonl" --export-weights "$out/hf/model.safetensors" "$@"
+  --metrics-file "$out/metrics.jsonl" --export-weights "$out/hf/model.safetensors" "$@" \
+  | tee "$out/train.log"
+
+entropy=$(grep -o 'unigram entropy [0-9.]*' "$out/train.log" | head -n 1 | awk '{print $3}')
+val=$(grep -o '"val_loss":[0-9.eE+-]*' "$out/metrics.jsonl" | tail -n 1 | cut -d: -f2)
+if [ -n "$val" ] && [ -n "$entropy" ]; then
+  awk -v v="$val" -v h="$entropy" 'BEGIN {
+    printf "demo: last validation loss %.3f nats/token vs %.3f for the unigram entropy of the data (%.0f%%)\n", v, h, 100 * v / h }'
+fi
