@@ -3,23 +3,8 @@
 # Checks the world 8, TP 2, PP 2 layout against Megatron-Core's published table (REFERENCE.md
 # Part 1 §1), a CP/EP layout, and that sizes which do not divide give exit code 2 and exactly
 # one line on stderr. Exits non-zero if any check fails.
-set -u
 BIN="${1:?usage: mesh.sh BUILD_BIN_DIR}/tessera-mesh"
-TMP="$(mktemp -d "${TMPDIR:-/tmp}/tessera-mesh-test.XXXXXX")"
-trap 'rm -rf "$TMP"' EXIT
-passed=0
-failed=0
-
-check() {  # check DESCRIPTION COMMAND...: runs COMMAND, counts and reports the result
-  local what="$1"
-  shift
-  if "$@"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL: $what" >&2
-  fi
-}
+source "$(dirname "$0")/lib.bash" mesh-test
 has_line() { grep -qxF -- "$2" "$1"; }  # has_line FILE LINE: LINE is a whole line of FILE
 lines_in() { [ "$(wc -l < "$1")" -eq "$2" ]; }
 

@@ -3,23 +3,8 @@
 # Checks outputs and their exact sizes for .jsonl (with a malformed line) and text input, that
 # --workers does not change the output, and that user errors give exit code 2 and one line on
 # stderr. Exits non-zero if any check fails.
-set -u
 BIN="${1:?usage: preprocess.sh BUILD_BIN_DIR}/tessera-preprocess"
-TMP="$(mktemp -d "${TMPDIR:-/tmp}/tessera-preprocess-test.XXXXXX")"
-trap 'rm -rf "$TMP"' EXIT
-passed=0
-failed=0
-
-check() {  # check DESCRIPTION COMMAND...: runs COMMAND, counts and reports the result
-  local what="$1"
-  shift
-  if "$@"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL: $what" >&2
-  fi
-}
+source "$(dirname "$0")/lib.bash" preprocess-test
 size_is() { [ -f "$1" ] && [ "$(stat -c %s "$1")" -eq "$2" ]; }
 lines_in() { [ "$(wc -l < "$1")" -eq "$2" ]; }
 # idx size for n one-sequence documents: 34-byte header, 12 bytes per sequence, 8 per doc index.
