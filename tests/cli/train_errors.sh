@@ -58,6 +58,10 @@ expect_error "export of a config Transformers cannot load" "--normalization" \
 expect_error "GQA in GPT-2 export" "--group-query-attention" "${OK_FLAGS[@]}" \
   --group-query-attention --num-query-groups 2 --export-weights "$TMP/out/model.safetensors"
 
+expect_error "fp16 overflow at the minimum loss scale" "iteration 2: Current loss scale already at minimum (1024)" \
+  --model gpt2-tiny --mock-data --lr 1e-3 --num-threads 1 --train-iters 3 --fp16 --initial-loss-scale 1024 --min-loss-scale 1024 \
+  --hysteresis 1 --inject-overflow-at-iteration 2
+
 # A token outside the vocabulary is found when the data is opened, not when it is first read.
 printf 'hello world, a document\n\nand another one\n' >"$TMP/tiny.txt"
 "$(dirname "$BIN")/tessera-preprocess" --input "$TMP/tiny.txt" --input-format text \

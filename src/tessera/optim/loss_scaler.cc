@@ -78,9 +78,8 @@ void DynamicLossScaler::update(bool overflow) {
       if (s.scale == s.min_scale && s.raise_error_at_min_scale) {
         throw Error("Current loss scale already at minimum (" + to_string(s.min_scale) +
                     ") - cannot decrease scale anymore: gradients overflow at every scale "
-                    "(fp16 training diverged at step " +
-                    std::to_string(s.cur_iter) +
-                    "); lower --lr, use bf16, or restart from an earlier checkpoint");
+                    "(fp16 training diverged); lower --lr, use bf16, or restart from an earlier "
+                    "checkpoint");
       }
       s.scale = std::max(s.scale / kScaleFactor, s.min_scale);
     } else {
