@@ -51,22 +51,12 @@ Attention::Attention(ParameterSet& params, const std::string& prefix, const Mode
     : NH_(cfg.num_attention_heads), KV_(cfg.kv_heads()), HD_(cfg.head_dim()), layer_(layer),
       rope_(cfg.position_embedding == PositionEmbedding::kRope), rope_theta_(cfg.rotary_base),
       dropout_p_(cfg.attention_dropout) {
-  const auto w = qkv_names(prefix, cfg, ".weight");
-  const auto b = qkv_names(prefix, cfg, ".bias");
-  Tensor bias, dbias;
-  if (cfg.add_bias_linear) {
-    bias = params.fused_value(b);
-    dbias = params.fused_grad(b);
-  }
-  qkv_ = Linear(params.fused_value(w), params.fused_grad(w), bias, dbias);
   const std::string out = out_name(prefix, cfg);
-  Tensor out_bias, out_dbias;
-  if (cfg.add_bias_linear) {
-    out_bias = params.get(out + ".bias").value;
-    out_dbias = params.get(out + ".bias").grad;
-  }
-  out_ = Linear(params.get(out + ".weight").value, params.get(out + ".weight").grad, out_bias,
-                out_dbias);
+  const bool bias = cfg.add_bias_linear;
+  qkv_ = Linear::bind(params, qkv_names(prefix, cfg, ".weight"),
+                      bias ? qkv_names(prefix, cfg, ".bias") : std::vector<std::string>{});
+  out_ = Linear::bind(params, {out + ".weight"},
+                      bias ? std::vector<std::string>{out + ".bias"} : std::vector<std::string>{});
 }
 
 kernels::AttentionDropout Attention::dropout(const StepContext& ctx) const {

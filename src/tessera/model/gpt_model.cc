@@ -19,6 +19,13 @@ TopNames top_names(const ModelConfig& cfg) {
           "lm_head.weight"};
 }
 
+// The global position of every token of a (B, T) micro-batch, row-major.
+std::vector<int32_t> token_positions(const Batch& batch, const StepContext& ctx) {
+  std::vector<int32_t> pos(batch.B * batch.T);
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = ctx.positions[i % batch.T];
+  return pos;
+}
+
 }  // namespace
 
 GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed) : cfg_(cfg) {
@@ -54,8 +61,7 @@ GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed) :
 Tensor GPTModel::embed(const Batch& batch, const StepContext& ctx) const {
   const int64_t N = batch.B * batch.T, C = cfg_.hidden_size;
   Tensor x = Tensor::empty({N, C}, params_.compute_dtype());
-  std::vector<int32_t> pos(N);
-  for (int64_t i = 0; i < N; ++i) pos[i] = ctx.positions[i % batch.T];
+  const std::vector<int32_t> pos = token_positions(batch, ctx);
   visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     kernels::embedding_forward(x.data<T>(), batch.tokens, pos.data(), wte_.data<T>(),
@@ -71,8 +77,7 @@ Tensor GPTModel::embed(const Batch& batch, const StepContext& ctx) const {
 
 void GPTModel::embed_backward(const Tensor& dx, const Batch& batch, const StepContext& ctx) {
   const int64_t N = batch.B * batch.T, C = cfg_.hidden_size;
-  std::vector<int32_t> pos(N);
-  for (int64_t i = 0; i < N; ++i) pos[i] = ctx.positions[i % batch.T];
+  const std::vector<int32_t> pos = token_positions(batch, ctx);
   visit_float(dx.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* d = const_cast<T*>(dx.data<T>());  // dx is ours: the last use of the embedding gradient

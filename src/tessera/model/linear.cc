@@ -4,6 +4,16 @@
 
 namespace tessera::model {
 
+Linear Linear::bind(const ParameterSet& params, const std::vector<std::string>& weights,
+                    const std::vector<std::string>& biases) {
+  Tensor bias, dbias;
+  if (!biases.empty()) {
+    bias = params.fused_value(biases);
+    dbias = params.fused_grad(biases);
+  }
+  return Linear(params.fused_value(weights), params.fused_grad(weights), bias, dbias);
+}
+
 Tensor Linear::forward(const Tensor& x) const {
   const int64_t N = x.dim(0), C = x.dim(1), OC = weight_.dim(0);
   TESSERA_CHECK(weight_.dim(1) == C);

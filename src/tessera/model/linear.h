@@ -1,7 +1,11 @@
 // Linear module over a (possibly fused) weight view: out = x @ W^T + b.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "tessera/core/tensor.h"
+#include "tessera/model/parameter.h"
 
 namespace tessera::model {
 
@@ -12,6 +16,11 @@ class Linear {
   Linear(Tensor weight, Tensor dweight, Tensor bias, Tensor dbias)
       : weight_(std::move(weight)), bias_(std::move(bias)), dweight_(std::move(dweight)),
         dbias_(std::move(dbias)) {}
+
+  // The Linear over the parameters named `weights` (consecutive, fused into one (OC, C) view)
+  // and `biases` (fused likewise; empty for no bias).
+  static Linear bind(const ParameterSet& params, const std::vector<std::string>& weights,
+                     const std::vector<std::string>& biases);
 
   int64_t in_features() const { return weight_.dim(1); }
   int64_t out_features() const { return weight_.dim(0); }

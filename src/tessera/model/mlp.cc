@@ -34,21 +34,12 @@ void Mlp::declare(ParameterSet& params, const std::string& prefix, const ModelCo
 
 Mlp::Mlp(ParameterSet& params, const std::string& prefix, const ModelConfig& cfg)
     : swiglu_(cfg.swiglu), F_(cfg.ffn()) {
-  const auto w = up_names(prefix, cfg, ".weight");
-  Tensor bias, dbias;
-  if (cfg.add_bias_linear) {
-    bias = params.fused_value(up_names(prefix, cfg, ".bias"));
-    dbias = params.fused_grad(up_names(prefix, cfg, ".bias"));
-  }
-  up_ = Linear(params.fused_value(w), params.fused_grad(w), bias, dbias);
   const std::string down = down_name(prefix, cfg);
-  Tensor down_bias, down_dbias;
-  if (cfg.add_bias_linear) {
-    down_bias = params.get(down + ".bias").value;
-    down_dbias = params.get(down + ".bias").grad;
-  }
-  down_ = Linear(params.get(down + ".weight").value, params.get(down + ".weight").grad, down_bias,
-                 down_dbias);
+  const bool bias = cfg.add_bias_linear;
+  up_ = Linear::bind(params, up_names(prefix, cfg, ".weight"),
+                     bias ? up_names(prefix, cfg, ".bias") : std::vector<std::string>{});
+  down_ = Linear::bind(params, {down + ".weight"},
+                       bias ? std::vector<std::string>{down + ".bias"} : std::vector<std::string>{});
 }
 
 Tensor Mlp::forward(const Tensor& x, Saved& s) const {
