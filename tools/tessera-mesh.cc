@@ -14,11 +14,11 @@
 
 #include "tessera/comm/parallel_state.h"
 #include "tessera/core/error.h"
+#include "tessera/core/tool_main.h"
 
 namespace {
 
 constexpr const char* kTool = "tessera-mesh";
-using tessera::one_line;
 
 }  // namespace
 
@@ -34,19 +34,9 @@ int main(int argc, char** argv) {
   app.add_option("--expert-tensor-parallel-size", cfg.expert_tensor,
                  "Expert TP size (0: same as --tensor-model-parallel-size)")
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    std::fprintf(stderr, "%s: %s (see --help)\n", kTool, one_line(e.what()).c_str());
-    return tessera::kUserErrorExitCode;
-  }
-  try {
+  return tessera::run_tool(app, argc, argv, kTool, [&] {
     const tessera::comm::MeshLayout layout(world_size, cfg);
     std::fputs(tessera::comm::format_mesh(layout).c_str(), stdout);
     return 0;
-  } catch (const tessera::Error& e) {
-    std::fprintf(stderr, "%s: error: %s\n", kTool, one_line(e.what()).c_str());
-    return tessera::kUserErrorExitCode;
-  }
+  });
 }

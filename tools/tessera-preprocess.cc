@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "tessera/core/error.h"
+#include "tessera/core/tool_main.h"
 #include "tessera/data/indexed_dataset.h"
 #include "tessera/data/tokenizer.h"
 
@@ -299,20 +300,5 @@ int main(int argc, char** argv) {
   app.add_option("--workers", opt.workers, "Encoding threads (output is identical for any N)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    std::fprintf(stderr, "%s: %s (see --help)\n", kTool, one_line(e.what()).c_str());
-    return tessera::kUserErrorExitCode;
-  }
-  try {
-    return run(opt);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "%s: error: %s\n", kTool, one_line(e.what()).c_str());
-    return tessera::kUserErrorExitCode;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: internal error: %s\n", kTool, one_line(e.what()).c_str());
-    return 1;
-  }
+  return tessera::run_tool(app, argc, argv, kTool, [&] { return run(opt); });
 }

@@ -1,0 +1,29 @@
+#include "tessera/core/tool_main.h"
+
+#include <cstdio>
+
+#include "tessera/core/error.h"
+
+namespace tessera {
+
+int run_tool(CLI::App& app, int argc, const char* const* argv, const char* tool,
+             const std::function<int()>& body) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::fprintf(stderr, "%s: %s (see --help)\n", tool, one_line(e.what()).c_str());
+    return kUserErrorExitCode;
+  }
+  try {
+    return body();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", tool, one_line(e.what()).c_str());
+    return kUserErrorExitCode;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: internal error: %s\n", tool, one_line(e.what()).c_str());
+    return 1;
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,17 @@
+// The shared ending of a command-line tool's main(): parse the flags, run the tool, and turn
+// every user error into one line on stderr with exit code 2 (tessera::Error's contract).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace tessera {
+
+// Parses argv with `app` (printing --help and returning 0 when asked), then returns `body()`.
+// A CLI11 parse error or a tessera::Error prints "<tool>: ..." once and returns 2; any other
+// exception prints "<tool>: internal error: ..." and returns 1.
+int run_tool(CLI::App& app, int argc, const char* const* argv, const char* tool,
+             const std::function<int()>& body);
+
+}  // namespace tessera
