@@ -141,11 +141,4 @@ ModelConfig preset(const std::string& name) {
   throw Error("--model: unknown preset '" + name + "' (known:" + known.str() + ")");
 }
 
-const char* normalization_name(Normalization n) {
-  return n == Normalization::kLayerNorm ? "LayerNorm" : "RMSNorm";
-}
-const char* position_embedding_name(PositionEmbedding p) {
-  return p == PositionEmbedding::kRope ? "rope" : "learned_absolute";
-}
-
 }  // namespace tessera::model

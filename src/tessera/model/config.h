@@ -58,7 +58,4 @@ std::vector<std::string> preset_names();
 // The preset's values; throws tessera::Error for an unknown name (listing the known ones).
 ModelConfig preset(const std::string& name);
 
-const char* normalization_name(Normalization n);
-const char* position_embedding_name(PositionEmbedding p);
-
 }  // namespace tessera::model

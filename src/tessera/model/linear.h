@@ -22,9 +22,6 @@ class Linear {
   static Linear bind(const ParameterSet& params, const std::vector<std::string>& weights,
                      const std::vector<std::string>& biases);
 
-  int64_t in_features() const { return weight_.dim(1); }
-  int64_t out_features() const { return weight_.dim(0); }
-
   // x (N, C) -> (N, OC).
   Tensor forward(const Tensor& x) const;
   // dy (N, OC), x the forward input -> dx (N, C); accumulates dW (and db).
