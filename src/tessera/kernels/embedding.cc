@@ -50,6 +50,21 @@ void embedding_forward(T* out, const int32_t* tokens, const int32_t* positions, 
   }
 }
 
+template <typename T>
+void position_embedding_forward(T* out, const int32_t* positions, const T* wpe, int64_t N,
+                                int64_t C) {
+  TESSERA_CHECK(N >= 0 && C > 0);
+#pragma omp parallel for schedule(static) if (N * C > kParallelThreshold)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* p = wpe + static_cast<int64_t>(positions[n]) * C;
+    T* o = out + n * C;
+    for (int64_t c = 0; c < C; c += 16) {
+      const __mmask16 m = lane_mask(c, C);
+      store16(o + c, _mm512_add_ps(load16(o + c, m), load16(p + c, m)), m);
+    }
+  }
+}
+
 // Parallelised over columns: each thread owns a fixed slice of C and walks all N tokens in
 // order, adding into its columns of dwte/dwpe. No two threads touch the same element (no
 // atomics or locks), and every element receives its additions in token order n = 0..N-1, so
@@ -61,6 +76,7 @@ void embedding_backward(float* dwte, float* dwpe, const T* dout, const int32_t* 
                         int64_t V) {
   TESSERA_CHECK(N >= 0 && C > 0 && V >= 0);
   TESSERA_CHECK(dwpe == nullptr || positions != nullptr);
+  TESSERA_CHECK(dwte == nullptr || tokens != nullptr);
   const int64_t blocks = (C + 15) / 16;
 #pragma omp parallel if (N * C > kParallelThreshold)
   {
@@ -70,14 +86,22 @@ void embedding_backward(float* dwte, float* dwpe, const T* dout, const int32_t* 
     if (c_begin < c_end) {
       for (int64_t n = 0; n < N; ++n) {
         const T* g = dout + n * C;
-        const int64_t row = static_cast<int64_t>(tokens[n]) - vocab_start;
-        if (row >= 0 && row < V) add_row(dwte + row * C, g, c_begin, c_end, C);
+        if (dwte) {
+          const int64_t row = static_cast<int64_t>(tokens[n]) - vocab_start;
+          if (row >= 0 && row < V) add_row(dwte + row * C, g, c_begin, c_end, C);
+        }
         if (dwpe) add_row(dwpe + static_cast<int64_t>(positions[n]) * C, g, c_begin, c_end, C);
       }
     }
   }
 }
 
+template void position_embedding_forward<float>(float*, const int32_t*, const float*, int64_t,
+                                                int64_t);
+template void position_embedding_forward<bf16>(bf16*, const int32_t*, const bf16*, int64_t,
+                                               int64_t);
+template void position_embedding_forward<fp16>(fp16*, const int32_t*, const fp16*, int64_t,
+                                               int64_t);
 template void embedding_forward<float>(float*, const int32_t*, const int32_t*, const float*,
                                        const float*, int64_t, int64_t, int64_t, int64_t);
 template void embedding_forward<bf16>(bf16*, const int32_t*, const int32_t*, const bf16*,

@@ -15,7 +15,14 @@ template <typename T>
 void embedding_forward(T* out, const int32_t* tokens, const int32_t* positions, const T* wte,
                        const T* wpe, int64_t N, int64_t C, int64_t vocab_start, int64_t V);
 
-// dwte (V,C), dwpe (P,C) fp32 accumulated (dwpe may be nullptr); dout (N,C).
+// out (N,C) += wpe[positions[n]], in fp32: the position embedding added after the token rows
+// (which tensor parallelism reduces across ranks first). wpe (P,C).
+template <typename T>
+void position_embedding_forward(T* out, const int32_t* positions, const T* wpe, int64_t N,
+                                int64_t C);
+
+// dwte (V,C), dwpe (P,C) fp32 accumulated; dout (N,C). Either may be nullptr (not wanted);
+// tokens may be nullptr when dwte is, positions when dwpe is.
 template <typename T>
 void embedding_backward(float* dwte, float* dwpe, const T* dout, const int32_t* tokens,
                         const int32_t* positions, int64_t N, int64_t C, int64_t vocab_start,

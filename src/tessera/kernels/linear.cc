@@ -62,6 +62,21 @@ void linear_backward(T* dinp, float* dweight, float* dbias, const T* dout, const
   if (dbias != nullptr) bias_grad(dbias, dout, N, OC);
 }
 
+template <typename T>
+void bias_forward(T* out, const T* bias, int64_t N, int64_t OC) {
+  add_bias(out, bias, N, OC);
+}
+template <typename T>
+void bias_backward(float* dbias, const T* dout, int64_t N, int64_t OC) {
+  bias_grad(dbias, dout, N, OC);
+}
+template void bias_forward<float>(float*, const float*, int64_t, int64_t);
+template void bias_forward<bf16>(bf16*, const bf16*, int64_t, int64_t);
+template void bias_forward<fp16>(fp16*, const fp16*, int64_t, int64_t);
+template void bias_backward<float>(float*, const float*, int64_t, int64_t);
+template void bias_backward<bf16>(float*, const bf16*, int64_t, int64_t);
+template void bias_backward<fp16>(float*, const fp16*, int64_t, int64_t);
+
 template void linear_forward<float>(float*, const float*, const float*, const float*, int64_t,
                                     int64_t, int64_t);
 template void linear_forward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, int64_t, int64_t,

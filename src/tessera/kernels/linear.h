@@ -17,4 +17,12 @@ template <typename T>
 void linear_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
                      const T* weight, int64_t N, int64_t C, int64_t OC);
 
+// out (N,OC) += bias (OC), in fp32, stored as T (a row-parallel layer adds its bias after the
+// reduction of the partial products).
+template <typename T>
+void bias_forward(T* out, const T* bias, int64_t N, int64_t OC);
+// dbias (OC) fp32 += sum over the N rows of dout (N,OC).
+template <typename T>
+void bias_backward(float* dbias, const T* dout, int64_t N, int64_t OC);
+
 }  // namespace tessera::kernels

@@ -68,6 +68,22 @@ void ModelConfig::validate() const {
   if (!(rotary_base > 0)) bad("--rotary-base", "must be > 0");
 }
 
+void ModelConfig::validate_tensor_parallel(int tp_size, bool sequence_parallel) const {
+  const std::string tp = "--tensor-model-parallel-size " + std::to_string(tp_size);
+  if (num_attention_heads % tp_size != 0)
+    bad("--num-attention-heads", std::to_string(num_attention_heads) + " is not divisible by " + tp);
+  const int kv = kv_heads();
+  if (kv % tp_size != 0 && tp_size % kv != 0)
+    bad("--num-query-groups", std::to_string(kv) + " is neither divisible by " + tp +
+                                  " nor a divisor of it (groups are split, or replicated when "
+                                  "there are fewer groups than ranks)");
+  if (ffn() % tp_size != 0)
+    bad("--ffn-hidden-size", std::to_string(ffn()) + " is not divisible by " + tp);
+  if (sequence_parallel && seq_length % tp_size != 0)
+    bad("--sequence-parallel", "--seq-length " + std::to_string(seq_length) +
+                                   " is not divisible by " + tp);
+}
+
 int64_t ModelConfig::num_parameters() const {
   const int64_t C = hidden_size, F = ffn(), L = num_layers;
   const int64_t kv = static_cast<int64_t>(kv_heads()) * head_dim();

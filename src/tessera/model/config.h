@@ -49,6 +49,11 @@ struct ModelConfig {
 
   // Throws tessera::Error naming the offending flag when the options are inconsistent.
   void validate() const;
+  // Throws tessera::Error (naming the flags and sizes) when the model cannot be split across
+  // `tp_size` tensor-parallel ranks: heads, query groups (unless the groups divide tp_size and
+  // are replicated) and ffn size must be divisible by it, and under sequence parallelism the
+  // sequence length too.
+  void validate_tensor_parallel(int tp_size, bool sequence_parallel) const;
   // Parameter count (real vocabulary, no padding), for reports.
   int64_t num_parameters() const;
 };

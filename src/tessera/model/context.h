@@ -9,15 +9,21 @@
 
 namespace tessera::model {
 
+// Under --sequence-parallel a rank's residual stream (embeddings, norms, dropout, residual adds)
+// holds tokens [seq_begin, seq_begin + seq_local) of each sample; attention and the column/row
+// layer pairs see the whole sequence. Without it seq_begin = 0 and seq_local = T.
 struct StepContext {
-  int64_t B = 0;                   // local micro-batch size
-  int64_t T = 0;                   // local sequence length
-  std::vector<int32_t> positions;  // (T) global position of each local token
-  kernels::TokenCoords coords;     // global token ids, for dropout masks
+  int64_t B = 0;                   // micro-batch size (samples on this rank)
+  int64_t T = 0;                   // sequence length (whole)
+  int64_t seq_begin = 0;           // first token of the residual-stream slice
+  int64_t seq_local = 0;           // tokens per sample in the residual-stream slice
+  std::vector<int32_t> positions;  // (T) global position of each token of a sample
+  kernels::TokenCoords coords;     // global token ids of the residual-stream rows (dropout)
   uint64_t seed = 0;               // run seed (--seed)
   int64_t iteration = 0;           // dropout masks differ per iteration
   bool training = true;            // dropout only when training
-  int64_t N() const { return B * T; }
+  int64_t N() const { return B * T; }               // tokens in the whole micro-batch
+  int64_t local_N() const { return B * seq_local; }  // rows of the residual stream
 
   // The Philox key of one dropout site: distinct per purpose, layer and iteration, identical on
   // every rank (so masks depend only on global coordinates).
@@ -25,15 +31,19 @@ struct StepContext {
     return philox_key(seed, purpose, (static_cast<uint64_t>(iteration) << 24) ^ layer);
   }
 
-  // A context for B samples of T tokens starting at global sample index `sample_offset`.
+  // A context for B samples of T tokens starting at global sample index `sample_offset`, the
+  // residual stream holding tokens [seq_begin, seq_begin + seq_local) (seq_local 0: all T).
   static StepContext make(int64_t B, int64_t T, int64_t sample_offset, uint64_t seed,
-                          int64_t iteration, bool training) {
+                          int64_t iteration, bool training, int64_t seq_begin = 0,
+                          int64_t seq_local = 0) {
     StepContext c;
     c.B = B;
     c.T = T;
+    c.seq_begin = seq_begin;
+    c.seq_local = seq_local > 0 ? seq_local : T;
     c.positions.resize(T);
     for (int64_t t = 0; t < T; ++t) c.positions[t] = static_cast<int32_t>(t);
-    c.coords = {sample_offset, 0, T, T};
+    c.coords = {sample_offset, c.seq_begin, c.seq_local, T};
     c.seed = seed;
     c.iteration = iteration;
     c.training = training;

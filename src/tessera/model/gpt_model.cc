@@ -3,7 +3,8 @@
 #include "tessera/kernels/cross_entropy.h"
 #include "tessera/kernels/dropout.h"
 #include "tessera/kernels/embedding.h"
-#include "tessera/model/linear.h"
+#include "tessera/model/parallel_linear.h"
+#include "tessera/parallel/vocab_parallel_cross_entropy.h"
 
 namespace tessera::model {
 namespace {
@@ -19,29 +20,36 @@ TopNames top_names(const ModelConfig& cfg) {
           "lm_head.weight"};
 }
 
-// The global position of every token of a (B, T) micro-batch, row-major.
-std::vector<int32_t> token_positions(const Batch& batch, const StepContext& ctx) {
-  std::vector<int32_t> pos(batch.B * batch.T);
-  for (size_t i = 0; i < pos.size(); ++i) pos[i] = ctx.positions[i % batch.T];
+// The position of every residual-stream row (ctx.local_N() of them), row-major.
+std::vector<int32_t> token_positions(const StepContext& ctx) {
+  std::vector<int32_t> pos(ctx.local_N());
+  for (size_t i = 0; i < pos.size(); ++i)
+    pos[i] = ctx.positions[ctx.seq_begin + static_cast<int64_t>(i) % ctx.seq_local];
   return pos;
 }
 
 }  // namespace
 
-GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed) : cfg_(cfg) {
+GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
+                   const parallel::TensorParallel& tp)
+    : cfg_(cfg), tp_(tp), params_(tp.size(), tp.rank()) {
   cfg_.validate();
-  padded_vocab_ = cfg_.padded_vocab_size();
+  cfg_.validate_tensor_parallel(tp_.size(), tp_.sequence_parallel());
+  padded_vocab_ = cfg_.padded_vocab_size(tp_.size());
+  vocab_local_ = padded_vocab_ / tp_.size();
+  vocab_start_ = tp_.rank() * vocab_local_;
   const TopNames n = top_names(cfg_);
   const int64_t C = cfg_.hidden_size;
+  const ShardSpec vocab_parallel = ShardSpec::vocab(cfg_.vocab_size);
   params_.add(n.wte, {padded_vocab_, C}, InitKind::kNormal, cfg_.init_method_std, true,
-              ShardSpec{0, cfg_.vocab_size, false});
+              vocab_parallel);
   if (cfg_.position_embedding == PositionEmbedding::kLearnedAbsolute)
     params_.add(n.wpe, {cfg_.max_positions(), C}, InitKind::kNormal, cfg_.init_method_std, true);
   for (int l = 0; l < cfg_.num_layers; ++l) TransformerLayer::declare(params_, cfg_, l);
   Norm::declare(params_, n.final_norm, cfg_);
   if (cfg_.untie_embeddings_and_output_weights)
     params_.add(n.head, {padded_vocab_, C}, InitKind::kNormal, cfg_.init_method_std, true,
-                ShardSpec{0, cfg_.vocab_size, false});
+                vocab_parallel);
   params_.allocate(compute_dtype, seed);
 
   wte_ = params_.get(n.wte).value;
@@ -51,42 +59,63 @@ GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed) :
     dwpe_ = params_.get(n.wpe).grad;
   }
   layers_.reserve(cfg_.num_layers);
-  for (int l = 0; l < cfg_.num_layers; ++l) layers_.emplace_back(params_, cfg_, l);
+  for (int l = 0; l < cfg_.num_layers; ++l) layers_.emplace_back(params_, cfg_, l, &tp_);
   final_norm_ = std::make_unique<Norm>(params_, n.final_norm, cfg_);
   head_w_ = cfg_.untie_embeddings_and_output_weights ? params_.get(n.head).value : wte_;
   dhead_w_ = cfg_.untie_embeddings_and_output_weights ? params_.get(n.head).grad : dwte_;
 }
 
-// Site id of the embedding dropout: after the layers' 2L sites.
+StepContext GPTModel::context(int64_t B, int64_t T, int64_t sample_offset, uint64_t seed,
+                              int64_t iteration, bool training) const {
+  return StepContext::make(B, T, sample_offset, seed, iteration, training, tp_.seq_begin(T),
+                           tp_.seq_local(T));
+}
+
+// Vocab-parallel lookup (each rank adds its rows; the sum over TP is the embedding, reduced into
+// the residual stream's rows), then positions and dropout on those rows. The dropout site id
+// comes after the layers' 2L sites.
 Tensor GPTModel::embed(const Batch& batch, const StepContext& ctx) const {
   const int64_t N = batch.B * batch.T, C = cfg_.hidden_size;
   Tensor x = Tensor::empty({N, C}, params_.compute_dtype());
-  const std::vector<int32_t> pos = token_positions(batch, ctx);
   visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    kernels::embedding_forward(x.data<T>(), batch.tokens, pos.data(), wte_.data<T>(),
-                               wpe_.defined() ? wpe_.data<T>() : nullptr, N, C, 0, padded_vocab_);
+    kernels::embedding_forward(x.data<T>(), batch.tokens, nullptr, wte_.data<T>(),
+                               static_cast<const T*>(nullptr), N, C, vocab_start_, vocab_local_);
+  });
+  x = tp_.row_output_forward(x, batch.B);
+  const std::vector<int32_t> pos = token_positions(ctx);
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if (wpe_.defined())
+      kernels::position_embedding_forward(x.data<T>(), pos.data(), wpe_.data<T>(), x.dim(0), C);
     const float p = ctx.training ? cfg_.hidden_dropout : 0.0f;
     if (p > 0.0f)
       kernels::dropout_forward(x.data<T>(), x.data<T>(),
                                ctx.dropout_key(RngPurpose::kHiddenDropout, 2 * cfg_.num_layers),
-                               ctx.coords, N, C, p);
+                               ctx.coords, x.dim(0), C, p);
   });
   return x;
 }
 
 void GPTModel::embed_backward(const Tensor& dx, const Batch& batch, const StepContext& ctx) {
   const int64_t N = batch.B * batch.T, C = cfg_.hidden_size;
-  const std::vector<int32_t> pos = token_positions(batch, ctx);
+  const std::vector<int32_t> pos = token_positions(ctx);
   visit_float(dx.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* d = const_cast<T*>(dx.data<T>());  // dx is ours: the last use of the embedding gradient
     const float p = ctx.training ? cfg_.hidden_dropout : 0.0f;
     if (p > 0.0f)
       kernels::dropout_backward(d, d, ctx.dropout_key(RngPurpose::kHiddenDropout, 2 * cfg_.num_layers),
-                                ctx.coords, N, C, p);
-    kernels::embedding_backward(dwte_.data<float>(), dwpe_.defined() ? dwpe_.data<float>() : nullptr,
-                                d, batch.tokens, pos.data(), N, C, 0, padded_vocab_);
+                                ctx.coords, dx.dim(0), C, p);
+    if (dwpe_.defined())
+      kernels::embedding_backward(nullptr, dwpe_.data<float>(), d, nullptr, pos.data(), dx.dim(0),
+                                  C, 0, 0);
+  });
+  const Tensor dfull = tp_.row_output_backward(dx, batch.B);
+  visit_float(dfull.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    kernels::embedding_backward(dwte_.data<float>(), nullptr, dfull.data<T>(), batch.tokens,
+                                nullptr, N, C, vocab_start_, vocab_local_);
   });
 }
 
@@ -94,23 +123,31 @@ LossSum GPTModel::head(const Tensor& x, const Batch& batch, float grad_scale, Te
   const int64_t N = batch.B * batch.T;
   Norm::Saved ns;
   Tensor h = final_norm_->forward(x, ns);
-  Linear out(head_w_, dhead_w_, Tensor(), Tensor());
-  Tensor logits = out.forward(h);
+  ColumnParallelLinear out(Linear(head_w_, dhead_w_, Tensor(), Tensor()), &tp_);
+  Tensor h_full;
+  Tensor logits = out.forward(h, batch.B, &h_full);
   std::vector<float> losses(N);
   const bool backward = dx != nullptr;
   visit_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    // The logits buffer becomes its own gradient: one (N, V) buffer instead of two.
-    kernels::cross_entropy_forward_backward(losses.data(), backward ? logits.data<T>() : nullptr,
-                                            logits.data<T>(), batch.targets, batch.loss_mask, N,
-                                            padded_vocab_, cfg_.vocab_size, grad_scale);
+    // The logits buffer becomes its own gradient: one (N, V/T) buffer instead of two.
+    T* dlogits = backward ? logits.data<T>() : nullptr;
+    if (tp_.size() == 1) {
+      kernels::cross_entropy_forward_backward(losses.data(), dlogits, logits.data<T>(),
+                                              batch.targets, batch.loss_mask, N, padded_vocab_,
+                                              cfg_.vocab_size, grad_scale);
+    } else {
+      parallel::vocab_parallel_cross_entropy_forward_backward(
+          losses.data(), dlogits, logits.data<T>(), batch.targets, batch.loss_mask, N,
+          vocab_start_, vocab_local_, cfg_.vocab_size, grad_scale, *tp_.group());
+    }
   });
   LossSum sum;
   for (int64_t i = 0; i < N; ++i) {
     sum.loss_sum += losses[i];
     sum.tokens += batch.loss_mask ? batch.loss_mask[i] : 1.0f;
   }
-  if (backward) *dx = final_norm_->backward(out.backward(logits, h), ns);
+  if (backward) *dx = final_norm_->backward(out.backward(logits, h_full, batch.B), ns);
   return sum;
 }
 

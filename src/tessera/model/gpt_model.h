@@ -4,6 +4,13 @@
 // Parameters live in one ParameterSet (flat compute-dtype values, flat fp32 grads) with
 // Hugging Face names of the config's family. forward_backward() accumulates into the grads;
 // the caller zeroes them between optimizer steps.
+//
+// Tensor parallel (Megatron's layout): the token embedding is vocab-parallel (rows padded to a
+// multiple of --make-vocab-size-divisible-by x T, rank r holding rows [r*V/T, (r+1)*V/T)), the
+// layers split heads and MLP features, and the output layer (tied to the embedding shard, or
+// its own column-parallel lm_head) feeds vocab-parallel cross-entropy, so the full logits never
+// exist on one rank. Every TP rank runs the same micro-batches; after the last one the trainer
+// completes the gradients with parallel::TensorParallelGrads.
 #pragma once
 
 #include <memory>
@@ -14,6 +21,7 @@
 #include "tessera/model/norm.h"
 #include "tessera/model/parameter.h"
 #include "tessera/model/transformer_layer.h"
+#include "tessera/parallel/tensor_parallel.h"
 
 namespace tessera::model {
 
@@ -32,15 +40,24 @@ struct LossSum {
 
 class GPTModel {
  public:
-  // Validates cfg (tessera::Error on bad options), declares and initialises the parameters.
-  GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed);
+  // Validates cfg (and its fit to the TP size; tessera::Error on bad options), declares and
+  // initialises this rank's parameter shards. `tp` is copied; with the default, one process.
+  GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
+           const parallel::TensorParallel& tp = {});
+  GPTModel(const GPTModel&) = delete;  // layers point at tp_
+  GPTModel& operator=(const GPTModel&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
   ParameterSet& params() { return params_; }
   const ParameterSet& params() const { return params_; }
   int64_t padded_vocab() const { return padded_vocab_; }
+  const parallel::TensorParallel& tensor_parallel() const { return tp_; }
+  // The step context of a micro-batch for this model's TP layout (its sequence slice under SP).
+  StepContext context(int64_t B, int64_t T, int64_t sample_offset, uint64_t seed,
+                      int64_t iteration, bool training) const;
 
-  // Forward and backward of one micro-batch. Parameter grads accumulate
+  // Forward and backward of one micro-batch (the whole batch on every TP rank; ctx from
+  // context()). Parameter grads accumulate
   // grad_scale * d(loss_sum)/d(param); the caller sets grad_scale = loss_scale / tokens in the
   // global batch so that accumulated grads are those of the global mean loss.
   LossSum forward_backward(const Batch& batch, const StepContext& ctx, float grad_scale);
@@ -54,7 +71,8 @@ class GPTModel {
   LossSum head(const Tensor& x, const Batch& batch, float grad_scale, Tensor* dx);
 
   ModelConfig cfg_;
-  int64_t padded_vocab_;
+  parallel::TensorParallel tp_;
+  int64_t padded_vocab_, vocab_start_, vocab_local_;  // this rank's rows of the padded vocabulary
   ParameterSet params_;
   std::vector<TransformerLayer> layers_;
   std::unique_ptr<Norm> final_norm_;

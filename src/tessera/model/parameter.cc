@@ -11,7 +11,9 @@ Parameter& ParameterSet::add(std::string name, Shape shape, InitKind init, float
   Parameter p;
   p.name = std::move(name);
   p.global_shape = std::move(shape);
-  p.shard = shard;
+  p.shard = std::move(shard);
+  p.pieces = tp_pieces(p.global_shape, p.shard, tp_size_, tp_rank_);
+  p.local_shape = tp_local_shape(p.global_shape, p.shard, tp_size_);
   p.init = init;
   p.init_std = init_std;
   p.weight_decay = weight_decay;
@@ -34,11 +36,29 @@ float ParameterSet::init_value(const Parameter& p, uint64_t seed, int64_t row, i
   return 0.0f;
 }
 
+int64_t Parameter::global_index(int64_t i) const {
+  for (const ShardPiece& piece : pieces)
+    if (i >= piece.local_begin && i < piece.local_begin + piece.length)
+      return piece.global_begin + (i - piece.local_begin);
+  return i;
+}
+
 void ParameterSet::initial_values(const Parameter& p, float* out) const {
   const int64_t n = p.numel();
-  const int64_t cols = p.global_shape.empty() ? 1 : p.global_shape.back();
+  // The shard as (rows, cols), a vector being one row; map the split coordinate to global.
+  const bool vector = p.local_shape.size() <= 1;
+  const int64_t cols = p.local_shape.empty() ? 1 : p.local_shape.back();
+  const bool split_rows = p.shard.tp_dim == 0 && !vector;
+  const bool split_cols = p.shard.tp_dim >= 0 && !split_rows;
+  std::vector<int64_t> global_row(split_rows ? p.local_shape[0] : 0);
+  std::vector<int64_t> global_col(split_cols ? cols : 0);
+  for (size_t i = 0; i < global_row.size(); ++i) global_row[i] = p.global_index(i);
+  for (size_t i = 0; i < global_col.size(); ++i) global_col[i] = p.global_index(i);
 #pragma omp parallel for
-  for (int64_t i = 0; i < n; ++i) out[i] = init_value(p, seed_, i / cols, i % cols);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = i / cols, c = i % cols;
+    out[i] = init_value(p, seed_, split_rows ? global_row[r] : r, split_cols ? global_col[c] : c);
+  }
 }
 
 void ParameterSet::allocate(DType compute_dtype, uint64_t seed) {
@@ -47,8 +67,8 @@ void ParameterSet::allocate(DType compute_dtype, uint64_t seed) {
   grads_ = Tensor::zeros({numel_}, DType::kF32, MemoryCategory::kGrads);
   for (Parameter& p : params_) {
     const int64_t n = p.numel();
-    p.value = values_.slice_rows(p.offset, p.offset + n).view(p.global_shape);
-    p.grad = grads_.slice_rows(p.offset, p.offset + n).view(p.global_shape);
+    p.value = values_.slice_rows(p.offset, p.offset + n).view(p.local_shape);
+    p.grad = grads_.slice_rows(p.offset, p.offset + n).view(p.local_shape);
     Tensor init = Tensor::empty({n}, DType::kF32, MemoryCategory::kOther);
     initial_values(p, init.data<float>());
     p.value.copy_from(init);
@@ -71,13 +91,13 @@ Tensor ParameterSet::fused(const Tensor& flat, const std::vector<std::string>& n
   TESSERA_CHECK(!names.empty());
   const Parameter& first = get(names.front());
   // Vectors (biases) fuse into one longer vector; matrices stack their rows.
-  const bool vectors = first.global_shape.size() == 1;
-  const int64_t cols = vectors ? 1 : first.global_shape.back();
+  const bool vectors = first.local_shape.size() == 1;
+  const int64_t cols = vectors ? 1 : first.local_shape.back();
   int64_t rows = 0, next_offset = first.offset;
   for (const auto& name : names) {
     const Parameter& p = get(name);
-    TESSERA_CHECK_MSG(p.offset == next_offset && (p.global_shape.size() == 1) == vectors &&
-                          (vectors || p.global_shape.back() == cols),
+    TESSERA_CHECK_MSG(p.offset == next_offset && (p.local_shape.size() == 1) == vectors &&
+                          (vectors || p.local_shape.back() == cols),
                       name + " is not contiguous with the previous fused parameter");
     rows += p.numel() / cols;
     next_offset = p.offset + p.numel();

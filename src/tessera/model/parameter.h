@@ -2,10 +2,12 @@
 //
 // Every Parameter is one tensor of the Hugging Face checkpoint of its model family (canonical
 // name, e.g. "model.layers.3.mlp.up_proj.weight"), with its *global* shape in Tessera's layout
-// (linear weights are (out, in) like torch.nn.Linear; exporters transpose GPT-2's Conv1D). Its
-// compute-dtype value and fp32 gradient are views into two flat buffers owned by the
+// (linear weights are (out, in) like torch.nn.Linear; exporters transpose GPT-2's Conv1D). A
+// rank holds its tensor-parallel shard of it (shard.h; the whole tensor when TP is 1). The
+// shard's compute-dtype value and fp32 gradient are views into two flat buffers owned by the
 // ParameterSet, in registration order, so the optimizer steps one contiguous range and
-// consecutive parameters can be fused into one GEMM (q/k/v, gate/up) through a spanning view.
+// consecutive parameters can be fused into one GEMM (q/k/v, gate/up) through a spanning view:
+// a rank's q, k and v shards are consecutive, so its fused QKV is its heads' rows.
 #pragma once
 
 #include <cstdint>
@@ -15,16 +17,9 @@
 #include <vector>
 
 #include "tessera/core/tensor.h"
+#include "tessera/model/shard.h"
 
 namespace tessera::model {
-
-// How a parameter's global tensor is split across the tensor-parallel group. ZeRO partitioning
-// is not here: it belongs to the optimizer's flat buffers.
-struct ShardSpec {
-  int tp_dim = -1;          // dim split over TP; -1 = replicated across TP
-  int64_t vocab_rows = 0;   // real (unpadded) rows when dim 0 is a padded vocabulary
-  bool expert = false;      // lives in the expert grid instead of the dense one
-};
 
 // How a parameter is initialised; values depend only on (seed, name, element coordinates).
 enum class InitKind { kNormal, kZeros, kOnes };
@@ -33,18 +28,29 @@ struct Parameter {
   std::string name;         // canonical HF name
   Shape global_shape;       // Tessera layout, padded vocabulary included
   ShardSpec shard;
+  Shape local_shape;        // this rank's shard (= global_shape when TP is 1 or replicated)
+  std::vector<ShardPiece> pieces;  // where the shard sits in the global tensor (shard.h)
   InitKind init = InitKind::kNormal;
   float init_std = 0.0f;
   bool weight_decay = true; // false for biases and norm weights
-  int64_t offset = 0;       // element offset in the flat buffers
+  int64_t offset = 0;       // element offset of the shard in the flat buffers
   Tensor value;             // compute dtype, this rank's shard
   Tensor grad;              // fp32 view into the flat gradient buffer
-  int64_t numel() const { return shape_numel(global_shape); }
+  int64_t numel() const { return shape_numel(local_shape); }  // of the shard
+  int64_t global_numel() const { return shape_numel(global_shape); }
+  // The global index along shard.tp_dim of local index `i` along it (i itself when replicated).
+  int64_t global_index(int64_t i) const;
 };
 
 class ParameterSet {
  public:
-  // Declares a parameter; values and grads exist after allocate().
+  // The parameters as held by rank `tp_rank` of a tensor-parallel group of `tp_size`.
+  explicit ParameterSet(int tp_size = 1, int tp_rank = 0) : tp_size_(tp_size), tp_rank_(tp_rank) {}
+  int tp_size() const { return tp_size_; }
+  int tp_rank() const { return tp_rank_; }
+
+  // Declares a parameter (its global shape; the shard is derived from `shard`); values and
+  // grads exist after allocate().
   Parameter& add(std::string name, Shape shape, InitKind init, float init_std, bool weight_decay,
                  ShardSpec shard = {});
   // Allocates the flat compute-dtype value buffer and the fp32 grad buffer (zeroed), binds every
@@ -63,15 +69,18 @@ class ParameterSet {
   Tensor fused_grad(const std::vector<std::string>& names) const;
 
   Tensor& flat_values() { return values_; }
+  const Tensor& flat_values() const { return values_; }
   Tensor& flat_grads() { return grads_; }
   int64_t numel() const { return numel_; }
   DType compute_dtype() const { return values_.dtype(); }
   void zero_grads() { grads_.zero_(); }
 
-  // The fp32 initial value of element (row, col) of a parameter: a pure function of the seed,
-  // the name and the global coordinates, so any sharding initialises identically.
+  // The fp32 initial value of element (row, col) of a parameter's *global* tensor (a vector is
+  // one row): a pure function of the seed, the name and the global coordinates, so any
+  // sharding initialises identically.
   static float init_value(const Parameter& p, uint64_t seed, int64_t row, int64_t col);
-  // Writes p's fp32 initial values (numel elements) with the seed given to allocate().
+  // Writes the fp32 initial values of p's shard (numel() elements, local row-major order) with
+  // the seed given to allocate().
   void initial_values(const Parameter& p, float* out) const;
 
  private:
@@ -81,6 +90,7 @@ class ParameterSet {
   Tensor values_, grads_;
   int64_t numel_ = 0;
   uint64_t seed_ = 0;
+  int tp_size_ = 1, tp_rank_ = 0;
 };
 
 }  // namespace tessera::model

@@ -30,12 +30,13 @@ void TransformerLayer::declare(ParameterSet& params, const ModelConfig& cfg, int
   Mlp::declare(params, n.mlp, cfg);
 }
 
-TransformerLayer::TransformerLayer(ParameterSet& params, const ModelConfig& cfg, int index)
+TransformerLayer::TransformerLayer(ParameterSet& params, const ModelConfig& cfg, int index,
+                                   const parallel::TensorParallel* tp)
     : index_(index), hidden_dropout_(cfg.hidden_dropout),
       norm1_(params, names(cfg, prefix(cfg, index)).norm1, cfg),
       norm2_(params, names(cfg, prefix(cfg, index)).norm2, cfg),
-      attn_(params, names(cfg, prefix(cfg, index)).attn, cfg, index),
-      mlp_(params, names(cfg, prefix(cfg, index)).mlp, cfg) {}
+      attn_(params, names(cfg, prefix(cfg, index)).attn, cfg, index, tp),
+      mlp_(params, names(cfg, prefix(cfg, index)).mlp, cfg, tp) {}
 
 // Dropout sites are numbered 2*layer (after attention) and 2*layer + 1 (after the MLP).
 Tensor TransformerLayer::dropout_add(const Tensor& residual, const Tensor& branch, int site,
@@ -71,14 +72,14 @@ Tensor TransformerLayer::dropout_backward(const Tensor& d, int site, const StepC
 Tensor TransformerLayer::forward(const Tensor& x, Saved& s, const StepContext& ctx) const {
   Tensor a = attn_.forward(norm1_.forward(x, s.norm1), s.attn, ctx);
   s.residual = dropout_add(x, a, 2 * index_, ctx);
-  Tensor m = mlp_.forward(norm2_.forward(s.residual, s.norm2), s.mlp);
+  Tensor m = mlp_.forward(norm2_.forward(s.residual, s.norm2), s.mlp, ctx.B);
   return dropout_add(s.residual, m, 2 * index_ + 1, ctx);
 }
 
 Tensor TransformerLayer::backward(const Tensor& dout, const Saved& s,
                                   const StepContext& ctx) const {
   // out = r + mlp(norm2(r)):  dr = dout + norm2'(mlp'(dout))
-  Tensor dn2 = mlp_.backward(dropout_backward(dout, 2 * index_ + 1, ctx), s.mlp);
+  Tensor dn2 = mlp_.backward(dropout_backward(dout, 2 * index_ + 1, ctx), s.mlp, ctx.B);
   Tensor dr = norm2_.backward(dn2, s.norm2);
   visit_float(dr.dtype(), [&](auto tag) {
     using T = decltype(tag);

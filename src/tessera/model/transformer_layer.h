@@ -24,9 +24,10 @@ class TransformerLayer {
   // The HF prefix of layer `index`: "transformer.h.3" or "model.layers.3".
   static std::string prefix(const ModelConfig& cfg, int index);
   static void declare(ParameterSet& params, const ModelConfig& cfg, int index);
-  TransformerLayer(ParameterSet& params, const ModelConfig& cfg, int index);
+  TransformerLayer(ParameterSet& params, const ModelConfig& cfg, int index,
+                   const parallel::TensorParallel* tp);
 
-  // x (N, C) -> (N, C)
+  // x (N, C) -> (N, C), N = ctx.local_N() residual-stream rows
   Tensor forward(const Tensor& x, Saved& s, const StepContext& ctx) const;
   // dout (N, C) -> dx (N, C); accumulates parameter gradients.
   Tensor backward(const Tensor& dout, const Saved& s, const StepContext& ctx) const;

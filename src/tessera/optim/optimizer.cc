@@ -22,7 +22,7 @@ Optimizer::Optimizer(model::ParameterSet& params, const OptimizerOptions& option
 }
 
 Tensor Optimizer::master(const model::Parameter& p) const {
-  return master_.slice_rows(p.offset, p.offset + p.numel()).view(p.global_shape);
+  return master_.slice_rows(p.offset, p.offset + p.numel()).view(p.local_shape);
 }
 
 void Optimizer::step(double lr, float grad_scale) {

@@ -15,10 +15,13 @@
 //    collectives). With a group of size 1 no collective is issued: the all-reduces leave the
 //    tensor as it is and the gather/scatter mappings return a copy of their input.
 //  - Tensors are fp32, bf16 or fp16 (16-bit sums accumulate in fp32, see comm/process_group.h).
-//  - "dim 0" is the leading dimension of a row-major tensor: the slice of member r is rows
-//    [r * S/n, (r+1) * S/n) of the full (S, ...) tensor (Megatron's [s, b, h] layout, sequence
-//    first). A tensor with no dims, or a full dim 0 not divisible by the group size, throws
-//    tessera::Error naming the mapping and the sizes.
+//  - The sequence-parallel mappings see their tensor's rows as (batch, S, ...): `batch` samples
+//    of S tokens each (Tessera's activations are (B, T, C), batch first). Member r holds tokens
+//    [r * S/n, (r+1) * S/n) of every sample, i.e. a (batch, S/n, ...) tensor; the gathered tensor
+//    is (batch, S, ...) in token order. With batch 1 this is Megatron's split of dim 0 of its
+//    [s, b, h] layout; with batch > 1 the blocks are interleaved per sample (one extra copy of
+//    the gathered or scattered tensor). A tensor with no dims, rows not divisible by `batch`, or
+//    S not divisible by the group size throws tessera::Error naming the mapping and the sizes.
 //  - In-place mappings (the all-reduces) overwrite the given tensor's storage and return the same
 //    handle; the gather/scatter mappings return a new tensor in the input's memory category.
 //  - All calls are synchronous today (they issue the collective and wait on its Work).
@@ -43,18 +46,23 @@ inline Tensor reduce_from_tp_region_backward(const Tensor& dy, comm::ProcessGrou
   return dy;
 }
 
-// Forward: x (S/n, ...) is this rank's sequence slice; returns the full (S, ...) tensor, the
-// slices concatenated in rank order.
-Tensor gather_from_sequence_parallel_region_forward(const Tensor& x, comm::ProcessGroup& tp);
-// Backward: dy (S, ...) is this rank's partial gradient of the gathered tensor; returns
-// (S/n, ...) = rank's slice of the sum over ranks.
-Tensor gather_from_sequence_parallel_region_backward(const Tensor& dy, comm::ProcessGroup& tp);
+// Forward: x (batch, S/n, ...) is this rank's sequence slice; returns the full (batch, S, ...)
+// tensor, the slices in rank order within each sample.
+Tensor gather_from_sequence_parallel_region_forward(const Tensor& x, comm::ProcessGroup& tp,
+                                                    int64_t batch = 1);
+// Backward: dy (batch, S, ...) is this rank's partial gradient of the gathered tensor; returns
+// (batch, S/n, ...) = rank's slice of the sum over ranks.
+Tensor gather_from_sequence_parallel_region_backward(const Tensor& dy, comm::ProcessGroup& tp,
+                                                     int64_t batch = 1);
 
-// Forward: y (S, ...) is this rank's partial output; returns (S/n, ...) = rank's slice of the sum.
-Tensor reduce_scatter_to_sequence_parallel_region_forward(const Tensor& y, comm::ProcessGroup& tp);
-// Backward: dy (S/n, ...) is the gradient of this rank's slice; returns the full (S, ...)
-// gradient, the slices concatenated in rank order.
+// Forward: y (batch, S, ...) is this rank's partial output; returns (batch, S/n, ...) = rank's
+// slice of the sum.
+Tensor reduce_scatter_to_sequence_parallel_region_forward(const Tensor& y, comm::ProcessGroup& tp,
+                                                          int64_t batch = 1);
+// Backward: dy (batch, S/n, ...) is the gradient of this rank's slice; returns the full
+// (batch, S, ...) gradient.
 Tensor reduce_scatter_to_sequence_parallel_region_backward(const Tensor& dy,
-                                                           comm::ProcessGroup& tp);
+                                                           comm::ProcessGroup& tp,
+                                                           int64_t batch = 1);
 
 }  // namespace tessera::parallel

@@ -113,5 +113,10 @@ template void vocab_parallel_cross_entropy_forward_backward<bf16>(float*, bf16*,
                                                                   int64_t, int64_t, int64_t,
                                                                   int64_t, float,
                                                                   comm::ProcessGroup&);
+template void vocab_parallel_cross_entropy_forward_backward<fp16>(float*, fp16*, const fp16*,
+                                                                  const int32_t*, const float*,
+                                                                  int64_t, int64_t, int64_t,
+                                                                  int64_t, float,
+                                                                  comm::ProcessGroup&);
 
 }  // namespace tessera::parallel

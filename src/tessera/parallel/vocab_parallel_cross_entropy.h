@@ -25,7 +25,7 @@ namespace tessera::parallel {
 // Collective over `tp`: every member calls it with the same N, V_real, mask and targets, its own
 // vocab_start/V_local (the ranges of the members tile [0, V) in any order). A target outside
 // [0, V_real) on an unmasked row is a bug (checked). Arithmetic in fp32 (the final log in double,
-// as the kernel). T is float or bf16. Temporary buffers: 3 * N fp32 in MemoryCategory::kComm.
+// as the kernel). T is float, bf16 or fp16. Temporary buffers: 3 * N fp32 in MemoryCategory::kComm.
 template <typename T>
 void vocab_parallel_cross_entropy_forward_backward(float* losses, T* dlogits, const T* logits,
                                                    const int32_t* targets, const float* loss_mask,

@@ -1,0 +1,51 @@
+// Completing a tensor-parallel rank's gradients, and their global norm.
+//
+// After the backward passes of an iteration each rank's flat gradient buffer holds:
+//   - split parameters (column/row weights, vocab rows): the exact gradient of its shard;
+//   - replicated parameters (norms, row-parallel biases, position embedding): the full gradient,
+//     identical on every rank, or, under --sequence-parallel, only the part from this rank's
+//     slice of the sequence;
+//   - key/value heads replicated because there are fewer query groups than ranks: the part from
+//     this rank's query heads only.
+// finalize() sums the partial ones (over TP for the sequence-parallel case, over each replica
+// group for the key/value heads), so every rank's gradients equal the single-process
+// gradients restricted to its shard. sum_squares() then counts every global element once (a
+// replicated element on one rank only) and sums over TP, so the norm and clipping match the
+// single-process run.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "tessera/model/parameter.h"
+#include "tessera/parallel/tensor_parallel.h"
+
+namespace tessera::parallel {
+
+class TensorParallelGrads {
+ public:
+  // Collective over tp's group (creates the replica groups it needs). `params` must outlive this.
+  TensorParallelGrads(model::ParameterSet& params, const TensorParallel& tp);
+
+  // Sums the partial gradients (see above). Collective; a no-op when TP is 1.
+  void finalize();
+  // Sum of squares of the global gradient (after finalize()), identical on every TP rank.
+  double sum_squares() const;
+
+ private:
+  struct Range {
+    int64_t offset, length;  // elements of the flat gradient buffer
+  };
+  // Gathers `ranges` of the flat grads into one buffer, all-reduces it over `group`, scatters back.
+  void all_reduce_ranges(const std::vector<Range>& ranges, comm::ProcessGroup& group);
+
+  model::ParameterSet& params_;
+  TensorParallel tp_;
+  std::vector<Range> sequence_parallel_;           // replicated params under SP
+  std::map<int, std::vector<Range>> replicated_;   // by replica-group size: replicated KV rows
+  std::map<int, std::shared_ptr<comm::ProcessGroup>> replica_groups_;
+  std::vector<Range> norm_ranges_;                 // what this rank counts in the norm
+};
+
+}  // namespace tessera::parallel
