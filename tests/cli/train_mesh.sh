@@ -1,7 +1,7 @@
 #!/bin/bash
 # tessera-train under mpirun: --print-mesh prints the layout once and exits 0; sizes that do not
-# fit the world give one error line and exit code 2 without hanging; a world larger than one
-# process is refused clearly until parallel training exists. Usage: train_mesh.sh BUILD_BIN_DIR
+# fit the world give one error line and exit code 2 without hanging; a world with data (or
+# pipeline) parallelism is refused clearly until it exists. Usage: train_mesh.sh BUILD_BIN_DIR
 set -u
 BIN="${1:?usage: train_mesh.sh BUILD_BIN_DIR}/tessera-train"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

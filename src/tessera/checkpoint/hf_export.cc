@@ -91,7 +91,7 @@ void export_hf(const model::ModelConfig& cfg, const model::ParameterSet& params,
   std::vector<SafeTensorView> views;
   for (const model::Parameter& p : params.all()) {
     Tensor value = master(p);
-    TESSERA_CHECK(value.dtype() == DType::kF32 && value.numel() == p.numel());
+    TESSERA_CHECK(value.dtype() == DType::kF32 && value.numel() == p.global_numel());
     Shape shape = p.global_shape;
     if (p.shard.vocab_rows > 0) {  // strip padded vocabulary rows
       value = value.slice_rows(0, p.shard.vocab_rows);

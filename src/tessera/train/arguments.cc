@@ -156,6 +156,8 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   app.add_option("--split", args.split, "train,valid,test weights");
 
   app.add_option("--tensor-model-parallel-size", args.tensor_model_parallel_size)->check(CLI::PositiveNumber);
+  app.add_flag("--sequence-parallel", args.sequence_parallel,
+               "split norms, dropout and residuals along the sequence across the TP group");
   app.add_option("--pipeline-model-parallel-size", args.pipeline_model_parallel_size)->check(CLI::PositiveNumber);
   app.add_option("--context-parallel-size", args.context_parallel_size)->check(CLI::PositiveNumber);
   app.add_option("--expert-model-parallel-size", args.expert_model_parallel_size)->check(CLI::PositiveNumber);
@@ -229,6 +231,7 @@ std::array<double, 3> split_fractions(const std::string& split) {
 void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
   split_fractions(args.split);
   args.model.validate();
+  args.model.validate_tensor_parallel(args.tensor_model_parallel_size, args.sequence_parallel);
   if (args.bf16 && args.fp16) throw Error("--fp16 and --bf16 are mutually exclusive: pick one");
   if (args.lr < 0) throw Error("--lr is required (the peak learning rate)");
   if (args.train_iters == 0 && args.train_samples == 0)

@@ -55,10 +55,10 @@ struct TrainArgs {
   std::string tokenizer_type;       // --tokenizer-type (ByteLevel)
   std::string split = "969,30,1";   // --split (train, valid, test weights)
 
-  // Process mesh (issue: distributed runtime). Parallel training arrives with the layers that
-  // use these groups; today the sizes are validated, the mesh can be printed, and a world of
-  // one process trains.
+  // Process mesh. Training runs tensor (+ sequence) parallel across the world; the other sizes
+  // are validated and printed by --print-mesh, and arrive with their features.
   int tensor_model_parallel_size = 1;    // --tensor-model-parallel-size
+  bool sequence_parallel = false;        // --sequence-parallel (off with a warning at TP 1)
   int pipeline_model_parallel_size = 1;  // --pipeline-model-parallel-size
   int context_parallel_size = 1;         // --context-parallel-size
   int expert_model_parallel_size = 1;    // --expert-model-parallel-size
@@ -85,7 +85,8 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args);
 // anything but up to three non-negative numbers separated by ',' or '/' with a positive sum.
 std::array<double, 3> split_fractions(const std::string& split);
 
-// Checks combinations (fp16 with bf16, batch divisibility, required flags); tessera::Error.
+// Checks combinations (fp16 with bf16, batch divisibility, required flags, the model's fit to
+// the tensor-parallel size); tessera::Error.
 void validate_arguments(const TrainArgs& args, int64_t data_parallel);
 
 }  // namespace tessera::train

@@ -7,13 +7,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "tessera/checkpoint/hf_export.h"
 #include "tessera/comm/parallel_state.h"
 #include "tessera/comm/process_group.h"
 #include "tessera/core/threads.h"
 #include "tessera/data/byte_tokenizer.h"
-#include "tessera/kernels/adamw.h"
+#include "tessera/parallel/gather_parameter.h"
 #include "tessera/train/flops.h"
 
 namespace tessera::train {
@@ -71,10 +72,12 @@ double unigram_entropy(const data::IndexedDataset& ds, int64_t last_token, int64
 
 }  // namespace
 
-Trainer::Trainer(const TrainArgs& args) : args_(args), metrics_(args.metrics_file) {
+Trainer::Trainer(const TrainArgs& args, const parallel::TensorParallel& tp)
+    : args_(args), tp_(tp), reporting_rank_(tp.rank() == 0),
+      metrics_(reporting_rank_ ? args.metrics_file : std::string()) {
   const auto& a = args_;
   train_iters_ = a.train_iters > 0 ? a.train_iters : a.train_samples / a.global_batch_size;
-  if (!a.export_weights.empty()) {
+  if (!a.export_weights.empty() && reporting_rank_) {
     // Refuse now, not after hours of training: a config Transformers cannot load, or a path
     // that cannot be written.
     checkpoint::check_hf_exportable(a.model);
@@ -87,7 +90,8 @@ Trainer::Trainer(const TrainArgs& args) : args_(args), metrics_(args.metrics_fil
     std::filesystem::remove(a.export_weights + ".probe", ec);
   }
   const DType dtype = a.bf16 ? DType::kBF16 : a.fp16 ? DType::kF16 : DType::kF32;
-  model_ = std::make_unique<model::GPTModel>(a.model, dtype, a.seed);
+  model_ = std::make_unique<model::GPTModel>(a.model, dtype, a.seed, tp_);
+  tp_grads_ = std::make_unique<parallel::TensorParallelGrads>(model_->params(), tp_);
   optimizer_ = std::make_unique<optim::Optimizer>(
       model_->params(), optim::OptimizerOptions{a.optimizer == "sgd" ? "sgd" : "adam",
                                                 a.adam_beta1, a.adam_beta2, a.adam_eps,
@@ -141,6 +145,10 @@ Trainer::Trainer(const TrainArgs& args) : args_(args), metrics_(args.metrics_fil
               a.model.hidden_size, a.model.num_attention_heads, a.model.kv_heads(), a.model.ffn(),
               static_cast<long long>(vocab), static_cast<long long>(model_->padded_vocab()),
               dtype_name(dtype), num_threads());
+  if (tp_.size() > 1)
+    std::printf("> tensor parallel: %d ranks%s, %lld parameters (with padding) on each rank\n",
+                tp_.size(), tp_.sequence_parallel() ? " with sequence parallelism" : "",
+                static_cast<long long>(model_->params().numel()));
   std::fflush(stdout);
 }
 
@@ -174,15 +182,16 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
     const int64_t first = consumed_samples_ + m * mbs;
     load_samples(*train_data_, first, mbs);
     model::Batch batch{tokens_.data(), targets_.data(), nullptr, mbs, T};
-    const auto ctx = model::StepContext::make(mbs, T, first, args_.seed, iteration, true);
+    const auto ctx = model_->context(mbs, T, first, args_.seed, iteration, true);
     const model::LossSum s = model_->forward_backward(batch, ctx, grad_scale);
     out.loss_sum += s.loss_sum;
     out.tokens += s.tokens;
   }
 
+  tp_grads_->finalize();
   Tensor& grads = model_->params().flat_grads();
   if (iteration == args_.inject_overflow_at) grads.data<float>()[0] = INFINITY;  // test hook
-  const double sum_sq = kernels::sum_squares(grads.data<float>(), grads.numel());
+  const double sum_sq = tp_grads_->sum_squares();
   const bool finite = std::isfinite(sum_sq) && std::isfinite(out.loss_sum);
   out.grad_norm = std::sqrt(sum_sq) / loss_scale;
 
@@ -232,7 +241,7 @@ double Trainer::evaluate(int64_t iteration) {
     const int64_t at = first + i * mbs;
     load_samples(*sampler, at, mbs);
     model::Batch batch{tokens_.data(), targets_.data(), nullptr, mbs, T};
-    const auto ctx = model::StepContext::make(mbs, T, at, args_.seed, iteration, false);
+    const auto ctx = model_->context(mbs, T, at, args_.seed, iteration, false);
     const model::LossSum s = model_->forward_loss(batch, ctx);
     loss += s.loss_sum;
     tokens += s.tokens;
@@ -261,6 +270,7 @@ int64_t Trainer::train() {
   const double flops_per_iter =
       model_flops(a.model, model_->padded_vocab(), a.global_batch_size);
   const int64_t tokens_per_iter = a.global_batch_size * a.model.seq_length;
+  const int world_size = tp_.size();  // the job's ranks (TP is the only parallelism trained today)
   // Megatron's logging window: time averaged over every iteration, loss over the iterations
   // that updated, skipped and NaN iterations counted within the window.
   double window_time = 0, window_loss = 0;
@@ -285,7 +295,7 @@ int64_t Trainer::train() {
     m.skipped = step.skipped;
     m.iter_time_s = dt;
     m.tokens_per_s = tokens_per_iter / dt;
-    m.tflops_per_rank = flops_per_iter / dt / 1e12;
+    m.tflops_per_rank = flops_per_iter / world_size / dt / 1e12;
     m.peak_mem_bytes = MemoryAccountant::instance().snapshot().total_peak;
 
     window_time += dt;
@@ -303,7 +313,7 @@ int64_t Trainer::train() {
       avg.skipped_in_window = window_skipped;
       avg.nan_in_window = window_nan;
       avg.tokens_per_s = tokens_per_iter / avg.iter_time_s;
-      avg.tflops_per_rank = flops_per_iter / avg.iter_time_s / 1e12;
+      avg.tflops_per_rank = flops_per_iter / world_size / avg.iter_time_s / 1e12;
       std::printf("%s\n", format_log_line(avg).c_str());
       std::fflush(stdout);
       window_time = window_loss = 0;
@@ -335,10 +345,17 @@ int64_t Trainer::train() {
 }
 
 void Trainer::export_weights() const {
+  // Every rank takes part in gathering each parameter; the reporting rank keeps and writes them.
+  std::map<std::string, Tensor> full;
+  for (const model::Parameter& p : model_->params().all()) {
+    Tensor t = parallel::gather_parameter(p, optimizer_->master(p), tp_);
+    if (reporting_rank_) full[p.name] = t;
+  }
+  if (!reporting_rank_) return;
   const auto path = std::filesystem::path(args_.export_weights);
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
   checkpoint::export_hf(args_.model, model_->params(),
-                        [&](const model::Parameter& p) { return optimizer_->master(p); },
+                        [&](const model::Parameter& p) { return full.at(p.name); },
                         args_.export_weights);
   std::printf("> exported weights to %s (+ config.json)\n", args_.export_weights.c_str());
 }
@@ -353,8 +370,9 @@ int launcher_rank() {
   return 0;
 }
 
-// Brings up the runtime and checks the layout; returns false when the run is done (--print-mesh).
-bool setup_distributed(const TrainArgs& args) {
+// Brings up the runtime and checks the layout; returns nullptr when the run is done
+// (--print-mesh).
+std::unique_ptr<comm::ParallelState> setup_distributed(const TrainArgs& args) {
   auto world = comm::ProcessGroup::world();
   comm::ProcessGroup::set_timeout(args.distributed_timeout_minutes * 60.0);
   comm::ProcessGroup::set_check_collectives(args.check_collectives);
@@ -366,13 +384,13 @@ bool setup_distributed(const TrainArgs& args) {
   const comm::MeshLayout layout(world->size(), cfg);  // tessera::Error on sizes that do not fit
   if (args.print_mesh) {
     if (world->rank() == 0) std::printf("%s", comm::format_mesh(layout).c_str());
-    return false;
+    return nullptr;
   }
-  if (world->size() > 1)
+  if (layout.data() > 1 || layout.pipeline() > 1 || layout.context() > 1 || layout.expert() > 1)
     throw Error("world size " + std::to_string(world->size()) + " (" + layout.summary() +
-                "): this build trains in one process; data, tensor and pipeline parallel "
-                "training are not implemented yet (use --print-mesh to check a layout)");
-  return true;
+                "): this build trains tensor parallel only (world = --tensor-model-parallel-size);"
+                " data, pipeline, context and expert parallel training are not implemented yet");
+  return std::make_unique<comm::ParallelState>(world, layout);
 }
 
 }  // namespace
@@ -383,15 +401,32 @@ int train_main(int argc, const char* const* argv) {
     TrainArgs args;
     if (!parse_arguments(argc, argv, args)) return 0;
     runtime_up = true;
-    if (!setup_distributed(args)) {
+    if (args.sequence_parallel && args.tensor_model_parallel_size == 1) {
+      // As Megatron does: sequence parallelism splits over the TP group, which has one rank.
+      if (launcher_rank() == 0)
+        std::fprintf(stderr, "warning: --sequence-parallel has no effect with "
+                             "--tensor-model-parallel-size 1; turned off\n");
+      args.sequence_parallel = false;
+    }
+    auto state = setup_distributed(args);
+    if (!state) {
       comm::shutdown();
       return 0;
     }
     if (args.global_batch_size == 0) args.global_batch_size = args.micro_batch_size;
     validate_arguments(args, /*data_parallel=*/1);
     set_num_threads(args.num_threads);
-    Trainer trainer(args);
-    trainer.train();
+    // Rank 0 reports for the job (Megatron's print_rank_0); the others' progress lines would
+    // repeat it. Errors still reach stderr from every rank.
+    if (state->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
+      throw Error("cannot silence stdout on rank " + std::to_string(state->rank()));
+    {
+      const parallel::TensorParallel tp(state->group(comm::GroupKind::kTensor),
+                                        args.sequence_parallel);
+      Trainer trainer(args, tp);
+      trainer.train();
+    }
+    state.reset();
     comm::shutdown();
     return 0;
   } catch (const Error& e) {

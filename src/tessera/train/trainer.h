@@ -6,6 +6,11 @@
 //
 // The reported `lm loss` of iteration i is the mean over all counted tokens of the global batch
 // from that iteration's own forward passes (before its update).
+//
+// Tensor parallel: every rank of the TP group runs the same micro-batches on its shards; the
+// gradients are completed across the group before the norm (parallel::TensorParallelGrads), so
+// the run follows the single-process run. Rank 0 of the world prints, writes the metrics file
+// and the export.
 #pragma once
 
 #include <memory>
@@ -16,6 +21,8 @@
 #include "tessera/optim/loss_scaler.h"
 #include "tessera/optim/lr_schedule.h"
 #include "tessera/optim/optimizer.h"
+#include "tessera/parallel/tensor_parallel.h"
+#include "tessera/parallel/tensor_parallel_grads.h"
 #include "tessera/train/arguments.h"
 #include "tessera/train/metrics.h"
 
@@ -23,9 +30,10 @@ namespace tessera::train {
 
 class Trainer {
  public:
-  // Builds model, optimizer, schedule and data from validated arguments. Throws tessera::Error
-  // on bad input (missing data file, token out of vocabulary, ...).
-  explicit Trainer(const TrainArgs& args);
+  // Builds model, optimizer, schedule and data from validated arguments, the model split over
+  // `tp` (default: one process). Throws tessera::Error on bad input (missing data file, token
+  // out of vocabulary, ...). With TP > 1, collective over the TP group.
+  explicit Trainer(const TrainArgs& args, const parallel::TensorParallel& tp = {});
   ~Trainer();
 
   // Runs to --train-iters (or --exit-interval / --exit-duration-in-mins), then exports weights
@@ -47,9 +55,12 @@ class Trainer {
   void export_weights() const;
 
   TrainArgs args_;
+  parallel::TensorParallel tp_;
+  bool reporting_rank_ = true;  // prints, writes metrics and exports
   int64_t train_iters_ = 0;
   int64_t consumed_samples_ = 0;
   std::unique_ptr<model::GPTModel> model_;
+  std::unique_ptr<parallel::TensorParallelGrads> tp_grads_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRScheduler> scheduler_;
   std::unique_ptr<optim::DynamicLossScaler> scaler_;

@@ -1,0 +1,176 @@
+// tessera-compare: the comparison half of the layout-invariance harness. Checks a run's
+// per-iteration metrics (--metrics-file JSON lines) and final weights (--export-weights
+// safetensors) against a reference run, normally the single-process run of the same flags.
+//
+//   tessera-compare --reference-metrics REF.jsonl --metrics RUN.jsonl
+//                   --reference-weights REF.safetensors --weights RUN.safetensors
+//                   [--loss-rtol 1e-5] [--grad-norm-rtol 1e-5] [--weight-rtol 1e-5]
+//                   [--weight-atol 1e-6] [--weight-mean-atol X]
+//
+// Metrics: every iteration's lm_loss and grad_norm within the relative tolerance of the
+// reference's. Weights: the same tensor names and shapes, and every element within
+// max(weight-atol, weight-rtol * |reference|), and, when --weight-mean-atol is given, the mean
+// absolute difference over all elements at most X (bf16 runs, see docs/distributed.md). Prints the largest differences found (relative,
+// and where), then exits 0 when everything is within tolerance, 1 when not, 2 on bad input
+// (unreadable files, different iteration counts or tensor sets).
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tessera/checkpoint/safetensors.h"
+#include "tessera/core/dtype.h"
+#include "tessera/core/error.h"
+#include "tessera/core/tool_main.h"
+
+namespace {
+
+using tessera::Error;
+namespace ckpt = tessera::checkpoint;
+
+struct IterationValues {
+  int64_t iteration;
+  double lm_loss, grad_norm;
+};
+
+std::vector<IterationValues> read_metrics(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open the metrics file");
+  std::vector<IterationValues> out;
+  std::string line;
+  int64_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty()) continue;
+    try {
+      const auto j = nlohmann::json::parse(line);
+      out.push_back({j.at("iteration").get<int64_t>(), j.at("lm_loss").get<double>(),
+                     j.at("grad_norm").get<double>()});
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(path + ":" + std::to_string(line_no) + ": not a metrics line (" + e.what() + ")");
+    }
+  }
+  if (out.empty()) throw Error(path + ": no iterations");
+  return out;
+}
+
+double relative(double got, double want) {
+  if (got == want) return 0.0;
+  return std::fabs(got - want) / std::max(std::fabs(want), 1e-30);
+}
+
+// The largest relative difference of a metric and the iteration where it occurs.
+struct Worst {
+  double rel = 0;
+  std::string where;
+  void update(double r, const std::string& w) {
+    if (!(r <= rel)) {  // NaN counts as worst
+      rel = r;
+      where = w;
+    }
+  }
+};
+
+bool compare_metrics(const std::string& ref_path, const std::string& run_path, double loss_rtol,
+                     double norm_rtol) {
+  const auto ref = read_metrics(ref_path), run = read_metrics(run_path);
+  if (ref.size() != run.size())
+    throw Error(run_path + ": " + std::to_string(run.size()) + " iterations, the reference " +
+                ref_path + " has " + std::to_string(ref.size()));
+  Worst loss, norm;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (ref[i].iteration != run[i].iteration)
+      throw Error(run_path + ": line " + std::to_string(i + 1) + " is iteration " +
+                  std::to_string(run[i].iteration) + ", the reference's is " +
+                  std::to_string(ref[i].iteration));
+    const std::string at = "iteration " + std::to_string(ref[i].iteration);
+    loss.update(relative(run[i].lm_loss, ref[i].lm_loss), at);
+    norm.update(relative(run[i].grad_norm, ref[i].grad_norm), at);
+  }
+  const bool ok = loss.rel <= loss_rtol && norm.rel <= norm_rtol;
+  std::printf("lm loss:   max relative difference %.3e over %zu iterations (%s; tolerance %.1e) %s\n",
+              loss.rel, ref.size(), loss.where.c_str(), loss_rtol,
+              loss.rel <= loss_rtol ? "ok" : "EXCEEDED");
+  std::printf("grad norm: max relative difference %.3e over %zu iterations (%s; tolerance %.1e) %s\n",
+              norm.rel, ref.size(), norm.where.c_str(), norm_rtol,
+              norm.rel <= norm_rtol ? "ok" : "EXCEEDED");
+  return ok;
+}
+
+std::vector<float> as_f32(const ckpt::SafetensorsFile& f, const std::string& name) {
+  const ckpt::SafeTensorInfo& info = f.info(name);
+  std::vector<float> out(info.numel);
+  const void* data = f.data(name);
+  tessera::visit_float(ckpt::to_core_dtype(info.dtype), [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = static_cast<const T*>(data);
+    for (int64_t i = 0; i < info.numel; ++i) out[i] = tessera::to_f32(p[i]);
+  });
+  return out;
+}
+
+bool compare_weights(const std::string& ref_path, const std::string& run_path, double rtol,
+                     double atol, double mean_atol) {
+  const ckpt::SafetensorsFile ref(ref_path), run(run_path);
+  if (ref.names() != run.names())
+    throw Error(run_path + ": its tensor names differ from the reference " + ref_path);
+  Worst worst;
+  int64_t elements = 0, outside = 0;
+  double sum_abs = 0;
+  for (const std::string& name : ref.names()) {
+    if (ref.info(name).shape != run.info(name).shape)
+      throw Error(run_path + ": tensor " + name + " has another shape than in " + ref_path);
+    const auto a = as_f32(run, name), b = as_f32(ref, name);
+    for (size_t i = 0; i < b.size(); ++i) {
+      const double diff = std::fabs(double(a[i]) - double(b[i]));
+      sum_abs += diff;
+      if (!(diff <= std::max(atol, rtol * std::fabs(double(b[i]))))) ++outside;
+      // Relative to the element, but not below atol's scale, so that elements crossing zero
+      // do not dominate the report.
+      worst.update(diff / std::max(std::fabs(double(b[i])), atol / rtol),
+                   name + "[" + std::to_string(i) + "]");
+    }
+    elements += static_cast<int64_t>(b.size());
+  }
+  std::printf("weights:   max relative difference %.3e over %lld elements of %zu tensors (%s); "
+              "%lld outside max(%.1e, %.1e x |ref|) %s\n",
+              worst.rel, static_cast<long long>(elements), ref.names().size(), worst.where.c_str(),
+              static_cast<long long>(outside), atol, rtol, outside == 0 ? "ok" : "EXCEEDED");
+  const double mean = elements > 0 ? sum_abs / elements : 0.0;
+  const bool mean_ok = mean_atol <= 0 || mean <= mean_atol;
+  if (mean_atol > 0)
+    std::printf("weights:   mean absolute difference %.3e (tolerance %.1e) %s\n", mean, mean_atol,
+                mean_ok ? "ok" : "EXCEEDED");
+  return outside == 0 && mean_ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string ref_metrics, metrics, ref_weights, weights;
+  double loss_rtol = 1e-5, norm_rtol = 1e-5, weight_rtol = 1e-5, weight_atol = 1e-6;
+  double weight_mean_atol = 0;
+  CLI::App app{"Compare a run's metrics and final weights with a reference run."};
+  app.add_option("--reference-metrics", ref_metrics, "reference --metrics-file")->required();
+  app.add_option("--metrics", metrics, "this run's --metrics-file")->required();
+  app.add_option("--reference-weights", ref_weights, "reference --export-weights file");
+  app.add_option("--weights", weights, "this run's --export-weights file");
+  app.add_option("--loss-rtol", loss_rtol)->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--grad-norm-rtol", norm_rtol)->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--weight-rtol", weight_rtol)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--weight-atol", weight_atol)->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--weight-mean-atol", weight_mean_atol, "bound on the mean |difference| (0: none)")
+      ->check(CLI::NonNegativeNumber);
+  return tessera::run_tool(app, argc, argv, "tessera-compare", [&] {
+    if (ref_weights.empty() != weights.empty())
+      throw Error("--reference-weights and --weights go together");
+    bool ok = compare_metrics(ref_metrics, metrics, loss_rtol, norm_rtol);
+    if (!weights.empty()) ok = compare_weights(ref_weights, weights, weight_rtol, weight_atol, weight_mean_atol) && ok;
+    return ok ? 0 : 1;
+  });
+}
