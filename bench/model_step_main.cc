@@ -4,13 +4,12 @@
 // measured in the same run on the same machine.
 //
 // Usage: build/bin/model_step [--threads N] [--steps S] [--model gpt2|llama|all] [--dtype fp32|bf16|all]
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "bench_models.h"
 #include "tessera/core/threads.h"
 #include "tessera/kernels/gemm.h"
 #include "tessera/model/gpt_model.h"
@@ -26,48 +25,13 @@ struct Shape {
   ModelConfig cfg;
 };
 
-ModelConfig gpt2_124m() {
-  ModelConfig c = tessera::model::preset("gpt2-124m");
-  c.seq_length = 256;
-  c.attention_dropout = c.hidden_dropout = 0.0f;  // dropout is not part of the FLOPs count
-  return c;
-}
-
-// A LLaMA-architecture model of GPT-2-small size: 12 layers, hidden 768, GQA 12/4, SwiGLU
-// 2048, vocab 32000, untied output layer.
-ModelConfig llama_124m() {
-  ModelConfig c = tessera::model::preset("llama-tiny");
-  c.num_layers = 12;
-  c.hidden_size = 768;
-  c.num_attention_heads = 12;
-  c.group_query_attention = true;
-  c.num_query_groups = 4;
-  c.ffn_hidden_size = 2048;
-  c.seq_length = 256;
-  c.max_position_embeddings = 256;
-  c.vocab_size = 32000;
-  return c;
-}
-
 double run(const ModelConfig& cfg, DType dtype, int64_t B, int steps) {
   tessera::model::GPTModel model(cfg, dtype, 1234);
-  const int64_t T = cfg.seq_length;
-  std::vector<int32_t> tokens(B * T), targets(B * T);
-  for (int64_t i = 0; i < B * T; ++i) {
-    tokens[i] = static_cast<int32_t>((i * 7919) % cfg.vocab_size);
-    targets[i] = static_cast<int32_t>((i * 104729 + 1) % cfg.vocab_size);
-  }
-  tessera::model::Batch batch{tokens.data(), targets.data(), nullptr, B, T};
-  std::vector<double> times;
-  for (int s = 0; s < steps + 1; ++s) {  // the first step warms caches and allocator
-    const auto ctx = tessera::model::StepContext::make(B, T, s * B, 1, s + 1, true);
-    const auto t0 = std::chrono::steady_clock::now();
-    model.forward_backward(batch, ctx, 1.0f / (B * T));
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s > 0) times.push_back(dt);
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];  // median
+  const tessera::bench::BenchBatch data(cfg, B);
+  return tessera::bench::median_step_seconds(steps, [&](int s) {
+    const auto ctx = model.context(B, cfg.seq_length, s * B, 1, s + 1, true);
+    model.forward_backward(data.batch, ctx, 1.0f / (B * cfg.seq_length));
+  });
 }
 
 }  // namespace
@@ -94,8 +58,8 @@ int main(int argc, char** argv) {
   std::printf("GEMM peak measured now (2048^3): fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s\n", peak_f32,
               peak_bf16);
   std::vector<Shape> shapes;
-  if (which == "all" || which == "gpt2") shapes.push_back({"gpt2-124m", gpt2_124m()});
-  if (which == "all" || which == "llama") shapes.push_back({"llama-124m", llama_124m()});
+  if (which == "all" || which == "gpt2") shapes.push_back({"gpt2-124m", tessera::bench::gpt2_124m()});
+  if (which == "all" || which == "llama") shapes.push_back({"llama-124m", tessera::bench::llama_124m()});
   std::printf("%-11s %-5s %10s %11s %10s %12s %14s\n", "model", "dtype", "step (ms)", "tokens/s",
               "GFLOP/s", "of fp32 peak", "of dtype peak");
   for (const Shape& s : shapes) {

@@ -1,0 +1,68 @@
+// Shapes and micro-batches shared by the model benchmarks (model_step, tp_step).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <vector>
+
+#include "tessera/model/config.h"
+#include "tessera/model/gpt_model.h"
+
+namespace tessera::bench {
+
+// GPT-2 124M at sequence length 256, dropout off (dropout is not part of the FLOPs count).
+inline model::ModelConfig gpt2_124m() {
+  model::ModelConfig c = model::preset("gpt2-124m");
+  c.seq_length = 256;
+  c.attention_dropout = c.hidden_dropout = 0.0f;
+  return c;
+}
+
+// A LLaMA-architecture model of GPT-2-small size: 12 layers, hidden 768, GQA 12/4, SwiGLU
+// 2048, vocab 32000, untied output layer.
+inline model::ModelConfig llama_124m() {
+  model::ModelConfig c = model::preset("llama-tiny");
+  c.num_layers = 12;
+  c.hidden_size = 768;
+  c.num_attention_heads = 12;
+  c.group_query_attention = true;
+  c.num_query_groups = 4;
+  c.ffn_hidden_size = 2048;
+  c.seq_length = 256;
+  c.max_position_embeddings = 256;
+  c.vocab_size = 32000;
+  return c;
+}
+
+// A fixed micro-batch of B sequences for cfg.
+struct BenchBatch {
+  std::vector<int32_t> tokens, targets;
+  model::Batch batch;
+  BenchBatch(const model::ModelConfig& cfg, int64_t B) {
+    const int64_t T = cfg.seq_length;
+    tokens.resize(B * T);
+    targets.resize(B * T);
+    for (int64_t i = 0; i < B * T; ++i) {
+      tokens[i] = static_cast<int32_t>((i * 7919) % cfg.vocab_size);
+      targets[i] = static_cast<int32_t>((i * 104729 + 1) % cfg.vocab_size);
+    }
+    batch = {tokens.data(), targets.data(), nullptr, B, T};
+  }
+};
+
+// Runs step(s) for s = 0..steps (step 0 warms caches and the allocator and is not timed);
+// returns the median time of the others in seconds.
+inline double median_step_seconds(int steps, const std::function<void(int)>& step) {
+  std::vector<double> times;
+  for (int s = 0; s <= steps; ++s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    step(s);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 0) times.push_back(dt);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace tessera::bench
