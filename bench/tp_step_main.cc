@@ -14,7 +14,7 @@
 #include "bench_models.h"
 #include "tessera/comm/parallel_state.h"
 #include "tessera/core/threads.h"
-#include "tessera/parallel/tensor_parallel_grads.h"
+#include "tessera/distributed/tensor_parallel_grads.h"
 
 int main(int argc, char** argv) {
   using namespace tessera;
@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
     const model::ModelConfig cfg = bench::gpt2_124m();
     const int64_t B = 4, T = cfg.seq_length;
     model::GPTModel model(cfg, dtype, 1234, tp);
-    parallel::TensorParallelGrads grads(model.params(), tp);
+    distributed::TensorParallelGrads grads(model.params(), tp);
     const bench::BenchBatch data(cfg, B);
     double comm_in_timed = 0;
     step_s = bench::median_step_seconds(steps, [&](int s) {

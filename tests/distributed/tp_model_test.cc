@@ -16,8 +16,8 @@
 #include "dist_main.h"
 #include "tessera/comm/parallel_state.h"
 #include "tessera/model/gpt_model.h"
-#include "tessera/parallel/gather_parameter.h"
-#include "tessera/parallel/tensor_parallel_grads.h"
+#include "tessera/distributed/gather_parameter.h"
+#include "tessera/distributed/tensor_parallel_grads.h"
 #include "testing/numeric.h"
 
 namespace tessera::model {
@@ -83,7 +83,7 @@ struct RunResult {
 };
 
 // Two micro-batches of forward/backward, then the TP gradient completion.
-RunResult run(GPTModel& model, parallel::TensorParallelGrads* grads, int64_t B) {
+RunResult run(GPTModel& model, distributed::TensorParallelGrads* grads, int64_t B) {
   const ModelConfig& cfg = model.config();
   RunResult r;
   model.params().zero_grads();
@@ -109,11 +109,11 @@ void check_against_single_process(const ModelConfig& cfg, bool sequence_parallel
   const int64_t B = 2;
 
   GPTModel ref(cfg, DType::kF32, 99);
-  parallel::TensorParallelGrads ref_grads(ref.params(), TensorParallel());
+  distributed::TensorParallelGrads ref_grads(ref.params(), TensorParallel());
   const RunResult want = run(ref, &ref_grads, B);
 
   GPTModel model(cfg, DType::kF32, 99, tp);
-  parallel::TensorParallelGrads grads(model.params(), tp);
+  distributed::TensorParallelGrads grads(model.params(), tp);
   const RunResult got = run(model, &grads, B);
 
   // fp32 with a different summation order (partial products reduced across ranks): relative
@@ -123,9 +123,9 @@ void check_against_single_process(const ModelConfig& cfg, bool sequence_parallel
   for (const Parameter& p : model.params().all()) {
     const Parameter& r = ref.params().get(p.name);
     // Initialisation depends on global coordinates only: the gathered shards are bitwise equal.
-    const Tensor value = parallel::gather_parameter(p, p.value.to(DType::kF32, MemoryCategory::kOther), tp);
+    const Tensor value = distributed::gather_parameter(p, p.value.to(DType::kF32, MemoryCategory::kOther), tp);
     ASSERT_EQ(values_of(value), values_of(r.value)) << p.name;
-    const Tensor grad = parallel::gather_parameter(p, p.grad, tp);
+    const Tensor grad = distributed::gather_parameter(p, p.grad, tp);
     EXPECT_LE(testing::max_scaled_error(values_of(grad), values_of(r.grad)), 1e-5) << p.name;
   }
 }

@@ -6,7 +6,8 @@
 // Tensor parallel (T ranks): QKV is column-parallel and the output projection row-parallel, by
 // heads. Rank r holds query heads [r*NH/T, (r+1)*NH/T) and their key/value groups: KV/T groups
 // when T divides KV; when KV divides T (fewer groups than ranks) the one group its query heads
-// use, replicated on T/KV ranks (whose gradients the trainer sums, tensor_parallel_grads.h).
+// use, replicated on T/KV ranks (whose gradients the trainer sums:
+// distributed/tensor_parallel_grads.h).
 #pragma once
 
 #include <string>

@@ -10,7 +10,7 @@
 // layers split heads and MLP features, and the output layer (tied to the embedding shard, or
 // its own column-parallel lm_head) feeds vocab-parallel cross-entropy, so the full logits never
 // exist on one rank. Every TP rank runs the same micro-batches; after the last one the trainer
-// completes the gradients with parallel::TensorParallelGrads.
+// completes the gradients with distributed::TensorParallelGrads.
 #pragma once
 
 #include <memory>

@@ -27,7 +27,7 @@ Tensor RowParallelLinear::forward(const Tensor& x, int64_t batch) const {
 Tensor RowParallelLinear::backward(const Tensor& dy, const Tensor& x, int64_t batch) const {
   if (bias_.defined()) {
     // Under SP this covers this rank's slice of the tokens only; the trainer sums the replicated
-    // parameters' gradients over TP (parallel/tensor_parallel_grads.h).
+    // parameters' gradients over TP (distributed/tensor_parallel_grads.h).
     visit_float(dy.dtype(), [&](auto tag) {
       using T = decltype(tag);
       kernels::bias_backward(dbias_.data<float>(), dy.data<T>(), dy.dim(0), dy.dim(1));

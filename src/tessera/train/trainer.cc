@@ -14,7 +14,7 @@
 #include "tessera/comm/process_group.h"
 #include "tessera/core/threads.h"
 #include "tessera/data/byte_tokenizer.h"
-#include "tessera/parallel/gather_parameter.h"
+#include "tessera/distributed/gather_parameter.h"
 #include "tessera/train/flops.h"
 
 namespace tessera::train {
@@ -91,7 +91,7 @@ Trainer::Trainer(const TrainArgs& args, const parallel::TensorParallel& tp)
   }
   const DType dtype = a.bf16 ? DType::kBF16 : a.fp16 ? DType::kF16 : DType::kF32;
   model_ = std::make_unique<model::GPTModel>(a.model, dtype, a.seed, tp_);
-  tp_grads_ = std::make_unique<parallel::TensorParallelGrads>(model_->params(), tp_);
+  tp_grads_ = std::make_unique<distributed::TensorParallelGrads>(model_->params(), tp_);
   optimizer_ = std::make_unique<optim::Optimizer>(
       model_->params(), optim::OptimizerOptions{a.optimizer == "sgd" ? "sgd" : "adam",
                                                 a.adam_beta1, a.adam_beta2, a.adam_eps,
@@ -348,7 +348,7 @@ void Trainer::export_weights() const {
   // Every rank takes part in gathering each parameter; the reporting rank keeps and writes them.
   std::map<std::string, Tensor> full;
   for (const model::Parameter& p : model_->params().all()) {
-    Tensor t = parallel::gather_parameter(p, optimizer_->master(p), tp_);
+    Tensor t = distributed::gather_parameter(p, optimizer_->master(p), tp_);
     if (reporting_rank_) full[p.name] = t;
   }
   if (!reporting_rank_) return;

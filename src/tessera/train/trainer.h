@@ -8,7 +8,7 @@
 // from that iteration's own forward passes (before its update).
 //
 // Tensor parallel: every rank of the TP group runs the same micro-batches on its shards; the
-// gradients are completed across the group before the norm (parallel::TensorParallelGrads), so
+// gradients are completed across the group before the norm (distributed::TensorParallelGrads), so
 // the run follows the single-process run. Rank 0 of the world prints, writes the metrics file
 // and the export.
 #pragma once
@@ -22,7 +22,7 @@
 #include "tessera/optim/lr_schedule.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/parallel/tensor_parallel.h"
-#include "tessera/parallel/tensor_parallel_grads.h"
+#include "tessera/distributed/tensor_parallel_grads.h"
 #include "tessera/train/arguments.h"
 #include "tessera/train/metrics.h"
 
@@ -60,7 +60,7 @@ class Trainer {
   int64_t train_iters_ = 0;
   int64_t consumed_samples_ = 0;
   std::unique_ptr<model::GPTModel> model_;
-  std::unique_ptr<parallel::TensorParallelGrads> tp_grads_;
+  std::unique_ptr<distributed::TensorParallelGrads> tp_grads_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRScheduler> scheduler_;
   std::unique_ptr<optim::DynamicLossScaler> scaler_;

@@ -21,12 +21,12 @@
 #include "tessera/model/parameter.h"
 #include "tessera/parallel/tensor_parallel.h"
 
-namespace tessera::parallel {
+namespace tessera::distributed {
 
 class TensorParallelGrads {
  public:
   // Collective over tp's group (creates the replica groups it needs). `params` must outlive this.
-  TensorParallelGrads(model::ParameterSet& params, const TensorParallel& tp);
+  TensorParallelGrads(model::ParameterSet& params, const parallel::TensorParallel& tp);
 
   // Sums the partial gradients (see above). Collective; a no-op when TP is 1.
   void finalize();
@@ -41,11 +41,11 @@ class TensorParallelGrads {
   void all_reduce_ranges(const std::vector<Range>& ranges, comm::ProcessGroup& group);
 
   model::ParameterSet& params_;
-  TensorParallel tp_;
+  parallel::TensorParallel tp_;
   std::vector<Range> sequence_parallel_;           // replicated params under SP
   std::map<int, std::vector<Range>> replicated_;   // by replica-group size: replicated KV rows
   std::map<int, std::shared_ptr<comm::ProcessGroup>> replica_groups_;
   std::vector<Range> norm_ranges_;                 // what this rank counts in the norm
 };
 
-}  // namespace tessera::parallel
+}  // namespace tessera::distributed

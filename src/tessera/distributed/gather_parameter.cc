@@ -1,10 +1,10 @@
-#include "tessera/parallel/gather_parameter.h"
+#include "tessera/distributed/gather_parameter.h"
 
 #include <algorithm>
 
-namespace tessera::parallel {
+namespace tessera::distributed {
 
-Tensor gather_parameter(const model::Parameter& p, const Tensor& local, const TensorParallel& tp) {
+Tensor gather_parameter(const model::Parameter& p, const Tensor& local, const parallel::TensorParallel& tp) {
   TESSERA_CHECK(local.dtype() == DType::kF32 && local.numel() == p.numel());
   if (p.shard.tp_dim < 0 || tp.size() == 1) return local;
   const int n = tp.size();
@@ -35,4 +35,4 @@ Tensor gather_parameter(const model::Parameter& p, const Tensor& local, const Te
   return global;
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::distributed

@@ -1,11 +1,11 @@
-#include "tessera/parallel/tensor_parallel_grads.h"
+#include "tessera/distributed/tensor_parallel_grads.h"
 
 #include <string>
 
 #include "tessera/core/error.h"
 #include "tessera/kernels/adamw.h"
 
-namespace tessera::parallel {
+namespace tessera::distributed {
 namespace {
 
 // Appends [offset, offset + length), merging with the previous range when adjacent.
@@ -21,7 +21,7 @@ void append(std::vector<Range>& ranges, int64_t offset, int64_t length) {
 
 }  // namespace
 
-TensorParallelGrads::TensorParallelGrads(model::ParameterSet& params, const TensorParallel& tp)
+TensorParallelGrads::TensorParallelGrads(model::ParameterSet& params, const parallel::TensorParallel& tp)
     : params_(params), tp_(tp) {
   const bool first_rank = tp.rank() == 0;
   for (const model::Parameter& p : params.all()) {
@@ -98,4 +98,4 @@ double TensorParallelGrads::sum_squares() const {
   return total;
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::distributed

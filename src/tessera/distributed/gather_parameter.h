@@ -6,12 +6,13 @@
 #include "tessera/model/parameter.h"
 #include "tessera/parallel/tensor_parallel.h"
 
-namespace tessera::parallel {
+namespace tessera::distributed {
 
 // `local` is p's shard on this rank (p.local_shape, fp32). Returns the global tensor
 // (p.global_shape, fp32) on every rank: an all-gather over TP of the shards, placed by the
 // pieces of each rank (model/shard.h). Replicated parameters are returned as is (no
 // communication). Collective over tp's group for split parameters.
-Tensor gather_parameter(const model::Parameter& p, const Tensor& local, const TensorParallel& tp);
+Tensor gather_parameter(const model::Parameter& p, const Tensor& local,
+                        const parallel::TensorParallel& tp);
 
-}  // namespace tessera::parallel
+}  // namespace tessera::distributed
