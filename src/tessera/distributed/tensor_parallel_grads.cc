@@ -3,20 +3,36 @@
 #include <string>
 
 #include "tessera/core/error.h"
+#include "tessera/distributed/sum_scalars.h"
 #include "tessera/kernels/adamw.h"
 
 namespace tessera::distributed {
 namespace {
 
 // Appends [offset, offset + length), merging with the previous range when adjacent.
-template <typename Range>
-void append(std::vector<Range>& ranges, int64_t offset, int64_t length) {
+void append(std::vector<FlatRange>& ranges, int64_t offset, int64_t length) {
   if (length == 0) return;
-  if (!ranges.empty() && ranges.back().offset + ranges.back().length == offset) {
-    ranges.back().length += length;
+  if (!ranges.empty() && ranges.back().end == offset) {
+    ranges.back().end += length;
   } else {
-    ranges.push_back({offset, length});
+    ranges.push_back({offset, offset + length});
   }
+}
+
+// The parts of `ranges` inside `only` (both increasing), or `ranges` when only is nullptr.
+std::vector<FlatRange> intersect(const std::vector<FlatRange>& ranges,
+                                 const std::vector<FlatRange>* only) {
+  if (only == nullptr) return ranges;
+  std::vector<FlatRange> out;
+  size_t j = 0;
+  for (const FlatRange& r : ranges) {
+    while (j < only->size() && (*only)[j].end <= r.begin) ++j;
+    for (size_t k = j; k < only->size() && (*only)[k].begin < r.end; ++k) {
+      const int64_t b = std::max(r.begin, (*only)[k].begin), e = std::min(r.end, (*only)[k].end);
+      if (b < e) out.push_back({b, e});
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -55,47 +71,42 @@ TensorParallelGrads::TensorParallelGrads(model::ParameterSet& params, const para
   }
 }
 
-void TensorParallelGrads::all_reduce_ranges(const std::vector<Range>& ranges,
+void TensorParallelGrads::all_reduce_ranges(const std::vector<FlatRange>& ranges,
                                             comm::ProcessGroup& group) {
   int64_t total = 0;
-  for (const Range& r : ranges) total += r.length;
+  for (const FlatRange& r : ranges) total += r.size();
   if (total == 0) return;
   float* grads = params_.flat_grads().data<float>();
   Tensor buf = Tensor::empty({total}, DType::kF32, MemoryCategory::kComm);
   float* b = buf.data<float>();
-  for (const Range& r : ranges) b = std::copy(grads + r.offset, grads + r.offset + r.length, b);
+  for (const FlatRange& r : ranges) b = std::copy(grads + r.begin, grads + r.end, b);
   group.all_reduce(buf, comm::ReduceOp::kSum).wait();
   const float* src = buf.data<float>();
-  for (const Range& r : ranges) {
-    std::copy(src, src + r.length, grads + r.offset);
-    src += r.length;
+  for (const FlatRange& r : ranges) {
+    std::copy(src, src + r.size(), grads + r.begin);
+    src += r.size();
   }
 }
 
-void TensorParallelGrads::finalize() {
+void TensorParallelGrads::finalize(const std::vector<FlatRange>* only) {
   if (tp_.size() == 1) return;
-  if (!sequence_parallel_.empty()) all_reduce_ranges(sequence_parallel_, *tp_.group());
+  // Every member calls all_reduce even with nothing to send, so the collectives stay matched
+  // (equal layouts give equal sizes on every TP rank).
+  if (tp_.sequence_parallel()) all_reduce_ranges(intersect(sequence_parallel_, only), *tp_.group());
   for (const auto& [replicas, ranges] : replicated_)
-    all_reduce_ranges(ranges, *replica_groups_.at(replicas));
+    all_reduce_ranges(intersect(ranges, only), *replica_groups_.at(replicas));
+}
+
+double TensorParallelGrads::local_sum_squares(const std::vector<FlatRange>* only) const {
+  const float* grads = params_.flat_grads().data<float>();
+  double sum = 0;
+  for (const FlatRange& r : intersect(norm_ranges_, only))
+    sum += kernels::sum_squares(grads + r.begin, r.size());
+  return sum;
 }
 
 double TensorParallelGrads::sum_squares() const {
-  const float* grads = params_.flat_grads().data<float>();
-  double sum = 0;
-  for (const Range& r : norm_ranges_) sum += kernels::sum_squares(grads + r.offset, r.length);
-  if (tp_.size() == 1) return sum;
-  // Every rank's fp64 sum travels as two fp32 words (hi + lo) and all ranks add them up in rank
-  // order, so the total is not rounded to fp32 and is bitwise the same on every rank.
-  Tensor mine = Tensor::empty({2}, DType::kF32, MemoryCategory::kComm);
-  Tensor all = Tensor::empty({2 * tp_.size()}, DType::kF32, MemoryCategory::kComm);
-  const float hi = static_cast<float>(sum);
-  mine.data<float>()[0] = hi;
-  mine.data<float>()[1] = static_cast<float>(sum - hi);
-  tp_.group()->all_gather(mine, all).wait();
-  const float* v = all.data<float>();
-  double total = 0;
-  for (int r = 0; r < tp_.size(); ++r) total += double(v[2 * r]) + double(v[2 * r + 1]);
-  return total;
+  return sum_over(tp_.group().get(), {local_sum_squares()})[0];
 }
 
 }  // namespace tessera::distributed

@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "tessera/distributed/data_parallel_grads.h"
 #include "tessera/model/parameter.h"
 #include "tessera/parallel/tensor_parallel.h"
 
@@ -28,24 +29,27 @@ class TensorParallelGrads {
   // Collective over tp's group (creates the replica groups it needs). `params` must outlive this.
   TensorParallelGrads(model::ParameterSet& params, const parallel::TensorParallel& tp);
 
-  // Sums the partial gradients (see above). Collective; a no-op when TP is 1.
-  void finalize();
-  // Sum of squares of the global gradient (after finalize()), identical on every TP rank.
+  // Sums the partial gradients (see above). Collective; a no-op when TP is 1. With `only`, just
+  // the elements in those flat ranges (a ZeRO shard: the only reduced gradients this rank has;
+  // every TP rank passes the same ranges, as their flat layouts are equal).
+  void finalize(const std::vector<FlatRange>* only = nullptr);
+  // This rank's part of the squared global gradient norm: the elements it counts (every global
+  // element is counted by exactly one TP rank), restricted to `only` when given. Local.
+  double local_sum_squares(const std::vector<FlatRange>* only = nullptr) const;
+  // The squared norm of the global gradient (after finalize()), summed over TP; identical on
+  // every TP rank. Collective.
   double sum_squares() const;
 
  private:
-  struct Range {
-    int64_t offset, length;  // elements of the flat gradient buffer
-  };
   // Gathers `ranges` of the flat grads into one buffer, all-reduces it over `group`, scatters back.
-  void all_reduce_ranges(const std::vector<Range>& ranges, comm::ProcessGroup& group);
+  void all_reduce_ranges(const std::vector<FlatRange>& ranges, comm::ProcessGroup& group);
 
   model::ParameterSet& params_;
   parallel::TensorParallel tp_;
-  std::vector<Range> sequence_parallel_;           // replicated params under SP
-  std::map<int, std::vector<Range>> replicated_;   // by replica-group size: replicated KV rows
+  std::vector<FlatRange> sequence_parallel_;          // replicated params under SP
+  std::map<int, std::vector<FlatRange>> replicated_;  // by replica-group size: replicated KV rows
   std::map<int, std::shared_ptr<comm::ProcessGroup>> replica_groups_;
-  std::vector<Range> norm_ranges_;                 // what this rank counts in the norm
+  std::vector<FlatRange> norm_ranges_;                // what this rank counts in the norm
 };
 
 }  // namespace tessera::distributed

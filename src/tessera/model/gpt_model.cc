@@ -31,7 +31,7 @@ std::vector<int32_t> token_positions(const StepContext& ctx) {
 }  // namespace
 
 GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
-                   const parallel::TensorParallel& tp)
+                   const parallel::TensorParallel& tp, int64_t flat_multiple)
     : cfg_(cfg), tp_(tp), params_(tp.size(), tp.rank()) {
   cfg_.validate();
   cfg_.validate_tensor_parallel(tp_.size(), tp_.sequence_parallel());
@@ -45,12 +45,16 @@ GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
               vocab_parallel);
   if (cfg_.position_embedding == PositionEmbedding::kLearnedAbsolute)
     params_.add(n.wpe, {cfg_.max_positions(), C}, InitKind::kNormal, cfg_.init_method_std, true);
-  for (int l = 0; l < cfg_.num_layers; ++l) TransformerLayer::declare(params_, cfg_, l);
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    layer_offsets_.push_back(params_.numel());
+    TransformerLayer::declare(params_, cfg_, l);
+  }
+  head_offset_ = params_.numel();
   Norm::declare(params_, n.final_norm, cfg_);
   if (cfg_.untie_embeddings_and_output_weights)
     params_.add(n.head, {padded_vocab_, C}, InitKind::kNormal, cfg_.init_method_std, true,
                 vocab_parallel);
-  params_.allocate(compute_dtype, seed);
+  params_.allocate(compute_dtype, seed, flat_multiple);
 
   wte_ = params_.get(n.wte).value;
   dwte_ = params_.get(n.wte).grad;
@@ -158,11 +162,14 @@ LossSum GPTModel::forward_backward(const Batch& batch, const StepContext& ctx, f
   Tensor dx;
   LossSum sum = head(x, batch, grad_scale, &dx);
   x = Tensor();
+  if (grads_ready_) grads_ready_(head_offset_);
   for (size_t l = layers_.size(); l-- > 0;) {
     dx = layers_[l].backward(dx, saved[l], ctx);
     saved[l] = TransformerLayer::Saved();  // free this layer's activations now
+    if (grads_ready_) grads_ready_(layer_offsets_[l]);
   }
   embed_backward(dx, batch, ctx);
+  if (grads_ready_) grads_ready_(0);
   return sum;
 }
 

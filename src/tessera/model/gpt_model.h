@@ -13,6 +13,7 @@
 // completes the gradients with distributed::TensorParallelGrads.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -42,8 +43,9 @@ class GPTModel {
  public:
   // Validates cfg (and its fit to the TP size; tessera::Error on bad options), declares and
   // initialises this rank's parameter shards. `tp` is copied; with the default, one process.
+  // The flat buffers are padded to a multiple of `flat_multiple` elements (ParameterSet).
   GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
-           const parallel::TensorParallel& tp = {});
+           const parallel::TensorParallel& tp = {}, int64_t flat_multiple = 1);
   GPTModel(const GPTModel&) = delete;  // layers point at tp_
   GPTModel& operator=(const GPTModel&) = delete;
 
@@ -61,6 +63,12 @@ class GPTModel {
   // grad_scale * d(loss_sum)/d(param); the caller sets grad_scale = loss_scale / tokens in the
   // global batch so that accumulated grads are those of the global mean loss.
   LossSum forward_backward(const Batch& batch, const StepContext& ctx, float grad_scale);
+  // Called during forward_backward() (when set) each time the gradients at every flat offset
+  // >= `offset` are final for this micro-batch: after the output layer, after each layer's
+  // backward (its first parameter's offset), and 0 after the embedding. The data-parallel
+  // reducer starts reducing buckets from it while backward continues.
+  void set_grads_ready_hook(std::function<void(int64_t offset)> hook) { grads_ready_ = std::move(hook); }
+
   // Forward only (evaluation): no gradients, nothing kept.
   LossSum forward_loss(const Batch& batch, const StepContext& ctx);
 
@@ -77,6 +85,9 @@ class GPTModel {
   std::vector<TransformerLayer> layers_;
   std::unique_ptr<Norm> final_norm_;
   Tensor wte_, dwte_, wpe_, dwpe_, head_w_, dhead_w_;
+  std::vector<int64_t> layer_offsets_;  // flat offset of each layer's first parameter
+  int64_t head_offset_ = 0;             // flat offset of the final norm (then the output layer)
+  std::function<void(int64_t)> grads_ready_;
 };
 
 }  // namespace tessera::model

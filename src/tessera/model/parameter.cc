@@ -61,9 +61,11 @@ void ParameterSet::initial_values(const Parameter& p, float* out) const {
   }
 }
 
-void ParameterSet::allocate(DType compute_dtype, uint64_t seed) {
+void ParameterSet::allocate(DType compute_dtype, uint64_t seed, int64_t multiple) {
+  TESSERA_CHECK(multiple >= 1);
   seed_ = seed;
-  values_ = Tensor::empty({numel_}, compute_dtype, MemoryCategory::kParams);
+  numel_ = (numel_ + multiple - 1) / multiple * multiple;
+  values_ = Tensor::zeros({numel_}, compute_dtype, MemoryCategory::kParams);
   grads_ = Tensor::zeros({numel_}, DType::kF32, MemoryCategory::kGrads);
   for (Parameter& p : params_) {
     const int64_t n = p.numel();

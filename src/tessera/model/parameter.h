@@ -54,8 +54,10 @@ class ParameterSet {
   Parameter& add(std::string name, Shape shape, InitKind init, float init_std, bool weight_decay,
                  ShardSpec shard = {});
   // Allocates the flat compute-dtype value buffer and the fp32 grad buffer (zeroed), binds every
-  // parameter's views and initialises values from `seed` (see init_value()).
-  void allocate(DType compute_dtype, uint64_t seed);
+  // parameter's views and initialises values from `seed` (see init_value()). Both buffers are
+  // padded with zeros to a multiple of `multiple` elements (data-parallel sharding splits them
+  // into equal parts); the padding belongs to no parameter.
+  void allocate(DType compute_dtype, uint64_t seed, int64_t multiple = 1);
 
   Parameter& get(const std::string& name);
   const Parameter& get(const std::string& name) const;
@@ -71,7 +73,7 @@ class ParameterSet {
   Tensor& flat_values() { return values_; }
   const Tensor& flat_values() const { return values_; }
   Tensor& flat_grads() { return grads_; }
-  int64_t numel() const { return numel_; }
+  int64_t numel() const { return numel_; }  // of the flat buffers, padding included
   DType compute_dtype() const { return values_.dtype(); }
   void zero_grads() { grads_.zero_(); }
 

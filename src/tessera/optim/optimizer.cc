@@ -1,53 +1,96 @@
 #include "tessera/optim/optimizer.h"
 
+#include <algorithm>
+
+#include "tessera/core/error.h"
 #include "tessera/kernels/adamw.h"
 
 namespace tessera::optim {
 
-Optimizer::Optimizer(model::ParameterSet& params, const OptimizerOptions& options)
-    : params_(params), options_(options) {
-  const int64_t n = params.numel();
+Optimizer::Optimizer(model::ParameterSet& params, const OptimizerOptions& options, Ranges owned)
+    : params_(params), options_(options), owned_(std::move(owned)), sharded_(!owned_.empty()) {
+  if (owned_.empty()) owned_.push_back({0, params.numel()});
+  for (const auto& [b, e] : owned_) {
+    TESSERA_CHECK(b <= e && e <= params.numel());
+    packed_start_.push_back(owned_numel_);
+    owned_numel_ += e - b;
+  }
   separate_master_ = params.compute_dtype() != DType::kF32;
   if (separate_master_) {
     // Master weights start from the exact fp32 initial values, not from their bf16 rounding.
-    master_ = Tensor::empty({n}, DType::kF32, MemoryCategory::kOptimizer);
-    for (const model::Parameter& p : params.all())
-      params.initial_values(p, master_.data<float>() + p.offset);
-  } else {
+    master_ = Tensor::zeros({owned_numel_}, DType::kF32, MemoryCategory::kOptimizer);
+    std::vector<float> init;
+    for_each_owned_run([&](const model::Parameter& p, int64_t b, int64_t e, int64_t packed) {
+      init.resize(p.numel());
+      params.initial_values(p, init.data());
+      std::copy(init.begin() + (b - p.offset), init.begin() + (e - p.offset),
+                master_.data<float>() + packed);
+    });
+  } else if (!sharded_) {
     master_ = params.flat_values();
   }
-  exp_avg_ = Tensor::zeros({n}, DType::kF32, MemoryCategory::kOptimizer);
+  exp_avg_ = Tensor::zeros({owned_numel_}, DType::kF32, MemoryCategory::kOptimizer);
   if (options_.kind != "sgd")
-    exp_avg_sq_ = Tensor::zeros({n}, DType::kF32, MemoryCategory::kOptimizer);
+    exp_avg_sq_ = Tensor::zeros({owned_numel_}, DType::kF32, MemoryCategory::kOptimizer);
+}
+
+template <typename Fn>
+void Optimizer::for_each_owned_run(Fn&& fn) const {
+  // Parameters are in offset order and so are the ranges: one merge pass.
+  size_t r = 0;
+  for (const model::Parameter& p : params_.all()) {
+    const int64_t p_begin = p.offset, p_end = p.offset + p.numel();
+    while (r < owned_.size() && owned_[r].second <= p_begin) ++r;
+    for (size_t k = r; k < owned_.size() && owned_[k].first < p_end; ++k) {
+      const int64_t b = std::max(p_begin, owned_[k].first), e = std::min(p_end, owned_[k].second);
+      if (b < e) fn(p, b, e, packed_start_[k] + (b - owned_[k].first));
+    }
+  }
 }
 
 Tensor Optimizer::master(const model::Parameter& p) const {
+  TESSERA_CHECK_MSG(!sharded_, "master(): the optimizer is sharded; use owned_master()");
   return master_.slice_rows(p.offset, p.offset + p.numel()).view(p.local_shape);
+}
+
+Tensor Optimizer::owned_master() const {
+  Tensor out = Tensor::empty({owned_numel_}, DType::kF32, MemoryCategory::kOther);
+  if (separate_master_) {
+    std::copy(master_.data<float>(), master_.data<float>() + owned_numel_, out.data<float>());
+    return out;
+  }
+  const float* values = params_.flat_values().data<float>();
+  for (size_t k = 0; k < owned_.size(); ++k)
+    std::copy(values + owned_[k].first, values + owned_[k].second,
+              out.data<float>() + packed_start_[k]);
+  return out;
 }
 
 void Optimizer::step(double lr, float grad_scale) {
   ++steps_;
   const float* grads = params_.flat_grads().data<float>();
-  float* master = master_.data<float>();
   float* m = exp_avg_.data<float>();
-  for (const model::Parameter& p : params_.all()) {
-    const int64_t o = p.offset, n = p.numel();
+  float* v = exp_avg_sq_.defined() ? exp_avg_sq_.data<float>() : nullptr;
+  for_each_owned_run([&](const model::Parameter& p, int64_t b, int64_t e, int64_t packed) {
+    const int64_t n = e - b;
     const float wd = p.weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f;
     visit_float(params_.compute_dtype(), [&](auto tag) {
       using T = decltype(tag);
       // With fp32 compute the master is the model's buffer: nothing to copy back.
-      T* out = separate_master_ ? params_.flat_values().data<T>() + o : nullptr;
+      T* out = separate_master_ ? params_.flat_values().data<T>() + b : nullptr;
+      float* master = separate_master_ ? master_.data<float>() + packed
+                                       : params_.flat_values().data<float>() + b;
       if (options_.kind == "sgd") {
-        kernels::sgd_step(master + o, m + o, out, grads + o, n, static_cast<float>(lr),
+        kernels::sgd_step(master, m + packed, out, grads + b, n, static_cast<float>(lr),
                           static_cast<float>(options_.momentum), wd, steps_, grad_scale);
       } else {
-        kernels::adamw_step(master + o, m + o, exp_avg_sq_.data<float>() + o, out, grads + o, n,
+        kernels::adamw_step(master, m + packed, v + packed, out, grads + b, n,
                             static_cast<float>(lr), static_cast<float>(options_.beta1),
                             static_cast<float>(options_.beta2), static_cast<float>(options_.eps),
                             wd, steps_, grad_scale);
       }
     });
-  }
+  });
 }
 
 }  // namespace tessera::optim

@@ -5,9 +5,15 @@
 // Mixed precision: with bf16 compute the master weights are a separate fp32 copy and each step
 // writes the rounded bf16 values back into the model's buffer. With fp32 compute the model's
 // buffer *is* the master copy (no duplicate).
+//
+// Sharded (ZeRO stage 1, the distributed optimizer): the optimizer owns only some ranges of the
+// flat buffers; master weights and moments exist for those elements only (packed in range
+// order), and a step updates only their values. The data-parallel layer gathers the rest.
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tessera/model/parameter.h"
 
@@ -22,21 +28,35 @@ struct OptimizerOptions {
 
 class Optimizer {
  public:
-  Optimizer(model::ParameterSet& params, const OptimizerOptions& options);
+  // Ranges [begin, end) of flat-buffer elements this optimizer owns, increasing and disjoint;
+  // empty = the whole buffer.
+  using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+  Optimizer(model::ParameterSet& params, const OptimizerOptions& options, Ranges owned = {});
 
-  // One update with learning rate `lr`; the gradients used are flat_grads * grad_scale
-  // (grad_scale folds in 1/loss_scale and the clipping coefficient).
+  // One update with learning rate `lr` of the owned elements; the gradients used are
+  // flat_grads * grad_scale (grad_scale folds in 1/loss_scale and the clipping coefficient).
   void step(double lr, float grad_scale);
   int64_t steps() const { return steps_; }
 
-  // The fp32 master value of a parameter (a view; for export and checkpoints).
+  // The fp32 master value of a parameter (a view; for export). Unsharded optimizers only.
   Tensor master(const model::Parameter& p) const;
+  // The fp32 master values of the owned elements, packed in range order (a copy).
+  Tensor owned_master() const;
+  bool sharded() const { return sharded_; }
 
  private:
+  // Calls fn(param, flat_begin, flat_end, packed_index) for every owned run of every parameter.
+  template <typename Fn>
+  void for_each_owned_run(Fn&& fn) const;
+
   model::ParameterSet& params_;
   OptimizerOptions options_;
+  Ranges owned_;
+  bool sharded_;
   bool separate_master_;
-  Tensor master_, exp_avg_, exp_avg_sq_;
+  int64_t owned_numel_ = 0;
+  std::vector<int64_t> packed_start_;     // packed index of each owned range's first element
+  Tensor master_, exp_avg_, exp_avg_sq_;  // packed over the owned elements (master: see above)
   int64_t steps_ = 0;
 };
 

@@ -55,14 +55,20 @@ struct TrainArgs {
   std::string tokenizer_type;       // --tokenizer-type (ByteLevel)
   std::string split = "969,30,1";   // --split (train, valid, test weights)
 
-  // Process mesh. Training runs tensor (+ sequence) parallel across the world; the other sizes
-  // are validated and printed by --print-mesh, and arrive with their features.
+  // Process mesh. Training runs tensor (+ sequence) and data parallel (DP = world / TP); the
+  // other sizes are validated and printed by --print-mesh, and arrive with their features.
   int tensor_model_parallel_size = 1;    // --tensor-model-parallel-size
   bool sequence_parallel = false;        // --sequence-parallel (off with a warning at TP 1)
   int pipeline_model_parallel_size = 1;  // --pipeline-model-parallel-size
   int context_parallel_size = 1;         // --context-parallel-size
   int expert_model_parallel_size = 1;    // --expert-model-parallel-size
   bool print_mesh = false;               // --print-mesh: print the layout and exit
+
+  // Data parallel and ZeRO.
+  int zero_stage = 0;                    // --zero-stage (--use-distributed-optimizer means 1)
+  bool use_distributed_optimizer = false;  // --use-distributed-optimizer
+  bool overlap_grad_reduce = true;       // --overlap-grad-reduce / --no-overlap-grad-reduce
+  int64_t ddp_bucket_size = 0;           // --ddp-bucket-size elements (0: max(40M, 1M x DP))
   double distributed_timeout_minutes = 10;  // --distributed-timeout-minutes (watchdog)
   bool check_collectives = false;        // --check-collectives
 

@@ -15,6 +15,7 @@
 #include "tessera/core/threads.h"
 #include "tessera/data/byte_tokenizer.h"
 #include "tessera/distributed/gather_parameter.h"
+#include "tessera/distributed/sum_scalars.h"
 #include "tessera/train/flops.h"
 
 namespace tessera::train {
@@ -72,8 +73,11 @@ double unigram_entropy(const data::IndexedDataset& ds, int64_t last_token, int64
 
 }  // namespace
 
-Trainer::Trainer(const TrainArgs& args, const parallel::TensorParallel& tp)
-    : args_(args), tp_(tp), reporting_rank_(tp.rank() == 0),
+Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
+    : args_(args), tp_(groups.tp), dp_(groups.dp), world_(groups.world),
+      dp_size_(groups.dp ? groups.dp->size() : 1), dp_rank_(groups.dp ? groups.dp->rank() : 0),
+      world_size_(groups.world ? groups.world->size() : 1),
+      reporting_rank_(!groups.world || groups.world->rank() == 0),
       metrics_(reporting_rank_ ? args.metrics_file : std::string()) {
   const auto& a = args_;
   train_iters_ = a.train_iters > 0 ? a.train_iters : a.train_samples / a.global_batch_size;
@@ -90,12 +94,22 @@ Trainer::Trainer(const TrainArgs& args, const parallel::TensorParallel& tp)
     std::filesystem::remove(a.export_weights + ".probe", ec);
   }
   const DType dtype = a.bf16 ? DType::kBF16 : a.fp16 ? DType::kF16 : DType::kF32;
-  model_ = std::make_unique<model::GPTModel>(a.model, dtype, a.seed, tp_);
+  model_ = std::make_unique<model::GPTModel>(a.model, dtype, a.seed, tp_, dp_size_);
   tp_grads_ = std::make_unique<distributed::TensorParallelGrads>(model_->params(), tp_);
+  const bool sharded = a.zero_stage >= 1 || a.use_distributed_optimizer;
+  // Megatron's default bucket: max(40M, 1M x DP) elements.
+  const int64_t bucket = a.ddp_bucket_size > 0 ? a.ddp_bucket_size
+                                               : std::max<int64_t>(40'000'000, 1'000'000 * dp_size_);
+  dp_grads_ = std::make_unique<distributed::DataParallelGrads>(model_->params(), dp_, bucket,
+                                                               sharded, a.overlap_grad_reduce);
+  optim::Optimizer::Ranges owned;
+  if (sharded)
+    for (const auto& r : dp_grads_->owned()) owned.push_back({r.begin, r.end});
   optimizer_ = std::make_unique<optim::Optimizer>(
-      model_->params(), optim::OptimizerOptions{a.optimizer == "sgd" ? "sgd" : "adam",
-                                                a.adam_beta1, a.adam_beta2, a.adam_eps,
-                                                a.sgd_momentum, a.weight_decay});
+      model_->params(),
+      optim::OptimizerOptions{a.optimizer == "sgd" ? "sgd" : "adam", a.adam_beta1, a.adam_beta2,
+                              a.adam_eps, a.sgd_momentum, a.weight_decay},
+      owned);
   scheduler_ = std::make_unique<optim::LRScheduler>(schedule_options(a, train_iters_));
   if (a.fp16 && a.loss_scale <= 0) {
     scaler_ = std::make_unique<optim::DynamicLossScaler>(optim::DynamicLossScaler::dynamic(
@@ -149,6 +163,12 @@ Trainer::Trainer(const TrainArgs& args, const parallel::TensorParallel& tp)
     std::printf("> tensor parallel: %d ranks%s, %lld parameters (with padding) on each rank\n",
                 tp_.size(), tp_.sequence_parallel() ? " with sequence parallelism" : "",
                 static_cast<long long>(model_->params().numel()));
+  if (dp_size_ > 1)
+    std::printf("> data parallel: %d ranks, %lld micro-batches of %lld per rank per iteration, "
+                "ZeRO stage %d, %d gradient bucket(s), overlap %s\n",
+                dp_size_, static_cast<long long>(a.num_microbatches(dp_size_)),
+                static_cast<long long>(a.micro_batch_size), sharded ? 1 : 0,
+                dp_grads_->num_buckets(), a.overlap_grad_reduce ? "on" : "off");
   std::fflush(stdout);
 }
 
@@ -168,9 +188,13 @@ void Trainer::load_samples(const data::TokenSampler& sampler, int64_t first, int
   }
 }
 
+std::vector<double> Trainer::sum_over_dp(const std::vector<double>& v) const {
+  return distributed::sum_over(dp_.get(), v);
+}
+
 Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   const int64_t mbs = args_.micro_batch_size, T = args_.model.seq_length;
-  const int64_t num_micro = args_.num_microbatches(1);
+  const int64_t num_micro = args_.num_microbatches(dp_size_);
   const double global_tokens = static_cast<double>(args_.global_batch_size) * T;
   const double loss_scale = scaler_->scale();
   // Gradients of the global mean loss, times the loss scale (1 unless fp16).
@@ -179,19 +203,33 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   StepOutcome out;
   model_->params().zero_grads();
   for (int64_t m = 0; m < num_micro; ++m) {
-    const int64_t first = consumed_samples_ + m * mbs;
+    const int64_t first = consumed_samples_ + (m * dp_size_ + dp_rank_) * mbs;
     load_samples(*train_data_, first, mbs);
     model::Batch batch{tokens_.data(), targets_.data(), nullptr, mbs, T};
     const auto ctx = model_->context(mbs, T, first, args_.seed, iteration, true);
+    // Buckets are reduced while the last micro-batch's backward produces them.
+    if (m == num_micro - 1)
+      model_->set_grads_ready_hook([this](int64_t offset) { dp_grads_->grads_ready(offset); });
     const model::LossSum s = model_->forward_backward(batch, ctx, grad_scale);
+    model_->set_grads_ready_hook(nullptr);
     out.loss_sum += s.loss_sum;
     out.tokens += s.tokens;
   }
+  dp_grads_->finish();
+  const std::vector<double> totals = sum_over_dp({out.loss_sum, out.tokens});
+  out.loss_sum = totals[0];
+  out.tokens = totals[1];
 
-  tp_grads_->finalize();
+  // Sharded: this rank holds reduced gradients for its part only, and the norm sums the parts
+  // over every rank; replicated: every DP rank holds all of them, the norm sums over TP.
+  const bool sharded = optimizer_->sharded();
+  const auto* owned = sharded ? &dp_grads_->owned() : nullptr;
+  tp_grads_->finalize(owned);
   Tensor& grads = model_->params().flat_grads();
   if (iteration == args_.inject_overflow_at) grads.data<float>()[0] = INFINITY;  // test hook
-  const double sum_sq = tp_grads_->sum_squares();
+  const double sum_sq =
+      sharded ? distributed::sum_over(world_.get(), {tp_grads_->local_sum_squares(owned)})[0]
+              : tp_grads_->sum_squares();
   const bool finite = std::isfinite(sum_sq) && std::isfinite(out.loss_sum);
   out.grad_norm = std::sqrt(sum_sq) / loss_scale;
 
@@ -221,6 +259,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
     if (coeff < 1.0) step_scale *= static_cast<float>(coeff);
   }
   optimizer_->step(scheduler_->lr_at(optimizer_->steps()), step_scale);
+  dp_grads_->gather_values();
   return out;
 }
 
@@ -236,9 +275,10 @@ double Trainer::evaluate(int64_t iteration) {
   double loss = 0, tokens = 0;
   const auto t0 = Clock::now();
   double next_progress = 5.0;
-  const int64_t batches = args_.eval_iters * args_.num_microbatches(1);
+  // Each DP rank takes every DP-th micro-batch of the evaluation samples.
+  const int64_t batches = args_.eval_iters * args_.num_microbatches(dp_size_);
   for (int64_t i = 0; i < batches; ++i) {
-    const int64_t at = first + i * mbs;
+    const int64_t at = first + (i * dp_size_ + dp_rank_) * mbs;
     load_samples(*sampler, at, mbs);
     model::Batch batch{tokens_.data(), targets_.data(), nullptr, mbs, T};
     const auto ctx = model_->context(mbs, T, at, args_.seed, iteration, false);
@@ -253,7 +293,8 @@ double Trainer::evaluate(int64_t iteration) {
       next_progress += 5.0;
     }
   }
-  const double val = loss / tokens;
+  const std::vector<double> totals = sum_over_dp({loss, tokens});
+  const double val = totals[0] / totals[1];
   std::printf("-----------------------------------------------------------------------------\n"
               " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n"
               "-----------------------------------------------------------------------------\n",
@@ -270,7 +311,7 @@ int64_t Trainer::train() {
   const double flops_per_iter =
       model_flops(a.model, model_->padded_vocab(), a.global_batch_size);
   const int64_t tokens_per_iter = a.global_batch_size * a.model.seq_length;
-  const int world_size = tp_.size();  // the job's ranks (TP is the only parallelism trained today)
+  const int world_size = world_size_;
   // Megatron's logging window: time averaged over every iteration, loss over the iterations
   // that updated, skipped and NaN iterations counted within the window.
   double window_time = 0, window_loss = 0;
@@ -347,8 +388,15 @@ int64_t Trainer::train() {
 void Trainer::export_weights() const {
   // Every rank takes part in gathering each parameter; the reporting rank keeps and writes them.
   std::map<std::string, Tensor> full;
+  // A sharded optimizer's master weights are first gathered over DP into a whole flat buffer.
+  Tensor flat_master;
+  if (optimizer_->sharded()) flat_master = dp_grads_->gather_owned(optimizer_->owned_master());
   for (const model::Parameter& p : model_->params().all()) {
-    Tensor t = distributed::gather_parameter(p, optimizer_->master(p), tp_);
+    const Tensor master =
+        optimizer_->sharded()
+            ? flat_master.slice_rows(p.offset, p.offset + p.numel()).view(p.local_shape)
+            : optimizer_->master(p);
+    Tensor t = distributed::gather_parameter(p, master, tp_);
     if (reporting_rank_) full[p.name] = t;
   }
   if (!reporting_rank_) return;
@@ -386,10 +434,10 @@ std::unique_ptr<comm::ParallelState> setup_distributed(const TrainArgs& args) {
     if (world->rank() == 0) std::printf("%s", comm::format_mesh(layout).c_str());
     return nullptr;
   }
-  if (layout.data() > 1 || layout.pipeline() > 1 || layout.context() > 1 || layout.expert() > 1)
+  if (layout.pipeline() > 1 || layout.context() > 1 || layout.expert() > 1)
     throw Error("world size " + std::to_string(world->size()) + " (" + layout.summary() +
-                "): this build trains tensor parallel only (world = --tensor-model-parallel-size);"
-                " data, pipeline, context and expert parallel training are not implemented yet");
+                "): this build trains tensor and data parallel only; pipeline, context and "
+                "expert parallel training are not implemented yet");
   return std::make_unique<comm::ParallelState>(world, layout);
 }
 
@@ -413,17 +461,21 @@ int train_main(int argc, const char* const* argv) {
       comm::shutdown();
       return 0;
     }
-    if (args.global_batch_size == 0) args.global_batch_size = args.micro_batch_size;
-    validate_arguments(args, /*data_parallel=*/1);
+    const int dp = state->layout().data();
+    if (args.global_batch_size == 0) args.global_batch_size = args.micro_batch_size * dp;
+    validate_arguments(args, dp);
     set_num_threads(args.num_threads);
     // Rank 0 reports for the job (Megatron's print_rank_0); the others' progress lines would
     // repeat it. Errors still reach stderr from every rank.
     if (state->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
       throw Error("cannot silence stdout on rank " + std::to_string(state->rank()));
     {
-      const parallel::TensorParallel tp(state->group(comm::GroupKind::kTensor),
-                                        args.sequence_parallel);
-      Trainer trainer(args, tp);
+      TrainerGroups groups;
+      groups.tp = parallel::TensorParallel(state->group(comm::GroupKind::kTensor),
+                                           args.sequence_parallel);
+      groups.dp = state->group(comm::GroupKind::kData);
+      groups.world = state->world();
+      Trainer trainer(args, groups);
       trainer.train();
     }
     state.reset();

@@ -22,18 +22,26 @@
 #include "tessera/optim/lr_schedule.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/parallel/tensor_parallel.h"
+#include "tessera/distributed/data_parallel_grads.h"
 #include "tessera/distributed/tensor_parallel_grads.h"
 #include "tessera/train/arguments.h"
 #include "tessera/train/metrics.h"
 
 namespace tessera::train {
 
+// The process groups a Trainer runs over. Default: one process.
+struct TrainerGroups {
+  parallel::TensorParallel tp;
+  std::shared_ptr<comm::ProcessGroup> dp;     // data-parallel group; nullptr: DP 1
+  std::shared_ptr<comm::ProcessGroup> world;  // every rank; nullptr: one process
+};
+
 class Trainer {
  public:
   // Builds model, optimizer, schedule and data from validated arguments, the model split over
   // `tp` (default: one process). Throws tessera::Error on bad input (missing data file, token
   // out of vocabulary, ...). With TP > 1, collective over the TP group.
-  explicit Trainer(const TrainArgs& args, const parallel::TensorParallel& tp = {});
+  explicit Trainer(const TrainArgs& args, const TrainerGroups& groups = {});
   ~Trainer();
 
   // Runs to --train-iters (or --exit-interval / --exit-duration-in-mins), then exports weights
@@ -54,13 +62,19 @@ class Trainer {
   void load_samples(const data::TokenSampler& sampler, int64_t first, int64_t count);
   void export_weights() const;
 
+  // Sums loss/token scalars over DP (identical on every rank).
+  std::vector<double> sum_over_dp(const std::vector<double>& v) const;
+
   TrainArgs args_;
   parallel::TensorParallel tp_;
+  std::shared_ptr<comm::ProcessGroup> dp_, world_;
+  int dp_size_ = 1, dp_rank_ = 0, world_size_ = 1;
   bool reporting_rank_ = true;  // prints, writes metrics and exports
   int64_t train_iters_ = 0;
   int64_t consumed_samples_ = 0;
   std::unique_ptr<model::GPTModel> model_;
   std::unique_ptr<distributed::TensorParallelGrads> tp_grads_;
+  std::unique_ptr<distributed::DataParallelGrads> dp_grads_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRScheduler> scheduler_;
   std::unique_ptr<optim::DynamicLossScaler> scaler_;

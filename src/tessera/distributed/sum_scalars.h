@@ -1,0 +1,16 @@
+// Summing a few fp64 scalars (loss sums, token counts, squared norms) over a group so that every
+// member gets the bitwise-same total, independent of the reduction algorithm MPI picks.
+#pragma once
+
+#include <vector>
+
+#include "tessera/comm/process_group.h"
+
+namespace tessera::distributed {
+
+// Returns, on every member of `group`, the sum over members of `values` (element-wise), added in
+// rank order in fp64. Each value travels as two fp32 words (hi + lo, ~48 significant bits), so
+// the sum is not rounded to fp32. `group` may be nullptr (returns `values`). Collective.
+std::vector<double> sum_over(comm::ProcessGroup* group, const std::vector<double>& values);
+
+}  // namespace tessera::distributed
