@@ -82,8 +82,8 @@ void check(bool sharded, bool overlap) {
   model.set_grads_ready_hook([&](int64_t offset) { grads.grads_ready(offset); });
   micro_batch(model, (n + d) * mbs, mbs, scale);
   model.set_grads_ready_hook(nullptr);
-  const int64_t issued_during_backward = dp->stats().calls_of(sharded ? OpType::kReduceScatter
-                                                                       : OpType::kAllReduce);
+  const int64_t issued_during_backward =
+      dp->stats().calls_of(sharded ? OpType::kReduceScatter : OpType::kAllReduce);
   EXPECT_EQ(issued_during_backward, overlap ? grads.num_buckets() : 0);
   grads.finish();
 

@@ -25,7 +25,8 @@ DataParallelGrads::DataParallelGrads(model::ParameterSet& params,
   }
   for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
     const int64_t part = it->size() / dp_size_;
-    if (sharded_) owned_.push_back({it->begin + dp_rank_ * part, it->begin + (dp_rank_ + 1) * part});
+    if (sharded_)
+      owned_.push_back({it->begin + dp_rank_ * part, it->begin + (dp_rank_ + 1) * part});
   }
   if (!sharded_) owned_.push_back({0, n});
   scatter_out_.resize(buckets_.size());

@@ -67,9 +67,9 @@ class DataParallelGrads {
   std::shared_ptr<comm::ProcessGroup> dp_;
   int dp_size_ = 1, dp_rank_ = 0;
   bool sharded_, overlap_;
-  std::vector<FlatRange> buckets_;   // from the end of the buffer to its start
+  std::vector<FlatRange> buckets_;  // from the end of the buffer to its start
   std::vector<FlatRange> owned_;
-  size_t next_bucket_ = 0;           // buckets [0, next_bucket_) have been launched
+  size_t next_bucket_ = 0;  // buckets [0, next_bucket_) have been launched
   std::vector<comm::Work> pending_;
   std::vector<Tensor> scatter_out_;  // per bucket: the reduce-scatter output (this rank's part)
 };

@@ -4,7 +4,8 @@
 
 namespace tessera::distributed {
 
-Tensor gather_parameter(const model::Parameter& p, const Tensor& local, const parallel::TensorParallel& tp) {
+Tensor gather_parameter(const model::Parameter& p, const Tensor& local,
+                        const parallel::TensorParallel& tp) {
   TESSERA_CHECK(local.dtype() == DType::kF32 && local.numel() == p.numel());
   if (p.shard.tp_dim < 0 || tp.size() == 1) return local;
   const int n = tp.size();

@@ -37,7 +37,8 @@ std::vector<FlatRange> intersect(const std::vector<FlatRange>& ranges,
 
 }  // namespace
 
-TensorParallelGrads::TensorParallelGrads(model::ParameterSet& params, const parallel::TensorParallel& tp)
+TensorParallelGrads::TensorParallelGrads(model::ParameterSet& params,
+                                         const parallel::TensorParallel& tp)
     : params_(params), tp_(tp) {
   const bool first_rank = tp.rank() == 0;
   for (const model::Parameter& p : params.all()) {

@@ -49,7 +49,7 @@ class TensorParallelGrads {
   std::vector<FlatRange> sequence_parallel_;          // replicated params under SP
   std::map<int, std::vector<FlatRange>> replicated_;  // by replica-group size: replicated KV rows
   std::map<int, std::shared_ptr<comm::ProcessGroup>> replica_groups_;
-  std::vector<FlatRange> norm_ranges_;                // what this rank counts in the norm
+  std::vector<FlatRange> norm_ranges_;  // what this rank counts in the norm
 };
 
 }  // namespace tessera::distributed

@@ -37,10 +37,18 @@ struct LRScheduleOptions {
   WSDDecayStyle wsd_decay_style = WSDDecayStyle::kExponential;  // --lr-wsd-decay-style
 };
 
-// Immutable schedule; lr_at is a pure function, so the scheduler needs no state of its own in a
-// checkpoint beyond its options and the step count the trainer already saves.
-// Thread-safe (const).
-class LRScheduler {
+// A learning-rate schedule as a pure function of the number of updates applied so far, so it
+// needs no state of its own in a checkpoint beyond its options and the step count the trainer
+// already saves. Implementations are immutable and thread-safe.
+class LRSchedule {
+ public:
+  virtual ~LRSchedule() = default;
+  // Learning rate of the update that follows `step` applied updates (0: the first update).
+  virtual double lr_at(int64_t step) const = 0;
+};
+
+// Megatron's schedule.
+class LRScheduler : public LRSchedule {
  public:
   // Validates as Megatron asserts: 0 <= min_lr <= lr, init_lr <= lr, decay_iters > 0,
   // 0 <= warmup_iters < decay_iters, and wsd_decay_iters >= 0. Throws tessera::Error naming the
@@ -63,7 +71,7 @@ class LRScheduler {
   //          exponential 2 * 0.5^w - 1;  linear 1 - w;  cosine (cos(pi w) + 1) / 2;
   //          minus_sqrt 1 - sqrt(w).
   // Requires step >= 0 (a negative step is a bug: checked).
-  double lr_at(int64_t step) const;
+  double lr_at(int64_t step) const override;
 
   const LRScheduleOptions& options() const { return options_; }
 

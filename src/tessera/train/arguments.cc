@@ -185,6 +185,10 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--inject-overflow-at-iteration", args.inject_overflow_at,
                  "test hook: make this iteration's gradients overflow");
+  app.add_flag("--deepspeed", args.deepspeed, "use a DeepSpeed JSON config (--deepspeed_config)");
+  app.add_option("--deepspeed_config,--deepspeed-config", args.deepspeed_config,
+                 "DeepSpeed JSON: batch sizes, zero_optimization, fp16/bf16, optimizer, "
+                 "scheduler, gradient_clipping");
 
   try {
     app.parse(argc, argv);
@@ -201,6 +205,11 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
     throw Error(one_line(e.what()));
   }
 
+  for (const CLI::Option* opt : app.get_options())
+    if (opt->count() > 0 && !opt->get_lnames().empty())
+      args.explicit_flags.insert("--" + opt->get_lnames().front());
+  if (args.deepspeed != !args.deepspeed_config.empty())
+    throw Error("--deepspeed and --deepspeed_config FILE go together");
   if (!args.model_preset.empty()) args.model = model::preset(args.model_preset);
   model_flags.apply(args.model);
   // The tokenizer determines the vocabulary unless --vocab-size says otherwise.

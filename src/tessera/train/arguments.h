@@ -4,10 +4,13 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "tessera/model/config.h"
+#include "tessera/optim/deepspeed_lr_schedule.h"
 
 namespace tessera::train {
 
@@ -79,6 +82,15 @@ struct TrainArgs {
   std::string export_weights;       // --export-weights F.safetensors
   int num_threads = 0;              // --num-threads (0: cores / local ranks)
   int64_t inject_overflow_at = -1;  // --inject-overflow-at-iteration (test hook)
+
+  // DeepSpeed configuration (train/deepspeed_config.h), applied once DP is known.
+  bool deepspeed = false;                // --deepspeed
+  std::string deepspeed_config;          // --deepspeed_config FILE (or --deepspeed-config)
+  std::optional<optim::DeepSpeedScheduleOptions> deepspeed_schedule;  // its "scheduler"
+
+  // Flags given on the command line or in --config (long names, e.g. "--micro-batch-size"), so a
+  // DeepSpeed config can tell a default from a choice it must not contradict.
+  std::set<std::string> explicit_flags;
 
   int64_t num_microbatches(int64_t data_parallel) const;
 };

@@ -16,6 +16,8 @@
 #include "tessera/data/byte_tokenizer.h"
 #include "tessera/distributed/gather_parameter.h"
 #include "tessera/distributed/sum_scalars.h"
+#include "tessera/optim/deepspeed_lr_schedule.h"
+#include "tessera/train/deepspeed_config.h"
 #include "tessera/train/flops.h"
 
 namespace tessera::train {
@@ -110,7 +112,11 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
       optim::OptimizerOptions{a.optimizer == "sgd" ? "sgd" : "adam", a.adam_beta1, a.adam_beta2,
                               a.adam_eps, a.sgd_momentum, a.weight_decay},
       owned);
-  scheduler_ = std::make_unique<optim::LRScheduler>(schedule_options(a, train_iters_));
+  if (a.deepspeed_schedule) {
+    scheduler_ = std::make_unique<optim::DeepSpeedLRSchedule>(*a.deepspeed_schedule);
+  } else {
+    scheduler_ = std::make_unique<optim::LRScheduler>(schedule_options(a, train_iters_));
+  }
   if (a.fp16 && a.loss_scale <= 0) {
     scaler_ = std::make_unique<optim::DynamicLossScaler>(optim::DynamicLossScaler::dynamic(
         a.initial_loss_scale, static_cast<int32_t>(a.loss_scale_window), a.hysteresis,
@@ -462,6 +468,11 @@ int train_main(int argc, const char* const* argv) {
       return 0;
     }
     const int dp = state->layout().data();
+    if (args.deepspeed) {
+      const std::vector<std::string> warnings = apply_deepspeed_config(args, dp);
+      if (state->rank() == 0)
+        for (const std::string& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+    }
     if (args.global_batch_size == 0) args.global_batch_size = args.micro_batch_size * dp;
     validate_arguments(args, dp);
     set_num_threads(args.num_threads);

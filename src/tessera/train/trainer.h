@@ -76,7 +76,7 @@ class Trainer {
   std::unique_ptr<distributed::TensorParallelGrads> tp_grads_;
   std::unique_ptr<distributed::DataParallelGrads> dp_grads_;
   std::unique_ptr<optim::Optimizer> optimizer_;
-  std::unique_ptr<optim::LRScheduler> scheduler_;
+  std::unique_ptr<optim::LRSchedule> scheduler_;
   std::unique_ptr<optim::DynamicLossScaler> scaler_;
   std::unique_ptr<data::IndexedDataset> dataset_;
   std::unique_ptr<data::TokenSampler> train_data_, valid_data_;

@@ -1,0 +1,332 @@
+#include "tessera/train/deepspeed_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <tuple>
+
+#include "tessera/core/error.h"
+
+namespace tessera::train {
+namespace {
+
+using json = nlohmann::json;
+
+std::string number_str(double x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
+}
+
+// One section of the file: typed access to its keys, remembering which were read so the rest
+// can be reported as unknown.
+class Section {
+ public:
+  Section(const std::string& file, const std::string& path, const json& j)
+      : file_(file), path_(path), j_(j) {
+    if (!j.is_object()) fail(path_.empty() ? "the file" : path_, "must be a JSON object");
+  }
+
+  bool has(const std::string& key) {
+    known_.push_back(key);
+    return j_.contains(key);
+  }
+  bool contains(const std::string& key) const { return j_.contains(key); }
+  double number(const std::string& key, double fallback) {
+    if (!has(key)) return fallback;
+    const json& v = j_.at(key);
+    if (!v.is_number()) fail(name(key), "must be a number, got " + v.dump());
+    return v.get<double>();
+  }
+  int64_t integer(const std::string& key, int64_t fallback) {
+    if (!has(key)) return fallback;
+    const json& v = j_.at(key);
+    // DeepSpeed configs often write sizes as 5e8: accept whole numbers in any notation.
+    if (!v.is_number() || std::floor(v.get<double>()) != v.get<double>())
+      fail(name(key), "must be a whole number, got " + v.dump());
+    return static_cast<int64_t>(v.get<double>());
+  }
+  bool boolean(const std::string& key, bool fallback) {
+    if (!has(key)) return fallback;
+    const json& v = j_.at(key);
+    if (!v.is_boolean()) fail(name(key), "must be true or false, got " + v.dump());
+    return v.get<bool>();
+  }
+  std::string string(const std::string& key, const std::string& fallback) {
+    if (!has(key)) return fallback;
+    const json& v = j_.at(key);
+    if (!v.is_string()) fail(name(key), "must be a string, got " + v.dump());
+    return v.get<std::string>();
+  }
+  Section section(const std::string& key) {
+    has(key);
+    static const json kEmpty = json::object();
+    return Section(file_, name(key), j_.contains(key) ? j_.at(key) : kEmpty);
+  }
+  const json& raw(const std::string& key) {
+    has(key);
+    return j_.at(key);
+  }
+  // Warnings for keys nobody asked for.
+  void report_unknown(std::vector<std::string>& warnings) const {
+    for (const auto& [key, value] : j_.items())
+      if (std::find(known_.begin(), known_.end(), key) == known_.end())
+        warnings.push_back(file_ + ": unknown key '" + name(key) + "' ignored");
+  }
+  std::string name(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    throw Error(file_ + ": " + key + " " + what);
+  }
+
+ private:
+  std::string file_, path_;
+  const json& j_;
+  std::vector<std::string> known_;
+};
+
+// Sets `target` from the file (or DeepSpeed's default when the file has no such key) unless the
+// flag was given explicitly; a key the file does set must then agree with the flag.
+template <typename T>
+void set_unless_explicit(const TrainArgs& args, const std::string& flag, T& target, T value,
+                         const std::string& file, const std::string& key, bool in_file = true) {
+  if (args.explicit_flags.count(flag)) {
+    if (in_file && target != value)
+      throw Error(file + ": " + key + " " + number_str(static_cast<double>(value)) +
+                  " contradicts " + flag + " " + number_str(static_cast<double>(target)));
+    return;
+  }
+  target = value;
+}
+
+void apply_batch(Section& top, TrainArgs& args, int64_t dp, const std::string& file) {
+  const bool has_tbs = top.has("train_batch_size"),
+             has_mbs = top.has("train_micro_batch_size_per_gpu"),
+             has_gas = top.has("gradient_accumulation_steps");
+  int64_t tbs = top.integer("train_batch_size", 0),
+          mbs = top.integer("train_micro_batch_size_per_gpu", 0),
+          gas = top.integer("gradient_accumulation_steps", 0);
+  if (!has_tbs && !has_mbs && !has_gas) return;  // the flags decide
+  for (const auto& [key, v, present] : {std::tuple{"train_batch_size", tbs, has_tbs},
+                                        std::tuple{"train_micro_batch_size_per_gpu", mbs, has_mbs},
+                                        std::tuple{"gradient_accumulation_steps", gas, has_gas}})
+    if (present && v <= 0)
+      throw Error(file + ": " + key + " must be > 0, got " + std::to_string(v));
+  const std::string dp_str = " x data-parallel size " + std::to_string(dp);
+  if (has_tbs && has_mbs && has_gas) {
+    if (tbs != mbs * gas * dp)
+      throw Error(file + ": train_batch_size " + std::to_string(tbs) +
+                  " != train_micro_batch_size_per_gpu " + std::to_string(mbs) +
+                  " x gradient_accumulation_steps " + std::to_string(gas) + dp_str);
+  } else if (has_tbs && has_mbs) {
+    if (tbs % (mbs * dp) != 0)
+      throw Error(file + ": train_batch_size " + std::to_string(tbs) +
+                  " is not divisible by train_micro_batch_size_per_gpu " + std::to_string(mbs) +
+                  dp_str);
+  } else if (has_tbs && has_gas) {
+    if (tbs % (gas * dp) != 0)
+      throw Error(file + ": train_batch_size " + std::to_string(tbs) +
+                  " is not divisible by gradient_accumulation_steps " + std::to_string(gas) +
+                  dp_str);
+    mbs = tbs / (gas * dp);
+  } else if (has_mbs && has_gas) {
+    tbs = mbs * gas * dp;
+  } else if (has_tbs) {
+    if (tbs % dp != 0)
+      throw Error(file + ": train_batch_size " + std::to_string(tbs) + " is not divisible by" +
+                  dp_str.substr(3));
+    mbs = tbs / dp;
+  } else if (has_mbs) {
+    tbs = mbs * dp;
+  } else {
+    throw Error(file +
+                ": gradient_accumulation_steps needs train_batch_size or "
+                "train_micro_batch_size_per_gpu");
+  }
+  set_unless_explicit(args, "--micro-batch-size", args.micro_batch_size, mbs, file,
+                      "train_micro_batch_size_per_gpu");
+  set_unless_explicit(args, "--global-batch-size", args.global_batch_size, tbs, file,
+                      "train_batch_size");
+}
+
+void apply_zero(Section z, TrainArgs& args, std::vector<std::string>& warnings,
+                const std::string& file) {
+  const int64_t stage = z.integer("stage", 0);
+  if (stage < 0 || stage > 3)
+    z.fail(z.name("stage"), "must be 0, 1, 2 or 3, got " + std::to_string(stage));
+  // The stage the flags chose, if they chose one (--use-distributed-optimizer is stage 1).
+  if (args.explicit_flags.count("--zero-stage") ||
+      args.explicit_flags.count("--use-distributed-optimizer")) {
+    const int flags_stage =
+        args.use_distributed_optimizer ? std::max(1, args.zero_stage) : args.zero_stage;
+    if (flags_stage != stage)
+      throw Error(file + ": " + z.name("stage") + " " + std::to_string(stage) +
+                  " contradicts the flags' ZeRO stage " + std::to_string(flags_stage));
+  }
+  args.zero_stage = static_cast<int>(stage);
+  const int64_t bucket = z.integer("reduce_bucket_size", 500'000'000);
+  if (bucket <= 0) z.fail(z.name("reduce_bucket_size"), "must be > 0");
+  set_unless_explicit(args, "--ddp-bucket-size", args.ddp_bucket_size, bucket, file,
+                      z.name("reduce_bucket_size"), z.contains("reduce_bucket_size"));
+  bool overlap = z.boolean("overlap_comm", stage == 3);
+  if (args.explicit_flags.count("--overlap-grad-reduce")) {
+    if (z.contains("overlap_comm") && args.overlap_grad_reduce != overlap)
+      throw Error(file + ": " + z.name("overlap_comm") + " " + (overlap ? "true" : "false") +
+                  " contradicts --" + (args.overlap_grad_reduce ? "" : "no-") +
+                  "overlap-grad-reduce");
+  } else {
+    args.overlap_grad_reduce = overlap;
+  }
+  if (!z.boolean("contiguous_gradients", true))
+    warnings.push_back(file + ": " + z.name("contiguous_gradients") +
+                       " false ignored: Tessera's gradients are always one contiguous buffer");
+  // Parameters are all-gathered per gradient bucket; the stage-3 knobs matter only at stage 3.
+  for (const char* key : {"allgather_bucket_size", "stage3_prefetch_bucket_size",
+                          "stage3_param_persistence_threshold", "stage3_max_live_parameters"})
+    if (z.integer(key, 1) < 0) z.fail(z.name(key), "must be >= 0");
+  z.report_unknown(warnings);
+}
+
+void apply_precision(Section& top, TrainArgs& args, std::vector<std::string>& warnings,
+                     const std::string& file) {
+  Section fp16 = top.section("fp16");
+  if (fp16.boolean("enabled", false)) {
+    args.fp16 = true;
+    const double scale = fp16.number("loss_scale", 0.0);
+    if (scale < 0) fp16.fail(fp16.name("loss_scale"), "must be >= 0 (0: dynamic)");
+    set_unless_explicit(args, "--loss-scale", args.loss_scale, scale, file, fp16.name("loss_scale"),
+                        fp16.contains("loss_scale"));
+    const double power = fp16.number("initial_scale_power", 16);
+    set_unless_explicit(args, "--initial-loss-scale", args.initial_loss_scale, std::pow(2.0, power),
+                        file, fp16.name("initial_scale_power") + " (as 2^power)",
+                        fp16.contains("initial_scale_power"));
+    set_unless_explicit(args, "--loss-scale-window", args.loss_scale_window,
+                        fp16.integer("loss_scale_window", 1000), file,
+                        fp16.name("loss_scale_window"), fp16.contains("loss_scale_window"));
+    set_unless_explicit(args, "--hysteresis", args.hysteresis,
+                        static_cast<int>(fp16.integer("hysteresis", 2)), file,
+                        fp16.name("hysteresis"), fp16.contains("hysteresis"));
+    set_unless_explicit(args, "--min-loss-scale", args.min_loss_scale,
+                        fp16.number("min_loss_scale", 1.0), file, fp16.name("min_loss_scale"),
+                        fp16.contains("min_loss_scale"));
+  }
+  fp16.report_unknown(warnings);
+  Section bf16 = top.section("bf16");
+  if (bf16.boolean("enabled", false)) args.bf16 = true;
+  bf16.report_unknown(warnings);
+  if (args.fp16 && args.bf16)
+    throw Error(file + ": fp16 and bf16 are both enabled (with the flags): pick one");
+}
+
+void apply_optimizer(Section& top, TrainArgs& args, std::vector<std::string>& warnings,
+                     const std::string& file) {
+  if (!top.has("optimizer")) return;
+  Section opt = top.section("optimizer");
+  std::string type = opt.string("type", "");
+  std::string lower = type;
+  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+  if (lower != "adam" && lower != "adamw")
+    opt.fail(opt.name("type"), "'" + type + "' is not supported (Adam or AdamW)");
+  Section params = opt.section("params");
+  if (!params.boolean("adam_w_mode", true))
+    params.fail(params.name("adam_w_mode"), "false (L2-coupled Adam) is not supported");
+  set_unless_explicit(args, "--lr", args.lr, params.number("lr", 1e-3), file, params.name("lr"),
+                      params.contains("lr"));
+  double b1 = 0.9, b2 = 0.999;
+  if (params.has("betas")) {
+    const json& betas = params.raw("betas");
+    if (!betas.is_array() || betas.size() != 2 || !betas[0].is_number() || !betas[1].is_number())
+      params.fail(params.name("betas"), "must be two numbers, got " + betas.dump());
+    b1 = betas[0].get<double>();
+    b2 = betas[1].get<double>();
+  }
+  const bool betas = params.contains("betas");
+  set_unless_explicit(args, "--adam-beta1", args.adam_beta1, b1, file, params.name("betas[0]"),
+                      betas);
+  set_unless_explicit(args, "--adam-beta2", args.adam_beta2, b2, file, params.name("betas[1]"),
+                      betas);
+  set_unless_explicit(args, "--adam-eps", args.adam_eps, params.number("eps", 1e-8), file,
+                      params.name("eps"), params.contains("eps"));
+  set_unless_explicit(args, "--weight-decay", args.weight_decay, params.number("weight_decay", 0.0),
+                      file, params.name("weight_decay"), params.contains("weight_decay"));
+  if (args.explicit_flags.count("--optimizer") && args.optimizer == "sgd")
+    throw Error(file + ": optimizer " + type + " contradicts --optimizer sgd");
+  args.optimizer = "adam";
+  params.report_unknown(warnings);
+  opt.report_unknown(warnings);
+}
+
+void apply_scheduler(Section& top, TrainArgs& args, std::vector<std::string>& warnings,
+                     const std::string& file) {
+  if (!top.has("scheduler")) return;
+  Section sched = top.section("scheduler");
+  for (const char* flag : {"--lr-decay-style", "--lr-warmup-iters", "--lr-warmup-fraction",
+                           "--lr-decay-iters", "--min-lr"})
+    if (args.explicit_flags.count(flag))
+      throw Error(file + ": scheduler and " + flag + " both set the learning-rate schedule");
+  optim::DeepSpeedScheduleOptions o;
+  o.type = optim::parse_deepspeed_schedule_type(sched.string("type", ""));
+  Section p = sched.section("params");
+  o.warmup_num_steps = p.integer("warmup_num_steps", o.warmup_num_steps);
+  const std::string warmup_type = p.string("warmup_type", "log");
+  if (warmup_type != "log" && warmup_type != "linear")
+    p.fail(p.name("warmup_type"), "must be \"log\" or \"linear\", got \"" + warmup_type + "\"");
+  o.log_warmup = warmup_type == "log";
+  if (o.type == optim::DeepSpeedScheduleType::kWarmupCosineLR) {
+    o.total_num_steps = p.integer("total_num_steps", 0);
+    o.warmup_min_ratio = p.number("warmup_min_ratio", o.warmup_min_ratio);
+    o.cos_min_ratio = p.number("cos_min_ratio", o.cos_min_ratio);
+    o.base_lr = args.lr;
+  } else {
+    o.warmup_min_lr = p.number("warmup_min_lr", o.warmup_min_lr);
+    o.warmup_max_lr = p.number("warmup_max_lr", o.warmup_max_lr);
+    if (o.type == optim::DeepSpeedScheduleType::kWarmupDecayLR)
+      o.total_num_steps = p.integer("total_num_steps", 0);
+  }
+  try {
+    optim::DeepSpeedLRSchedule check(o);
+  } catch (const Error& e) {
+    throw Error(file + ": " + e.what());
+  }
+  args.deepspeed_schedule = o;
+  p.report_unknown(warnings);
+  sched.report_unknown(warnings);
+}
+
+}  // namespace
+
+std::vector<std::string> apply_deepspeed_config(TrainArgs& args, int64_t data_parallel) {
+  const std::string& file = args.deepspeed_config;
+  std::ifstream in(file);
+  if (!in) throw Error("--deepspeed_config " + file + ": cannot open the file");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw Error(file + ": not valid JSON (" + one_line(e.what()) + ")");
+  }
+  std::vector<std::string> warnings;
+  Section top(file, "", j);
+  apply_batch(top, args, data_parallel, file);
+  apply_zero(top.section("zero_optimization"), args, warnings, file);
+  apply_precision(top, args, warnings, file);
+  apply_optimizer(top, args, warnings, file);  // before the scheduler: WarmupCosineLR uses lr
+  apply_scheduler(top, args, warnings, file);
+  const double clip = top.number("gradient_clipping", 0.0);
+  if (clip < 0) top.fail("gradient_clipping", "must be >= 0");
+  set_unless_explicit(args, "--clip-grad", args.clip_grad, clip, file, "gradient_clipping",
+                      top.contains("gradient_clipping"));
+  const int64_t steps = top.integer("steps_per_print", 10);
+  if (steps <= 0) top.fail("steps_per_print", "must be > 0");
+  set_unless_explicit(args, "--log-interval", args.log_interval, steps, file, "steps_per_print",
+                      top.contains("steps_per_print"));
+  if (top.boolean("wall_clock_breakdown", false))
+    warnings.push_back(file +
+                       ": wall_clock_breakdown ignored: the log line reports the "
+                       "iteration time only");
+  top.report_unknown(warnings);
+  return warnings;
+}
+
+}  // namespace tessera::train
