@@ -1,9 +1,11 @@
 // Data-parallel gradient reduction (distributed::DataParallelGrads) with DP = the world size:
 // after two micro-batches per rank the reduced gradients equal the single-process gradients of
-// the whole global batch (ZeRO 0: everywhere; ZeRO 1: on the rank's own part of every bucket);
-// nothing is communicated before the last micro-batch; with overlap, buckets are already
+// the whole global batch (ZeRO 0: everywhere; ZeRO 1 and 2: on the rank's own part of every
+// bucket); ZeRO 0-1 communicate nothing before the last micro-batch, ZeRO 2 reduce-scatters
+// every micro-batch and keeps only its own parts resident; with overlap, buckets are already
 // reduced while backward runs; and the bytes sent per iteration are the ZeRO paper's 2Ψ
-// (all-reduce, or reduce-scatter + all-gather) in the runtime's accounting.
+// (all-reduce, or reduce-scatter + all-gather; ZeRO 2: one more Ψ per extra micro-batch) in the
+// runtime's accounting.
 // ranks: 2 4
 #include <gtest/gtest.h>
 
@@ -12,6 +14,7 @@
 
 #include "dist_main.h"
 #include "tessera/comm/parallel_state.h"
+#include "tessera/core/memory.h"
 #include "tessera/distributed/data_parallel_grads.h"
 #include "tessera/model/gpt_model.h"
 #include "tessera/optim/optimizer.h"
@@ -26,7 +29,7 @@ using comm::ProcessGroup;
 model::ModelConfig config() {
   model::ModelConfig c;
   c.num_layers = 3;
-  c.hidden_size = 32;
+  c.hidden_size = 64;
   c.num_attention_heads = 4;
   c.seq_length = 8;
   c.max_position_embeddings = 8;
@@ -59,7 +62,18 @@ void micro_batch(model::GPTModel& model, int64_t first, int64_t mbs, float grad_
   model.forward_backward(batch, model.context(mbs, cfg.seq_length, first, 5, 1, true), grad_scale);
 }
 
-void check(bool sharded, bool overlap) {
+// Bytes of the flat gradient buffer outside `owned` that are resident.
+int64_t resident_unowned(model::GPTModel& model, const std::vector<FlatRange>& owned) {
+  const float* g = model.params().flat_grads().data<float>();
+  int64_t total = 0, at = 0;
+  for (const FlatRange& r : owned) {
+    total += resident_bytes(g + at, (r.begin - at) * sizeof(float));
+    at = r.end;
+  }
+  return total + resident_bytes(g + at, (model.params().numel() - at) * sizeof(float));
+}
+
+void check(int stage, bool overlap) {
   auto world = ProcessGroup::world();
   comm::ParallelState mesh(world, comm::MeshLayout(world->size(), {}));
   auto dp = mesh.group(comm::GroupKind::kData);
@@ -67,25 +81,43 @@ void check(bool sharded, bool overlap) {
   const model::ModelConfig cfg = config();
   const int64_t mbs = 1, micro = 2, global = mbs * micro * n;
   const float scale = 1.0f / (global * cfg.seq_length);
+  const bool sharded = stage >= 1;
 
   model::GPTModel ref(cfg, DType::kF32, 11);
   ref.params().zero_grads();
   for (int64_t s = 0; s < global; ++s) micro_batch(ref, s, 1, scale);
 
+  // Buckets of 1/4 MiB of fp32, so that stage 2 has whole pages to give back.
   model::GPTModel model(cfg, DType::kF32, 11, {}, n);
-  DataParallelGrads grads(model.params(), dp, /*bucket_elems=*/5000, sharded, overlap);
-  ASSERT_GT(grads.num_buckets(), 2);
-  model.params().zero_grads();
+  DataParallelGrads grads(model.params(), dp, /*bucket_elems=*/65536, stage, overlap);
+  ASSERT_GT(grads.num_buckets(), 1);
+  grads.start_iteration();
   dp->reset_stats();
-  micro_batch(model, d * mbs, mbs, scale);  // Megatron's order: rank d takes the d-th slice
-  EXPECT_EQ(dp->stats().total_bytes(), 0) << "communication before the last micro-batch";
-  model.set_grads_ready_hook([&](int64_t offset) { grads.grads_ready(offset); });
-  micro_batch(model, (n + d) * mbs, mbs, scale);
-  model.set_grads_ready_hook(nullptr);
-  const int64_t issued_during_backward =
-      dp->stats().calls_of(sharded ? OpType::kReduceScatter : OpType::kAllReduce);
-  EXPECT_EQ(issued_during_backward, overlap ? grads.num_buckets() : 0);
-  grads.finish();
+  const double psi = static_cast<double>(model.params().numel());
+  const double one_pass = (n - 1.0) / n * 4 * psi;  // a reduce-scatter or all-gather of Ψ fp32
+  for (int64_t m = 0; m < micro; ++m) {
+    const bool reduce = grads.reduces_in(m, micro);
+    EXPECT_EQ(reduce, stage == 2 || m == micro - 1);
+    const int64_t calls_before =
+        dp->stats().calls_of(sharded ? OpType::kReduceScatter : OpType::kAllReduce);
+    if (reduce) model.set_grads_ready_hook([&](int64_t offset) { grads.grads_ready(offset); });
+    micro_batch(model, (m * n + d) * mbs, mbs, scale);  // Megatron's order
+    model.set_grads_ready_hook(nullptr);
+    const int64_t issued =
+        dp->stats().calls_of(sharded ? OpType::kReduceScatter : OpType::kAllReduce) - calls_before;
+    EXPECT_EQ(issued, reduce && overlap ? grads.num_buckets() : 0) << "micro-batch " << m;
+    if (reduce) {
+      grads.finish();
+    } else {
+      EXPECT_EQ(dp->stats().total_bytes(), 0) << "communication before the last micro-batch";
+    }
+    if (stage == 2) {
+      EXPECT_NEAR(static_cast<double>(dp->stats().total_bytes()), (m + 1) * one_pass,
+                  0.02 * one_pass);
+      // Only the owned parts (and partial pages at their edges) stay resident.
+      EXPECT_LE(resident_unowned(model, grads.owned()), 2 * 4096 * 2 * grads.num_buckets());
+    }
+  }
 
   const float* got = model.params().flat_grads().data<float>();
   const float* want = ref.params().flat_grads().data<float>();
@@ -97,17 +129,15 @@ void check(bool sharded, bool overlap) {
     }
   EXPECT_LE(max_err, 1e-5 * max_ref);
 
-  // Bytes: 2Ψ per iteration in the ZeRO paper's terms, i.e. for this rank under the ring
-  // algorithm 2(n-1)/n x 4Ψ bytes (fp32): one all-reduce, or a reduce-scatter plus the
-  // all-gather of the updated (fp32) parameters.
+  // Bytes: 2Ψ per iteration in the ZeRO paper's terms (one all-reduce, or a reduce-scatter plus
+  // the all-gather of the updated fp32 parameters); ZeRO 2 reduce-scatters once per micro-batch.
   optim::Optimizer::Ranges owned;
   if (sharded)
     for (const FlatRange& r : grads.owned()) owned.push_back({r.begin, r.end});
   optim::Optimizer opt(model.params(), {}, owned);
   opt.step(1e-3, 1.0f);
   grads.gather_values();
-  const double psi = static_cast<double>(model.params().numel());
-  const double expected = 2.0 * (n - 1) / n * 4 * psi;
+  const double expected = (stage == 2 ? micro + 1 : 2) * one_pass;
   EXPECT_NEAR(static_cast<double>(dp->stats().total_bytes()), expected, 0.02 * expected);
   if (sharded) {
     // Every rank holds the same updated parameters again.
@@ -119,10 +149,12 @@ void check(bool sharded, bool overlap) {
   }
 }
 
-TEST(DataParallelGrads, AllReduceMatchesSingleProcess) { check(false, true); }
-TEST(DataParallelGrads, AllReduceWithoutOverlap) { check(false, false); }
-TEST(DataParallelGrads, ShardedMatchesSingleProcess) { check(true, true); }
-TEST(DataParallelGrads, ShardedWithoutOverlap) { check(true, false); }
+TEST(DataParallelGrads, AllReduceMatchesSingleProcess) { check(0, true); }
+TEST(DataParallelGrads, AllReduceWithoutOverlap) { check(0, false); }
+TEST(DataParallelGrads, ShardedOptimizerMatchesSingleProcess) { check(1, true); }
+TEST(DataParallelGrads, ShardedOptimizerWithoutOverlap) { check(1, false); }
+TEST(DataParallelGrads, ShardedGradientsMatchSingleProcess) { check(2, true); }
+TEST(DataParallelGrads, ShardedGradientsWithoutOverlap) { check(2, false); }
 
 }  // namespace
 }  // namespace tessera::distributed

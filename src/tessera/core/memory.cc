@@ -1,10 +1,15 @@
 #include "tessera/core/memory.h"
 
 #include <malloc.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <new>
+#include <vector>
 
 #include "tessera/core/error.h"
 
@@ -98,6 +103,45 @@ void* tracked_alloc(size_t bytes, MemoryCategory category) {
   if (ptr == nullptr) throw std::bad_alloc();
   MemoryAccountant::instance().on_alloc(category, static_cast<int64_t>(bytes));
   return ptr;
+}
+
+namespace {
+uintptr_t page_size() {
+  static const uintptr_t size = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  return size;
+}
+}  // namespace
+
+void release_pages(void* ptr, size_t bytes) {
+  if (bytes == 0) return;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(ptr), end = begin + bytes;
+  const uintptr_t first = (begin + page_size() - 1) / page_size() * page_size();
+  const uintptr_t last = end / page_size() * page_size();
+  if (first >= last) {  // no whole page inside
+    std::memset(ptr, 0, bytes);
+    return;
+  }
+  std::memset(ptr, 0, first - begin);
+  std::memset(reinterpret_cast<void*>(last), 0, end - last);
+  if (madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) != 0)
+    std::memset(reinterpret_cast<void*>(first), 0, last - first);  // still zero, just resident
+}
+
+int64_t resident_bytes(const void* ptr, size_t bytes) {
+  if (bytes == 0) return 0;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(ptr), end = begin + bytes;
+  const uintptr_t first = begin / page_size() * page_size();
+  const size_t pages = (end - first + page_size() - 1) / page_size();
+  std::vector<unsigned char> in_core(pages);
+  if (mincore(reinterpret_cast<void*>(first), end - first, in_core.data()) != 0) return -1;
+  int64_t total = 0;
+  for (size_t i = 0; i < pages; ++i) {
+    if (!(in_core[i] & 1)) continue;
+    const uintptr_t p0 = std::max(begin, first + i * page_size());
+    const uintptr_t p1 = std::min(end, first + (i + 1) * page_size());
+    total += static_cast<int64_t>(p1 - p0);
+  }
+  return total;
 }
 
 void tracked_free(void* ptr, size_t bytes, MemoryCategory category) {

@@ -33,4 +33,13 @@ class MemoryAccountant {
 void* tracked_alloc(size_t bytes, MemoryCategory category);
 void tracked_free(void* ptr, size_t bytes, MemoryCategory category);
 
+// Gives the physical pages of [ptr, ptr + bytes) back to the OS and leaves the range reading as
+// zeros (memset for the partial pages at either end, MADV_DONTNEED for the whole pages between);
+// the memory stays allocated and is faulted back in, zero-filled, when written. For scratch
+// regions of big long-lived buffers (ZeRO's unowned gradient slices between uses).
+void release_pages(void* ptr, size_t bytes);
+// Bytes of [ptr, ptr + bytes) backed by physical memory right now (mincore), counted in whole
+// pages clipped to the range: the honest figure for buffers whose pages come and go.
+int64_t resident_bytes(const void* ptr, size_t bytes);
+
 }  // namespace tessera

@@ -3,13 +3,15 @@
 #include <algorithm>
 
 #include "tessera/core/error.h"
+#include "tessera/core/memory.h"
 
 namespace tessera::distributed {
 
 DataParallelGrads::DataParallelGrads(model::ParameterSet& params,
                                      std::shared_ptr<comm::ProcessGroup> dp, int64_t bucket_elems,
-                                     bool sharded, bool overlap)
-    : params_(params), dp_(std::move(dp)), sharded_(sharded), overlap_(overlap) {
+                                     int zero_stage, bool overlap)
+    : params_(params), dp_(std::move(dp)), zero_stage_(zero_stage), overlap_(overlap) {
+  TESSERA_CHECK(zero_stage >= 0 && zero_stage <= 2);
   if (dp_) {
     dp_size_ = dp_->size();
     dp_rank_ = dp_->rank();
@@ -23,62 +25,90 @@ DataParallelGrads::DataParallelGrads(model::ParameterSet& params,
     buckets_.push_back({begin, end});
     end = begin;
   }
-  for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
-    const int64_t part = it->size() / dp_size_;
-    if (sharded_)
-      owned_.push_back({it->begin + dp_rank_ * part, it->begin + (dp_rank_ + 1) * part});
+  if (sharded()) {
+    for (size_t b = buckets_.size(); b-- > 0;) owned_.push_back(owned_part(b));
+  } else {
+    owned_.push_back({0, n});
   }
-  if (!sharded_) owned_.push_back({0, n});
+  work_.resize(buckets_.size());
   scatter_out_.resize(buckets_.size());
+}
+
+FlatRange DataParallelGrads::owned_part(size_t b) const {
+  const int64_t part = buckets_[b].size() / dp_size_;
+  return {buckets_[b].begin + dp_rank_ * part, buckets_[b].begin + (dp_rank_ + 1) * part};
+}
+
+void DataParallelGrads::start_iteration() {
+  if (zero_stage_ < 2 || dp_size_ == 1) {
+    params_.zero_grads();
+    return;
+  }
+  float* grads = params_.flat_grads().data<float>();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const FlatRange mine = owned_part(b), bucket = buckets_[b];
+    release_pages(grads + bucket.begin, (mine.begin - bucket.begin) * sizeof(float));
+    std::fill(grads + mine.begin, grads + mine.end, 0.0f);
+    release_pages(grads + mine.end, (bucket.end - mine.end) * sizeof(float));
+  }
 }
 
 void DataParallelGrads::launch(size_t b) {
   if (dp_size_ == 1) return;
   const FlatRange r = buckets_[b];
   Tensor grads = params_.flat_grads().slice_rows(r.begin, r.end);
-  if (!sharded_) {
-    pending_.push_back(dp_->all_reduce(grads, comm::ReduceOp::kSum));
+  if (!sharded()) {
+    work_[b] = dp_->all_reduce(grads, comm::ReduceOp::kSum);
     return;
   }
   // The output may not alias the input (MPI): this rank's part lands in a side buffer and is
-  // copied into place in finish().
+  // copied into place by complete().
   scatter_out_[b] = Tensor::empty({r.size() / dp_size_}, DType::kF32, MemoryCategory::kComm);
-  pending_.push_back(dp_->reduce_scatter(grads, scatter_out_[b], comm::ReduceOp::kSum));
+  work_[b] = dp_->reduce_scatter(grads, scatter_out_[b], comm::ReduceOp::kSum);
+}
+
+void DataParallelGrads::complete(size_t b) {
+  work_[b].wait();
+  work_[b] = comm::Work();
+  if (!sharded() || dp_size_ == 1) return;
+  float* grads = params_.flat_grads().data<float>();
+  const FlatRange mine = owned_part(b), bucket = buckets_[b];
+  const float* src = scatter_out_[b].data<float>();
+  std::copy(src, src + mine.size(), grads + mine.begin);
+  scatter_out_[b] = Tensor();
+  if (zero_stage_ == 2) {  // the unowned parts are scratch until the next micro-batch
+    release_pages(grads + bucket.begin, (mine.begin - bucket.begin) * sizeof(float));
+    release_pages(grads + mine.end, (bucket.end - mine.end) * sizeof(float));
+  }
 }
 
 void DataParallelGrads::grads_ready(int64_t offset) {
   if (!overlap_) return;
-  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= offset)
-    launch(next_bucket_++);
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].begin >= offset)
+    launch(next_launch_++);
+  // Stage 2 gives pages back as soon as a bucket is reduced, not at the end of backward.
+  if (zero_stage_ == 2)
+    while (next_complete_ < next_launch_ && work_[next_complete_].done()) complete(next_complete_++);
 }
 
 void DataParallelGrads::finish() {
-  while (next_bucket_ < buckets_.size()) launch(next_bucket_++);
-  for (const comm::Work& w : pending_) w.wait();
-  pending_.clear();
-  next_bucket_ = 0;
-  if (!sharded_ || dp_size_ == 1) return;
-  float* grads = params_.flat_grads().data<float>();
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    const int64_t part = buckets_[b].size() / dp_size_;
-    const float* src = scatter_out_[b].data<float>();
-    std::copy(src, src + part, grads + buckets_[b].begin + dp_rank_ * part);
-    scatter_out_[b] = Tensor();
-  }
+  while (next_launch_ < buckets_.size()) launch(next_launch_++);
+  while (next_complete_ < buckets_.size()) complete(next_complete_++);
+  next_launch_ = next_complete_ = 0;
 }
 
 void DataParallelGrads::gather_values() {
-  if (!sharded_ || dp_size_ == 1) return;
+  if (!sharded() || dp_size_ == 1) return;
   Tensor& values = params_.flat_values();
   std::vector<comm::Work> works;
   std::vector<Tensor> parts;
-  for (const FlatRange& r : buckets_) {
-    const int64_t part = r.size() / dp_size_;
-    Tensor mine = values.slice_rows(r.begin + dp_rank_ * part, r.begin + (dp_rank_ + 1) * part)
-                      .clone(MemoryCategory::kComm);  // the input may not alias the output
-    Tensor whole = values.slice_rows(r.begin, r.end);
-    works.push_back(dp_->all_gather(mine, whole));
-    parts.push_back(mine);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const FlatRange mine = owned_part(b);
+    // The input may not alias the output.
+    Tensor part = values.slice_rows(mine.begin, mine.end).clone(MemoryCategory::kComm);
+    Tensor whole = values.slice_rows(buckets_[b].begin, buckets_[b].end);
+    works.push_back(dp_->all_gather(part, whole));
+    parts.push_back(part);
   }
   for (const comm::Work& w : works) w.wait();
 }
@@ -86,19 +116,17 @@ void DataParallelGrads::gather_values() {
 Tensor DataParallelGrads::gather_owned(const Tensor& local) const {
   const int64_t n = params_.numel();
   Tensor whole = Tensor::empty({n}, DType::kF32, MemoryCategory::kOther);
-  if (!sharded_ || dp_size_ == 1) {
+  if (!sharded() || dp_size_ == 1) {
     TESSERA_CHECK(local.numel() == n);
     std::copy(local.data<float>(), local.data<float>() + n, whole.data<float>());
     return whole;
   }
   int64_t at = 0;
-  for (size_t i = 0; i < owned_.size(); ++i) {
-    // owned_ is in increasing order; its i-th range is part dp_rank_ of bucket (reversed index).
-    const FlatRange bucket = buckets_[buckets_.size() - 1 - i];
-    Tensor mine = local.slice_rows(at, at + owned_[i].size());
-    Tensor out = whole.slice_rows(bucket.begin, bucket.end);
-    dp_->all_gather(mine, out).wait();
-    at += owned_[i].size();
+  for (size_t b = buckets_.size(); b-- > 0;) {  // owned_ is in increasing order
+    const int64_t part = buckets_[b].size() / dp_size_;
+    Tensor out = whole.slice_rows(buckets_[b].begin, buckets_[b].end);
+    dp_->all_gather(local.slice_rows(at, at + part), out).wait();
+    at += part;
   }
   return whole;
 }

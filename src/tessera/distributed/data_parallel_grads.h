@@ -1,22 +1,29 @@
 // Data-parallel gradient reduction over bucketed flat buffers (Megatron's DistributedDataParallel
-// with its grad buffer buckets; ZeRO's partitioned gradients).
+// with its grad buffer buckets; ZeRO's partitioned gradients, stages 0 to 2).
 //
 // The flat fp32 gradient buffer (model::ParameterSet, padded to a multiple of DP) is cut into
 // buckets of about `bucket_elems` elements, each a multiple of DP, counted from the end of the
-// buffer because backward produces the last layers' gradients first. During the last
-// micro-batch's backward the model reports how far its gradients are final
-// (GPTModel::set_grads_ready_hook); a bucket whose elements are all final is reduced at once on
-// the communication thread while backward continues (overlap), or, without overlap, all buckets
-// are reduced after backward. Earlier micro-batches only accumulate: nothing is communicated.
+// buffer because backward produces the last layers' gradients first. During backward the model
+// reports how far its gradients are final (GPTModel::set_grads_ready_hook); a bucket whose
+// elements are all final is reduced at once on the communication thread while backward
+// continues (overlap), or, without overlap, all buckets are reduced after backward.
 //
 // Each rank's gradients are already scaled by 1/(tokens in the global batch), so the reduction is
 // a SUM over DP: the average over ranks of per-rank means when every rank counts the same tokens,
 // and exact (per token) otherwise.
-//   sharded = false (ZeRO 0): every bucket is all-reduced; every rank holds the whole gradient.
-//   sharded = true (ZeRO 1, the distributed optimizer): every bucket is reduce-scattered; rank d
-//     owns part d of each bucket (owned()), and only those elements of the buffer hold reduced
-//     gradients afterwards. After its optimizer step over owned(), gather_values() all-gathers the
-//     updated parameter values bucket by bucket.
+//   stage 0: in the last micro-batch every bucket is all-reduced; every rank holds the whole
+//     gradient. Earlier micro-batches only accumulate.
+//   stage 1 (the distributed optimizer): in the last micro-batch every bucket is
+//     reduce-scattered; rank d owns part d of each bucket (owned()) and only those elements hold
+//     reduced gradients afterwards. After the optimizer step over owned(), gather_values()
+//     all-gathers the updated parameter values bucket by bucket.
+//   stage 2: as stage 1, but every micro-batch reduce-scatters (DeepSpeed's choice: the full
+//     gradient is never kept). Rank d's owned part carries the running sum: it holds
+//     acc + this micro-batch's local gradient when the reduce-scatter reads it, while the other
+//     ranks hold only their local gradient there (their copy of that part is zero before
+//     backward), so the result is the new running sum. Once a bucket is reduced its unowned
+//     parts are zeroed and their pages given back (core/memory.h release_pages), so besides the
+//     owned Ψ/DP only the buckets of the layers in flight are resident.
 #pragma once
 
 #include <memory>
@@ -36,18 +43,21 @@ struct FlatRange {
 class DataParallelGrads {
  public:
   // `dp` may be nullptr (one data-parallel rank: nothing to reduce). params.numel() must be a
-  // multiple of the DP size. `params` must outlive this.
+  // multiple of the DP size. zero_stage in 0..2. `params` must outlive this.
   DataParallelGrads(model::ParameterSet& params, std::shared_ptr<comm::ProcessGroup> dp,
-                    int64_t bucket_elems, bool sharded, bool overlap);
+                    int64_t bucket_elems, int zero_stage, bool overlap);
 
-  // Marks gradients at flat offsets >= `offset` final for this iteration; with overlap, starts
-  // reducing every bucket that became complete. Call from the model's hook during the last
-  // micro-batch only.
+  // Zeroes the gradients for a new iteration (stage 2: the owned parts; the rest is released).
+  void start_iteration();
+  // Whether the micro-batch `m` of `count` reduces (and so should report readiness).
+  bool reduces_in(int64_t m, int64_t count) const { return zero_stage_ == 2 || m == count - 1; }
+  // Marks gradients at flat offsets >= `offset` final for this micro-batch; with overlap, starts
+  // reducing every bucket that became complete (and, stage 2, finishes buckets already reduced).
   void grads_ready(int64_t offset);
-  // Reduces what is left and waits for every bucket. After this the gradients of owned() are
-  // reduced. Resets the readiness for the next iteration.
+  // After a reducing micro-batch's backward: reduces what is left and waits for every bucket.
+  // After the last micro-batch the gradients of owned() are reduced.
   void finish();
-  // After the optimizer updated the values of owned(): all-gathers them (sharded only; a no-op
+  // After the optimizer updated the values of owned(): all-gathers them (stages 1-2; a no-op
   // otherwise). Collective over DP.
   void gather_values();
   // Gathers the fp32 elements `local` holds for owned() (packed in owned() order) into a whole
@@ -55,22 +65,27 @@ class DataParallelGrads {
   Tensor gather_owned(const Tensor& local) const;
 
   // The elements whose reduced gradients (and, sharded, optimizer state) this rank holds, in
-  // increasing order. The whole buffer unless sharded.
+  // increasing order. The whole buffer at stage 0.
   const std::vector<FlatRange>& owned() const { return owned_; }
+  bool sharded() const { return zero_stage_ >= 1; }
   int dp_size() const { return dp_size_; }
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
 
  private:
   void launch(size_t bucket);
+  void complete(size_t bucket);  // waits for it; copies its reduced part into place
+  FlatRange owned_part(size_t bucket) const;
 
   model::ParameterSet& params_;
   std::shared_ptr<comm::ProcessGroup> dp_;
   int dp_size_ = 1, dp_rank_ = 0;
-  bool sharded_, overlap_;
+  int zero_stage_;
+  bool overlap_;
   std::vector<FlatRange> buckets_;  // from the end of the buffer to its start
   std::vector<FlatRange> owned_;
-  size_t next_bucket_ = 0;  // buckets [0, next_bucket_) have been launched
-  std::vector<comm::Work> pending_;
+  size_t next_launch_ = 0;    // buckets [0, next_launch_) have been launched
+  size_t next_complete_ = 0;  // buckets [0, next_complete_) have been completed
+  std::vector<comm::Work> work_;     // per bucket
   std::vector<Tensor> scatter_out_;  // per bucket: the reduce-scatter output (this rank's part)
 };
 

@@ -161,7 +161,7 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   app.add_option("--pipeline-model-parallel-size", args.pipeline_model_parallel_size)->check(CLI::PositiveNumber);
   app.add_option("--context-parallel-size", args.context_parallel_size)->check(CLI::PositiveNumber);
   app.add_option("--expert-model-parallel-size", args.expert_model_parallel_size)->check(CLI::PositiveNumber);
-  app.add_option("--zero-stage", args.zero_stage, "ZeRO stage: 0 (replicated), 1 (sharded optimizer)")
+  app.add_option("--zero-stage", args.zero_stage, "ZeRO stage: 0 (replicated), 1 (sharded optimizer), 2 (and gradients)")
       ->check(CLI::Range(0, 3));
   app.add_flag("--use-distributed-optimizer", args.use_distributed_optimizer,
                "shard optimizer state over data parallel ranks (ZeRO stage 1)");
@@ -267,10 +267,10 @@ void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
     throw Error("--mock-data and --data-path are mutually exclusive");
   if (args.data_path.size() > 1)
     throw Error("--data-path: one prefix is supported by this trainer (blending comes with the data pipeline)");
-  if (args.zero_stage > 1)
+  if (args.zero_stage > 2)
     throw Error("--zero-stage " + std::to_string(args.zero_stage) +
-                ": stages 2 and 3 are not implemented yet (0: replicated, 1: sharded optimizer "
-                "state, also --use-distributed-optimizer)");
+                ": stage 3 is not implemented yet (0: replicated, 1: sharded optimizer state, "
+                "also --use-distributed-optimizer, 2: sharded gradients too)");
   if (args.lr_decay_style == "WSD" && args.lr_wsd_decay_iters == 0)
     throw Error("--lr-decay-style WSD needs --lr-wsd-decay-iters");
 }

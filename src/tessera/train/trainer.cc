@@ -98,12 +98,13 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
   const DType dtype = a.bf16 ? DType::kBF16 : a.fp16 ? DType::kF16 : DType::kF32;
   model_ = std::make_unique<model::GPTModel>(a.model, dtype, a.seed, tp_, dp_size_);
   tp_grads_ = std::make_unique<distributed::TensorParallelGrads>(model_->params(), tp_);
-  const bool sharded = a.zero_stage >= 1 || a.use_distributed_optimizer;
+  const int zero_stage = std::max(a.zero_stage, a.use_distributed_optimizer ? 1 : 0);
+  const bool sharded = zero_stage >= 1;
   // Megatron's default bucket: max(40M, 1M x DP) elements.
   const int64_t bucket = a.ddp_bucket_size > 0 ? a.ddp_bucket_size
                                                : std::max<int64_t>(40'000'000, 1'000'000 * dp_size_);
   dp_grads_ = std::make_unique<distributed::DataParallelGrads>(model_->params(), dp_, bucket,
-                                                               sharded, a.overlap_grad_reduce);
+                                                               zero_stage, a.overlap_grad_reduce);
   optim::Optimizer::Ranges owned;
   if (sharded)
     for (const auto& r : dp_grads_->owned()) owned.push_back({r.begin, r.end});
@@ -173,7 +174,7 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
     std::printf("> data parallel: %d ranks, %lld micro-batches of %lld per rank per iteration, "
                 "ZeRO stage %d, %d gradient bucket(s), overlap %s\n",
                 dp_size_, static_cast<long long>(a.num_microbatches(dp_size_)),
-                static_cast<long long>(a.micro_batch_size), sharded ? 1 : 0,
+                static_cast<long long>(a.micro_batch_size), zero_stage,
                 dp_grads_->num_buckets(), a.overlap_grad_reduce ? "on" : "off");
   std::fflush(stdout);
 }
@@ -207,21 +208,23 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   const float grad_scale = static_cast<float>(loss_scale / global_tokens);
 
   StepOutcome out;
-  model_->params().zero_grads();
+  dp_grads_->start_iteration();  // zeroes the gradients
   for (int64_t m = 0; m < num_micro; ++m) {
     const int64_t first = consumed_samples_ + (m * dp_size_ + dp_rank_) * mbs;
     load_samples(*train_data_, first, mbs);
     model::Batch batch{tokens_.data(), targets_.data(), nullptr, mbs, T};
     const auto ctx = model_->context(mbs, T, first, args_.seed, iteration, true);
-    // Buckets are reduced while the last micro-batch's backward produces them.
-    if (m == num_micro - 1)
+    // Buckets are reduced while backward produces them: in the last micro-batch (ZeRO 0-1) or
+    // in every one (ZeRO 2).
+    const bool reduce = dp_grads_->reduces_in(m, num_micro);
+    if (reduce)
       model_->set_grads_ready_hook([this](int64_t offset) { dp_grads_->grads_ready(offset); });
     const model::LossSum s = model_->forward_backward(batch, ctx, grad_scale);
     model_->set_grads_ready_hook(nullptr);
+    if (reduce) dp_grads_->finish();
     out.loss_sum += s.loss_sum;
     out.tokens += s.tokens;
   }
-  dp_grads_->finish();
   const std::vector<double> totals = sum_over_dp({out.loss_sum, out.tokens});
   out.loss_sum = totals[0];
   out.tokens = totals[1];
