@@ -8,7 +8,8 @@
 #
 #   --np N          ranks of the parallel run (mpirun --oversubscribe -np N)
 #   --layout FLAGS  the parallel flags, e.g. "--tensor-model-parallel-size 2 --sequence-parallel"
-#   --dtype         the tolerances to apply: fp32 (default) or bf16 (also pass --bf16 yourself)
+#   --dtype         the tolerances to apply: fp32 (default), bf16 or fp16 (pass --bf16 or --fp16
+#                   yourself; fp16 uses bf16's tolerances: its 10-bit mantissa only rounds finer)
 #   --bin DIR       where tessera-train and tessera-compare are (default: build/bin)
 #   --work DIR      where metrics and weights go (default: a temporary directory, removed)
 # Example:
@@ -46,9 +47,9 @@ case "$DTYPE" in
   # for weights whose gradient is near zero: losses and norms within 1e-3 and 5e-3, the mean
   # weight difference within 5e-5, no weight off by more than 4e-3 (4 steps of lr 1e-3). The
   # reasoning and measured figures are in docs/distributed.md.
-  bf16) TOL=(--loss-rtol 1e-3 --grad-norm-rtol 5e-3 --weight-rtol 1e-3 --weight-atol 4e-3
+  bf16 | fp16) TOL=(--loss-rtol 1e-3 --grad-norm-rtol 5e-3 --weight-rtol 1e-3 --weight-atol 4e-3
              --weight-mean-atol 5e-5) ;;
-  *) echo "invariance.sh: --dtype must be fp32 or bf16, got '$DTYPE'" >&2; exit 2 ;;
+  *) echo "invariance.sh: --dtype must be fp32, bf16 or fp16, got '$DTYPE'" >&2; exit 2 ;;
 esac
 if [ -z "$WORK" ]; then
   WORK="$(mktemp -d "${TMPDIR:-/tmp}/tessera-invariance.XXXXXX")"

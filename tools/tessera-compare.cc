@@ -8,7 +8,7 @@
 //                   [--weight-atol 1e-6] [--weight-mean-atol X]
 //
 // Metrics: every iteration's lm_loss and grad_norm within the relative tolerance of the
-// reference's. Weights: the same tensor names and shapes, and every element within
+// reference's (an iteration skipped for overflow must be skipped in both: null norms). Weights: the same tensor names and shapes, and every element within
 // max(weight-atol, weight-rtol * |reference|), and, when --weight-mean-atol is given, the mean
 // absolute difference over all elements at most X (bf16 runs, see docs/distributed.md). Prints the largest differences found (relative,
 // and where), then exits 0 when everything is within tolerance, 1 when not, 2 on bad input
@@ -49,8 +49,12 @@ std::vector<IterationValues> read_metrics(const std::string& path) {
     if (line.empty()) continue;
     try {
       const auto j = nlohmann::json::parse(line);
-      out.push_back({j.at("iteration").get<int64_t>(), j.at("lm_loss").get<double>(),
-                     j.at("grad_norm").get<double>()});
+      // A skipped (overflowed) iteration has no finite norm: null in the file, NaN here.
+      const auto number = [&](const char* key) {
+        const auto& v = j.at(key);
+        return v.is_null() ? std::nan("") : v.get<double>();
+      };
+      out.push_back({j.at("iteration").get<int64_t>(), number("lm_loss"), number("grad_norm")});
     } catch (const nlohmann::json::exception& e) {
       throw Error(path + ":" + std::to_string(line_no) + ": not a metrics line (" + e.what() + ")");
     }
@@ -60,7 +64,7 @@ std::vector<IterationValues> read_metrics(const std::string& path) {
 }
 
 double relative(double got, double want) {
-  if (got == want) return 0.0;
+  if (got == want || (std::isnan(got) && std::isnan(want))) return 0.0;  // both skipped
   return std::fabs(got - want) / std::max(std::fabs(want), 1e-30);
 }
 
