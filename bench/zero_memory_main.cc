@@ -1,27 +1,31 @@
 // zero_memory: per-rank memory of the model states (parameters, gradients, optimizer state)
-// under ZeRO stages 0-2, measured after one training iteration (2 micro-batches, optimizer step,
+// under ZeRO stages 0-3, measured after one training iteration (2 micro-batches, optimizer step,
 // parameter all-gather), printed beside the formula of the precision policy:
 //   bf16: parameters 2Ψ + gradients 4Ψ (fp32 accumulation) + optimizer 12Ψ (fp32 master, m, v)
 //   fp32: parameters 4Ψ + gradients 4Ψ + optimizer 8Ψ (m, v; the parameters are the master)
-// stage >= 1 divides the optimizer term by DP, stage 2 also the gradient term. Ψ is this rank's
+// stage >= 1 divides the optimizer term by DP, stage 2 also the gradient term, stage 3 also the
+// parameter term (units below DeepSpeed's persistence threshold, 1e5 elements, stay whole). Ψ is this rank's
 // flat buffer (padded to a multiple of DP). Parameters and gradients are measured as resident
 // pages of their buffers (mincore), the optimizer state by the memory accountant; the peak
 // resident set of the process (getrusage) is printed too: it includes the gradient buckets in
 // flight during backward and the activations.
 //
 //   mpirun -np N build/bin/zero_memory --stage S [--dtype bf16|fp32] [--bucket ELEMS]
-// bench/zero_memory.sh runs stages 0-2 at DP 1, 2, 4 and 8.
+// bench/zero_memory.sh runs stages 0-3 at DP 1, 2, 4 and 8.
 #include <sys/resource.h>
 
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "bench_models.h"
 #include "tessera/comm/parallel_state.h"
 #include "tessera/core/memory.h"
 #include "tessera/core/threads.h"
 #include "tessera/distributed/data_parallel_grads.h"
+#include "tessera/distributed/zero3_params.h"
 #include "tessera/optim/optimizer.h"
 
 namespace {
@@ -56,8 +60,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (stage < 0 || stage > 2 || (dtype_name != "bf16" && dtype_name != "fp32")) {
-    std::fprintf(stderr, "zero_memory: --stage 0..2, --dtype bf16|fp32\n");
+  if (stage < 0 || stage > 3 || (dtype_name != "bf16" && dtype_name != "fp32")) {
+    std::fprintf(stderr, "zero_memory: --stage 0..3, --dtype bf16|fp32\n");
     return 2;
   }
   const DType dtype = dtype_name == "bf16" ? DType::kBF16 : DType::kF32;
@@ -69,7 +73,16 @@ int main(int argc, char** argv) {
     const int n = dp->size();
     const model::ModelConfig cfg = bench_model();
     model::GPTModel model(cfg, dtype, 1, {}, n);
-    distributed::DataParallelGrads grads(model.params(), dp, bucket, stage, true);
+    std::vector<distributed::FlatRange> units;
+    if (stage == 3)
+      for (const auto& [b, e] : model.units()) units.push_back({b, e});
+    distributed::DataParallelGrads grads(model.params(), dp, bucket, stage, true, units);
+    std::unique_ptr<distributed::Zero3Params> zero3;
+    if (stage == 3) {
+      zero3 = std::make_unique<distributed::Zero3Params>(model.params(), dp, units, 100'000,
+                                                         50'000'000, 1'000'000'000);
+      model.set_param_access(zero3.get());
+    }
     optim::Optimizer::Ranges owned;
     if (stage >= 1)
       for (const auto& r : grads.owned()) owned.push_back({r.begin, r.end});
@@ -85,8 +98,10 @@ int main(int argc, char** argv) {
       model.set_grads_ready_hook(nullptr);
       if (reduce) grads.finish();
     }
+    if (zero3) zero3->quiesce();
     opt.step(1e-4, 1.0f);
     grads.gather_values();
+    if (zero3) zero3->after_step();
 
     const double psi = static_cast<double>(model.params().numel());
     const double p_bytes = resident_bytes(model.params().flat_values().raw(),
@@ -96,7 +111,7 @@ int main(int argc, char** argv) {
     const double o_bytes = static_cast<double>(
         MemoryAccountant::instance().snapshot().current[static_cast<int>(MemoryCategory::kOptimizer)]);
     const bool bf16 = dtype == DType::kBF16;
-    const double p_want = (bf16 ? 2 : 4) * psi;
+    const double p_want = (bf16 ? 2 : 4) * psi / (stage >= 3 ? n : 1);
     const double g_want = 4 * psi / (stage >= 2 ? n : 1);
     const double o_want = (bf16 ? 12 : 8) * psi / (stage >= 1 ? n : 1);
     rusage usage{};

@@ -9,21 +9,32 @@ namespace tessera::distributed {
 
 DataParallelGrads::DataParallelGrads(model::ParameterSet& params,
                                      std::shared_ptr<comm::ProcessGroup> dp, int64_t bucket_elems,
-                                     int zero_stage, bool overlap)
+                                     int zero_stage, bool overlap, std::vector<FlatRange> buckets)
     : params_(params), dp_(std::move(dp)), zero_stage_(zero_stage), overlap_(overlap) {
-  TESSERA_CHECK(zero_stage >= 0 && zero_stage <= 2);
+  TESSERA_CHECK(zero_stage >= 0 && zero_stage <= 3);
   if (dp_) {
     dp_size_ = dp_->size();
     dp_rank_ = dp_->rank();
   }
   const int64_t n = params.numel();
   TESSERA_CHECK_MSG(n % dp_size_ == 0, "flat buffer not padded to the data-parallel size");
-  // Bucket sizes: a multiple of DP, at least DP, at most about bucket_elems.
-  const int64_t step = std::max<int64_t>(dp_size_, bucket_elems / dp_size_ * dp_size_);
-  for (int64_t end = n; end > 0;) {
-    const int64_t begin = std::max<int64_t>(0, end - step);
-    buckets_.push_back({begin, end});
-    end = begin;
+  if (!buckets.empty()) {
+    int64_t at = 0;
+    for (const FlatRange& b : buckets) {
+      TESSERA_CHECK_MSG(b.begin == at && b.size() > 0 && b.size() % dp_size_ == 0,
+                        "buckets must tile the buffer in multiples of the data-parallel size");
+      at = b.end;
+    }
+    TESSERA_CHECK(at == n);
+    buckets_.assign(buckets.rbegin(), buckets.rend());
+  } else {
+    // Bucket sizes: a multiple of DP, at least DP, at most about bucket_elems.
+    const int64_t step = std::max<int64_t>(dp_size_, bucket_elems / dp_size_ * dp_size_);
+    for (int64_t end = n; end > 0;) {
+      const int64_t begin = std::max<int64_t>(0, end - step);
+      buckets_.push_back({begin, end});
+      end = begin;
+    }
   }
   if (sharded()) {
     for (size_t b = buckets_.size(); b-- > 0;) owned_.push_back(owned_part(b));
@@ -76,7 +87,7 @@ void DataParallelGrads::complete(size_t b) {
   const float* src = scatter_out_[b].data<float>();
   std::copy(src, src + mine.size(), grads + mine.begin);
   scatter_out_[b] = Tensor();
-  if (zero_stage_ == 2) {  // the unowned parts are scratch until the next micro-batch
+  if (zero_stage_ >= 2) {  // the unowned parts are scratch until the next micro-batch
     release_pages(grads + bucket.begin, (mine.begin - bucket.begin) * sizeof(float));
     release_pages(grads + mine.end, (bucket.end - mine.end) * sizeof(float));
   }
@@ -87,8 +98,9 @@ void DataParallelGrads::grads_ready(int64_t offset) {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].begin >= offset)
     launch(next_launch_++);
   // Stage 2 gives pages back as soon as a bucket is reduced, not at the end of backward.
-  if (zero_stage_ == 2)
-    while (next_complete_ < next_launch_ && work_[next_complete_].done()) complete(next_complete_++);
+  if (zero_stage_ >= 2)
+    while (next_complete_ < next_launch_ && work_[next_complete_].done())
+      complete(next_complete_++);
 }
 
 void DataParallelGrads::finish() {
@@ -98,7 +110,7 @@ void DataParallelGrads::finish() {
 }
 
 void DataParallelGrads::gather_values() {
-  if (!sharded() || dp_size_ == 1) return;
+  if (!sharded() || zero_stage_ == 3 || dp_size_ == 1) return;
   Tensor& values = params_.flat_values();
   std::vector<comm::Work> works;
   std::vector<Tensor> parts;

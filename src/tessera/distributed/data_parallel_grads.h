@@ -24,6 +24,9 @@
 //     backward), so the result is the new running sum. Once a bucket is reduced its unowned
 //     parts are zeroed and their pages given back (core/memory.h release_pages), so besides the
 //     owned Ψ/DP only the buckets of the layers in flight are resident.
+//   stage 3: gradients as stage 2, with one bucket per model unit (GPTModel::units()), the same
+//     units whose parameters distributed::Zero3Params gathers; gather_values() does nothing
+//     (parameters are gathered when used).
 #pragma once
 
 #include <memory>
@@ -43,14 +46,17 @@ struct FlatRange {
 class DataParallelGrads {
  public:
   // `dp` may be nullptr (one data-parallel rank: nothing to reduce). params.numel() must be a
-  // multiple of the DP size. zero_stage in 0..2. `params` must outlive this.
+  // multiple of the DP size. zero_stage in 0..3. `buckets`: explicit bucket ranges in increasing
+  // order covering the buffer, each a multiple of DP (stage 3: the model's units); empty = cut
+  // by `bucket_elems`. `params` must outlive this.
   DataParallelGrads(model::ParameterSet& params, std::shared_ptr<comm::ProcessGroup> dp,
-                    int64_t bucket_elems, int zero_stage, bool overlap);
+                    int64_t bucket_elems, int zero_stage, bool overlap,
+                    std::vector<FlatRange> buckets = {});
 
   // Zeroes the gradients for a new iteration (stage 2: the owned parts; the rest is released).
   void start_iteration();
   // Whether the micro-batch `m` of `count` reduces (and so should report readiness).
-  bool reduces_in(int64_t m, int64_t count) const { return zero_stage_ == 2 || m == count - 1; }
+  bool reduces_in(int64_t m, int64_t count) const { return zero_stage_ >= 2 || m == count - 1; }
   // Marks gradients at flat offsets >= `offset` final for this micro-batch; with overlap, starts
   // reducing every bucket that became complete (and, stage 2, finishes buckets already reduced).
   void grads_ready(int64_t offset);
@@ -83,8 +89,8 @@ class DataParallelGrads {
   bool overlap_;
   std::vector<FlatRange> buckets_;  // from the end of the buffer to its start
   std::vector<FlatRange> owned_;
-  size_t next_launch_ = 0;    // buckets [0, next_launch_) have been launched
-  size_t next_complete_ = 0;  // buckets [0, next_complete_) have been completed
+  size_t next_launch_ = 0;           // buckets [0, next_launch_) have been launched
+  size_t next_complete_ = 0;         // buckets [0, next_complete_) have been completed
   std::vector<comm::Work> work_;     // per bucket
   std::vector<Tensor> scatter_out_;  // per bucket: the reduce-scatter output (this rank's part)
 };

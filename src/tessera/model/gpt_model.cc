@@ -15,10 +15,28 @@ struct TopNames {
 
 TopNames top_names(const ModelConfig& cfg) {
   if (cfg.family() == Family::kGpt2)
-    return {"transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f", "lm_head.weight"};
+    return {"transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f",
+            "lm_head.weight"};
   return {"model.embed_tokens.weight", "model.embed_positions.weight", "model.norm",
           "lm_head.weight"};
 }
+
+// Holds a unit's parameters for its scope (ParamAccess).
+class UnitUse {
+ public:
+  UnitUse(ParamAccess* access, int unit) : access_(access), unit_(unit) {
+    if (access_) access_->acquire(unit_);
+  }
+  ~UnitUse() {
+    if (access_) access_->release(unit_);
+  }
+  UnitUse(const UnitUse&) = delete;
+  UnitUse& operator=(const UnitUse&) = delete;
+
+ private:
+  ParamAccess* access_;
+  int unit_;
+};
 
 // The position of every residual-stream row (ctx.local_N() of them), row-major.
 std::vector<int32_t> token_positions(const StepContext& ctx) {
@@ -45,15 +63,21 @@ GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
               vocab_parallel);
   if (cfg_.position_embedding == PositionEmbedding::kLearnedAbsolute)
     params_.add(n.wpe, {cfg_.max_positions(), C}, InitKind::kNormal, cfg_.init_method_std, true);
+  params_.pad_to(flat_multiple);
+  units_.push_back({0, params_.numel()});
   for (int l = 0; l < cfg_.num_layers; ++l) {
     layer_offsets_.push_back(params_.numel());
     TransformerLayer::declare(params_, cfg_, l);
+    params_.pad_to(flat_multiple);
+    units_.push_back({layer_offsets_.back(), params_.numel()});
   }
   head_offset_ = params_.numel();
   Norm::declare(params_, n.final_norm, cfg_);
   if (cfg_.untie_embeddings_and_output_weights)
     params_.add(n.head, {padded_vocab_, C}, InitKind::kNormal, cfg_.init_method_std, true,
                 vocab_parallel);
+  params_.pad_to(flat_multiple);
+  units_.push_back({head_offset_, params_.numel()});
   params_.allocate(compute_dtype, seed, flat_multiple);
 
   wte_ = params_.get(n.wte).value;
@@ -109,7 +133,8 @@ void GPTModel::embed_backward(const Tensor& dx, const Batch& batch, const StepCo
     T* d = const_cast<T*>(dx.data<T>());  // dx is ours: the last use of the embedding gradient
     const float p = ctx.training ? cfg_.hidden_dropout : 0.0f;
     if (p > 0.0f)
-      kernels::dropout_backward(d, d, ctx.dropout_key(RngPurpose::kHiddenDropout, 2 * cfg_.num_layers),
+      kernels::dropout_backward(d, d,
+                                ctx.dropout_key(RngPurpose::kHiddenDropout, 2 * cfg_.num_layers),
                                 ctx.coords, dx.dim(0), C, p);
     if (dwpe_.defined())
       kernels::embedding_backward(nullptr, dwpe_.data<float>(), d, nullptr, pos.data(), dx.dim(0),
@@ -142,8 +167,8 @@ LossSum GPTModel::head(const Tensor& x, const Batch& batch, float grad_scale, Te
                                               cfg_.vocab_size, grad_scale);
     } else {
       parallel::vocab_parallel_cross_entropy_forward_backward(
-          losses.data(), dlogits, logits.data<T>(), batch.targets, batch.loss_mask, N,
-          vocab_start_, vocab_local_, cfg_.vocab_size, grad_scale, *tp_.group());
+          losses.data(), dlogits, logits.data<T>(), batch.targets, batch.loss_mask, N, vocab_start_,
+          vocab_local_, cfg_.vocab_size, grad_scale, *tp_.group());
     }
   });
   LossSum sum;
@@ -156,29 +181,57 @@ LossSum GPTModel::head(const Tensor& x, const Batch& batch, float grad_scale, Te
 }
 
 LossSum GPTModel::forward_backward(const Batch& batch, const StepContext& ctx, float grad_scale) {
+  const int L = static_cast<int>(layers_.size()), head_unit = L + 1;
+  const bool tied = !cfg_.untie_embeddings_and_output_weights;
   std::vector<TransformerLayer::Saved> saved(layers_.size());
-  Tensor x = embed(batch, ctx);
-  for (size_t l = 0; l < layers_.size(); ++l) x = layers_[l].forward(x, saved[l], ctx);
+  Tensor x;
+  {
+    UnitUse use(access_, 0);
+    x = embed(batch, ctx);
+  }
+  for (int l = 0; l < L; ++l) {
+    UnitUse use(access_, l + 1);
+    x = layers_[l].forward(x, saved[l], ctx);
+  }
   Tensor dx;
-  LossSum sum = head(x, batch, grad_scale, &dx);
+  LossSum sum;
+  {
+    UnitUse use_head(access_, head_unit);
+    UnitUse use_embedding(tied ? access_ : nullptr, 0);  // the tied output layer is wte
+    sum = head(x, batch, grad_scale, &dx);
+  }
   x = Tensor();
   if (grads_ready_) grads_ready_(head_offset_);
-  for (size_t l = layers_.size(); l-- > 0;) {
-    dx = layers_[l].backward(dx, saved[l], ctx);
+  for (int l = L; l-- > 0;) {
+    {
+      UnitUse use(access_, l + 1);
+      dx = layers_[l].backward(dx, saved[l], ctx);
+    }
     saved[l] = TransformerLayer::Saved();  // free this layer's activations now
     if (grads_ready_) grads_ready_(layer_offsets_[l]);
   }
-  embed_backward(dx, batch, ctx);
+  {
+    UnitUse use(access_, 0);
+    embed_backward(dx, batch, ctx);
+  }
   if (grads_ready_) grads_ready_(0);
   return sum;
 }
 
 LossSum GPTModel::forward_loss(const Batch& batch, const StepContext& ctx) {
-  Tensor x = embed(batch, ctx);
-  for (const auto& layer : layers_) {
-    TransformerLayer::Saved s;
-    x = layer.forward(x, s, ctx);
+  const int L = static_cast<int>(layers_.size());
+  Tensor x;
+  {
+    UnitUse use(access_, 0);
+    x = embed(batch, ctx);
   }
+  for (int l = 0; l < L; ++l) {
+    UnitUse use(access_, l + 1);
+    TransformerLayer::Saved s;
+    x = layers_[l].forward(x, s, ctx);
+  }
+  UnitUse use_head(access_, L + 1);
+  UnitUse use_embedding(cfg_.untie_embeddings_and_output_weights ? nullptr : access_, 0);
   return head(x, batch, 0.0f, nullptr);
 }
 

@@ -15,6 +15,7 @@
 
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "tessera/model/config.h"
@@ -28,9 +29,9 @@ namespace tessera::model {
 
 // One micro-batch of B sequences of T tokens (row-major (B, T) arrays, owned by the caller).
 struct Batch {
-  const int32_t* tokens = nullptr;     // (B, T) input ids in [0, vocab_size)
-  const int32_t* targets = nullptr;    // (B, T) next-token ids in [0, vocab_size)
-  const float* loss_mask = nullptr;    // (B, T) or nullptr (every token counts)
+  const int32_t* tokens = nullptr;   // (B, T) input ids in [0, vocab_size)
+  const int32_t* targets = nullptr;  // (B, T) next-token ids in [0, vocab_size)
+  const float* loss_mask = nullptr;  // (B, T) or nullptr (every token counts)
   int64_t B = 0, T = 0;
 };
 
@@ -39,11 +40,23 @@ struct LossSum {
   double tokens = 0.0;    // number of counted tokens (sum of the loss mask)
 };
 
+// Lets ZeRO stage 3 materialise a unit's parameters just before they are used and drop them
+// after. Units: 0 = the embeddings, 1..L = the layers, L + 1 = the final norm and output layer;
+// GPTModel::units() gives their flat ranges. Every acquire(u) is matched by a release(u); a unit
+// may be acquired again before it is released (the tied embedding in the output layer).
+class ParamAccess {
+ public:
+  virtual ~ParamAccess() = default;
+  virtual void acquire(int unit) = 0;
+  virtual void release(int unit) = 0;
+};
+
 class GPTModel {
  public:
   // Validates cfg (and its fit to the TP size; tessera::Error on bad options), declares and
   // initialises this rank's parameter shards. `tp` is copied; with the default, one process.
-  // The flat buffers are padded to a multiple of `flat_multiple` elements (ParameterSet).
+  // With flat_multiple > 1 every unit (see ParamAccess) is padded to a multiple of
+  // `flat_multiple` elements, so data-parallel shards can split each unit evenly.
   GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
            const parallel::TensorParallel& tp = {}, int64_t flat_multiple = 1);
   GPTModel(const GPTModel&) = delete;  // layers point at tp_
@@ -55,8 +68,8 @@ class GPTModel {
   int64_t padded_vocab() const { return padded_vocab_; }
   const parallel::TensorParallel& tensor_parallel() const { return tp_; }
   // The step context of a micro-batch for this model's TP layout (its sequence slice under SP).
-  StepContext context(int64_t B, int64_t T, int64_t sample_offset, uint64_t seed,
-                      int64_t iteration, bool training) const;
+  StepContext context(int64_t B, int64_t T, int64_t sample_offset, uint64_t seed, int64_t iteration,
+                      bool training) const;
 
   // Forward and backward of one micro-batch (the whole batch on every TP rank; ctx from
   // context()). Parameter grads accumulate
@@ -67,7 +80,14 @@ class GPTModel {
   // >= `offset` are final for this micro-batch: after the output layer, after each layer's
   // backward (its first parameter's offset), and 0 after the embedding. The data-parallel
   // reducer starts reducing buckets from it while backward continues.
-  void set_grads_ready_hook(std::function<void(int64_t offset)> hook) { grads_ready_ = std::move(hook); }
+  void set_grads_ready_hook(std::function<void(int64_t offset)> hook) {
+    grads_ready_ = std::move(hook);
+  }
+
+  // The flat range [first, second) of every unit (see ParamAccess), in order.
+  const std::vector<std::pair<int64_t, int64_t>>& units() const { return units_; }
+  // Acquire/release calls around every use of a unit's parameters (nullptr: none). Not owned.
+  void set_param_access(ParamAccess* access) { access_ = access; }
 
   // Forward only (evaluation): no gradients, nothing kept.
   LossSum forward_loss(const Batch& batch, const StepContext& ctx);
@@ -88,6 +108,8 @@ class GPTModel {
   std::vector<int64_t> layer_offsets_;  // flat offset of each layer's first parameter
   int64_t head_offset_ = 0;             // flat offset of the final norm (then the output layer)
   std::function<void(int64_t)> grads_ready_;
+  std::vector<std::pair<int64_t, int64_t>> units_;
+  ParamAccess* access_ = nullptr;
 };
 
 }  // namespace tessera::model

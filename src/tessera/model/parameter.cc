@@ -24,6 +24,11 @@ Parameter& ParameterSet::add(std::string name, Shape shape, InitKind init, float
   return params_.back();
 }
 
+void ParameterSet::pad_to(int64_t multiple) {
+  TESSERA_CHECK(multiple >= 1 && !values_.defined());
+  numel_ = (numel_ + multiple - 1) / multiple * multiple;
+}
+
 float ParameterSet::init_value(const Parameter& p, uint64_t seed, int64_t row, int64_t col) {
   switch (p.init) {
     case InitKind::kZeros: return 0.0f;

@@ -49,6 +49,9 @@ class ParameterSet {
   int tp_size() const { return tp_size_; }
   int tp_rank() const { return tp_rank_; }
 
+  // Pads the flat buffers with zeros up to a multiple of `multiple` elements at this point of
+  // the declarations (so a group of parameters can start and end on a shard boundary).
+  void pad_to(int64_t multiple);
   // Declares a parameter (its global shape; the shard is derived from `shard`); values and
   // grads exist after allocate().
   Parameter& add(std::string name, Shape shape, InitKind init, float init_std, bool weight_decay,

@@ -161,13 +161,22 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   app.add_option("--pipeline-model-parallel-size", args.pipeline_model_parallel_size)->check(CLI::PositiveNumber);
   app.add_option("--context-parallel-size", args.context_parallel_size)->check(CLI::PositiveNumber);
   app.add_option("--expert-model-parallel-size", args.expert_model_parallel_size)->check(CLI::PositiveNumber);
-  app.add_option("--zero-stage", args.zero_stage, "ZeRO stage: 0 (replicated), 1 (sharded optimizer), 2 (and gradients)")
+  app.add_option("--zero-stage", args.zero_stage, "ZeRO stage: 0 (replicated), 1 (sharded optimizer), 2 (+ gradients), 3 (+ parameters)")
       ->check(CLI::Range(0, 3));
   app.add_flag("--use-distributed-optimizer", args.use_distributed_optimizer,
                "shard optimizer state over data parallel ranks (ZeRO stage 1)");
   app.add_flag("--overlap-grad-reduce,!--no-overlap-grad-reduce", args.overlap_grad_reduce,
                "reduce gradient buckets during the last micro-batch's backward (default on)");
   app.add_option("--ddp-bucket-size", args.ddp_bucket_size, "gradient bucket size in elements")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--stage3-prefetch-bucket-size", args.stage3_prefetch_bucket_size,
+                 "ZeRO 3: prefetch the next unit if it has at most this many elements")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--stage3-param-persistence-threshold", args.stage3_param_persistence_threshold,
+                 "ZeRO 3: units with fewer elements stay whole")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--stage3-max-live-parameters", args.stage3_max_live_parameters,
+                 "ZeRO 3: at most this many gathered elements when prefetching")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--print-mesh", args.print_mesh, "print every rank's coordinates and groups, then exit");
   app.add_option("--distributed-timeout-minutes", args.distributed_timeout_minutes,
@@ -267,10 +276,6 @@ void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
     throw Error("--mock-data and --data-path are mutually exclusive");
   if (args.data_path.size() > 1)
     throw Error("--data-path: one prefix is supported by this trainer (blending comes with the data pipeline)");
-  if (args.zero_stage > 2)
-    throw Error("--zero-stage " + std::to_string(args.zero_stage) +
-                ": stage 3 is not implemented yet (0: replicated, 1: sharded optimizer state, "
-                "also --use-distributed-optimizer, 2: sharded gradients too)");
   if (args.lr_decay_style == "WSD" && args.lr_wsd_decay_iters == 0)
     throw Error("--lr-decay-style WSD needs --lr-wsd-decay-iters");
 }

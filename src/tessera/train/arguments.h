@@ -72,6 +72,10 @@ struct TrainArgs {
   bool use_distributed_optimizer = false;  // --use-distributed-optimizer
   bool overlap_grad_reduce = true;       // --overlap-grad-reduce / --no-overlap-grad-reduce
   int64_t ddp_bucket_size = 0;           // --ddp-bucket-size elements (0: max(40M, 1M x DP))
+  // ZeRO 3 (DeepSpeed's zero_optimization keys and defaults).
+  int64_t stage3_prefetch_bucket_size = 50'000'000;        // elements
+  int64_t stage3_param_persistence_threshold = 100'000;    // elements
+  int64_t stage3_max_live_parameters = 1'000'000'000;      // elements
   double distributed_timeout_minutes = 10;  // --distributed-timeout-minutes (watchdog)
   bool check_collectives = false;        // --check-collectives
 

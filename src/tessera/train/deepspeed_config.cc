@@ -181,10 +181,19 @@ void apply_zero(Section z, TrainArgs& args, std::vector<std::string>& warnings,
   if (!z.boolean("contiguous_gradients", true))
     warnings.push_back(file + ": " + z.name("contiguous_gradients") +
                        " false ignored: Tessera's gradients are always one contiguous buffer");
-  // Parameters are all-gathered per gradient bucket; the stage-3 knobs matter only at stage 3.
-  for (const char* key : {"allgather_bucket_size", "stage3_prefetch_bucket_size",
-                          "stage3_param_persistence_threshold", "stage3_max_live_parameters"})
-    if (z.integer(key, 1) < 0) z.fail(z.name(key), "must be >= 0");
+  // Parameters are all-gathered per gradient bucket (stages 1-2) or per unit (stage 3).
+  if (z.integer("allgather_bucket_size", 1) < 0) z.fail(z.name("allgather_bucket_size"), "must be >= 0");
+  const auto stage3 = [&](const char* key, const char* flag, int64_t& target) {
+    const int64_t v = z.integer(key, target);
+    if (v < 0) z.fail(z.name(key), "must be >= 0");
+    set_unless_explicit(args, flag, target, v, file, z.name(key), z.contains(key));
+  };
+  stage3("stage3_prefetch_bucket_size", "--stage3-prefetch-bucket-size",
+         args.stage3_prefetch_bucket_size);
+  stage3("stage3_param_persistence_threshold", "--stage3-param-persistence-threshold",
+         args.stage3_param_persistence_threshold);
+  stage3("stage3_max_live_parameters", "--stage3-max-live-parameters",
+         args.stage3_max_live_parameters);
   z.report_unknown(warnings);
 }
 

@@ -103,8 +103,19 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
   // Megatron's default bucket: max(40M, 1M x DP) elements.
   const int64_t bucket = a.ddp_bucket_size > 0 ? a.ddp_bucket_size
                                                : std::max<int64_t>(40'000'000, 1'000'000 * dp_size_);
-  dp_grads_ = std::make_unique<distributed::DataParallelGrads>(model_->params(), dp_, bucket,
-                                                               zero_stage, a.overlap_grad_reduce);
+  // ZeRO 3 works per model unit (embeddings, each layer, the head): gradient buckets and
+  // parameter gathers alike.
+  std::vector<distributed::FlatRange> units;
+  if (zero_stage == 3)
+    for (const auto& [b, e] : model_->units()) units.push_back({b, e});
+  dp_grads_ = std::make_unique<distributed::DataParallelGrads>(
+      model_->params(), dp_, bucket, zero_stage, a.overlap_grad_reduce, units);
+  if (zero_stage == 3) {
+    zero3_ = std::make_unique<distributed::Zero3Params>(
+        model_->params(), dp_, units, a.stage3_param_persistence_threshold,
+        a.stage3_prefetch_bucket_size, a.stage3_max_live_parameters);
+    model_->set_param_access(zero3_.get());
+  }
   optim::Optimizer::Ranges owned;
   if (sharded)
     for (const auto& r : dp_grads_->owned()) owned.push_back({r.begin, r.end});
@@ -267,8 +278,10 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
     const double coeff = args_.clip_grad / (out.grad_norm + 1e-6);
     if (coeff < 1.0) step_scale *= static_cast<float>(coeff);
   }
+  if (zero3_) zero3_->quiesce();
   optimizer_->step(scheduler_->lr_at(optimizer_->steps()), step_scale);
-  dp_grads_->gather_values();
+  dp_grads_->gather_values();  // ZeRO 1-2: every rank's parameters whole again
+  if (zero3_) zero3_->after_step();
   return out;
 }
 

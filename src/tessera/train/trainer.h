@@ -24,6 +24,7 @@
 #include "tessera/parallel/tensor_parallel.h"
 #include "tessera/distributed/data_parallel_grads.h"
 #include "tessera/distributed/tensor_parallel_grads.h"
+#include "tessera/distributed/zero3_params.h"
 #include "tessera/train/arguments.h"
 #include "tessera/train/metrics.h"
 
@@ -75,6 +76,7 @@ class Trainer {
   std::unique_ptr<model::GPTModel> model_;
   std::unique_ptr<distributed::TensorParallelGrads> tp_grads_;
   std::unique_ptr<distributed::DataParallelGrads> dp_grads_;
+  std::unique_ptr<distributed::Zero3Params> zero3_;  // ZeRO stage 3 only
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRSchedule> scheduler_;
   std::unique_ptr<optim::DynamicLossScaler> scaler_;

@@ -1,0 +1,115 @@
+#include "tessera/distributed/zero3_params.h"
+
+#include "tessera/core/error.h"
+#include "tessera/core/memory.h"
+
+namespace tessera::distributed {
+
+Zero3Params::Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::ProcessGroup> dp,
+                         std::vector<FlatRange> units, int64_t persistence_threshold,
+                         int64_t prefetch_elems, int64_t max_live_elems)
+    : params_(params),
+      dp_(std::move(dp)),
+      dp_size_(dp_ ? dp_->size() : 1),
+      dp_rank_(dp_ ? dp_->rank() : 0),
+      units_(std::move(units)),
+      prefetch_elems_(prefetch_elems),
+      max_live_elems_(max_live_elems) {
+  const size_t n = units_.size();
+  persistent_.resize(n);
+  state_.assign(n, State::kWhole);
+  uses_.assign(n, 0);
+  work_.resize(n);
+  send_.resize(n);
+  for (size_t u = 0; u < n; ++u) {
+    TESSERA_CHECK(units_[u].size() % dp_size_ == 0);
+    persistent_[u] = dp_size_ == 1 || units_[u].size() < persistence_threshold;
+    if (!persistent_[u]) drop(static_cast<int>(u));
+  }
+}
+
+Zero3Params::~Zero3Params() {
+  for (const comm::Work& w : work_) w.wait();
+}
+
+FlatRange Zero3Params::owned_part(int u) const {
+  const int64_t part = units_[u].size() / dp_size_;
+  return {units_[u].begin + dp_rank_ * part, units_[u].begin + (dp_rank_ + 1) * part};
+}
+
+int64_t Zero3Params::live_elems() const {
+  int64_t total = 0;
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (state_[u] != State::kDropped) total += units_[u].size();
+  return total;
+}
+
+void Zero3Params::start_gather(int u) {
+  const FlatRange mine = owned_part(u);
+  Tensor& values = params_.flat_values();
+  // The input may not alias the output: send a copy of the owned part.
+  send_[u] = values.slice_rows(mine.begin, mine.end).clone(MemoryCategory::kComm);
+  Tensor whole = values.slice_rows(units_[u].begin, units_[u].end);
+  work_[u] = dp_->all_gather(send_[u], whole);
+  state_[u] = State::kGathering;
+}
+
+void Zero3Params::wait_gather(int u) {
+  work_[u].wait();
+  work_[u] = comm::Work();
+  send_[u] = Tensor();
+  state_[u] = State::kWhole;
+}
+
+void Zero3Params::drop(int u) {
+  const FlatRange mine = owned_part(u), unit = units_[u];
+  Tensor& values = params_.flat_values();
+  const size_t elem = dtype_size(values.dtype());
+  auto* base = static_cast<uint8_t*>(values.raw());
+  release_pages(base + unit.begin * elem, (mine.begin - unit.begin) * elem);
+  release_pages(base + mine.end * elem, (unit.end - mine.end) * elem);
+  state_[u] = State::kDropped;
+}
+
+void Zero3Params::acquire(int u) {
+  TESSERA_CHECK(u >= 0 && u < static_cast<int>(units_.size()));
+  if (state_[u] == State::kDropped) start_gather(u);
+  if (state_[u] == State::kGathering) wait_gather(u);
+  ++uses_[u];
+  // Prefetch the next unit in the direction of travel (units are visited in order forward and
+  // in reverse order backward; a jump, like the tied embedding in the head, prefetches nothing).
+  const int step = u - last_acquired_;
+  if (step != 1 && step != -1) {
+    if (last_acquired_ < 0) last_acquired_ = u;
+    return;
+  }
+  last_acquired_ = u;
+  const int next = u + step;
+  if (next < 0 || next >= static_cast<int>(units_.size()) || state_[next] != State::kDropped)
+    return;
+  if (units_[next].size() > prefetch_elems_ || live_elems() + units_[next].size() > max_live_elems_)
+    return;
+  start_gather(next);
+}
+
+void Zero3Params::release(int u) {
+  TESSERA_CHECK(uses_[u] > 0);
+  if (--uses_[u] > 0 || persistent_[u]) return;
+  drop(u);
+}
+
+void Zero3Params::quiesce() {
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (state_[u] == State::kGathering) wait_gather(static_cast<int>(u));
+}
+
+void Zero3Params::after_step() {
+  if (dp_size_ == 1) return;
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (persistent_[u]) start_gather(static_cast<int>(u));
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (persistent_[u]) wait_gather(static_cast<int>(u));
+  last_acquired_ = -1;
+}
+
+}  // namespace tessera::distributed

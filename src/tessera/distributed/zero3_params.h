@@ -1,0 +1,64 @@
+// ZeRO stage 3 parameters (DeepSpeed's stage 3, PyTorch FSDP's FULL_SHARD): each data-parallel
+// rank keeps only its part of every model unit's parameters (part d of each unit, the same
+// parts whose gradients and optimizer state it owns, distributed/data_parallel_grads.h); a unit
+// is all-gathered just before the model uses it (GPTModel's acquire/release calls, forward and
+// again in backward) and its other parts are dropped after: zeroed, their pages given back.
+//
+// Prefetch: when the model acquires a unit, the next unit in the same direction (forward: the
+// one after, backward: the one before) is gathered on the communication thread while the
+// current one computes, if it is at most `prefetch_elems` elements
+// (stage3_prefetch_bucket_size) and the gathered units stay within `max_live_elems`
+// (stage3_max_live_parameters). Units smaller than `persistence_threshold` elements
+// (stage3_param_persistence_threshold) stay whole: they are gathered once after each optimizer
+// step (after_step()) instead of around every use.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "tessera/comm/process_group.h"
+#include "tessera/distributed/data_parallel_grads.h"
+#include "tessera/model/gpt_model.h"
+
+namespace tessera::distributed {
+
+class Zero3Params : public model::ParamAccess {
+ public:
+  // Collective over `dp`. `units`: the model's unit ranges (each a multiple of DP). Drops the
+  // unowned parts of every non-persistent unit at once (the model was built whole).
+  Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::ProcessGroup> dp,
+              std::vector<FlatRange> units, int64_t persistence_threshold, int64_t prefetch_elems,
+              int64_t max_live_elems);
+  ~Zero3Params() override;
+
+  void acquire(int unit) override;
+  void release(int unit) override;
+  // Before the optimizer writes the owned parts: waits for any gather still in flight.
+  void quiesce();
+  // After the optimizer updated the owned parts: re-gathers the persistent units. Collective.
+  void after_step();
+
+  // Elements of the units gathered right now (persistent ones included).
+  int64_t live_elems() const;
+
+ private:
+  enum class State { kDropped, kGathering, kWhole };
+  void start_gather(int unit);
+  void wait_gather(int unit);
+  void drop(int unit);
+  FlatRange owned_part(int unit) const;
+
+  model::ParameterSet& params_;
+  std::shared_ptr<comm::ProcessGroup> dp_;
+  int dp_size_, dp_rank_;
+  std::vector<FlatRange> units_;
+  std::vector<bool> persistent_;
+  std::vector<State> state_;
+  std::vector<int> uses_;
+  std::vector<comm::Work> work_;
+  std::vector<Tensor> send_;  // the owned part being sent by an in-flight gather
+  int64_t prefetch_elems_, max_live_elems_;
+  int last_acquired_ = -1;
+};
+
+}  // namespace tessera::distributed

@@ -1,0 +1,154 @@
+// ZeRO stage 3 (distributed::Zero3Params with DataParallelGrads at stage 3), DP = the world size:
+// one iteration's owned gradients equal the single-process gradients of the global batch;
+// outside the units in use only the rank's own part of the parameters is resident; the bytes
+// sent follow the gather schedule (each unit gathered before its forward and again before its
+// backward, the head once for its fused forward and backward, the tied embedding once more for
+// the output layer, plus one reduce-scatter of Ψ per micro-batch); and after the optimizer step
+// every unit gathers to the same values on every rank.
+// ranks: 2 4
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "dist_main.h"
+#include "tessera/comm/parallel_state.h"
+#include "tessera/core/memory.h"
+#include "tessera/distributed/data_parallel_grads.h"
+#include "tessera/distributed/zero3_params.h"
+#include "tessera/model/gpt_model.h"
+#include "tessera/optim/optimizer.h"
+
+namespace tessera::distributed {
+namespace {
+
+using comm::OpType;
+using comm::ProcessGroup;
+
+model::ModelConfig config(bool tied) {
+  model::ModelConfig c;
+  c.num_layers = 3;
+  c.hidden_size = 64;
+  c.num_attention_heads = 4;
+  c.seq_length = 8;
+  c.max_position_embeddings = 8;
+  c.vocab_size = 61;
+  c.make_vocab_size_divisible_by = 8;
+  c.init_method_std = 0.2f;
+  c.untie_embeddings_and_output_weights = !tied;
+  return c;
+}
+
+void micro_batch(model::GPTModel& model, int64_t first, float grad_scale) {
+  const auto& cfg = model.config();
+  std::vector<int32_t> tokens, targets;
+  for (int64_t i = 0; i < cfg.seq_length; ++i) {
+    const int64_t g = first * cfg.seq_length + i;
+    tokens.push_back(static_cast<int32_t>((7 * g + 3) % cfg.vocab_size));
+    targets.push_back(static_cast<int32_t>((5 * g + 1) % cfg.vocab_size));
+  }
+  const model::Batch batch{tokens.data(), targets.data(), nullptr, 1, cfg.seq_length};
+  model.forward_backward(batch, model.context(1, cfg.seq_length, first, 5, 1, true), grad_scale);
+}
+
+// Pages that may stay resident per unit outside the owned part: the partial pages at the two
+// edges of each of the (up to) two unowned pieces.
+constexpr int64_t kEdgePages = 4;
+
+void check(bool tied, bool overlap) {
+  auto world = ProcessGroup::world();
+  comm::ParallelState mesh(world, comm::MeshLayout(world->size(), {}));
+  auto dp = mesh.group(comm::GroupKind::kData);
+  const int n = dp->size(), d = dp->rank();
+  const model::ModelConfig cfg = config(tied);
+  const float scale = 1.0f / (n * cfg.seq_length);
+
+  model::GPTModel ref(cfg, DType::kF32, 11);
+  ref.params().zero_grads();
+  for (int64_t s = 0; s < n; ++s) micro_batch(ref, s, scale);
+
+  model::GPTModel model(cfg, DType::kF32, 11, {}, n);
+  std::vector<FlatRange> units;
+  for (const auto& [b, e] : model.units()) units.push_back({b, e});
+  DataParallelGrads grads(model.params(), dp, 0, 3, overlap, units);
+  Zero3Params params(model.params(), dp, units, /*persistence_threshold=*/0,
+                     /*prefetch_elems=*/int64_t{1} << 40, /*max_live_elems=*/int64_t{1} << 40);
+  model.set_param_access(&params);
+
+  const auto unowned_resident = [&] {
+    const Tensor& v = model.params().flat_values();
+    int64_t total = 0, at = 0;
+    for (const FlatRange& r : grads.owned()) {
+      total += resident_bytes(v.data<float>() + at, (r.begin - at) * sizeof(float));
+      at = r.end;
+    }
+    return total + resident_bytes(v.data<float>() + at, (v.numel() - at) * sizeof(float));
+  };
+  EXPECT_LE(unowned_resident(), kEdgePages * 4096 * static_cast<int64_t>(units.size()));
+
+  grads.start_iteration();
+  dp->reset_stats();
+  model.set_grads_ready_hook([&](int64_t offset) { grads.grads_ready(offset); });
+  micro_batch(model, d, scale);
+  model.set_grads_ready_hook(nullptr);
+  grads.finish();
+  EXPECT_EQ(params.live_elems(), 0);
+  EXPECT_LE(unowned_resident(), kEdgePages * 4096 * static_cast<int64_t>(units.size()));
+
+  // Gathers: every unit before its forward and (but the head) again before its backward; the
+  // tied embedding also for the output layer. Reduce-scatters: every unit once.
+  const double psi = static_cast<double>(model.params().numel());
+  const double head = static_cast<double>(units.back().size()),
+               emb = static_cast<double>(units[0].size());
+  const double gathered = 2 * psi - head + (tied ? emb : 0);
+  const double expected = (n - 1.0) / n * 4 * (gathered + psi);
+  EXPECT_NEAR(static_cast<double>(dp->stats().total_bytes()), expected, 0.02 * expected);
+  EXPECT_EQ(dp->stats().calls_of(OpType::kReduceScatter), static_cast<int64_t>(units.size()));
+
+  const float* got = model.params().flat_grads().data<float>();
+  double max_err = 0, max_ref = 0;
+  for (const FlatRange& r : grads.owned()) {
+    // The model's units are padded (DP > 1): map each owned element back through its parameter.
+    for (const model::Parameter& p : model.params().all()) {
+      const int64_t b = std::max(r.begin, p.offset), e = std::min(r.end, p.offset + p.numel());
+      const model::Parameter& rp = ref.params().get(p.name);
+      for (int64_t i = b; i < e; ++i) {
+        const float want = rp.grad.data<float>()[i - p.offset];
+        max_err = std::max(max_err, std::fabs(double(got[i]) - want));
+        max_ref = std::max(max_ref, std::fabs(double(want)));
+      }
+    }
+  }
+  EXPECT_LE(max_err, 1e-5 * max_ref);
+
+  optim::Optimizer::Ranges owned;
+  for (const FlatRange& r : grads.owned()) owned.push_back({r.begin, r.end});
+  optim::Optimizer opt(model.params(), {}, owned);
+  params.quiesce();
+  opt.step(1e-3, 1.0f);
+  params.after_step();
+  // Every unit gathers to the same values on every rank.
+  for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+    params.acquire(u);
+    Tensor mine = model.params()
+                      .flat_values()
+                      .slice_rows(units[u].begin, units[u].end)
+                      .clone(MemoryCategory::kOther);
+    Tensor first = mine.clone(MemoryCategory::kOther);
+    dp->broadcast(first, 0).wait();
+    EXPECT_EQ(0, std::memcmp(mine.raw(), first.raw(), mine.nbytes())) << "unit " << u;
+    params.release(u);
+  }
+  model.set_param_access(nullptr);
+}
+
+TEST(Zero3, TiedModelMatchesSingleProcess) { check(true, true); }
+TEST(Zero3, UntiedModelWithoutOverlap) { check(false, false); }
+
+}  // namespace
+}  // namespace tessera::distributed
+
+int main(int argc, char** argv) { return tessera::testing::run_distributed_tests(argc, argv); }
