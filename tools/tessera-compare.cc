@@ -7,8 +7,9 @@
 //                   [--loss-rtol 1e-5] [--grad-norm-rtol 1e-5] [--weight-rtol 1e-5]
 //                   [--weight-atol 1e-6] [--weight-mean-atol X]
 //
-// Metrics: every iteration's lm_loss and grad_norm within the relative tolerance of the
-// reference's (an iteration skipped for overflow must be skipped in both: null norms). Weights: the same tensor names and shapes, and every element within
+// Metrics: every iteration's lm_loss, grad_norm and (when it evaluated) val_loss within the
+// relative tolerance of the reference's (val_loss with the loss tolerance); loss_scale and the
+// skipped flag (overflow) exactly equal. Weights: the same tensor names and shapes, and every element within
 // max(weight-atol, weight-rtol * |reference|), and, when --weight-mean-atol is given, the mean
 // absolute difference over all elements at most X (bf16 runs, see docs/distributed.md). Prints the largest differences found (relative,
 // and where), then exits 0 when everything is within tolerance, 1 when not, 2 on bad input
@@ -36,6 +37,9 @@ namespace ckpt = tessera::checkpoint;
 struct IterationValues {
   int64_t iteration;
   double lm_loss, grad_norm;
+  double loss_scale;
+  bool skipped;
+  double val_loss;  // NaN when the iteration did not evaluate
 };
 
 std::vector<IterationValues> read_metrics(const std::string& path) {
@@ -54,7 +58,9 @@ std::vector<IterationValues> read_metrics(const std::string& path) {
         const auto& v = j.at(key);
         return v.is_null() ? std::nan("") : v.get<double>();
       };
-      out.push_back({j.at("iteration").get<int64_t>(), number("lm_loss"), number("grad_norm")});
+      out.push_back({j.at("iteration").get<int64_t>(), number("lm_loss"), number("grad_norm"),
+                     number("loss_scale"), j.at("skipped").get<bool>(),
+                     j.contains("val_loss") ? number("val_loss") : std::nan("")});
     } catch (const nlohmann::json::exception& e) {
       throw Error(path + ":" + std::to_string(line_no) + ": not a metrics line (" + e.what() + ")");
     }
@@ -86,7 +92,8 @@ bool compare_metrics(const std::string& ref_path, const std::string& run_path, d
   if (ref.size() != run.size())
     throw Error(run_path + ": " + std::to_string(run.size()) + " iterations, the reference " +
                 ref_path + " has " + std::to_string(ref.size()));
-  Worst loss, norm;
+  Worst loss, norm, val;
+  int evaluations = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     if (ref[i].iteration != run[i].iteration)
       throw Error(run_path + ": line " + std::to_string(i + 1) + " is iteration " +
@@ -95,14 +102,29 @@ bool compare_metrics(const std::string& ref_path, const std::string& run_path, d
     const std::string at = "iteration " + std::to_string(ref[i].iteration);
     loss.update(relative(run[i].lm_loss, ref[i].lm_loss), at);
     norm.update(relative(run[i].grad_norm, ref[i].grad_norm), at);
+    if (!std::isnan(ref[i].val_loss) || !std::isnan(run[i].val_loss)) {
+      val.update(relative(run[i].val_loss, ref[i].val_loss), at);
+      ++evaluations;
+    }
+    if (run[i].skipped != ref[i].skipped || run[i].loss_scale != ref[i].loss_scale) {
+      std::printf("loss scale / skipped: %s differs (run %.17g%s, reference %.17g%s) MISMATCH\n",
+                  at.c_str(), run[i].loss_scale, run[i].skipped ? " skipped" : "",
+                  ref[i].loss_scale, ref[i].skipped ? " skipped" : "");
+      return false;
+    }
   }
-  const bool ok = loss.rel <= loss_rtol && norm.rel <= norm_rtol;
+  const bool ok = loss.rel <= loss_rtol && norm.rel <= norm_rtol && val.rel <= loss_rtol;
   std::printf("lm loss:   max relative difference %.3e over %zu iterations (%s; tolerance %.1e) %s\n",
               loss.rel, ref.size(), loss.where.c_str(), loss_rtol,
               loss.rel <= loss_rtol ? "ok" : "EXCEEDED");
   std::printf("grad norm: max relative difference %.3e over %zu iterations (%s; tolerance %.1e) %s\n",
               norm.rel, ref.size(), norm.where.c_str(), norm_rtol,
               norm.rel <= norm_rtol ? "ok" : "EXCEEDED");
+  if (evaluations > 0)
+    std::printf("val loss:  max relative difference %.3e over %d evaluations (%s; tolerance %.1e) %s\n",
+                val.rel, evaluations, val.where.c_str(), loss_rtol,
+                val.rel <= loss_rtol ? "ok" : "EXCEEDED");
+  std::printf("loss scale and skipped iterations: identical\n");
   return ok;
 }
 

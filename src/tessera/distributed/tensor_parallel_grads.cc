@@ -91,8 +91,8 @@ void TensorParallelGrads::all_reduce_ranges(const std::vector<FlatRange>& ranges
 
 void TensorParallelGrads::finalize(const std::vector<FlatRange>* only) {
   if (tp_.size() == 1) return;
-  // Every member calls all_reduce even with nothing to send, so the collectives stay matched
-  // (equal layouts give equal sizes on every TP rank).
+  // Equal layouts give every TP rank the same ranges (and so the same total), so either all
+  // members reduce or none does (all_reduce_ranges skips an empty set): the calls stay matched.
   if (tp_.sequence_parallel()) all_reduce_ranges(intersect(sequence_parallel_, only), *tp_.group());
   for (const auto& [replicas, ranges] : replicated_)
     all_reduce_ranges(intersect(ranges, only), *replica_groups_.at(replicas));

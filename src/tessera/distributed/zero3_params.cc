@@ -71,23 +71,26 @@ void Zero3Params::drop(int u) {
   state_[u] = State::kDropped;
 }
 
+void Zero3Params::begin_pass(bool backward) {
+  backward_ = backward;
+  // Backward starts at the last layer: the head's forward and backward run as one step, in the
+  // forward pass.
+  expected_ = backward ? static_cast<int>(units_.size()) - 2 : 0;
+}
+
 void Zero3Params::acquire(int u) {
   TESSERA_CHECK(u >= 0 && u < static_cast<int>(units_.size()));
   if (state_[u] == State::kDropped) start_gather(u);
   if (state_[u] == State::kGathering) wait_gather(u);
   ++uses_[u];
-  // Prefetch the next unit in the direction of travel (units are visited in order forward and
-  // in reverse order backward; a jump, like the tied embedding in the head, prefetches nothing).
-  const int step = u - last_acquired_;
-  if (step != 1 && step != -1) {
-    if (last_acquired_ < 0) last_acquired_ = u;
-    return;
-  }
-  last_acquired_ = u;
-  const int next = u + step;
-  if (next < 0 || next >= static_cast<int>(units_.size()) || state_[next] != State::kDropped)
-    return;
-  if (units_[next].size() > prefetch_elems_ || live_elems() + units_[next].size() > max_live_elems_)
+  // Prefetch only along the pass: an out-of-order acquisition (the tied embedding in the head)
+  // prefetches nothing. Backward stops at unit 1: the embedding's backward needs no values.
+  if (u != expected_) return;
+  const int next = backward_ ? u - 1 : u + 1;
+  expected_ = next;
+  if (next < (backward_ ? 1 : 0) || next >= static_cast<int>(units_.size())) return;
+  if (state_[next] != State::kDropped || units_[next].size() > prefetch_elems_ ||
+      live_elems() + units_[next].size() > max_live_elems_)
     return;
   start_gather(next);
 }
@@ -99,8 +102,10 @@ void Zero3Params::release(int u) {
 }
 
 void Zero3Params::quiesce() {
-  for (size_t u = 0; u < units_.size(); ++u)
+  for (size_t u = 0; u < units_.size(); ++u) {
     if (state_[u] == State::kGathering) wait_gather(static_cast<int>(u));
+    if (state_[u] == State::kWhole && uses_[u] == 0 && !persistent_[u]) drop(static_cast<int>(u));
+  }
 }
 
 void Zero3Params::after_step() {
@@ -109,7 +114,6 @@ void Zero3Params::after_step() {
     if (persistent_[u]) start_gather(static_cast<int>(u));
   for (size_t u = 0; u < units_.size(); ++u)
     if (persistent_[u]) wait_gather(static_cast<int>(u));
-  last_acquired_ = -1;
 }
 
 }  // namespace tessera::distributed

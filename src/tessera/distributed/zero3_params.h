@@ -4,9 +4,9 @@
 // is all-gathered just before the model uses it (GPTModel's acquire/release calls, forward and
 // again in backward) and its other parts are dropped after: zeroed, their pages given back.
 //
-// Prefetch: when the model acquires a unit, the next unit in the same direction (forward: the
-// one after, backward: the one before) is gathered on the communication thread while the
-// current one computes, if it is at most `prefetch_elems` elements
+// Prefetch: when the model acquires the unit its pass expects next (GPTModel announces forward
+// and backward passes), the unit after it in the pass is gathered on the communication thread
+// while the current one computes, if it is at most `prefetch_elems` elements
 // (stage3_prefetch_bucket_size) and the gathered units stay within `max_live_elems`
 // (stage3_max_live_parameters). Units smaller than `persistence_threshold` elements
 // (stage3_param_persistence_threshold) stay whole: they are gathered once after each optimizer
@@ -31,9 +31,11 @@ class Zero3Params : public model::ParamAccess {
               int64_t max_live_elems);
   ~Zero3Params() override;
 
+  void begin_pass(bool backward) override;
   void acquire(int unit) override;
   void release(int unit) override;
-  // Before the optimizer writes the owned parts: waits for any gather still in flight.
+  // Before the optimizer writes the owned parts: waits for any gather still in flight and drops
+  // every unit nobody holds, so no stale copy of an unowned part survives the step.
   void quiesce();
   // After the optimizer updated the owned parts: re-gathers the persistent units. Collective.
   void after_step();
@@ -58,7 +60,8 @@ class Zero3Params : public model::ParamAccess {
   std::vector<comm::Work> work_;
   std::vector<Tensor> send_;  // the owned part being sent by an in-flight gather
   int64_t prefetch_elems_, max_live_elems_;
-  int last_acquired_ = -1;
+  bool backward_ = false;
+  int expected_ = 0;  // the unit the current pass visits next
 };
 
 }  // namespace tessera::distributed

@@ -184,6 +184,7 @@ LossSum GPTModel::forward_backward(const Batch& batch, const StepContext& ctx, f
   const int L = static_cast<int>(layers_.size()), head_unit = L + 1;
   const bool tied = !cfg_.untie_embeddings_and_output_weights;
   std::vector<TransformerLayer::Saved> saved(layers_.size());
+  if (access_) access_->begin_pass(false);
   Tensor x;
   {
     UnitUse use(access_, 0);
@@ -201,6 +202,7 @@ LossSum GPTModel::forward_backward(const Batch& batch, const StepContext& ctx, f
     sum = head(x, batch, grad_scale, &dx);
   }
   x = Tensor();
+  if (access_) access_->begin_pass(true);  // the head's forward and backward ran together above
   if (grads_ready_) grads_ready_(head_offset_);
   for (int l = L; l-- > 0;) {
     {
@@ -210,16 +212,14 @@ LossSum GPTModel::forward_backward(const Batch& batch, const StepContext& ctx, f
     saved[l] = TransformerLayer::Saved();  // free this layer's activations now
     if (grads_ready_) grads_ready_(layer_offsets_[l]);
   }
-  {
-    UnitUse use(access_, 0);
-    embed_backward(dx, batch, ctx);
-  }
+  embed_backward(dx, batch, ctx);  // writes gradients only: no parameter values needed
   if (grads_ready_) grads_ready_(0);
   return sum;
 }
 
 LossSum GPTModel::forward_loss(const Batch& batch, const StepContext& ctx) {
   const int L = static_cast<int>(layers_.size());
+  if (access_) access_->begin_pass(false);
   Tensor x;
   {
     UnitUse use(access_, 0);

@@ -44,9 +44,13 @@ struct LossSum {
 // after. Units: 0 = the embeddings, 1..L = the layers, L + 1 = the final norm and output layer;
 // GPTModel::units() gives their flat ranges. Every acquire(u) is matched by a release(u); a unit
 // may be acquired again before it is released (the tied embedding in the output layer).
+// begin_pass() announces the order of the acquisitions to come: a forward pass visits units
+// 0, 1, ..., L + 1 (the head, whose forward and backward are one step, also acquires unit 0
+// when tied), a backward pass L down to 1 (the embedding's backward reads no parameter values).
 class ParamAccess {
  public:
   virtual ~ParamAccess() = default;
+  virtual void begin_pass(bool backward) = 0;
   virtual void acquire(int unit) = 0;
   virtual void release(int unit) = 0;
 };

@@ -33,7 +33,12 @@ double DeepSpeedLRSchedule::warmup_gamma(int64_t s) const {
                        : double(s) / double(warmup_);
 }
 
-double DeepSpeedLRSchedule::lr_at(int64_t s) const {
+double DeepSpeedLRSchedule::lr_at(int64_t step) const {
+  TESSERA_CHECK(step >= 0);
+  return value_at_iteration(std::max<int64_t>(0, step - 1));
+}
+
+double DeepSpeedLRSchedule::value_at_iteration(int64_t s) const {
   TESSERA_CHECK(s >= 0);
   const double delta = o_.warmup_max_lr - o_.warmup_min_lr;
   switch (o_.type) {

@@ -1,7 +1,8 @@
 // DeepSpeed's learning-rate schedulers (deepspeed/runtime/lr_schedules.py: WarmupLR,
 // WarmupDecayLR, WarmupCosineLR) as pure functions of the update count, for runs configured by a
-// DeepSpeed JSON file. Update u (0 for the first) uses the scheduler's value at batch
-// iteration u.
+// DeepSpeed JSON file. DeepSpeed steps its scheduler after each optimizer step, so update u
+// (0 for the first) uses the scheduler's value at batch iteration max(0, u - 1): the first two
+// updates both use iteration 0's value.
 #pragma once
 
 #include <cstdint>
@@ -41,7 +42,10 @@ class DeepSpeedLRSchedule : public LRSchedule {
   // Throws tessera::Error (naming the scheduler parameter) for negative rates, or a missing or
   // too small total_num_steps where it is needed.
   explicit DeepSpeedLRSchedule(const DeepSpeedScheduleOptions& options);
+  // The learning rate of update `step` (see above).
   double lr_at(int64_t step) const override;
+  // The scheduler's value at batch iteration s (the formulas above).
+  double value_at_iteration(int64_t s) const;
 
  private:
   double warmup_gamma(int64_t step) const;

@@ -101,13 +101,19 @@ void set_unless_explicit(const TrainArgs& args, const std::string& flag, T& targ
 }
 
 void apply_batch(Section& top, TrainArgs& args, int64_t dp, const std::string& file) {
-  const bool has_tbs = top.has("train_batch_size"),
-             has_mbs = top.has("train_micro_batch_size_per_gpu"),
+  const bool file_tbs = top.has("train_batch_size"),
+             file_mbs = top.has("train_micro_batch_size_per_gpu"),
              has_gas = top.has("gradient_accumulation_steps");
   int64_t tbs = top.integer("train_batch_size", 0),
           mbs = top.integer("train_micro_batch_size_per_gpu", 0),
           gas = top.integer("gradient_accumulation_steps", 0);
-  if (!has_tbs && !has_mbs && !has_gas) return;  // the flags decide
+  if (!file_tbs && !file_mbs && !has_gas) return;  // the flags decide
+  // An explicit flag counts as one of the two values that determine the third.
+  const bool flag_gbs = args.explicit_flags.count("--global-batch-size") > 0,
+             flag_mbs = args.explicit_flags.count("--micro-batch-size") > 0;
+  if (!file_tbs && flag_gbs) tbs = args.global_batch_size;
+  if (!file_mbs && flag_mbs) mbs = args.micro_batch_size;
+  const bool has_tbs = file_tbs || flag_gbs, has_mbs = file_mbs || flag_mbs;
   for (const auto& [key, v, present] : {std::tuple{"train_batch_size", tbs, has_tbs},
                                         std::tuple{"train_micro_batch_size_per_gpu", mbs, has_mbs},
                                         std::tuple{"gradient_accumulation_steps", gas, has_gas}})
@@ -145,24 +151,28 @@ void apply_batch(Section& top, TrainArgs& args, int64_t dp, const std::string& f
                 "train_micro_batch_size_per_gpu");
   }
   set_unless_explicit(args, "--micro-batch-size", args.micro_batch_size, mbs, file,
-                      "train_micro_batch_size_per_gpu");
+                      "train_micro_batch_size_per_gpu", file_mbs);
   set_unless_explicit(args, "--global-batch-size", args.global_batch_size, tbs, file,
-                      "train_batch_size");
+                      "train_batch_size", file_tbs);
 }
 
 void apply_zero(Section z, TrainArgs& args, std::vector<std::string>& warnings,
                 const std::string& file) {
-  const int64_t stage = z.integer("stage", 0);
-  if (stage < 0 || stage > 3)
-    z.fail(z.name("stage"), "must be 0, 1, 2 or 3, got " + std::to_string(stage));
-  // The stage the flags chose, if they chose one (--use-distributed-optimizer is stage 1).
-  if (args.explicit_flags.count("--zero-stage") ||
-      args.explicit_flags.count("--use-distributed-optimizer")) {
-    const int flags_stage =
-        args.use_distributed_optimizer ? std::max(1, args.zero_stage) : args.zero_stage;
-    if (flags_stage != stage)
+  // The stage the flags chose (--use-distributed-optimizer is stage 1); the file's, if it has one,
+  // must agree with explicit flags.
+  const int flags_stage = args.use_distributed_optimizer ? std::max(1, args.zero_stage) : args.zero_stage;
+  int64_t stage = flags_stage;
+  if (z.contains("stage")) {
+    stage = z.integer("stage", 0);
+    if (stage < 0 || stage > 3)
+      z.fail(z.name("stage"), "must be 0, 1, 2 or 3, got " + std::to_string(stage));
+    const bool explicit_stage = args.explicit_flags.count("--zero-stage") ||
+                                args.explicit_flags.count("--use-distributed-optimizer");
+    if (explicit_stage && flags_stage != stage)
       throw Error(file + ": " + z.name("stage") + " " + std::to_string(stage) +
                   " contradicts the flags' ZeRO stage " + std::to_string(flags_stage));
+  } else {
+    z.has("stage");
   }
   args.zero_stage = static_cast<int>(stage);
   const int64_t bucket = z.integer("reduce_bucket_size", 500'000'000);
@@ -286,12 +296,17 @@ void apply_scheduler(Section& top, TrainArgs& args, std::vector<std::string>& wa
     o.total_num_steps = p.integer("total_num_steps", 0);
     o.warmup_min_ratio = p.number("warmup_min_ratio", o.warmup_min_ratio);
     o.cos_min_ratio = p.number("cos_min_ratio", o.cos_min_ratio);
+    if (args.lr < 0)
+      throw Error(file + ": scheduler WarmupCosineLR scales the optimizer's learning rate: give "
+                         "optimizer.params.lr or --lr");
     o.base_lr = args.lr;
   } else {
     o.warmup_min_lr = p.number("warmup_min_lr", o.warmup_min_lr);
     o.warmup_max_lr = p.number("warmup_max_lr", o.warmup_max_lr);
     if (o.type == optim::DeepSpeedScheduleType::kWarmupDecayLR)
       o.total_num_steps = p.integer("total_num_steps", 0);
+    // These schedulers set the learning rate outright; --lr is then not needed.
+    if (args.lr < 0) args.lr = o.warmup_max_lr;
   }
   try {
     optim::DeepSpeedLRSchedule check(o);

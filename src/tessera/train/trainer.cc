@@ -387,8 +387,13 @@ int64_t Trainer::train() {
     // so a time-limited job keeps to its budget); a run that reaches its last iteration ends
     // with a validation pass.
     const bool exit_interval = a.exit_interval > 0 && iteration % a.exit_interval == 0;
-    const bool exit_duration =
-        a.exit_duration_in_mins > 0 && seconds_since(run_start) / 60.0 >= a.exit_duration_in_mins;
+    // Every rank must stop after the same iteration (their clocks differ): stop when any rank's
+    // time is up, as Megatron does with an all-reduce of the flag.
+    bool exit_duration = false;
+    if (a.exit_duration_in_mins > 0) {
+      const double up = seconds_since(run_start) / 60.0 >= a.exit_duration_in_mins ? 1.0 : 0.0;
+      exit_duration = distributed::sum_over(world_.get(), {up})[0] > 0;
+    }
     const bool periodic_eval = a.eval_interval > 0 && iteration % a.eval_interval == 0;
     const bool final_eval = a.eval_interval > 0 && iteration == train_iters_;
     if (periodic_eval || final_eval) {

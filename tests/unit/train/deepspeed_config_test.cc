@@ -52,6 +52,19 @@ TEST(DeepSpeedConfig, AnyTwoBatchKeysDetermineTheThird) {
   EXPECT_EQ(a.args.micro_batch_size, 8);
 }
 
+TEST(DeepSpeedConfig, AnExplicitFlagIsOneOfTheTwoValues) {
+  auto a = apply(R"({"train_batch_size": 8})", {"--micro-batch-size", "2"});  // accumulation 2
+  EXPECT_EQ(a.args.micro_batch_size, 2);
+  EXPECT_EQ(a.args.global_batch_size, 8);
+  a = apply(R"({"optimizer": {"type": "Adam"}})", {"--zero-stage", "2"});  // no stage in the file
+  EXPECT_EQ(a.args.zero_stage, 2);
+  a = apply(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.02}}})");
+  EXPECT_DOUBLE_EQ(a.args.lr, 0.02);  // the scheduler sets the rate: no --lr needed
+  EXPECT_NE(error_of(R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 50}}})")
+                .find("WarmupCosineLR scales the optimizer's learning rate"),
+            std::string::npos);
+}
+
 TEST(DeepSpeedConfig, InconsistentBatchKeysAreAnError) {
   EXPECT_NE(error_of(R"({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4,
                          "gradient_accumulation_steps": 4})")
@@ -121,24 +134,28 @@ TEST(DeepSpeedSchedules, FollowDeepSpeedsFormulas) {
   o.warmup_max_lr = 1.1;
   o.warmup_num_steps = 10;
   optim::DeepSpeedLRSchedule warmup(o);  // log warmup
-  EXPECT_DOUBLE_EQ(warmup.lr_at(0), 0.1);
-  EXPECT_DOUBLE_EQ(warmup.lr_at(4), 0.1 + std::log(5.0) / std::log(10.0));
-  EXPECT_DOUBLE_EQ(warmup.lr_at(10), 1.1);
+  EXPECT_DOUBLE_EQ(warmup.value_at_iteration(0), 0.1);
+  EXPECT_DOUBLE_EQ(warmup.value_at_iteration(4), 0.1 + std::log(5.0) / std::log(10.0));
+  EXPECT_DOUBLE_EQ(warmup.value_at_iteration(10), 1.1);
   o.log_warmup = false;
   o.type = optim::DeepSpeedScheduleType::kWarmupDecayLR;
   o.total_num_steps = 30;
   optim::DeepSpeedLRSchedule decay(o);
-  EXPECT_DOUBLE_EQ(decay.lr_at(5), 0.1 + 0.5);
-  EXPECT_DOUBLE_EQ(decay.lr_at(20), 0.1 + 0.5);  // (30 - 20) / (30 - 10)
-  EXPECT_DOUBLE_EQ(decay.lr_at(40), 0.1);
+  EXPECT_DOUBLE_EQ(decay.value_at_iteration(5), 0.1 + 0.5);
+  EXPECT_DOUBLE_EQ(decay.value_at_iteration(20), 0.1 + 0.5);  // (30 - 20) / (30 - 10)
+  EXPECT_DOUBLE_EQ(decay.value_at_iteration(40), 0.1);
   o.type = optim::DeepSpeedScheduleType::kWarmupCosineLR;
   o.base_lr = 2.0;
   o.warmup_min_ratio = 0.5;
   o.cos_min_ratio = 0.1;
   optim::DeepSpeedLRSchedule cosine(o);
-  EXPECT_DOUBLE_EQ(cosine.lr_at(4), 2.0 * (0.5 + 0.5 * 0.4));
+  EXPECT_DOUBLE_EQ(cosine.value_at_iteration(4), 2.0 * (0.5 + 0.5 * 0.4));
   const double c = (1 + std::cos(std::numbers::pi * 11.0 / 20.0)) / 2;  // step 20: (20-10+1)/20
-  EXPECT_DOUBLE_EQ(cosine.lr_at(20), 2.0 * (0.1 + 0.9 * c));
+  EXPECT_DOUBLE_EQ(cosine.value_at_iteration(20), 2.0 * (0.1 + 0.9 * c));
+  // DeepSpeed steps the scheduler after the optimizer: update u uses iteration max(0, u - 1).
+  EXPECT_DOUBLE_EQ(cosine.lr_at(0), cosine.value_at_iteration(0));
+  EXPECT_DOUBLE_EQ(cosine.lr_at(1), cosine.value_at_iteration(0));
+  EXPECT_DOUBLE_EQ(cosine.lr_at(21), cosine.value_at_iteration(20));
   EXPECT_THROW(optim::DeepSpeedLRSchedule([] {
                  optim::DeepSpeedScheduleOptions bad;
                  bad.type = optim::DeepSpeedScheduleType::kWarmupDecayLR;
