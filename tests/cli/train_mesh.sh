@@ -43,5 +43,15 @@ code=$?
 if [ $code -eq 2 ] && [ "$(grep -c 'zero-stage' "$TMP/err")" -eq 1 ]; then ok
 else fail "zero stage 4 refused (exit $code)"; fi
 
+# --exit-duration-in-mins under DP: the ranks agree on the iteration to stop at (their clocks
+# differ), so the job ends cleanly and exports.
+run 2 --model gpt2-tiny --mock-data --lr 1e-3 --eval-iters 0 --train-iters 100000 \
+  --exit-duration-in-mins 0.0001 --zero-stage 1 \
+  --export-weights "$TMP/exit/model.safetensors"
+code=$?
+if [ $code -eq 0 ] && [ "$(grep -c '^> exiting after iteration [0-9]* (--exit-duration-in-mins)' "$TMP/out")" -eq 1 ] &&
+   [ -s "$TMP/exit/model.safetensors" ]; then ok
+else fail "exit-duration under DP (exit $code)"; fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
