@@ -2,12 +2,15 @@
 // all_to_all through ProcessGroup (queued on the communication thread, caller waits on the Work)
 // next to the plain MPI call on the same buffers, measured in the same run, interleaved.
 //
-//   mpirun -np 2 build/bin/comm [--min-bytes 1024] [--max-bytes 268435456] [--rounds 5] [--op all_reduce]
+//   mpirun -np 2 build/bin/comm [--min-bytes 1024] [--max-bytes 268435456] [--rounds 7] [--op all_reduce]
 //
 // Size S follows nccl-tests: the all_reduce buffer, the all_gather output, the reduce_scatter
 // input, the all_to_all input (fp32). Bus bandwidth = S / time × (2(n-1)/n for all_reduce,
-// (n-1)/n for the others), comparable across ops and with the link's peak. Each figure is the
-// best of --rounds rounds of enough iterations to take ~50 ms; a time is the slowest rank's.
+// (n-1)/n for the others), comparable across ops and with the link's peak. A round times
+// enough back-to-back calls to take ~50 ms (the slowest rank's mean per call); both paths run
+// the same number of rounds, alternating which goes first, after the same warm-up, and each
+// figure is the MEDIAN over the rounds: what a typical call costs, where the best round (used
+// before) rewards whichever path had one lucky round on a shared machine.
 // "ratio" = ProcessGroup bandwidth / MPI bandwidth (goal: >= 0.90 for S >= 1 MiB).
 #include <mpi.h>
 
@@ -40,6 +43,12 @@ double time_per_call(MPI_Comm comm, int iters, const std::function<void()>& fn) 
   return dt;
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
 std::string human(int64_t bytes) {
   char buf[32];
   if (bytes >= (1 << 20)) {
@@ -54,7 +63,7 @@ std::string human(int64_t bytes) {
 
 int main(int argc, char** argv) {
   int64_t min_bytes = 1024, max_bytes = int64_t{256} << 20;
-  int rounds = 5;
+  int rounds = 7;
   std::string only;  // --op NAME: run one operation
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--min-bytes")) min_bytes = std::atoll(argv[i + 1]);
@@ -62,6 +71,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--rounds")) rounds = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--op")) only = argv[i + 1];
   }
+  rounds = std::max(1, rounds);
   auto world = ProcessGroup::world();  // initialises MPI (MPI_THREAD_MULTIPLE)
   const int n = world->size(), me = world->rank();
   MPI_Comm comm;  // the raw MPI path gets its own communicator, as the ProcessGroup has
@@ -108,18 +118,22 @@ int main(int argc, char** argv) {
         raw = [&] { MPI_Alltoall(a.raw(), block, MPI_FLOAT, b.raw(), block, MPI_FLOAT, comm); };
         pg = [&] { world->all_to_all(a, b).wait(); };
       }
-      // Warm up both paths (page faults, MPI's internal buffers), then size the iterations.
+      // Warm up both paths alike (page faults, MPI's internal buffers and protocol state),
+      // size the iterations, then warm up again for ~5 ms each.
       raw();
       pg();
       const double est = time_per_call(comm, 1, raw);
       int iters = static_cast<int>(std::clamp(0.05 / std::max(est, 1e-7), 1.0, 2000.0));
       MPI_Bcast(&iters, 1, MPI_INT, 0, comm);
-      double t_raw = 1e30, t_pg = 1e30;
+      time_per_call(comm, std::max(1, iters / 10), raw);
+      time_per_call(comm, std::max(1, iters / 10), pg);
+      std::vector<double> ts_raw, ts_pg;
       for (int r = 0; r < rounds; ++r) {  // alternate which path goes first
-        if (r % 2 == 0) t_raw = std::min(t_raw, time_per_call(comm, iters, raw));
-        t_pg = std::min(t_pg, time_per_call(comm, iters, pg));
-        if (r % 2 == 1) t_raw = std::min(t_raw, time_per_call(comm, iters, raw));
+        if (r % 2 == 0) ts_raw.push_back(time_per_call(comm, iters, raw));
+        ts_pg.push_back(time_per_call(comm, iters, pg));
+        if (r % 2 == 1) ts_raw.push_back(time_per_call(comm, iters, raw));
       }
+      const double t_raw = median(ts_raw), t_pg = median(ts_pg);
       const double sz = static_cast<double>(count) * 4;
       const double bw_raw = sz / t_raw * factor / 1e9, bw_pg = sz / t_pg * factor / 1e9;
       if (me == 0) {

@@ -7,7 +7,11 @@
 //    threads per process: the communication thread and the watchdog.
 //  - Every operation is queued and executed in issue order on the ONE communication thread of
 //    the process (the CPU analogue of a CUDA communication stream), so computation on the
-//    caller's threads overlaps communication whatever MPI's progress engine does. Only the
+//    caller's threads overlaps communication whatever MPI's progress engine does. (Shortcut:
+//    wait() on a collective that has not started, at the head of an idle queue, runs it on the
+//    waiting thread, in the same order. Issuing does not preempt the caller to start the
+//    communication thread, see runtime.cc: when every core is busy, an operation the caller
+//    does not wait for starts at the next scheduler tick at the latest.) Only the
 //    communication thread calls MPI for data transfers and group creation; the watchdog uses
 //    its own duplicated communicator (nonblocking calls only), and ending the job (MPI_Abort,
 //    or under Open MPI's mpirun a plain exit, which mpirun turns into killing every rank) may
@@ -181,7 +185,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
  private:
   Work enqueue_collective(OpType op, DType dtype, int64_t count, int root, int reduce,
                           const std::source_location& where, int64_t bytes_sent,
-                          std::vector<Tensor> keep_alive, std::function<void()> run);
+                          std::function<void()> run);
 
   std::string name_;
   int rank_;

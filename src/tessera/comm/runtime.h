@@ -1,6 +1,7 @@
 // Internal to comm/: the per-process communication runtime behind ProcessGroup.
 //  - MPI initialisation (MPI_THREAD_MULTIPLE) and finalisation.
-//  - The communication thread: one FIFO queue of tasks, executed in issue order.
+//  - The communication thread: one FIFO queue of tasks, executed in issue order. A waiter whose
+//    task is at the head of an idle queue runs it itself (try_run_inline).
 //  - The watchdog thread: times the running task; on a timeout asks the task's group members
 //    over a private control communicator (nonblocking point-to-point, tags kTagQuery/kTagReply)
 //    how many collectives of that group they have started, prints one message naming the ranks
@@ -44,14 +45,32 @@ struct GroupProgress {
   std::atomic<int64_t> started{0};
 };
 
-// What the watchdog needs to know about a task.
+// A group as the runtime sees it; made once per group and shared by its tasks, so issuing an
+// operation copies one pointer instead of a name and a rank list.
+struct GroupInfo {
+  std::string name;
+  uint64_t id = 0;
+  std::vector<int> members;  // world ranks of the group, in group order
+  std::shared_ptr<GroupProgress> progress;
+};
+
+// What the watchdog needs to know about a task. The text is formatted by describe() only when a
+// message needs it: formatting it (and copying the group's name and ranks) on every issue cost
+// ~0.4 us per operation.
 struct TaskInfo {
-  std::string description;         // "all_reduce #3 (fp32, 100 elements, at f.cc:12)"
-  std::string group_name;
-  uint64_t group_id = 0;
-  int64_t seq = 0;                 // collective sequence number on the group (1-based); 0 = p2p
-  std::vector<int> members;        // world ranks of the group, in group order
-  int peer_world = -1;             // for send/recv: the peer's world rank
+  std::shared_ptr<const GroupInfo> group;
+  const char* op = "";      // "all_reduce", "send to", "new_subgroups", ... (static strings)
+  int64_t seq = 0;          // collective sequence number on the group (1-based); 0 = p2p
+  int64_t count = -1;       // elements; -1: not shown
+  DType dtype = DType::kF32;
+  int peer = -1;            // for send/recv: the peer's rank in the group
+  int peer_world = -1;      // for send/recv: the peer's world rank
+  const char* file = nullptr;  // call site (source_location strings are static); with line 0
+  unsigned line = 0;           // and count -1 a free text: "(in comm::shutdown())"
+  std::string label;        // new_subgroups: the new groups' name
+  // "all_reduce #3 (fp32, 100 elements, at f.cc:12)", "recv from rank 1 (fp32, ...)",
+  // "new_subgroups('tp') #2", "barrier #1 (in comm::shutdown())".
+  std::string describe() const;
 };
 
 struct Task {
@@ -60,7 +79,6 @@ struct Task {
   // Instead of run: starts a nonblocking transfer; the task completes with the request.
   std::function<MPI_Request()> start_nonblocking;
   std::shared_ptr<Work::State> state;
-  std::shared_ptr<GroupProgress> progress;
 };
 
 class Runtime {
@@ -77,13 +95,13 @@ class Runtime {
 
   // Queues a task on the communication thread; returns its Work.
   Work submit(Task task);
-  // Runs fn on the communication thread and waits for it (rethrowing its exception).
-  void run_sync(std::function<void()> fn, const std::string& what);
   // Called by Work::wait(): if the task of `state` is a collective at the head of the queue and
   // the communication thread is idle (nothing running, no transfer in flight), runs it on the
   // calling thread and returns true. Issue order is kept: the communication thread takes no
   // task while one runs inline. A synchronous collective then costs no thread hand-off (two
-  // context switches, ~10 us on a shared 2-core machine: 15% of a 1 MiB transfer).
+  // context switches, ~8 us on the shared 2-core VM: 13% of a 1 MiB all_gather), provided the
+  // wake-up at issue did not already hand the core to the communication thread: hence
+  // SCHED_BATCH for that thread (runtime.cc).
   bool try_run_inline(const std::shared_ptr<Work::State>& state);
 
   std::shared_ptr<GroupProgress> register_group(uint64_t group_id);
@@ -97,6 +115,9 @@ class Runtime {
  private:
   Runtime();
   void comm_loop();
+  // Wakes the communication thread if it sleeps and no wake-up is on its way yet; call with
+  // queue_mu_ held, then notify queue_cv_ after unlocking if it returns true.
+  bool need_wake_locked();
   void watchdog_loop();
   // Runs one task with the watchdog's bookkeeping; returns the request of a started transfer.
   MPI_Request execute(Task& task, bool& failed, std::string& error);
@@ -113,6 +134,8 @@ class Runtime {
   bool stop_comm_ = false;
   bool comm_busy_ = false;      // the comm thread runs a task or has transfers in flight
   bool inline_running_ = false; // a waiter runs a task itself (try_run_inline)
+  bool comm_sleeping_ = false;  // the comm thread waits on queue_cv_
+  bool wake_pending_ = false;   // notified, and has not run since (see need_wake_locked)
 
   // The task running on the communication thread (watchdog reads it).
   std::mutex current_mu_;
