@@ -18,3 +18,22 @@ check() {  # check DESCRIPTION COMMAND...: runs COMMAND, counts and reports the 
   fi
 }
 
+
+# For scripts that set BIN (the tool under test) and FLAGS (common arguments):
+# run NP ARGS...: the tool under mpirun, stdout and stderr into $TMP/out and $TMP/err.
+run() { timeout 120 mpirun --oversubscribe -np "$1" "$BIN" "${@:2}" >"$TMP/out" 2>"$TMP/err"; }
+
+# expect_error NP PATTERN ARGS...: `run NP FLAGS ARGS` exits 2 with exactly one stderr line
+# matching "^error: PATTERN" (every rank exits, one rank reports).
+expect_error() {
+  local np="$1" pattern="$2"
+  shift 2
+  run "$np" "${FLAGS[@]}" "$@"
+  local code=$? lines
+  lines=$(grep -c "^error: $pattern" "$TMP/err")
+  [ $code -eq 2 ] && [ "$lines" -eq 1 ] || {
+    echo "  exit $code, $lines matching lines; stderr:" >&2
+    sed 's/^/    /' "$TMP/err" >&2
+    return 1
+  }
+}

@@ -9,33 +9,19 @@ EXAMPLE="$(cd "$(dirname "$0")/../.." && pwd)/examples/ds_zero1.json"
 source "$(dirname "$0")/lib.bash" train-ds
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 FLAGS=(--model gpt2-tiny --mock-data --train-iters 2 --eval-iters 0 --num-threads 1 --deepspeed)
-run() { timeout 120 mpirun --oversubscribe -np "$1" "$BIN" "${@:2}" >"$TMP/out" 2>"$TMP/err"; }
-
-expect_error() {  # expect_error NP PATTERN ARGS...
-  local np="$1" pattern="$2"
-  shift 2
-  run "$np" "${FLAGS[@]}" "$@"
-  local code=$? lines
-  lines=$(grep -c "^error: .*$pattern" "$TMP/err")
-  [ $code -eq 2 ] && [ "$lines" -eq 1 ] || {
-    echo "  exit $code, $lines matching lines; stderr:" >&2
-    sed 's/^/    /' "$TMP/err" >&2
-    return 1
-  }
-}
 
 echo '{"train_micro_batch_size_per_gpu": 4}' >"$TMP/mbs.json"
 check "a key contradicting an explicit flag" expect_error 2 \
-  "train_micro_batch_size_per_gpu 4 contradicts --micro-batch-size 2" \
+  ".*train_micro_batch_size_per_gpu 4 contradicts --micro-batch-size 2" \
   --deepspeed_config "$TMP/mbs.json" --micro-batch-size 2 --lr 1e-3
 echo '{"train_batch_size": 6, "train_micro_batch_size_per_gpu": 2}' >"$TMP/batch.json"
 check "a batch that does not split over DP" expect_error 2 \
-  "train_batch_size 6 is not divisible by train_micro_batch_size_per_gpu 2 x data-parallel size 2" \
+  ".*train_batch_size 6 is not divisible by train_micro_batch_size_per_gpu 2 x data-parallel size 2" \
   --deepspeed_config "$TMP/batch.json" --lr 1e-3
 echo '{"zero_optimization": {"stage": 7}}' >"$TMP/stage.json"
-check "a ZeRO stage outside 0-3" expect_error 2 "zero_optimization.stage must be 0, 1, 2 or 3" \
+check "a ZeRO stage outside 0-3" expect_error 2 ".*zero_optimization.stage must be 0, 1, 2 or 3" \
   --deepspeed_config "$TMP/stage.json" --lr 1e-3
-check "a missing file" expect_error 2 "cannot open the file" \
+check "a missing file" expect_error 2 ".*cannot open the file" \
   --deepspeed_config "$TMP/missing.json" --lr 1e-3
 
 trains() {

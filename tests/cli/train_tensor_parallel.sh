@@ -8,21 +8,6 @@ BIN="${1:?usage: train_tensor_parallel.sh BUILD_BIN_DIR}/tessera-train"
 source "$(dirname "$0")/lib.bash" train-tp
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 FLAGS=(--mock-data --train-iters 2 --lr 1e-3 --eval-iters 0 --num-threads 1)
-run() { timeout 120 mpirun --oversubscribe -np "$1" "$BIN" "${@:2}" >"$TMP/out" 2>"$TMP/err"; }
-
-# expect_error NP PATTERN FLAGS...: exit 2 and exactly one stderr line starting with PATTERN.
-expect_error() {
-  local np="$1" pattern="$2"
-  shift 2
-  run "$np" "${FLAGS[@]}" "$@"
-  local code=$? lines
-  lines=$(grep -c "^error: $pattern" "$TMP/err")
-  [ $code -eq 2 ] && [ "$lines" -eq 1 ] || {
-    echo "  exit $code, $lines matching lines; stderr:" >&2
-    sed 's/^/    /' "$TMP/err" >&2
-    return 1
-  }
-}
 
 check "heads not divisible by TP" expect_error 3 \
   "--num-attention-heads: 4 is not divisible by --tensor-model-parallel-size 3" \

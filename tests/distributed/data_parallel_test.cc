@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dist_main.h"
+#include "small_model.h"
 #include "tessera/comm/parallel_state.h"
 #include "tessera/core/memory.h"
 #include "tessera/distributed/data_parallel_grads.h"
@@ -26,66 +27,19 @@ namespace {
 using comm::OpType;
 using comm::ProcessGroup;
 
-model::ModelConfig config() {
-  model::ModelConfig c;
-  c.num_layers = 3;
-  c.hidden_size = 64;
-  c.num_attention_heads = 4;
-  c.seq_length = 8;
-  c.max_position_embeddings = 8;
-  c.vocab_size = 61;
-  c.make_vocab_size_divisible_by = 8;
-  c.init_method_std = 0.2f;
-  return c;
-}
-
-struct Data {
-  std::vector<int32_t> tokens, targets;
-};
-
-// Sample s of the global stream: T tokens, deterministic.
-Data samples(int64_t first, int64_t count, const model::ModelConfig& cfg) {
-  Data d;
-  for (int64_t i = 0; i < count * cfg.seq_length; ++i) {
-    const int64_t g = first * cfg.seq_length + i;
-    d.tokens.push_back(static_cast<int32_t>((7 * g + 3) % cfg.vocab_size));
-    d.targets.push_back(static_cast<int32_t>((5 * g + 1) % cfg.vocab_size));
-  }
-  return d;
-}
-
-// One micro-batch of `mbs` samples starting at global sample `first`.
-void micro_batch(model::GPTModel& model, int64_t first, int64_t mbs, float grad_scale) {
-  const auto& cfg = model.config();
-  const Data d = samples(first, mbs, cfg);
-  const model::Batch batch{d.tokens.data(), d.targets.data(), nullptr, mbs, cfg.seq_length};
-  model.forward_backward(batch, model.context(mbs, cfg.seq_length, first, 5, 1, true), grad_scale);
-}
-
-// Bytes of the flat gradient buffer outside `owned` that are resident.
-int64_t resident_unowned(model::GPTModel& model, const std::vector<FlatRange>& owned) {
-  const float* g = model.params().flat_grads().data<float>();
-  int64_t total = 0, at = 0;
-  for (const FlatRange& r : owned) {
-    total += resident_bytes(g + at, (r.begin - at) * sizeof(float));
-    at = r.end;
-  }
-  return total + resident_bytes(g + at, (model.params().numel() - at) * sizeof(float));
-}
-
 void check(int stage, bool overlap) {
   auto world = ProcessGroup::world();
   comm::ParallelState mesh(world, comm::MeshLayout(world->size(), {}));
   auto dp = mesh.group(comm::GroupKind::kData);
   const int n = dp->size(), d = dp->rank();
-  const model::ModelConfig cfg = config();
+  const model::ModelConfig cfg = testing::small_model_config();
   const int64_t mbs = 1, micro = 2, global = mbs * micro * n;
   const float scale = 1.0f / (global * cfg.seq_length);
   const bool sharded = stage >= 1;
 
   model::GPTModel ref(cfg, DType::kF32, 11);
   ref.params().zero_grads();
-  for (int64_t s = 0; s < global; ++s) micro_batch(ref, s, 1, scale);
+  for (int64_t s = 0; s < global; ++s) testing::small_model_micro_batch(ref, s, 1, scale);
 
   // Buckets of 1/4 MiB of fp32, so that stage 2 has whole pages to give back.
   model::GPTModel model(cfg, DType::kF32, 11, {}, n);
@@ -101,7 +55,7 @@ void check(int stage, bool overlap) {
     const int64_t calls_before =
         dp->stats().calls_of(sharded ? OpType::kReduceScatter : OpType::kAllReduce);
     if (reduce) model.set_grads_ready_hook([&](int64_t offset) { grads.grads_ready(offset); });
-    micro_batch(model, (m * n + d) * mbs, mbs, scale);  // Megatron's order
+    testing::small_model_micro_batch(model, (m * n + d) * mbs, mbs, scale);  // Megatron's order
     model.set_grads_ready_hook(nullptr);
     const int64_t issued =
         dp->stats().calls_of(sharded ? OpType::kReduceScatter : OpType::kAllReduce) - calls_before;
@@ -115,7 +69,8 @@ void check(int stage, bool overlap) {
       EXPECT_NEAR(static_cast<double>(dp->stats().total_bytes()), (m + 1) * one_pass,
                   0.02 * one_pass);
       // Only the owned parts (and partial pages at their edges) stay resident.
-      EXPECT_LE(resident_unowned(model, grads.owned()), 2 * 4096 * 2 * grads.num_buckets());
+      EXPECT_LE(testing::resident_outside(model.params().flat_grads(), grads.owned()),
+                2 * 4096 * 2 * grads.num_buckets());
     }
   }
 

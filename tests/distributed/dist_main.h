@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <memory>
 
+#include "tessera/comm/parallel_state.h"
 #include "tessera/comm/process_group.h"
 #include "tessera/core/tensor.h"
 
@@ -26,6 +28,14 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
  private:
   int rank_;
 };
+
+// A mesh whose tensor-parallel group is the whole world, built collectively (each test builds its
+// own and drops it before the runtime shuts down).
+inline std::unique_ptr<comm::ParallelState> tensor_parallel_world_mesh() {
+  auto world = comm::ProcessGroup::world();
+  return std::make_unique<comm::ParallelState>(
+      world, comm::MeshLayout(world->size(), {.tensor = world->size()}));
+}
 
 inline int run_distributed_tests(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);

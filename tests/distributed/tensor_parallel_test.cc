@@ -32,14 +32,6 @@ using comm::ProcessGroup;
 using testing::max_scaled_error;
 using testing::random_normal;
 
-// A mesh with TP = world size, built collectively by every test (and torn down at its end, before
-// the runtime shuts down); tests take its tensor-parallel group.
-std::unique_ptr<comm::ParallelState> make_mesh() {
-  auto world = ProcessGroup::world();
-  return std::make_unique<comm::ParallelState>(
-      world, comm::MeshLayout(world->size(), {.tensor = world->size()}));
-}
-
 Tensor f32_tensor(const std::vector<float>& v, const Shape& shape) {
   Tensor t = Tensor::empty(shape, DType::kF32);
   std::copy(v.begin(), v.end(), t.data<float>());
@@ -68,7 +60,7 @@ std::vector<float> as_f32(const Tensor& t) {
 }
 
 TEST(TensorParallelMappings, AllReduceMappings) {
-  const auto mesh = make_mesh();
+  const auto mesh = testing::tensor_parallel_world_mesh();
   ProcessGroup& tp = *mesh->group(comm::GroupKind::kTensor);
   const int n = tp.size(), me = tp.rank();
   for (DType d : {DType::kF32, DType::kBF16}) {
@@ -97,7 +89,7 @@ TEST(TensorParallelMappings, AllReduceMappings) {
 }
 
 TEST(TensorParallelMappings, SequenceParallelRoundTrip) {
-  const auto mesh = make_mesh();
+  const auto mesh = testing::tensor_parallel_world_mesh();
   ProcessGroup& tp = *mesh->group(comm::GroupKind::kTensor);
   const int n = tp.size(), me = tp.rank();
   const int64_t S_local = 3, H = 5, slice = S_local * H;
@@ -165,7 +157,7 @@ struct CeCase {
 // {float, bf16}; returns nothing, asserts inside.
 template <typename T>
 void check_vocab_parallel_ce(const CeCase& c, double loss_tol, double dlogits_tol) {
-  const auto mesh = make_mesh();
+  const auto mesh = testing::tensor_parallel_world_mesh();
   ProcessGroup& tp = *mesh->group(comm::GroupKind::kTensor);
   const int n = tp.size(), me = tp.rank();
   const int64_t unit = c.divisible_by * n;
@@ -270,7 +262,7 @@ TEST(VocabParallelCrossEntropy, MatchesKernelBf16) {
 // Column-parallel linear -> row-parallel linear (the MLP / attention pattern)
 
 TEST(TensorParallelLinear, ColumnThenRowMatchesSingleProcess) {
-  const auto mesh = make_mesh();
+  const auto mesh = testing::tensor_parallel_world_mesh();
   ProcessGroup& tp = *mesh->group(comm::GroupKind::kTensor);
   const int n = tp.size(), me = tp.rank();
   // F splits over 1, 2 and 4 ranks; C, OC and N are not multiples of 16.

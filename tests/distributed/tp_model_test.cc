@@ -27,12 +27,6 @@ using comm::OpType;
 using comm::ProcessGroup;
 using parallel::TensorParallel;
 
-std::unique_ptr<comm::ParallelState> make_mesh() {
-  auto world = ProcessGroup::world();
-  return std::make_unique<comm::ParallelState>(
-      world, comm::MeshLayout(world->size(), {.tensor = world->size()}));
-}
-
 ModelConfig gpt_config() {
   ModelConfig c;
   c.num_layers = 2;
@@ -104,7 +98,7 @@ std::vector<float> values_of(const Tensor& t) {
 }
 
 void check_against_single_process(const ModelConfig& cfg, bool sequence_parallel) {
-  auto mesh = make_mesh();
+  auto mesh = testing::tensor_parallel_world_mesh();
   const TensorParallel tp(mesh->group(comm::GroupKind::kTensor), sequence_parallel);
   const int64_t B = 2;
 
@@ -151,7 +145,7 @@ TEST(TensorParallelModel, LlamaSequenceParallelMatchesSingleProcess) {
 // all-reduce of activations becomes an all-gather plus a reduce-scatter of the same total
 // volume: 2(n-1)/n * S = (n-1)/n * S + (n-1)/n * S, with the cross-entropy all-reduces unchanged.
 void check_comm_volume(const ModelConfig& cfg, bool sequence_parallel) {
-  auto mesh = make_mesh();
+  auto mesh = testing::tensor_parallel_world_mesh();
   auto group = mesh->group(comm::GroupKind::kTensor);
   const TensorParallel tp(group, sequence_parallel);
   const int64_t B = 2, n = tp.size();

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dist_main.h"
+#include "small_model.h"
 #include "tessera/comm/parallel_state.h"
 #include "tessera/core/memory.h"
 #include "tessera/distributed/data_parallel_grads.h"
@@ -29,32 +30,6 @@ namespace {
 using comm::OpType;
 using comm::ProcessGroup;
 
-model::ModelConfig config(bool tied) {
-  model::ModelConfig c;
-  c.num_layers = 3;
-  c.hidden_size = 64;
-  c.num_attention_heads = 4;
-  c.seq_length = 8;
-  c.max_position_embeddings = 8;
-  c.vocab_size = 61;
-  c.make_vocab_size_divisible_by = 8;
-  c.init_method_std = 0.2f;
-  c.untie_embeddings_and_output_weights = !tied;
-  return c;
-}
-
-void micro_batch(model::GPTModel& model, int64_t first, float grad_scale) {
-  const auto& cfg = model.config();
-  std::vector<int32_t> tokens, targets;
-  for (int64_t i = 0; i < cfg.seq_length; ++i) {
-    const int64_t g = first * cfg.seq_length + i;
-    tokens.push_back(static_cast<int32_t>((7 * g + 3) % cfg.vocab_size));
-    targets.push_back(static_cast<int32_t>((5 * g + 1) % cfg.vocab_size));
-  }
-  const model::Batch batch{tokens.data(), targets.data(), nullptr, 1, cfg.seq_length};
-  model.forward_backward(batch, model.context(1, cfg.seq_length, first, 5, 1, true), grad_scale);
-}
-
 // Pages that may stay resident per unit outside the owned part: the partial pages at the two
 // edges of each of the (up to) two unowned pieces.
 constexpr int64_t kEdgePages = 4;
@@ -64,12 +39,12 @@ void check(bool tied, bool overlap) {
   comm::ParallelState mesh(world, comm::MeshLayout(world->size(), {}));
   auto dp = mesh.group(comm::GroupKind::kData);
   const int n = dp->size(), d = dp->rank();
-  const model::ModelConfig cfg = config(tied);
+  const model::ModelConfig cfg = testing::small_model_config(tied);
   const float scale = 1.0f / (n * cfg.seq_length);
 
   model::GPTModel ref(cfg, DType::kF32, 11);
   ref.params().zero_grads();
-  for (int64_t s = 0; s < n; ++s) micro_batch(ref, s, scale);
+  for (int64_t s = 0; s < n; ++s) testing::small_model_micro_batch(ref, s, 1, scale);
 
   model::GPTModel model(cfg, DType::kF32, 11, {}, n);
   std::vector<FlatRange> units;
@@ -80,20 +55,14 @@ void check(bool tied, bool overlap) {
   model.set_param_access(&params);
 
   const auto unowned_resident = [&] {
-    const Tensor& v = model.params().flat_values();
-    int64_t total = 0, at = 0;
-    for (const FlatRange& r : grads.owned()) {
-      total += resident_bytes(v.data<float>() + at, (r.begin - at) * sizeof(float));
-      at = r.end;
-    }
-    return total + resident_bytes(v.data<float>() + at, (v.numel() - at) * sizeof(float));
+    return testing::resident_outside(model.params().flat_values(), grads.owned());
   };
   EXPECT_LE(unowned_resident(), kEdgePages * 4096 * static_cast<int64_t>(units.size()));
 
   grads.start_iteration();
   dp->reset_stats();
   model.set_grads_ready_hook([&](int64_t offset) { grads.grads_ready(offset); });
-  micro_batch(model, d, scale);
+  testing::small_model_micro_batch(model, d, 1, scale);
   model.set_grads_ready_hook(nullptr);
   grads.finish();
   EXPECT_EQ(params.live_elems(), 0);

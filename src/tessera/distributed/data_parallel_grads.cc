@@ -45,11 +45,6 @@ DataParallelGrads::DataParallelGrads(model::ParameterSet& params,
   scatter_out_.resize(buckets_.size());
 }
 
-FlatRange DataParallelGrads::owned_part(size_t b) const {
-  const int64_t part = buckets_[b].size() / dp_size_;
-  return {buckets_[b].begin + dp_rank_ * part, buckets_[b].begin + (dp_rank_ + 1) * part};
-}
-
 void DataParallelGrads::start_iteration() {
   if (zero_stage_ < 2 || dp_size_ == 1) {
     params_.zero_grads();

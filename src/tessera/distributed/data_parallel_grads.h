@@ -43,6 +43,13 @@ struct FlatRange {
   int64_t size() const { return end - begin; }
 };
 
+// Part `index` of `parts` equal parts of `range` (whose size is a multiple of `parts`): what a
+// data-parallel rank owns of a gradient bucket or a ZeRO-3 unit.
+inline FlatRange part_of(const FlatRange& range, int parts, int index) {
+  const int64_t part = range.size() / parts;
+  return {range.begin + index * part, range.begin + (index + 1) * part};
+}
+
 class DataParallelGrads {
  public:
   // `dp` may be nullptr (one data-parallel rank: nothing to reduce). params.numel() must be a
@@ -80,7 +87,9 @@ class DataParallelGrads {
  private:
   void launch(size_t bucket);
   void complete(size_t bucket);  // waits for it; copies its reduced part into place
-  FlatRange owned_part(size_t bucket) const;
+  FlatRange owned_part(size_t bucket) const {
+    return part_of(buckets_[bucket], dp_size_, dp_rank_);
+  }
 
   model::ParameterSet& params_;
   std::shared_ptr<comm::ProcessGroup> dp_;

@@ -32,11 +32,6 @@ Zero3Params::~Zero3Params() {
   for (const comm::Work& w : work_) w.wait();
 }
 
-FlatRange Zero3Params::owned_part(int u) const {
-  const int64_t part = units_[u].size() / dp_size_;
-  return {units_[u].begin + dp_rank_ * part, units_[u].begin + (dp_rank_ + 1) * part};
-}
-
 int64_t Zero3Params::live_elems() const {
   int64_t total = 0;
   for (size_t u = 0; u < units_.size(); ++u)

@@ -48,7 +48,7 @@ class Zero3Params : public model::ParamAccess {
   void start_gather(int unit);
   void wait_gather(int unit);
   void drop(int unit);
-  FlatRange owned_part(int unit) const;
+  FlatRange owned_part(int unit) const { return part_of(units_[unit], dp_size_, dp_rank_); }
 
   model::ParameterSet& params_;
   std::shared_ptr<comm::ProcessGroup> dp_;

@@ -180,10 +180,9 @@ LossSum GPTModel::head(const Tensor& x, const Batch& batch, float grad_scale, Te
   return sum;
 }
 
-LossSum GPTModel::forward_backward(const Batch& batch, const StepContext& ctx, float grad_scale) {
-  const int L = static_cast<int>(layers_.size()), head_unit = L + 1;
-  const bool tied = !cfg_.untie_embeddings_and_output_weights;
-  std::vector<TransformerLayer::Saved> saved(layers_.size());
+LossSum GPTModel::forward_pass(const Batch& batch, const StepContext& ctx, float grad_scale,
+                               std::vector<TransformerLayer::Saved>* saved, Tensor* dx) {
+  const int L = static_cast<int>(layers_.size());
   if (access_) access_->begin_pass(false);
   Tensor x;
   {
@@ -192,21 +191,23 @@ LossSum GPTModel::forward_backward(const Batch& batch, const StepContext& ctx, f
   }
   for (int l = 0; l < L; ++l) {
     UnitUse use(access_, l + 1);
-    x = layers_[l].forward(x, saved[l], ctx);
+    TransformerLayer::Saved scratch;  // evaluation keeps nothing
+    x = layers_[l].forward(x, saved ? (*saved)[l] : scratch, ctx);
   }
+  UnitUse use_head(access_, L + 1);
+  UnitUse use_embedding(cfg_.untie_embeddings_and_output_weights ? nullptr : access_, 0);
+  return head(x, batch, grad_scale, dx);
+}
+
+LossSum GPTModel::forward_backward(const Batch& batch, const StepContext& ctx, float grad_scale) {
+  std::vector<TransformerLayer::Saved> saved(layers_.size());
   Tensor dx;
-  LossSum sum;
-  {
-    UnitUse use_head(access_, head_unit);
-    UnitUse use_embedding(tied ? access_ : nullptr, 0);  // the tied output layer is wte
-    sum = head(x, batch, grad_scale, &dx);
-  }
-  x = Tensor();
+  const LossSum sum = forward_pass(batch, ctx, grad_scale, &saved, &dx);
   if (access_) access_->begin_pass(true);  // the head's forward and backward ran together above
   if (grads_ready_) grads_ready_(head_offset_);
-  for (int l = L; l-- > 0;) {
+  for (size_t l = layers_.size(); l-- > 0;) {
     {
-      UnitUse use(access_, l + 1);
+      UnitUse use(access_, static_cast<int>(l) + 1);
       dx = layers_[l].backward(dx, saved[l], ctx);
     }
     saved[l] = TransformerLayer::Saved();  // free this layer's activations now
@@ -218,21 +219,7 @@ LossSum GPTModel::forward_backward(const Batch& batch, const StepContext& ctx, f
 }
 
 LossSum GPTModel::forward_loss(const Batch& batch, const StepContext& ctx) {
-  const int L = static_cast<int>(layers_.size());
-  if (access_) access_->begin_pass(false);
-  Tensor x;
-  {
-    UnitUse use(access_, 0);
-    x = embed(batch, ctx);
-  }
-  for (int l = 0; l < L; ++l) {
-    UnitUse use(access_, l + 1);
-    TransformerLayer::Saved s;
-    x = layers_[l].forward(x, s, ctx);
-  }
-  UnitUse use_head(access_, L + 1);
-  UnitUse use_embedding(cfg_.untie_embeddings_and_output_weights ? nullptr : access_, 0);
-  return head(x, batch, 0.0f, nullptr);
+  return forward_pass(batch, ctx, 0.0f, nullptr, nullptr);
 }
 
 }  // namespace tessera::model

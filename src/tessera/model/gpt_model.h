@@ -97,6 +97,10 @@ class GPTModel {
   LossSum forward_loss(const Batch& batch, const StepContext& ctx);
 
  private:
+  // Embedding, layers and head (the head's backward too when dx is given, the layers keeping
+  // their Saved in *saved); each unit acquired around its use.
+  LossSum forward_pass(const Batch& batch, const StepContext& ctx, float grad_scale,
+                       std::vector<TransformerLayer::Saved>* saved, Tensor* dx);
   Tensor embed(const Batch& batch, const StepContext& ctx) const;
   void embed_backward(const Tensor& dx, const Batch& batch, const StepContext& ctx);
   // Final norm, logits and cross-entropy. With grad_scale > 0 also returns d(hidden).
