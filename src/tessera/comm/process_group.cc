@@ -419,16 +419,17 @@ detail::Task p2p_task(OpType op, std::shared_ptr<const detail::GroupInfo> group,
 
 }  // namespace
 
-Work ProcessGroup::send(const Tensor& t, int peer, std::source_location where) {
+Work ProcessGroup::send(const Tensor& t, int peer, int tag, std::source_location where) {
   require_defined(t, "input", "send");
+  REQUIRE(tag >= 0 && tag < 32768, "send: tag " + std::to_string(tag) + " is not in [0, 32768)");
   REQUIRE(peer >= 0 && peer < size() && peer != rank_,
           "send: peer " + std::to_string(peer) + " is not another rank of group '" + name_ + "'");
   const int count = detail::mpi_count(t.numel(), "send");
   detail::Task task = p2p_task(OpType::kSend, impl_->info, t, peer, where);
   MPI_Comm comm = impl_->comm;
-  task.start_nonblocking = [t, count, peer, comm] {
+  task.start_nonblocking = [t, count, peer, tag, comm] {
     MPI_Request r;
-    MPI_Isend(t.raw(), count, mpi_type(t.dtype()), peer, 0, comm, &r);
+    MPI_Isend(t.raw(), count, mpi_type(t.dtype()), peer, tag, comm, &r);
     return r;
   };
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -437,16 +438,17 @@ Work ProcessGroup::send(const Tensor& t, int peer, std::source_location where) {
   return Runtime::get().submit(std::move(task));
 }
 
-Work ProcessGroup::recv(Tensor& t, int peer, std::source_location where) {
+Work ProcessGroup::recv(Tensor& t, int peer, int tag, std::source_location where) {
   require_defined(t, "output", "recv");
+  REQUIRE(tag >= 0 && tag < 32768, "recv: tag " + std::to_string(tag) + " is not in [0, 32768)");
   REQUIRE(peer >= 0 && peer < size() && peer != rank_,
           "recv: peer " + std::to_string(peer) + " is not another rank of group '" + name_ + "'");
   const int count = detail::mpi_count(t.numel(), "recv");
   detail::Task task = p2p_task(OpType::kRecv, impl_->info, t, peer, where);
   MPI_Comm comm = impl_->comm;
-  task.start_nonblocking = [t, count, peer, comm]() mutable {
+  task.start_nonblocking = [t, count, peer, tag, comm]() mutable {
     MPI_Request r;
-    MPI_Irecv(t.raw(), count, mpi_type(t.dtype()), peer, 0, comm, &r);
+    MPI_Irecv(t.raw(), count, mpi_type(t.dtype()), peer, tag, comm, &r);
     return r;
   };
   std::lock_guard<std::mutex> lock(impl_->mu);

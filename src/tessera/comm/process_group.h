@@ -149,11 +149,14 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // t on every member = t on `root` (a rank of this group).
   Work broadcast(Tensor& t, int root,
                  std::source_location where = std::source_location::current());
-  // Point to point; peer is a rank of this group. Messages between two ranks of a group are
-  // matched in issue order. Not part of the collective consistency check.
-  Work send(const Tensor& t, int peer,
+  // Point to point; peer is a rank of this group. A receive takes the first message from `peer`
+  // with the same `tag` (0 <= tag < 32768) not taken yet: messages with equal tags match in
+  // issue order, different tags keep messages that travel together apart (a pipeline's
+  // activations and gradients). Not part of the collective consistency check.
+  Work send(const Tensor& t, int peer, int tag = 0,
             std::source_location where = std::source_location::current());
-  Work recv(Tensor& t, int peer, std::source_location where = std::source_location::current());
+  Work recv(Tensor& t, int peer, int tag = 0,
+            std::source_location where = std::source_location::current());
   Work barrier(std::source_location where = std::source_location::current());
 
   CommStats stats() const;

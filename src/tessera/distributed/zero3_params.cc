@@ -66,11 +66,9 @@ void Zero3Params::drop(int u) {
   state_[u] = State::kDropped;
 }
 
-void Zero3Params::begin_pass(bool backward) {
-  backward_ = backward;
-  // Backward starts at the last layer: the head's forward and backward run as one step, in the
-  // forward pass.
-  expected_ = backward ? static_cast<int>(units_.size()) - 2 : 0;
+void Zero3Params::begin_pass(std::vector<int> order) {
+  order_ = std::move(order);
+  next_in_order_ = 0;
 }
 
 void Zero3Params::acquire(int u) {
@@ -78,12 +76,11 @@ void Zero3Params::acquire(int u) {
   if (state_[u] == State::kDropped) start_gather(u);
   if (state_[u] == State::kGathering) wait_gather(u);
   ++uses_[u];
-  // Prefetch only along the pass: an out-of-order acquisition (the tied embedding in the head)
-  // prefetches nothing. Backward stops at unit 1: the embedding's backward needs no values.
-  if (u != expected_) return;
-  const int next = backward_ ? u - 1 : u + 1;
-  expected_ = next;
-  if (next < (backward_ ? 1 : 0) || next >= static_cast<int>(units_.size())) return;
+  // Prefetch only along the announced pass: an out-of-order acquisition (a recompute group's
+  // earlier layers) prefetches nothing.
+  if (next_in_order_ >= order_.size() || u != order_[next_in_order_]) return;
+  if (++next_in_order_ >= order_.size()) return;
+  const int next = order_[next_in_order_];
   if (state_[next] != State::kDropped || units_[next].size() > prefetch_elems_ ||
       live_elems() + units_[next].size() > max_live_elems_)
     return;

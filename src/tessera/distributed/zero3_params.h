@@ -4,8 +4,8 @@
 // is all-gathered just before the model uses it (GPTModel's acquire/release calls, forward and
 // again in backward) and its other parts are dropped after: zeroed, their pages given back.
 //
-// Prefetch: when the model acquires the unit its pass expects next (GPTModel announces forward
-// and backward passes), the unit after it in the pass is gathered on the communication thread
+// Prefetch: when the model acquires the unit its pass expects next (GPTModel announces each
+// pass's units, model/gpt_model.h ParamAccess), the unit after it in the pass is gathered on the communication thread
 // while the current one computes, if it is at most `prefetch_elems` elements
 // (stage3_prefetch_bucket_size) and the gathered units stay within `max_live_elems`
 // (stage3_max_live_parameters). Units smaller than `persistence_threshold` elements
@@ -31,7 +31,7 @@ class Zero3Params : public model::ParamAccess {
               int64_t max_live_elems);
   ~Zero3Params() override;
 
-  void begin_pass(bool backward) override;
+  void begin_pass(std::vector<int> order) override;
   void acquire(int unit) override;
   void release(int unit) override;
   // Before the optimizer writes the owned parts: waits for any gather still in flight and drops
@@ -60,8 +60,8 @@ class Zero3Params : public model::ParamAccess {
   std::vector<comm::Work> work_;
   std::vector<Tensor> send_;  // the owned part being sent by an in-flight gather
   int64_t prefetch_elems_, max_live_elems_;
-  bool backward_ = false;
-  int expected_ = 0;  // the unit the current pass visits next
+  std::vector<int> order_;    // the units the current pass acquires, in order
+  size_t next_in_order_ = 0;  // the index in order_ of the next one
 };
 
 }  // namespace tessera::distributed

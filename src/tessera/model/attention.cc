@@ -81,30 +81,42 @@ kernels::AttentionDropout Attention::dropout(const StepContext& ctx) const {
   return d;
 }
 
+// The attention core: attn (N, NH*HD) and lse (B, NH, T) from the roped qkv.
+void Attention::core(Tensor& attn, Tensor& lse, const Tensor& qkv, const StepContext& ctx) const {
+  attn = Tensor::empty({ctx.N(), static_cast<int64_t>(NH_) * HD_}, qkv.dtype());
+  lse = Tensor::empty({ctx.B, NH_, ctx.T}, DType::kF32);
+  visit_float(qkv.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    kernels::attention_forward(attn.data<T>(), lse.data<float>(), qkv.data<T>(), ctx.B, ctx.T,
+                               NH_, KV_, HD_, dropout(ctx));
+  });
+}
+
 Tensor Attention::forward(const Tensor& x, Saved& s, const StepContext& ctx) const {
   s.qkv = qkv_.forward(x, ctx.B, &s.inp);
-  s.attn = Tensor::empty({ctx.N(), static_cast<int64_t>(NH_) * HD_}, x.dtype());
-  s.lse = Tensor::empty({ctx.B, NH_, ctx.T}, DType::kF32);
-  visit_float(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    if (rope_) {
+  if (rope_) {
+    visit_float(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
       kernels::rope_forward(s.qkv.data<T>(), ctx.positions.data(), ctx.B, ctx.T, NH_, KV_, HD_,
                             rope_theta_);
-    }
-    kernels::attention_forward(s.attn.data<T>(), s.lse.data<float>(), s.qkv.data<T>(), ctx.B,
-                               ctx.T, NH_, KV_, HD_, dropout(ctx));
-  });
-  return out_.forward(s.attn, ctx.B);
+    });
+  }
+  core(s.attn, s.lse, s.qkv, ctx);
+  Tensor y = out_.forward(s.attn, ctx.B);
+  if (recompute_core_) s.attn = s.lse = Tensor();
+  return y;
 }
 
 Tensor Attention::backward(const Tensor& dy, const Saved& s, const StepContext& ctx) const {
-  Tensor dattn = out_.backward(dy, s.attn, ctx.B);
+  Tensor attn = s.attn, lse = s.lse;
+  if (!attn.defined()) core(attn, lse, s.qkv, ctx);  // selective recomputation
+  Tensor dattn = out_.backward(dy, attn, ctx.B);
   Tensor dqkv = Tensor::empty(s.qkv.shape(), dy.dtype());
   visit_float(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
     kernels::attention_backward(dqkv.data<T>(), dattn.data<T>(), s.qkv.data<T>(),
-                                s.attn.data<T>(), s.lse.data<float>(), ctx.B, ctx.T, NH_, KV_,
-                                HD_, dropout(ctx));
+                                attn.data<T>(), lse.data<float>(), ctx.B, ctx.T, NH_, KV_, HD_,
+                                dropout(ctx));
     if (rope_) {
       kernels::rope_backward(dqkv.data<T>(), ctx.positions.data(), ctx.B, ctx.T, NH_, KV_, HD_,
                              rope_theta_);

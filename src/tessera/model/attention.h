@@ -37,16 +37,20 @@ class Attention {
   // x: residual-stream rows (ctx.local_N(), C) -> (ctx.local_N(), C).
   Tensor forward(const Tensor& x, Saved& s, const StepContext& ctx) const;
   Tensor backward(const Tensor& dy, const Saved& s, const StepContext& ctx) const;
+  // Selective recomputation: forward drops the core's output and log-sum-exp (Saved::attn,
+  // Saved::lse) once the projection has used them; backward recomputes them from Saved::qkv.
+  void set_recompute_core(bool on) { recompute_core_ = on; }
 
  private:
   static std::vector<std::string> qkv_names(const std::string& prefix, const ModelConfig& cfg,
                                             const char* suffix);
   static std::string out_name(const std::string& prefix, const ModelConfig& cfg);
   kernels::AttentionDropout dropout(const StepContext& ctx) const;
+  void core(Tensor& attn, Tensor& lse, const Tensor& qkv, const StepContext& ctx) const;
 
   int NH_global_;  // query heads of the whole model (dropout coordinates)
   int NH_, KV_, HD_, head_offset_, layer_;  // this rank's heads, its first query head
-  bool rope_;
+  bool rope_, recompute_core_ = false;
   float rope_theta_, dropout_p_;
   ColumnParallelLinear qkv_;
   RowParallelLinear out_;

@@ -1,5 +1,9 @@
 #include "tessera/model/gpt_model.h"
 
+#include <algorithm>
+
+#include "tessera/core/error.h"
+
 #include "tessera/kernels/cross_entropy.h"
 #include "tessera/kernels/dropout.h"
 #include "tessera/kernels/embedding.h"
@@ -48,49 +52,131 @@ std::vector<int32_t> token_positions(const StepContext& ctx) {
 
 }  // namespace
 
+void GPTModel::declare(ParameterSet& params, const ModelConfig& cfg, const ModelPart& part,
+                       int64_t padded_vocab, int64_t flat_multiple, Layout& out) {
+  const TopNames n = top_names(cfg);
+  const int64_t C = cfg.hidden_size;
+  const ShardSpec vocab_parallel = ShardSpec::vocab(cfg.vocab_size);
+  const bool tied = !cfg.untie_embeddings_and_output_weights;
+  // Tied embeddings split over a pipeline: the word embedding (first stage) and its copy (last
+  // stage) are units of their own, equally padded, so both stages' data-parallel ranks own the
+  // same elements of it and can sum their parts of its gradient directly.
+  const bool split_tied = tied && part.embedding != part.head;
+  auto close_unit = [&](int64_t begin, std::vector<int>& role) {
+    params.pad_to(flat_multiple);
+    if (params.numel() == begin) return;
+    role.push_back(static_cast<int>(out.units.size()));
+    out.units.push_back({begin, params.numel()});
+  };
+  if (part.embedding) {
+    params.add(n.wte, {padded_vocab, C}, InitKind::kNormal, cfg.init_method_std, true,
+               vocab_parallel);
+    if (split_tied) {
+      close_unit(0, out.embed_units);
+      out.tied_range = out.units.back();
+    }
+    const int64_t begin = params.numel();
+    if (cfg.position_embedding == PositionEmbedding::kLearnedAbsolute)
+      params.add(n.wpe, {cfg.max_positions(), C}, InitKind::kNormal, cfg.init_method_std, true);
+    close_unit(split_tied ? begin : 0, out.embed_units);
+  }
+  for (const auto& [first, end] : part.chunks) {
+    out.chunk_begin.push_back(static_cast<int>(out.layer_offsets.size()));
+    for (int l = first; l < end; ++l) {
+      out.layer_offsets.push_back(params.numel());
+      TransformerLayer::declare(params, cfg, l);
+      close_unit(out.layer_offsets.back(), out.layer_units);
+    }
+  }
+  out.chunk_begin.push_back(static_cast<int>(out.layer_offsets.size()));
+  if (part.head) {
+    out.head_offset = params.numel();
+    Norm::declare(params, n.final_norm, cfg);
+    if (!tied)
+      params.add(n.head, {padded_vocab, C}, InitKind::kNormal, cfg.init_method_std, true,
+                 vocab_parallel);
+    close_unit(out.head_offset, out.head_units);
+    if (split_tied) {
+      // The same name, so the same initial values as the first stage's embedding.
+      const int64_t begin = params.numel();
+      params.add(n.wte, {padded_vocab, C}, InitKind::kNormal, cfg.init_method_std, true,
+                 vocab_parallel)
+          .tied_copy = true;
+      close_unit(begin, out.head_units);
+      out.tied_range = out.units.back();
+    } else if (tied) {
+      out.head_units.push_back(out.embed_units.front());  // the output layer reads the embedding
+    }
+  }
+}
+
+ParameterSet GPTModel::declare_part(const ModelConfig& cfg, int tp_size, int tp_rank,
+                                    const ModelPart& part) {
+  ParameterSet params(tp_size, tp_rank);
+  ModelPart p = part;
+  if (p.chunks.empty()) p.chunks = {{0, cfg.num_layers}};
+  Layout layout;
+  declare(params, cfg, p, cfg.padded_vocab_size(tp_size), 1, layout);
+  return params;
+}
+
 GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
-                   const parallel::TensorParallel& tp, int64_t flat_multiple)
-    : cfg_(cfg), tp_(tp), params_(tp.size(), tp.rank()) {
+                   const parallel::TensorParallel& tp, int64_t flat_multiple, ModelPart part)
+    : cfg_(cfg), tp_(tp), part_(std::move(part)), params_(tp.size(), tp.rank()) {
   cfg_.validate();
   cfg_.validate_tensor_parallel(tp_.size(), tp_.sequence_parallel());
+  if (part_.chunks.empty()) part_.chunks = {{0, cfg_.num_layers}};
   padded_vocab_ = cfg_.padded_vocab_size(tp_.size());
   vocab_local_ = padded_vocab_ / tp_.size();
   vocab_start_ = tp_.rank() * vocab_local_;
   const TopNames n = top_names(cfg_);
-  const int64_t C = cfg_.hidden_size;
-  const ShardSpec vocab_parallel = ShardSpec::vocab(cfg_.vocab_size);
-  params_.add(n.wte, {padded_vocab_, C}, InitKind::kNormal, cfg_.init_method_std, true,
-              vocab_parallel);
-  if (cfg_.position_embedding == PositionEmbedding::kLearnedAbsolute)
-    params_.add(n.wpe, {cfg_.max_positions(), C}, InitKind::kNormal, cfg_.init_method_std, true);
-  params_.pad_to(flat_multiple);
-  units_.push_back({0, params_.numel()});
-  for (int l = 0; l < cfg_.num_layers; ++l) {
-    layer_offsets_.push_back(params_.numel());
-    TransformerLayer::declare(params_, cfg_, l);
-    params_.pad_to(flat_multiple);
-    units_.push_back({layer_offsets_.back(), params_.numel()});
-  }
-  head_offset_ = params_.numel();
-  Norm::declare(params_, n.final_norm, cfg_);
-  if (cfg_.untie_embeddings_and_output_weights)
-    params_.add(n.head, {padded_vocab_, C}, InitKind::kNormal, cfg_.init_method_std, true,
-                vocab_parallel);
-  params_.pad_to(flat_multiple);
-  units_.push_back({head_offset_, params_.numel()});
+  const bool tied = !cfg_.untie_embeddings_and_output_weights;
+  Layout layout;
+  declare(params_, cfg_, part_, padded_vocab_, flat_multiple, layout);
+  units_ = std::move(layout.units);
+  embed_units_ = std::move(layout.embed_units);
+  layer_units_ = std::move(layout.layer_units);
+  head_units_ = std::move(layout.head_units);
+  chunk_begin_ = std::move(layout.chunk_begin);
+  layer_offsets_ = std::move(layout.layer_offsets);
+  head_offset_ = layout.head_offset;
+  tied_range_ = layout.tied_range;
   params_.allocate(compute_dtype, seed, flat_multiple);
 
-  wte_ = params_.get(n.wte).value;
-  dwte_ = params_.get(n.wte).grad;
+  if (params_.contains(n.wte)) {
+    wte_ = params_.get(n.wte).value;
+    dwte_ = params_.get(n.wte).grad;
+  }
   if (params_.contains(n.wpe)) {
     wpe_ = params_.get(n.wpe).value;
     dwpe_ = params_.get(n.wpe).grad;
   }
-  layers_.reserve(cfg_.num_layers);
-  for (int l = 0; l < cfg_.num_layers; ++l) layers_.emplace_back(params_, cfg_, l, &tp_);
-  final_norm_ = std::make_unique<Norm>(params_, n.final_norm, cfg_);
-  head_w_ = cfg_.untie_embeddings_and_output_weights ? params_.get(n.head).value : wte_;
-  dhead_w_ = cfg_.untie_embeddings_and_output_weights ? params_.get(n.head).grad : dwte_;
+  layers_.reserve(layer_offsets_.size());
+  for (const auto& [first, end] : part_.chunks)
+    for (int l = first; l < end; ++l) layers_.emplace_back(params_, cfg_, l, &tp_);
+  if (part_.head) {
+    final_norm_ = std::make_unique<Norm>(params_, n.final_norm, cfg_);
+    head_w_ = tied ? wte_ : params_.get(n.head).value;
+    dhead_w_ = tied ? dwte_ : params_.get(n.head).grad;
+  }
+}
+
+void GPTModel::set_recompute(const RecomputePolicy& policy) {
+  recompute_ = policy;
+  const bool selective = policy.granularity == RecomputePolicy::Granularity::kSelective;
+  for (TransformerLayer& layer : layers_) layer.set_recompute_core_attention(selective);
+}
+
+bool GPTModel::recomputed(int chunk, int l) const {
+  if (recompute_.granularity != RecomputePolicy::Granularity::kFull) return false;
+  if (recompute_.method == RecomputePolicy::Method::kUniform) return true;
+  return l - chunk_begin_[chunk] < recompute_.num_layers;
+}
+
+int GPTModel::group_end(int chunk, int l) const {
+  if (recompute_.method == RecomputePolicy::Method::kBlock) return l + 1;
+  const int first = chunk_begin_[chunk], n = recompute_.num_layers;
+  return std::min(chunk_begin_[chunk + 1], first + ((l - first) / n + 1) * n);
 }
 
 StepContext GPTModel::context(int64_t B, int64_t T, int64_t sample_offset, uint64_t seed,
@@ -180,46 +266,117 @@ LossSum GPTModel::head(const Tensor& x, const Batch& batch, float grad_scale, Te
   return sum;
 }
 
-LossSum GPTModel::forward_pass(const Batch& batch, const StepContext& ctx, float grad_scale,
-                               std::vector<TransformerLayer::Saved>* saved, Tensor* dx) {
-  const int L = static_cast<int>(layers_.size());
-  if (access_) access_->begin_pass(false);
-  Tensor x;
-  {
-    UnitUse use(access_, 0);
+Tensor GPTModel::forward_chunk(int chunk, const Tensor& input, const Batch& batch,
+                               const StepContext& ctx, ChunkActivations* keep) {
+  const int first = chunk_begin_[chunk], end = chunk_begin_[chunk + 1];
+  const bool embeds = chunk == 0 && part_.embedding;
+  const bool last = chunk == num_chunks() - 1 && part_.head;
+  if (access_) {
+    std::vector<int> order;
+    if (embeds) order = embed_units_;
+    for (int l = first; l < end; ++l) order.push_back(layer_units_[l]);
+    if (last && !keep) order.insert(order.end(), head_units_.begin(), head_units_.end());
+    access_->begin_pass(std::move(order));
+  }
+  Tensor x = input;
+  if (embeds) {
+    std::vector<std::unique_ptr<UnitUse>> uses;
+    for (int u : embed_units_) uses.push_back(std::make_unique<UnitUse>(access_, u));
     x = embed(batch, ctx);
   }
-  for (int l = 0; l < L; ++l) {
-    UnitUse use(access_, l + 1);
-    TransformerLayer::Saved scratch;  // evaluation keeps nothing
-    x = layers_[l].forward(x, saved ? (*saved)[l] : scratch, ctx);
+  if (keep) {
+    keep->layers.assign(end - first, TransformerLayer::Saved());
+    keep->inputs.assign(end - first, Tensor());
   }
-  UnitUse use_head(access_, L + 1);
-  UnitUse use_embedding(cfg_.untie_embeddings_and_output_weights ? nullptr : access_, 0);
-  return head(x, batch, grad_scale, dx);
+  for (int l = first; l < end; ++l) {
+    UnitUse use(access_, layer_units_[l]);
+    TransformerLayer::Saved scratch;  // evaluation, and recomputed layers, keep nothing
+    const bool store = keep && !recomputed(chunk, l);
+    // A recompute group keeps the input of its first layer only.
+    if (keep && !store && (l == first || group_end(chunk, l - 1) == l))
+      keep->inputs[l - first] = x;
+    x = layers_[l].forward(x, store ? keep->layers[l - first] : scratch, ctx);
+  }
+  if (keep && last) keep->output = x;
+  return x;
+}
+
+Tensor GPTModel::backward_chunk(int chunk, const Tensor& grad_output, const Batch& batch,
+                                const StepContext& ctx, float grad_scale, ChunkActivations& act,
+                                LossSum* loss) {
+  const int first = chunk_begin_[chunk], end = chunk_begin_[chunk + 1];
+  const bool embeds = chunk == 0 && part_.embedding;
+  const bool last = chunk == num_chunks() - 1 && part_.head;
+  // Readiness by flat offset holds only when this backward covers the whole local part.
+  const bool report = grads_ready_ && num_chunks() == 1;
+  if (access_) {
+    std::vector<int> order;
+    if (last) order = head_units_;
+    for (int l = end; l-- > first;) order.push_back(layer_units_[l]);
+    access_->begin_pass(std::move(order));
+  }
+  Tensor dx = grad_output;
+  if (last) {
+    std::vector<std::unique_ptr<UnitUse>> uses;
+    for (int u : head_units_) uses.push_back(std::make_unique<UnitUse>(access_, u));
+    const LossSum s = head(act.output, batch, grad_scale, &dx);
+    act.output = Tensor();
+    if (loss) {
+      loss->loss_sum += s.loss_sum;
+      loss->tokens += s.tokens;
+    }
+    if (report) grads_ready_(head_offset_);
+  }
+  for (int l = end; l-- > first;) {
+    const int i = l - first;
+    {
+      UnitUse use(access_, layer_units_[l]);
+      if (recomputed(chunk, l) && !act.layers[i].residual.defined()) {
+        // Rerun the forward of l's recompute group from its saved input, keeping everything;
+        // the dropout masks depend only on coordinates, so they come out the same.
+        int g = l;
+        while (g > first && !act.inputs[g - first].defined()) --g;
+        Tensor x = act.inputs[g - first];
+        act.inputs[g - first] = Tensor();
+        for (int k = g; k <= l; ++k) {
+          std::unique_ptr<UnitUse> other;
+          if (k != l) other = std::make_unique<UnitUse>(access_, layer_units_[k]);
+          x = layers_[k].forward(x, act.layers[k - first], ctx);
+        }
+      }
+      dx = layers_[l].backward(dx, act.layers[i], ctx);
+    }
+    act.layers[i] = TransformerLayer::Saved();  // free this layer's activations now
+    if (report) grads_ready_(layer_offsets_[l]);
+  }
+  if (embeds) {
+    embed_backward(dx, batch, ctx);  // writes gradients only: no parameter values needed
+    dx = Tensor();
+    if (report) grads_ready_(0);
+  }
+  return dx;
+}
+
+LossSum GPTModel::head_loss(const Tensor& hidden, const Batch& batch) {
+  std::vector<std::unique_ptr<UnitUse>> uses;
+  for (int u : head_units_) uses.push_back(std::make_unique<UnitUse>(access_, u));
+  return head(hidden, batch, 0.0f, nullptr);
 }
 
 LossSum GPTModel::forward_backward(const Batch& batch, const StepContext& ctx, float grad_scale) {
-  std::vector<TransformerLayer::Saved> saved(layers_.size());
-  Tensor dx;
-  const LossSum sum = forward_pass(batch, ctx, grad_scale, &saved, &dx);
-  if (access_) access_->begin_pass(true);  // the head's forward and backward ran together above
-  if (grads_ready_) grads_ready_(head_offset_);
-  for (size_t l = layers_.size(); l-- > 0;) {
-    {
-      UnitUse use(access_, static_cast<int>(l) + 1);
-      dx = layers_[l].backward(dx, saved[l], ctx);
-    }
-    saved[l] = TransformerLayer::Saved();  // free this layer's activations now
-    if (grads_ready_) grads_ready_(layer_offsets_[l]);
-  }
-  embed_backward(dx, batch, ctx);  // writes gradients only: no parameter values needed
-  if (grads_ready_) grads_ready_(0);
+  TESSERA_CHECK_MSG(num_chunks() == 1 && part_.embedding && part_.head,
+                    "forward_backward() needs the whole model");
+  ChunkActivations act;
+  forward_chunk(0, Tensor(), batch, ctx, &act);
+  LossSum sum;
+  backward_chunk(0, Tensor(), batch, ctx, grad_scale, act, &sum);
   return sum;
 }
 
 LossSum GPTModel::forward_loss(const Batch& batch, const StepContext& ctx) {
-  return forward_pass(batch, ctx, 0.0f, nullptr, nullptr);
+  TESSERA_CHECK_MSG(num_chunks() == 1 && part_.embedding && part_.head,
+                    "forward_loss() needs the whole model");
+  return head_loss(forward_chunk(0, Tensor(), batch, ctx, nullptr), batch);
 }
 
 }  // namespace tessera::model

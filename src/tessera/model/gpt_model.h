@@ -41,30 +41,68 @@ struct LossSum {
 };
 
 // Lets ZeRO stage 3 materialise a unit's parameters just before they are used and drop them
-// after. Units: 0 = the embeddings, 1..L = the layers, L + 1 = the final norm and output layer;
-// GPTModel::units() gives their flat ranges. Every acquire(u) is matched by a release(u); a unit
-// may be acquired again before it is released (the tied embedding in the output layer).
-// begin_pass() announces the order of the acquisitions to come: a forward pass visits units
-// 0, 1, ..., L + 1 (the head, whose forward and backward are one step, also acquires unit 0
-// when tied), a backward pass L down to 1 (the embedding's backward reads no parameter values).
+// after. A unit is a range of the flat buffers (GPTModel::units()): the embeddings, each layer,
+// the final norm and output layer; when a pipeline splits tied embeddings, the word embedding
+// (first stage) and its copy (last stage) are units of their own. Every acquire(u) is matched by
+// a release(u); a unit may be acquired again before it is released (the tied embedding in the
+// output layer). begin_pass() announces the units the next pass acquires, in order (a chunk's
+// forward: its embeddings and layers; its backward: the head, the layers in reverse), so the
+// next one can be fetched while the current one computes.
 class ParamAccess {
  public:
   virtual ~ParamAccess() = default;
-  virtual void begin_pass(bool backward) = 0;
+  virtual void begin_pass(std::vector<int> order) = 0;
   virtual void acquire(int unit) = 0;
   virtual void release(int unit) = 0;
+};
+
+// Which part of the model a pipeline rank builds: its model chunks as layer ranges (in local
+// chunk order, see pipeline/schedule.h), whether its first chunk starts with the embeddings and
+// whether its last chunk ends with the final norm, output layer and loss. The default is the
+// whole model in one chunk.
+struct ModelPart {
+  std::vector<std::pair<int, int>> chunks;  // [first layer, end layer) per chunk; empty: all
+  bool embedding = true;
+  bool head = true;
+};
+
+// Activation recomputation (Megatron's --recompute-granularity/-method/-num-layers).
+//   full, uniform: the layers of each chunk are taken in groups of `num_layers`; a group keeps
+//     only its input and reruns its forward during backward.
+//   full, block: the first `num_layers` layers of each chunk keep only their input, each
+//     recomputed alone; the others keep everything.
+//   selective: every layer drops its attention core's output and log-sum-exp and recomputes them
+//     from the saved q, k, v in backward (the flash-style kernel keeps no T x T matrix anyway).
+struct RecomputePolicy {
+  enum class Granularity { kNone, kFull, kSelective } granularity = Granularity::kNone;
+  enum class Method { kUniform, kBlock } method = Method::kUniform;
+  int num_layers = 1;
+};
+
+// What one chunk keeps of one micro-batch between its forward and its backward.
+struct ChunkActivations {
+  std::vector<TransformerLayer::Saved> layers;  // per layer of the chunk (empty when recomputed)
+  std::vector<Tensor> inputs;                   // per layer: its input, kept when recomputed
+  Tensor output;  // the last chunk's final hidden states (the head runs in backward)
 };
 
 class GPTModel {
  public:
   // Validates cfg (and its fit to the TP size; tessera::Error on bad options), declares and
-  // initialises this rank's parameter shards. `tp` is copied; with the default, one process.
-  // With flat_multiple > 1 every unit (see ParamAccess) is padded to a multiple of
-  // `flat_multiple` elements, so data-parallel shards can split each unit evenly.
+  // initialises this rank's parameter shards of `part` (default: the whole model). `tp` is
+  // copied; with the default, one process. With flat_multiple > 1 every unit (see ParamAccess)
+  // is padded to a multiple of `flat_multiple` elements, so data-parallel shards can split each
+  // unit evenly (and the tied embedding's parts line up on the first and last stage).
   GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
-           const parallel::TensorParallel& tp = {}, int64_t flat_multiple = 1);
+           const parallel::TensorParallel& tp = {}, int64_t flat_multiple = 1,
+           ModelPart part = {});
   GPTModel(const GPTModel&) = delete;  // layers point at tp_
   GPTModel& operator=(const GPTModel&) = delete;
+
+  // The parameters of `part` for rank tp_rank of tp_size, declared only (names, shapes, shards;
+  // no memory): what another pipeline stage holds, for exports and checkpoints.
+  static ParameterSet declare_part(const ModelConfig& cfg, int tp_size, int tp_rank,
+                                   const ModelPart& part);
 
   const ModelConfig& config() const { return cfg_; }
   ParameterSet& params() { return params_; }
@@ -75,14 +113,41 @@ class GPTModel {
   StepContext context(int64_t B, int64_t T, int64_t sample_offset, uint64_t seed, int64_t iteration,
                       bool training) const;
 
+  const ModelPart& part() const { return part_; }
+  int num_chunks() const { return static_cast<int>(part_.chunks.size()); }
+  void set_recompute(const RecomputePolicy& policy);
+
+  // One chunk's forward for one micro-batch: `input` is the previous chunk's output (ignored by
+  // the chunk holding the embeddings, which reads batch.tokens); returns this chunk's output
+  // (ctx.local_N(), C): the final hidden states for the last chunk. With `keep` (training) the
+  // chunk stores there what its backward needs; without, nothing is kept (evaluation).
+  Tensor forward_chunk(int chunk, const Tensor& input, const Batch& batch, const StepContext& ctx,
+                       ChunkActivations* keep);
+  // That chunk's backward: `grad_output` is the gradient of its output (ignored by the last
+  // chunk, which runs the final norm, output layer and loss here, adding them to *loss);
+  // returns the gradient of its input (empty for the chunk holding the embeddings). Frees
+  // `act` as it goes. Parameter grads accumulate as in forward_backward().
+  Tensor backward_chunk(int chunk, const Tensor& grad_output, const Batch& batch,
+                        const StepContext& ctx, float grad_scale, ChunkActivations& act,
+                        LossSum* loss);
+  // The loss of the final hidden states (the last chunk's forward output), no gradients.
+  LossSum head_loss(const Tensor& hidden, const Batch& batch);
+
+  // The flat range of the word embedding this rank holds when tied embeddings are split over
+  // a pipeline (the first stage's embedding, or the last stage's copy; a unit of its own), else
+  // {0, 0}. Its gradient is summed over the embedding group before the optimizer step.
+  std::pair<int64_t, int64_t> tied_embedding_range() const { return tied_range_; }
+
   // Forward and backward of one micro-batch (the whole batch on every TP rank; ctx from
-  // context()). Parameter grads accumulate
+  // context()) through the whole model (one chunk with embeddings and head). Parameter grads
+  // accumulate
   // grad_scale * d(loss_sum)/d(param); the caller sets grad_scale = loss_scale / tokens in the
   // global batch so that accumulated grads are those of the global mean loss.
   LossSum forward_backward(const Batch& batch, const StepContext& ctx, float grad_scale);
-  // Called during forward_backward() (when set) each time the gradients at every flat offset
-  // >= `offset` are final for this micro-batch: after the output layer, after each layer's
-  // backward (its first parameter's offset), and 0 after the embedding. The data-parallel
+  // Called during backward_chunk() (when set) each time the gradients at every flat offset
+  // >= `offset` are final for this micro-batch, if this rank's part is one chunk: after the
+  // output layer, after each layer's backward (its first parameter's offset), and 0 after the
+  // embedding. The data-parallel
   // reducer starts reducing buckets from it while backward continues.
   void set_grads_ready_hook(std::function<void(int64_t offset)> hook) {
     grads_ready_ = std::move(hook);
@@ -93,14 +158,24 @@ class GPTModel {
   // Acquire/release calls around every use of a unit's parameters (nullptr: none). Not owned.
   void set_param_access(ParamAccess* access) { access_ = access; }
 
-  // Forward only (evaluation): no gradients, nothing kept.
+  // Forward only through the whole model (evaluation): no gradients, nothing kept.
   LossSum forward_loss(const Batch& batch, const StepContext& ctx);
 
  private:
-  // Embedding, layers and head (the head's backward too when dx is given, the layers keeping
-  // their Saved in *saved); each unit acquired around its use.
-  LossSum forward_pass(const Batch& batch, const StepContext& ctx, float grad_scale,
-                       std::vector<TransformerLayer::Saved>* saved, Tensor* dx);
+  // Where declare() put things: units and their roles, layer offsets, the tied embedding.
+  struct Layout {
+    std::vector<std::pair<int64_t, int64_t>> units;
+    std::vector<int> embed_units, layer_units, head_units, chunk_begin;
+    std::vector<int64_t> layer_offsets;
+    int64_t head_offset = 0;
+    std::pair<int64_t, int64_t> tied_range{0, 0};
+  };
+  static void declare(ParameterSet& params, const ModelConfig& cfg, const ModelPart& part,
+                      int64_t padded_vocab, int64_t flat_multiple, Layout& out);
+  // Whether local layer l keeps only its input (full recompute), and the last layer of its
+  // recompute group.
+  bool recomputed(int chunk, int l) const;
+  int group_end(int chunk, int l) const;
   Tensor embed(const Batch& batch, const StepContext& ctx) const;
   void embed_backward(const Tensor& dx, const Batch& batch, const StepContext& ctx);
   // Final norm, logits and cross-entropy. With grad_scale > 0 also returns d(hidden).
@@ -108,13 +183,18 @@ class GPTModel {
 
   ModelConfig cfg_;
   parallel::TensorParallel tp_;
+  ModelPart part_;
+  RecomputePolicy recompute_;
+  std::vector<int> chunk_begin_;  // index in layers_ of each chunk's first layer (+ the end)
   int64_t padded_vocab_, vocab_start_, vocab_local_;  // this rank's rows of the padded vocabulary
   ParameterSet params_;
   std::vector<TransformerLayer> layers_;
   std::unique_ptr<Norm> final_norm_;
   Tensor wte_, dwte_, wpe_, dwpe_, head_w_, dhead_w_;
-  std::vector<int64_t> layer_offsets_;  // flat offset of each layer's first parameter
-  int64_t head_offset_ = 0;             // flat offset of the final norm (then the output layer)
+  std::vector<int64_t> layer_offsets_;  // flat offset of each local layer's first parameter
+  int64_t head_offset_ = 0;             // flat offset of the head's first unit
+  std::vector<int> embed_units_, layer_units_, head_units_;  // units each part acquires
+  std::pair<int64_t, int64_t> tied_range_{0, 0};
   std::function<void(int64_t)> grads_ready_;
   std::vector<std::pair<int64_t, int64_t>> units_;
   ParamAccess* access_ = nullptr;

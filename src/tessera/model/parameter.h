@@ -33,6 +33,10 @@ struct Parameter {
   InitKind init = InitKind::kNormal;
   float init_std = 0.0f;
   bool weight_decay = true; // false for biases and norm weights
+  // A second copy of a parameter another pipeline stage owns (the tied word embedding as the
+  // last stage's output layer): same name and initial values, gradients summed with the
+  // original's over the embedding group; counted once (by the original) in norms and exports.
+  bool tied_copy = false;
   int64_t offset = 0;       // element offset of the shard in the flat buffers
   Tensor value;             // compute dtype, this rank's shard
   Tensor grad;              // fp32 view into the flat gradient buffer

@@ -31,6 +31,8 @@ class TransformerLayer {
   Tensor forward(const Tensor& x, Saved& s, const StepContext& ctx) const;
   // dout (N, C) -> dx (N, C); accumulates parameter gradients.
   Tensor backward(const Tensor& dout, const Saved& s, const StepContext& ctx) const;
+  // Selective recomputation of the attention core (Attention::set_recompute_core).
+  void set_recompute_core_attention(bool on) { attn_.set_recompute_core(on); }
 
  private:
   Tensor dropout_add(const Tensor& residual, const Tensor& branch, int site,

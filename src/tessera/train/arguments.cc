@@ -159,6 +159,32 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   app.add_flag("--sequence-parallel", args.sequence_parallel,
                "split norms, dropout and residuals along the sequence across the TP group");
   app.add_option("--pipeline-model-parallel-size", args.pipeline_model_parallel_size)->check(CLI::PositiveNumber);
+  app.add_option("--pipeline-schedule", args.pipeline_schedule,
+                 "gpipe, 1f1b (default) or interleaved (default with virtual stages)")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+  app.add_option("--num-layers-per-virtual-pipeline-stage", args.num_layers_per_virtual_stage,
+                 "layers per model chunk: interleaved 1F1B with several chunks per rank")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--decoder-first-pipeline-num-layers", args.decoder_first_pipeline_num_layers,
+                 "layers on the first pipeline stage (uneven split)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--decoder-last-pipeline-num-layers", args.decoder_last_pipeline_num_layers,
+                 "layers on the last pipeline stage (uneven split)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--timeline-file", args.timeline_file,
+                 "write a Chrome trace (Perfetto) of every rank's phases for one iteration");
+  app.add_option("--timeline-iteration", args.timeline_iteration,
+                 "the iteration --timeline-file records (default: the last)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--recompute-granularity", args.recompute_granularity,
+                 "full (whole layers) or selective (the attention core)")
+      ->check(CLI::IsMember({"full", "selective"}));
+  app.add_option("--recompute-method", args.recompute_method,
+                 "with full: uniform (groups of --recompute-num-layers) or block (the first N)")
+      ->check(CLI::IsMember({"uniform", "block"}));
+  app.add_option("--recompute-num-layers", args.recompute_num_layers,
+                 "with full: layers per recompute group (uniform) or recomputed layers (block)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--context-parallel-size", args.context_parallel_size)->check(CLI::PositiveNumber);
   app.add_option("--expert-model-parallel-size", args.expert_model_parallel_size)->check(CLI::PositiveNumber);
   app.add_option("--zero-stage", args.zero_stage, "ZeRO stage: 0 (replicated), 1 (sharded optimizer), 2 (+ gradients), 3 (+ parameters)")
@@ -276,6 +302,14 @@ void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
     throw Error("--mock-data and --data-path are mutually exclusive");
   if (args.data_path.size() > 1)
     throw Error("--data-path: one prefix is supported by this trainer (blending comes with the data pipeline)");
+  if (args.recompute_granularity == "full" &&
+      (args.recompute_method.empty() || args.recompute_num_layers == 0))
+    throw Error("--recompute-granularity full needs --recompute-method (uniform or block) and "
+                "--recompute-num-layers N");
+  if (args.recompute_granularity != "full" &&
+      (!args.recompute_method.empty() || args.recompute_num_layers > 0))
+    throw Error("--recompute-method and --recompute-num-layers go with "
+                "--recompute-granularity full");
   if (args.lr_decay_style == "WSD" && args.lr_wsd_decay_iters == 0)
     throw Error("--lr-decay-style WSD needs --lr-wsd-decay-iters");
 }

@@ -58,11 +58,23 @@ struct TrainArgs {
   std::string tokenizer_type;       // --tokenizer-type (ByteLevel)
   std::string split = "969,30,1";   // --split (train, valid, test weights)
 
-  // Process mesh. Training runs tensor (+ sequence) and data parallel (DP = world / TP); the
-  // other sizes are validated and printed by --print-mesh, and arrive with their features.
+  // Process mesh. Training runs tensor (+ sequence), pipeline and data parallel
+  // (DP = world / (TP x PP)); context and expert sizes are validated and printed by
+  // --print-mesh, and arrive with their features.
   int tensor_model_parallel_size = 1;    // --tensor-model-parallel-size
   bool sequence_parallel = false;        // --sequence-parallel (off with a warning at TP 1)
   int pipeline_model_parallel_size = 1;  // --pipeline-model-parallel-size
+  // Pipeline schedule and layer split (pipeline/schedule.h, pipeline/partition.h).
+  std::string pipeline_schedule;           // --pipeline-schedule (default 1f1b, or interleaved)
+  int num_layers_per_virtual_stage = 0;    // --num-layers-per-virtual-pipeline-stage (0: none)
+  int decoder_first_pipeline_num_layers = -1;  // --decoder-first-pipeline-num-layers
+  int decoder_last_pipeline_num_layers = -1;   // --decoder-last-pipeline-num-layers
+  std::string timeline_file;               // --timeline-file F.json (Chrome trace)
+  int64_t timeline_iteration = 0;          // --timeline-iteration (0: the last)
+  // Activation recomputation (model/gpt_model.h RecomputePolicy).
+  std::string recompute_granularity;       // --recompute-granularity full|selective
+  std::string recompute_method;            // --recompute-method uniform|block
+  int recompute_num_layers = 0;            // --recompute-num-layers
   int context_parallel_size = 1;         // --context-parallel-size
   int expert_model_parallel_size = 1;    // --expert-model-parallel-size
   bool print_mesh = false;               // --print-mesh: print the layout and exit

@@ -73,11 +73,48 @@ double unigram_entropy(const data::IndexedDataset& ds, int64_t last_token, int64
   return h;
 }
 
+// Megatron's recompute flags as a policy (validated by validate_arguments).
+model::RecomputePolicy recompute_policy(const TrainArgs& a) {
+  using P = model::RecomputePolicy;
+  P p;
+  if (a.recompute_granularity == "full") p.granularity = P::Granularity::kFull;
+  if (a.recompute_granularity == "selective") p.granularity = P::Granularity::kSelective;
+  p.method = a.recompute_method == "block" ? P::Method::kBlock : P::Method::kUniform;
+  p.num_layers = std::max(1, a.recompute_num_layers);
+  return p;
+}
+
+// Gradient buckets made of whole model units, merged from the end of the buffer up to about
+// `elems` elements, the tied embedding's unit alone: its data-parallel parts must be the same
+// elements on the first and the last stage.
+std::vector<distributed::FlatRange> unit_buckets(const model::GPTModel& m, int64_t elems) {
+  const auto tied = m.tied_embedding_range();
+  std::vector<distributed::FlatRange> out;
+  distributed::FlatRange open{0, 0};
+  for (auto it = m.units().rbegin(); it != m.units().rend(); ++it) {
+    const distributed::FlatRange u{it->first, it->second};
+    const bool alone = u.begin == tied.first && u.end == tied.second;
+    if (open.size() > 0 && (alone || open.size() + u.size() > elems)) {
+      out.push_back(open);
+      open = {0, 0};
+    }
+    if (alone) {
+      out.push_back(u);
+    } else {
+      open = open.size() > 0 ? distributed::FlatRange{u.begin, open.end} : u;
+    }
+  }
+  if (open.size() > 0) out.push_back(open);
+  return {out.rbegin(), out.rend()};
+}
+
 }  // namespace
 
 Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
-    : args_(args), tp_(groups.tp), dp_(groups.dp), world_(groups.world),
+    : args_(args), tp_(groups.tp), dp_(groups.dp), pp_(groups.pp), embedding_(groups.embedding),
+      model_group_(groups.model), world_(groups.world),
       dp_size_(groups.dp ? groups.dp->size() : 1), dp_rank_(groups.dp ? groups.dp->rank() : 0),
+      pp_size_(groups.pp ? groups.pp->size() : 1), pp_rank_(groups.pp ? groups.pp->rank() : 0),
       world_size_(groups.world ? groups.world->size() : 1),
       reporting_rank_(!groups.world || groups.world->rank() == 0),
       metrics_(reporting_rank_ ? args.metrics_file : std::string()) {
@@ -96,7 +133,32 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
     std::filesystem::remove(a.export_weights + ".probe", ec);
   }
   const DType dtype = a.bf16 ? DType::kBF16 : a.fp16 ? DType::kF16 : DType::kF32;
-  model_ = std::make_unique<model::GPTModel>(a.model, dtype, a.seed, tp_, dp_size_);
+  // The pipeline: layers per stage (and virtual stage), this rank's part, the schedule.
+  partition_ = {a.model.num_layers, pp_size_, 1, a.decoder_first_pipeline_num_layers,
+                a.decoder_last_pipeline_num_layers};
+  if (a.num_layers_per_virtual_stage > 0) {
+    if (a.model.num_layers % (pp_size_ * a.num_layers_per_virtual_stage) != 0)
+      throw Error("--num-layers " + std::to_string(a.model.num_layers) +
+                  " is not divisible by --pipeline-model-parallel-size " +
+                  std::to_string(pp_size_) + " x --num-layers-per-virtual-pipeline-stage " +
+                  std::to_string(a.num_layers_per_virtual_stage));
+    partition_.virtual_stages =
+        a.model.num_layers / (pp_size_ * a.num_layers_per_virtual_stage);
+  }
+  chunk_layers_ = pipeline::partition_layers(partition_);
+  const pipeline::ScheduleKind kind =
+      !a.pipeline_schedule.empty() ? pipeline::parse_schedule_kind(a.pipeline_schedule)
+      : a.num_layers_per_virtual_stage > 0 ? pipeline::ScheduleKind::kInterleaved
+                                           : pipeline::ScheduleKind::kOneFOneB;
+  const pipeline::ScheduleShape shape{pp_size_,
+                                      static_cast<int>(a.num_microbatches(dp_size_)),
+                                      partition_.virtual_stages};
+  pipeline::validate_schedule(kind, shape);
+  model_ = std::make_unique<model::GPTModel>(
+      a.model, dtype, a.seed, tp_, dp_size_,
+      pipeline::part_of_rank(partition_, chunk_layers_, pp_rank_));
+  model_->set_recompute(recompute_policy(a));
+  executor_ = std::make_unique<pipeline::PipelineExecutor>(*model_, pp_, kind, shape);
   tp_grads_ = std::make_unique<distributed::TensorParallelGrads>(model_->params(), tp_);
   const int zero_stage = std::max(a.zero_stage, a.use_distributed_optimizer ? 1 : 0);
   const bool sharded = zero_stage >= 1;
@@ -104,12 +166,15 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
   const int64_t bucket = a.ddp_bucket_size > 0 ? a.ddp_bucket_size
                                                : std::max<int64_t>(40'000'000, 1'000'000 * dp_size_);
   // ZeRO 3 works per model unit (embeddings, each layer, the head): gradient buckets and
-  // parameter gathers alike.
+  // parameter gathers alike. A tied embedding split over the pipeline gets a bucket of its own.
   std::vector<distributed::FlatRange> units;
-  if (zero_stage == 3)
+  if (zero_stage == 3) {
     for (const auto& [b, e] : model_->units()) units.push_back({b, e});
+  }
+  const bool split_tied = model_->tied_embedding_range().second > 0;
   dp_grads_ = std::make_unique<distributed::DataParallelGrads>(
-      model_->params(), dp_, bucket, zero_stage, a.overlap_grad_reduce, units);
+      model_->params(), dp_, bucket, zero_stage, a.overlap_grad_reduce,
+      zero_stage < 3 && split_tied ? unit_buckets(*model_, bucket) : units);
   if (zero_stage == 3) {
     zero3_ = std::make_unique<distributed::Zero3Params>(
         model_->params(), dp_, units, a.stage3_param_persistence_threshold,
@@ -187,27 +252,63 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
                 dp_size_, static_cast<long long>(a.num_microbatches(dp_size_)),
                 static_cast<long long>(a.micro_batch_size), zero_stage,
                 dp_grads_->num_buckets(), a.overlap_grad_reduce ? "on" : "off");
+  if (pp_size_ > 1) {
+    std::string layers;
+    for (int n : chunk_layers_) {
+      if (!layers.empty()) layers += ',';
+      layers += std::to_string(n);
+    }
+    std::printf("> pipeline parallel: %d stages, schedule %s, %d model chunk(s) per rank, layers "
+                "per model chunk [%s], %lld micro-batches per iteration\n",
+                pp_size_, pipeline::schedule_name(executor_->kind()), partition_.virtual_stages,
+                layers.c_str(), static_cast<long long>(a.num_microbatches(dp_size_)));
+  }
+  if (a.recompute_granularity == "full")
+    std::printf("> activation recomputation: full, %s, %d layer(s)\n", a.recompute_method.c_str(),
+                a.recompute_num_layers);
+  if (a.recompute_granularity == "selective")
+    std::printf("> activation recomputation: selective (attention core)\n");
   std::fflush(stdout);
 }
 
 Trainer::~Trainer() = default;
 
-void Trainer::load_samples(const data::TokenSampler& sampler, int64_t first, int64_t count) {
+std::unique_ptr<pipeline::MicroBatch> Trainer::load_samples(const data::TokenSampler& sampler,
+                                                            int64_t first, int64_t count,
+                                                            int64_t iteration,
+                                                            bool training) const {
   const int64_t T = args_.model.seq_length;
-  tokens_.resize(count * T);
-  targets_.resize(count * T);
-  sample_buf_.resize(T + 1);
+  auto mb = std::make_unique<pipeline::MicroBatch>();
+  mb->tokens.resize(count * T);
+  mb->targets.resize(count * T);
+  std::vector<int32_t> sample(T + 1);
   for (int64_t b = 0; b < count; ++b) {
     // Past the end of the data the sequence starts over (epochs; shuffling comes with the
     // GPT dataset).
-    sampler.sample((first + b) % sampler.num_samples(), sample_buf_.data());
-    std::copy(sample_buf_.begin(), sample_buf_.end() - 1, tokens_.begin() + b * T);
-    std::copy(sample_buf_.begin() + 1, sample_buf_.end(), targets_.begin() + b * T);
+    sampler.sample((first + b) % sampler.num_samples(), sample.data());
+    std::copy(sample.begin(), sample.end() - 1, mb->tokens.begin() + b * T);
+    std::copy(sample.begin() + 1, sample.end(), mb->targets.begin() + b * T);
   }
+  mb->batch = {mb->tokens.data(), mb->targets.data(), nullptr, count, T};
+  mb->ctx = model_->context(count, T, first, args_.seed, iteration, training);
+  return mb;
 }
 
 std::vector<double> Trainer::sum_over_dp(const std::vector<double>& v) const {
-  return distributed::sum_over(dp_.get(), v);
+  // Losses live on the last pipeline stage: summing over the pipeline too gives every rank the
+  // totals.
+  return distributed::sum_over(pp_.get(), distributed::sum_over(dp_.get(), v));
+}
+
+void Trainer::sync_tied_embedding() {
+  const auto [begin, end] = model_->tied_embedding_range();
+  if (end == 0 || !embedding_ || embedding_->size() == 1) return;
+  // Both stages hold the same data-parallel part of it (a unit of its own, equally padded).
+  const distributed::FlatRange r =
+      optimizer_->sharded() ? distributed::part_of({begin, end}, dp_size_, dp_rank_)
+                            : distributed::FlatRange{begin, end};
+  Tensor part = model_->params().flat_grads().slice_rows(r.begin, r.end);
+  embedding_->all_reduce(part, comm::ReduceOp::kSum).wait();
 }
 
 Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
@@ -217,26 +318,37 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   const double loss_scale = scaler_->scale();
   // Gradients of the global mean loss, times the loss scale (1 unless fp16).
   const float grad_scale = static_cast<float>(loss_scale / global_tokens);
+  const int64_t timeline_at = args_.timeline_iteration > 0 ? args_.timeline_iteration : train_iters_;
+  if (!args_.timeline_file.empty() && iteration == timeline_at) {
+    if (world_) world_->barrier().wait();  // a common origin for every rank's clock
+    timeline_.start();
+  }
 
   StepOutcome out;
   dp_grads_->start_iteration();  // zeroes the gradients
-  for (int64_t m = 0; m < num_micro; ++m) {
-    const int64_t first = consumed_samples_ + (m * dp_size_ + dp_rank_) * mbs;
-    load_samples(*train_data_, first, mbs);
-    model::Batch batch{tokens_.data(), targets_.data(), nullptr, mbs, T};
-    const auto ctx = model_->context(mbs, T, first, args_.seed, iteration, true);
-    // Buckets are reduced while backward produces them: in the last micro-batch (ZeRO 0-1) or
-    // in every one (ZeRO 2).
-    const bool reduce = dp_grads_->reduces_in(m, num_micro);
-    if (reduce)
+  auto load = [&](int m) {
+    return load_samples(*train_data_, consumed_samples_ + (m * dp_size_ + dp_rank_) * mbs, mbs,
+                        iteration, true);
+  };
+  // Buckets are reduced while backward produces them: in the last micro-batch (ZeRO 0-1) or
+  // in every one (ZeRO 2-3), when this rank's part is one chunk; with virtual stages once,
+  // after the last backward.
+  pipeline::PipelineExecutor::BackwardHooks hooks;
+  hooks.before = [&](int m) {
+    if (dp_grads_->reduces_in(m, num_micro))
       model_->set_grads_ready_hook([this](int64_t offset) { dp_grads_->grads_ready(offset); });
-    const model::LossSum s = model_->forward_backward(batch, ctx, grad_scale);
+  };
+  hooks.after = [&](int m) {
     model_->set_grads_ready_hook(nullptr);
-    if (reduce) dp_grads_->finish();
-    out.loss_sum += s.loss_sum;
-    out.tokens += s.tokens;
+    if (dp_grads_->reduces_in(m, num_micro)) dp_grads_->finish();
+  };
+  const model::LossSum s = executor_->train(load, grad_scale, hooks, &timeline_);
+  {
+    pipeline::TimelineScope t(&timeline_, pipeline::Timeline::Phase::kGradSync);
+    if (model_->num_chunks() > 1) dp_grads_->finish();
+    sync_tied_embedding();
   }
-  const std::vector<double> totals = sum_over_dp({out.loss_sum, out.tokens});
+  const std::vector<double> totals = sum_over_dp({s.loss_sum, s.tokens});
   out.loss_sum = totals[0];
   out.tokens = totals[1];
 
@@ -247,9 +359,11 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   tp_grads_->finalize(owned);
   Tensor& grads = model_->params().flat_grads();
   if (iteration == args_.inject_overflow_at) grads.data<float>()[0] = INFINITY;  // test hook
+  // Every element is counted by one rank of the model-parallel group (tensor x pipeline; a tied
+  // embedding's copy not at all), and, sharded, by one data-parallel rank.
   const double sum_sq =
-      sharded ? distributed::sum_over(world_.get(), {tp_grads_->local_sum_squares(owned)})[0]
-              : tp_grads_->sum_squares();
+      distributed::sum_over(sharded ? world_.get() : model_group_.get(),
+                            {tp_grads_->local_sum_squares(owned)})[0];
   const bool finite = std::isfinite(sum_sq) && std::isfinite(out.loss_sum);
   out.grad_norm = std::sqrt(sum_sq) / loss_scale;
 
@@ -278,10 +392,23 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
     const double coeff = args_.clip_grad / (out.grad_norm + 1e-6);
     if (coeff < 1.0) step_scale *= static_cast<float>(coeff);
   }
-  if (zero3_) zero3_->quiesce();
-  optimizer_->step(scheduler_->lr_at(optimizer_->steps()), step_scale);
-  dp_grads_->gather_values();  // ZeRO 1-2: every rank's parameters whole again
-  if (zero3_) zero3_->after_step();
+  {
+    pipeline::TimelineScope t(&timeline_, pipeline::Timeline::Phase::kOptimizer);
+    if (zero3_) zero3_->quiesce();
+    optimizer_->step(scheduler_->lr_at(optimizer_->steps()), step_scale);
+    dp_grads_->gather_values();  // ZeRO 1-2: every rank's parameters whole again
+    if (zero3_) zero3_->after_step();
+  }
+  if (timeline_.recording()) {
+    timeline_.stop();
+    std::vector<int> pp_rank_of;
+    for (int r = 0; r < world_size_; ++r) pp_rank_of.push_back(r / (world_size_ / pp_size_));
+    timeline_.write_chrome_trace(args_.timeline_file, world_.get(), pp_rank_of);
+    std::printf("> timeline of iteration %lld written to %s (idle share of the pipeline phase "
+                "on this rank: %.3f)\n",
+                static_cast<long long>(iteration), args_.timeline_file.c_str(),
+                timeline_.idle_fraction());
+  }
   return out;
 }
 
@@ -293,28 +420,27 @@ double Trainer::evaluate(int64_t iteration) {
     first = train_iters_ * args_.global_batch_size;  // held-out samples after the training ones
   }
   if (sampler == nullptr || args_.eval_iters == 0) return NAN;
-  const int64_t mbs = args_.micro_batch_size, T = args_.model.seq_length;
+  const int64_t mbs = args_.micro_batch_size;
   double loss = 0, tokens = 0;
   const auto t0 = Clock::now();
   double next_progress = 5.0;
   // Each DP rank takes every DP-th micro-batch of the evaluation samples.
   const int64_t batches = args_.eval_iters * args_.num_microbatches(dp_size_);
-  for (int64_t i = 0; i < batches; ++i) {
-    const int64_t at = first + (i * dp_size_ + dp_rank_) * mbs;
-    load_samples(*sampler, at, mbs);
-    model::Batch batch{tokens_.data(), targets_.data(), nullptr, mbs, T};
-    const auto ctx = model_->context(mbs, T, at, args_.seed, iteration, false);
-    const model::LossSum s = model_->forward_loss(batch, ctx);
-    loss += s.loss_sum;
-    tokens += s.tokens;
+  int64_t done = 0;
+  auto load = [&](int i) {
     // Progress only when evaluation is slow enough to wonder about, a line every 5 seconds.
     if (seconds_since(t0) > next_progress) {
-      std::printf("  evaluating: %lld/%lld micro-batches\n", static_cast<long long>(i + 1),
+      std::printf("  evaluating: %lld/%lld micro-batches\n", static_cast<long long>(done),
                   static_cast<long long>(batches));
       std::fflush(stdout);
       next_progress += 5.0;
     }
-  }
+    ++done;
+    return load_samples(*sampler, first + (i * dp_size_ + dp_rank_) * mbs, mbs, iteration, false);
+  };
+  const model::LossSum s = executor_->evaluate(load, static_cast<int>(batches));
+  loss = s.loss_sum;
+  tokens = s.tokens;
   const std::vector<double> totals = sum_over_dp({loss, tokens});
   const double val = totals[0] / totals[1];
   std::printf("-----------------------------------------------------------------------------\n"
@@ -413,23 +539,47 @@ int64_t Trainer::train() {
 }
 
 void Trainer::export_weights() const {
-  // Every rank takes part in gathering each parameter; the reporting rank keeps and writes them.
+  // Every rank of a stage takes part in gathering each of its parameters over TP (and a sharded
+  // optimizer's master weights over DP); the stage's first rank keeps them. The other stages'
+  // first ranks then send theirs to the reporting rank (the first stage's), in the order of
+  // their declarations, which that rank recomputes.
   std::map<std::string, Tensor> full;
-  // A sharded optimizer's master weights are first gathered over DP into a whole flat buffer.
+  const bool stage_reporter = tp_.rank() == 0 && dp_rank_ == 0;
   Tensor flat_master;
   if (optimizer_->sharded()) flat_master = dp_grads_->gather_owned(optimizer_->owned_master());
+  std::vector<Tensor> mine;  // this stage's parameters, in declaration order (tied copy skipped)
   for (const model::Parameter& p : model_->params().all()) {
     const Tensor master =
         optimizer_->sharded()
             ? flat_master.slice_rows(p.offset, p.offset + p.numel()).view(p.local_shape)
             : optimizer_->master(p);
     Tensor t = distributed::gather_parameter(p, master, tp_);
-    if (reporting_rank_) full[p.name] = t;
+    if (stage_reporter && !p.tied_copy) {
+      if (reporting_rank_) full[p.name] = t;
+      mine.push_back(t);
+    }
+  }
+  if (stage_reporter && pp_size_ > 1) {
+    if (reporting_rank_) {
+      for (int s = 1; s < pp_size_; ++s) {
+        const model::ParameterSet decl = model::GPTModel::declare_part(
+            args_.model, tp_.size(), 0, pipeline::part_of_rank(partition_, chunk_layers_, s));
+        for (const model::Parameter& p : decl.all()) {
+          if (p.tied_copy) continue;
+          Tensor t = Tensor::empty(p.global_shape, DType::kF32);
+          pp_->recv(t, s).wait();
+          full[p.name] = t;
+        }
+      }
+    } else {
+      for (const Tensor& t : mine) pp_->send(t, 0).wait();
+    }
   }
   if (!reporting_rank_) return;
+  const model::ParameterSet all = model::GPTModel::declare_part(args_.model, tp_.size(), 0, {});
   const auto path = std::filesystem::path(args_.export_weights);
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  checkpoint::export_hf(args_.model, model_->params(),
+  checkpoint::export_hf(args_.model, all,
                         [&](const model::Parameter& p) { return full.at(p.name); },
                         args_.export_weights);
   std::printf("> exported weights to %s (+ config.json)\n", args_.export_weights.c_str());
@@ -461,10 +611,10 @@ std::unique_ptr<comm::ParallelState> setup_distributed(const TrainArgs& args) {
     if (world->rank() == 0) std::printf("%s", comm::format_mesh(layout).c_str());
     return nullptr;
   }
-  if (layout.pipeline() > 1 || layout.context() > 1 || layout.expert() > 1)
+  if (layout.context() > 1 || layout.expert() > 1)
     throw Error("world size " + std::to_string(world->size()) + " (" + layout.summary() +
-                "): this build trains tensor and data parallel only; pipeline, context and "
-                "expert parallel training are not implemented yet");
+                "): this build trains tensor, pipeline and data parallel; context and expert "
+                "parallel training are not implemented yet");
   return std::make_unique<comm::ParallelState>(world, layout);
 }
 
@@ -506,6 +656,9 @@ int train_main(int argc, const char* const* argv) {
       groups.tp = parallel::TensorParallel(state->group(comm::GroupKind::kTensor),
                                            args.sequence_parallel);
       groups.dp = state->group(comm::GroupKind::kData);
+      groups.pp = state->group(comm::GroupKind::kPipeline);
+      groups.embedding = state->group(comm::GroupKind::kEmbedding);
+      groups.model = state->group(comm::GroupKind::kModel);
       groups.world = state->world();
       Trainer trainer(args, groups);
       trainer.train();

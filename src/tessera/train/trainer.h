@@ -9,8 +9,10 @@
 //
 // Tensor parallel: every rank of the TP group runs the same micro-batches on its shards; the
 // gradients are completed across the group before the norm (distributed::TensorParallelGrads), so
-// the run follows the single-process run. Rank 0 of the world prints, writes the metrics file
-// and the export.
+// the run follows the single-process run. Pipeline parallel: each rank holds its stage's layers
+// and runs the schedule (pipeline/executor.h); a tied word embedding's gradient is summed over
+// the embedding group, and losses and norms over the pipeline. Rank 0 of the world (the first
+// stage) prints, writes the metrics file and the export.
 #pragma once
 
 #include <memory>
@@ -22,6 +24,9 @@
 #include "tessera/optim/lr_schedule.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/parallel/tensor_parallel.h"
+#include "tessera/pipeline/executor.h"
+#include "tessera/pipeline/partition.h"
+#include "tessera/pipeline/timeline.h"
 #include "tessera/distributed/data_parallel_grads.h"
 #include "tessera/distributed/tensor_parallel_grads.h"
 #include "tessera/distributed/zero3_params.h"
@@ -34,6 +39,9 @@ namespace tessera::train {
 struct TrainerGroups {
   parallel::TensorParallel tp;
   std::shared_ptr<comm::ProcessGroup> dp;     // data-parallel group; nullptr: DP 1
+  std::shared_ptr<comm::ProcessGroup> pp;     // pipeline group; nullptr: PP 1
+  std::shared_ptr<comm::ProcessGroup> embedding;  // first and last stage; nullptr: not in one
+  std::shared_ptr<comm::ProcessGroup> model;  // tensor x pipeline; nullptr: one rank
   std::shared_ptr<comm::ProcessGroup> world;  // every rank; nullptr: one process
 };
 
@@ -59,8 +67,12 @@ class Trainer {
   };
   StepOutcome train_step(int64_t iteration);
   double evaluate(int64_t iteration);
-  // Loads `count` samples starting at global sample `first` into tokens/targets (B, T).
-  void load_samples(const data::TokenSampler& sampler, int64_t first, int64_t count);
+  // The micro-batch of `count` samples starting at global sample `first` (B = count).
+  std::unique_ptr<pipeline::MicroBatch> load_samples(const data::TokenSampler& sampler,
+                                                     int64_t first, int64_t count,
+                                                     int64_t iteration, bool training) const;
+  // Sums the tied word embedding's gradient over the embedding group (pipelines only).
+  void sync_tied_embedding();
   void export_weights() const;
 
   // Sums loss/token scalars over DP (identical on every rank).
@@ -68,8 +80,8 @@ class Trainer {
 
   TrainArgs args_;
   parallel::TensorParallel tp_;
-  std::shared_ptr<comm::ProcessGroup> dp_, world_;
-  int dp_size_ = 1, dp_rank_ = 0, world_size_ = 1;
+  std::shared_ptr<comm::ProcessGroup> dp_, pp_, embedding_, model_group_, world_;
+  int dp_size_ = 1, dp_rank_ = 0, pp_size_ = 1, pp_rank_ = 0, world_size_ = 1;
   bool reporting_rank_ = true;  // prints, writes metrics and exports
   int64_t train_iters_ = 0;
   int64_t consumed_samples_ = 0;
@@ -77,6 +89,10 @@ class Trainer {
   std::unique_ptr<distributed::TensorParallelGrads> tp_grads_;
   std::unique_ptr<distributed::DataParallelGrads> dp_grads_;
   std::unique_ptr<distributed::Zero3Params> zero3_;  // ZeRO stage 3 only
+  pipeline::PartitionOptions partition_;
+  std::vector<int> chunk_layers_;  // layers per model chunk (pipeline/partition.h)
+  std::unique_ptr<pipeline::PipelineExecutor> executor_;
+  pipeline::Timeline timeline_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRSchedule> scheduler_;
   std::unique_ptr<optim::DynamicLossScaler> scaler_;
@@ -84,7 +100,6 @@ class Trainer {
   std::unique_ptr<data::TokenSampler> train_data_, valid_data_;
   MetricsWriter metrics_;
   double unigram_entropy_ = 0;  // of the training tokens (data files only), for reference
-  std::vector<int32_t> tokens_, targets_, sample_buf_;
 };
 
 // Runs tessera-train's main: parses, validates, trains. Returns the process exit code.

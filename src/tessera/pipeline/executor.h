@@ -1,0 +1,76 @@
+// Runs a pipeline schedule (schedule.h) on one rank: walks its action list, running the model's
+// chunk forwards and backwards and moving activations and their gradients between neighbouring
+// ranks of the pipeline group with nonblocking point-to-point transfers on the communication
+// thread (a receive is posted one compute operation ahead, so it overlaps that compute).
+//
+// Messages are tagged by (activation or gradient, micro-batch, receiving model chunk), so
+// transfers that travel between the same two ranks at once (with interleaving: activations one
+// way, gradients the same way) can never be confused, whatever order MPI completes them in.
+//
+// Every rank of the pipeline loads every micro-batch (the first stage reads its tokens, the last
+// its targets and loss mask): the data are small next to the activations, and the loader stays
+// independent of the layout.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "tessera/comm/process_group.h"
+#include "tessera/model/gpt_model.h"
+#include "tessera/pipeline/schedule.h"
+#include "tessera/pipeline/timeline.h"
+
+namespace tessera::pipeline {
+
+// One micro-batch as a loader hands it over: it owns the token arrays the Batch points into.
+struct MicroBatch {
+  std::vector<int32_t> tokens, targets;
+  std::vector<float> loss_mask;  // empty: every token counts
+  model::Batch batch;            // views of the arrays above
+  model::StepContext ctx;
+};
+// Loads micro-batch m (0 .. M-1) of this iteration for this rank.
+using MicroBatchLoader = std::function<std::unique_ptr<MicroBatch>(int m)>;
+
+class PipelineExecutor {
+ public:
+  // `pp` is the pipeline group (nullptr: one stage). The model holds this rank's part, its
+  // chunks matching shape.virtual_stages. validate_schedule() must have accepted the shape.
+  PipelineExecutor(model::GPTModel& model, std::shared_ptr<comm::ProcessGroup> pp,
+                   ScheduleKind kind, const ScheduleShape& shape);
+
+  // Called around the backward of a micro-batch when this rank's part is one chunk (V = 1):
+  // before(m) may install the model's grads-ready hook, after(m) finish a reduction.
+  struct BackwardHooks {
+    std::function<void(int m)> before, after;
+  };
+
+  // One training iteration: forwards and backwards of M micro-batches; parameter gradients
+  // accumulate grad_scale * d(loss_sum)/d(param). Returns the loss summed on this rank (zero
+  // except on the last stage). `timeline` (may be nullptr) records the phases when recording.
+  model::LossSum train(const MicroBatchLoader& load, float grad_scale, const BackwardHooks& hooks,
+                       Timeline* timeline);
+  // Forward only over `count` micro-batches (evaluation): the loss summed on the last stage,
+  // zero elsewhere.
+  model::LossSum evaluate(const MicroBatchLoader& load, int count);
+
+  const ScheduleShape& shape() const { return shape_; }
+  ScheduleKind kind() const { return kind_; }
+  int pp_rank() const { return rank_; }
+
+ private:
+  // The tag of the message into local chunk `chunk` of micro-batch m (activation or gradient).
+  int tag(bool gradient, int m, int receiving_model_chunk) const;
+  Tensor activation_buffer(const model::StepContext& ctx) const;
+
+  model::GPTModel& model_;
+  std::shared_ptr<comm::ProcessGroup> pp_;
+  ScheduleKind kind_;
+  ScheduleShape shape_;
+  int rank_ = 0;
+  std::vector<Step> steps_;
+};
+
+}  // namespace tessera::pipeline

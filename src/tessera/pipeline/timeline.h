@@ -1,0 +1,70 @@
+// A per-rank record of what one iteration spent its time on (forward, backward, waiting for a
+// send or receive, the optimizer step), written by every rank together as one Chrome trace
+// (chrome://tracing, https://ui.perfetto.dev): one process per rank, one row per phase kind.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessera/comm/process_group.h"
+
+namespace tessera::pipeline {
+
+class Timeline {
+ public:
+  enum class Phase { kForward, kBackward, kSend, kRecv, kOptimizer, kGradSync, kCount };
+  static const char* phase_name(Phase p);
+
+  struct Event {
+    Phase phase;
+    int microbatch, chunk;  // -1 when it belongs to no micro-batch
+    double start, end;      // seconds since the origin
+  };
+
+  // Starts recording: the origin is now. Ranks call it right after a barrier, so their origins
+  // agree to within the barrier's exit skew (and steady_clock is system-wide on one machine).
+  void start();
+  bool recording() const { return recording_; }
+  double now() const;
+  void add(Phase phase, int microbatch, int chunk, double start, double end);
+  void stop() { recording_ = false; }
+
+  const std::vector<Event>& events() const { return events_; }
+  // Per rank: 1 - (forward + backward time) / (end of its last compute - origin), the share of
+  // the pipeline phase it sat idle.
+  double idle_fraction() const;
+
+  // Gathers every rank's events over `world` (nullptr: this process only) and has world rank 0
+  // write the trace to `path`; `pp_rank_of[r]` labels rank r. Collective. tessera::Error when the
+  // file cannot be written.
+  void write_chrome_trace(const std::string& path, comm::ProcessGroup* world,
+                          const std::vector<int>& pp_rank_of) const;
+
+ private:
+  bool recording_ = false;
+  std::chrono::steady_clock::time_point origin_;
+  std::vector<Event> events_;
+};
+
+// Times a scope into a timeline (when it records).
+class TimelineScope {
+ public:
+  TimelineScope(Timeline* t, Timeline::Phase phase, int microbatch = -1, int chunk = -1)
+      : t_(t && t->recording() ? t : nullptr), phase_(phase), mb_(microbatch), chunk_(chunk),
+        start_(t_ ? t_->now() : 0.0) {}
+  ~TimelineScope() {
+    if (t_) t_->add(phase_, mb_, chunk_, start_, t_->now());
+  }
+  TimelineScope(const TimelineScope&) = delete;
+  TimelineScope& operator=(const TimelineScope&) = delete;
+
+ private:
+  Timeline* t_;
+  Timeline::Phase phase_;
+  int mb_, chunk_;
+  double start_;
+};
+
+}  // namespace tessera::pipeline
