@@ -1,6 +1,6 @@
 #!/bin/bash
 # tessera-train under mpirun: --print-mesh prints the layout once and exits 0; sizes that do not
-# fit the world give one error line and exit code 2 without hanging; pipeline parallelism is
+# fit the world give one error line and exit code 2 without hanging; context parallelism is
 # refused clearly until it exists; data-parallel batch sizes that do not divide and ZeRO stages
 # outside 0-3 are one error line. Usage: train_mesh.sh BUILD_BIN_DIR
 set -u
@@ -27,10 +27,10 @@ code=$?
 if [ $code -eq 2 ] && [ "$(grep -c '^error: world size 3 is not divisible by TP\*CP\*PP = 2' "$TMP/err")" -eq 1 ]; then ok
 else fail "indivisible world (exit $code)"; fi
 
-run 2 "${FLAGS[@]}" --pipeline-model-parallel-size 2
+run 2 "${FLAGS[@]}" --context-parallel-size 2
 code=$?
-if [ $code -eq 2 ] && [ "$(grep -c '^error: world size 2 .*pipeline, context and expert parallel training are not implemented yet' "$TMP/err")" -eq 1 ]; then ok
-else fail "pipeline parallel refused (exit $code)"; fi
+if [ $code -eq 2 ] && [ "$(grep -c '^error: world size 2 .*context and expert parallel training are not implemented yet' "$TMP/err")" -eq 1 ]; then ok
+else fail "context parallel refused (exit $code)"; fi
 
 # Data parallel: the global batch must split into micro-batches of every rank.
 run 2 "${FLAGS[@]}" --micro-batch-size 2 --global-batch-size 6
