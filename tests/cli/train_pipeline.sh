@@ -33,20 +33,13 @@ check "full recompute without its method" expect_error 2 \
 timeline() {
   run 2 "${FLAGS[@]}" --num-layers 4 --pipeline-model-parallel-size 2 --micro-batch-size 1 \
     --global-batch-size 4 --timeline-file "$TMP/trace.json" || return 1
-  python3 - "$TMP/trace.json" <<'PY'
-import json, sys
-events = json.load(open(sys.argv[1]))["traceEvents"]
-spans = [e for e in events if e["ph"] == "X"]
-for rank in (0, 1):
-    mine = [e for e in spans if e["pid"] == rank]
-    kinds = {e["cat"] for e in mine}
-    assert {"forward", "backward", "optimizer"} <= kinds, (rank, kinds)
-    assert sum(e["cat"] == "forward" for e in mine) == 4, rank
-    assert sum(e["cat"] == "backward" for e in mine) == 4, rank
-    assert all(e["dur"] >= 0 for e in mine)
-assert any(e["cat"] == "send" and e["pid"] == 0 for e in spans)
-assert any(e["cat"] == "recv" and e["pid"] == 1 for e in spans)
-PY
+  # nlohmann::json writes keys sorted: args, cat, dur, name, ph, pid, ...
+  count() { grep -o "\"cat\":\"$1\",\"dur\":[^,]*,\"name\":\"[^\"]*\",\"ph\":\"X\",\"pid\":$2," "$TMP/trace.json" | wc -l; }
+  [ "$(count forward 0)" -eq 4 ] && [ "$(count backward 0)" -eq 4 ] &&
+    [ "$(count forward 1)" -eq 4 ] && [ "$(count backward 1)" -eq 4 ] &&
+    [ "$(count optimizer 0)" -eq 1 ] && [ "$(count optimizer 1)" -eq 1 ] &&
+    [ "$(count send 0)" -ge 4 ] && [ "$(count recv 1)" -ge 4 ] &&
+    grep -q "^> timeline of iteration 2 written to .*idle share of the pipeline phase per rank: 0\.[0-9]* 0\.[0-9]*;" "$TMP/out"
 }
 check "--timeline-file writes every rank's phases" timeline
 

@@ -36,17 +36,7 @@ void Timeline::add(Phase phase, int microbatch, int chunk, double start, double 
   if (recording_) events_.push_back({phase, microbatch, chunk, start, end});
 }
 
-double Timeline::idle_fraction() const {
-  double busy = 0, span = 0;
-  for (const Event& e : events_) {
-    if (e.phase != Phase::kForward && e.phase != Phase::kBackward) continue;
-    busy += e.end - e.start;
-    span = std::max(span, e.end);
-  }
-  return span > 0 ? 1.0 - busy / span : 0.0;
-}
-
-void Timeline::write_chrome_trace(const std::string& path, comm::ProcessGroup* world,
+std::vector<double> Timeline::write_chrome_trace(const std::string& path, comm::ProcessGroup* world,
                                   const std::vector<int>& pp_rank_of) const {
   // Five int64 per event: phase, micro-batch, chunk, start and end in nanoseconds.
   constexpr int kFields = 5;
@@ -77,8 +67,10 @@ void Timeline::write_chrome_trace(const std::string& path, comm::ProcessGroup* w
   } else {
     all = mine;
   }
-  if (world && world->rank() != 0) return;
+  if (world && world->rank() != 0) return {};
   nlohmann::json trace = nlohmann::json::array();
+  std::vector<double> busy(n, 0.0);
+  double span = 0;
   for (int r = 0; r < n; ++r) {
     const int pp = r < static_cast<int>(pp_rank_of.size()) ? pp_rank_of[r] : 0;
     trace.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", r},
@@ -87,6 +79,10 @@ void Timeline::write_chrome_trace(const std::string& path, comm::ProcessGroup* w
     const int64_t* ev = all.data<int64_t>() + r * most * kFields;
     for (int64_t i = 0; i < counts.data<int64_t>()[r]; ++i, ev += kFields) {
       const auto phase = static_cast<Phase>(ev[0]);
+      if (phase == Phase::kForward || phase == Phase::kBackward) {
+        busy[r] += static_cast<double>(ev[4] - ev[3]) / 1e9;
+        span = std::max(span, static_cast<double>(ev[4]) / 1e9);
+      }
       std::string name = phase_name(phase);
       if (ev[1] >= 0) name += " mb" + std::to_string(ev[1]);
       if (ev[2] > 0) name += " chunk" + std::to_string(ev[2]);
@@ -100,6 +96,9 @@ void Timeline::write_chrome_trace(const std::string& path, comm::ProcessGroup* w
   std::ofstream out(path);
   if (!out) throw Error("--timeline-file " + path + ": cannot write there");
   out << nlohmann::json{{"traceEvents", trace}, {"displayTimeUnit", "ms"}}.dump() << "\n";
+  std::vector<double> idle(n, 0.0);
+  for (int r = 0; r < n; ++r) idle[r] = span > 0 ? 1.0 - busy[r] / span : 0.0;
+  return idle;
 }
 
 }  // namespace tessera::pipeline

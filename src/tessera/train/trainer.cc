@@ -403,11 +403,21 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
     timeline_.stop();
     std::vector<int> pp_rank_of;
     for (int r = 0; r < world_size_; ++r) pp_rank_of.push_back(r / (world_size_ / pp_size_));
-    timeline_.write_chrome_trace(args_.timeline_file, world_.get(), pp_rank_of);
-    std::printf("> timeline of iteration %lld written to %s (idle share of the pipeline phase "
-                "on this rank: %.3f)\n",
-                static_cast<long long>(iteration), args_.timeline_file.c_str(),
-                timeline_.idle_fraction());
+    const std::vector<double> idle =
+        timeline_.write_chrome_trace(args_.timeline_file, world_.get(), pp_rank_of);
+    std::string shares;
+    for (double f : idle) {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, " %.3f", f);
+      shares += buf;
+    }
+    std::printf("> timeline of iteration %lld written to %s; idle share of the pipeline phase "
+                "per rank:%s; peak activation memory on rank 0: %.2f MiB\n",
+                static_cast<long long>(iteration), args_.timeline_file.c_str(), shares.c_str(),
+                static_cast<double>(MemoryAccountant::instance()
+                                        .snapshot()
+                                        .peak[static_cast<int>(MemoryCategory::kActivations)]) /
+                    (1 << 20));
   }
   return out;
 }
