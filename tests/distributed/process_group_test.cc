@@ -436,6 +436,46 @@ TEST(ProcessGroup, MismatchDetectorNamesBothCallSites) {
   EXPECT_EQ(v.data<int32_t>()[4], n * (n - 1) / 2);
 }
 
+// Checked transfers (the consistency check is on in this binary): tags keep messages apart
+// whatever order they are received in, and a receive that does not match its send (dtype or
+// count) fails with both descriptions instead of delivering garbage.
+TEST(ProcessGroup, PointToPointTagsAndChecks) {
+  auto w = world();
+  const int me = w->rank();
+  ASSERT_TRUE(ProcessGroup::check_collectives());
+  if (w->size() < 2) GTEST_SKIP();
+  if (me == 0) {
+    Work a = w->send(input(DType::kF32, 1, 6), 1, /*tag=*/1);
+    Work b = w->send(input(DType::kF32, 2, 6), 1, /*tag=*/2);
+    a.wait();
+    b.wait();
+  } else if (me == 1) {
+    Tensor two = Tensor::empty({6}, DType::kF32), one = Tensor::empty({6}, DType::kF32);
+    w->recv(two, 0, 2).wait();  // received before tag 1, though sent after it
+    w->recv(one, 0, 1).wait();
+    expect_elements(one, 0, 6, [&](int64_t i) { return value(DType::kF32, 1, i); });
+    expect_elements(two, 0, 6, [&](int64_t i) { return value(DType::kF32, 2, i); });
+  }
+  const int send_line = __LINE__ + 2;
+  if (me == 0) {
+    w->send(input(DType::kBF16, 3, 4), 1, 7).wait();  // 4 bf16 elements...
+  } else if (me == 1) {
+    Tensor t = Tensor::empty({5}, DType::kF32);  // ...received as 5 fp32 ones
+    try {
+      w->recv(t, 0, 7).wait();
+      FAIL() << "mismatch not detected";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("got message #0 of 4 elements of bf16 (sent at line " +
+                       std::to_string(send_line)),
+                std::string::npos)
+          << m;
+      EXPECT_NE(m.find("recv from rank 0"), std::string::npos) << m;
+      EXPECT_NE(m.find("do not match"), std::string::npos) << m;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::comm
 

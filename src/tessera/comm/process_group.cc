@@ -1,5 +1,7 @@
 #include "tessera/comm/process_group.h"
 
+#include <map>
+
 #include <mpi.h>
 
 #include <cstring>
@@ -50,6 +52,9 @@ struct ProcessGroup::Impl {
   mutable std::mutex mu;  // orders issue: sequence numbers and queue order agree
   int64_t seq = 0;        // collectives issued on this group
   int64_t subgroups_made = 0;
+  // Checked point-to-point transfers (check_collectives()): messages sent to / received from
+  // each (peer, tag) so far.
+  std::map<std::pair<int, int>, int64_t> sent, received;
   CommStats stats;
 };
 
@@ -419,6 +424,18 @@ detail::Task p2p_task(OpType op, std::shared_ptr<const detail::GroupInfo> group,
 
 }  // namespace
 
+namespace {
+
+// A checked transfer travels as one int64 message: this header, then the payload's bytes.
+constexpr int kP2pHeader = 5;  // magic, message number on (peer, tag), count, dtype, line
+constexpr int64_t kP2pMagic = 0x7e55e7a02b2b;
+
+int64_t packed_elems(const Tensor& t) {
+  return kP2pHeader + (static_cast<int64_t>(t.nbytes()) + 7) / 8;
+}
+
+}  // namespace
+
 Work ProcessGroup::send(const Tensor& t, int peer, int tag, std::source_location where) {
   require_defined(t, "input", "send");
   REQUIRE(tag >= 0 && tag < 32768, "send: tag " + std::to_string(tag) + " is not in [0, 32768)");
@@ -427,12 +444,30 @@ Work ProcessGroup::send(const Tensor& t, int peer, int tag, std::source_location
   const int count = detail::mpi_count(t.numel(), "send");
   detail::Task task = p2p_task(OpType::kSend, impl_->info, t, peer, where);
   MPI_Comm comm = impl_->comm;
-  task.start_nonblocking = [t, count, peer, tag, comm] {
-    MPI_Request r;
-    MPI_Isend(t.raw(), count, mpi_type(t.dtype()), peer, tag, comm, &r);
-    return r;
-  };
   std::lock_guard<std::mutex> lock(impl_->mu);
+  if (check_collectives()) {
+    // The receiver compares the header with what it expects (collective consistency check).
+    Tensor packed = Tensor::zeros({packed_elems(t)}, DType::kI64, MemoryCategory::kComm);
+    int64_t* h = packed.data<int64_t>();
+    h[0] = kP2pMagic;
+    h[1] = impl_->sent[{peer, tag}]++;
+    h[2] = t.numel();
+    h[3] = static_cast<int64_t>(t.dtype());
+    h[4] = where.line();
+    std::memcpy(h + kP2pHeader, t.raw(), t.nbytes());
+    const int n = detail::mpi_count(packed.numel(), "send");
+    task.start_nonblocking = [packed, n, peer, tag, comm] {
+      MPI_Request r;
+      MPI_Isend(packed.raw(), n, MPI_INT64_T, peer, tag, comm, &r);
+      return r;
+    };
+  } else {
+    task.start_nonblocking = [t, count, peer, tag, comm] {
+      MPI_Request r;
+      MPI_Isend(t.raw(), count, mpi_type(t.dtype()), peer, tag, comm, &r);
+      return r;
+    };
+  }
   impl_->stats.calls[static_cast<int>(OpType::kSend)] += 1;
   impl_->stats.bytes[static_cast<int>(OpType::kSend)] += t.nbytes();
   return Runtime::get().submit(std::move(task));
@@ -446,12 +481,39 @@ Work ProcessGroup::recv(Tensor& t, int peer, int tag, std::source_location where
   const int count = detail::mpi_count(t.numel(), "recv");
   detail::Task task = p2p_task(OpType::kRecv, impl_->info, t, peer, where);
   MPI_Comm comm = impl_->comm;
-  task.start_nonblocking = [t, count, peer, tag, comm]() mutable {
-    MPI_Request r;
-    MPI_Irecv(t.raw(), count, mpi_type(t.dtype()), peer, tag, comm, &r);
-    return r;
-  };
   std::lock_guard<std::mutex> lock(impl_->mu);
+  if (check_collectives()) {
+    // A shorter message shows in the header; a longer one is MPI's truncation error.
+    Tensor packed = Tensor::zeros({packed_elems(t)}, DType::kI64, MemoryCategory::kComm);
+    const int n = detail::mpi_count(packed.numel(), "recv");
+    task.start_nonblocking = [packed, n, peer, tag, comm]() mutable {
+      MPI_Request r;
+      MPI_Irecv(packed.raw(), n, MPI_INT64_T, peer, tag, comm, &r);
+      return r;
+    };
+    const int64_t number = impl_->received[{peer, tag}]++;
+    const std::string mine = task.info.describe();
+    task.on_complete = [packed, t, number, mine]() mutable -> std::string {
+      const int64_t* h = packed.data<int64_t>();
+      const bool match = h[0] == kP2pMagic && h[1] == number && h[2] == t.numel() &&
+                         h[3] == static_cast<int64_t>(t.dtype());
+      if (match) {
+        std::memcpy(t.raw(), h + kP2pHeader, t.nbytes());
+        return {};
+      }
+      if (h[0] != kP2pMagic) return mine + ": the message is not a checked transfer";
+      return mine + " got message #" + std::to_string(h[1]) + " of " + std::to_string(h[2]) +
+             " elements of " + dtype_name(static_cast<DType>(h[3])) + " (sent at line " +
+             std::to_string(h[4]) + "), expected message #" + std::to_string(number) +
+             ": sends and receives between these ranks do not match";
+    };
+  } else {
+    task.start_nonblocking = [t, count, peer, tag, comm]() mutable {
+      MPI_Request r;
+      MPI_Irecv(t.raw(), count, mpi_type(t.dtype()), peer, tag, comm, &r);
+      return r;
+    };
+  }
   impl_->stats.calls[static_cast<int>(OpType::kRecv)] += 1;
   impl_->stats.received_bytes += t.nbytes();
   return Runtime::get().submit(std::move(task));

@@ -152,7 +152,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // Point to point; peer is a rank of this group. A receive takes the first message from `peer`
   // with the same `tag` (0 <= tag < 32768) not taken yet: messages with equal tags match in
   // issue order, different tags keep messages that travel together apart (a pipeline's
-  // activations and gradients). Not part of the collective consistency check.
+  // activations and gradients). Under the collective consistency check each transfer carries a
+  // header (its number on (peer, tag), element count, dtype, call line) that the receiver
+  // compares with its own call: a mismatch fails the receive's Work with both descriptions.
   Work send(const Tensor& t, int peer, int tag = 0,
             std::source_location where = std::source_location::current());
   Work recv(Tensor& t, int peer, int tag = 0,
@@ -169,7 +171,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // before each collective the members all-gather a fixed-size descriptor (sequence number on
   // this group, op, dtype, count, root, call site) and compare; on a mismatch the operation is
   // not executed and its Work fails on every member with a tessera::Error naming the first
-  // divergent call with both ranks' call sites. The group stays usable afterwards.
+  // divergent call with both ranks' call sites. The group stays usable afterwards. Sends and
+  // receives are checked pairwise (see send()).
   static void set_check_collectives(bool on);
   static bool check_collectives();
   // Watchdog: an operation that has been executing longer than `seconds` (default 600) makes

@@ -169,6 +169,7 @@ namespace {
 void finish(Task& task, bool failed, const std::string& error) {
   task.run = nullptr;  // drops the tensor handles the task kept alive
   task.start_nonblocking = nullptr;
+  task.on_complete = nullptr;
   auto& st = *task.state;
   {
     std::lock_guard<std::mutex> lock(st.mu);
@@ -298,7 +299,9 @@ void Runtime::comm_loop() {
           std::lock_guard<std::mutex> lock(current_mu_);
           for (size_t i = 0; i < requests.size(); ++i) {
             if (completed[i]) {
-              finish(pending[i], false, "");
+              const std::string problem =
+                  pending[i].on_complete ? pending[i].on_complete() : std::string();
+              finish(pending[i], !problem.empty(), problem);
               continue;
             }
             requests[w] = requests[i];

@@ -78,6 +78,9 @@ struct Task {
   std::function<void()> run;  // throws tessera::Error (or anything) on failure
   // Instead of run: starts a nonblocking transfer; the task completes with the request.
   std::function<MPI_Request()> start_nonblocking;
+  // Optional, with start_nonblocking: called on the communication thread once the transfer
+  // completed; a non-empty result fails the task with that message (checked receives).
+  std::function<std::string()> on_complete;
   std::shared_ptr<Work::State> state;
 };
 
