@@ -33,5 +33,12 @@ trains() {
 }
 check "an unknown key warns once; the example config trains" trains
 
+breakdown() {
+  echo '{"train_batch_size": 4, "steps_per_print": 1, "wall_clock_breakdown": true}' >"$TMP/wcb.json"
+  run 2 "${FLAGS[@]}" --deepspeed_config "$TMP/wcb.json" --lr 1e-3 || return 1
+  [ "$(grep -c '^ time (ms) per iteration on rank 0 | forward: [0-9.]* | backward: [0-9.]* |.* optimizer: [0-9.]* |$' "$TMP/out")" -eq 2 ]
+}
+check "wall_clock_breakdown prints the time per phase at every log line" breakdown
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

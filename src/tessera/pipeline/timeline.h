@@ -1,8 +1,10 @@
 // A per-rank record of what one iteration spent its time on (forward, backward, waiting for a
-// send or receive, the optimizer step), written by every rank together as one Chrome trace
-// (chrome://tracing, https://ui.perfetto.dev): one process per rank, one row per phase kind.
+// send or receive, the gradient reduction, the optimizer step), written by every rank together
+// as one Chrome trace (chrome://tracing, https://ui.perfetto.dev): one process per rank, one row
+// per phase kind. The same timers, summed per phase, give the log's wall-clock breakdown.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -27,6 +29,12 @@ class Timeline {
   // agree to within the barrier's exit skew (and steady_clock is system-wide on one machine).
   void start();
   bool recording() const { return recording_; }
+  // Phase totals (seconds per phase, summed until reset) are kept whenever this is on, with or
+  // without recording events: the cheap timers behind the log's wall-clock breakdown.
+  void keep_totals(bool on) { totals_on_ = on; }
+  bool timing() const { return recording_ || totals_on_; }
+  double total(Phase p) const { return totals_[static_cast<int>(p)]; }
+  void reset_totals() { totals_.fill(0.0); }
   double now() const;
   void add(Phase phase, int microbatch, int chunk, double start, double end);
   void stop() { recording_ = false; }
@@ -41,8 +49,9 @@ class Timeline {
                                          const std::vector<int>& pp_rank_of) const;
 
  private:
-  bool recording_ = false;
-  std::chrono::steady_clock::time_point origin_;
+  bool recording_ = false, totals_on_ = false;
+  std::array<double, static_cast<int>(Phase::kCount)> totals_{};
+  std::chrono::steady_clock::time_point origin_ = std::chrono::steady_clock::now();
   std::vector<Event> events_;
 };
 
@@ -50,7 +59,7 @@ class Timeline {
 class TimelineScope {
  public:
   TimelineScope(Timeline* t, Timeline::Phase phase, int microbatch = -1, int chunk = -1)
-      : t_(t && t->recording() ? t : nullptr), phase_(phase), mb_(microbatch), chunk_(chunk),
+      : t_(t && t->timing() ? t : nullptr), phase_(phase), mb_(microbatch), chunk_(chunk),
         start_(t_ ? t_->now() : 0.0) {}
   ~TimelineScope() {
     if (t_) t_->add(phase_, mb_, chunk_, start_, t_->now());

@@ -213,6 +213,10 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
 
   app.add_option("--seed", args.seed);
   app.add_option("--log-interval", args.log_interval)->check(CLI::PositiveNumber);
+  app.add_option("--timing-log-level", args.timing_log_level,
+                 "0: iteration time only; 1 or 2: also time per phase (forward, backward, "
+                 "waits for pipeline transfers, gradient reduction, optimizer)")
+      ->check(CLI::Range(0, 2));
   app.add_option("--metrics-file", args.metrics_file, "JSON lines of per-iteration metrics");
   app.add_option("--export-weights", args.export_weights,
                  "write final weights (safetensors) and config.json for Hugging Face");

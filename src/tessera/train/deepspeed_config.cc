@@ -345,10 +345,9 @@ std::vector<std::string> apply_deepspeed_config(TrainArgs& args, int64_t data_pa
   if (steps <= 0) top.fail("steps_per_print", "must be > 0");
   set_unless_explicit(args, "--log-interval", args.log_interval, steps, file, "steps_per_print",
                       top.contains("steps_per_print"));
-  if (top.boolean("wall_clock_breakdown", false))
-    warnings.push_back(file +
-                       ": wall_clock_breakdown ignored: the log line reports the "
-                       "iteration time only");
+  // DeepSpeed's per-phase timers are the log's wall-clock breakdown (--timing-log-level 1).
+  if (top.boolean("wall_clock_breakdown", false) && args.timing_log_level == 0)
+    args.timing_log_level = 1;
   top.report_unknown(warnings);
   return warnings;
 }

@@ -13,7 +13,7 @@
 //       params lr (1e-3), betas ([0.9, 0.999]), eps (1e-8), weight_decay (0)
 //   scheduler: WarmupLR, WarmupDecayLR, WarmupCosineLR with their params
 //   (optim/deepspeed_lr_schedule.h) gradient_clipping (0.0), steps_per_print (10),
-//   wall_clock_breakdown (false)
+//   wall_clock_breakdown (false; true means --timing-log-level 1)
 // Defaults in parentheses are DeepSpeed's code defaults; they apply to anything the file leaves
 // out unless the flag was given explicitly. A value that contradicts an explicit flag, a wrong
 // type or an impossible value is a tessera::Error naming the file and key; an unknown key is a

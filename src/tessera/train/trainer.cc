@@ -159,6 +159,7 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
       pipeline::part_of_rank(partition_, chunk_layers_, pp_rank_));
   model_->set_recompute(recompute_policy(a));
   executor_ = std::make_unique<pipeline::PipelineExecutor>(*model_, pp_, kind, shape);
+  timeline_.keep_totals(a.timing_log_level >= 1);
   tp_grads_ = std::make_unique<distributed::TensorParallelGrads>(model_->params(), tp_);
   const int zero_stage = std::max(a.zero_stage, a.use_distributed_optimizer ? 1 : 0);
   const bool sharded = zero_stage >= 1;
@@ -514,6 +515,7 @@ int64_t Trainer::train() {
       avg.tokens_per_s = tokens_per_iter / avg.iter_time_s;
       avg.tflops_per_rank = flops_per_iter / world_size / avg.iter_time_s / 1e12;
       std::printf("%s\n", format_log_line(avg).c_str());
+      if (a.timing_log_level >= 1) print_breakdown(window_iters);
       std::fflush(stdout);
       window_time = window_loss = 0;
       window_iters = window_updates = window_skipped = window_nan = 0;
@@ -546,6 +548,20 @@ int64_t Trainer::train() {
   iteration = std::min(iteration, train_iters_);
   if (!a.export_weights.empty()) export_weights();
   return iteration;
+}
+
+void Trainer::print_breakdown(int64_t iterations) {
+  using Phase = pipeline::Timeline::Phase;
+  std::string line = " time (ms) per iteration on rank 0 |";
+  for (Phase p : {Phase::kForward, Phase::kBackward, Phase::kRecv, Phase::kSend,
+                  Phase::kGradSync, Phase::kOptimizer}) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " %s: %.1f |", pipeline::Timeline::phase_name(p),
+                  timeline_.total(p) * 1e3 / static_cast<double>(iterations));
+    line += buf;
+  }
+  std::printf("%s\n", line.c_str());
+  timeline_.reset_totals();
 }
 
 void Trainer::export_weights() const {

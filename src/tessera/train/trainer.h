@@ -74,6 +74,9 @@ class Trainer {
   // Sums the tied word embedding's gradient over the embedding group (pipelines only).
   void sync_tied_embedding();
   void export_weights() const;
+  // The wall-clock breakdown (--timing-log-level >= 1): this rank's time per phase, averaged
+  // over the last `iterations`; resets the timers.
+  void print_breakdown(int64_t iterations);
 
   // Sums loss/token scalars over DP (identical on every rank).
   std::vector<double> sum_over_dp(const std::vector<double>& v) const;
