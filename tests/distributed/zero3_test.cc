@@ -1,7 +1,7 @@
 // ZeRO stage 3 (distributed::Zero3Params with DataParallelGrads at stage 3), DP = the world size:
-// one iteration's owned gradients equal the single-process gradients of the global batch;
-// outside the units in use only the rank's own part of the parameters is resident; the bytes
-// sent follow the gather schedule exactly (every unit gathered before its forward, the layers
+// one iteration's owned gradients equal the single-process gradients of the global batch; the
+// model is built with only the rank's parts initialised (zero.Init) and outside the units in use
+// only those parts are ever resident; the bytes sent follow the gather schedule exactly (every unit gathered before its forward, the layers
 // again before their backward, the head once for its fused forward and backward, the embedding
 // not for its backward (it reads no values) but once more for a tied output layer, plus one
 // reduce-scatter of Ψ per micro-batch); and after the optimizer step every unit gathers to the
@@ -46,10 +46,16 @@ void check(bool tied, bool overlap) {
   ref.params().zero_grads();
   for (int64_t s = 0; s < n; ++s) testing::small_model_micro_batch(ref, s, 1, scale);
 
-  model::GPTModel model(cfg, DType::kF32, 11, {}, n);
+  // Built as ZeRO 3 builds it: only this rank's parts initialised, nothing else resident.
+  model::GPTModel model(cfg, DType::kF32, 11, {}, n, {},
+                        [&](const std::vector<std::pair<int64_t, int64_t>>& u) {
+                          return Zero3Params::resident_ranges(u, n, d, 0);
+                        });
   std::vector<FlatRange> units;
   for (const auto& [b, e] : model.units()) units.push_back({b, e});
   DataParallelGrads grads(model.params(), dp, 0, 3, overlap, units);
+  EXPECT_LE(testing::resident_outside(model.params().flat_values(), grads.owned()),
+            kEdgePages * 4096 * static_cast<int64_t>(units.size()));
   Zero3Params params(model.params(), dp, units, /*persistence_threshold=*/0,
                      /*prefetch_elems=*/int64_t{1} << 40, /*max_live_elems=*/int64_t{1} << 40);
   model.set_param_access(&params);

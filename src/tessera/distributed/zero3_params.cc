@@ -23,9 +23,25 @@ Zero3Params::Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::Proc
   send_.resize(n);
   for (size_t u = 0; u < n; ++u) {
     TESSERA_CHECK(units_[u].size() % dp_size_ == 0);
+    // The same rule as resident_ranges().
     persistent_[u] = dp_size_ == 1 || units_[u].size() < persistence_threshold;
     if (!persistent_[u]) drop(static_cast<int>(u));
   }
+}
+
+std::vector<std::pair<int64_t, int64_t>> Zero3Params::resident_ranges(
+    const std::vector<std::pair<int64_t, int64_t>>& units, int dp_size, int dp_rank,
+    int64_t persistence_threshold) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const auto& [b, e] : units) {
+    if (dp_size == 1 || e - b < persistence_threshold) {
+      out.push_back({b, e});
+    } else {
+      const FlatRange part = part_of({b, e}, dp_size, dp_rank);
+      out.push_back({part.begin, part.end});
+    }
+  }
+  return out;
 }
 
 Zero3Params::~Zero3Params() {

@@ -25,7 +25,8 @@ namespace tessera::distributed {
 class Zero3Params : public model::ParamAccess {
  public:
   // Collective over `dp`. `units`: the model's unit ranges (each a multiple of DP). Drops the
-  // unowned parts of every non-persistent unit at once (the model was built whole).
+  // unowned parts of every non-persistent unit at once (nothing to give back when the model was
+  // built with resident_ranges()).
   Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::ProcessGroup> dp,
               std::vector<FlatRange> units, int64_t persistence_threshold, int64_t prefetch_elems,
               int64_t max_live_elems);
@@ -39,6 +40,13 @@ class Zero3Params : public model::ParamAccess {
   void quiesce();
   // After the optimizer updated the owned parts: re-gathers the persistent units. Collective.
   void after_step();
+
+  // What rank dp_rank of dp_size keeps resident between uses: the whole of every unit smaller
+  // than `persistence_threshold` (or every unit at DP 1), part dp_rank of the others. For
+  // building the model with only these initialised (GPTModel's `resident`).
+  static std::vector<std::pair<int64_t, int64_t>> resident_ranges(
+      const std::vector<std::pair<int64_t, int64_t>>& units, int dp_size, int dp_rank,
+      int64_t persistence_threshold);
 
   // Elements of the units gathered right now (persistent ones included).
   int64_t live_elems() const;

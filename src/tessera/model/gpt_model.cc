@@ -121,7 +121,8 @@ ParameterSet GPTModel::declare_part(const ModelConfig& cfg, int tp_size, int tp_
 }
 
 GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
-                   const parallel::TensorParallel& tp, int64_t flat_multiple, ModelPart part)
+                   const parallel::TensorParallel& tp, int64_t flat_multiple, ModelPart part,
+                   const ResidentRanges& resident)
     : cfg_(cfg), tp_(tp), part_(std::move(part)), params_(tp.size(), tp.rank()) {
   cfg_.validate();
   cfg_.validate_tensor_parallel(tp_.size(), tp_.sequence_parallel());
@@ -141,7 +142,12 @@ GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
   layer_offsets_ = std::move(layout.layer_offsets);
   head_offset_ = layout.head_offset;
   tied_range_ = layout.tied_range;
-  params_.allocate(compute_dtype, seed, flat_multiple);
+  if (resident) {
+    const auto ranges = resident(units_);
+    params_.allocate(compute_dtype, seed, flat_multiple, &ranges);
+  } else {
+    params_.allocate(compute_dtype, seed, flat_multiple);
+  }
 
   if (params_.contains(n.wte)) {
     wte_ = params_.get(n.wte).value;

@@ -93,9 +93,13 @@ class GPTModel {
   // copied; with the default, one process. With flat_multiple > 1 every unit (see ParamAccess)
   // is padded to a multiple of `flat_multiple` elements, so data-parallel shards can split each
   // unit evenly (and the tied embedding's parts line up on the first and last stage).
+  // `resident` (when set) maps the units to the flat ranges this rank initialises; the rest is
+  // zero and not resident (ZeRO 3's parts, distributed::Zero3Params::resident_ranges).
+  using ResidentRanges = std::function<std::vector<std::pair<int64_t, int64_t>>(
+      const std::vector<std::pair<int64_t, int64_t>>& units)>;
   GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
            const parallel::TensorParallel& tp = {}, int64_t flat_multiple = 1,
-           ModelPart part = {});
+           ModelPart part = {}, const ResidentRanges& resident = nullptr);
   GPTModel(const GPTModel&) = delete;  // layers point at tp_
   GPTModel& operator=(const GPTModel&) = delete;
 

@@ -1,5 +1,8 @@
 #include "tessera/model/parameter.h"
 
+#include <algorithm>
+
+#include "tessera/core/memory.h"
 #include "tessera/core/philox.h"
 
 namespace tessera::model {
@@ -66,19 +69,38 @@ void ParameterSet::initial_values(const Parameter& p, float* out) const {
   }
 }
 
-void ParameterSet::allocate(DType compute_dtype, uint64_t seed, int64_t multiple) {
+void ParameterSet::allocate(DType compute_dtype, uint64_t seed, int64_t multiple,
+                            const std::vector<std::pair<int64_t, int64_t>>* materialize) {
   TESSERA_CHECK(multiple >= 1);
   seed_ = seed;
   numel_ = (numel_ + multiple - 1) / multiple * multiple;
-  values_ = Tensor::zeros({numel_}, compute_dtype, MemoryCategory::kParams);
-  grads_ = Tensor::zeros({numel_}, DType::kF32, MemoryCategory::kGrads);
+  // Zeroed by giving the pages back rather than writing them: untouched pages cost nothing.
+  values_ = Tensor::empty({numel_}, compute_dtype, MemoryCategory::kParams);
+  grads_ = Tensor::empty({numel_}, DType::kF32, MemoryCategory::kGrads);
+  if (numel_ > 0) {
+    release_pages(values_.raw(), values_.nbytes());
+    release_pages(grads_.raw(), grads_.nbytes());
+  }
   for (Parameter& p : params_) {
     const int64_t n = p.numel();
     p.value = values_.slice_rows(p.offset, p.offset + n).view(p.local_shape);
     p.grad = grads_.slice_rows(p.offset, p.offset + n).view(p.local_shape);
+    // The parts of p to initialise: all of it, or its overlap with `materialize`.
+    std::vector<std::pair<int64_t, int64_t>> parts;
+    if (!materialize) {
+      parts.push_back({0, n});
+    } else {
+      for (const auto& [b, e] : *materialize) {
+        const int64_t lo = std::max(b, p.offset) - p.offset;
+        const int64_t hi = std::min(e, p.offset + n) - p.offset;
+        if (lo < hi) parts.push_back({lo, hi});
+      }
+    }
+    if (parts.empty()) continue;
     Tensor init = Tensor::empty({n}, DType::kF32, MemoryCategory::kOther);
     initial_values(p, init.data<float>());
-    p.value.copy_from(init);
+    Tensor flat = values_.slice_rows(p.offset, p.offset + n);
+    for (const auto& [lo, hi] : parts) flat.slice_rows(lo, hi).copy_from(init.slice_rows(lo, hi));
   }
 }
 

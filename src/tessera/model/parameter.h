@@ -63,8 +63,12 @@ class ParameterSet {
   // Allocates the flat compute-dtype value buffer and the fp32 grad buffer (zeroed), binds every
   // parameter's views and initialises values from `seed` (see init_value()). Both buffers are
   // padded with zeros to a multiple of `multiple` elements (data-parallel sharding splits them
-  // into equal parts); the padding belongs to no parameter.
-  void allocate(DType compute_dtype, uint64_t seed, int64_t multiple = 1);
+  // into equal parts); the padding belongs to no parameter. With `materialize` (increasing flat
+  // ranges) only the values inside those ranges are initialised; the rest read as zero but are
+  // never touched, so their pages are not resident (ZeRO 3 builds only its own parts, as
+  // DeepSpeed's zero.Init). The zeroed gradients are not resident either until written.
+  void allocate(DType compute_dtype, uint64_t seed, int64_t multiple = 1,
+                const std::vector<std::pair<int64_t, int64_t>>* materialize = nullptr);
 
   Parameter& get(const std::string& name);
   const Parameter& get(const std::string& name) const;

@@ -154,14 +154,22 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
                                       static_cast<int>(a.num_microbatches(dp_size_)),
                                       partition_.virtual_stages};
   pipeline::validate_schedule(kind, shape);
+  const int zero_stage = std::max(a.zero_stage, a.use_distributed_optimizer ? 1 : 0);
+  // ZeRO 3 initialises only the parts this rank keeps (DeepSpeed's zero.Init): the whole model
+  // never exists on one rank.
+  model::GPTModel::ResidentRanges resident;
+  if (zero_stage == 3)
+    resident = [&](const std::vector<std::pair<int64_t, int64_t>>& units) {
+      return distributed::Zero3Params::resident_ranges(units, dp_size_, dp_rank_,
+                                                       a.stage3_param_persistence_threshold);
+    };
   model_ = std::make_unique<model::GPTModel>(
       a.model, dtype, a.seed, tp_, dp_size_,
-      pipeline::part_of_rank(partition_, chunk_layers_, pp_rank_));
+      pipeline::part_of_rank(partition_, chunk_layers_, pp_rank_), resident);
   model_->set_recompute(recompute_policy(a));
   executor_ = std::make_unique<pipeline::PipelineExecutor>(*model_, pp_, kind, shape);
   timeline_.keep_totals(a.timing_log_level >= 1);
   tp_grads_ = std::make_unique<distributed::TensorParallelGrads>(model_->params(), tp_);
-  const int zero_stage = std::max(a.zero_stage, a.use_distributed_optimizer ? 1 : 0);
   const bool sharded = zero_stage >= 1;
   // Megatron's default bucket: max(40M, 1M x DP) elements.
   const int64_t bucket = a.ddp_bucket_size > 0 ? a.ddp_bucket_size
