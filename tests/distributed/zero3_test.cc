@@ -1,11 +1,11 @@
 // ZeRO stage 3 (distributed::Zero3Params with DataParallelGrads at stage 3), DP = the world size:
 // one iteration's owned gradients equal the single-process gradients of the global batch; the
 // model is built with only the rank's parts initialised (zero.Init) and outside the units in use
-// only those parts are ever resident; the bytes sent follow the gather schedule exactly (every unit gathered before its forward, the layers
-// again before their backward, the head once for its fused forward and backward, the embedding
-// not for its backward (it reads no values) but once more for a tied output layer, plus one
-// reduce-scatter of Ψ per micro-batch); and after the optimizer step every unit gathers to the
-// same values on every rank.
+// only those parts are ever resident; the bytes sent follow the gather schedule exactly (every
+// unit gathered before its forward, the layers again before their backward, the head once for
+// its fused forward and backward, the embedding not for its backward (it reads no values) but
+// once more for a tied output layer, plus one reduce-scatter of Ψ per micro-batch); and after the
+// optimizer step every unit gathers to the same values on every rank.
 // ranks: 2 4
 #include <gtest/gtest.h>
 
