@@ -134,7 +134,9 @@ struct DataSpec {
 // BlendedDataset of sum(ceil(size * w)) samples over GPTDatasets of ceil(ceil(size * w) * 1.005)
 // samples; unweighted prefixes give a BlendedDataset over one-epoch GPTDatasets, weighted by
 // their sample counts, of min(size, their total) samples. A split with weight 0, without a
-// blend, or of size 0 is nullptr. Throws tessera::Error on a missing or bad file.
+// blend, or of size 0 is nullptr, and so is a one-prefix validation or test split with fewer
+// than 2 tokens. Throws tessera::Error on a missing or bad file or a training split too small
+// for a sample.
 std::array<std::unique_ptr<TokenSampler>, 3> build_gpt_datasets(
     const DataSpec& spec, const std::array<int64_t, 3>& sizes, const GPTDatasetOptions& options);
 

@@ -88,11 +88,13 @@ Tensor Attention::forward(const Tensor& x, Saved& s, const StepContext& ctx) con
   visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if (rope_) {
-      kernels::rope_forward(s.qkv.data<T>(), ctx.positions.data(), ctx.B, ctx.T, NH_, KV_, HD_,
-                            rope_theta_);
+      const bool per_sample = !ctx.sample_positions.empty();
+      kernels::rope_forward(s.qkv.data<T>(),
+                            per_sample ? ctx.sample_positions.data() : ctx.positions.data(), ctx.B,
+                            ctx.T, NH_, KV_, HD_, rope_theta_, per_sample);
     }
     kernels::attention_forward(s.attn.data<T>(), s.lse.data<float>(), s.qkv.data<T>(), ctx.B,
-                               ctx.T, NH_, KV_, HD_, dropout(ctx));
+                               ctx.T, NH_, KV_, HD_, dropout(ctx), ctx.doc_start);
   });
   return out_.forward(s.attn, ctx.B);
 }
@@ -104,10 +106,12 @@ Tensor Attention::backward(const Tensor& dy, const Saved& s, const StepContext& 
     using T = decltype(tag);
     kernels::attention_backward(dqkv.data<T>(), dattn.data<T>(), s.qkv.data<T>(),
                                 s.attn.data<T>(), s.lse.data<float>(), ctx.B, ctx.T, NH_, KV_,
-                                HD_, dropout(ctx));
+                                HD_, dropout(ctx), ctx.doc_start);
     if (rope_) {
-      kernels::rope_backward(dqkv.data<T>(), ctx.positions.data(), ctx.B, ctx.T, NH_, KV_, HD_,
-                             rope_theta_);
+      const bool per_sample = !ctx.sample_positions.empty();
+      kernels::rope_backward(dqkv.data<T>(),
+                             per_sample ? ctx.sample_positions.data() : ctx.positions.data(),
+                             ctx.B, ctx.T, NH_, KV_, HD_, rope_theta_, per_sample);
     }
   });
   return qkv_.backward(dqkv, s.inp, ctx.B);

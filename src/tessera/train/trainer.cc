@@ -14,6 +14,8 @@
 #include "tessera/comm/process_group.h"
 #include "tessera/core/threads.h"
 #include "tessera/data/byte_tokenizer.h"
+#include "tessera/data/gpt_dataset.h"
+#include "tessera/data/tokenizer.h"
 #include "tessera/distributed/gather_parameter.h"
 #include "tessera/distributed/sum_scalars.h"
 #include "tessera/optim/deepspeed_lr_schedule.h"
@@ -138,44 +140,13 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
         optim::DynamicLossScaler::fixed(a.loss_scale > 0 ? a.loss_scale : 1.0));
   }
 
-  const int64_t T = a.model.seq_length, vocab = a.model.vocab_size;
-  const int64_t train_samples = train_iters_ * a.global_batch_size;
-  const int64_t eval_samples = a.eval_iters * a.global_batch_size;
-  if (a.mock_data) {
-    // One Markov chain; validation samples are drawn after all training samples.
-    auto mock = std::make_unique<data::MockSampler>(vocab, T, a.seed, train_samples + eval_samples);
-    std::printf("> mock data: vocab %lld, entropy rate %.3f nats/token (uniform: %.3f)\n",
-                static_cast<long long>(vocab), mock->entropy_rate(), std::log(double(vocab)));
-    train_data_ = std::move(mock);
-  } else {
-    dataset_ = std::make_unique<data::IndexedDataset>(a.data_path[0]);
-    const auto split = split_fractions(a.split);
-    const int64_t n = dataset_->num_tokens();
-    const int64_t train_end = static_cast<int64_t>(std::llround(split[0] * n));
-    const int64_t valid_end = static_cast<int64_t>(std::llround((split[0] + split[1]) * n));
-    train_data_ = std::make_unique<data::SequentialSampler>(*dataset_, T, 0, train_end, vocab);
-    if (train_data_->num_samples() < 1)
-      throw Error("--data-path " + a.data_path[0] + ": " + std::to_string(train_end) +
-                  " training tokens make no sample of --seq-length " + std::to_string(T) + " + 1");
-    if (valid_end - train_end > T)
-      valid_data_ = std::make_unique<data::SequentialSampler>(*dataset_, T, train_end, valid_end, vocab);
-    if (!valid_data_ && a.eval_interval > 0 && a.eval_iters > 0)
-      std::printf("> --split '%s' leaves no validation sample of %lld + 1 tokens: no evaluation\n",
-                  a.split.c_str(), static_cast<long long>(T));
-    unigram_entropy_ = unigram_entropy(*dataset_, train_end, vocab);
-    std::printf("> data %s: %lld documents, %lld tokens; train %lld samples, valid %lld samples; "
-                "unigram entropy %.3f nats/token\n",
-                a.data_path[0].c_str(), static_cast<long long>(dataset_->num_documents()),
-                static_cast<long long>(n), static_cast<long long>(train_data_->num_samples()),
-                static_cast<long long>(valid_data_ ? valid_data_->num_samples() : 0),
-                unigram_entropy_);
-  }
+  build_data();
   std::printf("> model: %s family, %lld parameters (%d layers, hidden %d, heads %d/%d, ffn %d, "
               "vocab %lld padded to %lld), compute %s, %d threads\n",
               a.model.family() == model::Family::kGpt2 ? "GPT-2" : "LLaMA",
               static_cast<long long>(a.model.num_parameters()), a.model.num_layers,
               a.model.hidden_size, a.model.num_attention_heads, a.model.kv_heads(), a.model.ffn(),
-              static_cast<long long>(vocab), static_cast<long long>(model_->padded_vocab()),
+              static_cast<long long>(a.model.vocab_size), static_cast<long long>(model_->padded_vocab()),
               dtype_name(dtype), num_threads());
   if (tp_.size() > 1)
     std::printf("> tensor parallel: %d ranks%s, %lld parameters (with padding) on each rank\n",
@@ -192,18 +163,98 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
 
 Trainer::~Trainer() = default;
 
-void Trainer::load_samples(const data::TokenSampler& sampler, int64_t first, int64_t count) {
-  const int64_t T = args_.model.seq_length;
-  tokens_.resize(count * T);
-  targets_.resize(count * T);
-  sample_buf_.resize(T + 1);
-  for (int64_t b = 0; b < count; ++b) {
-    // Past the end of the data the sequence starts over (epochs; shuffling comes with the
-    // GPT dataset).
-    sampler.sample((first + b) % sampler.num_samples(), sample_buf_.data());
-    std::copy(sample_buf_.begin(), sample_buf_.end() - 1, tokens_.begin() + b * T);
-    std::copy(sample_buf_.begin() + 1, sample_buf_.end(), targets_.begin() + b * T);
+void Trainer::build_data() {
+  const auto& a = args_;
+  const int64_t T = a.model.seq_length, vocab = a.model.vocab_size;
+  // Megatron's sample counts: every training sample; every validation pass takes the next
+  // eval_iters global batches ((train_iters / eval_interval + 1) passes at most); test: one pass.
+  const int64_t gbs = a.global_batch_size;
+  const int64_t train_samples = train_iters_ * gbs;
+  const int64_t passes = a.eval_interval > 0 ? train_iters_ / a.eval_interval + 1 : 1;
+  const int64_t valid_samples = passes * a.eval_iters * gbs;
+  if (!a.tokenizer_type.empty()) {
+    ltor_.eod = data::make_tokenizer(a.tokenizer_type)->eod();
+    ltor_.eod_mask_loss = a.eod_mask_loss;
+    ltor_.reset_position_ids = a.reset_position_ids;
+    ltor_.reset_attention_mask = a.reset_attention_mask;
   }
+  if (a.mock_data) {
+    // One Markov chain; validation samples are drawn after all training samples.
+    auto mock = std::make_unique<data::MockSampler>(vocab, T, a.seed, train_samples + valid_samples);
+    std::printf("> mock data: vocab %lld, entropy rate %.3f nats/token (uniform: %.3f)\n",
+                static_cast<long long>(vocab), mock->entropy_rate(), std::log(double(vocab)));
+    train_data_ = std::move(mock);
+    return;
+  }
+  data::DataSpec spec;
+  if (!a.data_path.empty()) {
+    spec.blend = data::parse_blend(a.data_path, "--data-path");
+    spec.split = split_fractions(a.split);
+  } else {
+    spec.per_split[0] = data::parse_blend(a.train_data_path, "--train-data-path");
+    if (!a.valid_data_path.empty())
+      spec.per_split[1] = data::parse_blend(a.valid_data_path, "--valid-data-path");
+    if (!a.test_data_path.empty())
+      spec.per_split[2] = data::parse_blend(a.test_data_path, "--test-data-path");
+  }
+  data::GPTDatasetOptions options;
+  options.seq_length = T;
+  options.vocab_size = vocab;
+  options.seed = a.seed;
+  options.cache_dir = a.data_cache_path;
+  // Rank 0 builds and writes missing indices; the others wait, then map them (Megatron's
+  // build-on-rank-0-then-barrier). The test split is not built: there is no test pass yet.
+  const std::array<int64_t, 3> sizes = {train_samples, a.eval_iters > 0 ? valid_samples : 0, 0};
+  const bool builder = reporting_rank_;
+  std::array<std::unique_ptr<data::TokenSampler>, 3> sets;
+  if (builder) {
+    options.mode = data::CacheMode::kBuildIfMissing;
+    sets = data::build_gpt_datasets(spec, sizes, options);
+  }
+  distributed::sum_over(world_.get(), {0.0});  // barrier: the cache is complete
+  if (!builder) {
+    options.mode = data::CacheMode::kLoadOnly;
+    sets = data::build_gpt_datasets(spec, sizes, options);
+  }
+  train_data_ = std::move(sets[0]);
+  valid_data_ = std::move(sets[1]);
+  if (!train_data_ || train_data_->num_samples() < 1)
+    throw Error("the training split of --split '" + a.split + "' holds no sample of --seq-length " +
+                std::to_string(T) + " + 1 tokens");
+  if (!valid_data_ && a.eval_interval > 0 && a.eval_iters > 0)
+    std::printf("> no validation data (--split '%s' gives the validation split no sample): no "
+                "evaluation\n", a.split.c_str());
+  const std::string first_prefix =
+      spec.blend ? spec.blend->prefixes[0] : spec.per_split[0]->prefixes[0];
+  const data::IndexedDataset head(first_prefix);
+  unigram_entropy_ = unigram_entropy(head, head.num_tokens(), vocab);
+  std::printf("> data: %s; train %lld samples, valid %lld samples (indices cached in %s); "
+              "unigram entropy of %s %.3f nats/token\n",
+              spec.blend ? ("--data-path " + std::to_string(spec.blend->prefixes.size()) +
+                            " prefix(es), --split " + a.split).c_str()
+                         : "--train/valid/test-data-path",
+              static_cast<long long>(train_data_->num_samples()),
+              static_cast<long long>(valid_data_ ? valid_data_->num_samples() : 0),
+              a.data_cache_path.empty() ? "PREFIX/cache/GPTDataset_indices"
+                                        : a.data_cache_path.c_str(),
+              first_prefix.c_str(), unigram_entropy_);
+}
+
+model::LossSum Trainer::run_micro_batch(const data::MicroBatch& mb, int64_t iteration,
+                                        bool training, float grad_scale) {
+  model::Batch batch{mb.tokens.data(), mb.targets.data(),
+                     mb.loss_mask.empty() ? nullptr : mb.loss_mask.data(), mb.B, mb.T};
+  auto ctx = model_->context(mb.B, mb.T, mb.first_sample, args_.seed, iteration, training);
+  if (!mb.positions.empty()) ctx.sample_positions = mb.positions;
+  if (!mb.doc_start.empty()) ctx.doc_start = mb.doc_start.data();
+  if (!training) return model_->forward_loss(batch, ctx);
+  return model_->forward_backward(batch, ctx, grad_scale);
+}
+
+void Trainer::resume_at(int64_t iteration, int64_t consumed_samples) {
+  TESSERA_CHECK(iteration >= 0 && consumed_samples >= 0 && !prefetcher_);
+  start_iteration_ = iteration;
+  consumed_samples_ = consumed_samples;
 }
 
 std::vector<double> Trainer::sum_over_dp(const std::vector<double>& v) const {
@@ -221,16 +272,15 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   StepOutcome out;
   dp_grads_->start_iteration();  // zeroes the gradients
   for (int64_t m = 0; m < num_micro; ++m) {
-    const int64_t first = consumed_samples_ + (m * dp_size_ + dp_rank_) * mbs;
-    load_samples(*train_data_, first, mbs);
-    model::Batch batch{tokens_.data(), targets_.data(), nullptr, mbs, T};
-    const auto ctx = model_->context(mbs, T, first, args_.seed, iteration, true);
+    const data::MicroBatch& mb = prefetcher_->next();
+    TESSERA_CHECK(mb.first_sample ==
+                  data::micro_batch_first_sample(consumed_samples_, m, dp_size_, dp_rank_, mbs));
     // Buckets are reduced while backward produces them: in the last micro-batch (ZeRO 0-1) or
     // in every one (ZeRO 2).
     const bool reduce = dp_grads_->reduces_in(m, num_micro);
     if (reduce)
       model_->set_grads_ready_hook([this](int64_t offset) { dp_grads_->grads_ready(offset); });
-    const model::LossSum s = model_->forward_backward(batch, ctx, grad_scale);
+    const model::LossSum s = run_micro_batch(mb, iteration, true, grad_scale);
     model_->set_grads_ready_hook(nullptr);
     if (reduce) dp_grads_->finish();
     out.loss_sum += s.loss_sum;
@@ -287,24 +337,24 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
 
 double Trainer::evaluate(int64_t iteration) {
   const data::TokenSampler* sampler = valid_data_ ? valid_data_.get() : nullptr;
-  int64_t first = 0;
+  // Each pass takes the next eval_iters global batches, as Megatron's validation iterator does.
+  int64_t first = evaluations_ * args_.eval_iters * args_.global_batch_size;
   if (args_.mock_data) {
     sampler = train_data_.get();
-    first = train_iters_ * args_.global_batch_size;  // held-out samples after the training ones
+    first += train_iters_ * args_.global_batch_size;  // held out: after the training samples
   }
   if (sampler == nullptr || args_.eval_iters == 0) return NAN;
-  const int64_t mbs = args_.micro_batch_size, T = args_.model.seq_length;
+  ++evaluations_;
+  const int64_t mbs = args_.micro_batch_size;
   double loss = 0, tokens = 0;
   const auto t0 = Clock::now();
   double next_progress = 5.0;
   // Each DP rank takes every DP-th micro-batch of the evaluation samples.
   const int64_t batches = args_.eval_iters * args_.num_microbatches(dp_size_);
   for (int64_t i = 0; i < batches; ++i) {
-    const int64_t at = first + (i * dp_size_ + dp_rank_) * mbs;
-    load_samples(*sampler, at, mbs);
-    model::Batch batch{tokens_.data(), targets_.data(), nullptr, mbs, T};
-    const auto ctx = model_->context(mbs, T, at, args_.seed, iteration, false);
-    const model::LossSum s = model_->forward_loss(batch, ctx);
+    const int64_t at = data::micro_batch_first_sample(first, i, dp_size_, dp_rank_, mbs);
+    data::load_micro_batch(*sampler, at, mbs, ltor_, eval_batch_);
+    const model::LossSum s = run_micro_batch(eval_batch_, iteration, false, 0.0f);
     loss += s.loss_sum;
     tokens += s.tokens;
     // Progress only when evaluation is slow enough to wonder about, a line every 5 seconds.
@@ -338,8 +388,21 @@ int64_t Trainer::train() {
   // that updated, skipped and NaN iterations counted within the window.
   double window_time = 0, window_loss = 0;
   int64_t window_iters = 0, window_updates = 0, window_skipped = 0, window_nan = 0;
+  double window_wait = 0;
+  // The background thread loads this rank's micro-batches in the order train_step takes them:
+  // micro-batch k is micro-batch k % num_micro of iteration start + 1 + k / num_micro.
+  const int64_t num_micro = a.num_microbatches(dp_size_), mbs = a.micro_batch_size;
+  const int64_t start_consumed = consumed_samples_;
+  prefetcher_ = std::make_unique<data::Prefetcher>(
+      [this, num_micro, mbs, start_consumed](int64_t k, data::MicroBatch& out) {
+        const int64_t consumed = start_consumed + (k / num_micro) * args_.global_batch_size;
+        const int64_t first =
+            data::micro_batch_first_sample(consumed, k % num_micro, dp_size_, dp_rank_, mbs);
+        data::load_micro_batch(*train_data_, first, mbs, ltor_, out);
+      },
+      std::max<int64_t>(train_iters_ - start_iteration_, 0) * num_micro);
   int64_t iteration = 0;
-  for (iteration = 1; iteration <= train_iters_; ++iteration) {
+  for (iteration = start_iteration_ + 1; iteration <= train_iters_; ++iteration) {
     MemoryAccountant::instance().reset_peaks();
     const auto t0 = Clock::now();
     const StepOutcome step = train_step(iteration);
@@ -360,8 +423,10 @@ int64_t Trainer::train() {
     m.tokens_per_s = tokens_per_iter / dt;
     m.tflops_per_rank = flops_per_iter / world_size / dt / 1e12;
     m.peak_mem_bytes = MemoryAccountant::instance().snapshot().total_peak;
+    m.data_wait_s = prefetcher_->take_wait_seconds();
 
     window_time += dt;
+    window_wait += m.data_wait_s;
     ++window_iters;
     window_skipped += step.skipped ? 1 : 0;
     window_nan += step.nan ? 1 : 0;
@@ -375,11 +440,12 @@ int64_t Trainer::train() {
       avg.lm_loss = window_updates > 0 ? window_loss / window_updates : m.lm_loss;
       avg.skipped_in_window = window_skipped;
       avg.nan_in_window = window_nan;
+      avg.data_wait_s = window_wait / window_iters;
       avg.tokens_per_s = tokens_per_iter / avg.iter_time_s;
       avg.tflops_per_rank = flops_per_iter / world_size / avg.iter_time_s / 1e12;
       std::printf("%s\n", format_log_line(avg).c_str());
       std::fflush(stdout);
-      window_time = window_loss = 0;
+      window_time = window_loss = window_wait = 0;
       window_iters = window_updates = window_skipped = window_nan = 0;
     }
 
@@ -407,6 +473,7 @@ int64_t Trainer::train() {
       break;
     }
   }
+  prefetcher_.reset();
   iteration = std::min(iteration, train_iters_);
   if (!a.export_weights.empty()) export_weights();
   return iteration;
