@@ -66,7 +66,8 @@ class Trainer {
   StepOutcome train_step(int64_t iteration);
   double evaluate(int64_t iteration);
   void build_data();
-  // Forward (and backward with grad_scale > 0 ... see .cc) of one loaded micro-batch.
+  // One loaded micro-batch through the model with its loss mask, positions and document starts:
+  // forward and backward (gradients scaled by grad_scale) when training, forward only otherwise.
   model::LossSum run_micro_batch(const data::MicroBatch& mb, int64_t iteration, bool training,
                                  float grad_scale);
   void export_weights() const;
