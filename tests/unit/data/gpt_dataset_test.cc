@@ -82,6 +82,50 @@ TEST(GPTDataset, OneEpochUnshuffledReproducesTheDocuments) {
   EXPECT_THROW(ds.sample(ds.num_samples(), a.data()), Error);
 }
 
+// Documents of 3, 5, 2 and 7 tokens whose ids say (document, offset): 100 d + offset.
+std::string write_3527(const TempDir& dir) {
+  const std::string prefix = dir.file("d3527");
+  IndexedDatasetWriter w(prefix, IndexDType::kInt32);
+  const int lengths[] = {3, 5, 2, 7};
+  for (int d = 0; d < 4; ++d) {
+    std::vector<int32_t> doc(lengths[d]);
+    for (int o = 0; o < lengths[d]; ++o) doc[o] = 100 * d + o;
+    w.add_document(doc);
+  }
+  w.finalize();
+  return prefix;
+}
+
+TEST(GPTDataset, SamplesMatchBruteForceFlatteningOfTheShuffledDocuments) {
+  // The hand-worked corpus of DatasetIndex.SampleIndexOverTwoEpochsByHand, now with the real
+  // (Philox) document index: unshuffled sample i must be tokens [4 i, 4 i + 5) of the documents
+  // concatenated in document_index order. 8 samples: both epochs shuffled together; 5 samples:
+  // the final epoch apart.
+  TempDir dir;
+  auto data = std::make_shared<const IndexedDataset>(write_3527(dir));
+  for (int64_t n : {8, 5}) {
+    GPTDatasetOptions o = options(dir, 4);
+    o.vocab_size = 1000;
+    GPTDataset ds(data, {0, 4}, Split::kTrain, n, o);
+    EXPECT_EQ(ds.plan().num_epochs, 2);
+    EXPECT_EQ(ds.plan().separate_final_epoch, n == 5);
+    std::vector<int32_t> flat;
+    for (int64_t d : ds.document_index()) {
+      std::vector<int32_t> doc(data->sequence_length(d));
+      data->get(d, 0, doc.size(), doc.data());
+      flat.insert(flat.end(), doc.begin(), doc.end());
+    }
+    ASSERT_EQ(flat.size(), 34u);
+    ASSERT_EQ(ds.num_samples(), 8);
+    std::vector<int32_t> sample(5);
+    for (int64_t i = 0; i < 8; ++i) {
+      ds.unshuffled_sample(i, sample.data());
+      EXPECT_EQ(sample, std::vector<int32_t>(flat.begin() + 4 * i, flat.begin() + 4 * i + 5))
+          << "n " << n << ", sample " << i;
+    }
+  }
+}
+
 TEST(GPTDataset, ManyEpochsCoverEveryDocumentEqually) {
   TempDir dir;
   auto data = std::make_shared<const IndexedDataset>(write_texts(dir, "text"));
