@@ -61,7 +61,8 @@ IndexPlan plan_index(std::span<const int32_t> sequence_lengths, DocumentRange do
     const int64_t per_epoch = (tpe - add_extra_token) / seq_length;
     TESSERA_CHECK(from_final >= 0);  // E is the fewest epochs, so the final one is needed
     // Python's int(0.80 * per_epoch) truncates.
-    p.separate_final_epoch = from_final < static_cast<int64_t>(0.80 * static_cast<double>(per_epoch));
+    p.separate_final_epoch =
+        from_final < static_cast<int64_t>(0.80 * static_cast<double>(per_epoch));
   }
   return p;
 }
@@ -95,9 +96,8 @@ std::vector<int64_t> build_document_index(DocumentRange docs, const IndexPlan& p
 }
 
 std::vector<int64_t> build_sample_index(std::span<const int32_t> sequence_lengths,
-                                        std::span<const int64_t> document_index,
-                                        int64_t seq_length, const IndexPlan& plan,
-                                        int add_extra_token) {
+                                        std::span<const int64_t> document_index, int64_t seq_length,
+                                        const IndexPlan& plan, int add_extra_token) {
   const int64_t num_samples =
       (plan.num_epochs * plan.num_tokens_per_epoch - add_extra_token) / seq_length;
   std::vector<int64_t> out;
@@ -164,8 +164,7 @@ BlendingIndices build_blending_indices(std::span<const double> weights, int64_t 
   return out;
 }
 
-std::vector<int64_t> blend_sizes(std::span<const double> weights, int64_t target,
-                                 double surplus) {
+std::vector<int64_t> blend_sizes(std::span<const double> weights, int64_t target, double surplus) {
   std::vector<int64_t> sizes;
   for (double w : weights)
     sizes.push_back(static_cast<int64_t>(

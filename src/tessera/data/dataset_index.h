@@ -61,17 +61,15 @@ void philox_shuffle(std::span<int64_t> v, uint64_t seed, uint64_t stream);
 // with separate_final_epoch the first num_epochs - 1 epochs are shuffled together and the last
 // epoch on its own (Megatron's _build_document_index). Streams: 0 (all or the first epochs), 1
 // (the final epoch).
-std::vector<int64_t> build_document_index(DocumentRange docs, const IndexPlan& plan,
-                                          uint64_t seed);
+std::vector<int64_t> build_document_index(DocumentRange docs, const IndexPlan& plan, uint64_t seed);
 
 // Megatron's build_sample_idx: (num_samples + 1) pairs (position in document_index, token
 // offset) flattened as [2 * (num_samples + 1)], num_samples = (E * tokens_per_epoch - extra) / T.
 // Sample i is the tokens from pair i up to and including `extra` tokens past pair i + 1, so
 // consecutive samples share `extra` tokens; samples span document boundaries.
 std::vector<int64_t> build_sample_index(std::span<const int32_t> sequence_lengths,
-                                        std::span<const int64_t> document_index,
-                                        int64_t seq_length, const IndexPlan& plan,
-                                        int add_extra_token);
+                                        std::span<const int64_t> document_index, int64_t seq_length,
+                                        const IndexPlan& plan, int add_extra_token);
 
 // The shuffle index over num_samples samples: a permutation of [0, first) (stream 2) followed,
 // when first < num_samples, by one of [first, num_samples) (stream 3) — Megatron's
@@ -90,8 +88,7 @@ BlendingIndices build_blending_indices(std::span<const double> weights, int64_t 
 // Megatron's _get_size_per_split_per_dataset for one split: for each normalised weight w,
 // ceil(ceil(target * w) * (1 + surplus)). Megatron builds each dataset with surplus 0.005 and
 // blends sum(sizes with surplus 0) samples.
-std::vector<int64_t> blend_sizes(std::span<const double> weights, int64_t target,
-                                 double surplus);
+std::vector<int64_t> blend_sizes(std::span<const double> weights, int64_t target, double surplus);
 
 // Weights divided by their sum (Megatron's normalize). Throws tessera::Error (naming `what`) for
 // a negative or non-finite weight or a non-positive sum.

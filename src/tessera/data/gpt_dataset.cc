@@ -33,8 +33,8 @@ std::string format_double(double x) {
 
 }  // namespace
 
-GPTDataset::GPTDataset(std::shared_ptr<const IndexedDataset> data, DocumentRange docs,
-                       Split split, int64_t num_samples, const GPTDatasetOptions& options)
+GPTDataset::GPTDataset(std::shared_ptr<const IndexedDataset> data, DocumentRange docs, Split split,
+                       int64_t num_samples, const GPTDatasetOptions& options)
     : data_(std::move(data)), seq_length_(options.seq_length), vocab_(options.vocab_size) {
   const IndexedDataset& ds = *data_;
   const int add_extra = 1;
@@ -44,9 +44,8 @@ GPTDataset::GPTDataset(std::shared_ptr<const IndexedDataset> data, DocumentRange
     << "\nbin_bytes: " << file_size_or_zero(ds.bin_path())
     << "\nnum_sequences: " << ds.num_sequences() << "\nnum_tokens: " << ds.num_tokens()
     << "\nindex_split: " << kSplitNames[static_cast<int>(split)] << "\ndocuments: [" << docs.begin
-    << ", " << docs.end << ")\nnum_samples: " << num_samples << "\nsequence_length: "
-    << seq_length_ << "\nadd_extra_token_to_sequence: " << add_extra
-    << "\nrandom_seed: " << options.seed << "\n";
+    << ", " << docs.end << ")\nnum_samples: " << num_samples << "\nsequence_length: " << seq_length_
+    << "\nadd_extra_token_to_sequence: " << add_extra << "\nrandom_seed: " << options.seed << "\n";
   description_ = d.str();
   const std::string dir =
       options.cache_dir.empty() ? default_cache_dir(ds.prefix()) : options.cache_dir;
@@ -74,9 +73,9 @@ GPTDataset::GPTDataset(std::shared_ptr<const IndexedDataset> data, DocumentRange
     const std::vector<int64_t> sample_index =
         build_sample_index(lengths, doc_index, seq_length_, plan_, add_extra);
     const int64_t total = static_cast<int64_t>(sample_index.size()) / 2 - 1;
-    const std::vector<int64_t> shuffle_index = build_shuffle_index(
-        plan_.separate_final_epoch ? plan_.num_samples_sans_final_epoch : total, total,
-        options.seed);
+    const std::vector<int64_t> shuffle_index =
+        build_shuffle_index(plan_.separate_final_epoch ? plan_.num_samples_sans_final_epoch : total,
+                            total, options.seed);
     write_npy(doc_path, doc_index);
     write_npy(sample_path, sample_index);
     write_npy(shuffle_path, shuffle_index);
@@ -131,7 +130,8 @@ void GPTDataset::unshuffled_sample(int64_t index, int32_t* out) const {
   }
   if (written != seq_length_ + 1)
     throw Error(cache_prefix_ + "*: sample " + std::to_string(index) + " has " +
-                std::to_string(written) + " tokens, expected seq_length + 1; delete the cached "
+                std::to_string(written) +
+                " tokens, expected seq_length + 1; delete the cached "
                 "indices");
 }
 
@@ -149,8 +149,9 @@ BlendedDataset::BlendedDataset(std::vector<std::unique_ptr<TokenSampler>> datase
     : datasets_(std::move(datasets)), size_(size) {
   TESSERA_CHECK(!datasets_.empty() && datasets_.size() == weights.size());
   std::ostringstream d;
-  d << "class: BlendedDataset\nformat: " << kFormat << "\nindex_split: "
-    << kSplitNames[static_cast<int>(split)] << "\nsize: " << size << "\nweights:";
+  d << "class: BlendedDataset\nformat: " << kFormat
+    << "\nindex_split: " << kSplitNames[static_cast<int>(split)] << "\nsize: " << size
+    << "\nweights:";
   for (double w : weights) d << " " << format_double(w);
   d << "\n" << description;
   const std::string text = d.str();
@@ -166,7 +167,8 @@ BlendedDataset::BlendedDataset(std::vector<std::unique_ptr<TokenSampler>> datase
     bool exists = false;
     if (read_text_file(prefix + "description.txt", &exists) != text || !exists) {
       if (mode == CacheMode::kLoadOnly)
-        throw Error(prefix + "description.txt: the blend's indices are not in the cache after "
+        throw Error(prefix +
+                    "description.txt: the blend's indices are not in the cache after "
                     "rank 0 built them (is --data-cache-path on a file system every rank sees?)");
       const BlendingIndices b = build_blending_indices(weights, size);
       write_npy(prefix + "dataset_index.npy", b.dataset_index);
@@ -232,8 +234,10 @@ Blend parse_blend(const std::vector<std::string>& words, const std::string& flag
     return b;
   }
   if (numeric > 0)
-    throw Error(flag + ": expected either prefixes (A B ...) or weight-prefix pairs "
-                "(0.3 A 0.7 B ...), got '" + words[0] + (words.size() > 1 ? " ..." : "") +
+    throw Error(flag +
+                ": expected either prefixes (A B ...) or weight-prefix pairs "
+                "(0.3 A 0.7 B ...), got '" +
+                words[0] + (words.size() > 1 ? " ..." : "") +
                 "' with a weight missing or malformed");
   b.prefixes = words;
   return b;
@@ -295,7 +299,8 @@ class Builder {
         description += "part: " + p->description() + "\n";
         parts.push_back(std::move(p));
       }
-      weights = normalize_weights(weights, "blend of " + std::to_string(parts.size()) + " prefixes");
+      weights =
+          normalize_weights(weights, "blend of " + std::to_string(parts.size()) + " prefixes");
       total = std::min(size, sum);
     }
     return std::make_unique<BlendedDataset>(std::move(parts), std::move(weights), total, s,
@@ -309,8 +314,9 @@ class Builder {
 
 }  // namespace
 
-std::array<std::unique_ptr<TokenSampler>, 3> build_gpt_datasets(
-    const DataSpec& spec, const std::array<int64_t, 3>& sizes, const GPTDatasetOptions& options) {
+std::array<std::unique_ptr<TokenSampler>, 3> build_gpt_datasets(const DataSpec& spec,
+                                                                const std::array<int64_t, 3>& sizes,
+                                                                const GPTDatasetOptions& options) {
   Builder builder(options);
   std::array<std::unique_ptr<TokenSampler>, 3> out;
   for (int i = 0; i < 3; ++i) {

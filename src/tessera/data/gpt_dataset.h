@@ -39,9 +39,9 @@ enum class CacheMode { kBuildIfMissing, kLoadOnly };
 
 struct GPTDatasetOptions {
   int64_t seq_length = 0;
-  int64_t vocab_size = 0;   // every token read is checked to be in [0, vocab_size)
-  uint64_t seed = 1234;     // --seed
-  std::string cache_dir;    // --data-cache-path ("" for the default next to the data)
+  int64_t vocab_size = 0;  // every token read is checked to be in [0, vocab_size)
+  uint64_t seed = 1234;    // --seed
+  std::string cache_dir;   // --data-cache-path ("" for the default next to the data)
   CacheMode mode = CacheMode::kBuildIfMissing;
 };
 
@@ -124,9 +124,9 @@ Blend parse_blend(const std::vector<std::string>& words, const std::string& flag
 // What build_gpt_datasets makes the three splits from: either one blend carved by `split`
 // fractions, or one blend per split (--train-data-path etc.; a split without one is absent).
 struct DataSpec {
-  std::optional<Blend> blend;                    // --data-path
+  std::optional<Blend> blend;                     // --data-path
   std::array<std::optional<Blend>, 3> per_split;  // --train/valid/test-data-path
-  std::array<double, 3> split = {1, 0, 0};       // normalised --split
+  std::array<double, 3> split = {1, 0, 0};        // normalised --split
 };
 
 // The datasets of the three splits, each of at least sizes[i] samples (Megatron's
@@ -137,7 +137,8 @@ struct DataSpec {
 // blend, or of size 0 is nullptr, and so is a one-prefix validation or test split with fewer
 // than 2 tokens. Throws tessera::Error on a missing or bad file or a training split too small
 // for a sample.
-std::array<std::unique_ptr<TokenSampler>, 3> build_gpt_datasets(
-    const DataSpec& spec, const std::array<int64_t, 3>& sizes, const GPTDatasetOptions& options);
+std::array<std::unique_ptr<TokenSampler>, 3> build_gpt_datasets(const DataSpec& spec,
+                                                                const std::array<int64_t, 3>& sizes,
+                                                                const GPTDatasetOptions& options);
 
 }  // namespace tessera::data

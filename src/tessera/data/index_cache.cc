@@ -136,7 +136,8 @@ NpyArray::NpyArray(const std::string& path) : path_(path) {
   if (data_offset_ > map_size_) throw bad("truncated header");
   const std::string header(reinterpret_cast<const char*>(p) + 10, header_len);
   for (const auto& [descr, size] : {std::pair{"<i8", 8}, std::pair{"<i2", 2}}) {
-    const std::string prefix = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (";
+    const std::string prefix =
+        std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (";
     if (header.compare(0, prefix.size(), prefix) == 0) {
       elem_size_ = size;
       const char* digits = header.c_str() + prefix.size();

@@ -38,12 +38,12 @@ void ltor_masks(const int32_t* tokens, int64_t T, const LtorOptions& options, fl
 
 struct MicroBatch {
   int64_t B = 0, T = 0;
-  int64_t first_sample = 0;          // global index of sample 0 of the micro-batch
-  std::vector<int32_t> tokens;       // (B, T)
-  std::vector<int32_t> targets;      // (B, T)
-  std::vector<float> loss_mask;      // (B, T) with eod_mask_loss, else empty (all count)
-  std::vector<int32_t> positions;    // (B, T) with reset_position_ids, else empty (0..T-1)
-  std::vector<int32_t> doc_start;    // (B, T) with reset_attention_mask, else empty (causal)
+  int64_t first_sample = 0;        // global index of sample 0 of the micro-batch
+  std::vector<int32_t> tokens;     // (B, T)
+  std::vector<int32_t> targets;    // (B, T)
+  std::vector<float> loss_mask;    // (B, T) with eod_mask_loss, else empty (all count)
+  std::vector<int32_t> positions;  // (B, T) with reset_position_ids, else empty (0..T-1)
+  std::vector<int32_t> doc_start;  // (B, T) with reset_attention_mask, else empty (causal)
 };
 
 // Fills `out` with samples first, ..., first + count - 1 of `sampler`, each taken modulo
@@ -86,9 +86,9 @@ class Prefetcher {
   std::vector<MicroBatch> slots_;
   std::mutex mu_;
   std::condition_variable cv_;
-  int64_t produced_ = 0;   // results ready: k < produced_
-  int64_t released_ = 0;   // slots the consumer is done with: k < released_
-  int64_t consumed_ = 0;   // results handed out
+  int64_t produced_ = 0;  // results ready: k < produced_
+  int64_t released_ = 0;  // slots the consumer is done with: k < released_
+  int64_t consumed_ = 0;  // results handed out
   bool stop_ = false;
   std::exception_ptr error_;
   int64_t error_at_ = -1;

@@ -1,7 +1,5 @@
 // Trainer's data setup (contract in trainer.h): the GPT datasets or the mock stream, the
 // document-mask options, resuming. Kept apart from the step loop in trainer.cc.
-#include "tessera/train/trainer.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +8,7 @@
 #include "tessera/data/gpt_dataset.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/distributed/sum_scalars.h"
+#include "tessera/train/trainer.h"
 
 namespace tessera::train {
 namespace {
@@ -63,7 +62,8 @@ void Trainer::build_data() {
   }
   if (a.mock_data) {
     // One Markov chain; validation samples are drawn after all training samples.
-    auto mock = std::make_unique<data::MockSampler>(vocab, T, a.seed, train_samples + valid_samples);
+    auto mock =
+        std::make_unique<data::MockSampler>(vocab, T, a.seed, train_samples + valid_samples);
     std::printf("> mock data: vocab %lld, entropy rate %.3f nats/token (uniform: %.3f)\n",
                 static_cast<long long>(vocab), mock->entropy_rate(), std::log(double(vocab)));
     train_data_ = std::move(mock);
@@ -105,22 +105,25 @@ void Trainer::build_data() {
     throw Error("the training split of --split '" + a.split + "' holds no sample of --seq-length " +
                 std::to_string(T) + " + 1 tokens");
   if (!valid_data_ && a.eval_interval > 0 && a.eval_iters > 0)
-    std::printf("> no validation data (--split '%s' gives the validation split no sample): no "
-                "evaluation\n", a.split.c_str());
+    std::printf(
+        "> no validation data (--split '%s' gives the validation split no sample): no "
+        "evaluation\n",
+        a.split.c_str());
   const std::string first_prefix =
       spec.blend ? spec.blend->prefixes[0] : spec.per_split[0]->prefixes[0];
   const data::IndexedDataset head(first_prefix);
   unigram_entropy_ = unigram_entropy(head, head.num_tokens(), vocab);
-  std::printf("> data: %s; train %lld samples, valid %lld samples (indices cached in %s); "
-              "unigram entropy of %s %.3f nats/token\n",
-              spec.blend ? ("--data-path " + std::to_string(spec.blend->prefixes.size()) +
-                            " prefix(es), --split " + a.split).c_str()
-                         : "--train/valid/test-data-path",
-              static_cast<long long>(train_data_->num_samples()),
-              static_cast<long long>(valid_data_ ? valid_data_->num_samples() : 0),
-              a.data_cache_path.empty() ? "PREFIX/cache/GPTDataset_indices"
-                                        : a.data_cache_path.c_str(),
-              first_prefix.c_str(), unigram_entropy_);
+  std::printf(
+      "> data: %s; train %lld samples, valid %lld samples (indices cached in %s); "
+      "unigram entropy of %s %.3f nats/token\n",
+      spec.blend ? ("--data-path " + std::to_string(spec.blend->prefixes.size()) +
+                    " prefix(es), --split " + a.split)
+                       .c_str()
+                 : "--train/valid/test-data-path",
+      static_cast<long long>(train_data_->num_samples()),
+      static_cast<long long>(valid_data_ ? valid_data_->num_samples() : 0),
+      a.data_cache_path.empty() ? "PREFIX/cache/GPTDataset_indices" : a.data_cache_path.c_str(),
+      first_prefix.c_str(), unigram_entropy_);
 }
 
 void Trainer::resume_at(int64_t iteration, int64_t consumed_samples) {

@@ -20,9 +20,14 @@ namespace {
 
 using testing::TempDir;
 
-const std::vector<std::string> kTexts = {
-    "The quick brown fox", "jumps over", "the lazy dog.", "", "Pack my box with five dozen",
-    "liquor jugs!", "Sphinx of black quartz, judge my vow.", "x"};
+const std::vector<std::string> kTexts = {"The quick brown fox",
+                                         "jumps over",
+                                         "the lazy dog.",
+                                         "",
+                                         "Pack my box with five dozen",
+                                         "liquor jugs!",
+                                         "Sphinx of black quartz, judge my vow.",
+                                         "x"};
 
 // The texts as a byte-level dataset, each document ending with EOD (as --append-eod writes).
 std::string write_texts(const TempDir& dir, const std::string& name,
@@ -130,7 +135,8 @@ TEST(GPTDataset, ManyEpochsCoverEveryDocumentEqually) {
   TempDir dir;
   auto data = std::make_shared<const IndexedDataset>(write_texts(dir, "text"));
   const int64_t per_epoch = (data->num_tokens() - 1) / 5;
-  GPTDataset ds(data, {0, data->num_sequences()}, Split::kTrain, 10 * per_epoch + 3, options(dir, 5));
+  GPTDataset ds(data, {0, data->num_sequences()}, Split::kTrain, 10 * per_epoch + 3,
+                options(dir, 5));
   EXPECT_GE(ds.num_samples(), 10 * per_epoch + 3);
   std::vector<int64_t> count(kTexts.size(), 0);
   for (int64_t d : ds.document_index()) ++count[d];
@@ -159,11 +165,11 @@ TEST(GPTDataset, SecondConstructionMapsTheCacheAndKeysDiffer) {
   // Anything the indices depend on changes the key.
   const std::set<std::string> keys = {
       first.cache_prefix(),
-      GPTDataset(data, all, Split::kTrain, 40, options(dir, 6, 99)).cache_prefix(),   // seed
-      GPTDataset(data, all, Split::kTrain, 40, options(dir, 5)).cache_prefix(),       // seq length
-      GPTDataset(data, {0, 5}, Split::kTrain, 40, options(dir, 6)).cache_prefix(),    // split
-      GPTDataset(data, all, Split::kTrain, 41, options(dir, 6)).cache_prefix(),       // samples
-      GPTDataset(data, all, Split::kValid, 40, options(dir, 6)).cache_prefix()};      // split name
+      GPTDataset(data, all, Split::kTrain, 40, options(dir, 6, 99)).cache_prefix(),  // seed
+      GPTDataset(data, all, Split::kTrain, 40, options(dir, 5)).cache_prefix(),      // seq length
+      GPTDataset(data, {0, 5}, Split::kTrain, 40, options(dir, 6)).cache_prefix(),   // split
+      GPTDataset(data, all, Split::kTrain, 41, options(dir, 6)).cache_prefix(),      // samples
+      GPTDataset(data, all, Split::kValid, 40, options(dir, 6)).cache_prefix()};     // split name
   EXPECT_EQ(keys.size(), 6u);
   // A load-only construction of indices nobody built is one clear error.
   EXPECT_THROW(GPTDataset(data, all, Split::kTrain, 77, load), Error);
@@ -204,7 +210,8 @@ TEST(GPTDataset, BuilderSplitsAndBlends) {
   std::vector<int32_t> s(5);
   for (int64_t i = 0; i < 10; ++i) {
     blend->sample(i, s.data());
-    const bool from_b = std::all_of(s.begin(), s.end(), [](int32_t t) { return t == 'b' || t == 256; });
+    const bool from_b =
+        std::all_of(s.begin(), s.end(), [](int32_t t) { return t == 'b' || t == 256; });
     EXPECT_EQ(from_b, blend->dataset_index()[i] == 1) << "sample " << i;
   }
   // Unweighted: the blend weighs each prefix by its one-epoch sample count, capped at the size.

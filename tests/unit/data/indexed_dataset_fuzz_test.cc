@@ -28,7 +28,8 @@ std::vector<unsigned char> slurp(const std::string& path) {
 
 void spit(const std::string& path, const std::vector<unsigned char>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
 }
 
 // Opens the prefix and reads every sequence; returns "" on success or the error's message.
@@ -117,10 +118,14 @@ TEST(IndexedDatasetFuzz, DamagedFilesGiveOneClearError) {
           const int flips = 1 + static_cast<int>(rng.below(4));
           for (int f = 0; f < flips; ++f) {
             const size_t region = rng.below(4);
-            const size_t begin = region == 0 ? 18 : region == 1 ? lengths_at
-                                 : region == 2 ? pointers_at : docs_at;
-            const size_t end = region == 0 ? 34 : region == 1 ? pointers_at
-                               : region == 2 ? docs_at : idx.size();
+            const size_t begin = region == 0   ? 18
+                                 : region == 1 ? lengths_at
+                                 : region == 2 ? pointers_at
+                                               : docs_at;
+            const size_t end = region == 0   ? 34
+                               : region == 1 ? pointers_at
+                               : region == 2 ? docs_at
+                                             : idx.size();
             if (end > begin)
               i2[begin + rng.below(end - begin)] ^= static_cast<unsigned char>(1 + rng.below(255));
           }

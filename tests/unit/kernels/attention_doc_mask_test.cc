@@ -109,8 +109,8 @@ TEST(AttentionDocMask, BackwardMatchesFiniteDifferences) {
   std::vector<float> out(s.out_size()), lse(s.B * s.NH * s.T);
   attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.NH, s.KV, s.HD, {}, ds.data());
   std::vector<float> dqkv(s.qkv_size(), std::numeric_limits<float>::quiet_NaN());
-  attention_backward(dqkv.data(), probe.data(), qkv.data(), out.data(), lse.data(), s.B, s.T,
-                     s.NH, s.KV, s.HD, {}, ds.data());
+  attention_backward(dqkv.data(), probe.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.NH,
+                     s.KV, s.HD, {}, ds.data());
   // Every 7th element (odd stride: reaches q, k and v of every token) keeps the test fast.
   const int64_t stride = 7;
   std::vector<float> x, grad;

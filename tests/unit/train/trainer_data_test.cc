@@ -1,8 +1,8 @@
 // The trainer's data path: GPTDataset from --data-path, resuming at consumed samples.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
