@@ -59,6 +59,13 @@ GPTDataset::GPTDataset(std::shared_ptr<const IndexedDataset> data, DocumentRange
   std::vector<int32_t> lengths(static_cast<size_t>(ds.num_sequences()));
   for (int64_t s = 0; s < ds.num_sequences(); ++s)
     lengths[s] = static_cast<int32_t>(ds.sequence_length(s));
+  int64_t tokens = 0;
+  for (int64_t d = docs.begin; d < docs.end; ++d) tokens += lengths[d];
+  if (tokens < 1 + add_extra)
+    throw Error(ds.prefix() + ": the " + kSplitNames[static_cast<int>(split)] +
+                " split (documents [" + std::to_string(docs.begin) + ", " +
+                std::to_string(docs.end) + ")) holds " + std::to_string(tokens) +
+                " tokens: too few for any sample (check --split and the data)");
   plan_ = plan_index(lengths, docs, num_samples, seq_length_, add_extra);
 
   bool exists = false;

@@ -52,7 +52,9 @@ class Trainer {
 
   // Makes train() continue a run after `iteration` iterations that consumed `consumed_samples`
   // training samples: the data continues with sample consumed_samples, exactly where the
-  // uninterrupted run would be (the checkpoint loader's entry point). Call before train().
+  // uninterrupted run would be, and validation passes continue after those already run (the
+  // checkpoint loader's entry point; weights, optimizer and schedule state are its own
+  // business). Call before train().
   void resume_at(int64_t iteration, int64_t consumed_samples);
 
   model::GPTModel& model() { return *model_; }

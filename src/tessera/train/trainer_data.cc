@@ -130,6 +130,9 @@ void Trainer::resume_at(int64_t iteration, int64_t consumed_samples) {
   TESSERA_CHECK(iteration >= 0 && consumed_samples >= 0 && !prefetcher_);
   start_iteration_ = iteration;
   consumed_samples_ = consumed_samples;
+  // The validation passes already run (one every eval_interval iterations) took their samples:
+  // the next pass continues after them, as Megatron's restored validation iterator does.
+  evaluations_ = args_.eval_interval > 0 ? iteration / args_.eval_interval : 0;
 }
 
 }  // namespace tessera::train

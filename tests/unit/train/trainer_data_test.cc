@@ -49,7 +49,8 @@ TrainArgs data_args(const testing::TempDir& dir, const std::string& prefix,
   a.lr = 0;  // the weights never change, so an iteration's loss depends only on its data
   a.micro_batch_size = 2;
   a.global_batch_size = 4;
-  a.eval_iters = 0;
+  a.eval_interval = 2;  // validation at iterations 2 and 4, each pass on the next samples
+  a.eval_iters = 1;
   a.log_interval = 1000;
   a.metrics_file = metrics;
   return a;
@@ -73,8 +74,13 @@ TEST(TrainerData, ResumingAtConsumedSamplesContinuesTheSameSequence) {
     // The same samples through the same weights and kernels: bitwise the same loss.
     EXPECT_EQ(double(b[i]["lm_loss"]), double(a[i + 2]["lm_loss"])) << "iteration " << i + 3;
   }
-  // Different iterations saw different samples.
+  // The resumed run's validation at iteration 4 takes the second pass's samples, as the
+  // uninterrupted run's did (the first pass, at iteration 2, happened before the resume).
+  ASSERT_TRUE(a[3].contains("val_loss") && b[1].contains("val_loss"));
+  EXPECT_EQ(double(b[1]["val_loss"]), double(a[3]["val_loss"]));
+  // Different iterations (and validation passes) saw different samples.
   EXPECT_NE(double(a[0]["lm_loss"]), double(a[1]["lm_loss"]));
+  EXPECT_NE(double(a[1]["val_loss"]), double(a[3]["val_loss"]));
   EXPECT_TRUE(a[0].contains("data_wait_s"));
 }
 
