@@ -186,7 +186,11 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
       sharded ? distributed::sum_over(world_.get(), {tp_grads_->local_sum_squares(owned)})[0]
               : tp_grads_->sum_squares();
   const bool finite = std::isfinite(sum_sq) && std::isfinite(out.loss_sum);
-  out.grad_norm = std::sqrt(sum_sq) / loss_scale;
+  // The gradients are of loss_sum / (GBS * T). With a loss mask (--eod-mask-loss) fewer tokens
+  // count: rescale to the mean over the counted tokens of the global batch (Megatron's
+  // --calculate-per-token-loss, independent of the micro-batch size). Exactly 1 without a mask.
+  const double count_ratio = out.tokens > 0 ? global_tokens / out.tokens : 1.0;
+  out.grad_norm = std::sqrt(sum_sq) / loss_scale * count_ratio;
 
   if (!finite) {
     if (args_.fp16) {
@@ -207,7 +211,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
     return out;
   }
   scaler_->update(false);
-  float step_scale = static_cast<float>(1.0 / loss_scale);
+  float step_scale = static_cast<float>(count_ratio / loss_scale);
   // Megatron's clipping: scale by max_norm / (norm + 1e-6) when that is below 1.
   if (args_.clip_grad > 0) {
     const double coeff = args_.clip_grad / (out.grad_norm + 1e-6);

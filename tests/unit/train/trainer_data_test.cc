@@ -7,8 +7,11 @@
 #include <vector>
 
 #include "tessera/data/byte_tokenizer.h"
+#include "tessera/data/gpt_dataset.h"
 #include "tessera/data/indexed_dataset.h"
+#include "tessera/data/micro_batch.h"
 #include "tessera/train/trainer.h"
+#include "testing/numeric.h"
 #include "testing/temp_dir.h"
 
 namespace tessera::train {
@@ -100,6 +103,62 @@ TEST(TrainerData, MicroBatchSizeDoesNotChangeTheGlobalBatch) {
     const double la = a[i]["lm_loss"], lb = b[i]["lm_loss"];
     EXPECT_NEAR(la, lb, 1e-6 * la) << "iteration " << i + 1;
   }
+}
+
+TEST(TrainerData, EodMaskLossGradientIsTheMeanOverCountedTokens) {
+  // SGD without momentum, decay or clipping, lr 1: the update is the gradient. It must be that of
+  // loss_sum / (tokens the mask counts) over the global batch, computed here on a fresh model.
+  testing::TempDir dir;
+  const std::string prefix = write_corpus(dir);
+  TrainArgs a = data_args(dir, prefix, dir.file("m.jsonl"));
+  a.reset_position_ids = a.reset_attention_mask = false;
+  a.train_iters = 1;
+  a.eval_iters = 0;
+  a.optimizer = "sgd";
+  a.sgd_momentum = 0;
+  a.weight_decay = 0;
+  a.clip_grad = 0;
+  a.lr = 1.0;
+  a.lr_decay_style = "constant";
+  Trainer t(a);
+  const Tensor& w = t.model().params().flat_values();
+  const std::vector<float> w0(w.data<float>(), w.data<float>() + w.numel());
+  t.train();
+
+  model::GPTModel ref(a.model, DType::kF32, a.seed);
+  data::DataSpec spec;
+  spec.blend = data::parse_blend(a.data_path, "--data-path");
+  spec.split = split_fractions(a.split);
+  data::GPTDatasetOptions o;
+  o.seq_length = a.model.seq_length;
+  o.vocab_size = a.model.vocab_size;
+  o.seed = a.seed;
+  o.cache_dir = a.data_cache_path;
+  auto sets = data::build_gpt_datasets(spec, {a.global_batch_size, 0, 0}, o);
+  data::MicroBatch mb;
+  data::LtorOptions lo;
+  lo.eod = data::ByteTokenizer::kEod;
+  lo.eod_mask_loss = true;
+  data::load_micro_batch(*sets[0], 0, a.global_batch_size, lo, mb);
+  double counted = 0;
+  for (float m : mb.loss_mask) counted += m;
+  ASSERT_LT(counted, static_cast<double>(mb.loss_mask.size())) << "no EOD in the batch";
+  model::Batch batch{mb.tokens.data(), mb.targets.data(), mb.loss_mask.data(), mb.B, mb.T};
+  ref.params().zero_grads();
+  ref.forward_backward(batch, ref.context(mb.B, mb.T, 0, a.seed, 1, true),
+                       static_cast<float>(1.0 / counted));
+  const float* g = ref.params().flat_grads().data<float>();
+  std::vector<float> update(w0.size());
+  std::vector<double> expected(w0.size());
+  for (size_t i = 0; i < w0.size(); ++i) {
+    update[i] = w0[i] - w.data<float>()[i];
+    expected[i] = g[i];
+  }
+  // The trainer sums two micro-batches of 2 (the reference one of 4) and rounds w0 - g in fp32:
+  // ~1e-6 of the gradient's scale. Dividing by all GBS*T tokens instead would be off by the
+  // masked fraction (here a few percent).
+  EXPECT_LT(testing::max_scaled_error(update, expected), 1e-4);
+  EXPECT_GT(1.0 - counted / mb.loss_mask.size(), 1e-2) << "too few EODs to tell the two apart";
 }
 
 }  // namespace
