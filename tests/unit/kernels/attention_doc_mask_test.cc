@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "tessera/core/philox.h"
 #include "tessera/kernels/attention.h"
 #include "testing/numeric.h"
 
@@ -130,6 +131,45 @@ TEST(AttentionDocMask, BackwardMatchesFiniteDifferences) {
       1e-2);
   // As attention_test.cc: FD of the double reference is good to ~1e-5 of the gradient's scale.
   EXPECT_LT(testing::max_scaled_error(grad, fd), 5e-5);
+}
+
+TEST(AttentionDocMask, Bf16MatchesFp32OnTheSameInputs) {
+  // The masking is shared by every storage type; with dropout too (kept probabilities of hidden
+  // keys must stay zero).
+  const Shape s{2, 90, 4, 2, 16};
+  const std::vector<int32_t> ds = doc_starts(s, {{10, 70}, {}});
+  AttentionDropout d;
+  d.p = 0.1f;
+  d.key = philox_key(3, RngPurpose::kAttentionDropout, 0);
+  const std::vector<float> qkv = testing::round_to_bf16(testing::random_normal(s.qkv_size(), 61));
+  const std::vector<float> dout = testing::round_to_bf16(testing::random_normal(s.out_size(), 62));
+  std::vector<float> out(s.out_size()), lse(s.B * s.NH * s.T), dqkv(s.qkv_size());
+  attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.NH, s.KV, s.HD, d, ds.data());
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.NH,
+                     s.KV, s.HD, d, ds.data());
+  const std::vector<bf16> qkv16 = testing::to_bf16(qkv), dout16 = testing::to_bf16(dout);
+  std::vector<bf16> out16(s.out_size()), dqkv16(s.qkv_size());
+  std::vector<float> lse16(lse.size());
+  attention_forward(out16.data(), lse16.data(), qkv16.data(), s.B, s.T, s.NH, s.KV, s.HD, d,
+                    ds.data());
+  attention_backward(dqkv16.data(), dout16.data(), qkv16.data(), out16.data(), lse16.data(), s.B,
+                     s.T, s.NH, s.KV, s.HD, d, ds.data());
+  // As AttentionBf16.MatchesFp32OnTheSameInputs: the same fp32 arithmetic, outputs rounded to
+  // bf16 (half an ulp, 2^-8 relative), backward reading the rounded out: a few ulps.
+  EXPECT_LT(testing::max_scaled_error(lse16, lse), 1e-6);
+  EXPECT_LT(testing::max_scaled_error(testing::to_float(out16), out), 4e-3);
+  EXPECT_LT(testing::max_scaled_error(testing::to_float(dqkv16), dqkv), 1.5e-2);
+  // Keys 0..10 of sample 0 (its first document) get no gradient from queries after 10: compare
+  // with a run where those later queries' output gradients are zero.
+  std::vector<float> dout_first(dout.size(), 0.0f), dqkv_first(dqkv.size());
+  for (int64_t t = 0; t <= 10; ++t)
+    for (int64_t e = 0; e < s.NH * s.HD; ++e)
+      dout_first[t * s.NH * s.HD + e] = dout[t * s.NH * s.HD + e];
+  attention_backward(dqkv_first.data(), dout_first.data(), qkv.data(), out.data(), lse.data(), s.B,
+                     s.T, s.NH, s.KV, s.HD, d, ds.data());
+  for (int64_t t = 0; t <= 10; ++t)
+    for (int64_t c = int64_t{s.NH} * s.HD; c < s.width(); ++c)  // keys and values of token t
+      EXPECT_EQ(dqkv_first[t * s.width() + c], dqkv[t * s.width() + c]) << "token " << t;
 }
 
 }  // namespace
