@@ -1,13 +1,13 @@
 // Token samplers: what the trainer draws (seq_length + 1)-token training samples from.
 //
 // A sample of seq_length + 1 tokens gives a model input (the first seq_length tokens) and its
-// next-token labels (the last seq_length tokens), as in Megatron's GPTDataset.
+// next-token labels (the last seq_length tokens), as in Megatron's GPTDataset. Implementations:
+// GPTDataset and BlendedDataset (gpt_dataset.h) over indexed datasets, MockSampler below.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
-
-#include "tessera/data/indexed_dataset.h"
 
 namespace tessera::data {
 
@@ -25,34 +25,6 @@ class TokenSampler {
   // Writes sample `index` to out[0, seq_length() + 1). Throws tessera::Error if index is out of
   // range or the data holds a token outside [0, vocab_size()).
   virtual void sample(int64_t index, int32_t* out) const = 0;
-};
-
-// Samples taken in order over the concatenation of all sequences (documents in order) of an
-// IndexedDataset, restricted to the global token range [first_token, last_token):
-//   sample k = tokens [first_token + k*seq_length, first_token + (k+1)*seq_length + 1),
-// so consecutive samples overlap by one token (the last label of k is the first input of k+1)
-// and num_samples() = (last_token - first_token - 1) / seq_length (0 if the range has fewer than
-// seq_length + 1 tokens). A caller carves train (head) and validation (tail) ranges by giving
-// disjoint token ranges. Samples cross document boundaries, as Megatron's do.
-// Keeps a reference to `dataset`, which must outlive the sampler. Costs 8 bytes per sequence.
-class SequentialSampler final : public TokenSampler {
- public:
-  // Throws tessera::Error if seq_length < 1, vocab < 1, or the range is not within
-  // [0, dataset.num_tokens()] with first_token <= last_token.
-  SequentialSampler(const IndexedDataset& dataset, int64_t seq_length, int64_t first_token,
-                    int64_t last_token, int64_t vocab);
-
-  int64_t num_samples() const override { return num_samples_; }
-  int64_t seq_length() const override { return seq_length_; }
-  int64_t vocab_size() const override { return vocab_; }
-  // The error for an out-of-vocabulary token names the .bin file, the global token position and
-  // the (sequence, offset) holding it.
-  void sample(int64_t index, int32_t* out) const override;
-
- private:
-  const IndexedDataset* dataset_;
-  int64_t seq_length_, first_token_, last_token_, vocab_, num_samples_;
-  std::vector<int64_t> starts_;  // starts_[s] = global position of sequence s's first token
 };
 
 // A synthetic, deterministic stream with learnable structure, for tests and benchmarks without

@@ -363,6 +363,7 @@ struct Geometry {
   int64_t ldt;      // leading dimension of fp32 (HD, T) transposed heads: T rounded up to 16
   int64_t nblocks;  // ceil(T / kBlock)
   float scale;      // 1 / sqrt(HD)
+  const int32_t* doc_start = nullptr;  // (B, T) first visible key of each query, or nullptr
   int group() const { return NH / KV; }
   int64_t q_col(int h) const { return int64_t{h} * HD; }
   int64_t k_col(int h) const { return (int64_t{NH} + h / group()) * HD; }
@@ -409,6 +410,34 @@ inline __mmask16 visible(int c, int v, int M, bool diagonal) {
   return static_cast<__mmask16>(in_range & (0xFFFFu << first));
 }
 
+// Document masking (--reset-attention-mask): the first visible key of each query of a block, a
+// vector per 16 queries. Without doc_start every key passes.
+struct DocMask {
+  const int32_t* ds = nullptr;  // doc_start of query q0 of the block, or nullptr
+  int64_t k0 = 0;               // index of key 0 of the block
+  __m512i first[kBlock / 16];
+  void load(int M) {
+    if (ds == nullptr) return;
+    for (int v = 0; 16 * v < M; ++v)
+      first[v] = _mm512_maskz_loadu_epi32(lane_mask(M - 16 * v), ds + 16 * v);
+  }
+  // Lanes of query vector v that may see key c of the block: doc_start <= k0 + c.
+  __mmask16 sees(int c, int v) const {
+    if (ds == nullptr) return static_cast<__mmask16>(0xFFFF);
+    return _mm512_cmp_epi32_mask(first[v], _mm512_set1_epi32(static_cast<int32_t>(k0 + c)),
+                                 _MM_CMPINT_LE);
+  }
+};
+
+// True when no query of [q0, q0 + M) sees any key before k_end (the block can be skipped).
+inline bool block_hidden(const Geometry& g, int64_t b, int64_t q0, int M, int64_t k_end) {
+  if (g.doc_start == nullptr) return false;
+  const int32_t* ds = g.doc_start + b * g.T + q0;
+  for (int r = 0; r < M; ++r)
+    if (ds[r] < k_end) return false;
+  return true;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Forward.
 
@@ -434,21 +463,26 @@ struct ForwardTiles {
 // Replaces them by exp(s - m_new) (zero where not visible; dropped and rescaled when
 // keep_scale > 0), updates the running max and sum (the sum taken before dropout, as
 // FlashAttention does) and leaves exp(m_old - m_new) in w.alpha.
-void softmax_step(ForwardTiles& w, int M, int N, bool diagonal, float keep_scale) {
+void softmax_step(ForwardTiles& w, int M, int N, bool diagonal, float keep_scale,
+                  const DocMask& doc) {
   float* st = w.st.get();
   for (int v = 0; 16 * v < M; ++v) {
     const __m512 m_old = _mm512_load_ps(w.m + 16 * v);
     __m512 m_new = m_old;
     for (int c = 0; c < N; ++c)
-      m_new = _mm512_mask_max_ps(m_new, visible(c, v, M, diagonal), m_new,
+      m_new = _mm512_mask_max_ps(m_new, visible(c, v, M, diagonal) & doc.sees(c, v), m_new,
                                  _mm512_loadu_ps(st + c * kBlock + 16 * v));
-    // Every query sees key 0 of the block, so m_new is finite (lanes beyond M are unused).
-    const __m512 alpha = fast_exp_ps(_mm512_sub_ps(m_old, m_new));  // exp(-inf) = 0 at start
+    // Causal: every query sees key 0 of the block, so m_new is finite (lanes beyond M are
+    // unused). With document masking a query may not have seen any key yet (m_new = -inf):
+    // subtract 0 there instead, so alpha = exp(-inf) = 0 rather than exp(-inf + inf) = NaN.
+    const __mmask16 seen = _mm512_cmp_ps_mask(m_new, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+    const __m512 m_sub = _mm512_maskz_mov_ps(seen, m_new);
+    const __m512 alpha = fast_exp_ps(_mm512_sub_ps(m_old, m_sub));  // exp(-inf) = 0 at start
     __m512 sum = _mm512_setzero_ps();
     for (int c = 0; c < N; ++c) {
       float* s = st + c * kBlock + 16 * v;
-      const __mmask16 vis = visible(c, v, M, diagonal);
-      __m512 p = _mm512_maskz_mov_ps(vis, fast_exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s), m_new)));
+      const __mmask16 vis = visible(c, v, M, diagonal) & doc.sees(c, v);
+      __m512 p = _mm512_maskz_mov_ps(vis, fast_exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s), m_sub)));
       sum = _mm512_add_ps(sum, p);
       if (keep_scale > 0.0f) p = _mm512_maskz_mul_ps(w.keep[c][v], p, _mm512_set1_ps(keep_scale));
       _mm512_storeu_ps(s, p);
@@ -473,16 +507,24 @@ void forward_block(T* out, float* lse, const T* qkv, const Geometry& g,
   const bool drop = dropout.p > 0.0f;
   const float keep_scale = drop ? 1.0f / (1.0f - dropout.p) : 0.0f;
   const uint64_t row0 = drop ? dropout_row_base(dropout, g, b, h) + q0 : 0;
+  DocMask doc;
+  if (g.doc_start != nullptr) {
+    doc.ds = g.doc_start + b * g.T + q0;
+    doc.load(M);
+  }
 
   for (int64_t j = 0; j <= i; ++j) {
     const int64_t k0 = j * kBlock;
     const int N = static_cast<int>(std::min<int64_t>(kBlock, g.T - k0));
+    // Key blocks wholly before every query's document contribute nothing.
+    if (j < i && block_hidden(g, b, q0, M, k0 + N)) continue;
+    doc.k0 = k0;
     const float* k = w.k.get() + k0 * g.ldh;
     const float* v = w.v.get() + k0 * g.ldh;
     // S^T (N, M) = K (scale Q)^T.
     tile_gemm(w.st.get(), kBlock, k, g.ldh, 1, w.qt.get(), kBlock, N, M, g.HD, false);
     if (drop) fill_keep(w.keep, dropout.key, row0, static_cast<uint64_t>(k0), M, N, dropout.p);
-    softmax_step(w, M, N, j == i, keep_scale);
+    softmax_step(w, M, N, j == i, keep_scale, doc);
     for (int r = 0; r < M; ++r) {
       float* o = w.o.get() + r * g.ldh;
       for (int d = 0; d < g.HD; ++d) o[d] *= w.alpha[r];
@@ -550,7 +592,7 @@ struct BackwardTiles {
 // P = exp(S - lse), leaves P after dropout in w.pt and dS = P (dP' - delta) in w.dst, where
 // dP' is dP through the dropout mask; zero where a query does not see a key.
 void backward_softmax_step(BackwardTiles& w, const float* lse, const float* delta, int M, int N,
-                           bool diagonal, float keep_scale) {
+                           bool diagonal, float keep_scale, const DocMask& doc) {
   const __m512 ks = _mm512_set1_ps(keep_scale);
   for (int v = 0; 16 * v < M; ++v) {
     const __mmask16 in_range = lane_mask(M - 16 * v);
@@ -559,7 +601,7 @@ void backward_softmax_step(BackwardTiles& w, const float* lse, const float* delt
     for (int c = 0; c < N; ++c) {
       float* p_ptr = w.pt.get() + c * kBlock + 16 * v;
       float* ds_ptr = w.dst.get() + c * kBlock + 16 * v;
-      const __mmask16 vis = visible(c, v, M, diagonal);
+      const __mmask16 vis = visible(c, v, M, diagonal) & doc.sees(c, v);
       const __m512 p =
           _mm512_maskz_mov_ps(vis, fast_exp_ps(_mm512_sub_ps(_mm512_loadu_ps(p_ptr), vlse)));
       __m512 dp = _mm512_loadu_ps(ds_ptr);
@@ -620,12 +662,19 @@ void backward_head(D* dk_dst, D* dv_dst, int64_t ld_dst, T* dq_dst, const T* dou
     for (int64_t i = j; i < g.nblocks; ++i) {
       const int64_t q0 = i * kBlock;
       const int M = static_cast<int>(std::min<int64_t>(kBlock, g.T - q0));
+      if (i > j && block_hidden(g, b, q0, M, k0 + N)) continue;
+      DocMask doc;
+      if (g.doc_start != nullptr) {
+        doc.ds = g.doc_start + b * g.T + q0;
+        doc.k0 = k0;
+        doc.load(M);
+      }
       // S^T = K (scale Q)^T and dP^T = V dO^T, both (N, M).
       tile_gemm(w.pt.get(), kBlock, k, g.ldh, 1, w.qt.get() + q0, g.ldt, N, M, g.HD, false);
       tile_gemm(w.dst.get(), kBlock, v, g.ldh, 1, w.doutt.get() + q0, g.ldt, N, M, g.HD, false);
       if (drop)
         fill_keep(w.keep, dropout.key, row_base + q0, static_cast<uint64_t>(k0), M, N, dropout.p);
-      backward_softmax_step(w, lse_head + q0, w.delta.get() + q0, M, N, i == j, keep_scale);
+      backward_softmax_step(w, lse_head + q0, w.delta.get() + q0, M, N, i == j, keep_scale, doc);
       // dV += P^T dO; dK += dS^T (scale Q); dQ += dS K (dS read as the view of dS^T).
       tile_gemm(w.dv.get(), g.ldh, w.pt.get(), kBlock, 1, w.dout.get() + q0 * g.ldh, g.ldh, N, g.HD,
                 M, true);
@@ -643,8 +692,14 @@ void backward_head(D* dk_dst, D* dv_dst, int64_t ld_dst, T* dq_dst, const T* dou
 
 template <typename Float>
 void attention_forward(Float* out, float* lse, const Float* qkv, int64_t B, int64_t T, int NH,
-                       int KV, int HD, const AttentionDropout& dropout) {
-  const Geometry g = make_geometry(B, T, NH, KV, HD, dropout);
+                       int KV, int HD, const AttentionDropout& dropout, const int32_t* doc_start) {
+  Geometry g = make_geometry(B, T, NH, KV, HD, dropout);
+  if (doc_start != nullptr) {
+    for (int64_t i = 0; i < B * T; ++i)
+      TESSERA_CHECK_MSG(doc_start[i] >= 0 && doc_start[i] <= i % T,
+                        "attention: doc_start[t] must be in [0, t]");
+    g.doc_start = doc_start;
+  }
   // A task is a run of query blocks of one head, so the head's keys and values are loaded once
   // per task; heads are split into chunks only when there are too few heads to keep every
   // thread busy (about four tasks per thread).
@@ -670,8 +725,9 @@ void attention_forward(Float* out, float* lse, const Float* qkv, int64_t B, int6
 template <typename Float>
 void attention_backward(Float* dqkv, const Float* dout, const Float* qkv, const Float* out,
                         const float* lse, int64_t B, int64_t T, int NH, int KV, int HD,
-                        const AttentionDropout& dropout) {
-  const Geometry g = make_geometry(B, T, NH, KV, HD, dropout);
+                        const AttentionDropout& dropout, const int32_t* doc_start) {
+  Geometry g = make_geometry(B, T, NH, KV, HD, dropout);
+  g.doc_start = doc_start;  // checked by the forward pass that made lse
   const int group = g.group();
   // GQA: per-query-head dK/dV partials (B, NH, T, HD) each, summed below in head order.
   std::vector<float> partial_k, partial_v;
@@ -721,17 +777,23 @@ void attention_backward(Float* dqkv, const Float* dout, const Float* qkv, const 
 }
 
 template void attention_forward<float>(float*, float*, const float*, int64_t, int64_t, int, int,
-                                       int, const AttentionDropout&);
+                                       int, const AttentionDropout&,
+                                 const int32_t*);
 template void attention_forward<bf16>(bf16*, float*, const bf16*, int64_t, int64_t, int, int, int,
-                                      const AttentionDropout&);
+                                      const AttentionDropout&,
+                                 const int32_t*);
 template void attention_backward<float>(float*, const float*, const float*, const float*,
                                         const float*, int64_t, int64_t, int, int, int,
-                                        const AttentionDropout&);
+                                        const AttentionDropout&,
+                                 const int32_t*);
 template void attention_backward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, const float*,
-                                       int64_t, int64_t, int, int, int, const AttentionDropout&);
+                                       int64_t, int64_t, int, int, int, const AttentionDropout&,
+                                 const int32_t*);
 template void attention_forward<fp16>(fp16*, float*, const fp16*, int64_t, int64_t, int, int, int,
-                                      const AttentionDropout&);
+                                      const AttentionDropout&,
+                                 const int32_t*);
 template void attention_backward<fp16>(fp16*, const fp16*, const fp16*, const fp16*, const float*,
-                                       int64_t, int64_t, int, int, int, const AttentionDropout&);
+                                       int64_t, int64_t, int, int, int, const AttentionDropout&,
+                                 const int32_t*);
 
 }  // namespace tessera::kernels

@@ -31,15 +31,20 @@ struct AttentionDropout {
 
 // out (B, T, NH*HD); lse (B, NH, T) fp32, saved for backward;
 // qkv (B, T, (NH + 2*KV) * HD) packed as in rope.h. scale = 1/sqrt(HD).
+// doc_start (B, T) or nullptr: with it, query t of sample b attends to keys
+// [doc_start[b*T + t], t] only (document masking, Megatron's --reset-attention-mask); each value
+// must be in [0, t] (checked). Key blocks no query of a block can see are skipped.
 // (The storage type is named Float, not T, because T is the sequence length here.)
 template <typename Float>
 void attention_forward(Float* out, float* lse, const Float* qkv, int64_t B, int64_t T, int NH,
-                       int KV, int HD, const AttentionDropout& dropout);
+                       int KV, int HD, const AttentionDropout& dropout,
+                       const int32_t* doc_start = nullptr);
 
-// dqkv (B, T, (NH + 2*KV) * HD) overwritten; dout, out (B, T, NH*HD); lse from forward.
+// dqkv (B, T, (NH + 2*KV) * HD) overwritten; dout, out (B, T, NH*HD); lse from forward;
+// doc_start as given to the forward pass.
 template <typename Float>
 void attention_backward(Float* dqkv, const Float* dout, const Float* qkv, const Float* out,
                         const float* lse, int64_t B, int64_t T, int NH, int KV, int HD,
-                        const AttentionDropout& dropout);
+                        const AttentionDropout& dropout, const int32_t* doc_start = nullptr);
 
 }  // namespace tessera::kernels

@@ -47,18 +47,19 @@ void build_table(std::vector<float>& cos_t, std::vector<float>& sin_t, const int
 // -angle (sign = -1, the transpose).
 template <typename Float>
 void rotate(Float* qkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV, int HD,
-            float theta, float sign) {
+            float theta, float sign, bool per_sample) {
   TESSERA_CHECK(B >= 0 && T >= 0 && NH > 0 && KV > 0 && HD > 0);
   TESSERA_CHECK_MSG(HD % 2 == 0, "rope: head dim must be even");
   TESSERA_CHECK_MSG(theta > 0.0f, "rope: theta must be positive");
   std::vector<float> cos_t, sin_t;
-  build_table(cos_t, sin_t, positions, T, HD, theta);
+  // Per-sample positions get a table row per token of the micro-batch.
+  build_table(cos_t, sin_t, positions, per_sample ? B * T : T, HD, theta);
   const int half = HD / 2;
   const int64_t width = (int64_t{NH} + 2 * KV) * HD;
   const int rotated_heads = NH + KV;  // queries then keys; values follow and are left alone
 #pragma omp parallel for if (B * T * rotated_heads * HD >= kMinParallelWork)
   for (int64_t row = 0; row < B * T; ++row) {
-    const int64_t t = row % T;
+    const int64_t t = per_sample ? row : row % T;
     const float* c = cos_t.data() + t * half;
     const float* s = sin_t.data() + t * half;
     Float* token = qkv + row * width;
@@ -79,21 +80,21 @@ void rotate(Float* qkv, const int32_t* positions, int64_t B, int64_t T, int NH, 
 
 template <typename Float>
 void rope_forward(Float* qkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV,
-                  int HD, float theta) {
-  rotate(qkv, positions, B, T, NH, KV, HD, theta, 1.0f);
+                  int HD, float theta, bool per_sample) {
+  rotate(qkv, positions, B, T, NH, KV, HD, theta, 1.0f, per_sample);
 }
 
 template <typename Float>
 void rope_backward(Float* dqkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV,
-                   int HD, float theta) {
-  rotate(dqkv, positions, B, T, NH, KV, HD, theta, -1.0f);
+                   int HD, float theta, bool per_sample) {
+  rotate(dqkv, positions, B, T, NH, KV, HD, theta, -1.0f, per_sample);
 }
 
-template void rope_forward<float>(float*, const int32_t*, int64_t, int64_t, int, int, int, float);
-template void rope_forward<bf16>(bf16*, const int32_t*, int64_t, int64_t, int, int, int, float);
-template void rope_backward<float>(float*, const int32_t*, int64_t, int64_t, int, int, int, float);
-template void rope_backward<bf16>(bf16*, const int32_t*, int64_t, int64_t, int, int, int, float);
-template void rope_forward<fp16>(fp16*, const int32_t*, int64_t, int64_t, int, int, int, float);
-template void rope_backward<fp16>(fp16*, const int32_t*, int64_t, int64_t, int, int, int, float);
+template void rope_forward<float>(float*, const int32_t*, int64_t, int64_t, int, int, int, float, bool);
+template void rope_forward<bf16>(bf16*, const int32_t*, int64_t, int64_t, int, int, int, float, bool);
+template void rope_backward<float>(float*, const int32_t*, int64_t, int64_t, int, int, int, float, bool);
+template void rope_backward<bf16>(bf16*, const int32_t*, int64_t, int64_t, int, int, int, float, bool);
+template void rope_forward<fp16>(fp16*, const int32_t*, int64_t, int64_t, int, int, int, float, bool);
+template void rope_backward<fp16>(fp16*, const int32_t*, int64_t, int64_t, int, int, int, float, bool);
 
 }  // namespace tessera::kernels

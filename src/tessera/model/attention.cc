@@ -88,7 +88,7 @@ void Attention::core(Tensor& attn, Tensor& lse, const Tensor& qkv, const StepCon
   visit_float(qkv.dtype(), [&](auto tag) {
     using T = decltype(tag);
     kernels::attention_forward(attn.data<T>(), lse.data<float>(), qkv.data<T>(), ctx.B, ctx.T,
-                               NH_, KV_, HD_, dropout(ctx));
+                               NH_, KV_, HD_, dropout(ctx), ctx.doc_start);
   });
 }
 
@@ -97,8 +97,10 @@ Tensor Attention::forward(const Tensor& x, Saved& s, const StepContext& ctx) con
   if (rope_) {
     visit_float(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      kernels::rope_forward(s.qkv.data<T>(), ctx.positions.data(), ctx.B, ctx.T, NH_, KV_, HD_,
-                            rope_theta_);
+      const bool per_sample = !ctx.sample_positions.empty();
+      kernels::rope_forward(s.qkv.data<T>(),
+                            per_sample ? ctx.sample_positions.data() : ctx.positions.data(), ctx.B,
+                            ctx.T, NH_, KV_, HD_, rope_theta_, per_sample);
     });
   }
   core(s.attn, s.lse, s.qkv, ctx);
@@ -116,10 +118,12 @@ Tensor Attention::backward(const Tensor& dy, const Saved& s, const StepContext& 
     using T = decltype(tag);
     kernels::attention_backward(dqkv.data<T>(), dattn.data<T>(), s.qkv.data<T>(),
                                 attn.data<T>(), lse.data<float>(), ctx.B, ctx.T, NH_, KV_, HD_,
-                                dropout(ctx));
+                                dropout(ctx), ctx.doc_start);
     if (rope_) {
-      kernels::rope_backward(dqkv.data<T>(), ctx.positions.data(), ctx.B, ctx.T, NH_, KV_, HD_,
-                             rope_theta_);
+      const bool per_sample = !ctx.sample_positions.empty();
+      kernels::rope_backward(dqkv.data<T>(),
+                             per_sample ? ctx.sample_positions.data() : ctx.positions.data(),
+                             ctx.B, ctx.T, NH_, KV_, HD_, rope_theta_, per_sample);
     }
   });
   return qkv_.backward(dqkv, s.inp, ctx.B);

@@ -45,8 +45,11 @@ class UnitUse {
 // The position of every residual-stream row (ctx.local_N() of them), row-major.
 std::vector<int32_t> token_positions(const StepContext& ctx) {
   std::vector<int32_t> pos(ctx.local_N());
-  for (size_t i = 0; i < pos.size(); ++i)
-    pos[i] = ctx.positions[ctx.seq_begin + static_cast<int64_t>(i) % ctx.seq_local];
+  for (size_t i = 0; i < pos.size(); ++i) {
+    const int64_t b = static_cast<int64_t>(i) / ctx.seq_local;
+    const int64_t t = ctx.seq_begin + static_cast<int64_t>(i) % ctx.seq_local;
+    pos[i] = ctx.sample_positions.empty() ? ctx.positions[t] : ctx.sample_positions[b * ctx.T + t];
+  }
   return pos;
 }
 

@@ -18,17 +18,18 @@
 #include <vector>
 
 #include "tessera/comm/process_group.h"
+#include "tessera/data/micro_batch.h"
 #include "tessera/model/gpt_model.h"
 #include "tessera/pipeline/schedule.h"
 #include "tessera/pipeline/timeline.h"
 
 namespace tessera::pipeline {
 
-// One micro-batch as a loader hands it over: it owns the token arrays the Batch points into.
+// One micro-batch as a loader hands it over: it owns the arrays the Batch and the context
+// (positions, document starts) point into.
 struct MicroBatch {
-  std::vector<int32_t> tokens, targets;
-  std::vector<float> loss_mask;  // empty: every token counts
-  model::Batch batch;            // views of the arrays above
+  data::MicroBatch data;
+  model::Batch batch;  // views of data's arrays
   model::StepContext ctx;
 };
 // Loads micro-batch m (0 .. M-1) of this iteration for this rank.

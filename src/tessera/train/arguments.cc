@@ -6,6 +6,7 @@
 #include <map>
 
 #include "tessera/core/error.h"
+#include "tessera/data/gpt_dataset.h"
 #include "tessera/train/json_config.h"
 
 namespace tessera::train {
@@ -151,7 +152,16 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
                "skip iterations whose loss or gradients are NaN/Inf instead of stopping");
 
   app.add_flag("--mock-data", args.mock_data, "synthetic learnable token stream");
-  app.add_option("--data-path", args.data_path, "indexed dataset prefix (PREFIX.bin/.idx)");
+  app.add_option("--data-path", args.data_path,
+                 "indexed dataset prefixes (PREFIX.bin/.idx), optionally weighted: 0.3 A 0.7 B");
+  app.add_option("--train-data-path", args.train_data_path, "training blend (instead of --split)");
+  app.add_option("--valid-data-path", args.valid_data_path, "validation blend");
+  app.add_option("--test-data-path", args.test_data_path, "test blend");
+  app.add_option("--data-cache-path", args.data_cache_path, "where dataset indices are cached");
+  app.add_flag("--eod-mask-loss", args.eod_mask_loss, "no loss on predictions made from EOD");
+  app.add_flag("--reset-position-ids", args.reset_position_ids, "positions restart after EOD");
+  app.add_flag("--reset-attention-mask", args.reset_attention_mask,
+               "tokens attend only within their document");
   app.add_option("--tokenizer-type", args.tokenizer_type)->check(CLI::IsMember({"ByteLevel"}));
   app.add_option("--split", args.split, "train,valid,test weights");
 
@@ -300,12 +310,26 @@ void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
     throw Error("--train-samples " + std::to_string(args.train_samples) +
                 " is not a multiple of --global-batch-size " +
                 std::to_string(args.global_batch_size));
-  if (!args.mock_data && args.data_path.empty())
+  const bool per_split = !args.train_data_path.empty() || !args.valid_data_path.empty() ||
+                         !args.test_data_path.empty();
+  if (!args.mock_data && args.data_path.empty() && !per_split)
     throw Error("no data: give --data-path PREFIX or --mock-data");
-  if (args.mock_data && !args.data_path.empty())
+  if (args.mock_data && (!args.data_path.empty() || per_split))
     throw Error("--mock-data and --data-path are mutually exclusive");
-  if (args.data_path.size() > 1)
-    throw Error("--data-path: one prefix is supported by this trainer (blending comes with the data pipeline)");
+  if (!args.data_path.empty() && per_split)
+    throw Error("--data-path and --train-data-path/--valid-data-path/--test-data-path are "
+                "mutually exclusive");
+  if (per_split && args.train_data_path.empty())
+    throw Error("--valid-data-path/--test-data-path need --train-data-path");
+  // Blend syntax is checked now, before any rank opens a file.
+  if (!args.data_path.empty()) data::parse_blend(args.data_path, "--data-path");
+  if (!args.train_data_path.empty()) data::parse_blend(args.train_data_path, "--train-data-path");
+  if (!args.valid_data_path.empty()) data::parse_blend(args.valid_data_path, "--valid-data-path");
+  if (!args.test_data_path.empty()) data::parse_blend(args.test_data_path, "--test-data-path");
+  if ((args.eod_mask_loss || args.reset_position_ids || args.reset_attention_mask) &&
+      args.tokenizer_type.empty())
+    throw Error("--eod-mask-loss, --reset-position-ids and --reset-attention-mask need the EOD "
+                "id: give --tokenizer-type");
   if (args.recompute_granularity == "full" &&
       (args.recompute_method.empty() || args.recompute_num_layers == 0))
     throw Error("--recompute-granularity full needs --recompute-method (uniform or block) and "

@@ -54,9 +54,14 @@ struct TrainArgs {
 
   // Data.
   bool mock_data = false;           // --mock-data
-  std::vector<std::string> data_path;  // --data-path PREFIX
+  std::vector<std::string> data_path;  // --data-path PREFIX... or W1 PREFIX1 W2 PREFIX2...
+  std::vector<std::string> train_data_path, valid_data_path, test_data_path;  // per split
+  std::string data_cache_path;      // --data-cache-path (default: PREFIX/cache/...)
   std::string tokenizer_type;       // --tokenizer-type (ByteLevel)
   std::string split = "969,30,1";   // --split (train, valid, test weights)
+  bool eod_mask_loss = false;       // --eod-mask-loss
+  bool reset_position_ids = false;  // --reset-position-ids
+  bool reset_attention_mask = false;  // --reset-attention-mask
 
   // Process mesh. Training runs tensor (+ sequence), pipeline and data parallel
   // (DP = world / (TP x PP)); context and expert sizes are validated and printed by

@@ -29,6 +29,7 @@ void MetricsWriter::write(const IterationMetrics& m) {
   j["tokens_per_s"] = m.tokens_per_s;
   j["tflops_per_rank"] = m.tflops_per_rank;
   j["peak_mem_bytes"] = m.peak_mem_bytes;
+  j["data_wait_s"] = m.data_wait_s;
   if (m.val_loss) j["val_loss"] = *m.val_loss;
   // NaN/Inf are not JSON: nlohmann writes null for them, which readers can detect.
   file_ << j.dump() << "\n";
@@ -42,12 +43,13 @@ std::string format_log_line(const IterationMetrics& m) {
                 "(ms): %.1f | learning rate: %.6E | global batch size: %5lld | lm loss: %.6E | "
                 "loss scale: %.1f | grad norm: %.3f | number of skipped iterations: %3lld | "
                 "number of nan iterations: %3lld | tokens/s: %.0f | TFLOP/s/rank: %.3f | "
-                "peak mem (MiB): %.1f |",
+                "peak mem (MiB): %.1f | data wait (ms): %.1f |",
                 static_cast<long long>(m.iteration), static_cast<long long>(m.train_iters),
                 static_cast<long long>(m.consumed_samples), m.iter_time_s * 1e3, m.lr,
                 static_cast<long long>(m.global_batch_size), m.lm_loss, m.loss_scale, m.grad_norm,
                 static_cast<long long>(m.skipped_in_window), static_cast<long long>(m.nan_in_window),
-                m.tokens_per_s, m.tflops_per_rank, m.peak_mem_bytes / 1048576.0);
+                m.tokens_per_s, m.tflops_per_rank, m.peak_mem_bytes / 1048576.0,
+                m.data_wait_s * 1e3);
   return buf;
 }
 

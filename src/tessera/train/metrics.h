@@ -24,6 +24,7 @@ struct IterationMetrics {
   double tokens_per_s = 0;
   double tflops_per_rank = 0;
   int64_t peak_mem_bytes = 0;
+  double data_wait_s = 0;      // time the step waited for its micro-batches (the prefetcher)
   std::optional<double> val_loss;
 };
 

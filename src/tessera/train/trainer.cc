@@ -43,36 +43,6 @@ optim::LRScheduleOptions schedule_options(const TrainArgs& a, int64_t train_iter
   return o;
 }
 
-// Entropy (nats/token) of the token frequencies in [0, last_token) of the dataset, over at most
-// the first 16M tokens: the loss of the best model that ignores context. Throws tessera::Error
-// for a token outside [0, vocab).
-double unigram_entropy(const data::IndexedDataset& ds, int64_t last_token, int64_t vocab) {
-  std::vector<int64_t> counts(vocab, 0);
-  std::vector<int32_t> buf;
-  int64_t seen = 0;
-  const int64_t limit = std::min<int64_t>(last_token, 16 << 20);
-  for (int64_t s = 0; s < ds.num_sequences() && seen < limit; ++s) {
-    const int64_t len = std::min(ds.sequence_length(s), limit - seen);
-    buf.resize(len);
-    ds.get(s, 0, len, buf.data());
-    for (int64_t i = 0; i < len; ++i) {
-      const int32_t t = buf[i];
-      // This pass reads the head of the data anyway: report a bad token now, not hours later.
-      if (t < 0 || t >= vocab)
-        throw Error(ds.bin_path() + ": token " + std::to_string(t) + " at sequence " +
-                    std::to_string(s) + ", offset " + std::to_string(i) +
-                    " is outside the vocabulary [0, " + std::to_string(vocab) +
-                    ") (--vocab-size or the tokenizer's)");
-      ++counts[t];
-    }
-    seen += len;
-  }
-  double h = 0;
-  for (int64_t c : counts)
-    if (c > 0) h -= (double(c) / seen) * std::log(double(c) / seen);
-  return h;
-}
-
 // Megatron's recompute flags as a policy (validated by validate_arguments).
 model::RecomputePolicy recompute_policy(const TrainArgs& a) {
   using P = model::RecomputePolicy;
@@ -212,44 +182,13 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
         optim::DynamicLossScaler::fixed(a.loss_scale > 0 ? a.loss_scale : 1.0));
   }
 
-  const int64_t T = a.model.seq_length, vocab = a.model.vocab_size;
-  const int64_t train_samples = train_iters_ * a.global_batch_size;
-  const int64_t eval_samples = a.eval_iters * a.global_batch_size;
-  if (a.mock_data) {
-    // One Markov chain; validation samples are drawn after all training samples.
-    auto mock = std::make_unique<data::MockSampler>(vocab, T, a.seed, train_samples + eval_samples);
-    std::printf("> mock data: vocab %lld, entropy rate %.3f nats/token (uniform: %.3f)\n",
-                static_cast<long long>(vocab), mock->entropy_rate(), std::log(double(vocab)));
-    train_data_ = std::move(mock);
-  } else {
-    dataset_ = std::make_unique<data::IndexedDataset>(a.data_path[0]);
-    const auto split = split_fractions(a.split);
-    const int64_t n = dataset_->num_tokens();
-    const int64_t train_end = static_cast<int64_t>(std::llround(split[0] * n));
-    const int64_t valid_end = static_cast<int64_t>(std::llround((split[0] + split[1]) * n));
-    train_data_ = std::make_unique<data::SequentialSampler>(*dataset_, T, 0, train_end, vocab);
-    if (train_data_->num_samples() < 1)
-      throw Error("--data-path " + a.data_path[0] + ": " + std::to_string(train_end) +
-                  " training tokens make no sample of --seq-length " + std::to_string(T) + " + 1");
-    if (valid_end - train_end > T)
-      valid_data_ = std::make_unique<data::SequentialSampler>(*dataset_, T, train_end, valid_end, vocab);
-    if (!valid_data_ && a.eval_interval > 0 && a.eval_iters > 0)
-      std::printf("> --split '%s' leaves no validation sample of %lld + 1 tokens: no evaluation\n",
-                  a.split.c_str(), static_cast<long long>(T));
-    unigram_entropy_ = unigram_entropy(*dataset_, train_end, vocab);
-    std::printf("> data %s: %lld documents, %lld tokens; train %lld samples, valid %lld samples; "
-                "unigram entropy %.3f nats/token\n",
-                a.data_path[0].c_str(), static_cast<long long>(dataset_->num_documents()),
-                static_cast<long long>(n), static_cast<long long>(train_data_->num_samples()),
-                static_cast<long long>(valid_data_ ? valid_data_->num_samples() : 0),
-                unigram_entropy_);
-  }
+  build_data();
   std::printf("> model: %s family, %lld parameters (%d layers, hidden %d, heads %d/%d, ffn %d, "
               "vocab %lld padded to %lld), compute %s, %d threads\n",
               a.model.family() == model::Family::kGpt2 ? "GPT-2" : "LLaMA",
               static_cast<long long>(a.model.num_parameters()), a.model.num_layers,
               a.model.hidden_size, a.model.num_attention_heads, a.model.kv_heads(), a.model.ffn(),
-              static_cast<long long>(vocab), static_cast<long long>(model_->padded_vocab()),
+              static_cast<long long>(a.model.vocab_size), static_cast<long long>(model_->padded_vocab()),
               dtype_name(dtype), num_threads());
   if (tp_.size() > 1)
     std::printf("> tensor parallel: %d ranks%s, %lld parameters (with padding) on each rank\n",
@@ -282,24 +221,17 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
 
 Trainer::~Trainer() = default;
 
-std::unique_ptr<pipeline::MicroBatch> Trainer::load_samples(const data::TokenSampler& sampler,
-                                                            int64_t first, int64_t count,
-                                                            int64_t iteration,
-                                                            bool training) const {
-  const int64_t T = args_.model.seq_length;
+std::unique_ptr<pipeline::MicroBatch> Trainer::bind_micro_batch(const data::MicroBatch& data,
+                                                                int64_t iteration,
+                                                                bool training) const {
   auto mb = std::make_unique<pipeline::MicroBatch>();
-  mb->tokens.resize(count * T);
-  mb->targets.resize(count * T);
-  std::vector<int32_t> sample(T + 1);
-  for (int64_t b = 0; b < count; ++b) {
-    // Past the end of the data the sequence starts over (epochs; shuffling comes with the
-    // GPT dataset).
-    sampler.sample((first + b) % sampler.num_samples(), sample.data());
-    std::copy(sample.begin(), sample.end() - 1, mb->tokens.begin() + b * T);
-    std::copy(sample.begin() + 1, sample.end(), mb->targets.begin() + b * T);
-  }
-  mb->batch = {mb->tokens.data(), mb->targets.data(), nullptr, count, T};
-  mb->ctx = model_->context(count, T, first, args_.seed, iteration, training);
+  mb->data = data;  // the prefetcher reuses its slot: the pipeline keeps its own copy
+  const data::MicroBatch& d = mb->data;
+  mb->batch = {d.tokens.data(), d.targets.data(),
+               d.loss_mask.empty() ? nullptr : d.loss_mask.data(), d.B, d.T};
+  mb->ctx = model_->context(d.B, d.T, d.first_sample, args_.seed, iteration, training);
+  if (!d.positions.empty()) mb->ctx.sample_positions = d.positions;
+  if (!d.doc_start.empty()) mb->ctx.doc_start = d.doc_start.data();
   return mb;
 }
 
@@ -335,9 +267,12 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
 
   StepOutcome out;
   dp_grads_->start_iteration();  // zeroes the gradients
+  // The executor asks for micro-batches in increasing order (first forwards come in order).
   auto load = [&](int m) {
-    return load_samples(*train_data_, consumed_samples_ + (m * dp_size_ + dp_rank_) * mbs, mbs,
-                        iteration, true);
+    const data::MicroBatch& mb = prefetcher_->next();
+    TESSERA_CHECK(mb.first_sample ==
+                  data::micro_batch_first_sample(consumed_samples_, m, dp_size_, dp_rank_, mbs));
+    return bind_micro_batch(mb, iteration, true);
   };
   // Buckets are reduced while backward produces them: in the last micro-batch (ZeRO 0-1) or
   // in every one (ZeRO 2-3), when this rank's part is one chunk; with virtual stages once,
@@ -374,7 +309,11 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
       distributed::sum_over(sharded ? world_.get() : model_group_.get(),
                             {tp_grads_->local_sum_squares(owned)})[0];
   const bool finite = std::isfinite(sum_sq) && std::isfinite(out.loss_sum);
-  out.grad_norm = std::sqrt(sum_sq) / loss_scale;
+  // The gradients are of loss_sum / (GBS * T). With a loss mask (--eod-mask-loss) fewer tokens
+  // count: rescale to the mean over the counted tokens of the global batch (Megatron's
+  // --calculate-per-token-loss, independent of the micro-batch size). Exactly 1 without a mask.
+  const double count_ratio = out.tokens > 0 ? global_tokens / out.tokens : 1.0;
+  out.grad_norm = std::sqrt(sum_sq) / loss_scale * count_ratio;
 
   if (!finite) {
     if (args_.fp16) {
@@ -395,7 +334,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
     return out;
   }
   scaler_->update(false);
-  float step_scale = static_cast<float>(1.0 / loss_scale);
+  float step_scale = static_cast<float>(count_ratio / loss_scale);
   // Megatron's clipping: scale by max_norm / (norm + 1e-6) when that is below 1.
   if (args_.clip_grad > 0) {
     const double coeff = args_.clip_grad / (out.grad_norm + 1e-6);
@@ -433,12 +372,14 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
 
 double Trainer::evaluate(int64_t iteration) {
   const data::TokenSampler* sampler = valid_data_ ? valid_data_.get() : nullptr;
-  int64_t first = 0;
+  // Each pass takes the next eval_iters global batches, as Megatron's validation iterator does.
+  int64_t first = evaluations_ * args_.eval_iters * args_.global_batch_size;
   if (args_.mock_data) {
     sampler = train_data_.get();
-    first = train_iters_ * args_.global_batch_size;  // held-out samples after the training ones
+    first += train_iters_ * args_.global_batch_size;  // held out: after the training samples
   }
   if (sampler == nullptr || args_.eval_iters == 0) return NAN;
+  ++evaluations_;
   const int64_t mbs = args_.micro_batch_size;
   double loss = 0, tokens = 0;
   const auto t0 = Clock::now();
@@ -455,7 +396,9 @@ double Trainer::evaluate(int64_t iteration) {
       next_progress += 5.0;
     }
     ++done;
-    return load_samples(*sampler, first + (i * dp_size_ + dp_rank_) * mbs, mbs, iteration, false);
+    data::load_micro_batch(*sampler, data::micro_batch_first_sample(first, i, dp_size_, dp_rank_, mbs),
+                           mbs, ltor_, eval_batch_);
+    return bind_micro_batch(eval_batch_, iteration, false);
   };
   const model::LossSum s = executor_->evaluate(load, static_cast<int>(batches));
   loss = s.loss_sum;
@@ -483,8 +426,21 @@ int64_t Trainer::train() {
   // that updated, skipped and NaN iterations counted within the window.
   double window_time = 0, window_loss = 0;
   int64_t window_iters = 0, window_updates = 0, window_skipped = 0, window_nan = 0;
+  double window_wait = 0;
+  // The background thread loads this rank's micro-batches in the order train_step takes them:
+  // micro-batch k is micro-batch k % num_micro of iteration start + 1 + k / num_micro.
+  const int64_t num_micro = a.num_microbatches(dp_size_), mbs = a.micro_batch_size;
+  const int64_t start_consumed = consumed_samples_;
+  prefetcher_ = std::make_unique<data::Prefetcher>(
+      [this, num_micro, mbs, start_consumed](int64_t k, data::MicroBatch& out) {
+        const int64_t consumed = start_consumed + (k / num_micro) * args_.global_batch_size;
+        const int64_t first =
+            data::micro_batch_first_sample(consumed, k % num_micro, dp_size_, dp_rank_, mbs);
+        data::load_micro_batch(*train_data_, first, mbs, ltor_, out);
+      },
+      std::max<int64_t>(train_iters_ - start_iteration_, 0) * num_micro);
   int64_t iteration = 0;
-  for (iteration = 1; iteration <= train_iters_; ++iteration) {
+  for (iteration = start_iteration_ + 1; iteration <= train_iters_; ++iteration) {
     MemoryAccountant::instance().reset_peaks();
     const auto t0 = Clock::now();
     const StepOutcome step = train_step(iteration);
@@ -505,8 +461,10 @@ int64_t Trainer::train() {
     m.tokens_per_s = tokens_per_iter / dt;
     m.tflops_per_rank = flops_per_iter / world_size / dt / 1e12;
     m.peak_mem_bytes = MemoryAccountant::instance().snapshot().total_peak;
+    m.data_wait_s = prefetcher_->take_wait_seconds();
 
     window_time += dt;
+    window_wait += m.data_wait_s;
     ++window_iters;
     window_skipped += step.skipped ? 1 : 0;
     window_nan += step.nan ? 1 : 0;
@@ -520,12 +478,13 @@ int64_t Trainer::train() {
       avg.lm_loss = window_updates > 0 ? window_loss / window_updates : m.lm_loss;
       avg.skipped_in_window = window_skipped;
       avg.nan_in_window = window_nan;
+      avg.data_wait_s = window_wait / window_iters;
       avg.tokens_per_s = tokens_per_iter / avg.iter_time_s;
       avg.tflops_per_rank = flops_per_iter / world_size / avg.iter_time_s / 1e12;
       std::printf("%s\n", format_log_line(avg).c_str());
       if (a.timing_log_level >= 1) print_breakdown(window_iters);
       std::fflush(stdout);
-      window_time = window_loss = 0;
+      window_time = window_loss = window_wait = 0;
       window_iters = window_updates = window_skipped = window_nan = 0;
     }
 
@@ -553,6 +512,7 @@ int64_t Trainer::train() {
       break;
     }
   }
+  prefetcher_.reset();
   iteration = std::min(iteration, train_iters_);
   if (!a.export_weights.empty()) export_weights();
   return iteration;

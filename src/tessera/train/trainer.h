@@ -18,6 +18,7 @@
 #include <memory>
 
 #include "tessera/data/indexed_dataset.h"
+#include "tessera/data/micro_batch.h"
 #include "tessera/data/sampler.h"
 #include "tessera/model/gpt_model.h"
 #include "tessera/optim/loss_scaler.h"
@@ -57,6 +58,13 @@ class Trainer {
   // if asked. Returns the last iteration run.
   int64_t train();
 
+  // Makes train() continue a run after `iteration` iterations that consumed `consumed_samples`
+  // training samples: the data continues with sample consumed_samples, exactly where the
+  // uninterrupted run would be, and validation passes continue after those already run (the
+  // checkpoint loader's entry point; weights, optimizer and schedule state are its own
+  // business). Call before train().
+  void resume_at(int64_t iteration, int64_t consumed_samples);
+
   model::GPTModel& model() { return *model_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
 
@@ -67,10 +75,11 @@ class Trainer {
   };
   StepOutcome train_step(int64_t iteration);
   double evaluate(int64_t iteration);
-  // The micro-batch of `count` samples starting at global sample `first` (B = count).
-  std::unique_ptr<pipeline::MicroBatch> load_samples(const data::TokenSampler& sampler,
-                                                     int64_t first, int64_t count,
-                                                     int64_t iteration, bool training) const;
+  void build_data();
+  // A loaded micro-batch bound to the model: a copy of its arrays, the Batch viewing them and
+  // its step context (positions, document starts).
+  std::unique_ptr<pipeline::MicroBatch> bind_micro_batch(const data::MicroBatch& data,
+                                                         int64_t iteration, bool training) const;
   // Sums the tied word embedding's gradient over the embedding group (pipelines only).
   void sync_tied_embedding();
   void export_weights() const;
@@ -87,7 +96,9 @@ class Trainer {
   int dp_size_ = 1, dp_rank_ = 0, pp_size_ = 1, pp_rank_ = 0, world_size_ = 1;
   bool reporting_rank_ = true;  // prints, writes metrics and exports
   int64_t train_iters_ = 0;
+  int64_t start_iteration_ = 0;   // iterations done before train() (resume_at)
   int64_t consumed_samples_ = 0;
+  int64_t evaluations_ = 0;       // validation passes so far: each takes the next samples
   std::unique_ptr<model::GPTModel> model_;
   std::unique_ptr<distributed::TensorParallelGrads> tp_grads_;
   std::unique_ptr<distributed::DataParallelGrads> dp_grads_;
@@ -99,8 +110,10 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRSchedule> scheduler_;
   std::unique_ptr<optim::DynamicLossScaler> scaler_;
-  std::unique_ptr<data::IndexedDataset> dataset_;
   std::unique_ptr<data::TokenSampler> train_data_, valid_data_;
+  data::LtorOptions ltor_;
+  std::unique_ptr<data::Prefetcher> prefetcher_;  // training micro-batches, during train()
+  data::MicroBatch eval_batch_;
   MetricsWriter metrics_;
   double unigram_entropy_ = 0;  // of the training tokens (data files only), for reference
 };
