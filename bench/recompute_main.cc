@@ -21,8 +21,9 @@ using namespace tessera;
 namespace {
 
 int64_t activations_now() {
-  return MemoryAccountant::instance().snapshot().current[static_cast<int>(
-      MemoryCategory::kActivations)];
+  return MemoryAccountant::instance()
+      .snapshot()
+      .current[static_cast<int>(MemoryCategory::kActivations)];
 }
 int64_t activations_peak() {
   return MemoryAccountant::instance()
@@ -41,8 +42,9 @@ double analytic_layer_bytes(const model::ModelConfig& c, int64_t N, double elem,
   if (g == G::kFull) return elem * N * C;  // the layer's input only
   const double up = c.swiglu ? 2 * F : F;
   const double stats = c.normalization == model::Normalization::kLayerNorm ? 2 : 1;
-  double bytes = elem * N * (C /*input*/ + C /*norm1*/ + (NH + 2 * KV) * HD /*qkv*/ +
-                             C /*attention output*/ + C /*residual*/ + C /*norm2*/ + up + F) +
+  double bytes = elem * N *
+                     (C /*input*/ + C /*norm1*/ + (NH + 2 * KV) * HD /*qkv*/ +
+                      C /*attention output*/ + C /*residual*/ + C /*norm2*/ + up + F) +
                  4.0 * N * (2 * stats /*two norms*/ + NH /*lse*/);
   if (g == G::kSelective) bytes -= elem * N * C + 4.0 * N * NH;
   return bytes;
@@ -74,10 +76,11 @@ int main(int argc, char** argv) {
       {"selective", {G::kSelective, model::RecomputePolicy::Method::kUniform, 1}},
       {"full uniform 1", {G::kFull, model::RecomputePolicy::Method::kUniform, 1}},
   };
-  std::printf("LLaMA-style 124M (%d layers, hidden %d, ffn %d), micro-batch %lld x %lld tokens, "
-              "bf16, %d threads\n",
-              cfg.num_layers, cfg.hidden_size, cfg.ffn(), static_cast<long long>(B),
-              static_cast<long long>(cfg.seq_length), num_threads());
+  std::printf(
+      "LLaMA-style 124M (%d layers, hidden %d, ffn %d), micro-batch %lld x %lld tokens, "
+      "bf16, %d threads\n",
+      cfg.num_layers, cfg.hidden_size, cfg.ffn(), static_cast<long long>(B),
+      static_cast<long long>(cfg.seq_length), num_threads());
   std::printf("%-15s | %-28s | %-12s | %-10s | %s\n", "policy", "held/layer MiB (analytic)",
               "peak MiB", "step ms", "step / none");
   double base_ms = 0;
@@ -110,10 +113,10 @@ int main(int argc, char** argv) {
   // s*b*h*(34 + 5*a*s/h) with the attention matrix, 34*s*b*h selective; for comparison only, as
   // the flash-style kernel keeps no T x T matrix and no dropout mask is stored.
   const double sbh = static_cast<double>(N) * cfg.hidden_size;
-  std::printf("Megatron's estimate per layer: %.2f MiB (no recompute, with the T x T matrices), "
-              "%.2f MiB (selective)\n",
-              sbh * (34 + 5.0 * cfg.num_attention_heads * cfg.seq_length / cfg.hidden_size) /
-                  (1 << 20),
-              sbh * 34 / (1 << 20));
+  std::printf(
+      "Megatron's estimate per layer: %.2f MiB (no recompute, with the T x T matrices), "
+      "%.2f MiB (selective)\n",
+      sbh * (34 + 5.0 * cfg.num_attention_heads * cfg.seq_length / cfg.hidden_size) / (1 << 20),
+      sbh * 34 / (1 << 20));
   return 0;
 }

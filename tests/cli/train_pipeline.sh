@@ -27,6 +27,9 @@ check "micro-batches not a multiple of PP when interleaved" expect_error 2 \
   "the interleaved schedule needs the number of micro-batches per iteration .3 = global batch" \
   --num-layers 4 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 \
   --micro-batch-size 1 --global-batch-size 3
+check "a timeline iteration after the last" expect_error 2 \
+  "--timeline-iteration 5 is after the last iteration .2." --timeline-iteration 5 \
+  --timeline-file "$TMP/t.json"
 check "full recompute without its method" expect_error 2 \
   "--recompute-granularity full needs --recompute-method" --recompute-granularity full
 

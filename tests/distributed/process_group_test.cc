@@ -4,8 +4,9 @@
 // consistency check firing on a deliberately wrong program. The check is on for the whole
 // binary (so every other test also proves it raises no false alarm).
 // ranks: 1 2 4 8
-#include <gtest/gtest.h>
+#include "tessera/comm/process_group.h"
 
+#include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cmath>
@@ -14,7 +15,6 @@
 #include <vector>
 
 #include "dist_main.h"
-#include "tessera/comm/process_group.h"
 #include "tessera/core/error.h"
 #include "tessera/core/tensor.h"
 
@@ -24,7 +24,7 @@ namespace {
 const std::vector<DType> kNumericTypes = {DType::kF32, DType::kBF16, DType::kF16, DType::kI32,
                                           DType::kI64};
 const std::vector<DType> kAllTypes = {DType::kF32, DType::kBF16, DType::kF16,
-                                      DType::kI32, DType::kI64, DType::kU16};
+                                      DType::kI32, DType::kI64,  DType::kU16};
 
 // Element i of rank r's input. Float values are multiples of 1/4 in [-2, 2], so they are exact in
 // bf16/fp16 and so are sums over <= 8 ranks (|sum| <= 16 needs 7 significant bits): every
@@ -34,33 +34,55 @@ double value(DType d, int r, int64_t i) {
   switch (d) {
     case DType::kF32:
     case DType::kBF16:
-    case DType::kF16: return 0.25 * static_cast<double>(u);
-    case DType::kI32: return 100003.0 * static_cast<double>(u);
-    case DType::kI64: return std::ldexp(static_cast<double>(u), 40);  // needs 64 bits
-    case DType::kU16: return static_cast<double>(u + 8 + 17 * r);
+    case DType::kF16:
+      return 0.25 * static_cast<double>(u);
+    case DType::kI32:
+      return 100003.0 * static_cast<double>(u);
+    case DType::kI64:
+      return std::ldexp(static_cast<double>(u), 40);  // needs 64 bits
+    case DType::kU16:
+      return static_cast<double>(u + 8 + 17 * r);
   }
   return 0;
 }
 
 void set(Tensor& t, int64_t i, double v) {
   switch (t.dtype()) {
-    case DType::kF32: t.data<float>()[i] = static_cast<float>(v); break;
-    case DType::kBF16: t.data<bf16>()[i] = bf16(static_cast<float>(v)); break;
-    case DType::kF16: t.data<fp16>()[i] = fp16(static_cast<float>(v)); break;
-    case DType::kI32: t.data<int32_t>()[i] = static_cast<int32_t>(v); break;
-    case DType::kI64: t.data<int64_t>()[i] = static_cast<int64_t>(v); break;
-    case DType::kU16: t.data<uint16_t>()[i] = static_cast<uint16_t>(v); break;
+    case DType::kF32:
+      t.data<float>()[i] = static_cast<float>(v);
+      break;
+    case DType::kBF16:
+      t.data<bf16>()[i] = bf16(static_cast<float>(v));
+      break;
+    case DType::kF16:
+      t.data<fp16>()[i] = fp16(static_cast<float>(v));
+      break;
+    case DType::kI32:
+      t.data<int32_t>()[i] = static_cast<int32_t>(v);
+      break;
+    case DType::kI64:
+      t.data<int64_t>()[i] = static_cast<int64_t>(v);
+      break;
+    case DType::kU16:
+      t.data<uint16_t>()[i] = static_cast<uint16_t>(v);
+      break;
   }
 }
 
 double get(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
-    case DType::kF32: return t.data<float>()[i];
-    case DType::kBF16: return to_f32(t.data<bf16>()[i]);
-    case DType::kF16: return to_f32(t.data<fp16>()[i]);
-    case DType::kI32: return t.data<int32_t>()[i];
-    case DType::kI64: return static_cast<double>(t.data<int64_t>()[i]);
-    case DType::kU16: return t.data<uint16_t>()[i];
+    case DType::kF32:
+      return t.data<float>()[i];
+    case DType::kBF16:
+      return to_f32(t.data<bf16>()[i]);
+    case DType::kF16:
+      return to_f32(t.data<fp16>()[i]);
+    case DType::kI32:
+      return t.data<int32_t>()[i];
+    case DType::kI64:
+      return static_cast<double>(t.data<int64_t>()[i]);
+    case DType::kU16:
+      return t.data<uint16_t>()[i];
   }
   return 0;
 }
@@ -145,7 +167,8 @@ void check_all_collectives(ProcessGroup& g) {
       Tensor out = Tensor::empty({n * block}, d);
       g.all_to_all(in, out).wait();
       for (int r = 0; r < n; ++r) {
-        expect_elements(out, r * block, block, [&](int64_t k) { return value(d, r, me * block + k); });
+        expect_elements(out, r * block, block,
+                        [&](int64_t k) { return value(d, r, me * block + k); });
       }
     }
     {
@@ -169,7 +192,8 @@ void check_all_collectives(ProcessGroup& g) {
       g.all_to_allv(in, in_counts, out, out_counts).wait();
       int64_t pos = 0;
       for (int r = 0; r < n; ++r) {
-        expect_elements(out, pos, out_counts[r], [&](int64_t k) { return value(d, r, 100 * me + k); });
+        expect_elements(out, pos, out_counts[r],
+                        [&](int64_t k) { return value(d, r, 100 * me + k); });
         pos += out_counts[r];
       }
       expect_elements(out, pos, 3, [](int64_t) { return 0.0; });
@@ -295,7 +319,7 @@ TEST(ProcessGroup, CommunicationAccounting) {
   std::vector<std::vector<int>> all(1);
   for (int r = 0; r < n; ++r) all[0].push_back(r);
   auto g = w->new_subgroups(all, "acct");
-  Tensor f = Tensor::zeros({1000}, DType::kF32);  // S = 4000 bytes
+  Tensor f = Tensor::zeros({1000}, DType::kF32);   // S = 4000 bytes
   Tensor h = Tensor::zeros({1000}, DType::kBF16);  // travels as fp32 in reductions
   Tensor gathered = Tensor::empty({1000 * n}, DType::kF32);
   g->all_reduce(f, ReduceOp::kSum);
@@ -314,8 +338,8 @@ TEST(ProcessGroup, CommunicationAccounting) {
   EXPECT_EQ(s.bytes_of(OpType::kAllToAll), (n - 1) * 4000);
   EXPECT_EQ(s.bytes_of(OpType::kBroadcast), me == 0 ? 4000 : 0);
   EXPECT_EQ(s.calls_of(OpType::kBarrier), 1);
-  EXPECT_EQ(s.total_bytes(), s.bytes_of(OpType::kAllReduce) + 3 * (n - 1) * 4000 +
-                                 (me == 0 ? 4000 : 0));
+  EXPECT_EQ(s.total_bytes(),
+            s.bytes_of(OpType::kAllReduce) + 3 * (n - 1) * 4000 + (me == 0 ? 4000 : 0));
   // The world group's counters are separate.
   w->reset_stats();
   EXPECT_EQ(w->stats().total_bytes(), 0);
@@ -415,8 +439,7 @@ TEST(ProcessGroup, MismatchDetectorNamesBothCallSites) {
   // Different operations from different lines: both call sites are named, on every rank.
   Tensor u = Tensor::zeros({4}, DType::kF32);
   const int line_reduce = __LINE__ + 1;
-  Work b = me == 0 ? w->all_reduce(u, ReduceOp::kMax)
-                   : w->broadcast(u, 0);
+  Work b = me == 0 ? w->all_reduce(u, ReduceOp::kMax) : w->broadcast(u, 0);
   const int line_bcast = line_reduce + 1;
   try {
     b.wait();
@@ -466,9 +489,9 @@ TEST(ProcessGroup, PointToPointTagsAndChecks) {
       FAIL() << "mismatch not detected";
     } catch (const Error& e) {
       const std::string m = e.what();
-      EXPECT_NE(m.find("got message #0 of 4 elements of bf16 (sent at line " +
-                       std::to_string(send_line)),
-                std::string::npos)
+      EXPECT_NE(
+          m.find("got message #0 of 4 elements of bf16 (sent at line " + std::to_string(send_line)),
+          std::string::npos)
           << m;
       EXPECT_NE(m.find("recv from rank 0"), std::string::npos) << m;
       EXPECT_NE(m.find("do not match"), std::string::npos) << m;

@@ -147,8 +147,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
                    const std::vector<int64_t>& out_counts,
                    std::source_location where = std::source_location::current());
   // t on every member = t on `root` (a rank of this group).
-  Work broadcast(Tensor& t, int root,
-                 std::source_location where = std::source_location::current());
+  Work broadcast(Tensor& t, int root, std::source_location where = std::source_location::current());
   // Point to point; peer is a rank of this group. A receive takes the first message from `peer`
   // with the same `tag` (0 <= tag < 32768) not taken yet: messages with equal tags match in
   // issue order, different tags keep messages that travel together apart (a pipeline's

@@ -59,15 +59,15 @@ struct GroupInfo {
 // ~0.4 us per operation.
 struct TaskInfo {
   std::shared_ptr<const GroupInfo> group;
-  const char* op = "";      // "all_reduce", "send to", "new_subgroups", ... (static strings)
-  int64_t seq = 0;          // collective sequence number on the group (1-based); 0 = p2p
-  int64_t count = -1;       // elements; -1: not shown
+  const char* op = "";  // "all_reduce", "send to", "new_subgroups", ... (static strings)
+  int64_t seq = 0;      // collective sequence number on the group (1-based); 0 = p2p
+  int64_t count = -1;   // elements; -1: not shown
   DType dtype = DType::kF32;
-  int peer = -1;            // for send/recv: the peer's rank in the group
-  int peer_world = -1;      // for send/recv: the peer's world rank
+  int peer = -1;               // for send/recv: the peer's rank in the group
+  int peer_world = -1;         // for send/recv: the peer's world rank
   const char* file = nullptr;  // call site (source_location strings are static); with line 0
   unsigned line = 0;           // and count -1 a free text: "(in comm::shutdown())"
-  std::string label;        // new_subgroups: the new groups' name
+  std::string label;           // new_subgroups: the new groups' name
   // "all_reduce #3 (fp32, 100 elements, at f.cc:12)", "recv from rank 1 (fp32, ...)",
   // "new_subgroups('tp') #2", "barrier #1 (in comm::shutdown())".
   std::string describe() const;
@@ -135,10 +135,10 @@ class Runtime {
   std::condition_variable queue_cv_;
   std::deque<Task> queue_;
   bool stop_comm_ = false;
-  bool comm_busy_ = false;      // the comm thread runs a task or has transfers in flight
-  bool inline_running_ = false; // a waiter runs a task itself (try_run_inline)
-  bool comm_sleeping_ = false;  // the comm thread waits on queue_cv_
-  bool wake_pending_ = false;   // notified, and has not run since (see need_wake_locked)
+  bool comm_busy_ = false;       // the comm thread runs a task or has transfers in flight
+  bool inline_running_ = false;  // a waiter runs a task itself (try_run_inline)
+  bool comm_sleeping_ = false;   // the comm thread waits on queue_cv_
+  bool wake_pending_ = false;    // notified, and has not run since (see need_wake_locked)
 
   // The task running on the communication thread (watchdog reads it).
   std::mutex current_mu_;
@@ -159,7 +159,6 @@ class Runtime {
   std::atomic<bool> stop_watchdog_{false};
   std::thread comm_thread_;
   std::thread watchdog_thread_;
-
 };
 
 // Ends the whole job with exit code `code` (after flushing stdio); see runtime.cc for why this

@@ -23,7 +23,9 @@
 //     ranks hold only their local gradient there (their copy of that part is zero before
 //     backward), so the result is the new running sum. Once a bucket is reduced its unowned
 //     parts are zeroed and their pages given back (core/memory.h release_pages), so besides the
-//     owned Ψ/DP only the buckets of the layers in flight are resident.
+//     owned Ψ/DP only the buckets of the layers in flight are resident. (Under an interleaved
+//     pipeline schedule a reduction follows each micro-batch's last chunk instead: the buckets
+//     then hold whatever accumulated since the previous one, other micro-batches' chunks too.)
 //   stage 3: gradients as stage 2, with one bucket per model unit (GPTModel::units()), the same
 //     units whose parameters distributed::Zero3Params gathers; gather_values() does nothing
 //     (parameters are gathered when used).

@@ -5,8 +5,8 @@
 // again in backward) and its other parts are dropped after: zeroed, their pages given back.
 //
 // Prefetch: when the model acquires the unit its pass expects next (GPTModel announces each
-// pass's units, model/gpt_model.h ParamAccess), the unit after it in the pass is gathered on the communication thread
-// while the current one computes, if it is at most `prefetch_elems` elements
+// pass's units, model/gpt_model.h ParamAccess), the unit after it in the pass is gathered on the
+// communication thread while the current one computes, if it is at most `prefetch_elems` elements
 // (stage3_prefetch_bucket_size) and the gathered units stay within `max_live_elems`
 // (stage3_max_live_parameters). Units smaller than `persistence_threshold` elements
 // (stage3_param_persistence_threshold) stay whole: they are gathered once after each optimizer

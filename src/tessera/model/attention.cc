@@ -44,14 +44,18 @@ void Attention::declare(ParameterSet& params, const std::string& prefix, const M
     }
   }
   const std::string out = out_name(prefix, cfg);
-  params.add(out + ".weight", {C, q_rows}, InitKind::kNormal, out_std, true, ShardSpec::split(1, {q}));
+  params.add(out + ".weight", {C, q_rows}, InitKind::kNormal, out_std, true,
+             ShardSpec::split(1, {q}));
   if (cfg.add_bias_linear) params.add(out + ".bias", {C}, InitKind::kZeros, 0.0f, false);
 }
 
 Attention::Attention(ParameterSet& params, const std::string& prefix, const ModelConfig& cfg,
                      int layer, const parallel::TensorParallel* tp)
-    : NH_global_(cfg.num_attention_heads), HD_(cfg.head_dim()), layer_(layer),
-      rope_(cfg.position_embedding == PositionEmbedding::kRope), rope_theta_(cfg.rotary_base),
+    : NH_global_(cfg.num_attention_heads),
+      HD_(cfg.head_dim()),
+      layer_(layer),
+      rope_(cfg.position_embedding == PositionEmbedding::kRope),
+      rope_theta_(cfg.rotary_base),
       dropout_p_(cfg.attention_dropout) {
   const int T = params.tp_size(), KV = cfg.kv_heads();
   NH_ = NH_global_ / T;
@@ -87,8 +91,8 @@ void Attention::core(Tensor& attn, Tensor& lse, const Tensor& qkv, const StepCon
   lse = Tensor::empty({ctx.B, NH_, ctx.T}, DType::kF32);
   visit_float(qkv.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    kernels::attention_forward(attn.data<T>(), lse.data<float>(), qkv.data<T>(), ctx.B, ctx.T,
-                               NH_, KV_, HD_, dropout(ctx), ctx.doc_start);
+    kernels::attention_forward(attn.data<T>(), lse.data<float>(), qkv.data<T>(), ctx.B, ctx.T, NH_,
+                               KV_, HD_, dropout(ctx), ctx.doc_start);
   });
 }
 
@@ -116,14 +120,14 @@ Tensor Attention::backward(const Tensor& dy, const Saved& s, const StepContext& 
   Tensor dqkv = Tensor::empty(s.qkv.shape(), dy.dtype());
   visit_float(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    kernels::attention_backward(dqkv.data<T>(), dattn.data<T>(), s.qkv.data<T>(),
-                                attn.data<T>(), lse.data<float>(), ctx.B, ctx.T, NH_, KV_, HD_,
-                                dropout(ctx), ctx.doc_start);
+    kernels::attention_backward(dqkv.data<T>(), dattn.data<T>(), s.qkv.data<T>(), attn.data<T>(),
+                                lse.data<float>(), ctx.B, ctx.T, NH_, KV_, HD_, dropout(ctx),
+                                ctx.doc_start);
     if (rope_) {
       const bool per_sample = !ctx.sample_positions.empty();
       kernels::rope_backward(dqkv.data<T>(),
-                             per_sample ? ctx.sample_positions.data() : ctx.positions.data(),
-                             ctx.B, ctx.T, NH_, KV_, HD_, rope_theta_, per_sample);
+                             per_sample ? ctx.sample_positions.data() : ctx.positions.data(), ctx.B,
+                             ctx.T, NH_, KV_, HD_, rope_theta_, per_sample);
     }
   });
   return qkv_.backward(dqkv, s.inp, ctx.B);

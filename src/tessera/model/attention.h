@@ -48,7 +48,7 @@ class Attention {
   kernels::AttentionDropout dropout(const StepContext& ctx) const;
   void core(Tensor& attn, Tensor& lse, const Tensor& qkv, const StepContext& ctx) const;
 
-  int NH_global_;  // query heads of the whole model (dropout coordinates)
+  int NH_global_;                           // query heads of the whole model (dropout coordinates)
   int NH_, KV_, HD_, head_offset_, layer_;  // this rank's heads, its first query head
   bool rope_, recompute_core_ = false;
   float rope_theta_, dropout_p_;

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "tessera/core/error.h"
-
 #include "tessera/kernels/cross_entropy.h"
 #include "tessera/kernels/dropout.h"
 #include "tessera/kernels/embedding.h"
@@ -102,8 +101,9 @@ void GPTModel::declare(ParameterSet& params, const ModelConfig& cfg, const Model
     if (split_tied) {
       // The same name, so the same initial values as the first stage's embedding.
       const int64_t begin = params.numel();
-      params.add(n.wte, {padded_vocab, C}, InitKind::kNormal, cfg.init_method_std, true,
-                 vocab_parallel)
+      params
+          .add(n.wte, {padded_vocab, C}, InitKind::kNormal, cfg.init_method_std, true,
+               vocab_parallel)
           .tied_copy = true;
       close_unit(begin, out.head_units);
       out.tied_range = out.units.back();
@@ -302,8 +302,7 @@ Tensor GPTModel::forward_chunk(int chunk, const Tensor& input, const Batch& batc
     TransformerLayer::Saved scratch;  // evaluation, and recomputed layers, keep nothing
     const bool store = keep && !recomputed(chunk, l);
     // A recompute group keeps the input of its first layer only.
-    if (keep && !store && (l == first || group_end(chunk, l - 1) == l))
-      keep->inputs[l - first] = x;
+    if (keep && !store && (l == first || group_end(chunk, l - 1) == l)) keep->inputs[l - first] = x;
     x = layers_[l].forward(x, store ? keep->layers[l - first] : scratch, ctx);
   }
   if (keep && last) keep->output = x;

@@ -98,8 +98,8 @@ class GPTModel {
   using ResidentRanges = std::function<std::vector<std::pair<int64_t, int64_t>>(
       const std::vector<std::pair<int64_t, int64_t>>& units)>;
   GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
-           const parallel::TensorParallel& tp = {}, int64_t flat_multiple = 1,
-           ModelPart part = {}, const ResidentRanges& resident = nullptr);
+           const parallel::TensorParallel& tp = {}, int64_t flat_multiple = 1, ModelPart part = {},
+           const ResidentRanges& resident = nullptr);
   GPTModel(const GPTModel&) = delete;  // layers point at tp_
   GPTModel& operator=(const GPTModel&) = delete;
 

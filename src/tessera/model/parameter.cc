@@ -34,8 +34,10 @@ void ParameterSet::pad_to(int64_t multiple) {
 
 float ParameterSet::init_value(const Parameter& p, uint64_t seed, int64_t row, int64_t col) {
   switch (p.init) {
-    case InitKind::kZeros: return 0.0f;
-    case InitKind::kOnes: return 1.0f;
+    case InitKind::kZeros:
+      return 0.0f;
+    case InitKind::kOnes:
+      return 1.0f;
     case InitKind::kNormal: {
       const PhiloxKey key = philox_key(seed, RngPurpose::kInit, fnv1a64(p.name));
       return p.init_std * philox_normal(key, row, col);

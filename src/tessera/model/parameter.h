@@ -25,21 +25,21 @@ namespace tessera::model {
 enum class InitKind { kNormal, kZeros, kOnes };
 
 struct Parameter {
-  std::string name;         // canonical HF name
-  Shape global_shape;       // Tessera layout, padded vocabulary included
+  std::string name;    // canonical HF name
+  Shape global_shape;  // Tessera layout, padded vocabulary included
   ShardSpec shard;
-  Shape local_shape;        // this rank's shard (= global_shape when TP is 1 or replicated)
+  Shape local_shape;               // this rank's shard (= global_shape when TP is 1 or replicated)
   std::vector<ShardPiece> pieces;  // where the shard sits in the global tensor (shard.h)
   InitKind init = InitKind::kNormal;
   float init_std = 0.0f;
-  bool weight_decay = true; // false for biases and norm weights
+  bool weight_decay = true;  // false for biases and norm weights
   // A second copy of a parameter another pipeline stage owns (the tied word embedding as the
   // last stage's output layer): same name and initial values, gradients summed with the
   // original's over the embedding group; counted once (by the original) in norms and exports.
   bool tied_copy = false;
-  int64_t offset = 0;       // element offset of the shard in the flat buffers
-  Tensor value;             // compute dtype, this rank's shard
-  Tensor grad;              // fp32 view into the flat gradient buffer
+  int64_t offset = 0;  // element offset of the shard in the flat buffers
+  Tensor value;        // compute dtype, this rank's shard
+  Tensor grad;         // fp32 view into the flat gradient buffer
   int64_t numel() const { return shape_numel(local_shape); }  // of the shard
   int64_t global_numel() const { return shape_numel(global_shape); }
   // The global index along shard.tp_dim of local index `i` along it (i itself when replicated).

@@ -17,8 +17,7 @@ using Key = std::pair<int, int>;  // (micro-batch, local chunk)
 
 PipelineExecutor::PipelineExecutor(model::GPTModel& model, std::shared_ptr<comm::ProcessGroup> pp,
                                    ScheduleKind kind, const ScheduleShape& shape)
-    : model_(model), pp_(std::move(pp)), kind_(kind), shape_(shape),
-      rank_(pp_ ? pp_->rank() : 0) {
+    : model_(model), pp_(std::move(pp)), kind_(kind), shape_(shape), rank_(pp_ ? pp_->rank() : 0) {
   TESSERA_CHECK(shape_.pp_size == (pp_ ? pp_->size() : 1));
   TESSERA_CHECK(model_.num_chunks() == shape_.virtual_stages);
   steps_ = build_schedule(kind_, shape_, rank_);
@@ -27,8 +26,8 @@ PipelineExecutor::PipelineExecutor(model::GPTModel& model, std::shared_ptr<comm:
 int PipelineExecutor::tag(bool gradient, int m, int receiving_model_chunk) const {
   // Unique within an iteration up to 16383 (micro-batch, chunk) pairs; beyond, messages with
   // equal tags are far apart in time (at most ~P*V transfers are in flight per pair of ranks).
-  const int64_t id = static_cast<int64_t>(m) * shape_.virtual_stages * shape_.pp_size +
-                     receiving_model_chunk;
+  const int64_t id =
+      static_cast<int64_t>(m) * shape_.virtual_stages * shape_.pp_size + receiving_model_chunk;
   return static_cast<int>((id * 2 + (gradient ? 1 : 0)) % 32768);
 }
 
@@ -43,7 +42,7 @@ model::LossSum PipelineExecutor::train(const MicroBatchLoader& load, float grad_
   const int V = shape_.virtual_stages;
   std::map<int, std::unique_ptr<MicroBatch>> batches;
   std::map<Key, model::ChunkActivations> acts;
-  std::map<Key, Transfer> inbox[2];  // posted receives: [0] activations, [1] gradients
+  std::map<Key, Transfer> inbox[2];   // posted receives: [0] activations, [1] gradients
   std::map<Key, Tensor> outbound[2];  // results waiting for their send, likewise
   std::vector<Transfer> outbox;       // sends in flight
   std::map<int, int> chunks_done;     // backwards finished per micro-batch
@@ -102,8 +101,7 @@ model::LossSum PipelineExecutor::train(const MicroBatchLoader& load, float grad_
       case Action::kBackward: {
         MicroBatch& mb = batch_of(st.microbatch);
         Tensor dy;
-        if (j < shape_.pp_size * V - 1)
-          dy = take(true, key);
+        if (j < shape_.pp_size * V - 1) dy = take(true, key);
         if (V == 1 && hooks.before) hooks.before(st.microbatch);
         Tensor dx;
         {
@@ -111,10 +109,15 @@ model::LossSum PipelineExecutor::train(const MicroBatchLoader& load, float grad_
           dx = model_.backward_chunk(st.chunk, dy, mb.batch, mb.ctx, grad_scale, acts.at(key),
                                      &loss);
         }
-        if (V == 1 && hooks.after) hooks.after(st.microbatch);
         acts.erase(key);
         if (j > 0) outbound[1][key] = dx;
-        if (++chunks_done[st.microbatch] == V) batches.erase(st.microbatch);
+        if (++chunks_done[st.microbatch] == V) {
+          if (hooks.after) {
+            TimelineScope t(timeline, Phase::kGradSync, st.microbatch);
+            hooks.after(st.microbatch);
+          }
+          batches.erase(st.microbatch);
+        }
         break;
       }
     }
@@ -151,7 +154,13 @@ model::LossSum PipelineExecutor::evaluate(const MicroBatchLoader& load, int coun
         outbox.push_back({pp_->send(y, next, tag(false, m, j + 1)), y});
       }
     }
+    // Nothing downstream holds the first stages back: bound the activations in flight (a later
+    // stage slower than this one would otherwise queue every micro-batch's).
     std::erase_if(outbox, [](const Transfer& t) { return t.work.done(); });
+    while (outbox.size() > static_cast<size_t>(P * V)) {
+      outbox.front().work.wait();
+      outbox.erase(outbox.begin());
+    }
   }
   for (Transfer& t : outbox) t.work.wait();
   return loss;

@@ -5,7 +5,8 @@
 //
 // Messages are tagged by (activation or gradient, micro-batch, receiving model chunk), so
 // transfers that travel between the same two ranks at once (with interleaving: activations one
-// way, gradients the same way) can never be confused, whatever order MPI completes them in.
+// way, gradients the same way) are kept apart whatever order they are received in (tags repeat
+// only 16384 micro-batch chunks apart, and equal tags match in order).
 //
 // Every rank of the pipeline loads every micro-batch (the first stage reads its tokens, the last
 // its targets and loss mask): the data are small next to the activations, and the loader stays
@@ -42,8 +43,10 @@ class PipelineExecutor {
   PipelineExecutor(model::GPTModel& model, std::shared_ptr<comm::ProcessGroup> pp,
                    ScheduleKind kind, const ScheduleShape& shape);
 
-  // Called around the backward of a micro-batch when this rank's part is one chunk (V = 1):
-  // before(m) may install the model's grads-ready hook, after(m) finish a reduction.
+  // before(m) runs before the backward of micro-batch m when this rank's part is one chunk
+  // (V = 1; it may install the model's grads-ready hook, whose offsets then cover the whole
+  // part); after(m) runs once m's backward is done on every chunk of this rank (it may reduce
+  // gradients; timed as the gradient-sync phase). Micro-batches finish in increasing order.
   struct BackwardHooks {
     std::function<void(int m)> before, after;
   };
@@ -54,7 +57,7 @@ class PipelineExecutor {
   model::LossSum train(const MicroBatchLoader& load, float grad_scale, const BackwardHooks& hooks,
                        Timeline* timeline);
   // Forward only over `count` micro-batches (evaluation): the loss summed on the last stage,
-  // zero elsewhere.
+  // zero elsewhere. At most P*V sends are in flight per rank.
   model::LossSum evaluate(const MicroBatchLoader& load, int count);
 
   const ScheduleShape& shape() const { return shape_; }

@@ -27,8 +27,9 @@ std::vector<int> partition_layers(const PartitionOptions& o) {
     return std::vector<int>(V * P, L / (V * P));
   }
   if (V != 1)
-    throw Error("--decoder-first/last-pipeline-num-layers cannot be combined with virtual "
-                "pipeline stages (--num-layers-per-virtual-pipeline-stage)");
+    throw Error(
+        "--decoder-first/last-pipeline-num-layers cannot be combined with virtual "
+        "pipeline stages (--num-layers-per-virtual-pipeline-stage)");
   if (P == 1)
     throw Error("--decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size > 1");
   std::vector<int> counts(P, 0);
@@ -44,13 +45,16 @@ std::vector<int> partition_layers(const PartitionOptions& o) {
     --middle;
   }
   if (rest < 0 || (middle == 0 && rest != 0))
-    throw Error("--decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers do "
-                "not add up to the layers" + sizes);
+    throw Error(
+        "--decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers do "
+        "not add up to the layers" +
+        sizes);
   if (middle > 0) {
     if (rest % middle != 0 || rest / middle == 0)
       throw Error("the " + std::to_string(rest) +
                   " layers left after --decoder-first/last-pipeline-num-layers do not divide "
-                  "evenly over the other " + std::to_string(middle) + " stage(s)" + sizes);
+                  "evenly over the other " +
+                  std::to_string(middle) + " stage(s)" + sizes);
     const int first = o.first_stage_layers >= 0 ? 1 : 0;
     for (int s = first; s < first + middle; ++s) counts[s] = rest / middle;
   }

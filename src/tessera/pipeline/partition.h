@@ -16,10 +16,10 @@ namespace tessera::pipeline {
 
 struct PartitionOptions {
   int num_layers = 1;
-  int pp_size = 1;               // P
-  int virtual_stages = 1;        // V
-  int first_stage_layers = -1;   // --decoder-first-pipeline-num-layers (-1: not given)
-  int last_stage_layers = -1;    // --decoder-last-pipeline-num-layers (-1: not given)
+  int pp_size = 1;              // P
+  int virtual_stages = 1;       // V
+  int first_stage_layers = -1;  // --decoder-first-pipeline-num-layers (-1: not given)
+  int last_stage_layers = -1;   // --decoder-last-pipeline-num-layers (-1: not given)
 };
 
 // The layer count of every model chunk (V*P of them, in model order). tessera::Error naming the

@@ -18,21 +18,30 @@ ScheduleKind parse_schedule_kind(const std::string& name) {
 
 const char* schedule_name(ScheduleKind kind) {
   switch (kind) {
-    case ScheduleKind::kGPipe: return "gpipe";
-    case ScheduleKind::kOneFOneB: return "1f1b";
-    case ScheduleKind::kInterleaved: return "interleaved";
+    case ScheduleKind::kGPipe:
+      return "gpipe";
+    case ScheduleKind::kOneFOneB:
+      return "1f1b";
+    case ScheduleKind::kInterleaved:
+      return "interleaved";
   }
   return "?";
 }
 
 const char* action_name(Action a) {
   switch (a) {
-    case Action::kRecvActivation: return "recv_activation";
-    case Action::kForward: return "forward";
-    case Action::kSendActivation: return "send_activation";
-    case Action::kRecvGrad: return "recv_grad";
-    case Action::kBackward: return "backward";
-    case Action::kSendGrad: return "send_grad";
+    case Action::kRecvActivation:
+      return "recv_activation";
+    case Action::kForward:
+      return "forward";
+    case Action::kSendActivation:
+      return "send_activation";
+    case Action::kRecvGrad:
+      return "recv_grad";
+    case Action::kBackward:
+      return "backward";
+    case Action::kSendGrad:
+      return "send_grad";
   }
   return "?";
 }
@@ -49,15 +58,17 @@ void validate_schedule(ScheduleKind kind, const ScheduleShape& s) {
     return;
   }
   if (s.virtual_stages < 2 || s.pp_size < 2)
-    throw Error("--pipeline-schedule interleaved needs --pipeline-model-parallel-size >= 2 and "
-                "at least 2 virtual stages per rank (--num-layers-per-virtual-pipeline-stage); "
-                "got pipeline size " + std::to_string(s.pp_size) + ", " +
-                std::to_string(s.virtual_stages) + " virtual stage(s)");
+    throw Error(
+        "--pipeline-schedule interleaved needs --pipeline-model-parallel-size >= 2 and "
+        "at least 2 virtual stages per rank (--num-layers-per-virtual-pipeline-stage); "
+        "got pipeline size " +
+        std::to_string(s.pp_size) + ", " + std::to_string(s.virtual_stages) + " virtual stage(s)");
   if (s.num_microbatches % s.pp_size != 0)
     throw Error("the interleaved schedule needs the number of micro-batches per iteration (" +
                 std::to_string(s.num_microbatches) +
                 " = global batch / (micro batch x data parallel)) to be a multiple of "
-                "--pipeline-model-parallel-size (" + std::to_string(s.pp_size) + ")");
+                "--pipeline-model-parallel-size (" +
+                std::to_string(s.pp_size) + ")");
 }
 
 namespace {
@@ -150,6 +161,8 @@ Simulation simulate(const ScheduleShape& s, const std::vector<std::vector<Step>>
   using Key = std::tuple<bool, int, int>;
   std::map<Key, double> sent;
   std::map<Key, int> sends_of, recvs_of;
+  std::map<Key, std::pair<int, int>> route;   // key -> (sender, the rank the sender sent to)
+  std::map<Key, std::pair<int, int>> posted;  // key -> (receiver, the rank it receives from)
   std::vector<size_t> at(P, 0);
   std::vector<double> clock(P, 0.0), busy(P, 0.0);
   std::vector<int> in_flight(P, 0);
@@ -157,12 +170,16 @@ Simulation simulate(const ScheduleShape& s, const std::vector<std::vector<Step>>
   auto key_of = [&](int rank, const Step& st) -> Key {
     const int j = model_chunk(s, rank, st.chunk);
     switch (st.action) {
-      case Action::kSendActivation: return {false, st.microbatch, j + 1};
+      case Action::kSendActivation:
+        return {false, st.microbatch, j + 1};
       case Action::kRecvActivation:
-      case Action::kForward: return {false, st.microbatch, j};
-      case Action::kSendGrad: return {true, st.microbatch, j - 1};
+      case Action::kForward:
+        return {false, st.microbatch, j};
+      case Action::kSendGrad:
+        return {true, st.microbatch, j - 1};
       case Action::kRecvGrad:
-      case Action::kBackward: return {true, st.microbatch, j};
+      case Action::kBackward:
+        return {true, st.microbatch, j};
     }
     return {};
   };
@@ -177,8 +194,10 @@ Simulation simulate(const ScheduleShape& s, const std::vector<std::vector<Step>>
         if (st.action == Action::kSendActivation || st.action == Action::kSendGrad) {
           sent[key] = clock[r];
           ++sends_of[key];
+          route[key] = {r, st.peer};
         } else if (st.action == Action::kRecvActivation || st.action == Action::kRecvGrad) {
           ++recvs_of[key];
+          posted[key] = {r, st.peer};
         } else {
           const int j = model_chunk(s, r, st.chunk);
           const bool forward = st.action == Action::kForward;
@@ -219,6 +238,17 @@ Simulation simulate(const ScheduleShape& s, const std::vector<std::vector<Step>>
                     std::to_string(std::get<2>(key)) + ") is sent " + std::to_string(n) +
                     " time(s) and received " +
                     std::to_string(it == recvs_of.end() ? 0 : it->second) + " time(s)";
+      return sim;
+    }
+  }
+  for (const auto& [key, from_to] : route) {
+    const auto& [receiver, expected_sender] = posted.at(key);
+    if (from_to.second != receiver || expected_sender != from_to.first) {
+      sim.deadlock = true;
+      sim.problem = "micro-batch " + std::to_string(std::get<1>(key)) + ": rank " +
+                    std::to_string(from_to.first) + " sends to rank " +
+                    std::to_string(from_to.second) + " but rank " + std::to_string(receiver) +
+                    " receives it from rank " + std::to_string(expected_sender);
       return sim;
     }
   }

@@ -16,7 +16,8 @@
 //   interleaved: the M*V virtual micro-batches k are visited in groups of P micro-batches per
 //                chunk: forward k is micro-batch (k / (P*V))*P + k % P of chunk (k / P) % V,
 //                backward k the same micro-batch of chunk V - 1 - (k / P) % V; warmup =
-//                min(2(P - r - 1) + (V - 1)P, M*V) forwards, then alternating, then cooldown.
+//                min(2(P - r - 1) + (V - 1)P, M*V) forwards (all M*V when M = P, as Megatron),
+//                then alternating, then cooldown.
 //                Requires M to be a multiple of P (Megatron's rule with its default group size).
 // Communication: the receive an operation needs is posted one compute operation ahead (so the
 // transfer overlaps the previous compute), sends are issued right after the compute that
@@ -74,17 +75,18 @@ inline int model_chunk(const ScheduleShape& s, int rank, int chunk) {
 // each backward `backward_time`, communication free, a compute operation starting as soon as
 // its rank is free and its input has been sent.
 struct Simulation {
-  bool deadlock = false;       // some rank waits forever (or a receive has no matching send)
-  std::string problem;         // what went wrong, empty when nothing did
-  double makespan = 0;         // time when the last rank finishes
-  std::vector<double> idle;    // per rank: makespan - its compute time
+  bool deadlock = false;            // some rank waits forever (or a receive has no matching send)
+  std::string problem;              // what went wrong, empty when nothing did
+  double makespan = 0;              // time when the last rank finishes
+  std::vector<double> idle;         // per rank: makespan - its compute time
   std::vector<int> peak_in_flight;  // per rank: most micro-batch chunks forwarded, not yet
                                     // backwarded (whose activations are held)
   // The bubble: mean over ranks of idle / makespan.
   double bubble_fraction() const;
 };
-// Simulates the lists of every rank (lists[r] for rank r). Also checks that sends and receives
-// between every pair of ranks match one to one, in order, by (action, micro-batch, model chunk).
+// Simulates the lists of every rank (lists[r] for rank r). Also checks that every message, named
+// by (activation or gradient, micro-batch, receiving model chunk), is sent exactly once and
+// received exactly once, and that each send goes to the rank that receives it (the peer fields).
 Simulation simulate(const ScheduleShape& shape, const std::vector<std::vector<Step>>& lists,
                     double forward_time = 1.0, double backward_time = 2.0);
 

@@ -11,13 +11,20 @@ namespace tessera::pipeline {
 
 const char* Timeline::phase_name(Phase p) {
   switch (p) {
-    case Phase::kForward: return "forward";
-    case Phase::kBackward: return "backward";
-    case Phase::kSend: return "send";
-    case Phase::kRecv: return "recv";
-    case Phase::kOptimizer: return "optimizer";
-    case Phase::kGradSync: return "grad_sync";
-    case Phase::kCount: break;
+    case Phase::kForward:
+      return "forward";
+    case Phase::kBackward:
+      return "backward";
+    case Phase::kSend:
+      return "send";
+    case Phase::kRecv:
+      return "recv";
+    case Phase::kOptimizer:
+      return "optimizer";
+    case Phase::kGradSync:
+      return "grad_sync";
+    case Phase::kCount:
+      break;
   }
   return "?";
 }
@@ -38,7 +45,7 @@ void Timeline::add(Phase phase, int microbatch, int chunk, double start, double 
 }
 
 std::vector<double> Timeline::write_chrome_trace(const std::string& path, comm::ProcessGroup* world,
-                                  const std::vector<int>& pp_rank_of) const {
+                                                 const std::vector<int>& pp_rank_of) const {
   // Five int64 per event: phase, micro-batch, chunk, start and end in nanoseconds.
   constexpr int kFields = 5;
   const int n = world ? world->size() : 1;
@@ -74,9 +81,12 @@ std::vector<double> Timeline::write_chrome_trace(const std::string& path, comm::
   double span = 0;
   for (int r = 0; r < n; ++r) {
     const int pp = r < static_cast<int>(pp_rank_of.size()) ? pp_rank_of[r] : 0;
-    trace.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", r},
-                     {"args", {{"name", "rank " + std::to_string(r) + " (pipeline stage " +
-                                            std::to_string(pp) + ")"}}}});
+    trace.push_back({{"name", "process_name"},
+                     {"ph", "M"},
+                     {"pid", r},
+                     {"args",
+                      {{"name", "rank " + std::to_string(r) + " (pipeline stage " +
+                                    std::to_string(pp) + ")"}}}});
     const int64_t* ev = all.data<int64_t>() + r * most * kFields;
     for (int64_t i = 0; i < counts.data<int64_t>()[r]; ++i, ev += kFields) {
       const auto phase = static_cast<Phase>(ev[0]);
@@ -87,7 +97,10 @@ std::vector<double> Timeline::write_chrome_trace(const std::string& path, comm::
       std::string name = phase_name(phase);
       if (ev[1] >= 0) name += " mb" + std::to_string(ev[1]);
       if (ev[2] > 0) name += " chunk" + std::to_string(ev[2]);
-      trace.push_back({{"name", name}, {"cat", phase_name(phase)}, {"ph", "X"}, {"pid", r},
+      trace.push_back({{"name", name},
+                       {"cat", phase_name(phase)},
+                       {"ph", "X"},
+                       {"pid", r},
                        {"tid", static_cast<int>(phase)},
                        {"ts", static_cast<double>(ev[3]) / 1e3},
                        {"dur", static_cast<double>(ev[4] - ev[3]) / 1e3},

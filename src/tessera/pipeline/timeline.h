@@ -59,7 +59,10 @@ class Timeline {
 class TimelineScope {
  public:
   TimelineScope(Timeline* t, Timeline::Phase phase, int microbatch = -1, int chunk = -1)
-      : t_(t && t->timing() ? t : nullptr), phase_(phase), mb_(microbatch), chunk_(chunk),
+      : t_(t && t->timing() ? t : nullptr),
+        phase_(phase),
+        mb_(microbatch),
+        chunk_(chunk),
         start_(t_ ? t_->now() : 0.0) {}
   ~TimelineScope() {
     if (t_) t_->add(phase_, mb_, chunk_, start_, t_->now());

@@ -330,6 +330,13 @@ void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
       args.tokenizer_type.empty())
     throw Error("--eod-mask-loss, --reset-position-ids and --reset-attention-mask need the EOD "
                 "id: give --tokenizer-type");
+  if (args.timeline_iteration > 0) {
+    const int64_t iters = args.train_iters > 0 ? args.train_iters
+                                               : args.train_samples / args.global_batch_size;
+    if (args.timeline_iteration > iters)
+      throw Error("--timeline-iteration " + std::to_string(args.timeline_iteration) +
+                  " is after the last iteration (" + std::to_string(iters) + ")");
+  }
   if (args.recompute_granularity == "full" &&
       (args.recompute_method.empty() || args.recompute_num_layers == 0))
     throw Error("--recompute-granularity full needs --recompute-method (uniform or block) and "

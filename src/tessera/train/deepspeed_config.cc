@@ -346,8 +346,11 @@ std::vector<std::string> apply_deepspeed_config(TrainArgs& args, int64_t data_pa
   set_unless_explicit(args, "--log-interval", args.log_interval, steps, file, "steps_per_print",
                       top.contains("steps_per_print"));
   // DeepSpeed's per-phase timers are the log's wall-clock breakdown (--timing-log-level 1).
-  if (top.boolean("wall_clock_breakdown", false) && args.timing_log_level == 0)
-    args.timing_log_level = 1;
+  if (top.boolean("wall_clock_breakdown", false)) {
+    if (args.explicit_flags.count("--timing-log-level") && args.timing_log_level == 0)
+      throw Error(file + ": wall_clock_breakdown true contradicts --timing-log-level 0");
+    args.timing_log_level = std::max(args.timing_log_level, 1);
+  }
   top.report_unknown(warnings);
   return warnings;
 }

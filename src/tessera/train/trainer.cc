@@ -1,20 +1,14 @@
 #include "tessera/train/trainer.h"
 
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <map>
 
 #include "tessera/checkpoint/hf_export.h"
-#include "tessera/comm/parallel_state.h"
 #include "tessera/comm/process_group.h"
 #include "tessera/core/threads.h"
-#include "tessera/data/byte_tokenizer.h"
-#include "tessera/distributed/gather_parameter.h"
 #include "tessera/distributed/sum_scalars.h"
 #include "tessera/optim/deepspeed_lr_schedule.h"
 #include "tessera/train/deepspeed_config.h"
@@ -41,6 +35,17 @@ optim::LRScheduleOptions schedule_options(const TrainArgs& a, int64_t train_iter
   o.wsd_decay_iters = a.lr_wsd_decay_iters;
   o.wsd_decay_style = optim::parse_wsd_decay_style(a.lr_wsd_decay_style);
   return o;
+}
+
+// Creates the parent directory of `path` and checks that a file can be written there;
+// tessera::Error naming `flag` otherwise.
+void check_writable(const std::string& path, const std::string& flag) {
+  const auto p = std::filesystem::path(path);
+  std::error_code ec;
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  if (ec || !std::ofstream(path + ".probe"))
+    throw Error(flag + " " + path + ": cannot write there" + (ec ? " (" + ec.message() + ")" : ""));
+  std::filesystem::remove(path + ".probe", ec);
 }
 
 // Megatron's recompute flags as a policy (validated by validate_arguments).
@@ -81,27 +86,30 @@ std::vector<distributed::FlatRange> unit_buckets(const model::GPTModel& m, int64
 }  // namespace
 
 Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
-    : args_(args), tp_(groups.tp), dp_(groups.dp), pp_(groups.pp), embedding_(groups.embedding),
-      model_group_(groups.model), world_(groups.world),
-      dp_size_(groups.dp ? groups.dp->size() : 1), dp_rank_(groups.dp ? groups.dp->rank() : 0),
-      pp_size_(groups.pp ? groups.pp->size() : 1), pp_rank_(groups.pp ? groups.pp->rank() : 0),
+    : args_(args),
+      tp_(groups.tp),
+      dp_(groups.dp),
+      pp_(groups.pp),
+      embedding_(groups.embedding),
+      model_group_(groups.model),
+      world_(groups.world),
+      dp_size_(groups.dp ? groups.dp->size() : 1),
+      dp_rank_(groups.dp ? groups.dp->rank() : 0),
+      pp_size_(groups.pp ? groups.pp->size() : 1),
+      pp_rank_(groups.pp ? groups.pp->rank() : 0),
       world_size_(groups.world ? groups.world->size() : 1),
       reporting_rank_(!groups.world || groups.world->rank() == 0),
       metrics_(reporting_rank_ ? args.metrics_file : std::string()) {
   const auto& a = args_;
   train_iters_ = a.train_iters > 0 ? a.train_iters : a.train_samples / a.global_batch_size;
+  // Refuse now, not after hours of training: a config Transformers cannot load, or an output
+  // path that cannot be written.
   if (!a.export_weights.empty() && reporting_rank_) {
-    // Refuse now, not after hours of training: a config Transformers cannot load, or a path
-    // that cannot be written.
     checkpoint::check_hf_exportable(a.model);
-    const auto path = std::filesystem::path(a.export_weights);
-    std::error_code ec;
-    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
-    if (ec || !std::ofstream(a.export_weights + ".probe"))
-      throw Error("--export-weights " + a.export_weights + ": cannot write there" +
-                  (ec ? " (" + ec.message() + ")" : ""));
-    std::filesystem::remove(a.export_weights + ".probe", ec);
+    check_writable(a.export_weights, "--export-weights");
   }
+  if (!a.timeline_file.empty() && reporting_rank_)
+    check_writable(a.timeline_file, "--timeline-file");
   const DType dtype = a.bf16 ? DType::kBF16 : a.fp16 ? DType::kF16 : DType::kF32;
   // The pipeline: layers per stage (and virtual stage), this rank's part, the schedule.
   partition_ = {a.model.num_layers, pp_size_, 1, a.decoder_first_pipeline_num_layers,
@@ -112,16 +120,14 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
                   " is not divisible by --pipeline-model-parallel-size " +
                   std::to_string(pp_size_) + " x --num-layers-per-virtual-pipeline-stage " +
                   std::to_string(a.num_layers_per_virtual_stage));
-    partition_.virtual_stages =
-        a.model.num_layers / (pp_size_ * a.num_layers_per_virtual_stage);
+    partition_.virtual_stages = a.model.num_layers / (pp_size_ * a.num_layers_per_virtual_stage);
   }
   chunk_layers_ = pipeline::partition_layers(partition_);
   const pipeline::ScheduleKind kind =
-      !a.pipeline_schedule.empty() ? pipeline::parse_schedule_kind(a.pipeline_schedule)
+      !a.pipeline_schedule.empty()         ? pipeline::parse_schedule_kind(a.pipeline_schedule)
       : a.num_layers_per_virtual_stage > 0 ? pipeline::ScheduleKind::kInterleaved
                                            : pipeline::ScheduleKind::kOneFOneB;
-  const pipeline::ScheduleShape shape{pp_size_,
-                                      static_cast<int>(a.num_microbatches(dp_size_)),
+  const pipeline::ScheduleShape shape{pp_size_, static_cast<int>(a.num_microbatches(dp_size_)),
                                       partition_.virtual_stages};
   pipeline::validate_schedule(kind, shape);
   const int zero_stage = std::max(a.zero_stage, a.use_distributed_optimizer ? 1 : 0);
@@ -142,8 +148,9 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
   tp_grads_ = std::make_unique<distributed::TensorParallelGrads>(model_->params(), tp_);
   const bool sharded = zero_stage >= 1;
   // Megatron's default bucket: max(40M, 1M x DP) elements.
-  const int64_t bucket = a.ddp_bucket_size > 0 ? a.ddp_bucket_size
-                                               : std::max<int64_t>(40'000'000, 1'000'000 * dp_size_);
+  const int64_t bucket = a.ddp_bucket_size > 0
+                             ? a.ddp_bucket_size
+                             : std::max<int64_t>(40'000'000, 1'000'000 * dp_size_);
   // ZeRO 3 works per model unit (embeddings, each layer, the head): gradient buckets and
   // parameter gathers alike. A tied embedding split over the pipeline gets a bucket of its own.
   std::vector<distributed::FlatRange> units;
@@ -183,33 +190,38 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
   }
 
   build_data();
-  std::printf("> model: %s family, %lld parameters (%d layers, hidden %d, heads %d/%d, ffn %d, "
-              "vocab %lld padded to %lld), compute %s, %d threads\n",
-              a.model.family() == model::Family::kGpt2 ? "GPT-2" : "LLaMA",
-              static_cast<long long>(a.model.num_parameters()), a.model.num_layers,
-              a.model.hidden_size, a.model.num_attention_heads, a.model.kv_heads(), a.model.ffn(),
-              static_cast<long long>(a.model.vocab_size), static_cast<long long>(model_->padded_vocab()),
-              dtype_name(dtype), num_threads());
+  std::printf(
+      "> model: %s family, %lld parameters (%d layers, hidden %d, heads %d/%d, ffn %d, "
+      "vocab %lld padded to %lld), compute %s, %d threads\n",
+      a.model.family() == model::Family::kGpt2 ? "GPT-2" : "LLaMA",
+      static_cast<long long>(a.model.num_parameters()), a.model.num_layers, a.model.hidden_size,
+      a.model.num_attention_heads, a.model.kv_heads(), a.model.ffn(),
+      static_cast<long long>(a.model.vocab_size), static_cast<long long>(model_->padded_vocab()),
+      dtype_name(dtype), num_threads());
   if (tp_.size() > 1)
     std::printf("> tensor parallel: %d ranks%s, %lld parameters (with padding) on each rank\n",
                 tp_.size(), tp_.sequence_parallel() ? " with sequence parallelism" : "",
                 static_cast<long long>(model_->params().numel()));
   if (dp_size_ > 1)
-    std::printf("> data parallel: %d ranks, %lld micro-batches of %lld per rank per iteration, "
-                "ZeRO stage %d, %d gradient bucket(s), overlap %s\n",
-                dp_size_, static_cast<long long>(a.num_microbatches(dp_size_)),
-                static_cast<long long>(a.micro_batch_size), zero_stage,
-                dp_grads_->num_buckets(), a.overlap_grad_reduce ? "on" : "off");
+    std::printf(
+        "> data parallel: %d ranks, %lld micro-batches of %lld per rank per iteration, "
+        "ZeRO stage %d, %d gradient bucket(s), overlap %s\n",
+        dp_size_, static_cast<long long>(a.num_microbatches(dp_size_)),
+        static_cast<long long>(a.micro_batch_size), zero_stage, dp_grads_->num_buckets(),
+        !a.overlap_grad_reduce          ? "off"
+        : partition_.virtual_stages > 1 ? "off (virtual stages: after each micro-batch)"
+                                        : "on");
   if (pp_size_ > 1) {
     std::string layers;
     for (int n : chunk_layers_) {
       if (!layers.empty()) layers += ',';
       layers += std::to_string(n);
     }
-    std::printf("> pipeline parallel: %d stages, schedule %s, %d model chunk(s) per rank, layers "
-                "per model chunk [%s], %lld micro-batches per iteration\n",
-                pp_size_, pipeline::schedule_name(executor_->kind()), partition_.virtual_stages,
-                layers.c_str(), static_cast<long long>(a.num_microbatches(dp_size_)));
+    std::printf(
+        "> pipeline parallel: %d stages, schedule %s, %d model chunk(s) per rank, layers "
+        "per model chunk [%s], %lld micro-batches per iteration\n",
+        pp_size_, pipeline::schedule_name(executor_->kind()), partition_.virtual_stages,
+        layers.c_str(), static_cast<long long>(a.num_microbatches(dp_size_)));
   }
   if (a.recompute_granularity == "full")
     std::printf("> activation recomputation: full, %s, %d layer(s)\n", a.recompute_method.c_str(),
@@ -235,7 +247,7 @@ std::unique_ptr<pipeline::MicroBatch> Trainer::bind_micro_batch(const data::Micr
   return mb;
 }
 
-std::vector<double> Trainer::sum_over_dp(const std::vector<double>& v) const {
+std::vector<double> Trainer::sum_losses(const std::vector<double>& v) const {
   // Losses live on the last pipeline stage: summing over the pipeline too gives every rank the
   // totals.
   return distributed::sum_over(pp_.get(), distributed::sum_over(dp_.get(), v));
@@ -245,9 +257,9 @@ void Trainer::sync_tied_embedding() {
   const auto [begin, end] = model_->tied_embedding_range();
   if (end == 0 || !embedding_ || embedding_->size() == 1) return;
   // Both stages hold the same data-parallel part of it (a unit of its own, equally padded).
-  const distributed::FlatRange r =
-      optimizer_->sharded() ? distributed::part_of({begin, end}, dp_size_, dp_rank_)
-                            : distributed::FlatRange{begin, end};
+  const distributed::FlatRange r = optimizer_->sharded()
+                                       ? distributed::part_of({begin, end}, dp_size_, dp_rank_)
+                                       : distributed::FlatRange{begin, end};
   Tensor part = model_->params().flat_grads().slice_rows(r.begin, r.end);
   embedding_->all_reduce(part, comm::ReduceOp::kSum).wait();
 }
@@ -259,7 +271,8 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   const double loss_scale = scaler_->scale();
   // Gradients of the global mean loss, times the loss scale (1 unless fp16).
   const float grad_scale = static_cast<float>(loss_scale / global_tokens);
-  const int64_t timeline_at = args_.timeline_iteration > 0 ? args_.timeline_iteration : train_iters_;
+  const int64_t timeline_at =
+      args_.timeline_iteration > 0 ? args_.timeline_iteration : train_iters_;
   if (!args_.timeline_file.empty() && iteration == timeline_at) {
     if (world_) world_->barrier().wait();  // a common origin for every rank's clock
     timeline_.start();
@@ -274,9 +287,11 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
                   data::micro_batch_first_sample(consumed_samples_, m, dp_size_, dp_rank_, mbs));
     return bind_micro_batch(mb, iteration, true);
   };
-  // Buckets are reduced while backward produces them: in the last micro-batch (ZeRO 0-1) or
-  // in every one (ZeRO 2-3), when this rank's part is one chunk; with virtual stages once,
-  // after the last backward.
+  // Buckets are reduced in the last micro-batch (ZeRO 0-1) or in every one (ZeRO 2-3): while
+  // backward produces them when this rank's part is one chunk; with virtual stages a
+  // micro-batch's backward is split into chunks between other micro-batches', so its buckets
+  // are reduced once its last chunk is done (each reduction then takes whatever accumulated
+  // since the previous one: the sums are the same).
   pipeline::PipelineExecutor::BackwardHooks hooks;
   hooks.before = [&](int m) {
     if (dp_grads_->reduces_in(m, num_micro))
@@ -289,10 +304,9 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   const model::LossSum s = executor_->train(load, grad_scale, hooks, &timeline_);
   {
     pipeline::TimelineScope t(&timeline_, pipeline::Timeline::Phase::kGradSync);
-    if (model_->num_chunks() > 1) dp_grads_->finish();
     sync_tied_embedding();
   }
-  const std::vector<double> totals = sum_over_dp({s.loss_sum, s.tokens});
+  const std::vector<double> totals = sum_losses({s.loss_sum, s.tokens});
   out.loss_sum = totals[0];
   out.tokens = totals[1];
 
@@ -305,9 +319,8 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   if (iteration == args_.inject_overflow_at) grads.data<float>()[0] = INFINITY;  // test hook
   // Every element is counted by one rank of the model-parallel group (tensor x pipeline; a tied
   // embedding's copy not at all), and, sharded, by one data-parallel rank.
-  const double sum_sq =
-      distributed::sum_over(sharded ? world_.get() : model_group_.get(),
-                            {tp_grads_->local_sum_squares(owned)})[0];
+  const double sum_sq = distributed::sum_over(sharded ? world_.get() : model_group_.get(),
+                                              {tp_grads_->local_sum_squares(owned)})[0];
   const bool finite = std::isfinite(sum_sq) && std::isfinite(out.loss_sum);
   // The gradients are of loss_sum / (GBS * T). With a loss mask (--eod-mask-loss) fewer tokens
   // count: rescale to the mean over the counted tokens of the global batch (Megatron's
@@ -359,13 +372,13 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
       std::snprintf(buf, sizeof buf, " %.3f", f);
       shares += buf;
     }
-    std::printf("> timeline of iteration %lld written to %s; idle share of the pipeline phase "
-                "per rank:%s; peak activation memory on rank 0: %.2f MiB\n",
-                static_cast<long long>(iteration), args_.timeline_file.c_str(), shares.c_str(),
-                static_cast<double>(MemoryAccountant::instance()
-                                        .snapshot()
-                                        .peak[static_cast<int>(MemoryCategory::kActivations)]) /
-                    (1 << 20));
+    std::printf(
+        "> timeline of iteration %lld written to %s; idle share of the pipeline phase "
+        "per rank:%s; peak activation memory on rank 0: %.2f MiB\n",
+        static_cast<long long>(iteration), args_.timeline_file.c_str(), shares.c_str(),
+        static_cast<double>(MemoryAccountant::instance().snapshot().peak[static_cast<int>(
+            MemoryCategory::kActivations)]) /
+            (1 << 20));
   }
   return out;
 }
@@ -396,30 +409,33 @@ double Trainer::evaluate(int64_t iteration) {
       next_progress += 5.0;
     }
     ++done;
-    data::load_micro_batch(*sampler, data::micro_batch_first_sample(first, i, dp_size_, dp_rank_, mbs),
-                           mbs, ltor_, eval_batch_);
+    data::load_micro_batch(*sampler,
+                           data::micro_batch_first_sample(first, i, dp_size_, dp_rank_, mbs), mbs,
+                           ltor_, eval_batch_);
     return bind_micro_batch(eval_batch_, iteration, false);
   };
   const model::LossSum s = executor_->evaluate(load, static_cast<int>(batches));
   loss = s.loss_sum;
   tokens = s.tokens;
-  const std::vector<double> totals = sum_over_dp({loss, tokens});
+  const std::vector<double> totals = sum_losses({loss, tokens});
   const double val = totals[0] / totals[1];
-  std::printf("-----------------------------------------------------------------------------\n"
-              " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n"
-              "-----------------------------------------------------------------------------\n",
-              static_cast<long long>(iteration), val, std::exp(std::min(val, 700.0)));
+  std::printf(
+      "-----------------------------------------------------------------------------\n"
+      " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n"
+      "-----------------------------------------------------------------------------\n",
+      static_cast<long long>(iteration), val, std::exp(std::min(val, 700.0)));
   if (unigram_entropy_ > 0)
-    std::printf(" (unigram entropy of the training data: %.3f nats/token; validation loss is "
-                "%.1f%% of it)\n", unigram_entropy_, 100.0 * val / unigram_entropy_);
+    std::printf(
+        " (unigram entropy of the training data: %.3f nats/token; validation loss is "
+        "%.1f%% of it)\n",
+        unigram_entropy_, 100.0 * val / unigram_entropy_);
   return val;
 }
 
 int64_t Trainer::train() {
   const auto& a = args_;
   const auto run_start = Clock::now();
-  const double flops_per_iter =
-      model_flops(a.model, model_->padded_vocab(), a.global_batch_size);
+  const double flops_per_iter = model_flops(a.model, model_->padded_vocab(), a.global_batch_size);
   const int64_t tokens_per_iter = a.global_batch_size * a.model.seq_length;
   const int world_size = world_size_;
   // Megatron's logging window: time averaged over every iteration, loss over the iterations
@@ -521,8 +537,8 @@ int64_t Trainer::train() {
 void Trainer::print_breakdown(int64_t iterations) {
   using Phase = pipeline::Timeline::Phase;
   std::string line = " time (ms) per iteration on rank 0 |";
-  for (Phase p : {Phase::kForward, Phase::kBackward, Phase::kRecv, Phase::kSend,
-                  Phase::kGradSync, Phase::kOptimizer}) {
+  for (Phase p : {Phase::kForward, Phase::kBackward, Phase::kRecv, Phase::kSend, Phase::kGradSync,
+                  Phase::kOptimizer}) {
     char buf[64];
     std::snprintf(buf, sizeof buf, " %s: %.1f |", pipeline::Timeline::phase_name(p),
                   timeline_.total(p) * 1e3 / static_cast<double>(iterations));
@@ -530,150 +546,6 @@ void Trainer::print_breakdown(int64_t iterations) {
   }
   std::printf("%s\n", line.c_str());
   timeline_.reset_totals();
-}
-
-void Trainer::export_weights() const {
-  // Every rank of a stage takes part in gathering each of its parameters over TP (and a sharded
-  // optimizer's master weights over DP); the stage's first rank keeps them. The other stages'
-  // first ranks then send theirs to the reporting rank (the first stage's), in the order of
-  // their declarations, which that rank recomputes.
-  std::map<std::string, Tensor> full;
-  const bool stage_reporter = tp_.rank() == 0 && dp_rank_ == 0;
-  Tensor flat_master;
-  if (optimizer_->sharded()) flat_master = dp_grads_->gather_owned(optimizer_->owned_master());
-  std::vector<Tensor> mine;  // this stage's parameters, in declaration order (tied copy skipped)
-  for (const model::Parameter& p : model_->params().all()) {
-    const Tensor master =
-        optimizer_->sharded()
-            ? flat_master.slice_rows(p.offset, p.offset + p.numel()).view(p.local_shape)
-            : optimizer_->master(p);
-    Tensor t = distributed::gather_parameter(p, master, tp_);
-    if (stage_reporter && !p.tied_copy) {
-      if (reporting_rank_) full[p.name] = t;
-      mine.push_back(t);
-    }
-  }
-  if (stage_reporter && pp_size_ > 1) {
-    if (reporting_rank_) {
-      for (int s = 1; s < pp_size_; ++s) {
-        const model::ParameterSet decl = model::GPTModel::declare_part(
-            args_.model, tp_.size(), 0, pipeline::part_of_rank(partition_, chunk_layers_, s));
-        for (const model::Parameter& p : decl.all()) {
-          if (p.tied_copy) continue;
-          Tensor t = Tensor::empty(p.global_shape, DType::kF32);
-          pp_->recv(t, s).wait();
-          full[p.name] = t;
-        }
-      }
-    } else {
-      for (const Tensor& t : mine) pp_->send(t, 0).wait();
-    }
-  }
-  if (!reporting_rank_) return;
-  const model::ParameterSet all = model::GPTModel::declare_part(args_.model, tp_.size(), 0, {});
-  const auto path = std::filesystem::path(args_.export_weights);
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  checkpoint::export_hf(args_.model, all,
-                        [&](const model::Parameter& p) { return full.at(p.name); },
-                        args_.export_weights);
-  std::printf("> exported weights to %s (+ config.json)\n", args_.export_weights.c_str());
-}
-
-namespace {
-
-// This process's rank before MPI is up (for printing a parse error once): the launcher's
-// environment, 0 when run without one.
-int launcher_rank() {
-  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})
-    if (const char* v = std::getenv(var)) return std::atoi(v);
-  return 0;
-}
-
-// Brings up the runtime and checks the layout; returns nullptr when the run is done
-// (--print-mesh).
-std::unique_ptr<comm::ParallelState> setup_distributed(const TrainArgs& args) {
-  auto world = comm::ProcessGroup::world();
-  comm::ProcessGroup::set_timeout(args.distributed_timeout_minutes * 60.0);
-  comm::ProcessGroup::set_check_collectives(args.check_collectives);
-  comm::ParallelConfig cfg;
-  cfg.tensor = args.tensor_model_parallel_size;
-  cfg.pipeline = args.pipeline_model_parallel_size;
-  cfg.context = args.context_parallel_size;
-  cfg.expert = args.expert_model_parallel_size;
-  const comm::MeshLayout layout(world->size(), cfg);  // tessera::Error on sizes that do not fit
-  if (args.print_mesh) {
-    if (world->rank() == 0) std::printf("%s", comm::format_mesh(layout).c_str());
-    return nullptr;
-  }
-  if (layout.context() > 1 || layout.expert() > 1)
-    throw Error("world size " + std::to_string(world->size()) + " (" + layout.summary() +
-                "): this build trains tensor, pipeline and data parallel; context and expert "
-                "parallel training are not implemented yet");
-  return std::make_unique<comm::ParallelState>(world, layout);
-}
-
-}  // namespace
-
-int train_main(int argc, const char* const* argv) {
-  bool runtime_up = false;
-  try {
-    TrainArgs args;
-    if (!parse_arguments(argc, argv, args)) return 0;
-    runtime_up = true;
-    if (args.sequence_parallel && args.tensor_model_parallel_size == 1) {
-      // As Megatron does: sequence parallelism splits over the TP group, which has one rank.
-      if (launcher_rank() == 0)
-        std::fprintf(stderr, "warning: --sequence-parallel has no effect with "
-                             "--tensor-model-parallel-size 1; turned off\n");
-      args.sequence_parallel = false;
-    }
-    auto state = setup_distributed(args);
-    if (!state) {
-      comm::shutdown();
-      return 0;
-    }
-    const int dp = state->layout().data();
-    if (args.deepspeed) {
-      const std::vector<std::string> warnings = apply_deepspeed_config(args, dp);
-      if (state->rank() == 0)
-        for (const std::string& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
-    }
-    if (args.global_batch_size == 0) args.global_batch_size = args.micro_batch_size * dp;
-    validate_arguments(args, dp);
-    set_num_threads(args.num_threads);
-    // Rank 0 reports for the job (Megatron's print_rank_0); the others' progress lines would
-    // repeat it. Errors still reach stderr from every rank.
-    if (state->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
-      throw Error("cannot silence stdout on rank " + std::to_string(state->rank()));
-    {
-      TrainerGroups groups;
-      groups.tp = parallel::TensorParallel(state->group(comm::GroupKind::kTensor),
-                                           args.sequence_parallel);
-      groups.dp = state->group(comm::GroupKind::kData);
-      groups.pp = state->group(comm::GroupKind::kPipeline);
-      groups.embedding = state->group(comm::GroupKind::kEmbedding);
-      groups.model = state->group(comm::GroupKind::kModel);
-      groups.world = state->world();
-      Trainer trainer(args, groups);
-      trainer.train();
-    }
-    state.reset();
-    comm::shutdown();
-    return 0;
-  } catch (const Error& e) {
-    std::fflush(stdout);
-    // Every rank sees the same bad flag or size; one line from rank 0, exit code 2 everywhere.
-    if (runtime_up) comm::abort_job(std::string("error: ") + e.what(), kUserErrorExitCode);
-    if (launcher_rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
-    return kUserErrorExitCode;
-  } catch (const std::exception& e) {
-    // A library's exception (e.g. std::filesystem on a path it cannot use) is still one line.
-    std::fflush(stdout);
-    const std::string message = std::string("error: ") + one_line(e.what());
-    if (runtime_up) comm::abort_job(message, kUserErrorExitCode);
-    std::fprintf(stderr, "%s\n", message.c_str());
-    return kUserErrorExitCode;
-  }
 }
 
 }  // namespace tessera::train

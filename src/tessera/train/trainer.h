@@ -20,6 +20,9 @@
 #include "tessera/data/indexed_dataset.h"
 #include "tessera/data/micro_batch.h"
 #include "tessera/data/sampler.h"
+#include "tessera/distributed/data_parallel_grads.h"
+#include "tessera/distributed/tensor_parallel_grads.h"
+#include "tessera/distributed/zero3_params.h"
 #include "tessera/model/gpt_model.h"
 #include "tessera/optim/loss_scaler.h"
 #include "tessera/optim/lr_schedule.h"
@@ -28,9 +31,6 @@
 #include "tessera/pipeline/executor.h"
 #include "tessera/pipeline/partition.h"
 #include "tessera/pipeline/timeline.h"
-#include "tessera/distributed/data_parallel_grads.h"
-#include "tessera/distributed/tensor_parallel_grads.h"
-#include "tessera/distributed/zero3_params.h"
 #include "tessera/train/arguments.h"
 #include "tessera/train/metrics.h"
 
@@ -39,11 +39,11 @@ namespace tessera::train {
 // The process groups a Trainer runs over. Default: one process.
 struct TrainerGroups {
   parallel::TensorParallel tp;
-  std::shared_ptr<comm::ProcessGroup> dp;     // data-parallel group; nullptr: DP 1
-  std::shared_ptr<comm::ProcessGroup> pp;     // pipeline group; nullptr: PP 1
+  std::shared_ptr<comm::ProcessGroup> dp;         // data-parallel group; nullptr: DP 1
+  std::shared_ptr<comm::ProcessGroup> pp;         // pipeline group; nullptr: PP 1
   std::shared_ptr<comm::ProcessGroup> embedding;  // first and last stage; nullptr: not in one
-  std::shared_ptr<comm::ProcessGroup> model;  // tensor x pipeline; nullptr: one rank
-  std::shared_ptr<comm::ProcessGroup> world;  // every rank; nullptr: one process
+  std::shared_ptr<comm::ProcessGroup> model;      // tensor x pipeline; nullptr: one rank
+  std::shared_ptr<comm::ProcessGroup> world;      // every rank; nullptr: one process
 };
 
 class Trainer {
@@ -87,8 +87,9 @@ class Trainer {
   // over the last `iterations`; resets the timers.
   void print_breakdown(int64_t iterations);
 
-  // Sums loss/token scalars over DP (identical on every rank).
-  std::vector<double> sum_over_dp(const std::vector<double>& v) const;
+  // Sums loss/token scalars over DP and the pipeline (they live on the last stage); identical
+  // on every rank.
+  std::vector<double> sum_losses(const std::vector<double>& v) const;
 
   TrainArgs args_;
   parallel::TensorParallel tp_;
@@ -96,9 +97,9 @@ class Trainer {
   int dp_size_ = 1, dp_rank_ = 0, pp_size_ = 1, pp_rank_ = 0, world_size_ = 1;
   bool reporting_rank_ = true;  // prints, writes metrics and exports
   int64_t train_iters_ = 0;
-  int64_t start_iteration_ = 0;   // iterations done before train() (resume_at)
+  int64_t start_iteration_ = 0;  // iterations done before train() (resume_at)
   int64_t consumed_samples_ = 0;
-  int64_t evaluations_ = 0;       // validation passes so far: each takes the next samples
+  int64_t evaluations_ = 0;  // validation passes so far: each takes the next samples
   std::unique_ptr<model::GPTModel> model_;
   std::unique_ptr<distributed::TensorParallelGrads> tp_grads_;
   std::unique_ptr<distributed::DataParallelGrads> dp_grads_;

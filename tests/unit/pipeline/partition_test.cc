@@ -29,13 +29,13 @@ TEST(PipelinePartition, UniformUnevenAndVirtual) {
 }
 
 TEST(PipelinePartition, BadSplitsAreErrors) {
-  EXPECT_THROW(partition_layers({6, 4, 1, -1, -1}), Error);   // not divisible
-  EXPECT_THROW(partition_layers({2, 4, 1, -1, -1}), Error);   // more stages than layers
-  EXPECT_THROW(partition_layers({8, 2, 3, -1, -1}), Error);   // V*P does not divide
-  EXPECT_THROW(partition_layers({8, 4, 1, 7, -1}), Error);    // leaves 1 for 3 stages
-  EXPECT_THROW(partition_layers({8, 2, 1, 3, 3}), Error);     // does not add up
-  EXPECT_THROW(partition_layers({8, 2, 2, 3, -1}), Error);    // uneven with virtual stages
-  EXPECT_THROW(partition_layers({8, 2, 1, 0, -1}), Error);    // a stage without layers
+  EXPECT_THROW(partition_layers({6, 4, 1, -1, -1}), Error);  // not divisible
+  EXPECT_THROW(partition_layers({2, 4, 1, -1, -1}), Error);  // more stages than layers
+  EXPECT_THROW(partition_layers({8, 2, 3, -1, -1}), Error);  // V*P does not divide
+  EXPECT_THROW(partition_layers({8, 4, 1, 7, -1}), Error);   // leaves 1 for 3 stages
+  EXPECT_THROW(partition_layers({8, 2, 1, 3, 3}), Error);    // does not add up
+  EXPECT_THROW(partition_layers({8, 2, 2, 3, -1}), Error);   // uneven with virtual stages
+  EXPECT_THROW(partition_layers({8, 2, 1, 0, -1}), Error);   // a stage without layers
 }
 
 }  // namespace

@@ -70,12 +70,24 @@ TEST(PipelineSchedule, OneFOneBRankOneByHand) {
   for (const Step& s : steps) {
     const char* a = "";
     switch (s.action) {
-      case Action::kRecvActivation: a = "ra"; break;
-      case Action::kForward: a = "F"; break;
-      case Action::kSendActivation: a = "sa"; break;
-      case Action::kRecvGrad: a = "rg"; break;
-      case Action::kBackward: a = "B"; break;
-      case Action::kSendGrad: a = "sg"; break;
+      case Action::kRecvActivation:
+        a = "ra";
+        break;
+      case Action::kForward:
+        a = "F";
+        break;
+      case Action::kSendActivation:
+        a = "sa";
+        break;
+      case Action::kRecvGrad:
+        a = "rg";
+        break;
+      case Action::kBackward:
+        a = "B";
+        break;
+      case Action::kSendGrad:
+        a = "sg";
+        break;
     }
     got += std::string(a) + std::to_string(s.microbatch) + " ";
   }

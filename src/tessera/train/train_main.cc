@@ -1,0 +1,114 @@
+// tessera-train's main: parse, bring up the runtime and the process mesh, train; every error is
+// one line and exit code 2 on every rank.
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include "tessera/comm/parallel_state.h"
+#include "tessera/comm/process_group.h"
+#include "tessera/core/threads.h"
+#include "tessera/core/tool_main.h"
+#include "tessera/train/deepspeed_config.h"
+#include "tessera/train/trainer.h"
+
+namespace tessera::train {
+
+namespace {
+
+// This process's rank before MPI is up (for printing a parse error once): the launcher's
+// environment, 0 when run without one.
+int launcher_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  return 0;
+}
+
+// Brings up the runtime and checks the layout; returns nullptr when the run is done
+// (--print-mesh).
+std::unique_ptr<comm::ParallelState> setup_distributed(const TrainArgs& args) {
+  auto world = comm::ProcessGroup::world();
+  comm::ProcessGroup::set_timeout(args.distributed_timeout_minutes * 60.0);
+  comm::ProcessGroup::set_check_collectives(args.check_collectives);
+  comm::ParallelConfig cfg;
+  cfg.tensor = args.tensor_model_parallel_size;
+  cfg.pipeline = args.pipeline_model_parallel_size;
+  cfg.context = args.context_parallel_size;
+  cfg.expert = args.expert_model_parallel_size;
+  const comm::MeshLayout layout(world->size(), cfg);  // tessera::Error on sizes that do not fit
+  if (args.print_mesh) {
+    if (world->rank() == 0) std::printf("%s", comm::format_mesh(layout).c_str());
+    return nullptr;
+  }
+  if (layout.context() > 1 || layout.expert() > 1)
+    throw Error("world size " + std::to_string(world->size()) + " (" + layout.summary() +
+                "): this build trains tensor, pipeline and data parallel; context and expert "
+                "parallel training are not implemented yet");
+  return std::make_unique<comm::ParallelState>(world, layout);
+}
+
+}  // namespace
+
+int train_main(int argc, const char* const* argv) {
+  bool runtime_up = false;
+  try {
+    TrainArgs args;
+    if (!parse_arguments(argc, argv, args)) return 0;
+    runtime_up = true;
+    if (args.sequence_parallel && args.tensor_model_parallel_size == 1) {
+      // As Megatron does: sequence parallelism splits over the TP group, which has one rank.
+      if (launcher_rank() == 0)
+        std::fprintf(stderr,
+                     "warning: --sequence-parallel has no effect with "
+                     "--tensor-model-parallel-size 1; turned off\n");
+      args.sequence_parallel = false;
+    }
+    auto state = setup_distributed(args);
+    if (!state) {
+      comm::shutdown();
+      return 0;
+    }
+    const int dp = state->layout().data();
+    if (args.deepspeed) {
+      const std::vector<std::string> warnings = apply_deepspeed_config(args, dp);
+      if (state->rank() == 0)
+        for (const std::string& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+    }
+    if (args.global_batch_size == 0) args.global_batch_size = args.micro_batch_size * dp;
+    validate_arguments(args, dp);
+    set_num_threads(args.num_threads);
+    // Rank 0 reports for the job (Megatron's print_rank_0); the others' progress lines would
+    // repeat it. Errors still reach stderr from every rank.
+    if (state->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
+      throw Error("cannot silence stdout on rank " + std::to_string(state->rank()));
+    {
+      TrainerGroups groups;
+      groups.tp =
+          parallel::TensorParallel(state->group(comm::GroupKind::kTensor), args.sequence_parallel);
+      groups.dp = state->group(comm::GroupKind::kData);
+      groups.pp = state->group(comm::GroupKind::kPipeline);
+      groups.embedding = state->group(comm::GroupKind::kEmbedding);
+      groups.model = state->group(comm::GroupKind::kModel);
+      groups.world = state->world();
+      Trainer trainer(args, groups);
+      trainer.train();
+    }
+    state.reset();
+    comm::shutdown();
+    return 0;
+  } catch (const Error& e) {
+    std::fflush(stdout);
+    // Every rank sees the same bad flag or size; one line from rank 0, exit code 2 everywhere.
+    if (runtime_up) comm::abort_job(std::string("error: ") + e.what(), kUserErrorExitCode);
+    if (launcher_rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
+    return kUserErrorExitCode;
+  } catch (const std::exception& e) {
+    // A library's exception (e.g. std::filesystem on a path it cannot use) is still one line.
+    std::fflush(stdout);
+    const std::string message = std::string("error: ") + one_line(e.what());
+    if (runtime_up) comm::abort_job(message, kUserErrorExitCode);
+    std::fprintf(stderr, "%s\n", message.c_str());
+    return kUserErrorExitCode;
+  }
+}
+
+}  // namespace tessera::train

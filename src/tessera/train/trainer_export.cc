@@ -1,0 +1,60 @@
+// Trainer::export_weights: the trained model as one Hugging Face safetensors file, gathered from
+// every tensor-parallel, data-parallel (sharded master weights) and pipeline shard.
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "tessera/checkpoint/hf_export.h"
+#include "tessera/distributed/gather_parameter.h"
+#include "tessera/train/trainer.h"
+
+namespace tessera::train {
+
+void Trainer::export_weights() const {
+  // Every rank of a stage takes part in gathering each of its parameters over TP (and a sharded
+  // optimizer's master weights over DP); the stage's first rank keeps them. The other stages'
+  // first ranks then send theirs to the reporting rank (the first stage's), in the order of
+  // their declarations, which that rank recomputes.
+  std::map<std::string, Tensor> full;
+  const bool stage_reporter = tp_.rank() == 0 && dp_rank_ == 0;
+  Tensor flat_master;
+  if (optimizer_->sharded()) flat_master = dp_grads_->gather_owned(optimizer_->owned_master());
+  std::vector<Tensor> mine;  // this stage's parameters, in declaration order (tied copy skipped)
+  for (const model::Parameter& p : model_->params().all()) {
+    const Tensor master =
+        optimizer_->sharded()
+            ? flat_master.slice_rows(p.offset, p.offset + p.numel()).view(p.local_shape)
+            : optimizer_->master(p);
+    Tensor t = distributed::gather_parameter(p, master, tp_);
+    if (stage_reporter && !p.tied_copy) {
+      if (reporting_rank_) full[p.name] = t;
+      mine.push_back(t);
+    }
+  }
+  if (stage_reporter && pp_size_ > 1) {
+    if (reporting_rank_) {
+      for (int s = 1; s < pp_size_; ++s) {
+        const model::ParameterSet decl = model::GPTModel::declare_part(
+            args_.model, tp_.size(), 0, pipeline::part_of_rank(partition_, chunk_layers_, s));
+        for (const model::Parameter& p : decl.all()) {
+          if (p.tied_copy) continue;
+          Tensor t = Tensor::empty(p.global_shape, DType::kF32);
+          pp_->recv(t, s).wait();
+          full[p.name] = t;
+        }
+      }
+    } else {
+      for (const Tensor& t : mine) pp_->send(t, 0).wait();
+    }
+  }
+  if (!reporting_rank_) return;
+  const model::ParameterSet all = model::GPTModel::declare_part(args_.model, tp_.size(), 0, {});
+  const auto path = std::filesystem::path(args_.export_weights);
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  checkpoint::export_hf(
+      args_.model, all, [&](const model::Parameter& p) { return full.at(p.name); },
+      args_.export_weights);
+  std::printf("> exported weights to %s (+ config.json)\n", args_.export_weights.c_str());
+}
+
+}  // namespace tessera::train
