@@ -438,8 +438,11 @@ TEST(ProcessGroup, MismatchDetectorNamesBothCallSites) {
   }
   // Different operations from different lines: both call sites are named, on every rank.
   Tensor u = Tensor::zeros({4}, DType::kF32);
+  // clang-format off: the two calls must stay on consecutive lines
   const int line_reduce = __LINE__ + 1;
-  Work b = me == 0 ? w->all_reduce(u, ReduceOp::kMax) : w->broadcast(u, 0);
+  Work b = me == 0 ? w->all_reduce(u, ReduceOp::kMax)
+                   : w->broadcast(u, 0);
+  // clang-format on
   const int line_bcast = line_reduce + 1;
   try {
     b.wait();
