@@ -26,14 +26,16 @@ namespace {
 using tessera::Error;
 
 std::string from_hex(const std::string& hex, int64_t line) {
-  if (hex.size() % 2 != 0) throw Error("line " + std::to_string(line) + ": odd number of hex digits");
+  if (hex.size() % 2 != 0)
+    throw Error("line " + std::to_string(line) + ": odd number of hex digits");
   std::string out;
   for (size_t i = 0; i < hex.size(); i += 2) {
     const auto digit = [&](char c) {
       if (c >= '0' && c <= '9') return c - '0';
       if (c >= 'a' && c <= 'f') return c - 'a' + 10;
       if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-      throw Error("line " + std::to_string(line) + ": '" + std::string(1, c) + "' is not a hex digit");
+      throw Error("line " + std::to_string(line) + ": '" + std::string(1, c) +
+                  "' is not a hex digit");
     };
     out.push_back(static_cast<char>(digit(hex[i]) * 16 + digit(hex[i + 1])));
   }
@@ -57,8 +59,10 @@ int main(int argc, char** argv) {
   bool hex = false, decode = false;
   std::string save_json;
   CLI::App app{"Encode (or decode) lines of stdin with a tokenizer."};
-  app.add_option("--tokenizer-type", topt.type, "ByteLevel, GPT2BPETokenizer, "
-                 "HuggingFaceTokenizer or SentencePieceTokenizer")->capture_default_str();
+  app.add_option("--tokenizer-type", topt.type,
+                 "ByteLevel, GPT2BPETokenizer, "
+                 "HuggingFaceTokenizer or SentencePieceTokenizer")
+      ->capture_default_str();
   app.add_option("--vocab-file", topt.vocab_file, "GPT2BPETokenizer: encoder.json");
   app.add_option("--merge-file", topt.merge_file, "GPT2BPETokenizer: vocab.bpe");
   app.add_option("--tokenizer-model", topt.tokenizer_model,
@@ -71,7 +75,8 @@ int main(int argc, char** argv) {
     const auto tok = tessera::data::make_tokenizer(topt);
     if (!save_json.empty()) {
       const auto* gpt2 = dynamic_cast<const tessera::data::Gpt2BpeTokenizer*>(tok.get());
-      if (gpt2 == nullptr) throw Error("--save-tokenizer-json needs --tokenizer-type GPT2BPETokenizer");
+      if (gpt2 == nullptr)
+        throw Error("--save-tokenizer-json needs --tokenizer-type GPT2BPETokenizer");
       tessera::data::write_byte_level_bpe_json(save_json, gpt2->vocab(), gpt2->merges(),
                                                "<|endoftext|>");
       return 0;
@@ -86,7 +91,8 @@ int main(int argc, char** argv) {
         std::istringstream in(line);
         long long v;
         while (in >> v) ids.push_back(static_cast<int32_t>(v));
-        if (!in.eof()) throw Error("line " + std::to_string(n) + ": expected ids separated by spaces");
+        if (!in.eof())
+          throw Error("line " + std::to_string(n) + ": expected ids separated by spaces");
         const std::string text = tok->decode(ids);
         std::cout << (hex ? to_hex(text) : text) << '\n';
       } else {

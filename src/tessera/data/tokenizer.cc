@@ -16,8 +16,7 @@ const std::vector<std::string>& tokenizer_types() {
 
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerOptions& o) {
   const auto need = [&](const std::string& value, const char* flag, const char* what) {
-    if (value.empty())
-      throw Error("--tokenizer-type " + o.type + " needs " + flag + " " + what);
+    if (value.empty()) throw Error("--tokenizer-type " + o.type + " needs " + flag + " " + what);
   };
   if (o.type == "ByteLevel") return std::make_unique<ByteTokenizer>();
   if (o.type == "GPT2BPETokenizer") {

@@ -55,7 +55,10 @@ struct TrainArgs {
   // Data.
   bool mock_data = false;           // --mock-data
   std::vector<std::string> data_path;  // --data-path PREFIX
-  std::string tokenizer_type;       // --tokenizer-type (ByteLevel)
+  std::string tokenizer_type;       // --tokenizer-type (data/tokenizer.h: tokenizer_types())
+  std::string vocab_file;           // --vocab-file (GPT2BPETokenizer: encoder.json)
+  std::string merge_file;           // --merge-file (GPT2BPETokenizer: vocab.bpe)
+  std::string tokenizer_model;      // --tokenizer-model (tokenizer.json or SentencePiece .model)
   std::string split = "969,30,1";   // --split (train, valid, test weights)
 
   // Process mesh. Training runs tensor (+ sequence) and data parallel (DP = world / TP); the

@@ -8,7 +8,7 @@
 namespace tessera::data {
 namespace {
 
-constexpr size_t kMaxCachedBytes = 48;       // longer words are rare: not worth the memory
+constexpr size_t kMaxCachedBytes = 48;        // longer words are rare: not worth the memory
 constexpr size_t kMaxCacheEntries = 1 << 18;  // per thread; the cache restarts when full
 
 struct Hash {
@@ -47,8 +47,8 @@ BpeModel::BpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
   token_to_id_.reserve(vocab.size());
   for (const auto& [tok, id] : vocab) {
     if (has_id_[id])
-      throw Error(source + ": id " + std::to_string(id) + " is given to both '" +
-                  id_to_token_[id] + "' and '" + tok + "': expected distinct ids");
+      throw Error(source + ": id " + std::to_string(id) + " is given to both '" + id_to_token_[id] +
+                  "' and '" + tok + "': expected distinct ids");
     if (!token_to_id_.emplace(tok, id).second)
       throw Error(source + ": token '" + tok + "' appears twice: expected distinct tokens");
     id_to_token_[id] = tok;
@@ -58,10 +58,17 @@ BpeModel::BpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
   for (size_t r = 0; r < merges.size(); ++r) {
     const auto& [a, b] = merges[r];
     const int32_t ia = id(a), ib = id(b), ir = id(a + b);
-    const std::string what = source + ": merge " + std::to_string(r + 1) + " ('" + a + "' '" + b + "')";
-    if (ia < 0) throw Error(what + " names '" + a + "', which is not in the vocabulary: expected a known token");
-    if (ib < 0) throw Error(what + " names '" + b + "', which is not in the vocabulary: expected a known token");
-    if (ir < 0) throw Error(what + " makes '" + a + b + "', which is not in the vocabulary: expected a known token");
+    const std::string what =
+        source + ": merge " + std::to_string(r + 1) + " ('" + a + "' '" + b + "')";
+    if (ia < 0)
+      throw Error(what + " names '" + a +
+                  "', which is not in the vocabulary: expected a known token");
+    if (ib < 0)
+      throw Error(what + " names '" + b +
+                  "', which is not in the vocabulary: expected a known token");
+    if (ir < 0)
+      throw Error(what + " makes '" + a + b +
+                  "', which is not in the vocabulary: expected a known token");
     // A repeated merge keeps its first (lowest) rank, as GPT-2's dict(zip(merges, range)) would
     // not but Hugging Face does; real files have none.
     merges_.emplace(pair_key(ia, ib), Merge{static_cast<int32_t>(r), ir});

@@ -59,7 +59,8 @@ TrainedBpe BpeTrainer::train(int64_t vocab_size, const std::string& eod,
       const uint64_t k = pair_key(s[i], s[i + 1]);
       pair_count[k] += words[w].count;
       auto& list = pair_words[k];
-      if (list.empty() || list.back() != static_cast<int32_t>(w)) list.push_back(static_cast<int32_t>(w));
+      if (list.empty() || list.back() != static_cast<int32_t>(w))
+        list.push_back(static_cast<int32_t>(w));
     }
   }
   // Max-heap on count, ties to the smaller pair key; entries are re-checked when popped.
@@ -142,7 +143,8 @@ void write_byte_level_bpe_json(const std::string& path,
                                const std::vector<MergePair>& merges, const std::string& eod) {
   using Ordered = nlohmann::ordered_json;
   std::vector<std::pair<std::string, int32_t>> by_id = vocab;
-  std::sort(by_id.begin(), by_id.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
+  std::sort(by_id.begin(), by_id.end(),
+            [](const auto& x, const auto& y) { return x.second < y.second; });
   int32_t eod_id = -1;
   Ordered v = Ordered::object();
   for (const auto& [tok, id] : by_id) {
@@ -152,24 +154,35 @@ void write_byte_level_bpe_json(const std::string& path,
   if (eod_id < 0) throw Error(path + ": the vocabulary has no '" + eod + "' token to write");
   Ordered m = Ordered::array();
   for (const auto& [l, r] : merges) m.push_back(l + " " + r);
-  const Ordered byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false},
-                              {"trim_offsets", true}, {"use_regex", true}};
+  const Ordered byte_level = {{"type", "ByteLevel"},
+                              {"add_prefix_space", false},
+                              {"trim_offsets", true},
+                              {"use_regex", true}};
   Ordered j;
   j["version"] = "1.0";
   j["truncation"] = nullptr;
   j["padding"] = nullptr;
-  j["added_tokens"] = Ordered::array({Ordered{{"id", eod_id}, {"content", eod},
-                                              {"single_word", false}, {"lstrip", false},
-                                              {"rstrip", false}, {"normalized", false},
+  j["added_tokens"] = Ordered::array({Ordered{{"id", eod_id},
+                                              {"content", eod},
+                                              {"single_word", false},
+                                              {"lstrip", false},
+                                              {"rstrip", false},
+                                              {"normalized", false},
                                               {"special", true}}});
   j["normalizer"] = nullptr;
   j["pre_tokenizer"] = byte_level;
   j["post_processor"] = byte_level;
   j["decoder"] = byte_level;
-  j["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-                {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
-                {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
-                {"vocab", std::move(v)}, {"merges", std::move(m)}};
+  j["model"] = {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", nullptr},
+                {"continuing_subword_prefix", nullptr},
+                {"end_of_word_suffix", nullptr},
+                {"fuse_unk", false},
+                {"byte_fallback", false},
+                {"ignore_merges", false},
+                {"vocab", std::move(v)},
+                {"merges", std::move(m)}};
   std::ofstream f(path, std::ios::binary);
   if (!f) throw Error("cannot write tokenizer '" + path + "': " + std::strerror(errno));
   f << j.dump(1) << '\n';

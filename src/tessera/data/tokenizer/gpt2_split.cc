@@ -28,7 +28,7 @@ void gpt2_split(std::string_view text, std::vector<std::string_view>& pieces) {
       }
     }
     CharClass k = unicode::char_class(cp);
-    size_t body = i;  // where the run of letters / numbers / symbols starts
+    size_t body = i;               // where the run of letters / numbers / symbols starts
     if (cp == ' ' && i + 1 < n) {  // " ?" prefix of the next three alternatives
       uint32_t next;
       unicode::next_char(text, i + 1, &next);

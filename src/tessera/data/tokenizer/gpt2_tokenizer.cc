@@ -75,9 +75,8 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_file, const std::str
                   "vocab.bpe)");
     merges_.emplace_back(std::string(line.substr(0, space)), std::string(line.substr(space + 1)));
   }
-  bpe_ = std::make_unique<BpeModel>(vocab_, merges_,
-                                    "--vocab-file '" + vocab_file + "' / --merge-file '" +
-                                        merge_file + "'");
+  bpe_ = std::make_unique<BpeModel>(
+      vocab_, merges_, "--vocab-file '" + vocab_file + "' / --merge-file '" + merge_file + "'");
   for (int b = 0; b < 256; ++b) {
     std::string s;
     unicode::append_utf8(s, unicode::byte_to_char()[b]);
@@ -116,9 +115,9 @@ std::string Gpt2BpeTokenizer::decode(std::span<const int32_t> ids) const {
   for (size_t i = 0; i < ids.size(); ++i) {
     const std::string* tok = bpe_->token(ids[i]);
     if (tok == nullptr)
-      throw Error("GPT2BPETokenizer: cannot decode id " + std::to_string(ids[i]) +
-                  " at position " + std::to_string(i) + ": expected an id in [0, " +
-                  std::to_string(vocab_size()) + ")");
+      throw Error("GPT2BPETokenizer: cannot decode id " + std::to_string(ids[i]) + " at position " +
+                  std::to_string(i) + ": expected an id in [0, " + std::to_string(vocab_size()) +
+                  ")");
     append_byte_level(out, *tok);
   }
   return out;

@@ -133,7 +133,8 @@ class Sequence final : public Normalizer {
 }  // namespace
 
 std::string pattern_of(const Json& obj, const std::string& where) {
-  if (obj.is_object() && obj.contains("String")) return regex_escape(get_string(obj, "String", where));
+  if (obj.is_object() && obj.contains("String"))
+    return regex_escape(get_string(obj, "String", where));
   if (obj.is_object() && obj.contains("Regex")) return get_string(obj, "Regex", where);
   throw Error(where + ": a pattern must be {\"String\": ...} or {\"Regex\": ...}");
 }

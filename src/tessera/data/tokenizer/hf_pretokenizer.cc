@@ -49,24 +49,30 @@ void split_piece(const std::string& piece, const Regex& re, Behavior behavior, b
       break;
     case Behavior::kMergedWithPrevious:
       for (const Seg& s : segs) {
-        if (s.match && !previous && !merged.empty()) merged.back().e = s.e;
-        else merged.push_back(s);
+        if (s.match && !previous && !merged.empty())
+          merged.back().e = s.e;
+        else
+          merged.push_back(s);
         previous = s.match;
       }
       break;
     case Behavior::kMergedWithNext:
       for (size_t k = segs.size(); k-- > 0;) {
         const Seg& s = segs[k];
-        if (s.match && !previous && !merged.empty()) merged.back().b = s.b;
-        else merged.push_back(s);
+        if (s.match && !previous && !merged.empty())
+          merged.back().b = s.b;
+        else
+          merged.push_back(s);
         previous = s.match;
       }
       std::reverse(merged.begin(), merged.end());
       break;
     case Behavior::kContiguous:
       for (const Seg& s : segs) {
-        if (s.match == previous && !merged.empty()) merged.back().e = s.e;
-        else merged.push_back(s);
+        if (s.match == previous && !merged.empty())
+          merged.back().e = s.e;
+        else
+          merged.push_back(s);
         previous = s.match;
       }
       break;
@@ -101,8 +107,10 @@ class ByteLevel final : public PreTokenizer {
     for (auto& p : pieces) {
       if (add_prefix_space_ && !p.starts_with(' ')) p.insert(0, 1, ' ');
       views.clear();
-      if (use_regex_) gpt2_split(p, views);
-      else views.push_back(p);
+      if (use_regex_)
+        gpt2_split(p, views);
+      else
+        views.push_back(p);
       for (const auto v : views) out.push_back(to_byte_level(v));
     }
     pieces = std::move(out);
@@ -122,8 +130,10 @@ class Metaspace final : public PreTokenizer {
     for (size_t k = 0; k < pieces.size(); ++k) {
       std::string s;
       for (char c : pieces[k]) {
-        if (c == ' ') s += replacement_;
-        else s.push_back(c);
+        if (c == ' ')
+          s += replacement_;
+        else
+          s.push_back(c);
       }
       const bool prepend = scheme_ == "always" || (scheme_ == "first" && first_segment && k == 0);
       if (prepend && !s.starts_with(replacement_)) s.insert(0, replacement_);
@@ -188,14 +198,16 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& j, const std::strin
     std::string scheme = opt_string(j, "prepend_scheme", at, "");
     if (scheme.empty()) scheme = opt_bool(j, "add_prefix_space", at, true) ? "always" : "never";
     if (scheme != "always" && scheme != "first" && scheme != "never")
-      throw Error(at + ": prepend_scheme '" + scheme + "' is unknown: expected always, first or never");
+      throw Error(at + ": prepend_scheme '" + scheme +
+                  "' is unknown: expected always, first or never");
     const std::string rep = opt_string(j, "replacement", at, "\xE2\x96\x81");
     if (rep.empty()) throw Error(at + ": 'replacement' is empty: expected one character");
     return std::make_unique<Metaspace>(rep, scheme, opt_bool(j, "split", at, true));
   }
   if (type == "Digits")
-    return std::make_unique<Split>(opt_bool(j, "individual_digits", at, false) ? "\\p{N}" : "\\p{N}+",
-                                   Behavior::kIsolated, false, at);
+    return std::make_unique<Split>(
+        opt_bool(j, "individual_digits", at, false) ? "\\p{N}" : "\\p{N}+", Behavior::kIsolated,
+        false, at);
   if (type == "Whitespace")
     return std::make_unique<Split>("\\w+|[^\\w\\s]+", Behavior::kRemoved, true, at);
   if (type == "WhitespaceSplit")

@@ -44,19 +44,20 @@ void HfTokenizer::load(const std::string& text) {
                 "): expected a Hugging Face tokenizer.json");
   }
   try {
-    if (!j.is_object()) throw Error(source_ + ": expected a JSON object (a Hugging Face tokenizer.json)");
+    if (!j.is_object())
+      throw Error(source_ + ": expected a JSON object (a Hugging Face tokenizer.json)");
     const std::string where = source_;
     const Json& model = hf::member(j, "model", where);
     const std::string mwhere = where + ": model";
     const std::string type = hf::opt_string(model, "type", mwhere, "BPE");
-    if (type != "BPE")
-      throw Error(mwhere + " type '" + type + "' is not supported: expected BPE");
+    if (type != "BPE") throw Error(mwhere + " type '" + type + "' is not supported: expected BPE");
     if (model.contains("dropout") && !model["dropout"].is_null() &&
         !(model["dropout"].is_number() && model["dropout"].get<double>() == 0.0))
       throw Error(mwhere + ": BPE dropout is not supported: expected null");
     if (!hf::opt_string(model, "continuing_subword_prefix", mwhere).empty() ||
         !hf::opt_string(model, "end_of_word_suffix", mwhere).empty())
-      throw Error(mwhere + ": continuing_subword_prefix / end_of_word_suffix are not supported: "
+      throw Error(mwhere +
+                  ": continuing_subword_prefix / end_of_word_suffix are not supported: "
                   "expected null");
 
     const Json& vocab_json = hf::member(model, "vocab", mwhere);
@@ -124,8 +125,8 @@ void HfTokenizer::load(const std::string& text) {
       t.special = hf::opt_bool(added[k], "special", awhere, false);
       const std::string* in_vocab = bpe_->token(t.id);
       if (in_vocab != nullptr && *in_vocab != t.content)
-        throw Error(awhere + ": id " + std::to_string(t.id) + " is '" + t.content +
-                    "' here but '" + *in_vocab + "' in the model's vocab: expected the same token");
+        throw Error(awhere + ": id " + std::to_string(t.id) + " is '" + t.content + "' here but '" +
+                    *in_vocab + "' in the model's vocab: expected the same token");
       vocab_size_ = std::max<int64_t>(vocab_size_, t.id + 1);
       added_by_id_[t.id] = t.content;
       added_.push_back(t);
@@ -147,7 +148,8 @@ void HfTokenizer::load(const std::string& text) {
 
 int32_t HfTokenizer::eod() const {
   if (!eod_)
-    throw Error(source_ + " has no end-of-document token: expected one of <|endoftext|>, "
+    throw Error(source_ +
+                " has no end-of-document token: expected one of <|endoftext|>, "
                 "<|end_of_text|>, </s>, <eos>, <|im_end|>");
   return *eod_;
 }
@@ -211,7 +213,8 @@ void HfTokenizer::encode_word(const std::string& word, std::vector<int32_t>& ids
       for (size_t k = 0; bytes_ok && k < len; ++k)
         bytes_ok = byte_token_[static_cast<uint8_t>(word[i + k])] >= 0;
       if (bytes_ok) {
-        for (size_t k = 0; k < len; ++k) symbols.push_back(byte_token_[static_cast<uint8_t>(word[i + k])]);
+        for (size_t k = 0; k < len; ++k)
+          symbols.push_back(byte_token_[static_cast<uint8_t>(word[i + k])]);
         last_unk = false;
       } else if (unk_ >= 0) {
         if (!(fuse_unk_ && last_unk)) symbols.push_back(unk_);

@@ -15,9 +15,9 @@
 // present; eod() throws tessera::Error if none is.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <optional>
-#include <array>
 #include <unordered_map>
 
 #include "tessera/data/tokenizer.h"

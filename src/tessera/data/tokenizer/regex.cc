@@ -16,9 +16,9 @@ Regex::Regex(const std::string& pattern, const std::string& source)
     : code_(std::make_unique<Code>()), pattern_(pattern) {
   int err = 0;
   PCRE2_SIZE offset = 0;
-  code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                              PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &offset,
-                              nullptr);
+  code_->code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                    PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &offset, nullptr);
   if (code_->code == nullptr) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
@@ -44,8 +44,8 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
     if (rc < 0) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(rc, msg, sizeof msg);
-      throw Error("regular expression '" + pattern_ + "' failed: " +
-                  reinterpret_cast<const char*>(msg));
+      throw Error("regular expression '" + pattern_ +
+                  "' failed: " + reinterpret_cast<const char*>(msg));
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data.md);
     const size_t b = ov[0], e = ov[1];
