@@ -1,6 +1,7 @@
 #include "tessera/train/arguments.h"
 
 #include <CLI/CLI.hpp>
+
 #include <functional>
 #include <map>
 
@@ -57,7 +58,7 @@ class ModelFlags {
   CLI::App& app_;
   ModelConfig& scratch_;
   std::vector<std::function<void(ModelConfig&, const ModelConfig&)>> copies_;
-  std::vector<std::shared_ptr<bool>> flag_values_;  // storage CLI11 writes flags into
+  std::vector<std::shared_ptr<bool>> flag_values_;           // storage CLI11 writes flags into
   std::vector<std::shared_ptr<std::string>> enum_values_;
 };
 
@@ -103,8 +104,7 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   CLI::App app{"tessera-train: train a GPT/LLaMA-style language model", "tessera-train"};
   app.option_defaults()->always_capture_default();
   app.config_formatter(std::make_shared<JsonConfig>());
-  app.set_config("--config", "",
-                 "JSON file of flags (keys without dashes); flags on the command line win");
+  app.set_config("--config", "", "JSON file of flags (keys without dashes); flags on the command line win");
   app.allow_config_extras(CLI::config_extras_mode::error);
 
   ModelConfig scratch;
@@ -116,12 +116,9 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   app.add_option("--micro-batch-size", args.micro_batch_size)->check(CLI::PositiveNumber);
   app.add_option("--global-batch-size", args.global_batch_size)->check(CLI::PositiveNumber);
   auto* iters = app.add_option("--train-iters", args.train_iters)->check(CLI::PositiveNumber);
-  app.add_option("--train-samples", args.train_samples)
-      ->check(CLI::PositiveNumber)
-      ->excludes(iters);
+  app.add_option("--train-samples", args.train_samples)->check(CLI::PositiveNumber)->excludes(iters);
   app.add_option("--exit-interval", args.exit_interval)->check(CLI::NonNegativeNumber);
-  app.add_option("--exit-duration-in-mins", args.exit_duration_in_mins)
-      ->check(CLI::NonNegativeNumber);
+  app.add_option("--exit-duration-in-mins", args.exit_duration_in_mins)->check(CLI::NonNegativeNumber);
   app.add_option("--eval-interval", args.eval_interval)->check(CLI::NonNegativeNumber);
   app.add_option("--eval-iters", args.eval_iters)->check(CLI::NonNegativeNumber);
 
@@ -134,11 +131,8 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   app.add_option("--sgd-momentum", args.sgd_momentum)->check(CLI::Range(0.0, 1.0));
   app.add_option("--weight-decay", args.weight_decay)->check(CLI::NonNegativeNumber);
   app.add_option("--clip-grad", args.clip_grad)->check(CLI::NonNegativeNumber);
-  auto* warm =
-      app.add_option("--lr-warmup-iters", args.lr_warmup_iters)->check(CLI::NonNegativeNumber);
-  app.add_option("--lr-warmup-fraction", args.lr_warmup_fraction)
-      ->check(CLI::Range(0.0, 1.0))
-      ->excludes(warm);
+  auto* warm = app.add_option("--lr-warmup-iters", args.lr_warmup_iters)->check(CLI::NonNegativeNumber);
+  app.add_option("--lr-warmup-fraction", args.lr_warmup_fraction)->check(CLI::Range(0.0, 1.0))->excludes(warm);
   app.add_option("--lr-decay-iters", args.lr_decay_iters)->check(CLI::NonNegativeNumber);
   app.add_option("--lr-decay-style", args.lr_decay_style)
       ->check(CLI::IsMember({"constant", "linear", "cosine", "inverse-square-root", "WSD"}));
@@ -167,18 +161,13 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
                  "HuggingFaceTokenizer: tokenizer.json; SentencePieceTokenizer: .model");
   app.add_option("--split", args.split, "train,valid,test weights");
 
-  app.add_option("--tensor-model-parallel-size", args.tensor_model_parallel_size)
-      ->check(CLI::PositiveNumber);
+  app.add_option("--tensor-model-parallel-size", args.tensor_model_parallel_size)->check(CLI::PositiveNumber);
   app.add_flag("--sequence-parallel", args.sequence_parallel,
                "split norms, dropout and residuals along the sequence across the TP group");
-  app.add_option("--pipeline-model-parallel-size", args.pipeline_model_parallel_size)
-      ->check(CLI::PositiveNumber);
+  app.add_option("--pipeline-model-parallel-size", args.pipeline_model_parallel_size)->check(CLI::PositiveNumber);
   app.add_option("--context-parallel-size", args.context_parallel_size)->check(CLI::PositiveNumber);
-  app.add_option("--expert-model-parallel-size", args.expert_model_parallel_size)
-      ->check(CLI::PositiveNumber);
-  app.add_option(
-         "--zero-stage", args.zero_stage,
-         "ZeRO stage: 0 (replicated), 1 (sharded optimizer), 2 (+ gradients), 3 (+ parameters)")
+  app.add_option("--expert-model-parallel-size", args.expert_model_parallel_size)->check(CLI::PositiveNumber);
+  app.add_option("--zero-stage", args.zero_stage, "ZeRO stage: 0 (replicated), 1 (sharded optimizer), 2 (+ gradients), 3 (+ parameters)")
       ->check(CLI::Range(0, 3));
   app.add_flag("--use-distributed-optimizer", args.use_distributed_optimizer,
                "shard optimizer state over data parallel ranks (ZeRO stage 1)");
@@ -195,8 +184,7 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   app.add_option("--stage3-max-live-parameters", args.stage3_max_live_parameters,
                  "ZeRO 3: at most this many gathered elements when prefetching")
       ->check(CLI::NonNegativeNumber);
-  app.add_flag("--print-mesh", args.print_mesh,
-               "print every rank's coordinates and groups, then exit");
+  app.add_flag("--print-mesh", args.print_mesh, "print every rank's coordinates and groups, then exit");
   app.add_option("--distributed-timeout-minutes", args.distributed_timeout_minutes,
                  "abort the job when a communication does not complete within this time")
       ->check(CLI::PositiveNumber);
@@ -255,8 +243,7 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
 
 std::array<double, 3> split_fractions(const std::string& split) {
   const auto bad = [&](const std::string& why) {
-    return Error("--split '" + split + "': " + why +
-                 " (expected up to three comma-separated weights, e.g. 969,30,1)");
+    return Error("--split '" + split + "': " + why + " (expected up to three comma-separated weights, e.g. 969,30,1)");
   };
   std::array<double, 3> w{0, 0, 0};
   size_t start = 0;
@@ -302,9 +289,7 @@ void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
   if (args.mock_data && !args.data_path.empty())
     throw Error("--mock-data and --data-path are mutually exclusive");
   if (args.data_path.size() > 1)
-    throw Error(
-        "--data-path: one prefix is supported by this trainer (blending comes with the data "
-        "pipeline)");
+    throw Error("--data-path: one prefix is supported by this trainer (blending comes with the data pipeline)");
   if (args.lr_decay_style == "WSD" && args.lr_wsd_decay_iters == 0)
     throw Error("--lr-decay-style WSD needs --lr-wsd-decay-iters");
 }
