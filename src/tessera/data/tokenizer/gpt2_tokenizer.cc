@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -14,6 +15,9 @@ namespace tessera::data {
 
 std::string read_text_file(const std::string& path, const std::string& what) {
   if (path.empty()) throw Error(what + " is not given: expected a file path");
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error("cannot read " + what + " '" + path + "': it is a directory, expected a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot read " + what + " '" + path + "': " + std::strerror(errno));
   std::ostringstream ss;
