@@ -8,6 +8,9 @@
 namespace tessera::data {
 namespace {
 
+// Far above any real vocabulary (the largest are ~256k); keeps a corrupt id from allocating
+// gigabytes for the id -> token table.
+constexpr int32_t kMaxVocabId = 1 << 21;
 constexpr size_t kMaxCachedBytes = 48;        // longer words are rare: not worth the memory
 constexpr size_t kMaxCacheEntries = 1 << 18;  // per thread; the cache restarts when full
 
@@ -39,7 +42,9 @@ BpeModel::BpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
     : uid_(next_uid.fetch_add(1)) {
   int32_t max_id = -1;
   for (const auto& [tok, id] : vocab) {
-    if (id < 0) throw Error(source + ": token '" + tok + "' has a negative id: expected >= 0");
+    if (id < 0 || id >= kMaxVocabId)
+      throw Error(source + ": token '" + tok + "' has id " + std::to_string(id) +
+                  ": expected an id in [0, " + std::to_string(kMaxVocabId) + ")");
     max_id = std::max(max_id, id);
   }
   id_to_token_.resize(static_cast<size_t>(max_id + 1));

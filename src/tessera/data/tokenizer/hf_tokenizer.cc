@@ -10,8 +10,7 @@ namespace tessera::data {
 namespace {
 
 using hf::Json;
-constexpr int64_t kMaxId = 1 << 24;  // far above any real vocabulary; keeps a bad id from
-                                     // allocating gigabytes
+constexpr int64_t kMaxId = 1 << 21;  // as BpeModel's limit: far above any real vocabulary
 constexpr const char* kEodCandidates[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>",
                                           "<|im_end|>"};
 
