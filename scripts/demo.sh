@@ -35,7 +35,11 @@ fi
 
 entropy=$(grep -o 'unigram entropy [0-9.]*' "$out/train.log" | head -n 1 | awk '{print $3}')
 val=$(grep -o '"val_loss":[0-9.eE+-]*' "$out/metrics.jsonl" | tail -n 1 | cut -d: -f2)
+# Bytes of text per token (uint16 tokens, EODs included): the losses per byte, comparable with
+# a byte-level run's.
+bytes_per_token=$(awk -v b="$(stat -c %s "$out/fortunes.txt")" \
+  -v t="$(stat -c %s "$out/fortunes_text_document.bin")" 'BEGIN { printf "%.4f", b / (t / 2) }')
 if [ -n "$val" ] && [ -n "$entropy" ]; then
-  awk -v v="$val" -v h="$entropy" 'BEGIN {
-    printf "demo: last validation loss %.3f nats/token vs %.3f for the unigram entropy of the data's BPE tokens (%.0f%%)\n", v, h, 100 * v / h }'
+  awk -v v="$val" -v h="$entropy" -v r="$bytes_per_token" 'BEGIN {
+    printf "demo: last validation loss %.3f nats/token vs %.3f for the unigram entropy of the data'"'"'s BPE tokens (%.0f%%); per byte of text (%.2f bytes/token): %.3f vs %.3f nats\n", v, h, 100 * v / h, r, v / r, h / r }'
 fi
