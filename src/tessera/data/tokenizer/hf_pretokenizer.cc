@@ -204,10 +204,9 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& j, const std::strin
     if (rep.empty()) throw Error(at + ": 'replacement' is empty: expected one character");
     return std::make_unique<Metaspace>(rep, scheme, opt_bool(j, "split", at, true));
   }
-  if (type == "Digits")
-    return std::make_unique<Split>(
-        opt_bool(j, "individual_digits", at, false) ? "\\p{N}" : "\\p{N}+", Behavior::kIsolated,
-        false, at);
+  if (type == "Digits")  // ASCII digits only, as Hugging Face's is_ascii_digit()
+    return std::make_unique<Split>(opt_bool(j, "individual_digits", at, false) ? "[0-9]" : "[0-9]+",
+                                   Behavior::kIsolated, false, at);
   if (type == "Whitespace")
     return std::make_unique<Split>("\\w+|[^\\w\\s]+", Behavior::kRemoved, true, at);
   if (type == "WhitespaceSplit")
