@@ -4,7 +4,7 @@
 //       --tokenizer-type ByteLevel --append-eod --workers 2   (one command line)
 // writes out/my_text_document.bin and out/my_text_document.idx (one per --json-keys key).
 // --input may be a directory: its regular files (not hidden ones, not subdirectories) are read
-// in name order, each by its own extension.
+// in name order, each by its own extension (they must share one format).
 //
 // Tokenizers take Megatron's flags: --tokenizer-type ByteLevel | GPT2BPETokenizer (--vocab-file,
 // --merge-file) | HuggingFaceTokenizer (--tokenizer-model tokenizer.json) |
