@@ -78,6 +78,13 @@ check "directory input + --workers 2: same .idx" same "$TMP/t1/c_text_document.i
 check "the trained tokenizer.json loaded back gives the same .bin" \
   same "$TMP/t1/c_text_document.bin" "$TMP/t3/c_text_document.bin"
 check "uint16 storage for 300 tokens" grep -q "stored as uint16" "$TMP/train.out"
+# tessera-train takes the vocabulary from the tokenizer (300, padded to 384) and trains on it.
+"$BIN/tessera-train" --model gpt2-tiny --data-path "$TMP/t1/c_text_document" \
+  --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TMP/t1/tokenizer.json" --train-iters 2 \
+  --micro-batch-size 2 --global-batch-size 2 --lr 1e-3 --num-threads 1 --seq-length 32 \
+  --max-position-embeddings 32 > "$TMP/train_hf.out" 2>&1
+check "tessera-train uses the trained tokenizer's vocabulary" \
+  grep -q "vocab 300 padded to 384" "$TMP/train_hf.out"
 # A vocabulary reaching 70001 ids is stored as int32: 4 bytes a token.
 sed 's/"added_tokens": \[/"added_tokens": [{"id": 70000, "content": "<big>", "special": true},/' \
   "$TMP/t1/tokenizer.json" > "$TMP/big.json"
