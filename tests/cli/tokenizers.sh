@@ -38,6 +38,13 @@ check "GPT-2 decode restores every sample's bytes" same "$TMP/in.hex" "$TMP/deco
   < "$TMP/in.hex" > "$TMP/hf.ids"
 check "GPT-2 as tokenizer.json: same ids through HuggingFaceTokenizer" same "$TMP/expected.ids" "$TMP/hf.ids"
 
+# Random bytes (invalid UTF-8 included) round-trip through GPT-2's real vocabulary.
+awk 'BEGIN { srand(42); for (l = 0; l < 200; ++l) { n = int(rand() * 80); s = "";
+             for (i = 0; i < n; ++i) s = s sprintf("%02x", int(rand() * 256)); print s } }' \
+  > "$TMP/random.hex"
+"$TOK" "${G[@]}" --hex < "$TMP/random.hex" | "$TOK" "${G[@]}" --hex --decode > "$TMP/random.out"
+check "GPT-2: decode(encode(x)) == x for 200 random byte strings" same "$TMP/random.hex" "$TMP/random.out"
+
 # --- SentencePiece -----------------------------------------------------------------------------
 for i in $(seq 1 200); do
   echo "line $i: the quick brown fox $((i * 7)) jumps over the lazy dog; héllo wörld 日本 $i"
@@ -52,6 +59,9 @@ if spm_train --input="$TMP/spm.txt" --model_prefix="$TMP/spm" --vocab_size=400 \
   "$TOK" "${S[@]}" --decode < "$TMP/spm.ids" > "$TMP/spm_decoded.txt"
   spm_decode --model="$TMP/spm.model" --input_format=id < "$TMP/spm.ids" > "$TMP/spm_expected.txt"
   check "SentencePiece decode equals spm_decode's" same "$TMP/spm_expected.txt" "$TMP/spm_decoded.txt"
+  "$TOK" "${S[@]}" --hex < "$TMP/random.hex" > "$TMP/spm_random.ids"
+  check "SentencePiece encodes 200 random byte strings (exit 0, one line each)" \
+    test "$?" -eq 0 -a "$(wc -l < "$TMP/spm_random.ids")" -eq 200
 else
   check "spm_train trains a model (scripts/setup.sh installs sentencepiece)" false
   cat "$TMP/spm_train.log" | tail -n 3 >&2
