@@ -100,8 +100,8 @@ void BpeModel::merge(std::vector<int32_t>& symbols) const {
   };
   std::priority_queue<Cand, std::vector<Cand>, std::greater<>> queue;
   auto push = [&](int i) {
+    if (i < 0 || next[i] >= n) return;
     const int j = next[i];
-    if (i < 0 || j >= n) return;
     const auto it = merges_.find(pair_key(symbols[i], symbols[j]));
     if (it != merges_.end()) queue.push({it->second.rank, i, symbols[i], symbols[j]});
   };
