@@ -17,14 +17,12 @@ find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8
 
 # Eight copies (~20 MB) so that each run lasts long enough to time.
 for i in 1 2 3 4 5 6 7 8; do cat "$tmp/one.txt"; echo; done > "$tmp/corpus.txt"
-run() {  # prints the wall-clock and the user CPU seconds of one run
-  local start end
-  start=$(date +%s.%N)
-  /usr/bin/time -f "%U" -o "$tmp/cpu$1" "$build/bin/tessera-preprocess" --input "$tmp/corpus.txt" --input-format text \
-    --output-prefix "$tmp/w$1" --tokenizer-type GPT2BPETokenizer --vocab-file "$gpt2/encoder.json" \
-    --merge-file "$gpt2/vocab.bpe" --append-eod --workers "$1" > "$tmp/w$1.log"
-  end=$(date +%s.%N)
-  echo "$(echo "$end - $start" | bc) $(cat "$tmp/cpu$1")"
+run() {  # prints the wall-clock and the user CPU seconds of one run (bash's own `time`)
+  local TIMEFORMAT='%R %U'
+  { time "$build/bin/tessera-preprocess" --input "$tmp/corpus.txt" --input-format text \
+      --output-prefix "$tmp/w$1" --tokenizer-type GPT2BPETokenizer \
+      --vocab-file "$gpt2/encoder.json" --merge-file "$gpt2/vocab.bpe" --append-eod \
+      --workers "$1" > "$tmp/w$1.log"; } 2>&1
 }
 read -r t1 u1 <<< "$(run 1)"
 read -r t2 u2 <<< "$(run 2)"
