@@ -1,6 +1,7 @@
 #include "tessera/data/tokenizer/bpe.h"
 
 #include <atomic>
+#include <cstring>
 #include <queue>
 
 #include "tessera/core/error.h"
@@ -11,25 +12,63 @@ namespace {
 // Far above any real vocabulary (the largest are ~256k); keeps a corrupt id from allocating
 // gigabytes for the id -> token table.
 constexpr int32_t kMaxVocabId = 1 << 21;
-constexpr size_t kMaxCachedBytes = 48;        // longer words are rare: not worth the memory
-constexpr size_t kMaxCacheEntries = 1 << 18;  // per thread; the cache restarts when full
+constexpr size_t kMaxCachedBytes = 48;     // longer words are rare: not worth the memory
+constexpr size_t kInitialSlots = 1 << 12;  // per thread; doubles when half full...
+constexpr size_t kMaxSlots = 1 << 19;      // ...up to this, then the cache starts over
 
-struct Hash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-
+// Per-thread word -> ids memo: open addressing with linear probing over one slot array, keys
+// and ids in two arenas, so a hit costs one hash and about one cache miss (std::unordered_map
+// with a vector per entry cost three, and a third of the encoding time).
 struct ThreadCache {
+  struct Slot {
+    uint64_t hash = 0;  // 0: empty
+    uint32_t key_off = 0, ids_off = 0;
+    uint16_t key_len = 0, n_ids = 0;
+  };
   uint64_t owner = 0;
-  std::unordered_map<std::string, std::vector<int32_t>, Hash, std::equal_to<>> words;
+  std::vector<Slot> slots;
+  std::string keys;
+  std::vector<int32_t> ids;
+  size_t used = 0;
+
+  void reset(uint64_t new_owner) {
+    owner = new_owner;
+    slots.assign(kInitialSlots, Slot{});
+    keys.clear();
+    ids.clear();
+    used = 0;
+  }
+  static uint64_t hash_of(std::string_view key) {
+    const uint64_t h = std::hash<std::string_view>{}(key);
+    return h == 0 ? 1 : h;
+  }
+  // The slot holding `key`, or the empty slot where it would go.
+  Slot& find(std::string_view key, uint64_t h) {
+    const size_t mask = slots.size() - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+      Slot& s = slots[i];
+      if (s.hash == 0) return s;
+      if (s.hash == h && s.key_len == key.size() &&
+          std::memcmp(keys.data() + s.key_off, key.data(), key.size()) == 0)
+        return s;
+    }
+  }
+  void grow() {
+    std::vector<Slot> old(slots.size() * 2);
+    old.swap(slots);
+    const size_t mask = slots.size() - 1;
+    for (const Slot& s : old) {
+      if (s.hash == 0) continue;
+      size_t i = s.hash & mask;
+      while (slots[i].hash != 0) i = (i + 1) & mask;
+      slots[i] = s;
+    }
+  }
 };
 
 ThreadCache& thread_cache(uint64_t owner) {
   thread_local ThreadCache cache;
-  if (cache.owner != owner) {
-    cache.words.clear();
-    cache.owner = owner;
-  }
+  if (cache.owner != owner) cache.reset(owner);
   return cache;
 }
 
@@ -124,18 +163,37 @@ void BpeModel::merge(std::vector<int32_t>& symbols) const {
   symbols.resize(w);
 }
 
-const std::vector<int32_t>* BpeModel::cached(std::string_view key) const {
-  if (key.size() > kMaxCachedBytes) return nullptr;
+bool BpeModel::append_cached(std::string_view key, std::vector<int32_t>& out) const {
+  if (key.size() > kMaxCachedBytes) return false;
   auto& cache = thread_cache(uid_);
-  const auto it = cache.words.find(key);
-  return it == cache.words.end() ? nullptr : &it->second;
+  const auto& slot = cache.find(key, ThreadCache::hash_of(key));
+  if (slot.hash == 0) return false;
+  const int32_t* ids = cache.ids.data() + slot.ids_off;
+  out.insert(out.end(), ids, ids + slot.n_ids);
+  return true;
 }
 
-void BpeModel::store(std::string_view key, const std::vector<int32_t>& ids) const {
-  if (key.size() > kMaxCachedBytes) return;
+void BpeModel::store(std::string_view key, std::span<const int32_t> ids) const {
+  if (key.size() > kMaxCachedBytes || ids.size() > UINT16_MAX) return;
   auto& cache = thread_cache(uid_);
-  if (cache.words.size() >= kMaxCacheEntries) cache.words.clear();
-  cache.words.emplace(std::string(key), ids);
+  if (2 * (cache.used + 1) > cache.slots.size()) {
+    if (cache.slots.size() < kMaxSlots) {
+      cache.grow();
+    } else {
+      cache.reset(uid_);
+    }
+  }
+  const uint64_t h = ThreadCache::hash_of(key);
+  auto& slot = cache.find(key, h);
+  if (slot.hash != 0) return;  // already there
+  slot.hash = h;
+  slot.key_off = static_cast<uint32_t>(cache.keys.size());
+  slot.key_len = static_cast<uint16_t>(key.size());
+  slot.ids_off = static_cast<uint32_t>(cache.ids.size());
+  slot.n_ids = static_cast<uint16_t>(ids.size());
+  cache.keys.append(key);
+  cache.ids.insert(cache.ids.end(), ids.begin(), ids.end());
+  ++cache.used;
 }
 
 }  // namespace tessera::data

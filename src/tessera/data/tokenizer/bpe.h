@@ -42,10 +42,11 @@ class BpeModel {
   // Merges `symbols` (the initial ids of one word) in place until no merge applies.
   void merge(std::vector<int32_t>& symbols) const;
 
-  // Per-thread memo for words: returns the cached ids of `key` or nullptr; store() adds one.
-  // Keys are the caller's (e.g. the word's raw bytes); the cache belongs to this model.
-  const std::vector<int32_t>* cached(std::string_view key) const;
-  void store(std::string_view key, const std::vector<int32_t>& ids) const;
+  // Per-thread memo for words: append_cached() appends the cached ids of `key` to `out` and
+  // returns true, or returns false; store() adds an entry. Keys are the caller's (e.g. the
+  // word's raw bytes); each thread's cache belongs to the last model that used it.
+  bool append_cached(std::string_view key, std::vector<int32_t>& out) const;
+  void store(std::string_view key, std::span<const int32_t> ids) const;
 
  private:
   struct Merge {

@@ -101,10 +101,7 @@ std::vector<int32_t> Gpt2BpeTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> ids, symbols;
   ids.reserve(text.size() / 3);
   for (const std::string_view piece : pieces) {
-    if (const auto* hit = bpe_->cached(piece)) {
-      ids.insert(ids.end(), hit->begin(), hit->end());
-      continue;
-    }
+    if (bpe_->append_cached(piece, ids)) continue;
     symbols.resize(piece.size());
     for (size_t i = 0; i < piece.size(); ++i) symbols[i] = byte_id_[static_cast<uint8_t>(piece[i])];
     bpe_->merge(symbols);

@@ -194,10 +194,7 @@ void HfTokenizer::encode_word(const std::string& word, std::vector<int32_t>& ids
       return;
     }
   }
-  if (const auto* hit = bpe_->cached(word)) {
-    ids.insert(ids.end(), hit->begin(), hit->end());
-    return;
-  }
+  if (bpe_->append_cached(word, ids)) return;
   std::vector<int32_t> symbols;
   bool last_unk = false;
   for (size_t i = 0; i < word.size();) {
