@@ -98,7 +98,12 @@ BpeModel::BpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
     id_to_token_[id] = tok;
     has_id_[id] = true;
   }
-  merges_.reserve(merges.size());
+  size_t slots = 16;
+  int bits = 4;
+  while (slots < 2 * merges.size()) slots *= 2, ++bits;
+  merge_slots_.assign(slots, MergeSlot{});
+  merge_mask_ = slots - 1;
+  merge_shift_ = 64 - bits;
   for (size_t r = 0; r < merges.size(); ++r) {
     const auto& [a, b] = merges[r];
     const int32_t ia = id(a), ib = id(b), ir = id(a + b);
@@ -115,7 +120,13 @@ BpeModel::BpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
                   "', which is not in the vocabulary: expected a known token");
     // A repeated merge keeps its first (lowest) rank, as GPT-2's dict(zip(merges, range)) would
     // not but Hugging Face does; real files have none.
-    merges_.emplace(pair_key(ia, ib), Merge{static_cast<int32_t>(r), ir});
+    const uint64_t key = pair_key(ia, ib);
+    size_t i = (key * 0x9E3779B97F4A7C15ull) >> merge_shift_;
+    while (merge_slots_[i].key != kNoPair && merge_slots_[i].key != key) i = (i + 1) & merge_mask_;
+    if (merge_slots_[i].key == kNoPair) {
+      merge_slots_[i] = {key, Merge{static_cast<int32_t>(r), ir}};
+      ++num_merges_;
+    }
   }
 }
 
@@ -123,8 +134,7 @@ void BpeModel::merge(std::vector<int32_t>& symbols) const {
   const int n = static_cast<int>(symbols.size());
   if (n < 2) return;
   if (n == 2) {  // the common case of short words, without the queue
-    const auto it = merges_.find(pair_key(symbols[0], symbols[1]));
-    if (it != merges_.end()) symbols = {it->second.result};
+    if (const Merge* m = find_merge(symbols[0], symbols[1])) symbols = {m->result};
     return;
   }
   // Symbols form a linked list; the queue holds candidate merges (rank, left position), checked
@@ -141,8 +151,8 @@ void BpeModel::merge(std::vector<int32_t>& symbols) const {
   auto push = [&](int i) {
     if (i < 0 || next[i] >= n) return;
     const int j = next[i];
-    const auto it = merges_.find(pair_key(symbols[i], symbols[j]));
-    if (it != merges_.end()) queue.push({it->second.rank, i, symbols[i], symbols[j]});
+    if (const Merge* m = find_merge(symbols[i], symbols[j]))
+      queue.push({m->rank, i, symbols[i], symbols[j]});
   };
   for (int i = 0; i + 1 < n; ++i) push(i);
   std::vector<bool> dead(n, false);
@@ -151,7 +161,7 @@ void BpeModel::merge(std::vector<int32_t>& symbols) const {
     queue.pop();
     const int j = next[c.pos];
     if (dead[c.pos] || j >= n || symbols[c.pos] != c.left || symbols[j] != c.right) continue;
-    symbols[c.pos] = merges_.find(pair_key(c.left, c.right))->second.result;
+    symbols[c.pos] = find_merge(c.left, c.right)->result;
     dead[j] = true;
     next[c.pos] = next[j];
     if (next[j] < n) prev[next[j]] = c.pos;

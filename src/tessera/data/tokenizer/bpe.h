@@ -37,7 +37,7 @@ class BpeModel {
   }
   // One more than the largest id.
   int64_t size() const { return static_cast<int64_t>(id_to_token_.size()); }
-  int64_t num_merges() const { return static_cast<int64_t>(merges_.size()); }
+  int64_t num_merges() const { return num_merges_; }
 
   // Merges `symbols` (the initial ids of one word) in place until no merge applies.
   void merge(std::vector<int32_t>& symbols) const;
@@ -64,7 +64,25 @@ class BpeModel {
   std::unordered_map<std::string, int32_t, Hash, std::equal_to<>> token_to_id_;
   std::vector<std::string> id_to_token_;
   std::vector<bool> has_id_;
-  std::unordered_map<uint64_t, Merge> merges_;
+  // The merges as an open-addressing table keyed by pair_key (kNoPair: empty slot): the
+  // lookup is the inner loop of merging a new word.
+  static constexpr uint64_t kNoPair = ~uint64_t{0};
+  struct MergeSlot {
+    uint64_t key = kNoPair;
+    Merge merge{};
+  };
+  const Merge* find_merge(int32_t a, int32_t b) const {
+    const uint64_t key = pair_key(a, b);
+    for (size_t i = (key * 0x9E3779B97F4A7C15ull) >> merge_shift_;; i = (i + 1) & merge_mask_) {
+      const MergeSlot& s = merge_slots_[i];
+      if (s.key == key) return &s.merge;
+      if (s.key == kNoPair) return nullptr;
+    }
+  }
+  std::vector<MergeSlot> merge_slots_;
+  size_t merge_mask_ = 0;
+  int merge_shift_ = 64;
+  int64_t num_merges_ = 0;
   uint64_t uid_;  // identifies this model's entries in the per-thread caches
 };
 
