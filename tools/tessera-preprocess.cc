@@ -3,6 +3,15 @@
 //   tessera-preprocess --input corpus.jsonl --output-prefix out/my --json-keys text
 //       --tokenizer-type ByteLevel --append-eod --workers 2   (one command line)
 // writes out/my_text_document.bin and out/my_text_document.idx (one per --json-keys key).
+// --input may be a directory: its regular files (not hidden ones, not subdirectories) are read
+// in name order, each by its own extension (they must share one format).
+//
+// Tokenizers take Megatron's flags: --tokenizer-type ByteLevel | GPT2BPETokenizer (--vocab-file,
+// --merge-file) | HuggingFaceTokenizer (--tokenizer-model tokenizer.json) |
+// SentencePieceTokenizer (--tokenizer-model x.model). --train-tokenizer --vocab-size N first
+// trains a byte-level BPE on the input (the same documents and keys), writes it as
+// <directory of the output prefix>/tokenizer.json (Hugging Face format) and tokenizes with it.
+// Tokens are stored as uint16 when the vocabulary is below 65500, else int32.
 //
 // Input formats (by extension unless --input-format says otherwise):
 //   .jsonl / .json  one JSON object per line; each key in --json-keys must hold a string.
@@ -21,6 +30,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -31,6 +41,7 @@
 #include "tessera/core/tool_main.h"
 #include "tessera/data/indexed_dataset.h"
 #include "tessera/data/tokenizer.h"
+#include "tessera/data/tokenizer/bpe_trainer.h"
 
 namespace {
 
@@ -39,16 +50,21 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kTool = "tessera-preprocess";
 using tessera::one_line;
-constexpr int kMalformedReported = 5;              // malformed lines printed before going quiet
-constexpr size_t kBatchBytes = 8u << 20;           // text read per parallel batch
-constexpr uint64_t kProgressMinBytes = 64u << 20;  // inputs this big get progress lines
-constexpr double kProgressSeconds = 5.0;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+constexpr int kMalformedReported = 5;     // malformed lines printed before going quiet
+constexpr size_t kBatchBytes = 8u << 20;  // text read per parallel batch
+constexpr double kProgressSeconds = 5.0;  // between progress lines on stderr
 
 struct Options {
   std::string input;
   std::string output_prefix;
   std::vector<std::string> json_keys{"text"};
-  std::string tokenizer_type = "ByteLevel";
+  tessera::data::TokenizerOptions tokenizer;
+  bool train_tokenizer = false;
+  int64_t vocab_size = 0;
   std::string input_format = "auto";
   bool append_eod = false;
   int workers = 1;
@@ -83,7 +99,6 @@ class RecordReader {
     if (::stat(path.c_str(), &st) != 0) {
       throw Error("cannot open input file '" + path + "': " + std::strerror(errno));
     }
-    if (S_ISDIR(st.st_mode)) throw Error("input '" + path + "' is a directory: expected a file");
     file_ = std::fopen(path.c_str(), "rb");
     if (file_ == nullptr) {
       throw Error("cannot open input file '" + path + "': " + std::strerror(errno));
@@ -152,6 +167,82 @@ class RecordReader {
   int64_t doc_line_ = 0;
 };
 
+// The input files: `input` itself, or the regular files of the directory `input` in name order.
+std::vector<std::string> input_files(const std::string& input) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(input, ec)) return {input};
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(input, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with(".") && e.is_regular_file(ec)) files.push_back(e.path().string());
+  }
+  if (ec) throw Error("cannot list input directory '" + input + "': " + ec.message());
+  std::sort(files.begin(), files.end());
+  if (files.empty())
+    throw Error("input directory '" + input + "' holds no files: expected .jsonl or text files");
+  return files;
+}
+
+bool is_jsonl(const Options& opt, const std::string& path) {
+  return opt.input_format == "jsonl" ||
+         (opt.input_format == "auto" && (ends_with(path, ".jsonl") || ends_with(path, ".json")));
+}
+
+// The texts of one record (one per key; none if malformed), for tokenizer training.
+void record_texts(const Record& r, bool jsonl, const std::vector<std::string>& keys,
+                  std::vector<std::string>& out) {
+  out.clear();
+  if (!jsonl) {
+    out.push_back(r.text);
+    return;
+  }
+  try {
+    const auto j = nlohmann::json::parse(r.text);
+    if (!j.is_object()) return;
+    for (const auto& key : keys) {
+      const auto it = j.find(key);
+      if (it == j.end() || !it->is_string()) {
+        out.clear();
+        return;
+      }
+      out.push_back(it->get<std::string>());
+    }
+  } catch (const nlohmann::json::exception&) {
+    out.clear();
+  }
+}
+
+// Trains a byte-level BPE on the input and writes it next to the output prefix; returns its path.
+std::string train_tokenizer(const Options& opt, const std::vector<std::string>& files,
+                            const std::vector<std::string>& keys) {
+  const auto t0 = Clock::now();
+  tessera::data::BpeTrainer trainer;
+  std::vector<Record> batch;
+  std::vector<std::string> texts;
+  uint64_t bytes = 0;
+  for (const auto& path : files) {
+    const bool jsonl = is_jsonl(opt, path);
+    RecordReader reader(path, jsonl);
+    while (reader.next_batch(batch))
+      for (const auto& r : batch) {
+        record_texts(r, jsonl, keys, texts);
+        for (const auto& t : texts) trainer.add_text(t);
+      }
+    bytes += reader.bytes_read();
+  }
+  const auto trained = trainer.train(opt.vocab_size);
+  const std::filesystem::path dir = std::filesystem::path(opt.output_prefix).parent_path();
+  const std::string path =
+      (dir.empty() ? std::filesystem::path("tokenizer.json") : dir / "tokenizer.json").string();
+  tessera::data::write_byte_level_bpe_json(path, trained.vocab, trained.merges, "<|endoftext|>");
+  std::printf(
+      "%s: trained a byte-level BPE of %zu tokens (%zu merges) on %.2f MB, %lld distinct "
+      "words, in %.2f s -> %s\n",
+      kTool, trained.vocab.size(), trained.merges.size(), bytes / 1e6,
+      static_cast<long long>(trainer.num_words()), seconds_since(t0), path.c_str());
+  return path;
+}
+
 Encoded encode_record(const Record& r, bool jsonl, const std::vector<std::string>& keys,
                       const tessera::data::Tokenizer& tok, bool append_eod) {
   Encoded e;
@@ -191,26 +282,49 @@ Encoded encode_record(const Record& r, bool jsonl, const std::vector<std::string
   return e;
 }
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-int run(const Options& opt) {
-  const bool jsonl = opt.input_format == "jsonl" ||
-                     (opt.input_format == "auto" &&
-                      (ends_with(opt.input, ".jsonl") || ends_with(opt.input, ".json")));
+int run(Options opt) {
   std::set<std::string> unique_keys(opt.json_keys.begin(), opt.json_keys.end());
   if (unique_keys.size() != opt.json_keys.size()) {
     throw Error("--json-keys lists a key twice: expected distinct keys");
   }
   if (opt.output_prefix.empty()) throw Error("--output-prefix is empty: expected a path prefix");
-  const auto tokenizer = tessera::data::make_tokenizer(opt.tokenizer_type);
-  const auto dtype = tessera::data::best_dtype_for_vocab(tokenizer->vocab_size());
-  // Text input fills only the first key's dataset.
+  const std::vector<std::string> files = input_files(opt.input);
+  // Text input fills only the first key's dataset; a directory's files must share one format so
+  // that the datasets of several keys stay document-aligned.
+  bool any_jsonl = false, all_jsonl = true;
+  for (const auto& f : files) {
+    any_jsonl = any_jsonl || is_jsonl(opt, f);
+    all_jsonl = all_jsonl && is_jsonl(opt, f);
+  }
+  if (any_jsonl && !all_jsonl)
+    throw Error("input directory '" + opt.input +
+                "' mixes .jsonl/.json and text files: expected "
+                "one format (or --input-format)");
   const std::vector<std::string> keys =
-      jsonl ? opt.json_keys : std::vector<std::string>{opt.json_keys.front()};
+      any_jsonl ? opt.json_keys : std::vector<std::string>{opt.json_keys.front()};
+  if (opt.train_tokenizer) {
+    if (opt.vocab_size <= 0) throw Error("--train-tokenizer needs --vocab-size N");
+    if (opt.tokenizer.type != "ByteLevel" && opt.tokenizer.type != "HuggingFaceTokenizer")
+      throw Error(
+          "--train-tokenizer trains a HuggingFaceTokenizer: expected no --tokenizer-type "
+          "or HuggingFaceTokenizer, not " +
+          opt.tokenizer.type);
+    opt.tokenizer.type = "HuggingFaceTokenizer";
+    opt.tokenizer.tokenizer_model = train_tokenizer(opt, files, keys);
+  } else if (opt.vocab_size > 0) {
+    throw Error("--vocab-size goes with --train-tokenizer (the tokenizer fixes the vocabulary)");
+  }
+  const auto tokenizer = tessera::data::make_tokenizer(opt.tokenizer);
+  const auto dtype = tessera::data::best_dtype_for_vocab(tokenizer->vocab_size());
+  if (opt.append_eod) tokenizer->eod();  // fails now, with the reason, if there is none
+  uint64_t total_bytes = 0;
+  for (const auto& f : files) {
+    struct stat st {};
+    if (::stat(f.c_str(), &st) != 0)
+      throw Error("cannot open input file '" + f + "': " + std::strerror(errno));
+    total_bytes += static_cast<uint64_t>(st.st_size);
+  }
 
-  RecordReader reader(opt.input, jsonl);
   std::vector<tessera::data::IndexedDatasetWriter> writers;
   std::vector<std::string> prefixes;
   for (const auto& key : keys) {
@@ -220,57 +334,62 @@ int run(const Options& opt) {
 
   const auto t0 = Clock::now();
   auto last_progress = t0;
-  const bool show_progress = reader.total_bytes() >= kProgressMinBytes;
   int64_t documents = 0, malformed = 0;
+  uint64_t done_bytes = 0;  // of the files already read
   std::vector<Record> batch;
   std::vector<Encoded> encoded;
-  while (reader.next_batch(batch)) {
-    encoded.assign(batch.size(), Encoded{});
-    const int64_t n = static_cast<int64_t>(batch.size());
-    // Workers only encode; writing stays in record order below, so output is worker-invariant.
+  for (const auto& path : files) {
+    const bool jsonl = is_jsonl(opt, path);
+    RecordReader reader(path, jsonl);
+    while (reader.next_batch(batch)) {
+      encoded.assign(batch.size(), Encoded{});
+      const int64_t n = static_cast<int64_t>(batch.size());
+      // Workers only encode; writing stays in record order below, so output is worker-invariant.
 #pragma omp parallel for num_threads(opt.workers) schedule(dynamic, 16)
-    for (int64_t i = 0; i < n; ++i) {
-      try {
-        encoded[i] = encode_record(batch[i], jsonl, keys, *tokenizer, opt.append_eod);
-      } catch (const std::exception& ex) {
-        encoded[i].error = ex.what();  // never let an exception cross the OpenMP region
-      }
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      if (!encoded[i].error.empty()) {
-        if (malformed < kMalformedReported) {
-          std::fprintf(stderr, "%s: %s:%lld: skipping malformed line: %s\n", kTool,
-                       opt.input.c_str(), static_cast<long long>(batch[i].line),
-                       one_line(encoded[i].error).c_str());
+      for (int64_t i = 0; i < n; ++i) {
+        try {
+          encoded[i] = encode_record(batch[i], jsonl, keys, *tokenizer, opt.append_eod);
+        } catch (const std::exception& ex) {
+          encoded[i].error = ex.what();  // never let an exception cross the OpenMP region
         }
-        ++malformed;
-        continue;
       }
-      for (size_t k = 0; k < keys.size(); ++k) writers[k].add_document(encoded[i].tokens[k]);
-      ++documents;
+      for (int64_t i = 0; i < n; ++i) {
+        if (!encoded[i].error.empty()) {
+          if (malformed < kMalformedReported) {
+            std::fprintf(stderr, "%s: %s:%lld: skipping malformed line: %s\n", kTool, path.c_str(),
+                         static_cast<long long>(batch[i].line), one_line(encoded[i].error).c_str());
+          }
+          ++malformed;
+          continue;
+        }
+        for (size_t k = 0; k < keys.size(); ++k) writers[k].add_document(encoded[i].tokens[k]);
+        ++documents;
+      }
+      if (seconds_since(last_progress) >= kProgressSeconds) {
+        last_progress = Clock::now();
+        const double mb = (done_bytes + reader.bytes_read()) / 1e6, secs = seconds_since(t0);
+        std::fprintf(stderr,
+                     "%s: %.1f%% (%.1f of %.1f MB), %lld documents, %.0f documents/s, "
+                     "%.1f MB/s\n",
+                     kTool, 100.0 * mb / (total_bytes / 1e6), mb, total_bytes / 1e6,
+                     static_cast<long long>(documents), documents / secs, mb / secs);
+      }
     }
-    if (show_progress && seconds_since(last_progress) >= kProgressSeconds) {
-      last_progress = Clock::now();
-      const double mb = reader.bytes_read() / 1e6;
-      std::fprintf(stderr, "%s: %.1f%% (%.1f of %.1f MB), %lld documents, %.1f MB/s\n", kTool,
-                   100.0 * reader.bytes_read() / reader.total_bytes(), mb,
-                   reader.total_bytes() / 1e6, static_cast<long long>(documents),
-                   mb / seconds_since(t0));
-    }
+    done_bytes += reader.bytes_read();
   }
   for (auto& w : writers) w.finalize();
 
   const double secs = seconds_since(t0);
-  const double mb = reader.bytes_read() / 1e6;
+  const double mb = done_bytes / 1e6;
   if (malformed > kMalformedReported) {
     std::fprintf(stderr, "%s: ... and %lld more malformed lines\n", kTool,
                  static_cast<long long>(malformed - kMalformedReported));
   }
   std::printf(
-      "%s: %lld documents, %lld malformed lines skipped, %.2f MB in %.2f s (%.1f MB/s), "
-      "tokenizer %s (vocab %lld, stored as %s)\n",
+      "%s: %lld documents, %lld malformed lines skipped, %.2f MB in %.2f s (%.1f MB/s, %.0f "
+      "documents/s), tokenizer %s (vocab %lld, stored as %s)\n",
       kTool, static_cast<long long>(documents), static_cast<long long>(malformed), mb, secs,
-      secs > 0 ? mb / secs : 0.0, tokenizer->name().c_str(),
+      secs > 0 ? mb / secs : 0.0, secs > 0 ? documents / secs : 0.0, tokenizer->name().c_str(),
       static_cast<long long>(tokenizer->vocab_size()), tessera::data::index_dtype_name(dtype));
   for (size_t k = 0; k < keys.size(); ++k) {
     std::printf("%s: key '%s': %lld tokens -> %s.{bin,idx}\n", kTool, keys[k].c_str(),
@@ -284,15 +403,26 @@ int run(const Options& opt) {
 int main(int argc, char** argv) {
   Options opt;
   CLI::App app{"Tokenize a text corpus into Megatron-compatible .bin/.idx indexed datasets."};
-  app.add_option("--input", opt.input, "Input file: .jsonl (one JSON object per line) or text")
+  app.add_option("--input", opt.input,
+                 "Input file (.jsonl: one JSON object per line; else text) or a directory of them")
       ->required();
   app.add_option("--output-prefix", opt.output_prefix,
                  "Output prefix P: writes P_{key}_document.bin/.idx")
       ->required();
   app.add_option("--json-keys", opt.json_keys, "JSON keys to extract, one dataset each")
       ->capture_default_str();
-  app.add_option("--tokenizer-type", opt.tokenizer_type, "Tokenizer: ByteLevel")
+  app.add_option("--tokenizer-type", opt.tokenizer.type,
+                 "ByteLevel, GPT2BPETokenizer, HuggingFaceTokenizer or SentencePieceTokenizer")
       ->capture_default_str();
+  app.add_option("--vocab-file", opt.tokenizer.vocab_file, "GPT2BPETokenizer: encoder.json");
+  app.add_option("--merge-file", opt.tokenizer.merge_file, "GPT2BPETokenizer: vocab.bpe");
+  app.add_option("--tokenizer-model", opt.tokenizer.tokenizer_model,
+                 "HuggingFaceTokenizer: tokenizer.json; SentencePieceTokenizer: .model");
+  app.add_flag("--train-tokenizer", opt.train_tokenizer,
+               "Train a byte-level BPE on the input first (writes tokenizer.json next to the "
+               "output prefix) and tokenize with it");
+  app.add_option("--vocab-size", opt.vocab_size, "With --train-tokenizer: vocabulary size")
+      ->check(CLI::Range(int64_t{257}, int64_t{1} << 24));
   app.add_option("--input-format", opt.input_format, "auto (by extension), jsonl or text")
       ->check(CLI::IsMember({"auto", "jsonl", "text"}))
       ->capture_default_str();

@@ -2,12 +2,45 @@
 
 #include "tessera/core/error.h"
 #include "tessera/data/byte_tokenizer.h"
+#include "tessera/data/tokenizer/gpt2_tokenizer.h"
+#include "tessera/data/tokenizer/hf_tokenizer.h"
+#include "tessera/data/tokenizer/sentencepiece_tokenizer.h"
 
 namespace tessera::data {
 
+const std::vector<std::string>& tokenizer_types() {
+  static const std::vector<std::string> types{"ByteLevel", "GPT2BPETokenizer",
+                                              "HuggingFaceTokenizer", "SentencePieceTokenizer"};
+  return types;
+}
+
+std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerOptions& o) {
+  const auto need = [&](const std::string& value, const char* flag, const char* what) {
+    if (value.empty()) throw Error("--tokenizer-type " + o.type + " needs " + flag + " " + what);
+  };
+  if (o.type == "ByteLevel") return std::make_unique<ByteTokenizer>();
+  if (o.type == "GPT2BPETokenizer") {
+    need(o.vocab_file, "--vocab-file", "(GPT-2's encoder.json)");
+    need(o.merge_file, "--merge-file", "(GPT-2's vocab.bpe)");
+    return std::make_unique<Gpt2BpeTokenizer>(o.vocab_file, o.merge_file);
+  }
+  if (o.type == "HuggingFaceTokenizer") {
+    need(o.tokenizer_model, "--tokenizer-model", "(a Hugging Face tokenizer.json)");
+    return std::make_unique<HfTokenizer>(o.tokenizer_model);
+  }
+  if (o.type == "SentencePieceTokenizer") {
+    need(o.tokenizer_model, "--tokenizer-model", "(a SentencePiece .model file)");
+    return std::make_unique<SentencePieceTokenizer>(o.tokenizer_model);
+  }
+  std::string known;
+  for (const auto& t : tokenizer_types()) known += (known.empty() ? "" : ", ") + t;
+  throw Error("unknown tokenizer type '" + o.type + "': expected one of: " + known);
+}
+
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& type) {
-  if (type == "ByteLevel") return std::make_unique<ByteTokenizer>();
-  throw Error("unknown tokenizer type '" + type + "': expected one of: ByteLevel");
+  TokenizerOptions o;
+  o.type = type;
+  return make_tokenizer(o);
 }
 
 }  // namespace tessera::data

@@ -1,5 +1,7 @@
-// Tokenizer interface: text <-> token ids. Implementations: ByteLevel (byte_tokenizer.h); GPT-2
-// BPE, HuggingFace tokenizer.json and SentencePiece plug in behind the same interface.
+// Tokenizer interface: text <-> token ids, selected with Megatron's flags. Implementations:
+// ByteLevel (byte_tokenizer.h), GPT2BPETokenizer (tokenizer/gpt2_tokenizer.h),
+// HuggingFaceTokenizer (tokenizer/hf_tokenizer.h), SentencePieceTokenizer
+// (tokenizer/sentencepiece_tokenizer.h).
 #pragma once
 
 #include <cstdint>
@@ -26,12 +28,27 @@ class Tokenizer {
   // Ids to text; special ids decode to their string form. Throws tessera::Error for an id
   // outside [0, vocab_size()).
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
-  // The end-of-document id appended by --append-eod.
+  // The end-of-document id appended by --append-eod. Throws tessera::Error if the tokenizer
+  // has none (a tokenizer.json without any of the usual end-of-text tokens).
   virtual int32_t eod() const = 0;
 };
 
-// The tokenizer named `type` (case-sensitive: "ByteLevel"). Throws tessera::Error naming the
-// known types for an unknown one.
+// Megatron's tokenizer flags.
+struct TokenizerOptions {
+  std::string type = "ByteLevel";  // --tokenizer-type
+  std::string vocab_file;          // --vocab-file (GPT2BPETokenizer: encoder.json)
+  std::string merge_file;          // --merge-file (GPT2BPETokenizer: vocab.bpe)
+  std::string tokenizer_model;     // --tokenizer-model (tokenizer.json or SentencePiece .model)
+};
+
+// The names --tokenizer-type accepts.
+const std::vector<std::string>& tokenizer_types();
+
+// The tokenizer the options describe. Throws tessera::Error naming the known types for an
+// unknown type, naming the missing flag when a type's file is not given, and naming the file
+// and what is expected when a file cannot be read or is malformed.
+std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerOptions& options);
+// Shorthand for a type that needs no file (ByteLevel).
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& type);
 
 }  // namespace tessera::data

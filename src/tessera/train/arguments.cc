@@ -7,6 +7,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/data/gpt_dataset.h"
+#include "tessera/data/tokenizer.h"
 #include "tessera/train/json_config.h"
 
 namespace tessera::train {
@@ -162,7 +163,12 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   app.add_flag("--reset-position-ids", args.reset_position_ids, "positions restart after EOD");
   app.add_flag("--reset-attention-mask", args.reset_attention_mask,
                "tokens attend only within their document");
-  app.add_option("--tokenizer-type", args.tokenizer_type)->check(CLI::IsMember({"ByteLevel"}));
+  app.add_option("--tokenizer-type", args.tokenizer_type)
+      ->check(CLI::IsMember(data::tokenizer_types()));
+  app.add_option("--vocab-file", args.vocab_file, "GPT2BPETokenizer: encoder.json");
+  app.add_option("--merge-file", args.merge_file, "GPT2BPETokenizer: vocab.bpe");
+  app.add_option("--tokenizer-model", args.tokenizer_model,
+                 "HuggingFaceTokenizer: tokenizer.json; SentencePieceTokenizer: .model");
   app.add_option("--split", args.split, "train,valid,test weights");
 
   app.add_option("--tensor-model-parallel-size", args.tensor_model_parallel_size)->check(CLI::PositiveNumber);
@@ -262,9 +268,21 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   if (!args.model_preset.empty()) args.model = model::preset(args.model_preset);
   model_flags.apply(args.model);
   // The tokenizer determines the vocabulary unless --vocab-size says otherwise.
-  if (args.tokenizer_type == "ByteLevel" && app.get_option("--vocab-size")->count() == 0)
-    args.model.vocab_size = 257;
+  // The tokenizer is loaded here so that a bad vocabulary file fails before any work.
+  if (!args.tokenizer_type.empty()) {
+    const int64_t vocab = data::make_tokenizer(tokenizer_options(args))->vocab_size();
+    if (app.get_option("--vocab-size")->count() == 0) args.model.vocab_size = vocab;
+  }
   return true;
+}
+
+data::TokenizerOptions tokenizer_options(const TrainArgs& args) {
+  data::TokenizerOptions t;
+  t.type = args.tokenizer_type;
+  t.vocab_file = args.vocab_file;
+  t.merge_file = args.merge_file;
+  t.tokenizer_model = args.tokenizer_model;
+  return t;
 }
 
 std::array<double, 3> split_fractions(const std::string& split) {

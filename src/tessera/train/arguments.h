@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/data/tokenizer.h"
 #include "tessera/model/config.h"
 #include "tessera/optim/deepspeed_lr_schedule.h"
 
@@ -57,7 +58,10 @@ struct TrainArgs {
   std::vector<std::string> data_path;  // --data-path PREFIX... or W1 PREFIX1 W2 PREFIX2...
   std::vector<std::string> train_data_path, valid_data_path, test_data_path;  // per split
   std::string data_cache_path;      // --data-cache-path (default: PREFIX/cache/...)
-  std::string tokenizer_type;       // --tokenizer-type (ByteLevel)
+  std::string tokenizer_type;       // --tokenizer-type (data/tokenizer.h: tokenizer_types())
+  std::string vocab_file;           // --vocab-file (GPT2BPETokenizer: encoder.json)
+  std::string merge_file;           // --merge-file (GPT2BPETokenizer: vocab.bpe)
+  std::string tokenizer_model;      // --tokenizer-model (tokenizer.json or SentencePiece .model)
   std::string split = "969,30,1";   // --split (train, valid, test weights)
   bool eod_mask_loss = false;       // --eod-mask-loss
   bool reset_position_ids = false;  // --reset-position-ids
@@ -120,6 +124,9 @@ struct TrainArgs {
 // Parses argv. Returns false when the run should stop successfully (--help printed).
 // Throws tessera::Error with one line (naming the flag or config key) on any bad input.
 bool parse_arguments(int argc, const char* const* argv, TrainArgs& args);
+
+// The tokenizer flags (--tokenizer-type, --vocab-file, --merge-file, --tokenizer-model).
+data::TokenizerOptions tokenizer_options(const TrainArgs& args);
 
 // The --split weights normalised to {train, valid, test} fractions. Throws tessera::Error for
 // anything but up to three non-negative numbers separated by ',' or '/' with a positive sum.
