@@ -1,7 +1,7 @@
 #!/bin/bash
 # Command-line test of tessera-train's data pipeline on files made by tessera-preprocess:
 # --data-path (one prefix, weighted and unweighted blends), per-split paths, the index cache
-# (written once, read by later runs), --eod-mask-loss / --reset-position-ids /
+# (written once, read by later runs), the test pass at the end, --eod-mask-loss / --reset-position-ids /
 # --reset-attention-mask on GPT-2 and LLaMA, the data wait in the log line, layout invariance
 # of a blended run with the document flags at TP 2 and DP 2, and bad data flags (exit 2, one
 # line). Usage: train_data.sh BUILD_BIN_DIR
@@ -53,6 +53,11 @@ for model in gpt2-tiny llama-tiny; do
     --data-path "$A" --eod-mask-loss --reset-position-ids --reset-attention-mask
 done
 check "DP 2 trains on a blend" run 2 "${FLAGS[@]}" --data-path 0.5 "$A" 0.5 "$B"
+test_pass() {
+  run 1 "${FLAGS[@]}" --data-path "$A" --split 80,10,10 || return 1
+  [ "$(grep -c '^ validation loss at iteration 4 on test set | lm loss value: ' "$TMP/out")" -eq 1 ]
+}
+check "a test split is evaluated once, after the last iteration" test_pass
 
 # The same blended run with the document flags, one process against TP 2 and against DP 2:
 # every layout must see the same samples, masks and positions.

@@ -273,16 +273,20 @@ class Builder {
       TESSERA_CHECK(range.has_value());
       return std::make_unique<GPTDataset>(data, *range, s, n, options_);
     };
-    if (blend.prefixes.size() == 1 && blend.weights.empty()) {
-      // A validation or test split too small for one sample is absent (the trainer then skips
-      // evaluation and says so); a training split that small is an error (plan_index's).
-      auto data = open(blend.prefixes[0]);
-      const auto range = split_document_ranges(split, data->num_sequences())[static_cast<int>(s)];
-      int64_t tokens = 0;
-      for (int64_t d = range->begin; d < range->end; ++d) tokens += data->sequence_length(d);
-      if (s != Split::kTrain && tokens < 2) return nullptr;
-      return part(blend.prefixes[0], size);
+    // A validation or test split too small for one sample in any prefix of the blend is
+    // absent (the trainer then skips that evaluation and says so); a training split that small
+    // is an error (plan_index's).
+    if (s != Split::kTrain) {
+      for (const std::string& prefix : blend.prefixes) {
+        auto data = open(prefix);
+        const auto range =
+            split_document_ranges(split, data->num_sequences())[static_cast<int>(s)];
+        int64_t tokens = 0;
+        for (int64_t d = range->begin; d < range->end; ++d) tokens += data->sequence_length(d);
+        if (tokens < 2) return nullptr;
+      }
     }
+    if (blend.prefixes.size() == 1 && blend.weights.empty()) return part(blend.prefixes[0], size);
     std::vector<std::unique_ptr<TokenSampler>> parts;
     std::vector<double> weights;
     int64_t total = 0;

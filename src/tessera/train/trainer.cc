@@ -383,16 +383,20 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   return out;
 }
 
-double Trainer::evaluate(int64_t iteration) {
+double Trainer::evaluate(int64_t iteration, bool test) {
   const data::TokenSampler* sampler = valid_data_ ? valid_data_.get() : nullptr;
-  // Each pass takes the next eval_iters global batches, as Megatron's validation iterator does.
+  // Each pass takes the next eval_iters global batches, as Megatron's validation iterator does;
+  // the test pass (once, at the end) the first ones of the test split.
   int64_t first = evaluations_ * args_.eval_iters * args_.global_batch_size;
-  if (args_.mock_data) {
+  if (test) {
+    sampler = test_data_.get();
+    first = 0;
+  } else if (args_.mock_data) {
     sampler = train_data_.get();
     first += train_iters_ * args_.global_batch_size;  // held out: after the training samples
   }
   if (sampler == nullptr || args_.eval_iters == 0) return NAN;
-  ++evaluations_;
+  if (!test) ++evaluations_;
   const int64_t mbs = args_.micro_batch_size;
   double loss = 0, tokens = 0;
   const auto t0 = Clock::now();
@@ -421,9 +425,10 @@ double Trainer::evaluate(int64_t iteration) {
   const double val = totals[0] / totals[1];
   std::printf(
       "-----------------------------------------------------------------------------\n"
-      " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n"
+      " validation loss at iteration %lld%s | lm loss value: %.6E | lm loss PPL: %.6E |\n"
       "-----------------------------------------------------------------------------\n",
-      static_cast<long long>(iteration), val, std::exp(std::min(val, 700.0)));
+      static_cast<long long>(iteration), test ? " on test set" : "", val,
+      std::exp(std::min(val, 700.0)));
   if (unigram_entropy_ > 0)
     std::printf(
         " (unigram entropy of the training data: %.3f nats/token; validation loss is "
@@ -529,6 +534,9 @@ int64_t Trainer::train() {
     }
   }
   prefetcher_.reset();
+  // Megatron's test pass: once, after a run that reached its last iteration.
+  if (iteration > train_iters_ && test_data_ && test_data_->num_samples() > 0)
+    evaluate(train_iters_, true);
   iteration = std::min(iteration, train_iters_);
   if (!a.export_weights.empty()) export_weights();
   return iteration;

@@ -74,7 +74,9 @@ class Trainer {
     bool skipped = false, nan = false;
   };
   StepOutcome train_step(int64_t iteration);
-  double evaluate(int64_t iteration);
+  // The loss over eval_iters global batches of the validation split (the next ones each pass),
+  // or with `test` of the test split's first ones; NaN when there are none. Printed.
+  double evaluate(int64_t iteration, bool test = false);
   void build_data();
   // A loaded micro-batch bound to the model: a copy of its arrays, the Batch viewing them and
   // its step context (positions, document starts).
@@ -111,7 +113,7 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRSchedule> scheduler_;
   std::unique_ptr<optim::DynamicLossScaler> scaler_;
-  std::unique_ptr<data::TokenSampler> train_data_, valid_data_;
+  std::unique_ptr<data::TokenSampler> train_data_, valid_data_, test_data_;
   data::LtorOptions ltor_;
   std::unique_ptr<data::Prefetcher> prefetcher_;  // training micro-batches, during train()
   data::MicroBatch eval_batch_;

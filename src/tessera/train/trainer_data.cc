@@ -86,8 +86,9 @@ void Trainer::build_data() {
   options.seed = a.seed;
   options.cache_dir = a.data_cache_path;
   // Rank 0 builds and writes missing indices; the others wait, then map them (Megatron's
-  // build-on-rank-0-then-barrier). The test split is not built: there is no test pass yet.
-  const std::array<int64_t, 3> sizes = {train_samples, a.eval_iters > 0 ? valid_samples : 0, 0};
+  // build-on-rank-0-then-barrier).
+  const std::array<int64_t, 3> sizes = {train_samples, a.eval_iters > 0 ? valid_samples : 0,
+                                        a.eval_iters * gbs};
   const bool builder = reporting_rank_;
   std::array<std::unique_ptr<data::TokenSampler>, 3> sets;
   if (builder) {
@@ -101,6 +102,7 @@ void Trainer::build_data() {
   }
   train_data_ = std::move(sets[0]);
   valid_data_ = std::move(sets[1]);
+  test_data_ = std::move(sets[2]);
   if (!train_data_ || train_data_->num_samples() < 1)
     throw Error("the training split of --split '" + a.split + "' holds no sample of --seq-length " +
                 std::to_string(T) + " + 1 tokens");
@@ -114,7 +116,8 @@ void Trainer::build_data() {
   const data::IndexedDataset head(first_prefix);
   unigram_entropy_ = unigram_entropy(head, head.num_tokens(), vocab);
   std::printf(
-      "> data: %s; train %lld samples, valid %lld samples (indices cached in %s); "
+      "> data: %s; train %lld samples, valid %lld samples, test %lld samples (indices cached in "
+      "%s); "
       "unigram entropy of %s %.3f nats/token\n",
       spec.blend ? ("--data-path " + std::to_string(spec.blend->prefixes.size()) +
                     " prefix(es), --split " + a.split)
@@ -122,6 +125,7 @@ void Trainer::build_data() {
                  : "--train/valid/test-data-path",
       static_cast<long long>(train_data_->num_samples()),
       static_cast<long long>(valid_data_ ? valid_data_->num_samples() : 0),
+      static_cast<long long>(test_data_ ? test_data_->num_samples() : 0),
       a.data_cache_path.empty() ? "PREFIX/cache/GPTDataset_indices" : a.data_cache_path.c_str(),
       first_prefix.c_str(), unigram_entropy_);
 }
