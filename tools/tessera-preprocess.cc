@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -336,15 +337,36 @@ int run(Options opt) {
   auto last_progress = t0;
   int64_t documents = 0, malformed = 0;
   uint64_t done_bytes = 0;  // of the files already read
-  std::vector<Record> batch;
-  std::vector<Encoded> encoded;
+  // Three stages overlap: while the workers encode batch k, one thread reads batch k + 1 and
+  // another writes batch k - 1 (in record order, so the output does not depend on --workers).
+  std::vector<Record> batch, next, written;
+  std::vector<Encoded> encoded, to_write;
   for (const auto& path : files) {
     const bool jsonl = is_jsonl(opt, path);
     RecordReader reader(path, jsonl);
-    while (reader.next_batch(batch)) {
+    auto write_batch = [&](const std::vector<Record>& records, const std::vector<Encoded>& enc) {
+      for (size_t i = 0; i < records.size(); ++i) {
+        if (!enc[i].error.empty()) {
+          if (malformed < kMalformedReported) {
+            std::fprintf(stderr, "%s: %s:%lld: skipping malformed line: %s\n", kTool,
+                         path.c_str(), static_cast<long long>(records[i].line),
+                         one_line(enc[i].error).c_str());
+          }
+          ++malformed;
+          continue;
+        }
+        for (size_t k = 0; k < keys.size(); ++k) writers[k].add_document(enc[i].tokens[k]);
+        ++documents;
+      }
+    };
+    bool have = reader.next_batch(batch);
+    written.clear();
+    to_write.clear();
+    while (have) {
+      auto reading = std::async(std::launch::async, [&] { return reader.next_batch(next); });
+      auto writing = std::async(std::launch::async, [&] { write_batch(written, to_write); });
       encoded.assign(batch.size(), Encoded{});
       const int64_t n = static_cast<int64_t>(batch.size());
-      // Workers only encode; writing stays in record order below, so output is worker-invariant.
 #pragma omp parallel for num_threads(opt.workers) schedule(dynamic, 16)
       for (int64_t i = 0; i < n; ++i) {
         try {
@@ -353,18 +375,11 @@ int run(Options opt) {
           encoded[i].error = ex.what();  // never let an exception cross the OpenMP region
         }
       }
-      for (int64_t i = 0; i < n; ++i) {
-        if (!encoded[i].error.empty()) {
-          if (malformed < kMalformedReported) {
-            std::fprintf(stderr, "%s: %s:%lld: skipping malformed line: %s\n", kTool, path.c_str(),
-                         static_cast<long long>(batch[i].line), one_line(encoded[i].error).c_str());
-          }
-          ++malformed;
-          continue;
-        }
-        for (size_t k = 0; k < keys.size(); ++k) writers[k].add_document(encoded[i].tokens[k]);
-        ++documents;
-      }
+      writing.get();  // rethrows what the stage threw
+      have = reading.get();
+      written.swap(batch);
+      to_write.swap(encoded);
+      batch.swap(next);
       if (seconds_since(last_progress) >= kProgressSeconds) {
         last_progress = Clock::now();
         const double mb = (done_bytes + reader.bytes_read()) / 1e6, secs = seconds_since(t0);
@@ -375,6 +390,7 @@ int run(Options opt) {
                      static_cast<long long>(documents), documents / secs, mb / secs);
       }
     }
+    write_batch(written, to_write);
     done_bytes += reader.bytes_read();
   }
   for (auto& w : writers) w.finalize();
