@@ -33,7 +33,8 @@ fi
   --metrics-file "$out/metrics.jsonl" --export-weights "$out/hf/model.safetensors" "$@" \
   | tee "$out/train.log"
 
-entropy=$(grep -o 'unigram entropy [0-9.]*' "$out/train.log" | head -n 1 | awk '{print $3}')
+entropy=$(grep -o 'unigram entropy of the training data: [0-9.]*' "$out/train.log" | head -n 1 |
+  awk '{print $NF}')
 val=$(grep -o '"val_loss":[0-9.eE+-]*' "$out/metrics.jsonl" | tail -n 1 | cut -d: -f2)
 # Bytes of text per token (uint16 tokens, EODs included): the losses per byte, comparable with
 # a byte-level run's.
