@@ -9,17 +9,12 @@
 #include "tessera/core/philox.h"
 #include "tessera/kernels/attention.h"
 #include "testing/numeric.h"
+#include "testing/qkv_shape.h"
 
 namespace tessera::kernels {
 namespace {
 
-struct Shape {
-  int64_t B, T;
-  int NH, KV, HD;
-  int64_t width() const { return (int64_t{NH} + 2 * KV) * HD; }
-  int64_t qkv_size() const { return B * T * width(); }
-  int64_t out_size() const { return B * T * NH * HD; }
-};
+using Shape = testing::QkvShape;
 
 // doc_start (B, T) for documents ending at the given EOD positions (per sample): the token after
 // an EOD starts a new document, as data::ltor_masks computes it.

@@ -9,18 +9,12 @@
 
 #include "tessera/core/philox.h"
 #include "testing/numeric.h"
+#include "testing/qkv_shape.h"
 
 namespace tessera::kernels {
 namespace {
 
-struct Shape {
-  int64_t B, T;
-  int NH, KV, HD;
-  int64_t width() const { return (int64_t{NH} + 2 * KV) * HD; }
-  int64_t qkv_size() const { return B * T * width(); }
-  int64_t out_size() const { return B * T * NH * HD; }
-  int64_t lse_size() const { return B * NH * T; }
-};
+using Shape = testing::QkvShape;
 
 // The header's dropout rule, written out with the scalar Philox.
 bool reference_kept(const AttentionDropout& d, const Shape& s, int64_t b, int h, int64_t q,

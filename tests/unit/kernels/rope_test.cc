@@ -6,16 +6,12 @@
 #include <vector>
 
 #include "testing/numeric.h"
+#include "testing/qkv_shape.h"
 
 namespace tessera::kernels {
 namespace {
 
-struct Shape {
-  int64_t B, T;
-  int NH, KV, HD;
-  int64_t width() const { return (int64_t{NH} + 2 * KV) * HD; }
-  int64_t size() const { return B * T * width(); }
-};
+using Shape = testing::QkvShape;
 
 // The contract's angle (fp32 inv_freq and fp32 product, as Transformers computes it), then the
 // rotation in double.
@@ -46,7 +42,7 @@ TEST(RopeForward, MatchesDoubleReference) {
   const Shape s{2, 13, 3, 1, 16};
   const float theta = 10000.0f;
   const std::vector<int32_t> pos = {0, 1, 2, 3, 7, 31, 100, 511, 1000, 2047, 4095, 8191, 123456};
-  const std::vector<float> x = testing::random_normal(s.size(), 1);
+  const std::vector<float> x = testing::random_normal(s.qkv_size(), 1);
   std::vector<float> y = x;
   rope_forward(y.data(), pos.data(), s.B, s.T, s.NH, s.KV, s.HD, theta);
   const std::vector<double> ref = reference_rope(x, pos, s, theta);
@@ -62,7 +58,7 @@ TEST(RopeForward, LlamaThetaAndGqa) {
   const Shape s{1, 9, 4, 2, 8};
   const float theta = 500000.0f;
   const std::vector<int32_t> pos = {5, 6, 7, 8, 9, 10, 11, 12, 13};
-  const std::vector<float> x = testing::random_normal(s.size(), 2);
+  const std::vector<float> x = testing::random_normal(s.qkv_size(), 2);
   std::vector<float> y = x;
   rope_forward(y.data(), pos.data(), s.B, s.T, s.NH, s.KV, s.HD, theta);
   EXPECT_LT(testing::max_scaled_error(y, reference_rope(x, pos, s, theta)), 1e-6);
@@ -72,8 +68,8 @@ TEST(RopeBackward, IsTheTranspose) {
   const Shape s{2, 11, 2, 2, 24};
   std::vector<int32_t> pos(s.T);
   for (int64_t t = 0; t < s.T; ++t) pos[t] = static_cast<int32_t>(3 * t + 17);
-  const std::vector<float> x = testing::random_normal(s.size(), 3);
-  const std::vector<float> y = testing::random_normal(s.size(), 4);
+  const std::vector<float> x = testing::random_normal(s.qkv_size(), 3);
+  const std::vector<float> y = testing::random_normal(s.qkv_size(), 4);
   std::vector<float> rx = x, ry = y;
   rope_forward(rx.data(), pos.data(), s.B, s.T, s.NH, s.KV, s.HD, 10000.0f);
   rope_backward(ry.data(), pos.data(), s.B, s.T, s.NH, s.KV, s.HD, 10000.0f);
@@ -93,18 +89,18 @@ TEST(RopePositions, OffsetShardEqualsSliceOfFullSequence) {
   std::vector<int32_t> pos_full(full.T), pos_part(part.T);
   for (int t = 0; t < full.T; ++t) pos_full[t] = t;
   for (int t = 0; t < part.T; ++t) pos_part[t] = 6 + t;
-  const std::vector<float> x = testing::random_normal(full.size(), 5);
+  const std::vector<float> x = testing::random_normal(full.qkv_size(), 5);
   std::vector<float> y_full = x;
   std::vector<float> y_part(x.begin() + 6 * full.width(), x.end());
   rope_forward(y_full.data(), pos_full.data(), full.B, full.T, full.NH, full.KV, full.HD, 1e4f);
   rope_forward(y_part.data(), pos_part.data(), part.B, part.T, part.NH, part.KV, part.HD, 1e4f);
-  for (int64_t i = 0; i < part.size(); ++i) ASSERT_EQ(y_part[i], y_full[6 * full.width() + i]);
+  for (int64_t i = 0; i < part.qkv_size(); ++i) ASSERT_EQ(y_part[i], y_full[6 * full.width() + i]);
 }
 
 TEST(RopeBf16, MatchesFp32OnTheSameInputs) {
   const Shape s{2, 7, 3, 1, 16};
   std::vector<int32_t> pos = {0, 1, 2, 100, 200, 300, 4000};
-  const std::vector<float> x = testing::round_to_bf16(testing::random_normal(s.size(), 6));
+  const std::vector<float> x = testing::round_to_bf16(testing::random_normal(s.qkv_size(), 6));
   std::vector<float> y32 = x;
   std::vector<bf16> y16 = testing::to_bf16(x);
   rope_forward(y32.data(), pos.data(), s.B, s.T, s.NH, s.KV, s.HD, 10000.0f);
