@@ -1,8 +1,5 @@
 #include "tessera/checkpoint/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -199,29 +196,15 @@ void write_safetensors(const std::string& path, std::span<const SafeTensorView> 
 // ---------------------------------------------------------------------------------------------
 // Reader
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(path + ": cannot open safetensors file: " + errno_text());
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const std::string msg = path + ": cannot stat: " + errno_text();
-    ::close(fd);
-    throw Error(msg);
-  }
-  size_ = static_cast<size_t>(st.st_size);
-  if (size_ < 8) {
-    ::close(fd);
-    throw Error(path + ": truncated: file has " + std::to_string(size_) +
+SafetensorsFile::SafetensorsFile(const std::string& path)
+    : path_(path), file_(path, "safetensors file") {
+  const size_t file_size = file_.size();
+  if (file_size < 8) {
+    throw Error(path + ": truncated: file has " + std::to_string(file_size) +
                 " bytes but the header length field alone needs 8");
   }
-  map_ = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    throw Error(path + ": cannot mmap " + std::to_string(size_) + " bytes: " + errno_text());
-  }
-  try {
-    const auto* bytes = static_cast<const char*>(map_);
+  {
+    const auto* bytes = reinterpret_cast<const char*>(file_.data());
     uint64_t header_len;
     std::memcpy(&header_len, bytes, 8);
     if (header_len > kMaxHeaderBytes) {
@@ -229,12 +212,13 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                   " is too large: expected at most " + std::to_string(kMaxHeaderBytes) +
                   " bytes (not a safetensors file?)");
     }
-    if (header_len > size_ - 8) {
+    if (header_len > file_size - 8) {
       throw Error(path + ": truncated: header length is " + std::to_string(header_len) +
-                  " bytes but file has only " + std::to_string(size_ - 8) + " after the length");
+                  " bytes but file has only " + std::to_string(file_size - 8) +
+                  " after the length");
     }
     data_start_ = 8 + header_len;
-    const uint64_t data_size = size_ - data_start_;
+    const uint64_t data_size = file_size - data_start_;
 
     json header;
     try {
@@ -328,39 +312,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                   " data bytes but the file has " + std::to_string(data_size) +
                   ": expected them to match");
     }
-  } catch (...) {
-    release();
-    throw;
   }
-}
-
-SafetensorsFile::~SafetensorsFile() { release(); }
-
-void SafetensorsFile::release() {
-  if (map_ != nullptr) ::munmap(map_, size_);
-  map_ = nullptr;
-  size_ = 0;
-}
-
-SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept
-    : path_(std::move(other.path_)),
-      map_(std::exchange(other.map_, nullptr)),
-      size_(std::exchange(other.size_, 0)),
-      data_start_(other.data_start_),
-      tensors_(std::move(other.tensors_)),
-      metadata_(std::move(other.metadata_)) {}
-
-SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
-  if (this != &other) {
-    release();
-    path_ = std::move(other.path_);
-    map_ = std::exchange(other.map_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-    data_start_ = other.data_start_;
-    tensors_ = std::move(other.tensors_);
-    metadata_ = std::move(other.metadata_);
-  }
-  return *this;
 }
 
 std::vector<std::string> SafetensorsFile::names() const {
@@ -377,7 +329,7 @@ const SafeTensorInfo& SafetensorsFile::info(const std::string& name) const {
 }
 
 const void* SafetensorsFile::data(const std::string& name) const {
-  return static_cast<const char*>(map_) + data_start_ + info(name).data_begin;
+  return file_.data() + data_start_ + info(name).data_begin;
 }
 
 }  // namespace tessera::checkpoint

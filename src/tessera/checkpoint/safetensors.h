@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tessera/core/dtype.h"
+#include "tessera/core/mapped_file.h"
 
 namespace tessera::checkpoint {
 
@@ -87,9 +88,8 @@ struct SafeTensorInfo {
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::string& path);
-  ~SafetensorsFile();
-  SafetensorsFile(SafetensorsFile&& other) noexcept;
-  SafetensorsFile& operator=(SafetensorsFile&& other) noexcept;
+  SafetensorsFile(SafetensorsFile&& other) noexcept = default;
+  SafetensorsFile& operator=(SafetensorsFile&& other) noexcept = default;
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
@@ -105,11 +105,8 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
-  void release();
-
   std::string path_;
-  void* map_ = nullptr;
-  size_t size_ = 0;
+  MappedFile file_;
   size_t data_start_ = 0;
   std::map<std::string, SafeTensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;

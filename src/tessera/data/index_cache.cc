@@ -1,8 +1,5 @@
 #include "tessera/data/index_cache.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -109,31 +106,19 @@ std::string read_text_file(const std::string& path, bool* exists) {
   return s.str();
 }
 
-NpyArray::NpyArray(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(path + ": cannot open cached index: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    throw Error(path + ": cannot stat cached index");
-  }
-  map_size_ = static_cast<size_t>(st.st_size);
-  if (map_size_ > 0) {
-    map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_SHARED, fd, 0);
-    if (map_ == MAP_FAILED) map_ = nullptr;
-  }
-  ::close(fd);
+NpyArray::NpyArray(const std::string& path) : path_(path), file_(path, "cached index") {
+  const size_t map_size = file_.size();
   const auto bad = [&](const std::string& why) {
     return Error(path + ": not a cached index written by Tessera (" + why +
                  "); delete the file to rebuild it");
   };
-  if (map_ == nullptr) throw bad("empty or unmappable");
-  const auto* p = static_cast<const unsigned char*>(map_);
-  if (map_size_ < 10 || std::memcmp(p, kNpyMagic, 6) != 0 || p[6] != 1 || p[7] != 0)
+  if (map_size == 0) throw bad("empty");
+  const unsigned char* p = file_.data();
+  if (map_size < 10 || std::memcmp(p, kNpyMagic, 6) != 0 || p[6] != 1 || p[7] != 0)
     throw bad("no .npy 1.0 magic");
   const size_t header_len = p[8] | (static_cast<size_t>(p[9]) << 8);
   data_offset_ = 10 + header_len;
-  if (data_offset_ > map_size_) throw bad("truncated header");
+  if (data_offset_ > map_size) throw bad("truncated header");
   const std::string header(reinterpret_cast<const char*>(p) + 10, header_len);
   for (const auto& [descr, size] : {std::pair{"<i8", 8}, std::pair{"<i2", 2}}) {
     const std::string prefix =
@@ -149,38 +134,19 @@ NpyArray::NpyArray(const std::string& path) : path_(path) {
   }
   if (elem_size_ == 0) throw bad("unexpected dtype");
   if (npy_header(elem_size_ == 8 ? "<i8" : "<i2", count_).size() != data_offset_ ||
-      map_size_ - data_offset_ != static_cast<size_t>(count_) * elem_size_)
+      map_size - data_offset_ != static_cast<size_t>(count_) * elem_size_)
     throw bad("size does not match the header");
-}
-
-NpyArray::~NpyArray() {
-  if (map_ != nullptr) ::munmap(map_, map_size_);
-}
-
-NpyArray::NpyArray(NpyArray&& o) noexcept { *this = std::move(o); }
-
-NpyArray& NpyArray::operator=(NpyArray&& o) noexcept {
-  if (this != &o) {
-    if (map_ != nullptr) ::munmap(map_, map_size_);
-    path_ = std::move(o.path_);
-    map_ = std::exchange(o.map_, nullptr);
-    map_size_ = std::exchange(o.map_size_, 0);
-    data_offset_ = o.data_offset_;
-    count_ = o.count_;
-    elem_size_ = o.elem_size_;
-  }
-  return *this;
 }
 
 std::span<const int64_t> NpyArray::i64() const {
   if (elem_size_ != 8) throw Error(path_ + ": cached index is not int64");
-  return {reinterpret_cast<const int64_t*>(static_cast<const char*>(map_) + data_offset_),
+  return {reinterpret_cast<const int64_t*>(file_.data() + data_offset_),
           static_cast<size_t>(count_)};
 }
 
 std::span<const int16_t> NpyArray::i16() const {
   if (elem_size_ != 2) throw Error(path_ + ": cached index is not int16");
-  return {reinterpret_cast<const int16_t*>(static_cast<const char*>(map_) + data_offset_),
+  return {reinterpret_cast<const int16_t*>(file_.data() + data_offset_),
           static_cast<size_t>(count_)};
 }
 

@@ -11,6 +11,8 @@
 #include <span>
 #include <string>
 
+#include "tessera/core/mapped_file.h"
+
 namespace tessera::data {
 
 // 32 lowercase hex digits: a 128-bit hash of `text` (Philox4x32 in a Merkle-Damgard chain; not
@@ -37,9 +39,8 @@ class NpyArray {
  public:
   NpyArray() = default;
   explicit NpyArray(const std::string& path);
-  ~NpyArray();
-  NpyArray(NpyArray&& other) noexcept;
-  NpyArray& operator=(NpyArray&& other) noexcept;
+  NpyArray(NpyArray&& other) noexcept = default;
+  NpyArray& operator=(NpyArray&& other) noexcept = default;
   NpyArray(const NpyArray&) = delete;
   NpyArray& operator=(const NpyArray&) = delete;
 
@@ -49,8 +50,7 @@ class NpyArray {
 
  private:
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
+  MappedFile file_;
   size_t data_offset_ = 0;
   int64_t count_ = 0;
   int elem_size_ = 0;

@@ -1,8 +1,5 @@
 #include "tessera/data/indexed_dataset.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <bit>
@@ -36,39 +33,6 @@ void append(std::vector<unsigned char>& out, T v) {
 }
 
 std::string errno_text() { return std::strerror(errno); }
-
-// Maps a whole file read-only. An empty file gives (nullptr, 0): mmap rejects length 0.
-std::pair<void*, size_t> map_file(const std::string& path, const char* what) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    throw Error(path + ": cannot open " + what + ": " + errno_text());
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const std::string msg = path + ": cannot stat: " + errno_text();
-    ::close(fd);
-    throw Error(msg);
-  }
-  const size_t size = static_cast<size_t>(st.st_size);
-  void* map = nullptr;
-  if (size > 0) {
-    map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-    if (map == MAP_FAILED) {
-      const std::string msg =
-          path + ": cannot mmap " + std::to_string(size) + " bytes: " + errno_text();
-      ::close(fd);
-      throw Error(msg);
-    }
-  }
-  ::close(fd);  // the mapping keeps its own reference to the file
-  return {map, size};
-}
-
-void unmap(void*& map, size_t& size) {
-  if (map != nullptr) ::munmap(map, size);
-  map = nullptr;
-  size = 0;
-}
 
 // Range of ids a dtype holds exactly. Floats hold every integer up to 2^mantissa bits.
 struct IdRange {
@@ -328,19 +292,17 @@ void IndexedDatasetWriter::finalize() {
 IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   const std::string idx_path = index_file_path(prefix_);
   const std::string bin_path = data_file_path(prefix_);
-  try {
-    auto [imap, isize] = map_file(idx_path, "index");
-    idx_map_ = imap;
-    idx_size_ = isize;
-    const auto* idx = static_cast<const unsigned char*>(idx_map_);
-    const std::string size_text = std::to_string(idx_size_) + " bytes";
+  {
+    idx_file_ = MappedFile(idx_path, "index");
+    const size_t idx_size = idx_file_.size();
+    const unsigned char* idx = idx_file_.data();
+    const std::string size_text = std::to_string(idx_size) + " bytes";
 
-    if (idx_size_ < sizeof(kIndexMagic) ||
-        std::memcmp(idx, kIndexMagic, sizeof(kIndexMagic)) != 0) {
+    if (idx_size < sizeof(kIndexMagic) || std::memcmp(idx, kIndexMagic, sizeof(kIndexMagic)) != 0) {
       throw Error(idx_path + ": bad magic: expected the MMIDIDX header of a Megatron .idx file" +
-                  (idx_size_ < sizeof(kIndexMagic) ? " but file has only " + size_text : ""));
+                  (idx_size < sizeof(kIndexMagic) ? " but file has only " + size_text : ""));
     }
-    if (idx_size_ < kIndexHeaderBytes) {
+    if (idx_size < kIndexHeaderBytes) {
       throw Error(idx_path + ": truncated: the header needs " + std::to_string(kIndexHeaderBytes) +
                   " bytes but file has " + size_text);
     }
@@ -369,10 +331,10 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
     const std::string header_text = "header says " + std::to_string(seq_count) + " sequences and " +
                                     std::to_string(doc_count) + " document indices (needs " +
                                     std::to_string(needed) + " bytes";
-    if (idx_size_ < needed) {
+    if (idx_size < needed) {
       throw Error(idx_path + ": truncated: " + header_text + ") but file has " + size_text);
     }
-    if (idx_size_ != needed && idx_size_ != needed + seq_count) {
+    if (idx_size != needed && idx_size != needed + seq_count) {
       throw Error(idx_path + ": size mismatch: " + header_text + ", or " +
                   std::to_string(needed + seq_count) + " with sequence_modes) but file has " +
                   size_text);
@@ -406,9 +368,8 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
                   std::to_string(num_sequences_));
     }
 
-    auto [bmap, bsize] = map_file(bin_path, "data");
-    bin_map_ = bmap;
-    bin_size_ = bsize;
+    bin_file_ = MappedFile(bin_path, "data");
+    const size_t bin_size = bin_file_.size();
     for (int64_t i = 0; i < num_sequences_; ++i) {
       const int32_t len = load<int32_t>(idx_lengths_ + i * 4);
       const int64_t ptr = load<int64_t>(idx_pointers_ + i * 8);
@@ -422,59 +383,14 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
                     std::to_string(elem_size_) + " (" + index_dtype_name(dtype_) + ")");
       }
       const uint64_t end = static_cast<uint64_t>(ptr) + static_cast<uint64_t>(len) * elem_size_;
-      if (end > bin_size_) {
+      if (end > bin_size) {
         throw Error(bin_path + ": truncated: " + idx_path + " puts sequence " + std::to_string(i) +
                     " at bytes [" + std::to_string(ptr) + ", " + std::to_string(end) +
-                    ") but file has " + std::to_string(bin_size_) + " bytes");
+                    ") but file has " + std::to_string(bin_size) + " bytes");
       }
       num_tokens_ += len;
     }
-  } catch (...) {
-    release();
-    throw;
   }
-}
-
-IndexedDataset::~IndexedDataset() { release(); }
-
-void IndexedDataset::release() {
-  unmap(idx_map_, idx_size_);
-  unmap(bin_map_, bin_size_);
-  idx_lengths_ = nullptr;
-  idx_pointers_ = nullptr;
-}
-
-IndexedDataset::IndexedDataset(IndexedDataset&& other) noexcept
-    : prefix_(std::move(other.prefix_)),
-      dtype_(other.dtype_),
-      elem_size_(other.elem_size_),
-      num_sequences_(std::exchange(other.num_sequences_, 0)),
-      num_tokens_(std::exchange(other.num_tokens_, 0)),
-      document_indices_(std::move(other.document_indices_)),
-      idx_map_(std::exchange(other.idx_map_, nullptr)),
-      idx_size_(std::exchange(other.idx_size_, 0)),
-      bin_map_(std::exchange(other.bin_map_, nullptr)),
-      bin_size_(std::exchange(other.bin_size_, 0)),
-      idx_lengths_(std::exchange(other.idx_lengths_, nullptr)),
-      idx_pointers_(std::exchange(other.idx_pointers_, nullptr)) {}
-
-IndexedDataset& IndexedDataset::operator=(IndexedDataset&& other) noexcept {
-  if (this != &other) {
-    release();
-    prefix_ = std::move(other.prefix_);
-    dtype_ = other.dtype_;
-    elem_size_ = other.elem_size_;
-    num_sequences_ = std::exchange(other.num_sequences_, 0);
-    num_tokens_ = std::exchange(other.num_tokens_, 0);
-    document_indices_ = std::move(other.document_indices_);
-    idx_map_ = std::exchange(other.idx_map_, nullptr);
-    idx_size_ = std::exchange(other.idx_size_, 0);
-    bin_map_ = std::exchange(other.bin_map_, nullptr);
-    bin_size_ = std::exchange(other.bin_size_, 0);
-    idx_lengths_ = std::exchange(other.idx_lengths_, nullptr);
-    idx_pointers_ = std::exchange(other.idx_pointers_, nullptr);
-  }
-  return *this;
 }
 
 int64_t IndexedDataset::sequence_length(int64_t i) const {
@@ -501,8 +417,8 @@ void IndexedDataset::get(int64_t i, int64_t offset, int64_t length, int32_t* out
                 " out of range: the sequence has " + std::to_string(len) + " tokens");
   }
   if (length == 0) return;
-  const auto* src = static_cast<const unsigned char*>(bin_map_) + sequence_pointer(i) +
-                    offset * static_cast<int64_t>(elem_size_);
+  const auto* src =
+      bin_file_.data() + sequence_pointer(i) + offset * static_cast<int64_t>(elem_size_);
   int64_t bad = -1;
   switch (dtype_) {
     case IndexDType::kUInt8:

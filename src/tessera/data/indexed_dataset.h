@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "tessera/core/mapped_file.h"
+
 namespace tessera::data {
 
 // Element type codes of the .idx header (numpy types in Megatron's DType enum).
@@ -108,9 +110,8 @@ class IndexedDatasetWriter {
 class IndexedDataset {
  public:
   explicit IndexedDataset(const std::string& prefix);
-  ~IndexedDataset();
-  IndexedDataset(IndexedDataset&& other) noexcept;
-  IndexedDataset& operator=(IndexedDataset&& other) noexcept;
+  IndexedDataset(IndexedDataset&& other) noexcept = default;
+  IndexedDataset& operator=(IndexedDataset&& other) noexcept = default;
   IndexedDataset(const IndexedDataset&) = delete;
   IndexedDataset& operator=(const IndexedDataset&) = delete;
 
@@ -138,8 +139,6 @@ class IndexedDataset {
   void get(int64_t i, int64_t offset, int64_t length, int32_t* out) const;
 
  private:
-  void release();
-
   std::string prefix_;
   IndexDType dtype_ = IndexDType::kUInt16;
   size_t elem_size_ = 2;
@@ -147,10 +146,7 @@ class IndexedDataset {
   int64_t num_tokens_ = 0;
   std::vector<int64_t> document_indices_;
   // Mapped files; idx_lengths_/idx_pointers_ point into the .idx mapping (unaligned).
-  void* idx_map_ = nullptr;
-  size_t idx_size_ = 0;
-  void* bin_map_ = nullptr;
-  size_t bin_size_ = 0;
+  MappedFile idx_file_, bin_file_;
   const unsigned char* idx_lengths_ = nullptr;
   const unsigned char* idx_pointers_ = nullptr;
 };
