@@ -182,10 +182,10 @@ bool GPTModel::recomputed(int chunk, int l) const {
   return l - chunk_begin_[chunk] < recompute_.num_layers;
 }
 
-int GPTModel::group_end(int chunk, int l) const {
-  if (recompute_.method == RecomputePolicy::Method::kBlock) return l + 1;
+int GPTModel::group_begin(int chunk, int l) const {
+  if (recompute_.method == RecomputePolicy::Method::kBlock) return l;
   const int first = chunk_begin_[chunk], n = recompute_.num_layers;
-  return std::min(chunk_begin_[chunk + 1], first + ((l - first) / n + 1) * n);
+  return first + (l - first) / n * n;
 }
 
 StepContext GPTModel::context(int64_t B, int64_t T, int64_t sample_offset, uint64_t seed,
@@ -302,7 +302,7 @@ Tensor GPTModel::forward_chunk(int chunk, const Tensor& input, const Batch& batc
     TransformerLayer::Saved scratch;  // evaluation, and recomputed layers, keep nothing
     const bool store = keep && !recomputed(chunk, l);
     // A recompute group keeps the input of its first layer only.
-    if (keep && !store && (l == first || group_end(chunk, l - 1) == l)) keep->inputs[l - first] = x;
+    if (keep && !store && group_begin(chunk, l) == l) keep->inputs[l - first] = x;
     x = layers_[l].forward(x, store ? keep->layers[l - first] : scratch, ctx);
   }
   if (keep && last) keep->output = x;
@@ -342,8 +342,7 @@ Tensor GPTModel::backward_chunk(int chunk, const Tensor& grad_output, const Batc
       if (recomputed(chunk, l) && !act.layers[i].residual.defined()) {
         // Rerun the forward of l's recompute group from its saved input, keeping everything;
         // the dropout masks depend only on coordinates, so they come out the same.
-        int g = l;
-        while (g > first && !act.inputs[g - first].defined()) --g;
+        const int g = group_begin(chunk, l);
         Tensor x = act.inputs[g - first];
         act.inputs[g - first] = Tensor();
         for (int k = g; k <= l; ++k) {

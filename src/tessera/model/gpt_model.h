@@ -176,10 +176,10 @@ class GPTModel {
   };
   static void declare(ParameterSet& params, const ModelConfig& cfg, const ModelPart& part,
                       int64_t padded_vocab, int64_t flat_multiple, Layout& out);
-  // Whether local layer l keeps only its input (full recompute), and the last layer of its
-  // recompute group.
+  // Whether local layer l keeps only its input (full recompute), and the first layer of its
+  // recompute group (the one whose input the group keeps).
   bool recomputed(int chunk, int l) const;
-  int group_end(int chunk, int l) const;
+  int group_begin(int chunk, int l) const;
   Tensor embed(const Batch& batch, const StepContext& ctx) const;
   void embed_backward(const Tensor& dx, const Batch& batch, const StepContext& ctx);
   // Final norm, logits and cross-entropy. With grad_scale > 0 also returns d(hidden).
