@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tessera/core/error.h"
+#include "tessera/core/file_io.h"
 #include "tessera/data/tokenizer/bpe_trainer.h"
 #include "tessera/data/tokenizer/gpt2_split.h"
 #include "tessera/data/tokenizer/gpt2_tokenizer.h"
@@ -76,7 +77,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    const std::string text = read_text_file(argv[3], "corpus");
+    const std::string text = tessera::read_file(argv[3], "corpus");
     const auto docs = documents(text);
     std::printf("corpus: %.2f MB, %zu documents\n", text.size() / 1e6, docs.size());
 

@@ -6,11 +6,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "tessera/core/error.h"
+#include "tessera/core/file_io.h"
 #include "tessera/core/philox.h"
 
 namespace tessera::data {
@@ -99,11 +98,7 @@ std::string read_text_file(const std::string& path, bool* exists) {
   std::error_code ec;
   *exists = std::filesystem::is_regular_file(path, ec);
   if (!*exists) return std::string();
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (!in) throw Error(path + ": cannot read");
-  return s.str();
+  return read_file(path, "cached index description");
 }
 
 NpyArray::NpyArray(const std::string& path) : path_(path), file_(path, "cached index") {

@@ -3,28 +3,14 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "tessera/core/error.h"
+#include "tessera/core/file_io.h"
 #include "tessera/data/tokenizer/gpt2_split.h"
 #include "tessera/data/tokenizer/unicode.h"
 
 namespace tessera::data {
-
-std::string read_text_file(const std::string& path, const std::string& what) {
-  if (path.empty()) throw Error(what + " is not given: expected a file path");
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw Error("cannot read " + what + " '" + path + "': it is a directory, expected a file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read " + what + " '" + path + "': " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error("cannot read " + what + " '" + path + "': read error");
-  return ss.str();
-}
 
 void append_byte_level(std::string& out, std::string_view token) {
   size_t i = 0;
@@ -42,7 +28,7 @@ void append_byte_level(std::string& out, std::string_view token) {
 }
 
 Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_file, const std::string& merge_file) {
-  const std::string vocab_text = read_text_file(vocab_file, "--vocab-file");
+  const std::string vocab_text = read_file(vocab_file, "--vocab-file");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(vocab_text);
@@ -60,7 +46,7 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_file, const std::str
     vocab_.emplace_back(tok, static_cast<int32_t>(id.get<int64_t>()));
   }
 
-  const std::string merge_text = read_text_file(merge_file, "--merge-file");
+  const std::string merge_text = read_file(merge_file, "--merge-file");
   size_t pos = 0;
   int64_t line_no = 0;
   while (pos < merge_text.size()) {

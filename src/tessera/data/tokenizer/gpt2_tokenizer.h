@@ -40,9 +40,6 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   int32_t eod_ = -1;
 };
 
-// Reads a file whole; throws tessera::Error "cannot read <what> '<path>': <reason>".
-std::string read_text_file(const std::string& path, const std::string& what);
-
 // Decodes a byte-level token string (unicode::byte_to_char characters) to its bytes, appending
 // to `out`; characters that stand for no byte are appended as UTF-8 unchanged.
 void append_byte_level(std::string& out, std::string_view token);

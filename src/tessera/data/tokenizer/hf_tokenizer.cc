@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "tessera/core/file_io.h"
 #include "tessera/data/tokenizer/gpt2_tokenizer.h"
 #include "tessera/data/tokenizer/unicode.h"
 
@@ -24,7 +25,7 @@ int32_t checked_id(const Json& v, const std::string& what, const std::string& wh
 }  // namespace
 
 HfTokenizer::HfTokenizer(const std::string& path) : source_("--tokenizer-model '" + path + "'") {
-  load(read_text_file(path, "--tokenizer-model"));
+  load(read_file(path, "--tokenizer-model"));
 }
 
 HfTokenizer::HfTokenizer(const std::string& json_text, const std::string& source)
