@@ -1,7 +1,5 @@
 #include "tessera/checkpoint/safetensors.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -14,6 +12,7 @@
 #include <utility>
 
 #include "tessera/core/error.h"
+#include "tessera/core/file_io.h"
 
 namespace tessera::checkpoint {
 namespace {
@@ -50,8 +49,6 @@ const DTypeEntry& entry_of(SafeDType dtype) {
   return kDTypes[0];
 }
 
-std::string errno_text() { return std::strerror(errno); }
-
 // numel of a shape, or nullopt if a dimension is negative or the product overflows int64.
 std::optional<int64_t> checked_numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -67,15 +64,6 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
-}
-
-void write_all(std::FILE* f, const void* data, size_t n, const std::string& tmp) {
-  if (n > 0 && std::fwrite(data, 1, n, f) != n) {
-    const std::string msg = tmp + ": write failed: " + errno_text();
-    std::fclose(f);
-    std::remove(tmp.c_str());
-    throw Error(msg);
-  }
 }
 
 }  // namespace
@@ -173,24 +161,11 @@ void write_safetensors(const std::string& path, std::span<const SafeTensorView> 
   text.append((8 - text.size() % 8) % 8, ' ');
   const uint64_t header_len = text.size();
 
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) throw Error(tmp + ": cannot create: " + errno_text());
-  write_all(f, &header_len, 8, tmp);
-  write_all(f, text.data(), text.size(), tmp);
-  for (const auto& p : plan) write_all(f, p.view->data, p.nbytes, tmp);
-  // fsync before rename: otherwise a power loss can leave `path` naming an empty file.
-  const bool ok = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  if (std::fclose(f) != 0 || !ok) {
-    const std::string msg = tmp + ": write failed: " + errno_text();
-    std::remove(tmp.c_str());
-    throw Error(msg);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string msg = tmp + ": cannot rename to " + path + ": " + errno_text();
-    std::remove(tmp.c_str());
-    throw Error(msg);
-  }
+  AtomicFile file(path);
+  file.write(&header_len, 8);
+  file.write(text.data(), text.size());
+  for (const auto& p : plan) file.write(p.view->data, p.nbytes);
+  file.commit();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,10 +1,13 @@
 #include "tessera/core/file_io.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "tessera/core/error.h"
 
@@ -21,6 +24,39 @@ std::string read_file(const std::string& path, const std::string& what) {
   ss << in.rdbuf();
   if (in.bad()) throw Error("cannot read " + what + " '" + path + "': read error");
   return ss.str();
+}
+
+AtomicFile::AtomicFile(std::string path, const std::string& tmp_suffix)
+    : path_(std::move(path)), tmp_(path_ + tmp_suffix) {
+  file_ = std::fopen(tmp_.c_str(), "wb");
+  if (file_ == nullptr) throw Error(tmp_ + ": cannot create: " + std::strerror(errno));
+}
+
+AtomicFile::~AtomicFile() {
+  if (file_ == nullptr) return;
+  std::fclose(file_);
+  std::remove(tmp_.c_str());
+}
+
+void AtomicFile::fail(const std::string& what) {
+  const std::string msg = tmp_ + ": " + what + ": " + std::strerror(errno);
+  if (file_ != nullptr) std::fclose(file_);
+  file_ = nullptr;
+  std::remove(tmp_.c_str());
+  throw Error(msg);
+}
+
+void AtomicFile::write(const void* data, size_t bytes) {
+  if (bytes > 0 && std::fwrite(data, 1, bytes, file_) != bytes) fail("write failed");
+}
+
+void AtomicFile::commit() {
+  // fsync before rename: otherwise a power loss can leave `path` naming an empty file.
+  const bool ok = std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;
+  const bool closed = std::fclose(file_) == 0;
+  file_ = nullptr;
+  if (!ok || !closed) fail("write failed");
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) fail("cannot rename to " + path_);
 }
 
 }  // namespace tessera

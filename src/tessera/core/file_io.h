@@ -1,6 +1,9 @@
-// Reading a whole (small) file: tokenizer vocabularies, tokenizer.json, cache descriptions.
+// Whole-file reads (tokenizer vocabularies, tokenizer.json, cache descriptions) and atomic
+// writes (safetensors files, cached dataset indices).
 #pragma once
 
+#include <cstddef>
+#include <cstdio>
 #include <string>
 
 namespace tessera {
@@ -8,5 +11,26 @@ namespace tessera {
 // The file's bytes. Throws tessera::Error "cannot read <what> '<path>': <reason>" when the path
 // is empty, a directory, missing or unreadable.
 std::string read_file(const std::string& path, const std::string& what);
+
+// A file written under a temporary name (path + tmp_suffix) and renamed to `path` by commit(),
+// after an fsync: a crash or an error leaves any previous file at `path` untouched, never a
+// partial one. The temporary is removed if commit() is not reached. Errors throw
+// tessera::Error naming the temporary ("cannot create", "write failed", "cannot rename").
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path, const std::string& tmp_suffix = ".tmp");
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, size_t bytes);
+  void commit();
+
+ private:
+  void fail(const std::string& what);  // closes, removes the temporary, throws
+
+  std::string path_, tmp_;
+  std::FILE* file_ = nullptr;
+};
 
 }  // namespace tessera

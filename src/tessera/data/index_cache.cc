@@ -33,7 +33,7 @@ std::string npy_header(const char* descr, int64_t count) {
   return out + dict;
 }
 
-// Writes `bytes` (header then data) to path through path.tmp.<pid> and a rename.
+// Writes `head` then `data` to `path` through path.tmp.<pid>, fsync and a rename.
 void write_atomically(const std::string& path, const std::string& head, const void* data,
                       size_t size) {
   std::error_code ec;
@@ -42,19 +42,10 @@ void write_atomically(const std::string& path, const std::string& head, const vo
   if (ec)
     throw Error(parent.string() + ": cannot create the index cache directory (" + ec.message() +
                 "); choose a writable one with --data-cache-path");
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr)
-    throw Error(tmp + ": cannot create (" + std::strerror(errno) +
-                "); choose a writable index cache with --data-cache-path");
-  bool ok = std::fwrite(head.data(), 1, head.size(), f) == head.size();
-  if (ok && size > 0) ok = std::fwrite(data, 1, size, f) == size;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    throw Error(path + ": cannot write (" + why + ")");
-  }
+  AtomicFile file(path, ".tmp." + std::to_string(::getpid()));
+  file.write(head.data(), head.size());
+  file.write(data, size);
+  file.commit();
 }
 
 }  // namespace
