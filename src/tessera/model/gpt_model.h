@@ -117,7 +117,6 @@ class GPTModel {
   StepContext context(int64_t B, int64_t T, int64_t sample_offset, uint64_t seed, int64_t iteration,
                       bool training) const;
 
-  const ModelPart& part() const { return part_; }
   int num_chunks() const { return static_cast<int>(part_.chunks.size()); }
   void set_recompute(const RecomputePolicy& policy);
 

@@ -60,9 +60,7 @@ class PipelineExecutor {
   // zero elsewhere. At most P*V sends are in flight per rank.
   model::LossSum evaluate(const MicroBatchLoader& load, int count);
 
-  const ScheduleShape& shape() const { return shape_; }
   ScheduleKind kind() const { return kind_; }
-  int pp_rank() const { return rank_; }
 
  private:
   // The tag of the message into local chunk `chunk` of micro-batch m (activation or gradient).

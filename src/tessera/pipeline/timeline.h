@@ -39,7 +39,6 @@ class Timeline {
   void add(Phase phase, int microbatch, int chunk, double start, double end);
   void stop() { recording_ = false; }
 
-  const std::vector<Event>& events() const { return events_; }
   // Gathers every rank's events over `world` (nullptr: this process only) and has world rank 0
   // write the trace to `path`; `pp_rank_of[r]` labels rank r. Collective. tessera::Error when the
   // file cannot be written. Returns, on world rank 0 (empty elsewhere), each rank's idle share
