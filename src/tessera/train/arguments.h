@@ -107,6 +107,18 @@ struct TrainArgs {
   std::string metrics_file;         // --metrics-file
   std::string export_weights;       // --export-weights F.safetensors
   int num_threads = 0;              // --num-threads (0: cores / local ranks)
+
+  // Checkpoints (checkpoint/sharded_checkpoint.h).
+  std::string save;                 // --save DIR
+  int64_t save_interval = 0;        // --save-interval (0: only at the end)
+  bool async_save = false;          // --async-save
+  int keep_checkpoints = 0;         // --keep-checkpoints (0: all)
+  bool no_save_optim = false;       // --no-save-optim
+  std::string load;                 // --load DIR (a checkpoint or a Hugging Face model)
+  bool finetune = false;            // --finetune
+  bool no_load_optim = false;       // --no-load-optim
+  bool no_load_rng = false;         // --no-load-rng
+  int64_t kill_during_save_at = -1; // --kill-during-save-at-iteration (test hook)
   int64_t inject_overflow_at = -1;  // --inject-overflow-at-iteration (test hook)
 
   // DeepSpeed configuration (train/deepspeed_config.h), applied once DP is known.

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "tessera/checkpoint/hf_export.h"
+#include "tessera/checkpoint/sharded_checkpoint.h"
 #include "tessera/comm/process_group.h"
 #include "tessera/core/threads.h"
 #include "tessera/distributed/sum_scalars.h"
@@ -110,6 +111,8 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
   }
   if (!a.timeline_file.empty() && reporting_rank_)
     check_writable(a.timeline_file, "--timeline-file");
+  if (!a.save.empty() && reporting_rank_)
+    check_writable(checkpoint::latest_file(a.save), "--save");
   const DType dtype = a.bf16 ? DType::kBF16 : a.fp16 ? DType::kF16 : DType::kF32;
   // The pipeline: layers per stage (and virtual stage), this rank's part, the schedule.
   partition_ = {a.model.num_layers, pp_size_, 1, a.decoder_first_pipeline_num_layers,
@@ -228,6 +231,7 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
                 a.recompute_num_layers);
   if (a.recompute_granularity == "selective")
     std::printf("> activation recomputation: selective (attention core)\n");
+  if (!a.load.empty()) load_checkpoint();
   std::fflush(stdout);
 }
 
@@ -527,6 +531,12 @@ int64_t Trainer::train() {
       if (!std::isnan(val)) m.val_loss = val;
     }
     metrics_.write(m);
+    if (!a.save.empty() && a.save_interval > 0 && iteration % a.save_interval == 0) {
+      save_checkpoint(iteration);
+      last_saved_iteration_ = iteration;
+    } else {
+      finish_pending_save(false);  // publishes a background save once every rank wrote it
+    }
     if (exit_interval || exit_duration) {
       std::printf("> exiting after iteration %lld (%s)\n", static_cast<long long>(iteration),
                   exit_interval ? "--exit-interval" : "--exit-duration-in-mins");
@@ -538,6 +548,10 @@ int64_t Trainer::train() {
   if (iteration > train_iters_ && test_data_ && test_data_->num_samples() > 0)
     evaluate(train_iters_, true);
   iteration = std::min(iteration, train_iters_);
+  // Megatron saves at the end too (whatever ended the run), unless that iteration is saved.
+  if (!a.save.empty() && iteration > start_iteration_ && iteration != last_saved_iteration_)
+    save_checkpoint(iteration);
+  finish_pending_save(true);
   if (!a.export_weights.empty()) export_weights();
   return iteration;
 }

@@ -15,7 +15,11 @@
 // stage) prints, writes the metrics file and the export.
 #pragma once
 
+#include <chrono>
+#include <future>
 #include <memory>
+
+#include <nlohmann/json.hpp>
 
 #include "tessera/data/indexed_dataset.h"
 #include "tessera/data/micro_batch.h"
@@ -85,6 +89,14 @@ class Trainer {
   // Sums the tied word embedding's gradient over the embedding group (pipelines only).
   void sync_tied_embedding();
   void export_weights() const;
+  // Checkpoints (trainer_checkpoint.cc). save_checkpoint snapshots this rank's slices and writes
+  // them (on a background thread with --async-save); finish_pending_save publishes a finished
+  // save (collective: every rank calls it at the same points; without `wait` it returns at once
+  // while any rank is still writing). load_checkpoint restores --load into this layout.
+  void save_checkpoint(int64_t iteration);
+  void finish_pending_save(bool wait);
+  void load_checkpoint();
+  nlohmann::json run_state(int64_t iteration) const;
   // The wall-clock breakdown (--timing-log-level >= 1): this rank's time per phase, averaged
   // over the last `iterations`; resets the timers.
   void print_breakdown(int64_t iterations);
@@ -118,6 +130,16 @@ class Trainer {
   std::unique_ptr<data::Prefetcher> prefetcher_;  // training micro-batches, during train()
   data::MicroBatch eval_batch_;
   MetricsWriter metrics_;
+  struct PendingSave {
+    int64_t iteration = 0;
+    nlohmann::json state;
+    int64_t bytes = 0;  // this rank's
+    std::chrono::steady_clock::time_point start;
+    double snapshot_s = 0;
+    std::future<void> writer;  // --async-save only
+  };
+  std::unique_ptr<PendingSave> pending_save_;
+  int64_t last_saved_iteration_ = -1;
   double unigram_entropy_ = 0;  // of the training tokens (data files only), for reference
 };
 

@@ -1,0 +1,113 @@
+#include "tessera/checkpoint/run_state.h"
+
+#include "tessera/core/error.h"
+
+namespace tessera::checkpoint {
+namespace {
+
+// Reads j[key] into `field`, naming the key when it is missing or has the wrong type.
+template <typename T>
+void get(const nlohmann::json& j, const char* key, T& field, const std::string& where) {
+  try {
+    field = j.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw Error(where + ": '" + key + "' is missing or has the wrong type");
+  }
+}
+
+}  // namespace
+
+nlohmann::json model_config_to_json(const model::ModelConfig& c) {
+  return {{"num_layers", c.num_layers},
+          {"hidden_size", c.hidden_size},
+          {"num_attention_heads", c.num_attention_heads},
+          {"ffn_hidden_size", c.ffn_hidden_size},
+          {"seq_length", c.seq_length},
+          {"max_position_embeddings", c.max_position_embeddings},
+          {"vocab_size", c.vocab_size},
+          {"make_vocab_size_divisible_by", c.make_vocab_size_divisible_by},
+          {"normalization",
+           c.normalization == model::Normalization::kRMSNorm ? "RMSNorm" : "LayerNorm"},
+          {"norm_epsilon", c.norm_epsilon},
+          {"swiglu", c.swiglu},
+          {"position_embedding_type",
+           c.position_embedding == model::PositionEmbedding::kRope ? "rope" : "learned_absolute"},
+          {"rotary_base", c.rotary_base},
+          {"group_query_attention", c.group_query_attention},
+          {"num_query_groups", c.num_query_groups},
+          {"untie_embeddings_and_output_weights", c.untie_embeddings_and_output_weights},
+          {"add_bias_linear", c.add_bias_linear},
+          {"attention_dropout", c.attention_dropout},
+          {"hidden_dropout", c.hidden_dropout},
+          {"init_method_std", c.init_method_std}};
+}
+
+model::ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& where) {
+  model::ModelConfig c;
+  get(j, "num_layers", c.num_layers, where);
+  get(j, "hidden_size", c.hidden_size, where);
+  get(j, "num_attention_heads", c.num_attention_heads, where);
+  get(j, "ffn_hidden_size", c.ffn_hidden_size, where);
+  get(j, "seq_length", c.seq_length, where);
+  get(j, "max_position_embeddings", c.max_position_embeddings, where);
+  get(j, "vocab_size", c.vocab_size, where);
+  get(j, "make_vocab_size_divisible_by", c.make_vocab_size_divisible_by, where);
+  std::string norm, position;
+  get(j, "normalization", norm, where);
+  get(j, "position_embedding_type", position, where);
+  if (norm != "RMSNorm" && norm != "LayerNorm")
+    throw Error(where + ": normalization '" + norm + "': expected RMSNorm or LayerNorm");
+  if (position != "rope" && position != "learned_absolute")
+    throw Error(where + ": position_embedding_type '" + position +
+                "': expected rope or learned_absolute");
+  c.normalization =
+      norm == "RMSNorm" ? model::Normalization::kRMSNorm : model::Normalization::kLayerNorm;
+  c.position_embedding = position == "rope" ? model::PositionEmbedding::kRope
+                                            : model::PositionEmbedding::kLearnedAbsolute;
+  get(j, "norm_epsilon", c.norm_epsilon, where);
+  get(j, "swiglu", c.swiglu, where);
+  get(j, "rotary_base", c.rotary_base, where);
+  get(j, "group_query_attention", c.group_query_attention, where);
+  get(j, "num_query_groups", c.num_query_groups, where);
+  get(j, "untie_embeddings_and_output_weights", c.untie_embeddings_and_output_weights, where);
+  get(j, "add_bias_linear", c.add_bias_linear, where);
+  get(j, "attention_dropout", c.attention_dropout, where);
+  get(j, "hidden_dropout", c.hidden_dropout, where);
+  get(j, "init_method_std", c.init_method_std, where);
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw Error(where + ": " + e.what());
+  }
+  return c;
+}
+
+nlohmann::json loss_scaler_to_json(const optim::LossScalerState& s) {
+  return {{"dynamic", s.dynamic},
+          {"scale_window", s.scale_window},
+          {"hysteresis", s.hysteresis},
+          {"consecutive_hysteresis", s.consecutive_hysteresis},
+          {"min_scale", s.min_scale},
+          {"raise_error_at_min_scale", s.raise_error_at_min_scale},
+          {"scale", s.scale},
+          {"cur_hysteresis", s.cur_hysteresis},
+          {"cur_iter", s.cur_iter},
+          {"last_overflow_iter", s.last_overflow_iter}};
+}
+
+optim::LossScalerState loss_scaler_from_json(const nlohmann::json& j, const std::string& where) {
+  optim::LossScalerState s;
+  get(j, "dynamic", s.dynamic, where);
+  get(j, "scale_window", s.scale_window, where);
+  get(j, "hysteresis", s.hysteresis, where);
+  get(j, "consecutive_hysteresis", s.consecutive_hysteresis, where);
+  get(j, "min_scale", s.min_scale, where);
+  get(j, "raise_error_at_min_scale", s.raise_error_at_min_scale, where);
+  get(j, "scale", s.scale, where);
+  get(j, "cur_hysteresis", s.cur_hysteresis, where);
+  get(j, "cur_iter", s.cur_iter, where);
+  get(j, "last_overflow_iter", s.last_overflow_iter, where);
+  return s;
+}
+
+}  // namespace tessera::checkpoint

@@ -1,0 +1,250 @@
+// Trainer's checkpoints: what a rank saves (the slices of master weights and optimizer state it
+// owns, each element written by exactly one rank of the job), the run state, synchronous and
+// background saves, and loading into this run's layout (checkpoint/sharded_checkpoint.h).
+//
+// Who writes an element: the tensor-parallel rank 0 for a parameter replicated over TP, the first
+// replica of a replicated attention head; the first pipeline stage for a tied embedding (the last
+// stage's copy is equal); under ZeRO >= 1 the data-parallel rank that owns it, under ZeRO 0 data-
+// parallel rank d writes part d of every parameter, so every rank writes a share.
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+
+#include "tessera/checkpoint/run_state.h"
+#include "tessera/checkpoint/sharded_checkpoint.h"
+#include "tessera/distributed/sum_scalars.h"
+#include "tessera/train/trainer.h"
+
+namespace tessera::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string state_tensor_name(const std::string& state, const std::string& param) {
+  return "optimizer." + state + "." + param;
+}
+
+bool writes_tensor_parallel_copy(const model::Parameter& p, int tp_rank) {
+  if (p.tied_copy) return false;
+  if (p.shard.tp_dim < 0) return tp_rank == 0;
+  for (const model::ShardPiece& piece : p.pieces)
+    if (piece.replicas > 1 && piece.replica_rank != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+nlohmann::json Trainer::run_state(int64_t iteration) const {
+  const auto& a = args_;
+  return {
+      {"iteration", iteration},
+      {"consumed_samples", consumed_samples_},
+      {"evaluations", evaluations_},
+      {"seed", a.seed},
+      {"optimizer",
+       {{"kind", a.optimizer == "sgd" ? "sgd" : "adam"},
+        {"steps", optimizer_->steps()},
+        {"saved", !a.no_save_optim}}},
+      {"loss_scaler", checkpoint::loss_scaler_to_json(scaler_->state())},
+      {"model", checkpoint::model_config_to_json(a.model)},
+      {"layout",
+       {{"world_size", world_size_},
+        {"tensor_model_parallel_size", tp_.size()},
+        {"pipeline_model_parallel_size", pp_size_},
+        {"virtual_pipeline_stages", partition_.virtual_stages},
+        {"data_parallel_size", dp_size_},
+        {"zero_stage", std::max(a.zero_stage, a.use_distributed_optimizer ? 1 : 0)}}},
+      {"args",
+       {{"micro_batch_size", a.micro_batch_size},
+        {"global_batch_size", a.global_batch_size},
+        {"train_iters", train_iters_},
+        {"lr", a.lr},
+        {"min_lr", a.min_lr},
+        {"lr_decay_style", a.lr_decay_style},
+        {"weight_decay", a.weight_decay},
+        {"clip_grad", a.clip_grad},
+        {"precision", a.bf16 ? "bf16" : a.fp16 ? "fp16" : "fp32"}}}};
+}
+
+void Trainer::save_checkpoint(int64_t iteration) {
+  const auto& a = args_;
+  finish_pending_save(true);  // one save at a time
+  const auto t0 = Clock::now();
+  const int world_rank = world_ ? world_->rank() : 0;
+  if (world_rank == 0) checkpoint::prepare_staging(a.save, iteration);
+  if (world_) world_->barrier().wait();  // the staging directory exists before anyone writes
+
+  // The snapshot: copies of this rank's slices, taken before training changes them.
+  auto snapshot = std::make_shared<checkpoint::RankSnapshot>();
+  const std::vector<std::string> state_names = optimizer_->state_names();
+  for (const optim::Optimizer::StateRun& run : optimizer_->state_runs()) {
+    const model::Parameter& p = *run.param;
+    if (!writes_tensor_parallel_copy(p, tp_.rank())) continue;
+    int64_t begin = run.begin - p.offset, end = run.end - p.offset;
+    if (!optimizer_->sharded() && dp_size_ > 1) {  // ZeRO 0: DP rank d writes part d
+      begin = p.numel() * dp_rank_ / dp_size_;
+      end = p.numel() * (dp_rank_ + 1) / dp_size_;
+    }
+    if (begin == end) continue;
+    const int64_t skip = begin - (run.begin - p.offset);
+    const checkpoint::TensorSlice slice = checkpoint::TensorSlice::of(p, begin, end);
+    snapshot->add(p.name, slice, run.master + skip);
+    if (!a.no_save_optim)
+      for (size_t k = 0; k < state_names.size(); ++k)
+        snapshot->add(state_tensor_name(state_names[k], p.name), slice, run.state[k] + skip);
+  }
+  const double snapshot_s = seconds_since(t0);
+  pending_save_ = std::make_unique<PendingSave>();
+  PendingSave& pending = *pending_save_;
+  pending.iteration = iteration;
+  pending.state = run_state(iteration);
+  pending.bytes = snapshot->bytes();
+  pending.start = t0;
+  pending.snapshot_s = snapshot_s;
+  const std::string dir = checkpoint::staging_dir(a.save, iteration);
+  const bool victim = iteration == a.kill_during_save_at && world_rank == world_size_ - 1;
+  auto write = [snapshot, dir, world_rank, victim] {
+    snapshot->write(dir, world_rank);
+    // Test hook: this rank dies after its file is complete but before the others have
+    // published (rank 0 waits for it), as a node failing mid-save.
+    if (victim) std::raise(SIGKILL);
+  };
+  if (a.async_save) {
+    pending.writer = std::async(std::launch::async, write);
+  } else {
+    write();
+    finish_pending_save(true);
+  }
+}
+
+void Trainer::finish_pending_save(bool wait) {
+  if (!pending_save_) return;
+  PendingSave& pending = *pending_save_;
+  const bool async = pending.writer.valid();
+  if (async) {
+    // Every rank asks at the same iterations; the checkpoint is published once all are done.
+    if (wait) pending.writer.wait();
+    const bool done =
+        pending.writer.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    if (distributed::sum_over(world_.get(), {done ? 0.0 : 1.0})[0] > 0) return;
+    pending.writer.get();  // rethrows a write error of this rank
+  }
+  const double write_s = seconds_since(pending.start);
+  const double bytes = distributed::sum_over(world_.get(), {static_cast<double>(pending.bytes)})[0];
+  const int world_rank = world_ ? world_->rank() : 0;
+  if (world_rank == 0) {
+    checkpoint::publish_checkpoint(args_.save, pending.iteration, world_size_, pending.state,
+                                   args_.keep_checkpoints);
+    const double total_s = seconds_since(pending.start);
+    std::printf(
+        "> saved checkpoint at iteration %lld to %s: %.3f GB in %.2f s (%.2f GB/s, files "
+        "written in %.2f s); training paused %.3f s for the %s\n",
+        static_cast<long long>(pending.iteration), args_.save.c_str(), bytes / 1e9, total_s,
+        bytes / 1e9 / total_s, write_s, async ? pending.snapshot_s : total_s,
+        async ? "snapshot (--async-save)" : "save");
+    std::fflush(stdout);
+  }
+  // The next save must not start (and a later load not look) before this one is published.
+  if (world_) world_->barrier().wait();
+  pending_save_.reset();
+}
+
+void Trainer::load_checkpoint() {
+  const auto& a = args_;
+  const auto t0 = Clock::now();
+  const std::optional<std::string> dir = checkpoint::find_checkpoint(a.load);
+  if (!dir) {
+    std::printf("> no checkpoint in --load %s: starting from scratch\n", a.load.c_str());
+    return;
+  }
+  checkpoint::CheckpointReader reader(*dir);
+  const nlohmann::json& st = reader.state();
+  const std::string where = *dir + "/metadata.json";
+  bool saved_optim = false;
+  std::string saved_kind;
+  int64_t steps = 0;
+  try {
+    saved_optim = st.at("optimizer").at("saved").get<bool>();
+    saved_kind = st.at("optimizer").at("kind").get<std::string>();
+    steps = st.at("optimizer").at("steps").get<int64_t>();
+  } catch (const nlohmann::json::exception&) {
+    throw Error(where + ": the run state has no valid 'optimizer' entry");
+  }
+  const bool load_optim = !a.finetune && !a.no_load_optim;
+  const std::string kind = a.optimizer == "sgd" ? "sgd" : "adam";
+  if (load_optim && !saved_optim)
+    throw Error(*dir + " holds no optimizer state (saved with --no-save-optim): pass "
+                "--no-load-optim or --finetune to load the weights only");
+  if (load_optim && saved_kind != kind)
+    throw Error(*dir + " holds " + saved_kind + " optimizer state but this run uses --optimizer " +
+                kind + ": pass --no-load-optim to start the optimizer afresh");
+
+  const std::vector<std::string> state_names = optimizer_->state_names();
+  int64_t elements = 0;
+  for (const optim::Optimizer::StateRun& run : optimizer_->state_runs()) {
+    const model::Parameter& p = *run.param;
+    const checkpoint::TensorSlice slice =
+        checkpoint::TensorSlice::of(p, run.begin - p.offset, run.end - p.offset);
+    reader.read(p.name, slice, run.master);
+    elements += slice.numel();
+    if (load_optim)
+      for (size_t k = 0; k < state_names.size(); ++k) {
+        reader.read(state_tensor_name(state_names[k], p.name), slice, run.state[k]);
+        elements += slice.numel();
+      }
+  }
+  optimizer_->refresh_compute_values();
+  // Every rank's parameters whole again, as after a step (ZeRO 1-2 gather, ZeRO 3 re-gathers
+  // its persistent units).
+  dp_grads_->gather_values();
+  if (zero3_) zero3_->after_step();
+  if (load_optim) {
+    optimizer_->set_steps(steps);
+    if (scaler_->is_dynamic()) {
+      const optim::LossScalerState saved =
+          checkpoint::loss_scaler_from_json(st.at("loss_scaler"), where);
+      if (saved.dynamic) {
+        // The schedule's settings are this run's flags; where it stands comes from the run.
+        optim::LossScalerState s = scaler_->state();
+        s.scale = saved.scale;
+        s.cur_hysteresis = std::min(saved.cur_hysteresis, s.hysteresis);
+        s.cur_iter = saved.cur_iter;
+        s.last_overflow_iter = saved.last_overflow_iter;
+        scaler_ = std::make_unique<optim::DynamicLossScaler>(s);
+      }
+    }
+  }
+  std::string what = "weights";
+  if (!a.finetune) {
+    int64_t iteration = 0, consumed = 0;
+    try {
+      iteration = st.at("iteration").get<int64_t>();
+      consumed = st.at("consumed_samples").get<int64_t>();
+      if (!a.no_load_rng) args_.seed = st.at("seed").get<uint64_t>();
+    } catch (const nlohmann::json::exception&) {
+      throw Error(where + ": the run state lacks iteration, consumed_samples or seed");
+    }
+    resume_at(iteration, consumed);
+    what += load_optim ? ", optimizer state" : "";
+    what += ", data position" + std::string(a.no_load_rng ? "" : " and seed");
+  }
+  const double bytes =
+      distributed::sum_over(world_.get(), {static_cast<double>(elements) * sizeof(float)})[0];
+  const double seconds = seconds_since(t0);
+  std::printf(
+      "> loaded %s from %s (iteration %lld, saved under TP %d PP %d DP %d ZeRO %d) into TP %d "
+      "PP %d DP %d: %.3f GB in %.2f s (%.2f GB/s)\n",
+      what.c_str(), dir->c_str(), static_cast<long long>(reader.iteration()),
+      st.value(nlohmann::json::json_pointer("/layout/tensor_model_parallel_size"), 0),
+      st.value(nlohmann::json::json_pointer("/layout/pipeline_model_parallel_size"), 0),
+      st.value(nlohmann::json::json_pointer("/layout/data_parallel_size"), 0),
+      st.value(nlohmann::json::json_pointer("/layout/zero_stage"), 0), tp_.size(), pp_size_, dp_size_,
+      bytes / 1e9, seconds, bytes / 1e9 / seconds);
+  std::fflush(stdout);
+}
+
+}  // namespace tessera::train
