@@ -12,6 +12,10 @@
 #                   yourself; fp16 uses bf16's tolerances: its 10-bit mantissa only rounds finer)
 #   --bin DIR       where tessera-train and tessera-compare are (default: build/bin)
 #   --work DIR      where metrics and weights go (default: a temporary directory, removed)
+#   --saved-by N "FLAGS" --save-at K
+#                   resharding: the parallel run is made of two jobs, the first under -np N FLAGS
+#                   until iteration K (--exit-interval K --save), the second under --np/--layout
+#                   from that checkpoint (--load) to the end; their metrics together are compared
 # Example:
 #   scripts/invariance.sh --np 2 --layout "--tensor-model-parallel-size 2" -- \
 #       --model gpt2-tiny --mock-data --lr 1e-3 --adam-eps 1e-6 --train-iters 8 \
@@ -24,6 +28,9 @@ WORK=""
 NP=""
 LAYOUT=""
 DTYPE=fp32
+SAVE_NP=""
+SAVE_LAYOUT=""
+SAVE_AT=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --np) NP="$2"; shift 2 ;;
@@ -31,6 +38,8 @@ while [ $# -gt 0 ]; do
     --dtype) DTYPE="$2"; shift 2 ;;
     --bin) BIN="$2"; shift 2 ;;
     --work) WORK="$2"; shift 2 ;;
+    --saved-by) SAVE_NP="$2"; SAVE_LAYOUT="$3"; shift 3 ;;
+    --save-at) SAVE_AT="$2"; shift 2 ;;
     --) shift; break ;;
     *) echo "invariance.sh: unknown option '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
@@ -51,6 +60,10 @@ case "$DTYPE" in
              --weight-mean-atol 5e-5) ;;
   *) echo "invariance.sh: --dtype must be fp32, bf16 or fp16, got '$DTYPE'" >&2; exit 2 ;;
 esac
+if [ -n "$SAVE_NP" ] && [ -z "$SAVE_AT" ]; then
+  echo "invariance.sh: --saved-by needs --save-at K" >&2
+  exit 2
+fi
 if [ -z "$WORK" ]; then
   WORK="$(mktemp -d "${TMPDIR:-/tmp}/tessera-invariance.XXXXXX")"
   trap 'rm -rf "$WORK"' EXIT
@@ -73,8 +86,21 @@ train() {  # train NAME NP [extra flags...]: one run into $WORK/NAME
 
 # shellcheck disable=SC2086  # LAYOUT is a list of flags
 train reference 1 "$@"
-train layout "$NP" "$@" $LAYOUT
+METRICS="$WORK/layout/metrics.jsonl"
+if [ -n "$SAVE_NP" ]; then
+  # shellcheck disable=SC2086
+  train saved "$SAVE_NP" "$@" $SAVE_LAYOUT --exit-interval "$SAVE_AT" --save "$WORK/checkpoint"
+  # shellcheck disable=SC2086
+  train layout "$NP" "$@" $LAYOUT --load "$WORK/checkpoint"
+  grep -h "loaded" "$WORK/layout/stdout"
+  METRICS="$WORK/both.jsonl"
+  cat "$WORK/saved/metrics.jsonl" "$WORK/layout/metrics.jsonl" >"$METRICS"
+  echo "saved by: -np $SAVE_NP $SAVE_LAYOUT at iteration $SAVE_AT"
+else
+  # shellcheck disable=SC2086
+  train layout "$NP" "$@" $LAYOUT
+fi
 echo "layout: -np $NP $LAYOUT ($DTYPE tolerances)"
 "$BIN/tessera-compare" --reference-metrics "$WORK/reference/metrics.jsonl" \
-  --metrics "$WORK/layout/metrics.jsonl" --reference-weights "$WORK/reference/model.safetensors" \
+  --metrics "$METRICS" --reference-weights "$WORK/reference/model.safetensors" \
   --weights "$WORK/layout/model.safetensors" "${TOL[@]}"

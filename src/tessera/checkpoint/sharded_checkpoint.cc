@@ -131,7 +131,13 @@ void RankSnapshot::write(const std::string& dir, int rank) const {
 void prepare_staging(const std::string& save, int64_t iteration) {
   const fs::path staging = staging_dir(save, iteration);
   std::error_code ec;
-  fs::remove_all(staging, ec);
+  // What interrupted saves left (no save of this job is in flight when a new one starts).
+  for (const auto& e : fs::directory_iterator(save, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0 &&
+        parse_iteration_dir(name.substr(0, name.size() - 4)))
+      fs::remove_all(e.path(), ec);
+  }
   fs::create_directories(staging, ec);
   if (ec || !fs::is_directory(staging))
     throw Error("--save " + save + ": cannot create " + staging.string() +

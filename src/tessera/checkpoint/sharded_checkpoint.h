@@ -13,7 +13,7 @@
 // A save writes into iter_0000100.tmp/; once every rank's file is complete, rank 0 writes
 // metadata.json, renames the directory and only then rewrites the pointer (each step an fsync'd
 // rename). A save interrupted at any point leaves the previous checkpoint and the pointer as
-// they were; a stale .tmp directory is removed by the next save of that iteration.
+// they were; the next save removes the stale .tmp directory.
 //
 // Tensor names are canonical parameter names (the fp32 master weights) and
 // "optimizer.<state>.<parameter>" for optimizer state; each saved slice is a TensorSlice
@@ -76,8 +76,8 @@ class RankSnapshot {
 void publish_checkpoint(const std::string& save, int64_t iteration, int world_size,
                         const nlohmann::json& state, int keep);
 
-// Prepares the staging directory of a save (rank 0, before any rank writes): removes what an
-// interrupted save of the same iteration left, creates it. tessera::Error when it cannot.
+// Prepares the staging directory of a save (rank 0, before any rank writes): removes the staging
+// directories interrupted saves left, creates this one. tessera::Error when it cannot.
 void prepare_staging(const std::string& save, int64_t iteration);
 
 // A published checkpoint, read slice by slice. Reads metadata.json and checks that every file

@@ -1,0 +1,163 @@
+#!/bin/bash
+# Command-line test of tessera-train's checkpoints (docs/checkpoints.md):
+#  - exact resume: 20 iterations straight equal 10, save, a new job loads, 10 more, bitwise
+#    (losses, gradient norms, learning rates, validation losses) in fp32 and bf16 with dropout
+#    on, on a dataset the run goes through more than once (the save falls mid-epoch), in one
+#    process and under TP 2 x DP 2 with ZeRO 2, synchronous and --async-save;
+#  - --keep-checkpoints, --finetune, --no-load-optim, --no-save-optim, --no-load-rng;
+#  - crash safety: a rank killed in the middle of a save leaves the previous checkpoint loadable
+#    and the pointer on it;
+#  - damaged or incompatible checkpoints: one line naming the file and tensor, exit 2.
+# Usage: checkpoint.sh BUILD_BIN_DIR
+BIN_DIR="${1:?usage: checkpoint.sh BUILD_BIN_DIR}"
+BIN="$BIN_DIR/tessera-train"
+source "$(dirname "$0")/lib.bash" checkpoint-test
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+[ -x "$BIN" ] || { echo "FAIL: $BIN not found" >&2; exit 1; }
+
+# A small corpus: 20 iterations of 4 samples of 64 tokens read it about twice.
+for i in $(seq 1 90); do echo "{\"text\": \"document $i says $((i * 7 % 13)) things about $((i % 5)) apples\"}"; done \
+  >"$TMP/corpus.jsonl"
+"$BIN_DIR/tessera-preprocess" --input "$TMP/corpus.jsonl" --output-prefix "$TMP/c" --append-eod \
+  >/dev/null
+FLAGS=(--model gpt2-tiny --tokenizer-type ByteLevel --data-path "$TMP/c_text_document"
+       --data-cache-path "$TMP/cache" --split 90,10,0 --lr 1e-3 --lr-decay-style cosine
+       --lr-warmup-iters 1 --micro-batch-size 2 --global-batch-size 4 --eval-interval 5
+       --eval-iters 1 --log-interval 100 --num-threads 1)
+
+# The run's numbers without the timings.
+numbers() {
+  sed -E 's/"(iter_time_s|tokens_per_s|tflops_per_rank|peak_mem_bytes|data_wait_s)":[^,}]*,?//g' "$@"
+}
+
+# resume NAME NP "LAYOUT" EXTRA...: straight run, then 10 + save / load + 10; bitwise equal.
+resume() {
+  local name="$1" np="$2" layout="$3"
+  shift 3
+  # shellcheck disable=SC2086
+  run "$np" "${FLAGS[@]}" --train-iters 20 $layout "$@" \
+    --metrics-file "$TMP/$name.straight.jsonl" || return 1
+  # shellcheck disable=SC2086
+  run "$np" "${FLAGS[@]}" --train-iters 20 $layout "$@" --exit-interval 10 \
+    --save "$TMP/$name.ckpt" --metrics-file "$TMP/$name.first.jsonl" || return 1
+  # shellcheck disable=SC2086
+  run "$np" "${FLAGS[@]}" --train-iters 20 $layout "$@" --load "$TMP/$name.ckpt" \
+    --metrics-file "$TMP/$name.second.jsonl" || return 1
+  grep -q "loaded weights, optimizer state, data position and seed" "$TMP/out" || return 1
+  cat "$TMP/$name.first.jsonl" "$TMP/$name.second.jsonl" >"$TMP/$name.resumed.jsonl"
+  [ "$(wc -l <"$TMP/$name.resumed.jsonl")" -eq 20 ] || return 1
+  diff <(numbers "$TMP/$name.straight.jsonl") <(numbers "$TMP/$name.resumed.jsonl") >&2
+}
+# One epoch holds N samples (a two-iteration run builds one epoch): 40 < N < 80 puts the save
+# (after 40 samples) inside the first epoch and the end (80) in the second.
+mid_epoch() {
+  run 1 "${FLAGS[@]}" --train-iters 2 || return 1
+  local n
+  n=$(sed -n 's/.*; train \([0-9]*\) samples.*/\1/p' "$TMP/out")
+  [ -n "$n" ] && [ "$n" -gt 40 ] && [ "$n" -lt 80 ]
+}
+check "the save at iteration 10 falls mid-epoch, the run crosses into a second epoch" mid_epoch
+check "exact resume, fp32, one process" resume fp32 1 ""
+check "exact resume, bf16, one process" resume bf16 1 "" --bf16
+# --async-save: background saves every 3 iterations while training goes on (3, 6, 9, and 10 at
+# the exit); the job resumed from the last one continues the straight bf16 run bitwise.
+async_resume() {
+  run 1 "${FLAGS[@]}" --train-iters 20 --bf16 --exit-interval 10 --save "$TMP/async.ckpt" \
+    --save-interval 3 --async-save --metrics-file "$TMP/async.first.jsonl" || return 1
+  [ "$(grep -c "training paused .* for the snapshot (--async-save)" "$TMP/out")" -eq 4 ] || return 1
+  run 1 "${FLAGS[@]}" --train-iters 20 --bf16 --load "$TMP/async.ckpt" \
+    --metrics-file "$TMP/async.second.jsonl" || return 1
+  diff <(numbers "$TMP/bf16.straight.jsonl") \
+    <(cat "$TMP/async.first.jsonl" "$TMP/async.second.jsonl" | numbers) >&2
+}
+check "exact resume, bf16, from background saves (--async-save)" async_resume
+check "exact resume, bf16, TP 2 x DP 2 ZeRO 2" \
+  resume tp2dp2 4 "--tensor-model-parallel-size 2 --zero-stage 2" --bf16
+check "exact resume, fp32, PP 2 x DP 2 ZeRO 1 (tied embedding split)" \
+  resume pp2dp2 4 "--pipeline-model-parallel-size 2 --zero-stage 1"
+
+# --keep-checkpoints: saves at 2, 4, 6, 8 (and none extra at the end), the newest two kept.
+keep() {
+  run 1 "${FLAGS[@]}" --train-iters 8 --save "$TMP/keep" --save-interval 2 --keep-checkpoints 2 \
+    || return 1
+  [ "$(ls "$TMP/keep" | tr '\n' ' ')" = "iter_0000006 iter_0000008 latest_checkpointed_iteration.txt " ] &&
+    [ "$(cat "$TMP/keep/latest_checkpointed_iteration.txt")" = 8 ]
+}
+check "--keep-checkpoints 2 keeps the newest two" keep
+
+# Crash safety: rank 1 of 2 dies while the iteration-4 checkpoint is being saved.
+crash() {
+  run 2 "${FLAGS[@]}" --train-iters 6 --save "$TMP/crash" --save-interval 2 \
+    --kill-during-save-at-iteration 4 && return 1  # the job must fail
+  [ "$(cat "$TMP/crash/latest_checkpointed_iteration.txt")" = 2 ] || return 1
+  [ ! -e "$TMP/crash/iter_0000004" ] || return 1
+  run 2 "${FLAGS[@]}" --train-iters 6 --load "$TMP/crash" --save "$TMP/crash" \
+    --metrics-file "$TMP/crash.jsonl" || return 1
+  grep -q "(iteration 2, saved under" "$TMP/out" && [ "$(head -c 14 "$TMP/crash.jsonl")" = '{"iteration":3' ] &&
+    [ "$(cat "$TMP/crash/latest_checkpointed_iteration.txt")" = 6 ] &&
+    [ ! -e "$TMP/crash/iter_0000004.tmp" ]
+}
+check "a rank killed mid-save leaves the previous checkpoint loadable and latest on it" crash
+
+# --finetune: the weights only; iterations, data and optimizer start afresh.
+finetune() {
+  run 1 "${FLAGS[@]}" --train-iters 3 --load "$TMP/fp32.ckpt" --finetune \
+    --metrics-file "$TMP/ft.jsonl" || return 1
+  grep -q "loaded weights from" "$TMP/out" && [ "$(head -c 14 "$TMP/ft.jsonl")" = '{"iteration":1' ] &&
+    # Trained weights: the first loss is far below a fresh model's (about ln 257 = 5.55).
+    awk -F'"lm_loss":' 'NR == 1 { split($2, a, ","); exit !(a[1] < 5.0) }' "$TMP/ft.jsonl"
+}
+check "--finetune loads the weights and starts at iteration 1" finetune
+check "--no-save-optim saves weights only" \
+  run 1 "${FLAGS[@]}" --train-iters 2 --save "$TMP/weights" --no-save-optim
+FLAGS+=(--train-iters 12)
+check "--no-load-optim loads weights and position" \
+  run 1 "${FLAGS[@]}" --load "$TMP/weights" --no-load-optim
+check "  (the log says so)" grep -q "loaded weights, data position and seed from" "$TMP/out"
+check "--no-load-rng keeps --seed" run 1 "${FLAGS[@]}" --load "$TMP/fp32.ckpt" --no-load-rng
+check "  (the log says so)" grep -q "loaded weights, optimizer state, data position from" "$TMP/out"
+check "--load of an empty directory starts from scratch" run 1 "${FLAGS[@]}" --load "$TMP/none"
+check "  (the log says so)" grep -q "no checkpoint in --load" "$TMP/out"
+
+# Damaged and incompatible checkpoints; each copy is damaged, the original stays loadable.
+damaged() {  # damaged NAME: a fresh copy of the fp32 checkpoint at $TMP/NAME
+  rm -rf "${TMP:?}/$1" && cp -r "$TMP/fp32.ckpt" "$TMP/$1"
+}
+RANK0="iter_0000010/rank_00000.safetensors"
+damaged flipped
+size=$(stat -c %s "$TMP/flipped/$RANK0")
+printf '\x55' | dd of="$TMP/flipped/$RANK0" bs=1 seek=$((size - 1000)) conv=notrunc status=none
+check "a flipped byte: checksum mismatch naming file and tensor" \
+  expect_error 1 ".*rank_00000.safetensors: tensor .*: checksum mismatch" --load "$TMP/flipped"
+check "  also at DP 2 (every rank exits)" \
+  expect_error 2 ".*checksum mismatch" --load "$TMP/flipped"
+damaged truncated
+truncate -s 5000 "$TMP/truncated/$RANK0"
+check "a truncated file" expect_error 1 ".*rank_00000.safetensors: 5000 bytes, but .* records" \
+  --load "$TMP/truncated"
+damaged missing
+rm "$TMP/missing/$RANK0"
+check "a missing file" expect_error 1 ".*rank_00000.safetensors: missing" --load "$TMP/missing"
+damaged pointer
+echo "ten" >"$TMP/pointer/latest_checkpointed_iteration.txt"
+check "a malformed pointer" expect_error 1 ".*latest_checkpointed_iteration.txt: expected an iteration number" \
+  --load "$TMP/pointer"
+echo 30 >"$TMP/pointer/latest_checkpointed_iteration.txt"
+check "a pointer to a missing iteration" expect_error 1 ".*names iteration 30 but" --load "$TMP/pointer"
+damaged metadata
+echo '{"format": "tessera-checkpoint", "version": 1' >"$TMP/metadata/iter_0000010/metadata.json"
+check "malformed metadata.json" expect_error 1 ".*metadata.json: malformed checkpoint metadata" \
+  --load "$TMP/metadata"
+check "a different hidden size: the tensor and both shapes" \
+  expect_error 1 ".*fp32.ckpt/iter_0000010: tensor transformer.wte.weight has shape \[257,64\] in the checkpoint but the model needs \[257,32\]" \
+  --load "$TMP/fp32.ckpt" --hidden-size 32
+check "weights-only checkpoint without --no-load-optim" \
+  expect_error 1 ".*holds no optimizer state .*--no-load-optim or --finetune" --load "$TMP/weights"
+check "SGD loading Adam state" expect_error 1 ".*holds adam optimizer state but this run uses --optimizer sgd" \
+  --load "$TMP/fp32.ckpt" --optimizer sgd
+check "--save-interval without --save" expect_error 1 "--save-interval needs --save" --save-interval 2
+check "--finetune without --load" expect_error 1 "--finetune, --no-load-optim and --no-load-rng need --load" --finetune
+check "the original still loads" run 1 "${FLAGS[@]}" --load "$TMP/fp32.ckpt"
+
+echo "checkpoint: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
