@@ -2,22 +2,122 @@
 
 #include <nlohmann/json.hpp>
 
+#include <charconv>
+#include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <set>
+#include <span>
 
 #include "tessera/checkpoint/safetensors.h"
 #include "tessera/core/error.h"
+#include "tessera/core/file_io.h"
 
 namespace tessera::checkpoint {
 namespace {
 
-bool is_conv1d(const model::ModelConfig& cfg, const std::string& name) {
-  if (cfg.family() != model::Family::kGpt2) return false;
-  const auto ends_with = [&](const std::string& suffix) {
-    return name.size() >= suffix.size() &&
-           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+namespace fs = std::filesystem;
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The shortest decimal that reads back as f, as a double: config.json then says 1e-05 rather
+// than 9.999999747378752e-06 (1e-5f widened), and reading it back as a float gives f again.
+// (to_chars/from_chars, unlike strtod, ignore the locale.)
+double decimal(float f) {
+  char buf[64];
+  const char* end = std::to_chars(buf, buf + sizeof(buf), f).ptr;
+  double d = f;
+  std::from_chars(buf, end, d);
+  return d;
+}
+
+// "<stem>-00003-of-00007.safetensors", save_pretrained's shard names (1-based).
+std::string shard_name(const std::string& stem, size_t index, size_t count) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "-%05zu-of-%05zu.safetensors", index + 1, count);
+  return stem + buf;
+}
+
+// True for a file name of the form <stem>-<digits>-of-<digits>.safetensors.
+bool is_shard_name(const std::string& file, const std::string& stem) {
+  const std::string head = stem + "-", tail = ".safetensors";
+  if (file.size() <= head.size() + tail.size() || file.compare(0, head.size(), head) != 0 ||
+      !ends_with(file, tail))
+    return false;
+  const std::string middle = file.substr(head.size(), file.size() - head.size() - tail.size());
+  const size_t of = middle.find("-of-");
+  const auto digits = [](const std::string& d) {
+    return !d.empty() && d.find_first_not_of("0123456789") == std::string::npos;
   };
-  return ends_with("c_attn.weight") || ends_with("c_proj.weight") || ends_with("c_fc.weight");
+  return of != std::string::npos && digits(middle.substr(0, of)) && digits(middle.substr(of + 4));
+}
+
+// One tensor of the export, before its value is asked for.
+struct Entry {
+  const model::Parameter* param;
+  std::vector<int64_t> shape;  // in the file
+  int64_t bytes;
+};
+
+// p's fp32 value in the file's layout: padded vocabulary rows stripped, Conv1D transposed.
+Tensor file_value(const model::ModelConfig& cfg, const Entry& e,
+                  const std::function<Tensor(const model::Parameter&)>& master) {
+  const model::Parameter& p = *e.param;
+  Tensor value = master(p);
+  TESSERA_CHECK(value.dtype() == DType::kF32 && value.numel() == p.global_numel());
+  if (p.shard.vocab_rows > 0) value = value.slice_rows(0, p.shard.vocab_rows);
+  if (!is_hf_conv1d(cfg, p.name) || e.shape.size() != 2) return value;
+  // e.shape is [in, out]; value is (out, in).
+  const int64_t in = e.shape[0], out = e.shape[1];
+  Tensor t = Tensor::empty({in, out}, DType::kF32, MemoryCategory::kOther);
+  const float* src = value.data<float>();
+  float* dst = t.data<float>();
+  for (int64_t r = 0; r < out; ++r)
+    for (int64_t c = 0; c < in; ++c) dst[c * out + r] = src[r * in + c];
+  return t;
+}
+
+// Writes one safetensors file holding `entries`; their values are held only meanwhile.
+void write_file(const std::string& path, const model::ModelConfig& cfg,
+                std::span<const Entry> entries,
+                const std::function<Tensor(const model::Parameter&)>& master) {
+  std::vector<Tensor> keep;  // owns the converted copies until the file is written
+  std::vector<SafeTensorView> views;
+  keep.reserve(entries.size());
+  for (const Entry& e : entries) {
+    keep.push_back(file_value(cfg, e, master));
+    views.push_back({e.param->name, SafeDType::kF32, e.shape, keep.back().raw()});
+  }
+  write_safetensors(path, views, {{"format", "pt"}});
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  AtomicFile out(path.string());
+  out.write(text.data(), text.size());
+  out.commit();
+}
+
+// Removes the files of an earlier export in `dir` that this one did not write: the single
+// weights file, the index and shards of any count.
+void remove_stale(const fs::path& dir, const std::string& weights_file,
+                  const std::string& index_file, const std::string& stem,
+                  const std::set<std::string>& written) {
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (written.count(name)) continue;
+    if (name == weights_file || name == index_file || is_shard_name(name, stem))
+      stale.push_back(entry.path());
+  }
+  if (ec) throw Error(dir.string() + ": cannot list the export directory: " + ec.message());
+  for (const fs::path& path : stale) {
+    if (!fs::remove(path, ec) || ec)
+      throw Error(path.string() +
+                  ": cannot remove this stale file of an earlier export: " + ec.message());
+  }
 }
 
 }  // namespace
@@ -41,6 +141,19 @@ void check_hf_exportable(const model::ModelConfig& cfg) {
   // Biases map onto LlamaConfig's attention_bias (q/k/v/o) and mlp_bias (gate/up/down).
 }
 
+bool is_hf_conv1d(const model::ModelConfig& cfg, const std::string& name) {
+  if (cfg.family() != model::Family::kGpt2) return false;
+  return ends_with(name, "c_attn.weight") || ends_with(name, "c_proj.weight") ||
+         ends_with(name, "c_fc.weight");
+}
+
+std::vector<int64_t> hf_tensor_shape(const model::ModelConfig& cfg, const model::Parameter& p) {
+  std::vector<int64_t> shape = p.global_shape;
+  if (p.shard.vocab_rows > 0) shape[0] = p.shard.vocab_rows;
+  if (is_hf_conv1d(cfg, p.name) && shape.size() == 2) std::swap(shape[0], shape[1]);
+  return shape;
+}
+
 std::string hf_config_json(const model::ModelConfig& cfg) {
   nlohmann::ordered_json j;
   if (cfg.family() == model::Family::kGpt2) {
@@ -53,11 +166,11 @@ std::string hf_config_json(const model::ModelConfig& cfg) {
     j["n_head"] = cfg.num_attention_heads;
     j["n_inner"] = cfg.ffn();
     j["activation_function"] = "gelu_new";
-    j["resid_pdrop"] = cfg.hidden_dropout;
-    j["embd_pdrop"] = cfg.hidden_dropout;
-    j["attn_pdrop"] = cfg.attention_dropout;
-    j["layer_norm_epsilon"] = cfg.norm_epsilon;
-    j["initializer_range"] = cfg.init_method_std;
+    j["resid_pdrop"] = decimal(cfg.hidden_dropout);
+    j["embd_pdrop"] = decimal(cfg.hidden_dropout);
+    j["attn_pdrop"] = decimal(cfg.attention_dropout);
+    j["layer_norm_epsilon"] = decimal(cfg.norm_epsilon);
+    j["initializer_range"] = decimal(cfg.init_method_std);
     j["tie_word_embeddings"] = !cfg.untie_embeddings_and_output_weights;
   } else {
     j["architectures"] = {"LlamaForCausalLM"};
@@ -70,13 +183,13 @@ std::string hf_config_json(const model::ModelConfig& cfg) {
     j["num_key_value_heads"] = cfg.kv_heads();
     j["head_dim"] = cfg.head_dim();
     j["max_position_embeddings"] = cfg.max_positions();
-    j["rms_norm_eps"] = cfg.norm_epsilon;
-    j["rope_theta"] = cfg.rotary_base;
+    j["rms_norm_eps"] = decimal(cfg.norm_epsilon);
+    j["rope_theta"] = decimal(cfg.rotary_base);
     j["hidden_act"] = "silu";
     j["attention_bias"] = cfg.add_bias_linear;
     j["mlp_bias"] = cfg.add_bias_linear;
-    j["attention_dropout"] = cfg.attention_dropout;
-    j["initializer_range"] = cfg.init_method_std;
+    j["attention_dropout"] = decimal(cfg.attention_dropout);
+    j["initializer_range"] = decimal(cfg.init_method_std);
     j["tie_word_embeddings"] = !cfg.untie_embeddings_and_output_weights;
   }
   j["torch_dtype"] = "float32";
@@ -85,36 +198,58 @@ std::string hf_config_json(const model::ModelConfig& cfg) {
 
 void export_hf(const model::ModelConfig& cfg, const model::ParameterSet& params,
                const std::function<Tensor(const model::Parameter&)>& master,
-               const std::string& weights_path) {
+               const std::string& weights_path, int64_t max_shard_bytes) {
   check_hf_exportable(cfg);
-  std::vector<Tensor> keep;  // owns converted copies until the file is written
-  std::vector<SafeTensorView> views;
+  if (max_shard_bytes < 1)
+    throw Error(weights_path + ": the shard size must be >= 1 byte, got " +
+                std::to_string(max_shard_bytes));
+  std::vector<Entry> entries;
+  int64_t total = 0;
   for (const model::Parameter& p : params.all()) {
-    Tensor value = master(p);
-    TESSERA_CHECK(value.dtype() == DType::kF32 && value.numel() == p.global_numel());
-    Shape shape = p.global_shape;
-    if (p.shard.vocab_rows > 0) {  // strip padded vocabulary rows
-      value = value.slice_rows(0, p.shard.vocab_rows);
-      shape[0] = p.shard.vocab_rows;
-    }
-    if (is_conv1d(cfg, p.name) && shape.size() == 2) {
-      Tensor t = Tensor::empty({shape[1], shape[0]}, DType::kF32, MemoryCategory::kOther);
-      const float* src = value.data<float>();
-      float* dst = t.data<float>();
-      for (int64_t r = 0; r < shape[0]; ++r)
-        for (int64_t c = 0; c < shape[1]; ++c) dst[c * shape[0] + r] = src[r * shape[1] + c];
-      value = t;
-      shape = {shape[1], shape[0]};
-    }
-    keep.push_back(value);
-    views.push_back({p.name, SafeDType::kF32, shape, keep.back().raw()});
+    if (p.tied_copy) continue;  // the original is exported
+    std::vector<int64_t> shape = hf_tensor_shape(cfg, p);
+    const int64_t bytes = shape_numel(shape) * static_cast<int64_t>(sizeof(float));
+    entries.push_back({&p, std::move(shape), bytes});
+    total += bytes;
   }
-  write_safetensors(weights_path, views, {{"format", "pt"}});
-  const auto dir = std::filesystem::path(weights_path).parent_path();
-  const auto config_path = (dir.empty() ? std::filesystem::path(".") : dir) / "config.json";
-  std::ofstream out(config_path);
-  out << hf_config_json(cfg);
-  if (!out) throw Error(config_path.string() + ": cannot write config.json");
+  // Shards as [begin, end) ranges of entries: a new one when the next tensor would overflow.
+  std::vector<std::pair<size_t, size_t>> shards;
+  int64_t filled = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (shards.empty() || (filled > 0 && filled + entries[i].bytes > max_shard_bytes)) {
+      shards.push_back({i, i});
+      filled = 0;
+    }
+    shards.back().second = i + 1;
+    filled += entries[i].bytes;
+  }
+
+  const fs::path path(weights_path);
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  const std::string file = path.filename().string(), stem = path.stem().string();
+  const std::string index_file = file + ".index.json";
+  std::set<std::string> written;
+  if (shards.size() <= 1) {
+    write_file(weights_path, cfg, entries, master);
+    written.insert(file);
+  } else {
+    nlohmann::json weight_map = nlohmann::json::object();
+    for (size_t s = 0; s < shards.size(); ++s) {
+      const std::string name = shard_name(stem, s, shards.size());
+      const auto [begin, end] = shards[s];
+      write_file((dir / name).string(), cfg,
+                 std::span<const Entry>(entries).subspan(begin, end - begin), master);
+      for (size_t i = begin; i < end; ++i) weight_map[entries[i].param->name] = name;
+      written.insert(name);
+    }
+    nlohmann::json index;  // keys sorted, as save_pretrained writes them (sort_keys=True)
+    index["metadata"]["total_size"] = total;
+    index["weight_map"] = std::move(weight_map);
+    write_text(dir / index_file, index.dump(2) + "\n");
+    written.insert(index_file);
+  }
+  remove_stale(dir, file, index_file, stem, written);
+  write_text(dir / "config.json", hf_config_json(cfg));
 }
 
 }  // namespace tessera::checkpoint

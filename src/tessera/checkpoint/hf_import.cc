@@ -1,0 +1,395 @@
+#include "tessera/checkpoint/hf_import.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "tessera/checkpoint/hf_export.h"
+#include "tessera/checkpoint/safetensors.h"
+#include "tessera/core/error.h"
+#include "tessera/core/file_io.h"
+#include "tessera/model/gpt_model.h"
+
+namespace tessera::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kConfigFile = "config.json";
+constexpr const char* kWeightsFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string quoted(const std::string& s) { return "'" + s + "'"; }
+
+// Typed access to config.json's keys; an absent or null key gives the caller's default (the
+// config class's), a present one must have the right type and range. Errors name the file and
+// the key.
+class ConfigKeys {
+ public:
+  ConfigKeys(std::string path, const json& j) : path_(std::move(path)), j_(j) {}
+
+  bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+  const json& at(const char* key) const { return j_[key]; }
+
+  [[noreturn]] void fail(const char* key, const std::string& what) const {
+    throw Error(path_ + ": key '" + key + "': " + what);
+  }
+
+  int64_t integer(const char* key, int64_t fallback, int64_t lo, int64_t hi) const {
+    if (!has(key)) return fallback;
+    const json& v = j_[key];
+    if (!v.is_number_integer()) fail(key, "expected an integer, got " + v.dump());
+    if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(hi)
+                               : (v.get<int64_t>() < lo || v.get<int64_t>() > hi))
+      fail(key, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                    "], got " + v.dump());
+    return v.get<int64_t>();
+  }
+  // A size: an integer >= 1 that fits in int.
+  int size(const char* key, int64_t fallback) const {
+    return static_cast<int>(integer(key, fallback, 1, INT_MAX));
+  }
+  // A number in the open-closed range (lo, hi] or, with lo_closed, [lo, hi).
+  float number(const char* key, double fallback, double lo, double hi, bool lo_closed) const {
+    if (!has(key)) return static_cast<float>(fallback);
+    const json& v = j_[key];
+    if (!v.is_number()) fail(key, "expected a number, got " + v.dump());
+    const double x = v.get<double>();
+    const bool ok = lo_closed ? (x >= lo && x < hi) : (x > lo && x <= hi);
+    if (!ok)
+      fail(key, "expected a number in " + std::string(lo_closed ? "[" : "(") + json(lo).dump() +
+                    ", " + json(hi).dump() + std::string(lo_closed ? ")" : "]") + ", got " +
+                    v.dump());
+    return static_cast<float>(x);
+  }
+  float positive(const char* key, double fallback) const {
+    return number(key, fallback, 0.0, 3.0e38, false);
+  }
+  float probability(const char* key, double fallback) const {
+    return number(key, fallback, 0.0, 1.0, true);
+  }
+  bool boolean(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!j_[key].is_boolean()) fail(key, "expected true or false, got " + j_[key].dump());
+    return j_[key].get<bool>();
+  }
+  std::string text(const char* key, const std::string& fallback) const {
+    if (!has(key)) return fallback;
+    if (!j_[key].is_string()) fail(key, "expected a string, got " + j_[key].dump());
+    return j_[key].get<std::string>();
+  }
+
+ private:
+  std::string path_;
+  const json& j_;
+};
+
+// GPT2Config (configuration_gpt2.py) onto GPT-2 options: LayerNorm, learned positions, GELU,
+// biases on every linear layer, one key/value head per query head.
+model::ModelConfig gpt2_config(const ConfigKeys& k) {
+  model::ModelConfig c;
+  c.normalization = model::Normalization::kLayerNorm;
+  c.position_embedding = model::PositionEmbedding::kLearnedAbsolute;
+  c.swiglu = false;
+  c.add_bias_linear = true;
+  c.group_query_attention = false;
+  c.num_query_groups = 0;
+  c.vocab_size = k.integer("vocab_size", 50257, 2, INT_MAX);
+  c.max_position_embeddings = k.size("n_positions", 1024);
+  c.hidden_size = k.size("n_embd", 768);
+  c.num_layers = k.size("n_layer", 12);
+  c.num_attention_heads = k.size("n_head", 12);
+  if (c.hidden_size % c.num_attention_heads != 0)
+    k.fail("n_head", std::to_string(c.num_attention_heads) + " does not divide n_embd " +
+                         std::to_string(c.hidden_size));
+  c.ffn_hidden_size = k.size("n_inner", std::min<int64_t>(4LL * c.hidden_size, INT_MAX));
+  // Tessera's GELU is the tanh approximation ("gelu_new" = "gelu_pytorch_tanh"); "gelu" (erf) is
+  // accepted as close to it (docs/huggingface.md gives the difference).
+  const std::string act = k.text("activation_function", "gelu_new");
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu")
+    k.fail("activation_function",
+           "'" + act + "' is not supported: expected gelu_new, gelu_pytorch_tanh or gelu");
+  c.hidden_dropout = k.probability("resid_pdrop", 0.1);
+  c.attention_dropout = k.probability("attn_pdrop", 0.1);
+  c.norm_epsilon = k.positive("layer_norm_epsilon", 1e-5);
+  c.init_method_std = k.positive("initializer_range", 0.02);
+  c.untie_embeddings_and_output_weights = !k.boolean("tie_word_embeddings", true);
+  if (!k.boolean("scale_attn_weights", true))
+    k.fail("scale_attn_weights", "false is not supported: Tessera scales scores by 1/sqrt(HD)");
+  if (k.boolean("scale_attn_by_inverse_layer_idx", false))
+    k.fail("scale_attn_by_inverse_layer_idx", "true is not supported");
+  if (k.boolean("add_cross_attention", false))
+    k.fail("add_cross_attention", "true is not supported: Tessera models are decoder-only");
+  return c;
+}
+
+// Only unscaled RoPE ("default") is supported; returns the theta a rope_parameters /
+// rope_scaling object carries, if any.
+std::optional<float> plain_rope(const ConfigKeys& k, const char* key) {
+  if (!k.has(key)) return std::nullopt;
+  const json& v = k.at(key);
+  if (!v.is_object()) k.fail(key, "expected an object or null, got " + v.dump());
+  const char* type_key = v.contains("rope_type") ? "rope_type" : "type";
+  const std::string type =
+      v.contains(type_key) && v[type_key].is_string() ? v[type_key].get<std::string>() : "";
+  if (type != "default")
+    k.fail(key, "scaled RoPE " + v.dump() + " is not supported: expected null (plain RoPE)");
+  if (!v.contains("rope_theta")) return std::nullopt;
+  if (!v["rope_theta"].is_number() || !(v["rope_theta"].get<double>() > 0))
+    k.fail(key, "rope_theta must be a positive number, got " + v["rope_theta"].dump());
+  return static_cast<float>(v["rope_theta"].get<double>());
+}
+
+// LlamaConfig (configuration_llama.py) onto LLaMA options: RMSNorm, RoPE, SwiGLU.
+model::ModelConfig llama_config(const ConfigKeys& k) {
+  model::ModelConfig c;
+  c.normalization = model::Normalization::kRMSNorm;
+  c.position_embedding = model::PositionEmbedding::kRope;
+  c.swiglu = true;
+  c.vocab_size = k.integer("vocab_size", 32000, 2, INT_MAX);
+  c.hidden_size = k.size("hidden_size", 4096);
+  c.ffn_hidden_size = k.size("intermediate_size", 11008);
+  c.num_layers = k.size("num_hidden_layers", 32);
+  c.num_attention_heads = k.size("num_attention_heads", 32);
+  if (c.hidden_size % c.num_attention_heads != 0)
+    k.fail("num_attention_heads", std::to_string(c.num_attention_heads) +
+                                      " does not divide hidden_size " +
+                                      std::to_string(c.hidden_size));
+  const int kv = k.size("num_key_value_heads", c.num_attention_heads);
+  if (c.num_attention_heads % kv != 0)
+    k.fail("num_key_value_heads", std::to_string(kv) + " does not divide num_attention_heads " +
+                                      std::to_string(c.num_attention_heads));
+  c.group_query_attention = kv != c.num_attention_heads;
+  c.num_query_groups = kv;
+  if (k.has("head_dim") && k.size("head_dim", 0) != c.head_dim())
+    k.fail("head_dim", k.at("head_dim").dump() + " is not supported: Tessera's head dim is " +
+                           "hidden_size / num_attention_heads = " + std::to_string(c.head_dim()));
+  c.max_position_embeddings = k.size("max_position_embeddings", 2048);
+  c.norm_epsilon = k.positive("rms_norm_eps", 1e-6);
+  c.rotary_base = k.positive("rope_theta", 10000.0);
+  // Newer Transformers keep theta in rope_parameters; older ones may spell "default" scaling.
+  if (const auto theta = plain_rope(k, "rope_parameters")) c.rotary_base = *theta;
+  if (const auto theta = plain_rope(k, "rope_scaling")) c.rotary_base = *theta;
+  const std::string act = k.text("hidden_act", "silu");
+  if (act != "silu") k.fail("hidden_act", "'" + act + "' is not supported: expected silu");
+  const bool attention_bias = k.boolean("attention_bias", false);
+  if (k.boolean("mlp_bias", false) != attention_bias)
+    k.fail("mlp_bias", "must equal attention_bias: Tessera has one --disable-bias-linear");
+  c.add_bias_linear = attention_bias;
+  c.attention_dropout = k.probability("attention_dropout", 0.0);
+  c.hidden_dropout = 0.0f;  // LlamaConfig has no hidden dropout
+  c.init_method_std = k.positive("initializer_range", 0.02);
+  c.untie_embeddings_and_output_weights = !k.boolean("tie_word_embeddings", false);
+  return c;
+}
+
+// ---- weights ---------------------------------------------------------------------------------
+
+// Where the stored tensors are: model.safetensors, or the shards the index names. Files are
+// opened (and their headers checked) once, when first needed.
+class WeightSource {
+ public:
+  explicit WeightSource(const fs::path& dir) {
+    if (fs::exists(dir / kWeightsFile)) {
+      listing_ = (dir / kWeightsFile).string();
+      const SafetensorsFile& f = open(listing_);
+      for (const std::string& name : f.names()) file_of_[name] = listing_;
+      return;
+    }
+    listing_ = (dir / kIndexFile).string();
+    json index;
+    try {
+      index = json::parse(read_file(listing_, "Hugging Face weight index"));
+    } catch (const json::exception& e) {
+      throw Error(listing_ + ": not valid JSON: " + one_line(e.what()));
+    }
+    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+      throw Error(listing_ + ": expected an object with a \"weight_map\" object");
+    for (const auto& [name, file] : index["weight_map"].items()) {
+      const std::string where = listing_ + ": weight_map entry '" + name + "'";
+      if (!file.is_string()) throw Error(where + ": expected a file name, got " + file.dump());
+      const std::string f = file.get<std::string>();
+      // Shards sit next to the index; anything else could read outside the model directory.
+      if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
+        throw Error(where + ": '" + f + "' is not a file name in the model directory");
+      file_of_[name] = (dir / f).string();
+    }
+  }
+
+  // The file errors about a missing tensor name: model.safetensors or the index.
+  const std::string& listing() const { return listing_; }
+  // Stored tensor name -> path of the file holding it.
+  const std::map<std::string, std::string>& file_of() const { return file_of_; }
+
+  const SafetensorsFile& open(const std::string& path) {
+    auto it = files_.find(path);
+    if (it == files_.end()) it = files_.emplace(path, SafetensorsFile(path)).first;
+    return it->second;
+  }
+
+ private:
+  std::string listing_;
+  std::map<std::string, std::string> file_of_;
+  std::map<std::string, SafetensorsFile> files_;
+};
+
+// The names under which parameter `name` may be stored: itself, then without the base model's
+// prefix (GPT2Model / LlamaModel save their tensors without it).
+std::vector<std::string> stored_names(const model::ModelConfig& cfg, const std::string& name) {
+  const std::string prefix = cfg.family() == model::Family::kGpt2 ? "transformer." : "model.";
+  if (name.compare(0, prefix.size(), prefix) == 0) return {name, name.substr(prefix.size())};
+  return {name};
+}
+
+// Stored tensors that are not parameters and are dropped on purpose: GPT-2's causal-mask
+// buffers, LLaMA's RoPE frequencies, and the output layer of a tied model (it is the embedding).
+bool ignored(const model::ModelConfig& cfg, const std::string& name) {
+  if (cfg.family() == model::Family::kGpt2)
+    return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") ||
+           (name == "lm_head.weight" && !cfg.untie_embeddings_and_output_weights);
+  return ends_with(name, ".rotary_emb.inv_freq") ||
+         (name == "lm_head.weight" && !cfg.untie_embeddings_and_output_weights);
+}
+
+// Widens n stored elements to fp32. `src` may be unaligned (safetensors does not promise
+// alignment across writers), so 16-bit values are copied to an aligned block first.
+void widen(float* dst, const unsigned char* src, SafeDType dtype, int64_t n) {
+  if (dtype == SafeDType::kF32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  constexpr int64_t kBlock = 4096;
+  alignas(64) uint16_t block[kBlock];
+  for (int64_t i = 0; i < n; i += kBlock) {
+    const int64_t m = std::min(kBlock, n - i);
+    std::memcpy(block, src + 2 * i, static_cast<size_t>(m) * 2);
+    if (dtype == SafeDType::kBF16)
+      convert(dst + i, reinterpret_cast<const bf16*>(block), m);
+    else
+      convert(dst + i, reinterpret_cast<const fp16*>(block), m);
+  }
+}
+
+// Reads parameter p from `file` (stored as `stored`) into a new fp32 tensor, Tessera's layout.
+Tensor read_parameter(const model::ModelConfig& cfg, const model::Parameter& p,
+                      const SafetensorsFile& file, const std::string& stored) {
+  const std::string where = file.path() + ": tensor '" + stored + "'";
+  const SafeTensorInfo& info = file.info(stored);
+  if (info.dtype != SafeDType::kF32 && info.dtype != SafeDType::kBF16 &&
+      info.dtype != SafeDType::kF16)
+    throw Error(where + ": dtype " + safe_dtype_name(info.dtype) +
+                " is not supported: expected F32, BF16 or F16");
+  const std::vector<int64_t> expected = hf_tensor_shape(cfg, p);
+  if (info.shape != expected)
+    throw Error(where + " has shape " + shape_str(info.shape) + ", expected " +
+                shape_str(expected) + " (config.json's model)");
+  const auto* src = static_cast<const unsigned char*>(file.data(stored));
+  const bool conv1d = is_hf_conv1d(cfg, p.name) && expected.size() == 2;
+  Shape shape = expected;
+  if (conv1d) std::swap(shape[0], shape[1]);
+  Tensor out = Tensor::empty(shape, DType::kF32, MemoryCategory::kOther);
+  if (!conv1d) {
+    widen(out.data<float>(), src, info.dtype, info.numel);
+    return out;
+  }
+  // Stored [in, out]; Tessera holds (out, in).
+  Tensor stored_layout = Tensor::empty(expected, DType::kF32, MemoryCategory::kOther);
+  widen(stored_layout.data<float>(), src, info.dtype, info.numel);
+  const int64_t in = expected[0], outs = expected[1];
+  const float* s = stored_layout.data<float>();
+  float* d = out.data<float>();
+  for (int64_t c = 0; c < in; ++c)
+    for (int64_t r = 0; r < outs; ++r) d[r * in + c] = s[c * outs + r];
+  return out;
+}
+
+}  // namespace
+
+bool is_hf_directory(const std::string& dir) {
+  std::error_code ec;
+  const fs::path d(dir);
+  return fs::is_regular_file(d / kConfigFile, ec) &&
+         (fs::is_regular_file(d / kWeightsFile, ec) || fs::is_regular_file(d / kIndexFile, ec));
+}
+
+model::ModelConfig read_hf_config(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kConfigFile).string();
+  json j;
+  try {
+    j = json::parse(read_file(path, "Hugging Face config"));
+  } catch (const json::exception& e) {
+    throw Error(path + ": not valid JSON: " + one_line(e.what()));
+  }
+  if (!j.is_object()) throw Error(path + ": expected a JSON object");
+  const ConfigKeys k(path, j);
+  if (!k.has("model_type"))
+    k.fail("model_type",
+           "missing: expected \"gpt2\" (GPT2LMHeadModel) or \"llama\" "
+           "(LlamaForCausalLM)");
+  const std::string type = k.text("model_type", "");
+  model::ModelConfig cfg;
+  if (type == "gpt2")
+    cfg = gpt2_config(k);
+  else if (type == "llama")
+    cfg = llama_config(k);
+  else
+    k.fail("model_type", "'" + type +
+                             "' is not supported: expected \"gpt2\" (GPT2LMHeadModel) "
+                             "or \"llama\" (LlamaForCausalLM)");
+  // The HF config has no training sequence length; the model's context is the natural one.
+  cfg.seq_length = cfg.max_position_embeddings;
+  try {
+    cfg.validate();
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+  return cfg;
+}
+
+std::map<std::string, Tensor> read_hf_weights(const std::string& dir,
+                                              const model::ModelConfig& cfg) {
+  const fs::path d(dir);
+  if (!fs::exists(d / kWeightsFile) && !fs::exists(d / kIndexFile))
+    throw Error(dir + ": no " + kWeightsFile + " or " + kIndexFile +
+                ": expected a Hugging Face model directory");
+  WeightSource source(d);
+  std::set<std::string> unused;
+  for (const auto& [name, file] : source.file_of()) unused.insert(name);
+  std::map<std::string, Tensor> out;
+  const model::ParameterSet params = model::GPTModel::declare_part(cfg, 1, 0, {});
+  for (const model::Parameter& p : params.all()) {
+    if (p.tied_copy) continue;
+    const std::vector<std::string> names = stored_names(cfg, p.name);
+    const auto found = std::find_if(names.begin(), names.end(), [&](const std::string& n) {
+      return source.file_of().count(n) > 0;
+    });
+    if (found == names.end()) {
+      std::string alt;
+      for (size_t i = 1; i < names.size(); ++i) alt += " or " + quoted(names[i]);
+      throw Error(source.listing() + ": missing tensor " + quoted(p.name) + alt +
+                  ": config.json's model has it, shape " + shape_str(hf_tensor_shape(cfg, p)));
+    }
+    const SafetensorsFile& file = source.open(source.file_of().at(*found));
+    out[p.name] = read_parameter(cfg, p, file, *found);
+    unused.erase(*found);
+  }
+  for (const std::string& name : unused) {
+    if (ignored(cfg, name)) continue;
+    throw Error(source.file_of().at(name) + ": tensor " + quoted(name) +
+                " is not a parameter of config.json's model (config and weights disagree)");
+  }
+  return out;
+}
+
+}  // namespace tessera::checkpoint
