@@ -2,9 +2,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <functional>
 #include <map>
 
+#include "tessera/checkpoint/hf_import.h"
 #include "tessera/core/error.h"
 #include "tessera/data/gpt_dataset.h"
 #include "tessera/data/tokenizer.h"
@@ -284,13 +286,28 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
       args.explicit_flags.insert("--" + opt->get_lnames().front());
   if (args.deepspeed != !args.deepspeed_config.empty())
     throw Error("--deepspeed and --deepspeed_config FILE go together");
-  if (!args.model_preset.empty()) args.model = model::preset(args.model_preset);
+  // --load of a Hugging Face directory: its config.json is the model unless --model names a
+  // preset (explicit model flags apply on top either way; a mismatch fails at load, by tensor);
+  // its tokenizer.json is the tokenizer unless one is given.
+  const bool hf_load = !args.load.empty() && checkpoint::is_hf_directory(args.load);
+  if (!args.model_preset.empty()) {
+    args.model = model::preset(args.model_preset);
+  } else if (hf_load) {
+    args.model = checkpoint::read_hf_config(args.load);
+  }
   model_flags.apply(args.model);
+  const std::string hf_tokenizer = args.load + "/tokenizer.json";
+  if (hf_load && args.tokenizer_type.empty() && !args.mock_data &&
+      std::filesystem::exists(hf_tokenizer)) {
+    args.tokenizer_type = "HuggingFaceTokenizer";
+    args.tokenizer_model = hf_tokenizer;
+  }
   // The tokenizer determines the vocabulary unless --vocab-size says otherwise.
   // The tokenizer is loaded here so that a bad vocabulary file fails before any work.
   if (!args.tokenizer_type.empty()) {
     const int64_t vocab = data::make_tokenizer(tokenizer_options(args))->vocab_size();
-    if (app.get_option("--vocab-size")->count() == 0) args.model.vocab_size = vocab;
+    // (A Hugging Face model's vocabulary is its embedding's rows, whatever its tokenizer says.)
+    if (app.get_option("--vocab-size")->count() == 0 && !hf_load) args.model.vocab_size = vocab;
   }
   return true;
 }

@@ -96,6 +96,8 @@ class Trainer {
   void save_checkpoint(int64_t iteration);
   void finish_pending_save(bool wait);
   void load_checkpoint();
+  void load_hf_weights();      // --load names a Hugging Face directory: weights only
+  void after_master_loaded();  // compute values from the loaded master weights, on every rank
   nlohmann::json run_state(int64_t iteration) const;
   // The wall-clock breakdown (--timing-log-level >= 1): this rank's time per phase, averaged
   // over the last `iterations`; resets the timers.

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "tessera/checkpoint/hf_import.h"
 #include "tessera/checkpoint/run_state.h"
 #include "tessera/checkpoint/sharded_checkpoint.h"
 #include "tessera/distributed/sum_scalars.h"
@@ -153,8 +154,36 @@ void Trainer::finish_pending_save(bool wait) {
   pending_save_.reset();
 }
 
+void Trainer::after_master_loaded() {
+  optimizer_->refresh_compute_values();
+  // Every rank's parameters whole again, as after a step (ZeRO 1-2 gather, ZeRO 3 re-gathers
+  // its persistent units).
+  dp_grads_->gather_values();
+  if (zero3_) zero3_->after_step();
+}
+
+void Trainer::load_hf_weights() {
+  const auto t0 = Clock::now();
+  // Every rank converts the whole model and keeps its slices (an HF model is one process's
+  // files; its size is what a single device loads).
+  const std::map<std::string, Tensor> weights = checkpoint::read_hf_weights(args_.load, args_.model);
+  for (const optim::Optimizer::StateRun& run : optimizer_->state_runs()) {
+    const model::Parameter& p = *run.param;
+    const Tensor& w = weights.at(p.name);
+    const checkpoint::TensorSlice slice =
+        checkpoint::TensorSlice::of(p, run.begin - p.offset, run.end - p.offset);
+    const std::vector<checkpoint::Run> needed = checkpoint::runs(slice);
+    checkpoint::copy_overlap(checkpoint::runs(checkpoint::TensorSlice::whole(w.shape())),
+                             w.raw(), needed, run.master, sizeof(float));
+  }
+  after_master_loaded();
+  std::printf("> loaded Hugging Face weights from %s in %.2f s; training starts at iteration 1\n",
+              args_.load.c_str(), seconds_since(t0));
+}
+
 void Trainer::load_checkpoint() {
   const auto& a = args_;
+  if (checkpoint::is_hf_directory(a.load)) return load_hf_weights();
   const auto t0 = Clock::now();
   const std::optional<std::string> dir = checkpoint::find_checkpoint(a.load);
   if (!dir) {
@@ -174,7 +203,10 @@ void Trainer::load_checkpoint() {
   } catch (const nlohmann::json::exception&) {
     throw Error(where + ": the run state has no valid 'optimizer' entry");
   }
-  const bool load_optim = !a.finetune && !a.no_load_optim;
+  // A release checkpoint (tessera-convert from Hugging Face) is weights only, as Megatron's.
+  const bool release = st.value("release", false);
+  const bool finetune = a.finetune || release;
+  const bool load_optim = !finetune && !a.no_load_optim;
   const std::string kind = a.optimizer == "sgd" ? "sgd" : "adam";
   if (load_optim && !saved_optim)
     throw Error(*dir + " holds no optimizer state (saved with --no-save-optim): pass "
@@ -197,11 +229,7 @@ void Trainer::load_checkpoint() {
         elements += slice.numel();
       }
   }
-  optimizer_->refresh_compute_values();
-  // Every rank's parameters whole again, as after a step (ZeRO 1-2 gather, ZeRO 3 re-gathers
-  // its persistent units).
-  dp_grads_->gather_values();
-  if (zero3_) zero3_->after_step();
+  after_master_loaded();
   if (load_optim) {
     optimizer_->set_steps(steps);
     if (scaler_->is_dynamic()) {
@@ -218,8 +246,8 @@ void Trainer::load_checkpoint() {
       }
     }
   }
-  std::string what = "weights";
-  if (!a.finetune) {
+  std::string what = release ? "weights (release checkpoint)" : "weights";
+  if (!finetune) {
     int64_t iteration = 0, consumed = 0;
     try {
       iteration = st.at("iteration").get<int64_t>();
