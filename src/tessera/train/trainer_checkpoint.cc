@@ -6,6 +6,9 @@
 // replica of a replicated attention head; the first pipeline stage for a tied embedding (the last
 // stage's copy is equal); under ZeRO >= 1 the data-parallel rank that owns it, under ZeRO 0 data-
 // parallel rank d writes part d of every parameter, so every rank writes a share.
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -115,7 +118,12 @@ void Trainer::save_checkpoint(int64_t iteration) {
     if (victim) std::raise(SIGKILL);
   };
   if (a.async_save) {
-    pending.writer = std::async(std::launch::async, write);
+    pending.writer = std::async(std::launch::async, [write] {
+      // The writer yields the cores to training: at the lowest priority it runs when the
+      // compute threads wait (communication, data), instead of time-slicing with them.
+      setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
+      write();
+    });
   } else {
     write();
     finish_pending_save(true);
