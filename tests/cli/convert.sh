@@ -64,6 +64,24 @@ for model in gpt2-tiny llama-tiny; do
   check "  (the log says so)" grep -q "loaded weights (release checkpoint)" "$TMP/out"
 done
 
+# A tokenizer trained by tessera-preprocess travels: training -> checkpoint -> Hugging Face
+# directory -> --load HF_DIR, which tokenizes with it (--eod-mask-loss needs its EOD id).
+mkdir -p "$TMP/tok"
+for i in $(seq 1 60); do echo "{\"text\": \"document $i has $((i % 7)) words about pears\"}"; done \
+  >"$TMP/tok/corpus.jsonl"
+"$BIN_DIR/tessera-preprocess" --input "$TMP/tok/corpus.jsonl" --output-prefix "$TMP/tok/d" \
+  --append-eod --train-tokenizer --vocab-size 300 >/dev/null
+DATA=(--data-path "$TMP/tok/d_text_document" --data-cache-path "$TMP/tok/cache" --lr 1e-3
+      --micro-batch-size 1 --global-batch-size 2 --eval-interval 0 --num-threads 1 --train-iters 2)
+check "training with a tokenizer.json saves it in the checkpoint" \
+  run 1 "${DATA[@]}" --model gpt2-tiny --tokenizer-type HuggingFaceTokenizer \
+  --tokenizer-model "$TMP/tok/tokenizer.json" --save "$TMP/tok/ck"
+check "  (iter_0000002/tokenizer.json)" cmp "$TMP/tok/tokenizer.json" "$TMP/tok/ck/iter_0000002/tokenizer.json"
+check "  tessera -> hf carries it" convert --from tessera "$TMP/tok/ck" --to hf "$TMP/tok/hf"
+check "  (hf/tokenizer.json)" cmp "$TMP/tok/tokenizer.json" "$TMP/tok/hf/tokenizer.json"
+check "--load HF_DIR tokenizes with its tokenizer.json" \
+  run 1 "${DATA[@]}" --load "$TMP/tok/hf" --seq-length 64 --eod-mask-loss
+
 echo '{"version": "1.0", "model": {"type": "BPE"}}' >"$TMP/gpt2-tiny.hf/tokenizer.json"
 check "tokenizer.json travels hf -> tessera -> hf" \
   bash -c "'$CONVERT' --from hf '$TMP/gpt2-tiny.hf' --to tessera '$TMP/tok.rt' >/dev/null &&

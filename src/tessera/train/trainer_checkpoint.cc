@@ -53,6 +53,17 @@ nlohmann::json Trainer::run_state(int64_t iteration) const {
        {{"kind", a.optimizer == "sgd" ? "sgd" : "adam"},
         {"steps", optimizer_->steps()},
         {"saved", !a.no_save_optim}}},
+      // The schedule is a function of the step count and this run's flags (a resumed run takes
+      // its flags, as Megatron with --override-opt_param-scheduler); where it stood is recorded.
+      {"lr_scheduler",
+       {{"steps", optimizer_->steps()},
+        {"next_lr", scheduler_->lr_at(optimizer_->steps())},
+        {"lr", a.lr},
+        {"min_lr", a.min_lr},
+        {"decay_style", a.lr_decay_style},
+        {"warmup_iters", a.lr_warmup_iters},
+        {"decay_iters", a.lr_decay_iters > 0 ? a.lr_decay_iters : train_iters_},
+        {"deepspeed_scheduler", a.deepspeed_schedule.has_value()}}},
       {"loss_scaler", checkpoint::loss_scaler_to_json(scaler_->state())},
       {"model", checkpoint::model_config_to_json(a.model)},
       {"layout",
@@ -146,6 +157,13 @@ void Trainer::finish_pending_save(bool wait) {
   const double bytes = distributed::sum_over(world_.get(), {static_cast<double>(pending.bytes)})[0];
   const int world_rank = world_ ? world_->rank() : 0;
   if (world_rank == 0) {
+    // A tokenizer.json travels with the checkpoint, so tessera-convert hands it to Hugging Face.
+    const std::filesystem::path tokenizer = args_.tokenizer_model;
+    if (args_.tokenizer_type == "HuggingFaceTokenizer" && tokenizer.filename() == "tokenizer.json")
+      std::filesystem::copy_file(
+          tokenizer, std::filesystem::path(checkpoint::staging_dir(args_.save, pending.iteration)) /
+                         "tokenizer.json",
+          std::filesystem::copy_options::overwrite_existing);
     checkpoint::publish_checkpoint(args_.save, pending.iteration, world_size_, pending.state,
                                    args_.keep_checkpoints);
     const double total_s = seconds_since(pending.start);
