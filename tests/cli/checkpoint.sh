@@ -71,10 +71,63 @@ async_resume() {
     <(cat "$TMP/async.first.jsonl" "$TMP/async.second.jsonl" | numbers) >&2
 }
 check "exact resume, bf16, from background saves (--async-save)" async_resume
+# The same at TP 2 x DP 2: the ranks agree after every iteration whether all have written.
+async_resume_tp2dp2() {
+  local layout=(--tensor-model-parallel-size 2 --zero-stage 2 --bf16)
+  run 4 "${FLAGS[@]}" "${layout[@]}" --train-iters 20 --exit-interval 10 \
+    --save "$TMP/async4.ckpt" --save-interval 3 --async-save --metrics-file "$TMP/async4.first.jsonl" ||
+    return 1
+  run 4 "${FLAGS[@]}" "${layout[@]}" --train-iters 20 --load "$TMP/async4.ckpt" \
+    --metrics-file "$TMP/async4.second.jsonl" || return 1
+  diff <(numbers "$TMP/tp2dp2.straight.jsonl") \
+    <(cat "$TMP/async4.first.jsonl" "$TMP/async4.second.jsonl" | numbers) >&2
+}
 check "exact resume, bf16, TP 2 x DP 2 ZeRO 2" \
   resume tp2dp2 4 "--tensor-model-parallel-size 2 --zero-stage 2" --bf16
+check "exact resume, bf16, from background saves at TP 2 x DP 2 ZeRO 2" async_resume_tp2dp2
 check "exact resume, fp32, PP 2 x DP 2 ZeRO 1 (tied embedding split)" \
   resume pp2dp2 4 "--pipeline-model-parallel-size 2 --zero-stage 1"
+# fp16: the loss scaler halves at the injected overflow (iteration 3) and the resumed job must
+# continue from the halved scale, not from --initial-loss-scale.
+check "exact resume, fp16 with the dynamic loss scaler" \
+  resume fp16 1 "" --fp16 --initial-loss-scale 1024 --hysteresis 1 --inject-overflow-at-iteration 3
+check "  (the scale was halved before the save)" grep -q '"iteration":11,.*"loss_scale":512' \
+  "$TMP/fp16.second.jsonl"
+
+# GPT-2 with one key/value group at TP 2: the fused q/k/v weight holds query rows only this rank
+# has next to key/value rows both ranks hold; the save must write the first and one copy of the
+# second, so that one process can load it and continue (to 1e-5 of the TP 2 run: sum order).
+gqa_fused() {
+  local gqa=(--group-query-attention --num-query-groups 1)
+  run 2 "${FLAGS[@]}" "${gqa[@]}" --train-iters 12 --tensor-model-parallel-size 2 \
+    --metrics-file "$TMP/gqa.straight.jsonl" || return 1
+  run 2 "${FLAGS[@]}" "${gqa[@]}" --train-iters 12 --tensor-model-parallel-size 2 \
+    --exit-interval 10 --save "$TMP/gqa.ckpt" || return 1
+  run 1 "${FLAGS[@]}" "${gqa[@]}" --train-iters 12 --load "$TMP/gqa.ckpt" \
+    --metrics-file "$TMP/gqa.second.jsonl" || return 1
+  awk -F'"lm_loss":' 'NR == FNR { split($2, a, ","); ref[FNR] = a[1]; next }
+    { split($2, b, ","); d = (b[1] - ref[FNR + 10]) / ref[FNR + 10]; if (d > 1e-5 || d < -1e-5) bad = 1 }
+    END { exit bad }' "$TMP/gqa.straight.jsonl" "$TMP/gqa.second.jsonl" &&
+    [ "$(wc -l <"$TMP/gqa.second.jsonl")" -eq 2 ]
+}
+check "GPT-2 GQA at TP 2 (fused q/k/v with replicated pieces) saves every element once" gqa_fused
+
+# Saving an iteration that exists already (a job resumed from an older checkpoint into the same
+# directory) replaces it in one step, nothing left over; the run is deterministic, so the new
+# checkpoint holds the same weights (compared through their Hugging Face exports: a padded
+# vocabulary row, which no load reads, keeps its initial value in the resumed job).
+resave() {
+  run 1 "${FLAGS[@]}" --train-iters 20 --exit-interval 10 --save-interval 5 --save "$TMP/resave" ||
+    return 1
+  cp -r "$TMP/resave/iter_0000010" "$TMP/original10" || return 1
+  run 1 "${FLAGS[@]}" --train-iters 20 --exit-interval 10 --save-interval 5 --save "$TMP/resave" \
+    --load "$TMP/resave/iter_0000005" || return 1
+  "$BIN_DIR/tessera-convert" --from tessera "$TMP/original10" --to hf "$TMP/original10.hf" >/dev/null &&
+    "$BIN_DIR/tessera-convert" --from tessera "$TMP/resave" --to hf "$TMP/resave.hf" >/dev/null &&
+    cmp "$TMP/original10.hf/model.safetensors" "$TMP/resave.hf/model.safetensors" &&
+    [ "$(ls "$TMP/resave" | tr '\n' ' ')" = "iter_0000005 iter_0000010 latest_checkpointed_iteration.txt " ]
+}
+check "re-saving an existing iteration replaces it atomically" resave
 
 # --keep-checkpoints: saves at 2, 4, 6, 8 (and none extra at the end), the newest two kept.
 keep() {

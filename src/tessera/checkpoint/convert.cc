@@ -8,6 +8,7 @@
 #include "tessera/checkpoint/run_state.h"
 #include "tessera/checkpoint/sharded_checkpoint.h"
 #include "tessera/core/error.h"
+#include "tessera/core/file_io.h"
 #include "tessera/model/gpt_model.h"
 
 namespace tessera::checkpoint {
@@ -16,8 +17,7 @@ namespace {
 
 void copy_tokenizer_files(const fs::path& from, const fs::path& to) {
   for (const char* name : kTokenizerFiles)
-    if (fs::exists(from / name))
-      fs::copy_file(from / name, to / name, fs::copy_options::overwrite_existing);
+    if (fs::exists(from / name)) copy_file_atomically((from / name).string(), (to / name).string());
 }
 
 }  // namespace

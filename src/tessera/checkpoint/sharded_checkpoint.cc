@@ -1,10 +1,13 @@
 #include "tessera/checkpoint/sharded_checkpoint.h"
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2
 #include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
@@ -36,8 +39,9 @@ std::string checksum(const void* data, size_t bytes) {
 void sync_directory(const fs::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd < 0) throw Error(dir.string() + ": cannot open the directory to sync it");
-  ::fsync(fd);
+  const bool ok = ::fsync(fd) == 0;
   ::close(fd);
+  if (!ok) throw Error(dir.string() + ": fsync of the directory failed");
 }
 
 void rename_or_throw(const fs::path& from, const fs::path& to) {
@@ -47,7 +51,8 @@ void rename_or_throw(const fs::path& from, const fs::path& to) {
 }
 
 std::optional<int64_t> parse_iteration_dir(const std::string& name) {
-  if (name.size() != 12 || name.rfind("iter_", 0) != 0) return std::nullopt;
+  // iter_%07d: 7 digits, more from iteration 10^7 on.
+  if (name.size() < 12 || name.size() > 23 || name.rfind("iter_", 0) != 0) return std::nullopt;
   int64_t v = 0;
   for (size_t i = 5; i < name.size(); ++i) {
     if (name[i] < '0' || name[i] > '9') return std::nullopt;
@@ -151,23 +156,32 @@ void publish_checkpoint(const std::string& save, int64_t iteration, int world_si
   for (int r = 0; r < world_size; ++r) {
     const std::string name = rank_file_name(r);
     const SafetensorsFile f((staging / name).string());
-    files[name] = {{"bytes", fs::file_size(staging / name)}};
     const auto it = f.metadata().find(kSlicesKey);
     if (it == f.metadata().end())
       throw Error(f.path() + ": no slice descriptions: not a Tessera rank file");
-    for (nlohmann::json& s : nlohmann::json::parse(it->second)) {
-      nlohmann::json& t = tensors[s.at("name").get<std::string>()];
-      if (t.is_null()) t = {{"shape", s.at("shape")}, {"dtype", "F32"}, {"slices", nlohmann::json::array()}};
-      if (t["shape"] != s["shape"])
-        throw Error(f.path() + ": tensor " + s["name"].get<std::string>() +
-                    " has shape " + s["shape"].dump() + " here and " + t["shape"].dump() +
-                    " in another rank's file");
-      s["file"] = name;
-      s.erase("name");
-      s.erase("shape");
-      t["slices"].push_back(std::move(s));
+    try {
+      for (nlohmann::json& s : nlohmann::json::parse(it->second)) {
+        nlohmann::json& t = tensors[s.at("name").get<std::string>()];
+        if (t.is_null())
+          t = {{"shape", s.at("shape")}, {"dtype", "F32"}, {"slices", nlohmann::json::array()}};
+        if (t["shape"] != s["shape"])
+          throw Error(f.path() + ": tensor " + s["name"].get<std::string>() + " has shape " +
+                      s["shape"].dump() + " here and " + t["shape"].dump() +
+                      " in another rank's file");
+        s["file"] = name;
+        s.erase("name");
+        s.erase("shape");
+        t["slices"].push_back(std::move(s));
+      }
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(f.path() + ": malformed slice descriptions (" + e.what() + ")");
     }
   }
+  // Every file of the checkpoint with its size (rank files and what travels along, such as a
+  // tokenizer.json), so a reader notices a truncated or missing one.
+  for (const auto& e : fs::directory_iterator(staging))
+    if (e.is_regular_file() && e.path().filename() != "metadata.json")
+      files[e.path().filename().string()] = {{"bytes", e.file_size()}};
   nlohmann::ordered_json meta;
   meta["format"] = kFormat;
   meta["version"] = kVersion;
@@ -182,12 +196,16 @@ void publish_checkpoint(const std::string& save, int64_t iteration, int world_si
   sync_directory(staging);
 
   const fs::path final_dir = iteration_dir(save, iteration);
-  if (fs::exists(final_dir)) {  // the same iteration saved again (e.g. after a resume)
-    const fs::path old = final_dir.string() + ".old";
-    fs::remove_all(old);
-    rename_or_throw(final_dir, old);
-    rename_or_throw(staging, final_dir);
-    fs::remove_all(old);
+  if (fs::exists(final_dir)) {
+    // The same iteration saved again (a job resumed from an older checkpoint into the same
+    // directory): swap the two directories in one step, so iteration_dir is always a complete
+    // checkpoint, then drop the old one (now under the staging name, which the next save
+    // removes if this is interrupted).
+    if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0)
+      throw Error("cannot replace " + final_dir.string() + " by " + staging.string() + ": " +
+                  std::strerror(errno));
+    sync_directory(save);
+    fs::remove_all(staging);
   } else {
     rename_or_throw(staging, final_dir);
   }
@@ -232,6 +250,7 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
                    s.at("xxh3").get<std::string>(),
                    TensorSlice::from_json(s, path + ": tensor " + name)};
         src.slice.global_shape = e.shape;
+        src.slice.check_fits_global(path + ": tensor " + name);
         if (!meta["files"].contains(src.file))
           throw Error(path + ": tensor " + name + " refers to " + src.file +
                       ", which the checkpoint does not list");

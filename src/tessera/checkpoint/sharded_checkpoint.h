@@ -8,7 +8,7 @@
 //                                              each file holds (with XXH3 checksums), the file
 //                                              sizes, and the run state (iteration, consumed
 //                                              samples, optimizer steps, loss scaler, seed,
-//                                              arguments)
+//                                              arguments), and every file's size
 //   <save>/iter_0000100/rank_00003.safetensors fp32 slices of world rank 3
 // A save writes into iter_0000100.tmp/; once every rank's file is complete, rank 0 writes
 // metadata.json, renames the directory and only then rewrites the pointer (each step an fsync'd
@@ -70,8 +70,9 @@ class RankSnapshot {
 
 // Rank 0's side of a save (call after every rank's write() returned): reads the rank files'
 // headers, writes metadata.json with `state` as the run state, renames the staging directory
-// to iteration_dir (replacing an older one of the same iteration), updates the pointer, then
-// keeps only the newest `keep` iteration directories (0: all). Throws tessera::Error on I/O
+// to iteration_dir (swapped atomically with an existing one of the same iteration), updates the
+// pointer, then keeps only the `keep` iteration directories of highest iteration (0: all; the
+// one published is always kept). Every file in the staging directory is listed with its size. Throws tessera::Error on I/O
 // errors or a missing rank file.
 void publish_checkpoint(const std::string& save, int64_t iteration, int world_size,
                         const nlohmann::json& state, int keep);

@@ -86,6 +86,17 @@ TensorSlice TensorSlice::from_json(const nlohmann::json& j, const std::string& w
   return s;
 }
 
+void TensorSlice::check_fits_global(const std::string& where) const {
+  bool ok = local_shape.size() == global_shape.size() && !local_shape.empty();
+  for (size_t d = 0; ok && d < local_shape.size(); ++d)
+    ok = static_cast<int>(d) == tp_dim || local_shape[d] == global_shape[d];
+  ok = ok && (tp_dim != 1 || global_shape.size() == 2);
+  if (!ok)
+    throw Error(where + ": a slice of shape " + nlohmann::json(local_shape).dump() +
+                " split along dimension " + std::to_string(tp_dim) +
+                " does not fit the tensor's shape " + nlohmann::json(global_shape).dump());
+}
+
 std::vector<Run> runs(const TensorSlice& s) {
   std::vector<Run> out;
   const std::vector<int64_t>& G = s.global_shape;

@@ -49,6 +49,10 @@ struct TensorSlice {
   // Throws tessera::Error naming `where` when the description is malformed or inconsistent
   // (pieces outside the shapes, a flat range outside the shard).
   static TensorSlice from_json(const nlohmann::json& j, const std::string& where);
+  // Checks that the shard described fits `global_shape` (same rank; the dimensions not split
+  // equal; a column split only in 2-D); tessera::Error naming `where` otherwise. Pieces may run
+  // past the real rows: those are padding.
+  void check_fits_global(const std::string& where) const;
 };
 
 // Elements contiguous both in the global tensor (row-major, canonical shape) and in a slice's

@@ -33,4 +33,8 @@ class AtomicFile {
   std::FILE* file_ = nullptr;
 };
 
+// Copies `from` to `to` through an AtomicFile (fsync'd, renamed into place). Throws
+// tessera::Error naming the file that cannot be read or written.
+void copy_file_atomically(const std::string& from, const std::string& to);
+
 }  // namespace tessera

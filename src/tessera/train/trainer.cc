@@ -192,6 +192,8 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
         optim::DynamicLossScaler::fixed(a.loss_scale > 0 ? a.loss_scale : 1.0));
   }
 
+  // Before the data: a resumed run takes the checkpoint's seed, which orders the data too.
+  if (!a.load.empty()) load_checkpoint();
   build_data();
   std::printf(
       "> model: %s family, %lld parameters (%d layers, hidden %d, heads %d/%d, ffn %d, "
@@ -231,7 +233,6 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
                 a.recompute_num_layers);
   if (a.recompute_granularity == "selective")
     std::printf("> activation recomputation: selective (attention core)\n");
-  if (!a.load.empty()) load_checkpoint();
   std::fflush(stdout);
 }
 

@@ -2,20 +2,23 @@
 // owns, each element written by exactly one rank of the job), the run state, synchronous and
 // background saves, and loading into this run's layout (checkpoint/sharded_checkpoint.h).
 //
-// Who writes an element: the tensor-parallel rank 0 for a parameter replicated over TP, the first
-// replica of a replicated attention head; the first pipeline stage for a tied embedding (the last
-// stage's copy is equal); under ZeRO >= 1 the data-parallel rank that owns it, under ZeRO 0 data-
-// parallel rank d writes part d of every parameter, so every rank writes a share.
+// Who writes an element (each exactly once): tensor-parallel rank 0 for a parameter replicated
+// over TP, the first replica of a replicated key/value head (saved_slice); the first pipeline
+// stage for a tied embedding (the last stage's copy is equal); under ZeRO >= 1 the data-parallel
+// rank that owns it, under ZeRO 0 data-parallel rank d writes part d of every parameter, so
+// every rank writes a share.
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "tessera/checkpoint/hf_import.h"
 #include "tessera/checkpoint/run_state.h"
 #include "tessera/checkpoint/sharded_checkpoint.h"
+#include "tessera/core/file_io.h"
 #include "tessera/distributed/sum_scalars.h"
 #include "tessera/train/trainer.h"
 
@@ -32,12 +35,23 @@ std::string state_tensor_name(const std::string& state, const std::string& param
   return "optimizer." + state + "." + param;
 }
 
-bool writes_tensor_parallel_copy(const model::Parameter& p, int tp_rank) {
-  if (p.tied_copy) return false;
-  if (p.shard.tp_dim < 0) return tp_rank == 0;
-  for (const model::ShardPiece& piece : p.pieces)
-    if (piece.replicas > 1 && piece.replica_rank != 0) return false;
-  return true;
+// The part of this rank's slice [begin, end) of p that it writes: none for a tied copy or, off
+// tensor-parallel rank 0, a parameter replicated over TP; otherwise the slice without the
+// pieces other ranks hold first (a key/value head replicated over several ranks is written by
+// its first replica; a fused q/k/v weight has such pieces next to ones only this rank holds).
+// Elements of dropped pieces map to no run, so they are neither written nor described.
+std::optional<checkpoint::TensorSlice> saved_slice(const model::Parameter& p, int tp_rank,
+                                                   int64_t begin, int64_t end) {
+  if (p.tied_copy || (p.shard.tp_dim < 0 && tp_rank != 0)) return std::nullopt;
+  checkpoint::TensorSlice s = checkpoint::TensorSlice::of(p, begin, end);
+  if (p.shard.tp_dim >= 0) {
+    s.pieces.clear();
+    for (const model::ShardPiece& piece : p.pieces)
+      if (piece.replica_rank == 0)
+        s.pieces.push_back({piece.global_begin, piece.local_begin, piece.length});
+    if (s.pieces.empty()) return std::nullopt;
+  }
+  return s;
 }
 
 }  // namespace
@@ -98,19 +112,18 @@ void Trainer::save_checkpoint(int64_t iteration) {
   const std::vector<std::string> state_names = optimizer_->state_names();
   for (const optim::Optimizer::StateRun& run : optimizer_->state_runs()) {
     const model::Parameter& p = *run.param;
-    if (!writes_tensor_parallel_copy(p, tp_.rank())) continue;
     int64_t begin = run.begin - p.offset, end = run.end - p.offset;
     if (!optimizer_->sharded() && dp_size_ > 1) {  // ZeRO 0: DP rank d writes part d
       begin = p.numel() * dp_rank_ / dp_size_;
       end = p.numel() * (dp_rank_ + 1) / dp_size_;
     }
-    if (begin == end) continue;
+    const std::optional<checkpoint::TensorSlice> slice = saved_slice(p, tp_.rank(), begin, end);
+    if (begin == end || !slice) continue;
     const int64_t skip = begin - (run.begin - p.offset);
-    const checkpoint::TensorSlice slice = checkpoint::TensorSlice::of(p, begin, end);
-    snapshot->add(p.name, slice, run.master + skip);
+    snapshot->add(p.name, *slice, run.master + skip);
     if (!a.no_save_optim)
       for (size_t k = 0; k < state_names.size(); ++k)
-        snapshot->add(state_tensor_name(state_names[k], p.name), slice, run.state[k] + skip);
+        snapshot->add(state_tensor_name(state_names[k], p.name), *slice, run.state[k] + skip);
   }
   const double snapshot_s = seconds_since(t0);
   pending_save_ = std::make_unique<PendingSave>();
@@ -160,10 +173,11 @@ void Trainer::finish_pending_save(bool wait) {
     // A tokenizer.json travels with the checkpoint, so tessera-convert hands it to Hugging Face.
     const std::filesystem::path tokenizer = args_.tokenizer_model;
     if (args_.tokenizer_type == "HuggingFaceTokenizer" && tokenizer.filename() == "tokenizer.json")
-      std::filesystem::copy_file(
-          tokenizer, std::filesystem::path(checkpoint::staging_dir(args_.save, pending.iteration)) /
-                         "tokenizer.json",
-          std::filesystem::copy_options::overwrite_existing);
+      copy_file_atomically(
+          tokenizer.string(),
+          (std::filesystem::path(checkpoint::staging_dir(args_.save, pending.iteration)) /
+           "tokenizer.json")
+              .string());
     checkpoint::publish_checkpoint(args_.save, pending.iteration, world_size_, pending.state,
                                    args_.keep_checkpoints);
     const double total_s = seconds_since(pending.start);
@@ -207,6 +221,51 @@ void Trainer::load_hf_weights() {
               args_.load.c_str(), seconds_since(t0));
 }
 
+namespace {
+
+// The run state of a checkpoint as the loader needs it.
+struct SavedRun {
+  bool release = false;  // weights only (tessera-convert from Hugging Face), as Megatron's
+  bool saved_optim = false;
+  std::string optimizer_kind;
+  int64_t steps = 0, iteration = 0, consumed_samples = 0, evaluations = 0;
+  uint64_t seed = 0;
+  nlohmann::json loss_scaler;
+  std::string layout;  // "TP 2 PP 2 DP 2 ZeRO 1", for the log line
+};
+
+// Parses metadata.json's "state"; tessera::Error naming `where` for anything missing, mistyped
+// or negative.
+SavedRun parse_saved_run(const nlohmann::json& st, const std::string& where) {
+  SavedRun r;
+  try {
+    r.release = st.value("release", false);
+    const nlohmann::json& optimizer = st.at("optimizer");
+    r.saved_optim = optimizer.at("saved").get<bool>();
+    r.optimizer_kind = optimizer.at("kind").get<std::string>();
+    r.steps = optimizer.at("steps").get<int64_t>();
+    r.iteration = st.at("iteration").get<int64_t>();
+    if (!r.release) {
+      r.consumed_samples = st.at("consumed_samples").get<int64_t>();
+      r.evaluations = st.at("evaluations").get<int64_t>();
+      r.seed = st.at("seed").get<uint64_t>();
+      r.loss_scaler = st.at("loss_scaler");
+    }
+    const nlohmann::json& l = st.at("layout");
+    r.layout = "TP " + std::to_string(l.at("tensor_model_parallel_size").get<int>()) + " PP " +
+               std::to_string(l.at("pipeline_model_parallel_size").get<int>()) + " DP " +
+               std::to_string(l.at("data_parallel_size").get<int>()) + " ZeRO " +
+               std::to_string(l.at("zero_stage").get<int>());
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(where + ": invalid run state (" + e.what() + ")");
+  }
+  if (r.steps < 0 || r.iteration < 0 || r.consumed_samples < 0 || r.evaluations < 0)
+    throw Error(where + ": negative iteration, consumed_samples, evaluations or optimizer steps");
+  return r;
+}
+
+}  // namespace
+
 void Trainer::load_checkpoint() {
   const auto& a = args_;
   if (checkpoint::is_hf_directory(a.load)) return load_hf_weights();
@@ -217,29 +276,18 @@ void Trainer::load_checkpoint() {
     return;
   }
   checkpoint::CheckpointReader reader(*dir);
-  const nlohmann::json& st = reader.state();
   const std::string where = *dir + "/metadata.json";
-  bool saved_optim = false;
-  std::string saved_kind;
-  int64_t steps = 0;
-  try {
-    saved_optim = st.at("optimizer").at("saved").get<bool>();
-    saved_kind = st.at("optimizer").at("kind").get<std::string>();
-    steps = st.at("optimizer").at("steps").get<int64_t>();
-  } catch (const nlohmann::json::exception&) {
-    throw Error(where + ": the run state has no valid 'optimizer' entry");
-  }
-  // A release checkpoint (tessera-convert from Hugging Face) is weights only, as Megatron's.
-  const bool release = st.value("release", false);
-  const bool finetune = a.finetune || release;
+  const SavedRun saved = parse_saved_run(reader.state(), where);
+  const bool finetune = a.finetune || saved.release;
   const bool load_optim = !finetune && !a.no_load_optim;
   const std::string kind = a.optimizer == "sgd" ? "sgd" : "adam";
-  if (load_optim && !saved_optim)
+  if (load_optim && !saved.saved_optim)
     throw Error(*dir + " holds no optimizer state (saved with --no-save-optim): pass "
                 "--no-load-optim or --finetune to load the weights only");
-  if (load_optim && saved_kind != kind)
-    throw Error(*dir + " holds " + saved_kind + " optimizer state but this run uses --optimizer " +
-                kind + ": pass --no-load-optim to start the optimizer afresh");
+  if (load_optim && saved.optimizer_kind != kind)
+    throw Error(*dir + " holds " + saved.optimizer_kind +
+                " optimizer state but this run uses --optimizer " + kind +
+                ": pass --no-load-optim to start the optimizer afresh");
 
   const std::vector<std::string> state_names = optimizer_->state_names();
   int64_t elements = 0;
@@ -257,32 +305,26 @@ void Trainer::load_checkpoint() {
   }
   after_master_loaded();
   if (load_optim) {
-    optimizer_->set_steps(steps);
+    optimizer_->set_steps(saved.steps);
     if (scaler_->is_dynamic()) {
-      const optim::LossScalerState saved =
-          checkpoint::loss_scaler_from_json(st.at("loss_scaler"), where);
-      if (saved.dynamic) {
+      const optim::LossScalerState s0 = checkpoint::loss_scaler_from_json(saved.loss_scaler, where);
+      if (s0.dynamic) {
         // The schedule's settings are this run's flags; where it stands comes from the run.
         optim::LossScalerState s = scaler_->state();
-        s.scale = saved.scale;
-        s.cur_hysteresis = std::min(saved.cur_hysteresis, s.hysteresis);
-        s.cur_iter = saved.cur_iter;
-        s.last_overflow_iter = saved.last_overflow_iter;
+        s.scale = s0.scale;
+        s.cur_hysteresis = std::min(s0.cur_hysteresis, s.hysteresis);
+        s.cur_iter = s0.cur_iter;
+        s.last_overflow_iter = s0.last_overflow_iter;
         scaler_ = std::make_unique<optim::DynamicLossScaler>(s);
       }
     }
   }
-  std::string what = release ? "weights (release checkpoint)" : "weights";
+  std::string what = saved.release ? "weights (release checkpoint)" : "weights";
   if (!finetune) {
-    int64_t iteration = 0, consumed = 0;
-    try {
-      iteration = st.at("iteration").get<int64_t>();
-      consumed = st.at("consumed_samples").get<int64_t>();
-      if (!a.no_load_rng) args_.seed = st.at("seed").get<uint64_t>();
-    } catch (const nlohmann::json::exception&) {
-      throw Error(where + ": the run state lacks iteration, consumed_samples or seed");
-    }
-    resume_at(iteration, consumed);
+    // The seed decides dropout masks and the data order (the datasets are built after this).
+    if (!a.no_load_rng) args_.seed = saved.seed;
+    resume_at(saved.iteration, saved.consumed_samples);
+    evaluations_ = saved.evaluations;  // validation samples consumed, as Megatron restores them
     what += load_optim ? ", optimizer state" : "";
     what += ", data position" + std::string(a.no_load_rng ? "" : " and seed");
   }
@@ -290,14 +332,10 @@ void Trainer::load_checkpoint() {
       distributed::sum_over(world_.get(), {static_cast<double>(elements) * sizeof(float)})[0];
   const double seconds = seconds_since(t0);
   std::printf(
-      "> loaded %s from %s (iteration %lld, saved under TP %d PP %d DP %d ZeRO %d) into TP %d "
-      "PP %d DP %d: %.3f GB in %.2f s (%.2f GB/s)\n",
-      what.c_str(), dir->c_str(), static_cast<long long>(reader.iteration()),
-      st.value(nlohmann::json::json_pointer("/layout/tensor_model_parallel_size"), 0),
-      st.value(nlohmann::json::json_pointer("/layout/pipeline_model_parallel_size"), 0),
-      st.value(nlohmann::json::json_pointer("/layout/data_parallel_size"), 0),
-      st.value(nlohmann::json::json_pointer("/layout/zero_stage"), 0), tp_.size(), pp_size_, dp_size_,
-      bytes / 1e9, seconds, bytes / 1e9 / seconds);
+      "> loaded %s from %s (iteration %lld, saved under %s) into TP %d PP %d DP %d: %.3f GB in "
+      "%.2f s (%.2f GB/s)\n",
+      what.c_str(), dir->c_str(), static_cast<long long>(saved.iteration), saved.layout.c_str(),
+      tp_.size(), pp_size_, dp_size_, bytes / 1e9, seconds, bytes / 1e9 / seconds);
   std::fflush(stdout);
 }
 
