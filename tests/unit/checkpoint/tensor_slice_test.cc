@@ -111,6 +111,25 @@ TEST(TensorSlice, PaddedVocabularyRowsAreLeftOut) {
   EXPECT_EQ(n, 2 * 4);  // rank 1 holds rows 8..15, of which 8 and 9 are real
 }
 
+TEST(TensorSlice, ASliceMustFitItsTensor) {
+  const model::Parameter p = param({8, 6}, model::ShardSpec::split(1), 2, 0);
+  TensorSlice s = TensorSlice::of(p, 0, p.numel());
+  s.check_fits_global("here");  // (8, 3) split along columns fits (8, 6)
+  s.global_shape = {7, 6};      // a row count the shard does not have
+  try {
+    s.check_fits_global("ck/metadata.json: tensor w");
+    FAIL() << "accepted a slice of 8 rows for a tensor of 7";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "tensor w: a slice of shape [8,3] split along dimension 1 does not fit the "
+                  "tensor's shape [7,6]"),
+              std::string::npos)
+        << e.what();
+  }
+  s.global_shape = {48};  // another rank
+  EXPECT_THROW(s.check_fits_global("here"), Error);
+}
+
 TEST(TensorSlice, JsonRoundTripAndValidation) {
   const model::Parameter p = param({8, 6}, model::ShardSpec::split(1), 2, 1);
   const TensorSlice s = TensorSlice::of(p, 5, 17);
