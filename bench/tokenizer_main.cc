@@ -22,16 +22,14 @@
 #include "tessera/data/tokenizer/gpt2_split.h"
 #include "tessera/data/tokenizer/gpt2_tokenizer.h"
 #include "tessera/data/tokenizer/hf_tokenizer.h"
+#include "tessera/core/clock.h"
 #include "tessera/data/tokenizer/regex.h"
 
 namespace {
 
 using namespace tessera::data;
-using Clock = std::chrono::steady_clock;
-
-double seconds(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+using tessera::Clock;
+using tessera::seconds_since;
 
 double thread_cpu_seconds() {
   timespec ts{};
@@ -66,7 +64,7 @@ Rate encode_rate(const Tokenizer& tok, const std::vector<std::string>& docs, siz
     bytes += docs[i].size();
   }
   if (tokens) *tokens = n;
-  return {bytes / 1e6 / seconds(t0), bytes / 1e6 / (thread_cpu_seconds() - c0)};
+  return {bytes / 1e6 / seconds_since(t0), bytes / 1e6 / (thread_cpu_seconds() - c0)};
 }
 
 }  // namespace
@@ -100,7 +98,7 @@ int main(int argc, char** argv) {
       const size_t half = docs.size() / 2;
       rates[t] = encode_rate(gpt2b, docs, t == 0 ? 0 : half, t == 0 ? half : docs.size());
     }
-    const double both = text.size() / 1e6 / seconds(t0);
+    const double both = text.size() / 1e6 / seconds_since(t0);
     std::printf(
         "GPT2BPETokenizer, 2 threads (cold caches): %.1f and %.1f MB/s per thread (per CPU "
         "second: %.1f and %.1f), %.1f MB/s together = %.2fx one cold thread\n",
@@ -125,14 +123,14 @@ int main(int argc, char** argv) {
       gpt2_split(d, pieces);
       n_hand += pieces.size();
     }
-    const double hand = text.size() / 1e6 / seconds(t1);
+    const double hand = text.size() / 1e6 / seconds_since(t1);
     const Regex re(
         "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
         "bench");
     t1 = Clock::now();
     size_t n_re = 0;
     for (const auto& d : docs) n_re += re.find_all(d).size();
-    const double pcre = text.size() / 1e6 / seconds(t1);
+    const double pcre = text.size() / 1e6 / seconds_since(t1);
     std::printf(
         "GPT-2 pre-tokeniser alone: hand-written %.1f MB/s, PCRE2 (JIT) %.1f MB/s "
         "(%zu vs %zu pieces)\n",
@@ -144,7 +142,7 @@ int main(int argc, char** argv) {
       for (const auto& d : docs) trainer.add_text(d);
       const auto trained = trainer.train(vocab);
       std::printf("byte-level BPE training, vocab %lld: %.2f s (%zu merges)\n",
-                  static_cast<long long>(vocab), seconds(t1), trained.merges.size());
+                  static_cast<long long>(vocab), seconds_since(t1), trained.merges.size());
     }
   } catch (const tessera::Error& e) {
     std::fprintf(stderr, "tokenizer: error: %s\n", e.what());

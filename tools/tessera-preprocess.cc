@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/core/clock.h"
 #include "tessera/core/error.h"
 #include "tessera/core/tool_main.h"
 #include "tessera/data/indexed_dataset.h"
@@ -47,14 +48,12 @@
 namespace {
 
 using tessera::Error;
-using Clock = std::chrono::steady_clock;
+using tessera::Clock;
+using tessera::seconds_since;
 
 constexpr const char* kTool = "tessera-preprocess";
 using tessera::one_line;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 constexpr int kMalformedReported = 5;     // malformed lines printed before going quiet
 constexpr size_t kBatchBytes = 8u << 20;  // text read per parallel batch
 constexpr double kProgressSeconds = 5.0;  // between progress lines on stderr

@@ -10,13 +10,13 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "tessera/core/clock.h"
 #include "tessera/core/error.h"
 
 namespace tessera::comm {
 namespace detail {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
 // Control-channel messages (fixed size, sent as bytes between identical binaries).
 constexpr int kTagQuery = 101;
@@ -37,10 +37,6 @@ struct ReplyMsg {
 std::mutex g_instance_mu;
 std::unique_ptr<Runtime> g_instance;
 bool g_shut_down = false;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 void copy_str(char* dst, size_t cap, const std::string& s) {
   size_t n = std::min(cap - 1, s.size());

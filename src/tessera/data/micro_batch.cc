@@ -1,3 +1,4 @@
+#include "tessera/core/clock.h"
 #include "tessera/data/micro_batch.h"
 
 #include <chrono>
@@ -91,7 +92,7 @@ const MicroBatch& Prefetcher::next() {
   released_ = consumed_;  // the previous result is no longer in use
   cv_.notify_all();
   cv_.wait(lock, [&] { return produced_ > consumed_ || error_at_ == consumed_; });
-  wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  wait_s_ += seconds_since(t0);
   if (produced_ <= consumed_) std::rethrow_exception(error_);
   const int64_t k = consumed_++;
   return slots_[static_cast<size_t>(k % static_cast<int64_t>(slots_.size()))];

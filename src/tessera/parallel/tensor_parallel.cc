@@ -3,6 +3,7 @@
 #include <chrono>
 #include <utility>
 
+#include "tessera/core/clock.h"
 #include "tessera/parallel/mappings.h"
 
 namespace tessera::parallel {
@@ -13,7 +14,7 @@ class ScopedTimer {
  public:
   explicit ScopedTimer(double& total) : total_(total), t0_(std::chrono::steady_clock::now()) {}
   ~ScopedTimer() {
-    total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    total_ += seconds_since(t0_);
   }
 
  private:

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tessera/core/clock.h"
 #include "tessera/core/error.h"
 
 namespace tessera::pipeline {
@@ -36,7 +37,7 @@ void Timeline::start() {
 }
 
 double Timeline::now() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - origin_).count();
+  return seconds_since(origin_);
 }
 
 void Timeline::add(Phase phase, int microbatch, int chunk, double start, double end) {

@@ -9,6 +9,7 @@
 #include "tessera/checkpoint/hf_export.h"
 #include "tessera/checkpoint/sharded_checkpoint.h"
 #include "tessera/comm/process_group.h"
+#include "tessera/core/clock.h"
 #include "tessera/core/threads.h"
 #include "tessera/distributed/sum_scalars.h"
 #include "tessera/optim/deepspeed_lr_schedule.h"
@@ -18,11 +19,6 @@
 namespace tessera::train {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 optim::LRScheduleOptions schedule_options(const TrainArgs& a, int64_t train_iters) {
   optim::LRScheduleOptions o;

@@ -18,18 +18,13 @@
 #include "tessera/checkpoint/hf_import.h"
 #include "tessera/checkpoint/run_state.h"
 #include "tessera/checkpoint/sharded_checkpoint.h"
+#include "tessera/core/clock.h"
 #include "tessera/core/file_io.h"
 #include "tessera/distributed/sum_scalars.h"
 #include "tessera/train/trainer.h"
 
 namespace tessera::train {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 std::string state_tensor_name(const std::string& state, const std::string& param) {
   return "optimizer." + state + "." + param;
