@@ -248,7 +248,7 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
       for (const auto& s : t.at("slices")) {
         Source src{s.at("file").get<std::string>(), s.at("key").get<std::string>(),
                    s.at("xxh3").get<std::string>(),
-                   TensorSlice::from_json(s, path + ": tensor " + name)};
+                   TensorSlice::from_json(s, path + ": tensor " + name), {}, false};
         src.slice.global_shape = e.shape;
         src.slice.check_fits_global(path + ": tensor " + name);
         if (!meta["files"].contains(src.file))
@@ -293,8 +293,9 @@ void CheckpointReader::read(const std::string& name, const TensorSlice& target, 
   const std::vector<Run> needed = runs(target);
   int64_t wanted = 0, copied = 0;
   for (const Run& r : needed) wanted += r.length;
-  for (const Source& src : tensors_.at(name).sources) {
-    const std::vector<Run> have = runs(src.slice);
+  for (Source& src : tensors_.at(name).sources) {
+    if (src.runs.empty()) src.runs = runs(src.slice);
+    const std::vector<Run>& have = src.runs;
     // Skip sources that cannot overlap (the common case under a different layout).
     if (have.empty() || needed.empty() ||
         have.back().global + have.back().length <= needed.front().global ||
@@ -308,12 +309,12 @@ void CheckpointReader::read(const std::string& name, const TensorSlice& target, 
       throw Error(where + ": " + std::to_string(info.numel) + " " + safe_dtype_name(info.dtype) +
                   " elements, expected " + std::to_string(src.slice.numel()) + " F32");
     const void* data = f.data(src.key);
-    if (verified_.insert(src.file + "/" + src.key).second &&
-        checksum(data, info.data_end - info.data_begin) != src.checksum) {
-      verified_.erase(src.file + "/" + src.key);
-      throw Error(where + ": checksum mismatch (XXH3 " +
-                  checksum(data, info.data_end - info.data_begin) + ", metadata.json records " +
-                  src.checksum + "): the file is corrupted");
+    if (!src.verified) {
+      const std::string actual = checksum(data, info.data_end - info.data_begin);
+      if (actual != src.checksum)
+        throw Error(where + ": checksum mismatch (XXH3 " + actual + ", metadata.json records " +
+                    src.checksum + "): the file is corrupted");
+      src.verified = true;
     }
     copied += copy_overlap(have, data, needed, out, sizeof(float));
   }

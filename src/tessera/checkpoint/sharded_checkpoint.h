@@ -24,7 +24,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -109,6 +108,8 @@ class CheckpointReader {
   struct Source {
     std::string file, key, checksum;
     TensorSlice slice;
+    std::vector<Run> runs;  // runs(slice), computed on first use (most sources are never read)
+    bool verified = false;  // the checksum matched
   };
   struct Entry {
     std::vector<int64_t> shape;
@@ -121,7 +122,6 @@ class CheckpointReader {
   nlohmann::json state_;
   std::map<std::string, Entry> tensors_;
   std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;
-  std::set<std::string> verified_;  // "file/key" whose checksum matched
 };
 
 }  // namespace tessera::checkpoint

@@ -83,6 +83,7 @@ class DataParallelGrads {
   // increasing order. The whole buffer at stage 0.
   const std::vector<FlatRange>& owned() const { return owned_; }
   bool sharded() const { return zero_stage_ >= 1; }
+  int zero_stage() const { return zero_stage_; }
   int dp_size() const { return dp_size_; }
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
 

@@ -37,6 +37,7 @@ class Optimizer {
   // flat_grads * grad_scale (grad_scale folds in 1/loss_scale and the clipping coefficient).
   void step(double lr, float grad_scale);
   int64_t steps() const { return steps_; }
+  const std::string& kind() const { return options_.kind; }  // "adam" or "sgd"
 
   // The fp32 master value of a parameter (a view; for export). Unsharded optimizers only.
   Tensor master(const model::Parameter& p) const;

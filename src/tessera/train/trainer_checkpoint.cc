@@ -59,14 +59,13 @@ nlohmann::json Trainer::run_state(int64_t iteration) const {
       {"evaluations", evaluations_},
       {"seed", a.seed},
       {"optimizer",
-       {{"kind", a.optimizer == "sgd" ? "sgd" : "adam"},
+       {{"kind", optimizer_->kind()},
         {"steps", optimizer_->steps()},
         {"saved", !a.no_save_optim}}},
       // The schedule is a function of the step count and this run's flags (a resumed run takes
       // its flags, as Megatron with --override-opt_param-scheduler); where it stood is recorded.
       {"lr_scheduler",
-       {{"steps", optimizer_->steps()},
-        {"next_lr", scheduler_->lr_at(optimizer_->steps())},
+       {{"next_lr", scheduler_->lr_at(optimizer_->steps())},
         {"lr", a.lr},
         {"min_lr", a.min_lr},
         {"decay_style", a.lr_decay_style},
@@ -81,14 +80,11 @@ nlohmann::json Trainer::run_state(int64_t iteration) const {
         {"pipeline_model_parallel_size", pp_size_},
         {"virtual_pipeline_stages", partition_.virtual_stages},
         {"data_parallel_size", dp_size_},
-        {"zero_stage", std::max(a.zero_stage, a.use_distributed_optimizer ? 1 : 0)}}},
+        {"zero_stage", dp_grads_->zero_stage()}}},
       {"args",
        {{"micro_batch_size", a.micro_batch_size},
         {"global_batch_size", a.global_batch_size},
         {"train_iters", train_iters_},
-        {"lr", a.lr},
-        {"min_lr", a.min_lr},
-        {"lr_decay_style", a.lr_decay_style},
         {"weight_decay", a.weight_decay},
         {"clip_grad", a.clip_grad},
         {"precision", a.bf16 ? "bf16" : a.fp16 ? "fp16" : "fp32"}}}};
@@ -275,7 +271,7 @@ void Trainer::load_checkpoint() {
   const SavedRun saved = parse_saved_run(reader.state(), where);
   const bool finetune = a.finetune || saved.release;
   const bool load_optim = !finetune && !a.no_load_optim;
-  const std::string kind = a.optimizer == "sgd" ? "sgd" : "adam";
+  const std::string& kind = optimizer_->kind();
   if (load_optim && !saved.saved_optim)
     throw Error(*dir + " holds no optimizer state (saved with --no-save-optim): pass "
                 "--no-load-optim or --finetune to load the weights only");
