@@ -69,14 +69,7 @@ Tensor file_value(const model::ModelConfig& cfg, const Entry& e,
   TESSERA_CHECK(value.dtype() == DType::kF32 && value.numel() == p.global_numel());
   if (p.shard.vocab_rows > 0) value = value.slice_rows(0, p.shard.vocab_rows);
   if (!is_hf_conv1d(cfg, p.name) || e.shape.size() != 2) return value;
-  // e.shape is [in, out]; value is (out, in).
-  const int64_t in = e.shape[0], out = e.shape[1];
-  Tensor t = Tensor::empty({in, out}, DType::kF32, MemoryCategory::kOther);
-  const float* src = value.data<float>();
-  float* dst = t.data<float>();
-  for (int64_t r = 0; r < out; ++r)
-    for (int64_t c = 0; c < in; ++c) dst[c * out + r] = src[r * in + c];
-  return t;
+  return transposed(value.view({e.shape[1], e.shape[0]}));  // (out, in) -> [in, out]
 }
 
 // Writes one safetensors file holding `entries`; their values are held only meanwhile.
@@ -250,6 +243,17 @@ void export_hf(const model::ModelConfig& cfg, const model::ParameterSet& params,
   }
   remove_stale(dir, file, index_file, stem, written);
   write_text(dir / "config.json", hf_config_json(cfg));
+}
+
+Tensor transposed(const Tensor& m) {
+  TESSERA_CHECK(m.dtype() == DType::kF32 && m.shape().size() == 2);
+  const int64_t rows = m.shape()[0], cols = m.shape()[1];
+  Tensor t = Tensor::empty({cols, rows}, DType::kF32, MemoryCategory::kOther);
+  const float* src = m.data<float>();
+  float* dst = t.data<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+  return t;
 }
 
 }  // namespace tessera::checkpoint

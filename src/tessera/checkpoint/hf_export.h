@@ -44,6 +44,10 @@ bool is_hf_conv1d(const model::ModelConfig& cfg, const std::string& name);
 // rows (padding stripped) and Conv1D weights transposed.
 std::vector<int64_t> hf_tensor_shape(const model::ModelConfig& cfg, const model::Parameter& p);
 
+// The transpose of a 2-D fp32 tensor (rows, cols) -> (cols, rows): GPT-2's Conv1D weights
+// between Tessera's (out, in) and Transformers' [in, out], in both directions.
+Tensor transposed(const Tensor& m);
+
 // Throws tessera::Error naming the flag when cfg mixes the families in a way Transformers'
 // GPT2LMHeadModel or LlamaForCausalLM cannot represent (e.g. RoPE with LayerNorm and GELU, or
 // GQA in GPT-2), so an export is refused at startup instead of writing a model that loads wrong.

@@ -296,22 +296,9 @@ Tensor read_parameter(const model::ModelConfig& cfg, const model::Parameter& p,
                 shape_str(expected) + " (config.json's model)");
   const auto* src = static_cast<const unsigned char*>(file.data(stored));
   const bool conv1d = is_hf_conv1d(cfg, p.name) && expected.size() == 2;
-  Shape shape = expected;
-  if (conv1d) std::swap(shape[0], shape[1]);
-  Tensor out = Tensor::empty(shape, DType::kF32, MemoryCategory::kOther);
-  if (!conv1d) {
-    widen(out.data<float>(), src, info.dtype, info.numel);
-    return out;
-  }
-  // Stored [in, out]; Tessera holds (out, in).
   Tensor stored_layout = Tensor::empty(expected, DType::kF32, MemoryCategory::kOther);
   widen(stored_layout.data<float>(), src, info.dtype, info.numel);
-  const int64_t in = expected[0], outs = expected[1];
-  const float* s = stored_layout.data<float>();
-  float* d = out.data<float>();
-  for (int64_t c = 0; c < in; ++c)
-    for (int64_t r = 0; r < outs; ++r) d[r * in + c] = s[c * outs + r];
-  return out;
+  return conv1d ? transposed(stored_layout) : stored_layout;  // Conv1D: [in, out] -> (out, in)
 }
 
 }  // namespace
