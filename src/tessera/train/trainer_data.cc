@@ -7,7 +7,6 @@
 #include "tessera/core/error.h"
 #include "tessera/data/gpt_dataset.h"
 #include "tessera/data/tokenizer.h"
-#include "tessera/distributed/sum_scalars.h"
 #include "tessera/train/trainer.h"
 
 namespace tessera::train {
@@ -95,7 +94,7 @@ void Trainer::build_data() {
     options.mode = data::CacheMode::kBuildIfMissing;
     sets = data::build_gpt_datasets(spec, sizes, options);
   }
-  distributed::sum_over(world_.get(), {0.0});  // barrier: the cache is complete
+  if (world_) world_->barrier().wait();  // the cache is complete
   if (!builder) {
     options.mode = data::CacheMode::kLoadOnly;
     sets = data::build_gpt_datasets(spec, sizes, options);
