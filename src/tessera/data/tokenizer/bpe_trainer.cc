@@ -1,13 +1,11 @@
 #include "tessera/data/tokenizer/bpe_trainer.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <queue>
 
 #include "tessera/core/error.h"
+#include "tessera/core/file_io.h"
 #include "tessera/data/tokenizer/gpt2_split.h"
 #include "tessera/data/tokenizer/unicode.h"
 
@@ -183,11 +181,11 @@ void write_byte_level_bpe_json(const std::string& path,
                 {"ignore_merges", false},
                 {"vocab", std::move(v)},
                 {"merges", std::move(m)}};
-  std::ofstream f(path, std::ios::binary);
-  if (!f) throw Error("cannot write tokenizer '" + path + "': " + std::strerror(errno));
-  f << j.dump(1) << '\n';
-  f.close();
-  if (!f) throw Error("cannot write tokenizer '" + path + "': write error");
+  // Atomic: an interrupted run leaves no half-written tokenizer.json that a later run would load.
+  const std::string text = j.dump(1) + '\n';
+  AtomicFile out(path);
+  out.write(text.data(), text.size());
+  out.commit();
 }
 
 }  // namespace tessera::data
