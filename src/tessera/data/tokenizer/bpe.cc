@@ -9,9 +9,6 @@
 namespace tessera::data {
 namespace {
 
-// Far above any real vocabulary (the largest are ~256k); keeps a corrupt id from allocating
-// gigabytes for the id -> token table.
-constexpr int32_t kMaxVocabId = 1 << 21;
 constexpr size_t kMaxCachedBytes = 48;     // longer words are rare: not worth the memory
 constexpr size_t kInitialSlots = 1 << 12;  // per thread; doubles when half full...
 constexpr size_t kMaxSlots = 1 << 19;      // ...up to this, then the cache starts over

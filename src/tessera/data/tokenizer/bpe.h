@@ -18,10 +18,20 @@ using MergePair = std::pair<std::string, std::string>;
 // Immutable after construction; every const method is safe from several threads.
 class BpeModel {
  public:
+  // Ids must be below this. Far above any real vocabulary (the largest are ~256k); keeps a
+  // corrupt id from allocating gigabytes for the id -> token table.
+  static constexpr int32_t kMaxVocabId = 1 << 21;
+
+  // A pair of ids (a, b) as one 64-bit key: a in the high half, b in the low half, so keys of
+  // ids >= 0 order as the pairs do.
+  static uint64_t pair_key(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+
   // `vocab`: (token, id) pairs; ids need not be dense (holes decode as errors) but must be
-  // >= 0 and distinct, tokens distinct. `merges` in rank order (rank = index). `source` names
-  // the file for error messages. Throws tessera::Error for a duplicate id or token, a merge
-  // naming a token that is not in the vocabulary, or a merge whose result is not in it.
+  // in [0, kMaxVocabId) and distinct, tokens distinct. `merges` in rank order (rank = index).
+  // `source` names the file for error messages. Throws tessera::Error for a duplicate id or token,
+  // a merge naming a token that is not in the vocabulary, or a merge whose result is not in it.
   BpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
            std::span<const MergePair> merges, const std::string& source);
 
@@ -57,9 +67,6 @@ class BpeModel {
     using is_transparent = void;
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
-  static uint64_t pair_key(int32_t a, int32_t b) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-  }
 
   std::unordered_map<std::string, int32_t, Hash, std::equal_to<>> token_to_id_;
   std::vector<std::string> id_to_token_;

@@ -12,10 +12,6 @@
 namespace tessera::data {
 namespace {
 
-uint64_t pair_key(int32_t a, int32_t b) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-}
-
 struct Word {
   std::vector<int32_t> symbols;
   int64_t count;
@@ -54,7 +50,7 @@ TrainedBpe BpeTrainer::train(int64_t vocab_size, const std::string& eod,
   for (size_t w = 0; w < words.size(); ++w) {
     const auto& s = words[w].symbols;
     for (size_t i = 0; i + 1 < s.size(); ++i) {
-      const uint64_t k = pair_key(s[i], s[i + 1]);
+      const uint64_t k = BpeModel::pair_key(s[i], s[i + 1]);
       pair_count[k] += words[w].count;
       auto& list = pair_words[k];
       if (list.empty() || list.back() != static_cast<int32_t>(w))
@@ -88,7 +84,7 @@ TrainedBpe BpeTrainer::train(int64_t vocab_size, const std::string& eod,
 
     std::vector<uint64_t> touched;
     auto add = [&](int32_t l, int32_t r, int64_t delta, int32_t w) {
-      const uint64_t k = pair_key(l, r);
+      const uint64_t k = BpeModel::pair_key(l, r);
       pair_count[k] += delta;
       if (delta > 0) {
         auto& list = pair_words[k];

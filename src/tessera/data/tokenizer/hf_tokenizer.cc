@@ -11,14 +11,13 @@ namespace tessera::data {
 namespace {
 
 using hf::Json;
-constexpr int64_t kMaxId = 1 << 21;  // as BpeModel's limit: far above any real vocabulary
 constexpr const char* kEodCandidates[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>",
                                           "<|im_end|>"};
 
 int32_t checked_id(const Json& v, const std::string& what, const std::string& where) {
-  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= kMaxId)
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= BpeModel::kMaxVocabId)
     throw Error(where + ": " + what + " has id " + v.dump() + ": expected an integer in [0, " +
-                std::to_string(kMaxId) + ")");
+                std::to_string(BpeModel::kMaxVocabId) + ")");
   return static_cast<int32_t>(v.get<int64_t>());
 }
 
