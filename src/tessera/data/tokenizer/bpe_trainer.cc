@@ -43,7 +43,10 @@ TrainedBpe BpeTrainer::train(int64_t vocab_size, const std::string& eod,
 
   TrainedBpe out;
   std::vector<std::string> tokens(256);
-  for (int b = 0; b < 256; ++b) unicode::append_utf8(tokens[b], unicode::byte_to_char()[b]);
+  for (int b = 0; b < 256; ++b) {
+    const char byte = static_cast<char>(b);
+    tokens[b] = unicode::to_byte_level({&byte, 1});
+  }
 
   std::unordered_map<uint64_t, int64_t> pair_count;
   std::unordered_map<uint64_t, std::vector<int32_t>> pair_words;  // may hold stale entries

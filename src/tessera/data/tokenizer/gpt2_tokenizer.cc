@@ -68,9 +68,8 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_file, const std::str
   bpe_ = std::make_unique<BpeModel>(
       vocab_, merges_, "--vocab-file '" + vocab_file + "' / --merge-file '" + merge_file + "'");
   for (int b = 0; b < 256; ++b) {
-    std::string s;
-    unicode::append_utf8(s, unicode::byte_to_char()[b]);
-    byte_id_[b] = bpe_->id(s);
+    const char byte = static_cast<char>(b);
+    byte_id_[b] = bpe_->id(unicode::to_byte_level({&byte, 1}));
     if (byte_id_[b] < 0)
       throw Error("--vocab-file '" + vocab_file + "' has no token for byte " + std::to_string(b) +
                   ": expected a byte-level vocabulary (GPT-2's encoder.json)");

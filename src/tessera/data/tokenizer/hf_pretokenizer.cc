@@ -111,7 +111,7 @@ class ByteLevel final : public PreTokenizer {
         gpt2_split(p, views);
       else
         views.push_back(p);
-      for (const auto v : views) out.push_back(to_byte_level(v));
+      for (const auto v : views) out.push_back(unicode::to_byte_level(v));
     }
     pieces = std::move(out);
   }
@@ -174,14 +174,6 @@ class Sequence final : public PreTokenizer {
 };
 
 }  // namespace
-
-std::string to_byte_level(std::string_view text) {
-  std::string out;
-  out.reserve(text.size() * 2);
-  const auto& map = unicode::byte_to_char();
-  for (const char c : text) unicode::append_utf8(out, map[static_cast<uint8_t>(c)]);
-  return out;
-}
 
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& j, const std::string& where) {
   if (j.is_null()) return nullptr;

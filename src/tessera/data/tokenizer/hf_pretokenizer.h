@@ -28,7 +28,4 @@ class PreTokenizer {
 // tessera::Error naming `where` for an unknown type or a malformed field.
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& j, const std::string& where);
 
-// Maps each byte of `text` to its byte-level character (GPT-2's bytes_to_unicode).
-std::string to_byte_level(std::string_view text);
-
 }  // namespace tessera::data::hf
