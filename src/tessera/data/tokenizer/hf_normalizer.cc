@@ -83,19 +83,7 @@ class Replace final : public Normalizer {
   Replace(const Json& j, const std::string& where)
       : re_(pattern_of(member(j, "pattern", where), where), where),
         content_(get_string(j, "content", where)) {}
-  void apply(std::string& text) const override {
-    const auto matches = re_.find_all(text);
-    if (matches.empty()) return;
-    std::string out;
-    size_t last = 0;
-    for (const auto& [b, e] : matches) {
-      out.append(text, last, b - last);
-      out += content_;
-      last = e;
-    }
-    out.append(text, last, std::string::npos);
-    text = std::move(out);
-  }
+  void apply(std::string& text) const override { re_.replace_all(text, content_); }
 
  private:
   Regex re_;
