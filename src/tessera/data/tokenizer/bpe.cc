@@ -73,6 +73,14 @@ std::atomic<uint64_t> next_uid{1};
 
 }  // namespace
 
+std::optional<MergePair> parse_merge(std::string_view text) {
+  const size_t space = text.find(' ');
+  if (space == 0 || space == std::string_view::npos || space + 1 == text.size() ||
+      text.find(' ', space + 1) != std::string_view::npos)
+    return std::nullopt;
+  return MergePair(text.substr(0, space), text.substr(space + 1));
+}
+
 BpeModel::BpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
                    std::span<const MergePair> merges, const std::string& source)
     : uid_(next_uid.fetch_add(1)) {

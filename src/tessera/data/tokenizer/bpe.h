@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -14,6 +15,11 @@
 namespace tessera::data {
 
 using MergePair = std::pair<std::string, std::string>;
+
+// A merge written as "left right" (a line of GPT-2's vocab.bpe, a string in tokenizer.json's
+// merges): its two tokens, or std::nullopt unless `text` is exactly two non-empty tokens
+// separated by one space. The caller reports the error, naming its file and line.
+std::optional<MergePair> parse_merge(std::string_view text);
 
 // Immutable after construction; every const method is safe from several threads.
 class BpeModel {

@@ -75,12 +75,9 @@ void HfTokenizer::load(const std::string& text) {
       const std::string bad = mwhere + ": merge " + std::to_string(r + 1) +
                               " is malformed: expected \"left right\" or [\"left\", \"right\"]";
       if (m.is_string()) {
-        const std::string s = m.get<std::string>();
-        const size_t sp = s.find(' ');
-        if (sp == 0 || sp == std::string::npos || sp + 1 == s.size() ||
-            s.find(' ', sp + 1) != std::string::npos)
-          throw Error(bad);
-        merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+        auto merge = parse_merge(m.get_ref<const std::string&>());
+        if (!merge) throw Error(bad);
+        merges.push_back(std::move(*merge));
       } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
         merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
       } else {
