@@ -128,10 +128,7 @@ BpeModel::BpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
     const uint64_t key = pair_key(ia, ib);
     size_t i = (key * 0x9E3779B97F4A7C15ull) >> merge_shift_;
     while (merge_slots_[i].key != kNoPair && merge_slots_[i].key != key) i = (i + 1) & merge_mask_;
-    if (merge_slots_[i].key == kNoPair) {
-      merge_slots_[i] = {key, Merge{static_cast<int32_t>(r), ir}};
-      ++num_merges_;
-    }
+    if (merge_slots_[i].key == kNoPair) merge_slots_[i] = {key, Merge{static_cast<int32_t>(r), ir}};
   }
 }
 

@@ -53,7 +53,6 @@ class BpeModel {
   }
   // One more than the largest id.
   int64_t size() const { return static_cast<int64_t>(id_to_token_.size()); }
-  int64_t num_merges() const { return num_merges_; }
 
   // Merges `symbols` (the initial ids of one word) in place until no merge applies.
   void merge(std::vector<int32_t>& symbols) const;
@@ -95,7 +94,6 @@ class BpeModel {
   std::vector<MergeSlot> merge_slots_;
   size_t merge_mask_ = 0;
   int merge_shift_ = 64;
-  int64_t num_merges_ = 0;
   uint64_t uid_;  // identifies this model's entries in the per-thread caches
 };
 

@@ -37,7 +37,7 @@ void on_valid_runs(std::string& text, Fn fn) {
 
 class Unicode final : public Normalizer {
  public:
-  Unicode(const std::string& type, const std::string& where) : type_(type) {
+  Unicode(const std::string& type, const std::string& where) {
     UErrorCode status = U_ZERO_ERROR;
     if (type == "NFC") norm_ = icu::Normalizer2::getNFCInstance(status);
     if (type == "NFD") norm_ = icu::Normalizer2::getNFDInstance(status);
@@ -63,8 +63,7 @@ class Unicode final : public Normalizer {
   }
 
  private:
-  std::string type_;
-  const icu::Normalizer2* norm_ = nullptr;
+  const icu::Normalizer2* norm_ = nullptr;  // nullptr: Lowercase
 };
 
 class Prepend final : public Normalizer {

@@ -115,7 +115,6 @@ class ByteLevel final : public PreTokenizer {
     }
     pieces = std::move(out);
   }
-  bool byte_level() const override { return true; }
 
  private:
   bool add_prefix_space_, use_regex_;
@@ -162,11 +161,6 @@ class Sequence final : public PreTokenizer {
   explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> parts) : parts_(std::move(parts)) {}
   void apply(std::vector<std::string>& pieces, bool first_segment) const override {
     for (const auto& p : parts_) p->apply(pieces, first_segment);
-  }
-  bool byte_level() const override {
-    for (const auto& p : parts_)
-      if (p->byte_level()) return true;
-    return false;
   }
 
  private:

@@ -20,8 +20,6 @@ class PreTokenizer {
   // the pieces come from the start of the text (before any added token), which Metaspace's
   // prepend_scheme "first" needs.
   virtual void apply(std::vector<std::string>& pieces, bool first_segment) const = 0;
-  // True if the pieces come out in the byte-level alphabet (a ByteLevel pre-tokenizer).
-  virtual bool byte_level() const { return false; }
 };
 
 // The pre-tokenizer a "pre_tokenizer" object describes; nullptr for null. Throws

@@ -112,6 +112,7 @@ void HfTokenizer::load(const std::string& text) {
     const Json& added = component("added_tokens");
     if (!added.is_null() && !added.is_array())
       throw Error(where + ": 'added_tokens' must be an array");
+    std::vector<AddedToken> all_added;
     for (size_t k = 0; !added.is_null() && k < added.size(); ++k) {
       const std::string awhere = where + ": added_tokens[" + std::to_string(k) + "]";
       AddedToken t;
@@ -125,14 +126,14 @@ void HfTokenizer::load(const std::string& text) {
                     *in_vocab + "' in the model's vocab: expected the same token");
       vocab_size_ = std::max<int64_t>(vocab_size_, t.id + 1);
       added_by_id_[t.id] = t.content;
-      added_.push_back(t);
+      all_added.push_back(t);
       if (!t.special) matchable_.push_back(t);
     }
     std::stable_sort(matchable_.begin(), matchable_.end(), [](const auto& a, const auto& b) {
       return a.content.size() > b.content.size();
     });
     for (const char* name : kEodCandidates) {
-      for (const auto& t : added_)
+      for (const auto& t : all_added)
         if (t.content == name) eod_ = t.id;
       if (!eod_ && bpe_->id(name) >= 0) eod_ = bpe_->id(name);
       if (eod_) break;
