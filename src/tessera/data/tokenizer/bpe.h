@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -15,6 +16,13 @@
 namespace tessera::data {
 
 using MergePair = std::pair<std::string, std::string>;
+
+// Hash of a std::unordered_map<std::string, ..., StringHash, std::equal_to<>>, which then finds
+// a std::string_view key without building a std::string.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
 
 // A merge written as "left right" (a line of GPT-2's vocab.bpe, a string in tokenizer.json's
 // merges): its two tokens, or std::nullopt unless `text` is exactly two non-empty tokens
@@ -68,12 +76,8 @@ class BpeModel {
     int32_t rank;
     int32_t result;
   };
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
 
-  std::unordered_map<std::string, int32_t, Hash, std::equal_to<>> token_to_id_;
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> token_to_id_;
   std::vector<std::string> id_to_token_;
   std::vector<bool> has_id_;
   // The merges as an open-addressing table keyed by pair_key (kNoPair: empty slot): the

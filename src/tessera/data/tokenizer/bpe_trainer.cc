@@ -22,7 +22,12 @@ struct Word {
 void BpeTrainer::add_text(std::string_view text) {
   std::vector<std::string_view> pieces;
   gpt2_split(text, pieces);
-  for (const auto p : pieces) ++counts_[std::string(p)];
+  // Most pieces are words seen before: find them by view, build a string only for a new one.
+  for (const auto p : pieces) {
+    auto it = counts_.find(p);
+    if (it == counts_.end()) it = counts_.emplace(std::string(p), 0).first;
+    ++it->second;
+  }
 }
 
 TrainedBpe BpeTrainer::train(int64_t vocab_size, const std::string& eod,
@@ -69,6 +74,7 @@ TrainedBpe BpeTrainer::train(int64_t vocab_size, const std::string& eod,
   for (const auto& [k, c] : pair_count) heap.push({c, k});
 
   std::vector<int32_t> seen(words.size(), -1);
+  std::vector<int32_t> next;  // a word's symbols after one merge; reused, swapped with the word's
   const int64_t max_tokens = vocab_size - 1;  // the last id is EOD
   while (static_cast<int64_t>(tokens.size()) < max_tokens && !heap.empty()) {
     const auto [count, key] = heap.top();
@@ -102,7 +108,7 @@ TrainedBpe BpeTrainer::train(int64_t vocab_size, const std::string& eod,
       seen[w] = merged;
       auto& s = words[w].symbols;
       const int64_t c = words[w].count;
-      std::vector<int32_t> next;
+      next.clear();
       next.reserve(s.size());
       for (size_t i = 0; i < s.size();) {
         if (i + 1 < s.size() && s[i] == a && s[i + 1] == b) {
@@ -122,7 +128,7 @@ TrainedBpe BpeTrainer::train(int64_t vocab_size, const std::string& eod,
           ++i;
         }
       }
-      s = std::move(next);
+      s.swap(next);
     }
     pair_count.erase(key);
     std::sort(touched.begin(), touched.end());

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -38,7 +39,7 @@ class BpeTrainer {
                    int64_t min_frequency = 2) const;
 
  private:
-  std::unordered_map<std::string, int64_t> counts_;
+  std::unordered_map<std::string, int64_t, StringHash, std::equal_to<>> counts_;
 };
 
 // Writes a byte-level BPE as a Hugging Face tokenizer.json: model BPE with these vocab and
