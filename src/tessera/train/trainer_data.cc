@@ -54,7 +54,9 @@ void Trainer::build_data() {
   const int64_t passes = a.eval_interval > 0 ? train_iters_ / a.eval_interval + 1 : 1;
   const int64_t valid_samples = passes * a.eval_iters * gbs;
   if (!a.tokenizer_type.empty()) {
-    ltor_.eod = data::make_tokenizer(tokenizer_options(a))->eod();
+    // Recorded by parse_arguments; loaded here only when it was not (see TrainArgs).
+    ltor_.eod =
+        a.tokenizer_eod ? *a.tokenizer_eod : data::make_tokenizer(tokenizer_options(a))->eod();
     ltor_.eod_mask_loss = a.eod_mask_loss;
     ltor_.reset_position_ids = a.reset_position_ids;
     ltor_.reset_attention_mask = a.reset_attention_mask;
