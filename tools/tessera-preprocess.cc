@@ -95,15 +95,10 @@ bool is_blank(const std::string& s) {
 class RecordReader {
  public:
   RecordReader(const std::string& path, bool jsonl) : path_(path), jsonl_(jsonl) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
-      throw Error("cannot open input file '" + path + "': " + std::strerror(errno));
-    }
     file_ = std::fopen(path.c_str(), "rb");
     if (file_ == nullptr) {
       throw Error("cannot open input file '" + path + "': " + std::strerror(errno));
     }
-    total_bytes_ = static_cast<uint64_t>(st.st_size);
   }
   ~RecordReader() {
     std::free(buf_);
@@ -144,7 +139,6 @@ class RecordReader {
   }
 
   uint64_t bytes_read() const { return bytes_read_; }
-  uint64_t total_bytes() const { return total_bytes_; }
 
  private:
   void flush_document(std::vector<Record>& out) {
@@ -161,7 +155,7 @@ class RecordReader {
   size_t cap_ = 0;
   int64_t line_ = 0;
   bool eof_ = false;
-  uint64_t bytes_read_ = 0, total_bytes_ = 0;
+  uint64_t bytes_read_ = 0;
   std::string doc_;
   bool doc_has_line_ = false;
   int64_t doc_line_ = 0;
@@ -188,28 +182,32 @@ bool is_jsonl(const Options& opt, const std::string& path) {
          (opt.input_format == "auto" && (ends_with(path, ".jsonl") || ends_with(path, ".json")));
 }
 
-// The texts of one record (one per key; none if malformed), for tokenizer training.
-void record_texts(const Record& r, bool jsonl, const std::vector<std::string>& keys,
-                  std::vector<std::string>& out) {
-  out.clear();
+// Calls fn(text) for the texts of one record: the document (text input) or the value of each
+// key in order (jsonl). The view lives only during the call. Returns "" or, for a malformed
+// line, why; fn may then already have seen the keys before the bad one: the caller discards
+// them, so that a malformed line is skipped for every key.
+template <class Fn>
+std::string for_each_text(const Record& r, bool jsonl, const std::vector<std::string>& keys,
+                          Fn fn) {
   if (!jsonl) {
-    out.push_back(r.text);
-    return;
+    fn(std::string_view(r.text));
+    return "";
   }
+  nlohmann::json j;
   try {
-    const auto j = nlohmann::json::parse(r.text);
-    if (!j.is_object()) return;
-    for (const auto& key : keys) {
-      const auto it = j.find(key);
-      if (it == j.end() || !it->is_string()) {
-        out.clear();
-        return;
-      }
-      out.push_back(it->get<std::string>());
-    }
-  } catch (const nlohmann::json::exception&) {
-    out.clear();
+    j = nlohmann::json::parse(r.text);
+  } catch (const nlohmann::json::exception& ex) {
+    return ex.what();
   }
+  if (!j.is_object()) return "expected a JSON object";
+  for (const auto& key : keys) {
+    const auto it = j.find(key);
+    if (it == j.end()) return "key '" + key + "' is missing";
+    if (!it->is_string())
+      return "key '" + key + "' holds " + std::string(it->type_name()) + ", expected a string";
+    fn(std::string_view(it->get_ref<const std::string&>()));
+  }
+  return "";
 }
 
 // Trains a byte-level BPE on the input and writes it next to the output prefix; returns its path.
@@ -225,8 +223,13 @@ std::string train_tokenizer(const Options& opt, const std::vector<std::string>& 
     RecordReader reader(path, jsonl);
     while (reader.next_batch(batch))
       for (const auto& r : batch) {
-        record_texts(r, jsonl, keys, texts);
-        for (const auto& t : texts) trainer.add_text(t);
+        // Copied (the views die with the parsed line) and added only if the whole line is good,
+        // as encoding skips a malformed line for every key.
+        texts.clear();
+        const std::string error =
+            for_each_text(r, jsonl, keys, [&](std::string_view t) { texts.emplace_back(t); });
+        if (error.empty())
+          for (const auto& t : texts) trainer.add_text(t);
       }
     bytes += reader.bytes_read();
   }
@@ -246,39 +249,11 @@ std::string train_tokenizer(const Options& opt, const std::vector<std::string>& 
 Encoded encode_record(const Record& r, bool jsonl, const std::vector<std::string>& keys,
                       const tessera::data::Tokenizer& tok, bool append_eod) {
   Encoded e;
-  auto add = [&](std::string_view text) {
+  e.error = for_each_text(r, jsonl, keys, [&](std::string_view text) {
     e.tokens.push_back(tok.encode(text));
     if (append_eod) e.tokens.back().push_back(tok.eod());
-  };
-  if (!jsonl) {
-    add(r.text);
-    return e;
-  }
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(r.text);
-  } catch (const nlohmann::json::exception& ex) {
-    e.error = ex.what();
-    return e;
-  }
-  if (!j.is_object()) {
-    e.error = "expected a JSON object";
-    return e;
-  }
-  for (const auto& key : keys) {
-    const auto it = j.find(key);
-    if (it == j.end()) {
-      e.error = "key '" + key + "' is missing";
-      e.tokens.clear();
-      return e;
-    }
-    if (!it->is_string()) {
-      e.error = "key '" + key + "' holds " + std::string(it->type_name()) + ", expected a string";
-      e.tokens.clear();
-      return e;
-    }
-    add(it->get_ref<const std::string&>());
-  }
+  });
+  if (!e.error.empty()) e.tokens.clear();
   return e;
 }
 

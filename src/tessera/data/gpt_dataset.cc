@@ -12,6 +12,9 @@ namespace {
 
 // Bump when the index definitions or the RNG change: old caches then miss instead of being used.
 constexpr const char* kFormat = "tessera-indices-v1 (Philox4x32-10 Fisher-Yates)";
+// Megatron's add_extra_token_to_sequence: a sample reads seq_length + 1 tokens, so a split needs
+// at least 1 + kAddExtraToken tokens for one.
+constexpr int kAddExtraToken = 1;
 
 std::string default_cache_dir(const std::string& prefix) {
   // Megatron's default: os.path.join(path_prefix, "cache", "GPTDataset_indices").
@@ -22,6 +25,13 @@ int64_t file_size_or_zero(const std::string& path) {
   std::error_code ec;
   const auto n = std::filesystem::file_size(path, ec);
   return ec ? 0 : static_cast<int64_t>(n);
+}
+
+// Tokens in the documents `docs` of `ds`.
+int64_t tokens_in(const IndexedDataset& ds, DocumentRange docs) {
+  int64_t tokens = 0;
+  for (int64_t d = docs.begin; d < docs.end; ++d) tokens += ds.sequence_length(d);
+  return tokens;
 }
 
 std::string format_double(double x) {
@@ -37,7 +47,6 @@ GPTDataset::GPTDataset(std::shared_ptr<const IndexedDataset> data, DocumentRange
                        int64_t num_samples, const GPTDatasetOptions& options)
     : data_(std::move(data)), seq_length_(options.seq_length), vocab_(options.vocab_size) {
   const IndexedDataset& ds = *data_;
-  const int add_extra = 1;
   std::ostringstream d;
   d << "class: GPTDataset\nformat: " << kFormat << "\ndataset_path: " << ds.prefix()
     << "\nidx_bytes: " << file_size_or_zero(ds.idx_path())
@@ -45,7 +54,8 @@ GPTDataset::GPTDataset(std::shared_ptr<const IndexedDataset> data, DocumentRange
     << "\nnum_sequences: " << ds.num_sequences() << "\nnum_tokens: " << ds.num_tokens()
     << "\nindex_split: " << kSplitNames[static_cast<int>(split)] << "\ndocuments: [" << docs.begin
     << ", " << docs.end << ")\nnum_samples: " << num_samples << "\nsequence_length: " << seq_length_
-    << "\nadd_extra_token_to_sequence: " << add_extra << "\nrandom_seed: " << options.seed << "\n";
+    << "\nadd_extra_token_to_sequence: " << kAddExtraToken << "\nrandom_seed: " << options.seed
+    << "\n";
   description_ = d.str();
   const std::string dir =
       options.cache_dir.empty() ? default_cache_dir(ds.prefix()) : options.cache_dir;
@@ -59,14 +69,15 @@ GPTDataset::GPTDataset(std::shared_ptr<const IndexedDataset> data, DocumentRange
   std::vector<int32_t> lengths(static_cast<size_t>(ds.num_sequences()));
   for (int64_t s = 0; s < ds.num_sequences(); ++s)
     lengths[s] = static_cast<int32_t>(ds.sequence_length(s));
-  int64_t tokens = 0;
-  for (int64_t d = docs.begin; d < docs.end; ++d) tokens += lengths[d];
-  if (tokens < 1 + add_extra)
+  // plan_index makes the same check; this one comes first for its message, which names the
+  // prefix and the split.
+  const int64_t tokens = tokens_in(ds, docs);
+  if (tokens < 1 + kAddExtraToken)
     throw Error(ds.prefix() + ": the " + kSplitNames[static_cast<int>(split)] +
                 " split (documents [" + std::to_string(docs.begin) + ", " +
                 std::to_string(docs.end) + ")) holds " + std::to_string(tokens) +
                 " tokens: too few for any sample (check --split and the data)");
-  plan_ = plan_index(lengths, docs, num_samples, seq_length_, add_extra);
+  plan_ = plan_index(lengths, docs, num_samples, seq_length_, kAddExtraToken);
 
   bool exists = false;
   const bool hit = read_text_file(desc_path, &exists) == description_ && exists;
@@ -78,7 +89,7 @@ GPTDataset::GPTDataset(std::shared_ptr<const IndexedDataset> data, DocumentRange
                   "file system every rank sees?)");
     const std::vector<int64_t> doc_index = build_document_index(docs, plan_, options.seed);
     const std::vector<int64_t> sample_index =
-        build_sample_index(lengths, doc_index, seq_length_, plan_, add_extra);
+        build_sample_index(lengths, doc_index, seq_length_, plan_, kAddExtraToken);
     const int64_t total = static_cast<int64_t>(sample_index.size()) / 2 - 1;
     const std::vector<int64_t> shuffle_index =
         build_shuffle_index(plan_.separate_final_epoch ? plan_.num_samples_sans_final_epoch : total,
@@ -275,15 +286,13 @@ class Builder {
     };
     // A validation or test split too small for one sample in any prefix of the blend is
     // absent (the trainer then skips that evaluation and says so); a training split that small
-    // is an error (plan_index's).
+    // is an error (GPTDataset's).
     if (s != Split::kTrain) {
       for (const std::string& prefix : blend.prefixes) {
         auto data = open(prefix);
         const auto range =
             split_document_ranges(split, data->num_sequences())[static_cast<int>(s)];
-        int64_t tokens = 0;
-        for (int64_t d = range->begin; d < range->end; ++d) tokens += data->sequence_length(d);
-        if (tokens < 2) return nullptr;
+        if (tokens_in(*data, *range) < 1 + kAddExtraToken) return nullptr;
       }
     }
     if (blend.prefixes.size() == 1 && blend.weights.empty()) return part(blend.prefixes[0], size);

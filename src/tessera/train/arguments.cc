@@ -304,10 +304,20 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   }
   // The tokenizer determines the vocabulary unless --vocab-size says otherwise.
   // The tokenizer is loaded here so that a bad vocabulary file fails before any work.
+  // Every way of naming a tokenizer (its flags, --config, --load of a Hugging Face directory)
+  // has set tokenizer_type by now, so this is the run's one load.
   if (!args.tokenizer_type.empty()) {
-    const int64_t vocab = data::make_tokenizer(tokenizer_options(args))->vocab_size();
+    const auto tokenizer = data::make_tokenizer(tokenizer_options(args));
     // (A Hugging Face model's vocabulary is its embedding's rows, whatever its tokenizer says.)
-    if (app.get_option("--vocab-size")->count() == 0 && !hf_load) args.model.vocab_size = vocab;
+    if (app.get_option("--vocab-size")->count() == 0 && !hf_load)
+      args.model.vocab_size = tokenizer->vocab_size();
+    // A tokenizer without an EOD is not an error yet: the trainer's own load reports it where
+    // it always has (after the runtime is up), so the id is simply left unrecorded.
+    try {
+      args.tokenizer_eod = tokenizer->eod();
+    } catch (const Error&) {
+      args.tokenizer_eod.reset();
+    }
   }
   return true;
 }

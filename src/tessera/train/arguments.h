@@ -62,6 +62,11 @@ struct TrainArgs {
   std::string vocab_file;           // --vocab-file (GPT2BPETokenizer: encoder.json)
   std::string merge_file;           // --merge-file (GPT2BPETokenizer: vocab.bpe)
   std::string tokenizer_model;      // --tokenizer-model (tokenizer.json or SentencePiece .model)
+  // The tokenizer's end-of-document id, recorded by parse_arguments when it loads the tokenizer
+  // (for the vocabulary size) so that the trainer does not load it a second time. Unset without
+  // a tokenizer, for a tokenizer that has no EOD, and in TrainArgs filled in by hand (tests):
+  // the trainer then loads the tokenizer itself (and reports a missing EOD). Not a flag.
+  std::optional<int32_t> tokenizer_eod;
   std::string split = "969,30,1";   // --split (train, valid, test weights)
   bool eod_mask_loss = false;       // --eod-mask-loss
   bool reset_position_ids = false;  // --reset-position-ids

@@ -7,7 +7,6 @@
 #include "tessera/core/error.h"
 #include "tessera/data/gpt_dataset.h"
 #include "tessera/data/tokenizer.h"
-#include "tessera/distributed/sum_scalars.h"
 #include "tessera/train/trainer.h"
 
 namespace tessera::train {
@@ -55,7 +54,9 @@ void Trainer::build_data() {
   const int64_t passes = a.eval_interval > 0 ? train_iters_ / a.eval_interval + 1 : 1;
   const int64_t valid_samples = passes * a.eval_iters * gbs;
   if (!a.tokenizer_type.empty()) {
-    ltor_.eod = data::make_tokenizer(tokenizer_options(a))->eod();
+    // Recorded by parse_arguments; loaded here only when it was not (see TrainArgs).
+    ltor_.eod =
+        a.tokenizer_eod ? *a.tokenizer_eod : data::make_tokenizer(tokenizer_options(a))->eod();
     ltor_.eod_mask_loss = a.eod_mask_loss;
     ltor_.reset_position_ids = a.reset_position_ids;
     ltor_.reset_attention_mask = a.reset_attention_mask;
@@ -95,7 +96,7 @@ void Trainer::build_data() {
     options.mode = data::CacheMode::kBuildIfMissing;
     sets = data::build_gpt_datasets(spec, sizes, options);
   }
-  distributed::sum_over(world_.get(), {0.0});  // barrier: the cache is complete
+  if (world_) world_->barrier().wait();  // the cache is complete
   if (!builder) {
     options.mode = data::CacheMode::kLoadOnly;
     sets = data::build_gpt_datasets(spec, sizes, options);

@@ -9,9 +9,6 @@
 namespace tessera::data {
 namespace {
 
-// Far above any real vocabulary (the largest are ~256k); keeps a corrupt id from allocating
-// gigabytes for the id -> token table.
-constexpr int32_t kMaxVocabId = 1 << 21;
 constexpr size_t kMaxCachedBytes = 48;     // longer words are rare: not worth the memory
 constexpr size_t kInitialSlots = 1 << 12;  // per thread; doubles when half full...
 constexpr size_t kMaxSlots = 1 << 19;      // ...up to this, then the cache starts over
@@ -76,6 +73,14 @@ std::atomic<uint64_t> next_uid{1};
 
 }  // namespace
 
+std::optional<MergePair> parse_merge(std::string_view text) {
+  const size_t space = text.find(' ');
+  if (space == 0 || space == std::string_view::npos || space + 1 == text.size() ||
+      text.find(' ', space + 1) != std::string_view::npos)
+    return std::nullopt;
+  return MergePair(text.substr(0, space), text.substr(space + 1));
+}
+
 BpeModel::BpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
                    std::span<const MergePair> merges, const std::string& source)
     : uid_(next_uid.fetch_add(1)) {
@@ -123,10 +128,7 @@ BpeModel::BpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
     const uint64_t key = pair_key(ia, ib);
     size_t i = (key * 0x9E3779B97F4A7C15ull) >> merge_shift_;
     while (merge_slots_[i].key != kNoPair && merge_slots_[i].key != key) i = (i + 1) & merge_mask_;
-    if (merge_slots_[i].key == kNoPair) {
-      merge_slots_[i] = {key, Merge{static_cast<int32_t>(r), ir}};
-      ++num_merges_;
-    }
+    if (merge_slots_[i].key == kNoPair) merge_slots_[i] = {key, Merge{static_cast<int32_t>(r), ir}};
   }
 }
 

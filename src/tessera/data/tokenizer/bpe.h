@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -15,13 +17,35 @@ namespace tessera::data {
 
 using MergePair = std::pair<std::string, std::string>;
 
+// Hash of a std::unordered_map<std::string, ..., StringHash, std::equal_to<>>, which then finds
+// a std::string_view key without building a std::string.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+// A merge written as "left right" (a line of GPT-2's vocab.bpe, a string in tokenizer.json's
+// merges): its two tokens, or std::nullopt unless `text` is exactly two non-empty tokens
+// separated by one space. The caller reports the error, naming its file and line.
+std::optional<MergePair> parse_merge(std::string_view text);
+
 // Immutable after construction; every const method is safe from several threads.
 class BpeModel {
  public:
+  // Ids must be below this. Far above any real vocabulary (the largest are ~256k); keeps a
+  // corrupt id from allocating gigabytes for the id -> token table.
+  static constexpr int32_t kMaxVocabId = 1 << 21;
+
+  // A pair of ids (a, b) as one 64-bit key: a in the high half, b in the low half, so keys of
+  // ids >= 0 order as the pairs do.
+  static uint64_t pair_key(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+
   // `vocab`: (token, id) pairs; ids need not be dense (holes decode as errors) but must be
-  // >= 0 and distinct, tokens distinct. `merges` in rank order (rank = index). `source` names
-  // the file for error messages. Throws tessera::Error for a duplicate id or token, a merge
-  // naming a token that is not in the vocabulary, or a merge whose result is not in it.
+  // in [0, kMaxVocabId) and distinct, tokens distinct. `merges` in rank order (rank = index).
+  // `source` names the file for error messages. Throws tessera::Error for a duplicate id or token,
+  // a merge naming a token that is not in the vocabulary, or a merge whose result is not in it.
   BpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
            std::span<const MergePair> merges, const std::string& source);
 
@@ -37,7 +61,6 @@ class BpeModel {
   }
   // One more than the largest id.
   int64_t size() const { return static_cast<int64_t>(id_to_token_.size()); }
-  int64_t num_merges() const { return num_merges_; }
 
   // Merges `symbols` (the initial ids of one word) in place until no merge applies.
   void merge(std::vector<int32_t>& symbols) const;
@@ -53,15 +76,8 @@ class BpeModel {
     int32_t rank;
     int32_t result;
   };
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-  static uint64_t pair_key(int32_t a, int32_t b) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-  }
 
-  std::unordered_map<std::string, int32_t, Hash, std::equal_to<>> token_to_id_;
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> token_to_id_;
   std::vector<std::string> id_to_token_;
   std::vector<bool> has_id_;
   // The merges as an open-addressing table keyed by pair_key (kNoPair: empty slot): the
@@ -82,7 +98,6 @@ class BpeModel {
   std::vector<MergeSlot> merge_slots_;
   size_t merge_mask_ = 0;
   int merge_shift_ = 64;
-  int64_t num_merges_ = 0;
   uint64_t uid_;  // identifies this model's entries in the per-thread caches
 };
 

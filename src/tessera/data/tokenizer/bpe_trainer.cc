@@ -1,22 +1,16 @@
 #include "tessera/data/tokenizer/bpe_trainer.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <queue>
 
 #include "tessera/core/error.h"
+#include "tessera/core/file_io.h"
 #include "tessera/data/tokenizer/gpt2_split.h"
 #include "tessera/data/tokenizer/unicode.h"
 
 namespace tessera::data {
 namespace {
-
-uint64_t pair_key(int32_t a, int32_t b) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-}
 
 struct Word {
   std::vector<int32_t> symbols;
@@ -28,7 +22,12 @@ struct Word {
 void BpeTrainer::add_text(std::string_view text) {
   std::vector<std::string_view> pieces;
   gpt2_split(text, pieces);
-  for (const auto p : pieces) ++counts_[std::string(p)];
+  // Most pieces are words seen before: find them by view, build a string only for a new one.
+  for (const auto p : pieces) {
+    auto it = counts_.find(p);
+    if (it == counts_.end()) it = counts_.emplace(std::string(p), 0).first;
+    ++it->second;
+  }
 }
 
 TrainedBpe BpeTrainer::train(int64_t vocab_size, const std::string& eod,
@@ -49,14 +48,17 @@ TrainedBpe BpeTrainer::train(int64_t vocab_size, const std::string& eod,
 
   TrainedBpe out;
   std::vector<std::string> tokens(256);
-  for (int b = 0; b < 256; ++b) unicode::append_utf8(tokens[b], unicode::byte_to_char()[b]);
+  for (int b = 0; b < 256; ++b) {
+    const char byte = static_cast<char>(b);
+    tokens[b] = unicode::to_byte_level({&byte, 1});
+  }
 
   std::unordered_map<uint64_t, int64_t> pair_count;
   std::unordered_map<uint64_t, std::vector<int32_t>> pair_words;  // may hold stale entries
   for (size_t w = 0; w < words.size(); ++w) {
     const auto& s = words[w].symbols;
     for (size_t i = 0; i + 1 < s.size(); ++i) {
-      const uint64_t k = pair_key(s[i], s[i + 1]);
+      const uint64_t k = BpeModel::pair_key(s[i], s[i + 1]);
       pair_count[k] += words[w].count;
       auto& list = pair_words[k];
       if (list.empty() || list.back() != static_cast<int32_t>(w))
@@ -72,6 +74,7 @@ TrainedBpe BpeTrainer::train(int64_t vocab_size, const std::string& eod,
   for (const auto& [k, c] : pair_count) heap.push({c, k});
 
   std::vector<int32_t> seen(words.size(), -1);
+  std::vector<int32_t> next;  // a word's symbols after one merge; reused, swapped with the word's
   const int64_t max_tokens = vocab_size - 1;  // the last id is EOD
   while (static_cast<int64_t>(tokens.size()) < max_tokens && !heap.empty()) {
     const auto [count, key] = heap.top();
@@ -90,7 +93,7 @@ TrainedBpe BpeTrainer::train(int64_t vocab_size, const std::string& eod,
 
     std::vector<uint64_t> touched;
     auto add = [&](int32_t l, int32_t r, int64_t delta, int32_t w) {
-      const uint64_t k = pair_key(l, r);
+      const uint64_t k = BpeModel::pair_key(l, r);
       pair_count[k] += delta;
       if (delta > 0) {
         auto& list = pair_words[k];
@@ -105,7 +108,7 @@ TrainedBpe BpeTrainer::train(int64_t vocab_size, const std::string& eod,
       seen[w] = merged;
       auto& s = words[w].symbols;
       const int64_t c = words[w].count;
-      std::vector<int32_t> next;
+      next.clear();
       next.reserve(s.size());
       for (size_t i = 0; i < s.size();) {
         if (i + 1 < s.size() && s[i] == a && s[i + 1] == b) {
@@ -125,7 +128,7 @@ TrainedBpe BpeTrainer::train(int64_t vocab_size, const std::string& eod,
           ++i;
         }
       }
-      s = std::move(next);
+      s.swap(next);
     }
     pair_count.erase(key);
     std::sort(touched.begin(), touched.end());
@@ -183,11 +186,11 @@ void write_byte_level_bpe_json(const std::string& path,
                 {"ignore_merges", false},
                 {"vocab", std::move(v)},
                 {"merges", std::move(m)}};
-  std::ofstream f(path, std::ios::binary);
-  if (!f) throw Error("cannot write tokenizer '" + path + "': " + std::strerror(errno));
-  f << j.dump(1) << '\n';
-  f.close();
-  if (!f) throw Error("cannot write tokenizer '" + path + "': write error");
+  // Atomic: an interrupted run leaves no half-written tokenizer.json that a later run would load.
+  const std::string text = j.dump(1) + '\n';
+  AtomicFile out(path);
+  out.write(text.data(), text.size());
+  out.commit();
 }
 
 }  // namespace tessera::data

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -38,13 +39,15 @@ class BpeTrainer {
                    int64_t min_frequency = 2) const;
 
  private:
-  std::unordered_map<std::string, int64_t> counts_;
+  std::unordered_map<std::string, int64_t, StringHash, std::equal_to<>> counts_;
 };
 
 // Writes a byte-level BPE as a Hugging Face tokenizer.json: model BPE with these vocab and
 // merges, ByteLevel pre-tokenizer (GPT-2's regex, no prefix space) and decoder, and `eod` as a
-// special added token (it must be in `vocab`). Throws tessera::Error naming the path if it
-// cannot be written or `eod` is not in the vocabulary.
+// special added token (it must be in `vocab`). Written atomically (core/file_io.h AtomicFile):
+// path + ".tmp", then renamed, so a failure leaves any previous file at `path` as it was.
+// Throws tessera::Error naming the file if it cannot be written or `eod` is not in the
+// vocabulary.
 void write_byte_level_bpe_json(const std::string& path,
                                const std::vector<std::pair<std::string, int32_t>>& vocab,
                                const std::vector<MergePair>& merges, const std::string& eod);

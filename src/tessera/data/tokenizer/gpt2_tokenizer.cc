@@ -57,20 +57,18 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_file, const std::str
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
-    const size_t space = line.find(' ');
-    if (space == 0 || space == std::string_view::npos || space + 1 == line.size() ||
-        line.find(' ', space + 1) != std::string_view::npos)
+    auto merge = parse_merge(line);
+    if (!merge)
       throw Error("--merge-file '" + merge_file + "': line " + std::to_string(line_no) +
                   " is not a merge: expected two tokens separated by one space (GPT-2's "
                   "vocab.bpe)");
-    merges_.emplace_back(std::string(line.substr(0, space)), std::string(line.substr(space + 1)));
+    merges_.push_back(std::move(*merge));
   }
   bpe_ = std::make_unique<BpeModel>(
       vocab_, merges_, "--vocab-file '" + vocab_file + "' / --merge-file '" + merge_file + "'");
   for (int b = 0; b < 256; ++b) {
-    std::string s;
-    unicode::append_utf8(s, unicode::byte_to_char()[b]);
-    byte_id_[b] = bpe_->id(s);
+    const char byte = static_cast<char>(b);
+    byte_id_[b] = bpe_->id(unicode::to_byte_level({&byte, 1}));
     if (byte_id_[b] < 0)
       throw Error("--vocab-file '" + vocab_file + "' has no token for byte " + std::to_string(b) +
                   ": expected a byte-level vocabulary (GPT-2's encoder.json)");

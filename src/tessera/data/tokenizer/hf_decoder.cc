@@ -42,17 +42,7 @@ class Replace final : public Decoder {
       : re_(pattern_of(member(j, "pattern", where), where), where),
         content_(get_string(j, "content", where)) {}
   void apply(std::vector<std::string>& tokens) const override {
-    for (auto& t : tokens) {
-      std::string out;
-      size_t last = 0;
-      for (const auto& [b, e] : re_.find_all(t)) {
-        out.append(t, last, b - last);
-        out += content_;
-        last = e;
-      }
-      out.append(t, last, std::string::npos);
-      t = std::move(out);
-    }
+    for (auto& t : tokens) re_.replace_all(t, content_);
   }
 
  private:

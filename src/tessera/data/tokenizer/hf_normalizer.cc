@@ -37,7 +37,7 @@ void on_valid_runs(std::string& text, Fn fn) {
 
 class Unicode final : public Normalizer {
  public:
-  Unicode(const std::string& type, const std::string& where) : type_(type) {
+  Unicode(const std::string& type, const std::string& where) {
     UErrorCode status = U_ZERO_ERROR;
     if (type == "NFC") norm_ = icu::Normalizer2::getNFCInstance(status);
     if (type == "NFD") norm_ = icu::Normalizer2::getNFDInstance(status);
@@ -63,8 +63,7 @@ class Unicode final : public Normalizer {
   }
 
  private:
-  std::string type_;
-  const icu::Normalizer2* norm_ = nullptr;
+  const icu::Normalizer2* norm_ = nullptr;  // nullptr: Lowercase
 };
 
 class Prepend final : public Normalizer {
@@ -83,19 +82,7 @@ class Replace final : public Normalizer {
   Replace(const Json& j, const std::string& where)
       : re_(pattern_of(member(j, "pattern", where), where), where),
         content_(get_string(j, "content", where)) {}
-  void apply(std::string& text) const override {
-    const auto matches = re_.find_all(text);
-    if (matches.empty()) return;
-    std::string out;
-    size_t last = 0;
-    for (const auto& [b, e] : matches) {
-      out.append(text, last, b - last);
-      out += content_;
-      last = e;
-    }
-    out.append(text, last, std::string::npos);
-    text = std::move(out);
-  }
+  void apply(std::string& text) const override { re_.replace_all(text, content_); }
 
  private:
   Regex re_;

@@ -111,11 +111,10 @@ class ByteLevel final : public PreTokenizer {
         gpt2_split(p, views);
       else
         views.push_back(p);
-      for (const auto v : views) out.push_back(to_byte_level(v));
+      for (const auto v : views) out.push_back(unicode::to_byte_level(v));
     }
     pieces = std::move(out);
   }
-  bool byte_level() const override { return true; }
 
  private:
   bool add_prefix_space_, use_regex_;
@@ -163,25 +162,12 @@ class Sequence final : public PreTokenizer {
   void apply(std::vector<std::string>& pieces, bool first_segment) const override {
     for (const auto& p : parts_) p->apply(pieces, first_segment);
   }
-  bool byte_level() const override {
-    for (const auto& p : parts_)
-      if (p->byte_level()) return true;
-    return false;
-  }
 
  private:
   std::vector<std::unique_ptr<PreTokenizer>> parts_;
 };
 
 }  // namespace
-
-std::string to_byte_level(std::string_view text) {
-  std::string out;
-  out.reserve(text.size() * 2);
-  const auto& map = unicode::byte_to_char();
-  for (const char c : text) unicode::append_utf8(out, map[static_cast<uint8_t>(c)]);
-  return out;
-}
 
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& j, const std::string& where) {
   if (j.is_null()) return nullptr;

@@ -20,15 +20,10 @@ class PreTokenizer {
   // the pieces come from the start of the text (before any added token), which Metaspace's
   // prepend_scheme "first" needs.
   virtual void apply(std::vector<std::string>& pieces, bool first_segment) const = 0;
-  // True if the pieces come out in the byte-level alphabet (a ByteLevel pre-tokenizer).
-  virtual bool byte_level() const { return false; }
 };
 
 // The pre-tokenizer a "pre_tokenizer" object describes; nullptr for null. Throws
 // tessera::Error naming `where` for an unknown type or a malformed field.
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& j, const std::string& where);
-
-// Maps each byte of `text` to its byte-level character (GPT-2's bytes_to_unicode).
-std::string to_byte_level(std::string_view text);
 
 }  // namespace tessera::data::hf

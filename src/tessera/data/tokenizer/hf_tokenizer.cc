@@ -11,14 +11,13 @@ namespace tessera::data {
 namespace {
 
 using hf::Json;
-constexpr int64_t kMaxId = 1 << 21;  // as BpeModel's limit: far above any real vocabulary
 constexpr const char* kEodCandidates[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>",
                                           "<|im_end|>"};
 
 int32_t checked_id(const Json& v, const std::string& what, const std::string& where) {
-  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= kMaxId)
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= BpeModel::kMaxVocabId)
     throw Error(where + ": " + what + " has id " + v.dump() + ": expected an integer in [0, " +
-                std::to_string(kMaxId) + ")");
+                std::to_string(BpeModel::kMaxVocabId) + ")");
   return static_cast<int32_t>(v.get<int64_t>());
 }
 
@@ -76,12 +75,9 @@ void HfTokenizer::load(const std::string& text) {
       const std::string bad = mwhere + ": merge " + std::to_string(r + 1) +
                               " is malformed: expected \"left right\" or [\"left\", \"right\"]";
       if (m.is_string()) {
-        const std::string s = m.get<std::string>();
-        const size_t sp = s.find(' ');
-        if (sp == 0 || sp == std::string::npos || sp + 1 == s.size() ||
-            s.find(' ', sp + 1) != std::string::npos)
-          throw Error(bad);
-        merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+        auto merge = parse_merge(m.get_ref<const std::string&>());
+        if (!merge) throw Error(bad);
+        merges.push_back(std::move(*merge));
       } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
         merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
       } else {
@@ -116,6 +112,7 @@ void HfTokenizer::load(const std::string& text) {
     const Json& added = component("added_tokens");
     if (!added.is_null() && !added.is_array())
       throw Error(where + ": 'added_tokens' must be an array");
+    std::vector<AddedToken> all_added;
     for (size_t k = 0; !added.is_null() && k < added.size(); ++k) {
       const std::string awhere = where + ": added_tokens[" + std::to_string(k) + "]";
       AddedToken t;
@@ -129,14 +126,14 @@ void HfTokenizer::load(const std::string& text) {
                     *in_vocab + "' in the model's vocab: expected the same token");
       vocab_size_ = std::max<int64_t>(vocab_size_, t.id + 1);
       added_by_id_[t.id] = t.content;
-      added_.push_back(t);
+      all_added.push_back(t);
       if (!t.special) matchable_.push_back(t);
     }
     std::stable_sort(matchable_.begin(), matchable_.end(), [](const auto& a, const auto& b) {
       return a.content.size() > b.content.size();
     });
     for (const char* name : kEodCandidates) {
-      for (const auto& t : added_)
+      for (const auto& t : all_added)
         if (t.content == name) eod_ = t.id;
       if (!eod_ && bpe_->id(name) >= 0) eod_ = bpe_->id(name);
       if (eod_) break;

@@ -59,8 +59,7 @@ class HfTokenizer final : public Tokenizer {
   std::unique_ptr<hf::Normalizer> normalizer_;
   std::unique_ptr<hf::PreTokenizer> pre_tokenizer_;
   std::unique_ptr<hf::Decoder> decoder_;
-  std::vector<AddedToken> added_;      // all added tokens
-  std::vector<AddedToken> matchable_;  // non-special ones, longest first
+  std::vector<AddedToken> matchable_;  // non-special added tokens, longest first
   std::unordered_map<int32_t, std::string> added_by_id_;
   int32_t unk_ = -1;
   bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;

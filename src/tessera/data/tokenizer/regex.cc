@@ -64,6 +64,20 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
   return out;
 }
 
+void Regex::replace_all(std::string& text, std::string_view content) const {
+  const auto matches = find_all(text);
+  if (matches.empty()) return;
+  std::string out;
+  size_t last = 0;
+  for (const auto& [b, e] : matches) {
+    out.append(text, last, b - last);
+    out += content;
+    last = e;
+  }
+  out.append(text, last, std::string::npos);
+  text = std::move(out);
+}
+
 std::string regex_escape(std::string_view literal) {
   std::string out;
   for (char c : literal) {

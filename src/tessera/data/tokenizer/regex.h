@@ -11,7 +11,8 @@
 
 namespace tessera::data {
 
-// Compiled once (JIT when available); immutable, and find_all is safe from several threads.
+// Compiled once (JIT when available); immutable, and find_all and replace_all are safe from
+// several threads.
 class Regex {
  public:
   // Throws tessera::Error "<source>: bad regular expression '<pattern>': <reason>".
@@ -22,6 +23,9 @@ class Regex {
 
   // Every non-overlapping, non-empty match, left to right, as [begin, end) byte offsets.
   std::vector<std::pair<size_t, size_t>> find_all(std::string_view text) const;
+  // Replaces each match of find_all(text) by `content`, taken literally (no $1 references), in
+  // place. A text without a match is left as it is.
+  void replace_all(std::string& text, std::string_view content) const;
 
  private:
   struct Code;

@@ -66,4 +66,12 @@ const std::array<uint32_t, 256>& byte_to_char() { return tables().byte_char; }
 
 int char_to_byte(uint32_t cp) { return cp < 512 ? tables().char_byte[cp] : -1; }
 
+std::string to_byte_level(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() * 2);
+  const auto& map = byte_to_char();
+  for (const char c : text) append_utf8(out, map[static_cast<uint8_t>(c)]);
+  return out;
+}
+
 }  // namespace tessera::data::unicode

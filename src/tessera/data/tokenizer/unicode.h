@@ -34,6 +34,9 @@ void append_utf8(std::string& out, uint32_t cp);
 const std::array<uint32_t, 256>& byte_to_char();
 // The inverse: the byte a code point stands for, or -1 if it stands for none.
 int char_to_byte(uint32_t cp);
+// `text` with each byte replaced by the UTF-8 of its byte_to_char() character: the byte-level
+// form that GPT-2 style vocabularies spell tokens in (" hi" -> "Ġhi").
+std::string to_byte_level(std::string_view text);
 
 // ------------------------------------------------------------------------------------------
 inline size_t next_char(std::string_view text, size_t i, uint32_t* cp) {

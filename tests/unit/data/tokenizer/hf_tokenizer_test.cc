@@ -30,15 +30,15 @@ Json byte_level_model(const std::vector<std::pair<std::string, std::string>>& me
   Json m = Json::array();
   int id = 256;
   for (const auto& [l, r] : merges) {
-    const std::string t = hf::to_byte_level(l + r);
+    const std::string t = unicode::to_byte_level(l + r);
     if (!vocab.contains(t)) vocab[t] = id++;
-    m.push_back(hf::to_byte_level(l) + " " + hf::to_byte_level(r));
+    m.push_back(unicode::to_byte_level(l) + " " + unicode::to_byte_level(r));
   }
   return {{"type", "BPE"}, {"vocab", vocab}, {"merges", m}};
 }
 
 int32_t id_of(const Json& model, const std::string& raw) {
-  return model["vocab"][hf::to_byte_level(raw)].get<int32_t>();
+  return model["vocab"][unicode::to_byte_level(raw)].get<int32_t>();
 }
 
 TEST(HfTokenizer, ByteLevelGpt2Style) {
@@ -146,7 +146,7 @@ TEST(HfTokenizer, SplitRegexIgnoreMergesLlama3Style) {
       "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
   Json j;
   j["model"] = byte_level_model({{"1", "2"}, {"12", "3"}, {"'", "V"}, {"'V", "E"}});
-  j["model"]["vocab"][hf::to_byte_level(" ok")] = 400;  // reachable only through ignore_merges
+  j["model"]["vocab"][unicode::to_byte_level(" ok")] = 400;  // reachable only through ignore_merges
   j["model"]["ignore_merges"] = true;
   j["pre_tokenizer"] = {
       {"type", "Sequence"},
