@@ -95,6 +95,7 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
       pp_size_(groups.pp ? groups.pp->size() : 1),
       pp_rank_(groups.pp ? groups.pp->rank() : 0),
       world_size_(groups.world ? groups.world->size() : 1),
+      pp_rank_of_(groups.pp_rank_of),
       reporting_rank_(!groups.world || groups.world->rank() == 0),
       metrics_(reporting_rank_ ? args.metrics_file : std::string()) {
   const auto& a = args_;
@@ -363,10 +364,8 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   }
   if (timeline_.recording()) {
     timeline_.stop();
-    std::vector<int> pp_rank_of;
-    for (int r = 0; r < world_size_; ++r) pp_rank_of.push_back(r / (world_size_ / pp_size_));
     const std::vector<double> idle =
-        timeline_.write_chrome_trace(args_.timeline_file, world_.get(), pp_rank_of);
+        timeline_.write_chrome_trace(args_.timeline_file, world_.get(), pp_rank_of_);
     std::string shares;
     for (double f : idle) {
       char buf[16];

@@ -48,6 +48,9 @@ struct TrainerGroups {
   std::shared_ptr<comm::ProcessGroup> embedding;  // first and last stage; nullptr: not in one
   std::shared_ptr<comm::ProcessGroup> model;      // tensor x pipeline; nullptr: one rank
   std::shared_ptr<comm::ProcessGroup> world;      // every rank; nullptr: one process
+  // The pipeline stage of every world rank (comm::MeshLayout::coords(r).pp), labelling the
+  // timeline's rows; empty: stage 0 for all (PP 1).
+  std::vector<int> pp_rank_of;
 };
 
 class Trainer {
@@ -111,6 +114,7 @@ class Trainer {
   parallel::TensorParallel tp_;
   std::shared_ptr<comm::ProcessGroup> dp_, pp_, embedding_, model_group_, world_;
   int dp_size_ = 1, dp_rank_ = 0, pp_size_ = 1, pp_rank_ = 0, world_size_ = 1;
+  std::vector<int> pp_rank_of_;  // TrainerGroups::pp_rank_of
   bool reporting_rank_ = true;  // prints, writes metrics and exports
   int64_t train_iters_ = 0;
   int64_t start_iteration_ = 0;  // iterations done before train() (resume_at)
