@@ -3,6 +3,7 @@
 #include <string>
 
 #include "tessera/core/error.h"
+#include "tessera/pipeline/schedule.h"
 
 namespace tessera::pipeline {
 
@@ -67,16 +68,17 @@ std::vector<int> partition_layers(const PartitionOptions& o) {
 
 model::ModelPart part_of_rank(const PartitionOptions& o, const std::vector<int>& chunk_layers,
                               int rank) {
-  const int P = o.pp_size, V = o.virtual_stages;
   std::vector<int> start(chunk_layers.size() + 1, 0);
   for (size_t j = 0; j < chunk_layers.size(); ++j) start[j + 1] = start[j] + chunk_layers[j];
+  // The schedule's assignment of model chunks to ranks (the micro-batch count plays no part).
+  const ScheduleShape shape{o.pp_size, 1, o.virtual_stages};
   model::ModelPart part;
-  for (int c = 0; c < V; ++c) {
-    const int j = c * P + rank;
+  for (int c = 0; c < o.virtual_stages; ++c) {
+    const int j = model_chunk(shape, rank, c);
     part.chunks.push_back({start[j], start[j + 1]});
   }
   part.embedding = rank == 0;
-  part.head = rank == P - 1;
+  part.head = rank == o.pp_size - 1;
   return part;
 }
 
