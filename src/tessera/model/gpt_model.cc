@@ -1,6 +1,7 @@
 #include "tessera/model/gpt_model.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "tessera/core/error.h"
 #include "tessera/kernels/cross_entropy.h"
@@ -39,6 +40,26 @@ class UnitUse {
  private:
   ParamAccess* access_;
   int unit_;
+};
+
+// Holds a list of units' parameters for its scope: acquired in order, released in the same
+// order. `units` must outlive it. Without an access (no ZeRO 3) it does nothing.
+class UnitListUse {
+ public:
+  UnitListUse(ParamAccess* access, const std::vector<int>& units) : access_(access), units_(units) {
+    if (access_)
+      for (int u : units_) access_->acquire(u);
+  }
+  ~UnitListUse() {
+    if (access_)
+      for (int u : units_) access_->release(u);
+  }
+  UnitListUse(const UnitListUse&) = delete;
+  UnitListUse& operator=(const UnitListUse&) = delete;
+
+ private:
+  ParamAccess* access_;
+  const std::vector<int>& units_;
 };
 
 // The position of every residual-stream row (ctx.local_N() of them), row-major.
@@ -281,8 +302,7 @@ Tensor GPTModel::forward_chunk(int chunk, const Tensor& input, const Batch& batc
   }
   Tensor x = input;
   if (embeds) {
-    std::vector<std::unique_ptr<UnitUse>> uses;
-    for (int u : layout_.embed_units) uses.push_back(std::make_unique<UnitUse>(access_, u));
+    UnitListUse use(access_, layout_.embed_units);
     x = embed(batch, ctx);
   }
   if (keep) {
@@ -317,8 +337,7 @@ Tensor GPTModel::backward_chunk(int chunk, const Tensor& grad_output, const Batc
   }
   Tensor dx = grad_output;
   if (last) {
-    std::vector<std::unique_ptr<UnitUse>> uses;
-    for (int u : layout_.head_units) uses.push_back(std::make_unique<UnitUse>(access_, u));
+    UnitListUse use(access_, layout_.head_units);
     const LossSum s = head(act.output, batch, grad_scale, &dx);
     act.output = Tensor();
     if (loss) {
@@ -338,8 +357,8 @@ Tensor GPTModel::backward_chunk(int chunk, const Tensor& grad_output, const Batc
         Tensor x = act.inputs[g - first];
         act.inputs[g - first] = Tensor();
         for (int k = g; k <= l; ++k) {
-          std::unique_ptr<UnitUse> other;
-          if (k != l) other = std::make_unique<UnitUse>(access_, layout_.layer_units[k]);
+          std::optional<UnitUse> other;  // l itself is held already
+          if (k != l) other.emplace(access_, layout_.layer_units[k]);
           x = layers_[k].forward(x, act.layers[k - first], ctx);
         }
       }
@@ -357,8 +376,7 @@ Tensor GPTModel::backward_chunk(int chunk, const Tensor& grad_output, const Batc
 }
 
 LossSum GPTModel::head_loss(const Tensor& hidden, const Batch& batch) {
-  std::vector<std::unique_ptr<UnitUse>> uses;
-  for (int u : layout_.head_units) uses.push_back(std::make_unique<UnitUse>(access_, u));
+  UnitListUse use(access_, layout_.head_units);
   return head(hidden, batch, 0.0f, nullptr);
 }
 
