@@ -403,16 +403,15 @@ double Trainer::evaluate(int64_t iteration, bool test) {
   double next_progress = 5.0;
   // Each DP rank takes every DP-th micro-batch of the evaluation samples.
   const int64_t batches = args_.eval_iters * args_.num_microbatches(dp_size_);
-  int64_t done = 0;
+  // The executor loads micro-batches 0, 1, ... in order: i of them are done when i is asked for.
   auto load = [&](int i) {
     // Progress only when evaluation is slow enough to wonder about, a line every 5 seconds.
     if (seconds_since(t0) > next_progress) {
-      std::printf("  evaluating: %lld/%lld micro-batches\n", static_cast<long long>(done),
+      std::printf("  evaluating: %lld/%lld micro-batches\n", static_cast<long long>(i),
                   static_cast<long long>(batches));
       std::fflush(stdout);
       next_progress += 5.0;
     }
-    ++done;
     data::load_micro_batch(*sampler,
                            data::micro_batch_first_sample(first, i, dp_size_, dp_rank_, mbs), mbs,
                            ltor_, eval_batch_);
