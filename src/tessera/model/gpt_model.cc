@@ -68,7 +68,7 @@ std::vector<int32_t> token_positions(const StepContext& ctx) {
   for (size_t i = 0; i < pos.size(); ++i) {
     const int64_t b = static_cast<int64_t>(i) / ctx.seq_local;
     const int64_t t = ctx.seq_begin + static_cast<int64_t>(i) % ctx.seq_local;
-    pos[i] = ctx.sample_positions.empty() ? ctx.positions[t] : ctx.sample_positions[b * ctx.T + t];
+    pos[i] = ctx.sample_positions ? ctx.sample_positions[b * ctx.T + t] : ctx.positions[t];
   }
   return pos;
 }

@@ -235,16 +235,16 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
 
 Trainer::~Trainer() = default;
 
-std::unique_ptr<pipeline::MicroBatch> Trainer::bind_micro_batch(const data::MicroBatch& data,
+std::unique_ptr<pipeline::MicroBatch> Trainer::bind_micro_batch(data::MicroBatch data,
                                                                 int64_t iteration,
                                                                 bool training) const {
   auto mb = std::make_unique<pipeline::MicroBatch>();
-  mb->data = data;  // the prefetcher reuses its slot: the pipeline keeps its own copy
+  mb->data = std::move(data);
   const data::MicroBatch& d = mb->data;
   mb->batch = {d.tokens.data(), d.targets.data(),
                d.loss_mask.empty() ? nullptr : d.loss_mask.data(), d.B, d.T};
   mb->ctx = model_->context(d.B, d.T, d.first_sample, args_.seed, iteration, training);
-  if (!d.positions.empty()) mb->ctx.sample_positions = d.positions;
+  if (!d.positions.empty()) mb->ctx.sample_positions = d.positions.data();
   if (!d.doc_start.empty()) mb->ctx.doc_start = d.doc_start.data();
   return mb;
 }
@@ -287,7 +287,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
     const data::MicroBatch& mb = prefetcher_->next();
     TESSERA_CHECK(mb.first_sample ==
                   data::micro_batch_first_sample(consumed_samples_, m, dp_size_, dp_rank_, mbs));
-    return bind_micro_batch(mb, iteration, true);
+    return bind_micro_batch(mb, iteration, true);  // a copy: the prefetcher reuses its slot
   };
   // Buckets are reduced in the last micro-batch (ZeRO 0-1) or in every one (ZeRO 2-3): while
   // backward produces them when this rank's part is one chunk; with virtual stages a
@@ -412,10 +412,11 @@ double Trainer::evaluate(int64_t iteration, bool test) {
       std::fflush(stdout);
       next_progress += 5.0;
     }
+    data::MicroBatch mb;
     data::load_micro_batch(*sampler,
                            data::micro_batch_first_sample(first, i, dp_size_, dp_rank_, mbs), mbs,
-                           ltor_, eval_batch_);
-    return bind_micro_batch(eval_batch_, iteration, false);
+                           ltor_, mb);
+    return bind_micro_batch(std::move(mb), iteration, false);
   };
   const model::LossSum s = executor_->evaluate(load, static_cast<int>(batches));
   loss = s.loss_sum;

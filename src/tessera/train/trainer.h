@@ -85,10 +85,10 @@ class Trainer {
   // or with `test` of the test split's first ones; NaN when there are none. Printed.
   double evaluate(int64_t iteration, bool test = false);
   void build_data();
-  // A loaded micro-batch bound to the model: a copy of its arrays, the Batch viewing them and
-  // its step context (positions, document starts).
-  std::unique_ptr<pipeline::MicroBatch> bind_micro_batch(const data::MicroBatch& data,
-                                                         int64_t iteration, bool training) const;
+  // A loaded micro-batch bound to the model: it takes the arrays, the Batch and the step
+  // context (positions, document starts) view them.
+  std::unique_ptr<pipeline::MicroBatch> bind_micro_batch(data::MicroBatch data, int64_t iteration,
+                                                         bool training) const;
   // Sums the tied word embedding's gradient over the embedding group (pipelines only).
   void sync_tied_embedding();
   void export_weights() const;
@@ -134,7 +134,6 @@ class Trainer {
   std::unique_ptr<data::TokenSampler> train_data_, valid_data_, test_data_;
   data::LtorOptions ltor_;
   std::unique_ptr<data::Prefetcher> prefetcher_;  // training micro-batches, during train()
-  data::MicroBatch eval_batch_;
   MetricsWriter metrics_;
   struct PendingSave {
     int64_t iteration = 0;
