@@ -90,8 +90,8 @@ void Zero3Params::drop(int u) {
   state_[u] = State::kDropped;
 }
 
-void Zero3Params::begin_pass(std::vector<int> order) {
-  order_ = std::move(order);
+void Zero3Params::begin_pass(const std::vector<int>& order) {
+  order_ = order;  // into the previous pass's storage: no allocation once it is large enough
   next_in_order_ = 0;
 }
 

@@ -172,6 +172,21 @@ GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
     wpe_ = params_.get(n.wpe).value;
     dwpe_ = params_.get(n.wpe).grad;
   }
+  for (int chunk = 0; chunk < num_chunks(); ++chunk) {
+    const int first = layout_.chunk_begin[chunk], end = layout_.chunk_begin[chunk + 1];
+    const bool embeds = chunk == 0 && part_.embedding;
+    const bool last = chunk == num_chunks() - 1 && part_.head;
+    PassOrders o;
+    if (embeds) o.forward = layout_.embed_units;
+    for (int l = first; l < end; ++l) o.forward.push_back(layout_.layer_units[l]);
+    o.evaluation = o.forward;
+    if (last) {
+      o.evaluation.insert(o.evaluation.end(), layout_.head_units.begin(), layout_.head_units.end());
+      o.backward = layout_.head_units;
+    }
+    for (int l = end; l-- > first;) o.backward.push_back(layout_.layer_units[l]);
+    pass_orders_.push_back(std::move(o));
+  }
   layers_.reserve(layout_.layer_offsets.size());
   for (const auto& [first, end] : part_.chunks)
     for (int l = first; l < end; ++l) layers_.emplace_back(params_, cfg_, l, &tp_);
@@ -293,12 +308,8 @@ Tensor GPTModel::forward_chunk(int chunk, const Tensor& input, const Batch& batc
   const bool embeds = chunk == 0 && part_.embedding;
   const bool last = chunk == num_chunks() - 1 && part_.head;
   if (access_) {
-    std::vector<int> order;
-    if (embeds) order = layout_.embed_units;
-    for (int l = first; l < end; ++l) order.push_back(layout_.layer_units[l]);
-    if (last && !keep)
-      order.insert(order.end(), layout_.head_units.begin(), layout_.head_units.end());
-    access_->begin_pass(std::move(order));
+    const PassOrders& o = pass_orders_[chunk];
+    access_->begin_pass(keep ? o.forward : o.evaluation);
   }
   Tensor x = input;
   if (embeds) {
@@ -329,12 +340,7 @@ Tensor GPTModel::backward_chunk(int chunk, const Tensor& grad_output, const Batc
   const bool last = chunk == num_chunks() - 1 && part_.head;
   // Readiness by flat offset holds only when this backward covers the whole local part.
   const bool report = grads_ready_ && num_chunks() == 1;
-  if (access_) {
-    std::vector<int> order;
-    if (last) order = layout_.head_units;
-    for (int l = end; l-- > first;) order.push_back(layout_.layer_units[l]);
-    access_->begin_pass(std::move(order));
-  }
+  if (access_) access_->begin_pass(pass_orders_[chunk].backward);
   Tensor dx = grad_output;
   if (last) {
     UnitListUse use(access_, layout_.head_units);

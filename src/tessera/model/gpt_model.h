@@ -51,7 +51,8 @@ struct LossSum {
 class ParamAccess {
  public:
   virtual ~ParamAccess() = default;
-  virtual void begin_pass(std::vector<int> order) = 0;
+  // `order` is valid during the call only.
+  virtual void begin_pass(const std::vector<int>& order) = 0;
   virtual void acquire(int unit) = 0;
   virtual void release(int unit) = 0;
 };
@@ -192,6 +193,13 @@ class GPTModel {
   ModelPart part_;
   RecomputePolicy recompute_;
   Layout layout_;
+  // The units each chunk's passes acquire, in order (ParamAccess::begin_pass): per chunk, its
+  // training forward, its evaluation forward (the last chunk's goes on to the head) and its
+  // backward.
+  struct PassOrders {
+    std::vector<int> forward, evaluation, backward;
+  };
+  std::vector<PassOrders> pass_orders_;
   int64_t padded_vocab_, vocab_start_, vocab_local_;  // this rank's rows of the padded vocabulary
   ParameterSet params_;
   std::vector<TransformerLayer> layers_;
