@@ -7,6 +7,16 @@
 
 namespace tessera::pipeline {
 
+int virtual_stages_for(int num_layers, int pp_size, int layers_per_virtual_stage) {
+  if (layers_per_virtual_stage <= 0) return 1;
+  if (num_layers % (pp_size * layers_per_virtual_stage) != 0)
+    throw Error("--num-layers " + std::to_string(num_layers) +
+                " is not divisible by --pipeline-model-parallel-size " + std::to_string(pp_size) +
+                " x --num-layers-per-virtual-pipeline-stage " +
+                std::to_string(layers_per_virtual_stage));
+  return num_layers / (pp_size * layers_per_virtual_stage);
+}
+
 std::vector<int> partition_layers(const PartitionOptions& o) {
   const int L = o.num_layers, P = o.pp_size, V = o.virtual_stages;
   const std::string sizes = " (--num-layers " + std::to_string(L) +

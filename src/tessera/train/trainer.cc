@@ -112,16 +112,10 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
     check_writable(checkpoint::latest_file(a.save), "--save");
   const DType dtype = a.bf16 ? DType::kBF16 : a.fp16 ? DType::kF16 : DType::kF32;
   // The pipeline: layers per stage (and virtual stage), this rank's part, the schedule.
-  partition_ = {a.model.num_layers, pp_size_, 1, a.decoder_first_pipeline_num_layers,
-                a.decoder_last_pipeline_num_layers};
-  if (a.num_layers_per_virtual_stage > 0) {
-    if (a.model.num_layers % (pp_size_ * a.num_layers_per_virtual_stage) != 0)
-      throw Error("--num-layers " + std::to_string(a.model.num_layers) +
-                  " is not divisible by --pipeline-model-parallel-size " +
-                  std::to_string(pp_size_) + " x --num-layers-per-virtual-pipeline-stage " +
-                  std::to_string(a.num_layers_per_virtual_stage));
-    partition_.virtual_stages = a.model.num_layers / (pp_size_ * a.num_layers_per_virtual_stage);
-  }
+  partition_ = {
+      a.model.num_layers, pp_size_,
+      pipeline::virtual_stages_for(a.model.num_layers, pp_size_, a.num_layers_per_virtual_stage),
+      a.decoder_first_pipeline_num_layers, a.decoder_last_pipeline_num_layers};
   chunk_layers_ = pipeline::partition_layers(partition_);
   const pipeline::ScheduleKind kind =
       !a.pipeline_schedule.empty()         ? pipeline::parse_schedule_kind(a.pipeline_schedule)
