@@ -159,16 +159,6 @@ void require_reducible(DType d, const char* op) {
   REQUIRE(d != DType::kU16, std::string(op) + ": no reductions on uint16 tensors");
 }
 
-std::shared_ptr<const detail::GroupInfo> group_info(const std::string& name, uint64_t id,
-                                                    const std::vector<int>& members) {
-  auto g = std::make_shared<detail::GroupInfo>();
-  g->name = name;
-  g->id = id;
-  g->members = members;
-  g->progress = Runtime::get().register_group(id);
-  return g;
-}
-
 }  // namespace
 
 std::string detail::TaskInfo::describe() const {
@@ -185,15 +175,14 @@ std::string detail::TaskInfo::describe() const {
   return s;
 }
 
-ProcessGroup::ProcessGroup(std::string name, int rank, std::vector<int> world_ranks, uint64_t id,
-                           std::unique_ptr<Impl> impl)
-    : name_(std::move(name)),
-      rank_(rank),
-      world_ranks_(std::move(world_ranks)),
-      id_(id),
-      impl_(std::move(impl)) {}
+ProcessGroup::ProcessGroup(int rank, std::unique_ptr<Impl> impl)
+    : rank_(rank), impl_(std::move(impl)) {}
 
 ProcessGroup::~ProcessGroup() = default;
+
+int ProcessGroup::size() const { return static_cast<int>(impl_->info->members.size()); }
+const std::vector<int>& ProcessGroup::world_ranks() const { return impl_->info->members; }
+const std::string& ProcessGroup::name() const { return impl_->info->name; }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::world() {
   static std::mutex mu;
@@ -205,9 +194,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::world() {
     impl->comm = rt.world_comm();
     std::vector<int> ranks(rt.world_size());
     std::iota(ranks.begin(), ranks.end(), 0);
-    impl->info = group_info("world", kWorldId, ranks);
-    world = std::make_shared<ProcessGroup>("world", rt.world_rank(), std::move(ranks), kWorldId,
-                                           std::move(impl));
+    impl->info = rt.register_group("world", kWorldId, std::move(ranks));
+    world = std::make_shared<ProcessGroup>(rt.world_rank(), std::move(impl));
   }
   return world;
 }
@@ -259,7 +247,7 @@ Work ProcessGroup::enqueue_collective(OpType op, DType dtype, int64_t count, int
     d.reduce = reduce;
     std::string site = site_str(where);
     std::strncpy(d.site, site.c_str(), sizeof d.site - 1);
-    task.run = [comm = impl_->comm, name = name_, size = size(), d, run = std::move(run)] {
+    task.run = [comm = impl_->comm, name = name(), size = size(), d, run = std::move(run)] {
       check_consistency(comm, name, size, d);
       run();
     };
@@ -298,7 +286,7 @@ Work ProcessGroup::all_gather(const Tensor& in, Tensor& out, std::source_locatio
                                          " but output is " + dtype_name(out.dtype()));
   REQUIRE(out.numel() == size() * in.numel(),
           "all_gather: output has " + std::to_string(out.numel()) + " elements, expected " +
-              std::to_string(size()) + " x " + std::to_string(in.numel()) + " on group '" + name_ +
+              std::to_string(size()) + " x " + std::to_string(in.numel()) + " on group '" + name() +
               "'");
   const int count = detail::mpi_count(in.numel(), "all_gather");
   MPI_Comm comm = impl_->comm;
@@ -320,8 +308,8 @@ Work ProcessGroup::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op,
                                          dtype_name(out.dtype()));
   REQUIRE(in.numel() == size() * out.numel(),
           "reduce_scatter: input has " + std::to_string(in.numel()) + " elements, expected " +
-              std::to_string(size()) + " x " + std::to_string(out.numel()) + " on group '" + name_ +
-              "'");
+              std::to_string(size()) + " x " + std::to_string(out.numel()) + " on group '" +
+              name() + "'");
   const int count = detail::mpi_count(out.numel(), "reduce_scatter");
   const int n = size();
   const int64_t wire = is_half(in.dtype()) ? in.numel() * 4 : static_cast<int64_t>(in.nbytes());
@@ -351,7 +339,7 @@ Work ProcessGroup::all_to_all(const Tensor& in, Tensor& out, std::source_locatio
               std::to_string(out.numel()) +
               ") must have the same number of elements, divisible "
               "by the size of group '" +
-              name_ + "' (" + std::to_string(size()) + ")");
+              name() + "' (" + std::to_string(size()) + ")");
   const int count = detail::mpi_count(in.numel() / size(), "all_to_all");
   const int n = size();
   MPI_Comm comm = impl_->comm;
@@ -373,7 +361,7 @@ Work ProcessGroup::all_to_allv(const Tensor& in, const std::vector<int64_t>& in_
   const int n = size();
   REQUIRE(
       static_cast<int>(in_counts.size()) == n && static_cast<int>(out_counts.size()) == n,
-      "all_to_allv: need " + std::to_string(n) + " counts per direction on group '" + name_ + "'");
+      "all_to_allv: need " + std::to_string(n) + " counts per direction on group '" + name() + "'");
   std::vector<int> sc(n), sd(n), rc(n), rd(n);
   int64_t s_total = 0, r_total = 0, sent_to_peers = 0;
   for (int j = 0; j < n; ++j) {
@@ -404,7 +392,7 @@ Work ProcessGroup::all_to_allv(const Tensor& in, const std::vector<int64_t>& in_
 Work ProcessGroup::broadcast(Tensor& t, int root, std::source_location where) {
   require_defined(t, "input", "broadcast");
   REQUIRE(root >= 0 && root < size(), "broadcast: root " + std::to_string(root) +
-                                          " is not a rank of group '" + name_ + "' (size " +
+                                          " is not a rank of group '" + name() + "' (size " +
                                           std::to_string(size()) + ")");
   const int count = detail::mpi_count(t.numel(), "broadcast");
   MPI_Comm comm = impl_->comm;
@@ -454,7 +442,7 @@ Work ProcessGroup::send(const Tensor& t, int peer, int tag, std::source_location
   require_defined(t, "input", "send");
   REQUIRE(tag >= 0 && tag < 32768, "send: tag " + std::to_string(tag) + " is not in [0, 32768)");
   REQUIRE(peer >= 0 && peer < size() && peer != rank_,
-          "send: peer " + std::to_string(peer) + " is not another rank of group '" + name_ + "'");
+          "send: peer " + std::to_string(peer) + " is not another rank of group '" + name() + "'");
   const int count = detail::mpi_count(t.numel(), "send");
   detail::Task task = p2p_task(OpType::kSend, impl_->info, t, peer, where);
   MPI_Comm comm = impl_->comm;
@@ -491,7 +479,7 @@ Work ProcessGroup::recv(Tensor& t, int peer, int tag, std::source_location where
   require_defined(t, "output", "recv");
   REQUIRE(tag >= 0 && tag < 32768, "recv: tag " + std::to_string(tag) + " is not in [0, 32768)");
   REQUIRE(peer >= 0 && peer < size() && peer != rank_,
-          "recv: peer " + std::to_string(peer) + " is not another rank of group '" + name_ + "'");
+          "recv: peer " + std::to_string(peer) + " is not another rank of group '" + name() + "'");
   const int count = detail::mpi_count(t.numel(), "recv");
   detail::Task task = p2p_task(OpType::kRecv, impl_->info, t, peer, where);
   MPI_Comm comm = impl_->comm;
@@ -543,8 +531,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_subgroups(
     for (size_t k = 0; k < partition[c].size(); ++k) {
       const int r = partition[c][k];
       REQUIRE(r >= 0 && r < n, "new_subgroups('" + name + "'): rank " + std::to_string(r) +
-                                   " is not in group '" + name_ + "' (size " + std::to_string(n) +
-                                   ")");
+                                   " is not in group '" + this->name() + "' (size " +
+                                   std::to_string(n) + ")");
       REQUIRE(color_of[r] < 0,
               "new_subgroups('" + name + "'): rank " + std::to_string(r) + " is in two parts");
       color_of[r] = static_cast<int>(c);
@@ -553,11 +541,11 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_subgroups(
   }
   for (int r = 0; r < n; ++r) {
     REQUIRE(color_of[r] >= 0, "new_subgroups('" + name + "'): rank " + std::to_string(r) +
-                                  " of group '" + name_ + "' is in no part");
+                                  " of group '" + this->name() + "' is in no part");
   }
   const int color = color_of[rank_], key = key_of[rank_];
   std::vector<int> ranks;
-  for (int r : partition[color]) ranks.push_back(world_ranks_[r]);
+  for (int r : partition[color]) ranks.push_back(world_ranks()[r]);
 
   auto impl = std::make_unique<Impl>();
   Runtime& rt = Runtime::get();
@@ -574,13 +562,13 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_subgroups(
     std::lock_guard<std::mutex> lock(impl_->mu);
     const int64_t seq = ++impl_->seq;
     task.info.seq = seq;
-    id = mix(mix(id_ ^ static_cast<uint64_t>(++impl_->subgroups_made)) +
+    id = mix(mix(impl_->info->id ^ static_cast<uint64_t>(++impl_->subgroups_made)) +
              static_cast<uint64_t>(color));
     w = rt.submit(std::move(task));
   }
   w.wait();
-  impl->info = group_info(name, id, ranks);
-  return std::make_shared<ProcessGroup>(name, key, std::move(ranks), id, std::move(impl));
+  impl->info = rt.register_group(name, id, std::move(ranks));
+  return std::make_shared<ProcessGroup>(key, std::move(impl));
 }
 
 }  // namespace tessera::comm

@@ -123,9 +123,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
                                               const std::string& name);
 
   int rank() const { return rank_; }
-  int size() const { return static_cast<int>(world_ranks_.size()); }
-  const std::vector<int>& world_ranks() const { return world_ranks_; }  // in group order
-  const std::string& name() const { return name_; }
+  int size() const;
+  const std::vector<int>& world_ranks() const;  // in group order
+  const std::string& name() const;
 
   // In place over all members.
   Work all_reduce(Tensor& t, ReduceOp op,
@@ -181,10 +181,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   static void set_timeout(double seconds);
   static double timeout();
 
-  // Internal: groups are made by world() and new_subgroups().
+  // Internal: groups are made by world() and new_subgroups(). The group's name, id and members
+  // are impl's (one record, shared with the runtime's tasks).
   struct Impl;
-  ProcessGroup(std::string name, int rank, std::vector<int> world_ranks, uint64_t id,
-               std::unique_ptr<Impl> impl);
+  ProcessGroup(int rank, std::unique_ptr<Impl> impl);
   ~ProcessGroup();
 
  private:
@@ -192,10 +192,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
                           const std::source_location& where, int64_t bytes_sent,
                           std::function<void()> run);
 
-  std::string name_;
   int rank_;
-  std::vector<int> world_ranks_;
-  uint64_t id_;  // identical on every member; used by the watchdog's side channel
   std::unique_ptr<Impl> impl_;
 };
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 
 #include "tessera/core/clock.h"
 #include "tessera/core/error.h"
@@ -131,11 +132,17 @@ Runtime* Runtime::running() {
   return g_instance.get();
 }
 
-std::shared_ptr<GroupProgress> Runtime::register_group(uint64_t group_id) {
+std::shared_ptr<const GroupInfo> Runtime::register_group(std::string name, uint64_t id,
+                                                         std::vector<int> members) {
+  auto g = std::make_shared<GroupInfo>();
+  g->name = std::move(name);
+  g->id = id;
+  g->members = std::move(members);
   std::lock_guard<std::mutex> lock(groups_mu_);
-  auto& p = groups_[group_id];
+  auto& p = groups_[id];
   if (!p) p = std::make_shared<GroupProgress>();
-  return p;
+  g->progress = p;
+  return g;
 }
 
 bool Runtime::need_wake_locked() {
@@ -541,13 +548,10 @@ void Runtime::shutdown() {
   // when a rank dies while others are inside MPI_Finalize, but handles it (kills the job)
   // when they are in an ordinary collective. The barrier is watched like any operation.
   if (world_size_ > 1) {
-    auto group = std::make_shared<GroupInfo>();
-    group->name = "world";
-    group->id = kShutdownBarrierId;
-    for (int r = 0; r < world_size_; ++r) group->members.push_back(r);
-    group->progress = register_group(kShutdownBarrierId);
+    std::vector<int> ranks(world_size_);
+    std::iota(ranks.begin(), ranks.end(), 0);
     Task t;
-    t.info.group = std::move(group);
+    t.info.group = register_group("world", kShutdownBarrierId, std::move(ranks));
     t.info.op = "barrier";
     t.info.seq = 1;
     t.info.file = "comm::shutdown()";

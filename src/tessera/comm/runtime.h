@@ -45,11 +45,12 @@ struct GroupProgress {
   std::atomic<int64_t> started{0};
 };
 
-// A group as the runtime sees it; made once per group and shared by its tasks, so issuing an
-// operation copies one pointer instead of a name and a rank list.
+// A group's identity, the one record of it: made once per group (Runtime::register_group),
+// held by its ProcessGroup and shared by its tasks, so issuing an operation copies one pointer
+// instead of a name and a rank list.
 struct GroupInfo {
   std::string name;
-  uint64_t id = 0;
+  uint64_t id = 0;           // identical on every member; used by the watchdog's side channel
   std::vector<int> members;  // world ranks of the group, in group order
   std::shared_ptr<GroupProgress> progress;
 };
@@ -107,7 +108,10 @@ class Runtime {
   // SCHED_BATCH for that thread (runtime.cc).
   bool try_run_inline(const std::shared_ptr<Work::State>& state);
 
-  std::shared_ptr<GroupProgress> register_group(uint64_t group_id);
+  // The record of group `id` named `name` with world ranks `members` (in group order). Its
+  // progress counter is the one the watchdog reports to other ranks asking about `id`.
+  std::shared_ptr<const GroupInfo> register_group(std::string name, uint64_t id,
+                                                  std::vector<int> members);
 
   std::atomic<bool> check_collectives{false};
   std::atomic<double> timeout_seconds{600.0};

@@ -4,6 +4,15 @@
 #include "tessera/core/memory.h"
 
 namespace tessera::distributed {
+namespace {
+
+// Whether a unit of `elems` elements stays whole between uses: at DP 1 there is nothing to
+// shard, and below the threshold a gather per use costs more than the memory it saves.
+bool persistent_unit(int64_t elems, int dp_size, int64_t persistence_threshold) {
+  return dp_size == 1 || elems < persistence_threshold;
+}
+
+}  // namespace
 
 Zero3Params::Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::ProcessGroup> dp,
                          std::vector<FlatRange> units, int64_t persistence_threshold,
@@ -23,8 +32,7 @@ Zero3Params::Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::Proc
   send_.resize(n);
   for (size_t u = 0; u < n; ++u) {
     TESSERA_CHECK(units_[u].size() % dp_size_ == 0);
-    // The same rule as resident_ranges().
-    persistent_[u] = dp_size_ == 1 || units_[u].size() < persistence_threshold;
+    persistent_[u] = persistent_unit(units_[u].size(), dp_size_, persistence_threshold);
     if (!persistent_[u]) drop(static_cast<int>(u));
   }
 }
@@ -34,7 +42,7 @@ std::vector<std::pair<int64_t, int64_t>> Zero3Params::resident_ranges(
     int64_t persistence_threshold) {
   std::vector<std::pair<int64_t, int64_t>> out;
   for (const auto& [b, e] : units) {
-    if (dp_size == 1 || e - b < persistence_threshold) {
+    if (persistent_unit(e - b, dp_size, persistence_threshold)) {
       out.push_back({b, e});
     } else {
       const FlatRange part = part_of({b, e}, dp_size, dp_rank);
@@ -82,8 +90,8 @@ void Zero3Params::drop(int u) {
   state_[u] = State::kDropped;
 }
 
-void Zero3Params::begin_pass(std::vector<int> order) {
-  order_ = std::move(order);
+void Zero3Params::begin_pass(const std::vector<int>& order) {
+  order_ = order;  // into the previous pass's storage: no allocation once it is large enough
   next_in_order_ = 0;
 }
 

@@ -32,7 +32,7 @@ class Zero3Params : public model::ParamAccess {
               int64_t max_live_elems);
   ~Zero3Params() override;
 
-  void begin_pass(std::vector<int> order) override;
+  void begin_pass(const std::vector<int>& order) override;
   void acquire(int unit) override;
   void release(int unit) override;
   // Before the optimizer writes the owned parts: waits for any gather still in flight and drops
@@ -68,7 +68,7 @@ class Zero3Params : public model::ParamAccess {
   std::vector<comm::Work> work_;
   std::vector<Tensor> send_;  // the owned part being sent by an in-flight gather
   int64_t prefetch_elems_, max_live_elems_;
-  std::vector<int> order_;    // the units the current pass acquires, in order
+  std::vector<int> order_;    // the units the current pass acquires, in order (a copy)
   size_t next_in_order_ = 0;  // the index in order_ of the next one
 };
 

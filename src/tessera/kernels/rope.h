@@ -10,8 +10,8 @@ namespace tessera::kernels {
 // Rotates the query and key heads of a packed qkv buffer in place.
 // qkv (B, T, (NH + 2*KV) * HD): per token NH query heads, then KV key heads, then KV value
 // heads (values untouched). positions (T): the global position of each local token, the same
-// for every sample; with per_sample, positions (B, T): one row per sample (Megatron's
-// --reset-position-ids, positions restarting at each document).
+// for every sample; with per_sample, positions (B, T) in [0, T) (checked): one row per sample
+// (Megatron's --reset-position-ids, positions restarting at each document).
 // (The storage type is named Float, not T, because T is the sequence length here.)
 template <typename Float>
 void rope_forward(Float* qkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV,

@@ -101,10 +101,10 @@ Tensor Attention::forward(const Tensor& x, Saved& s, const StepContext& ctx) con
   if (rope_) {
     visit_float(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      const bool per_sample = !ctx.sample_positions.empty();
+      const bool per_sample = ctx.sample_positions != nullptr;
       kernels::rope_forward(s.qkv.data<T>(),
-                            per_sample ? ctx.sample_positions.data() : ctx.positions.data(), ctx.B,
-                            ctx.T, NH_, KV_, HD_, rope_theta_, per_sample);
+                            per_sample ? ctx.sample_positions : ctx.positions.data(), ctx.B, ctx.T,
+                            NH_, KV_, HD_, rope_theta_, per_sample);
     });
   }
   core(s.attn, s.lse, s.qkv, ctx);
@@ -124,10 +124,10 @@ Tensor Attention::backward(const Tensor& dy, const Saved& s, const StepContext& 
                                 lse.data<float>(), ctx.B, ctx.T, NH_, KV_, HD_, dropout(ctx),
                                 ctx.doc_start);
     if (rope_) {
-      const bool per_sample = !ctx.sample_positions.empty();
+      const bool per_sample = ctx.sample_positions != nullptr;
       kernels::rope_backward(dqkv.data<T>(),
-                             per_sample ? ctx.sample_positions.data() : ctx.positions.data(), ctx.B,
-                             ctx.T, NH_, KV_, HD_, rope_theta_, per_sample);
+                             per_sample ? ctx.sample_positions : ctx.positions.data(), ctx.B, ctx.T,
+                             NH_, KV_, HD_, rope_theta_, per_sample);
     }
   });
   return qkv_.backward(dqkv, s.inp, ctx.B);

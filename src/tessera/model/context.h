@@ -18,9 +18,9 @@ struct StepContext {
   int64_t seq_begin = 0;           // first token of the residual-stream slice
   int64_t seq_local = 0;           // tokens per sample in the residual-stream slice
   std::vector<int32_t> positions;  // (T) global position of each token of a sample
-  // Per-sample positions (B, T) (--reset-position-ids), used instead of `positions` when
-  // not empty.
-  std::vector<int32_t> sample_positions;
+  // Per-sample positions (B, T) (--reset-position-ids), used instead of `positions` when not
+  // nullptr. Not owned.
+  const int32_t* sample_positions = nullptr;
   // (B, T) or nullptr: token t of sample b attends to keys [doc_start[b*T + t], t] only
   // (--reset-attention-mask); nullptr is plain causal attention. Not owned.
   const int32_t* doc_start = nullptr;

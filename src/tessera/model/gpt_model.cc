@@ -1,6 +1,7 @@
 #include "tessera/model/gpt_model.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "tessera/core/error.h"
 #include "tessera/kernels/cross_entropy.h"
@@ -41,21 +42,43 @@ class UnitUse {
   int unit_;
 };
 
+// Holds a list of units' parameters for its scope: acquired in order, released in the same
+// order. `units` must outlive it. Without an access (no ZeRO 3) it does nothing.
+class UnitListUse {
+ public:
+  UnitListUse(ParamAccess* access, const std::vector<int>& units) : access_(access), units_(units) {
+    if (access_)
+      for (int u : units_) access_->acquire(u);
+  }
+  ~UnitListUse() {
+    if (access_)
+      for (int u : units_) access_->release(u);
+  }
+  UnitListUse(const UnitListUse&) = delete;
+  UnitListUse& operator=(const UnitListUse&) = delete;
+
+ private:
+  ParamAccess* access_;
+  const std::vector<int>& units_;
+};
+
 // The position of every residual-stream row (ctx.local_N() of them), row-major.
 std::vector<int32_t> token_positions(const StepContext& ctx) {
   std::vector<int32_t> pos(ctx.local_N());
   for (size_t i = 0; i < pos.size(); ++i) {
     const int64_t b = static_cast<int64_t>(i) / ctx.seq_local;
     const int64_t t = ctx.seq_begin + static_cast<int64_t>(i) % ctx.seq_local;
-    pos[i] = ctx.sample_positions.empty() ? ctx.positions[t] : ctx.sample_positions[b * ctx.T + t];
+    pos[i] = ctx.sample_positions ? ctx.sample_positions[b * ctx.T + t] : ctx.positions[t];
   }
   return pos;
 }
 
 }  // namespace
 
-void GPTModel::declare(ParameterSet& params, const ModelConfig& cfg, const ModelPart& part,
-                       int64_t padded_vocab, int64_t flat_multiple, Layout& out) {
+GPTModel::Layout GPTModel::declare(ParameterSet& params, const ModelConfig& cfg, ModelPart& part,
+                                   int64_t padded_vocab, int64_t flat_multiple) {
+  if (part.chunks.empty()) part.chunks = {{0, cfg.num_layers}};
+  Layout out;
   const TopNames n = top_names(cfg);
   const int64_t C = cfg.hidden_size;
   const ShardSpec vocab_parallel = ShardSpec::vocab(cfg.vocab_size);
@@ -111,15 +134,14 @@ void GPTModel::declare(ParameterSet& params, const ModelConfig& cfg, const Model
       out.head_units.push_back(out.embed_units.front());  // the output layer reads the embedding
     }
   }
+  return out;
 }
 
 ParameterSet GPTModel::declare_part(const ModelConfig& cfg, int tp_size, int tp_rank,
                                     const ModelPart& part) {
   ParameterSet params(tp_size, tp_rank);
   ModelPart p = part;
-  if (p.chunks.empty()) p.chunks = {{0, cfg.num_layers}};
-  Layout layout;
-  declare(params, cfg, p, cfg.padded_vocab_size(tp_size), 1, layout);
+  declare(params, cfg, p, cfg.padded_vocab_size(tp_size), 1);
   return params;
 }
 
@@ -129,24 +151,14 @@ GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
     : cfg_(cfg), tp_(tp), part_(std::move(part)), params_(tp.size(), tp.rank()) {
   cfg_.validate();
   cfg_.validate_tensor_parallel(tp_.size(), tp_.sequence_parallel());
-  if (part_.chunks.empty()) part_.chunks = {{0, cfg_.num_layers}};
   padded_vocab_ = cfg_.padded_vocab_size(tp_.size());
   vocab_local_ = padded_vocab_ / tp_.size();
   vocab_start_ = tp_.rank() * vocab_local_;
   const TopNames n = top_names(cfg_);
   const bool tied = !cfg_.untie_embeddings_and_output_weights;
-  Layout layout;
-  declare(params_, cfg_, part_, padded_vocab_, flat_multiple, layout);
-  units_ = std::move(layout.units);
-  embed_units_ = std::move(layout.embed_units);
-  layer_units_ = std::move(layout.layer_units);
-  head_units_ = std::move(layout.head_units);
-  chunk_begin_ = std::move(layout.chunk_begin);
-  layer_offsets_ = std::move(layout.layer_offsets);
-  head_offset_ = layout.head_offset;
-  tied_range_ = layout.tied_range;
+  layout_ = declare(params_, cfg_, part_, padded_vocab_, flat_multiple);
   if (resident) {
-    const auto ranges = resident(units_);
+    const auto ranges = resident(layout_.units);
     params_.allocate(compute_dtype, seed, flat_multiple, &ranges);
   } else {
     params_.allocate(compute_dtype, seed, flat_multiple);
@@ -160,7 +172,22 @@ GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
     wpe_ = params_.get(n.wpe).value;
     dwpe_ = params_.get(n.wpe).grad;
   }
-  layers_.reserve(layer_offsets_.size());
+  for (int chunk = 0; chunk < num_chunks(); ++chunk) {
+    const int first = layout_.chunk_begin[chunk], end = layout_.chunk_begin[chunk + 1];
+    const bool embeds = chunk == 0 && part_.embedding;
+    const bool last = chunk == num_chunks() - 1 && part_.head;
+    PassOrders o;
+    if (embeds) o.forward = layout_.embed_units;
+    for (int l = first; l < end; ++l) o.forward.push_back(layout_.layer_units[l]);
+    o.evaluation = o.forward;
+    if (last) {
+      o.evaluation.insert(o.evaluation.end(), layout_.head_units.begin(), layout_.head_units.end());
+      o.backward = layout_.head_units;
+    }
+    for (int l = end; l-- > first;) o.backward.push_back(layout_.layer_units[l]);
+    pass_orders_.push_back(std::move(o));
+  }
+  layers_.reserve(layout_.layer_offsets.size());
   for (const auto& [first, end] : part_.chunks)
     for (int l = first; l < end; ++l) layers_.emplace_back(params_, cfg_, l, &tp_);
   if (part_.head) {
@@ -179,12 +206,12 @@ void GPTModel::set_recompute(const RecomputePolicy& policy) {
 bool GPTModel::recomputed(int chunk, int l) const {
   if (recompute_.granularity != RecomputePolicy::Granularity::kFull) return false;
   if (recompute_.method == RecomputePolicy::Method::kUniform) return true;
-  return l - chunk_begin_[chunk] < recompute_.num_layers;
+  return l - layout_.chunk_begin[chunk] < recompute_.num_layers;
 }
 
 int GPTModel::group_begin(int chunk, int l) const {
   if (recompute_.method == RecomputePolicy::Method::kBlock) return l;
-  const int first = chunk_begin_[chunk], n = recompute_.num_layers;
+  const int first = layout_.chunk_begin[chunk], n = recompute_.num_layers;
   return first + (l - first) / n * n;
 }
 
@@ -277,20 +304,16 @@ LossSum GPTModel::head(const Tensor& x, const Batch& batch, float grad_scale, Te
 
 Tensor GPTModel::forward_chunk(int chunk, const Tensor& input, const Batch& batch,
                                const StepContext& ctx, ChunkActivations* keep) {
-  const int first = chunk_begin_[chunk], end = chunk_begin_[chunk + 1];
+  const int first = layout_.chunk_begin[chunk], end = layout_.chunk_begin[chunk + 1];
   const bool embeds = chunk == 0 && part_.embedding;
   const bool last = chunk == num_chunks() - 1 && part_.head;
   if (access_) {
-    std::vector<int> order;
-    if (embeds) order = embed_units_;
-    for (int l = first; l < end; ++l) order.push_back(layer_units_[l]);
-    if (last && !keep) order.insert(order.end(), head_units_.begin(), head_units_.end());
-    access_->begin_pass(std::move(order));
+    const PassOrders& o = pass_orders_[chunk];
+    access_->begin_pass(keep ? o.forward : o.evaluation);
   }
   Tensor x = input;
   if (embeds) {
-    std::vector<std::unique_ptr<UnitUse>> uses;
-    for (int u : embed_units_) uses.push_back(std::make_unique<UnitUse>(access_, u));
+    UnitListUse use(access_, layout_.embed_units);
     x = embed(batch, ctx);
   }
   if (keep) {
@@ -298,7 +321,7 @@ Tensor GPTModel::forward_chunk(int chunk, const Tensor& input, const Batch& batc
     keep->inputs.assign(end - first, Tensor());
   }
   for (int l = first; l < end; ++l) {
-    UnitUse use(access_, layer_units_[l]);
+    UnitUse use(access_, layout_.layer_units[l]);
     TransformerLayer::Saved scratch;  // evaluation, and recomputed layers, keep nothing
     const bool store = keep && !recomputed(chunk, l);
     // A recompute group keeps the input of its first layer only.
@@ -312,33 +335,27 @@ Tensor GPTModel::forward_chunk(int chunk, const Tensor& input, const Batch& batc
 Tensor GPTModel::backward_chunk(int chunk, const Tensor& grad_output, const Batch& batch,
                                 const StepContext& ctx, float grad_scale, ChunkActivations& act,
                                 LossSum* loss) {
-  const int first = chunk_begin_[chunk], end = chunk_begin_[chunk + 1];
+  const int first = layout_.chunk_begin[chunk], end = layout_.chunk_begin[chunk + 1];
   const bool embeds = chunk == 0 && part_.embedding;
   const bool last = chunk == num_chunks() - 1 && part_.head;
   // Readiness by flat offset holds only when this backward covers the whole local part.
   const bool report = grads_ready_ && num_chunks() == 1;
-  if (access_) {
-    std::vector<int> order;
-    if (last) order = head_units_;
-    for (int l = end; l-- > first;) order.push_back(layer_units_[l]);
-    access_->begin_pass(std::move(order));
-  }
+  if (access_) access_->begin_pass(pass_orders_[chunk].backward);
   Tensor dx = grad_output;
   if (last) {
-    std::vector<std::unique_ptr<UnitUse>> uses;
-    for (int u : head_units_) uses.push_back(std::make_unique<UnitUse>(access_, u));
+    UnitListUse use(access_, layout_.head_units);
     const LossSum s = head(act.output, batch, grad_scale, &dx);
     act.output = Tensor();
     if (loss) {
       loss->loss_sum += s.loss_sum;
       loss->tokens += s.tokens;
     }
-    if (report) grads_ready_(head_offset_);
+    if (report) grads_ready_(layout_.head_offset);
   }
   for (int l = end; l-- > first;) {
     const int i = l - first;
     {
-      UnitUse use(access_, layer_units_[l]);
+      UnitUse use(access_, layout_.layer_units[l]);
       if (recomputed(chunk, l) && !act.layers[i].residual.defined()) {
         // Rerun the forward of l's recompute group from its saved input, keeping everything;
         // the dropout masks depend only on coordinates, so they come out the same.
@@ -346,15 +363,15 @@ Tensor GPTModel::backward_chunk(int chunk, const Tensor& grad_output, const Batc
         Tensor x = act.inputs[g - first];
         act.inputs[g - first] = Tensor();
         for (int k = g; k <= l; ++k) {
-          std::unique_ptr<UnitUse> other;
-          if (k != l) other = std::make_unique<UnitUse>(access_, layer_units_[k]);
+          std::optional<UnitUse> other;  // l itself is held already
+          if (k != l) other.emplace(access_, layout_.layer_units[k]);
           x = layers_[k].forward(x, act.layers[k - first], ctx);
         }
       }
       dx = layers_[l].backward(dx, act.layers[i], ctx);
     }
     act.layers[i] = TransformerLayer::Saved();  // free this layer's activations now
-    if (report) grads_ready_(layer_offsets_[l]);
+    if (report) grads_ready_(layout_.layer_offsets[l]);
   }
   if (embeds) {
     embed_backward(dx, batch, ctx);  // writes gradients only: no parameter values needed
@@ -365,8 +382,7 @@ Tensor GPTModel::backward_chunk(int chunk, const Tensor& grad_output, const Batc
 }
 
 LossSum GPTModel::head_loss(const Tensor& hidden, const Batch& batch) {
-  std::vector<std::unique_ptr<UnitUse>> uses;
-  for (int u : head_units_) uses.push_back(std::make_unique<UnitUse>(access_, u));
+  UnitListUse use(access_, layout_.head_units);
   return head(hidden, batch, 0.0f, nullptr);
 }
 

@@ -51,7 +51,8 @@ struct LossSum {
 class ParamAccess {
  public:
   virtual ~ParamAccess() = default;
-  virtual void begin_pass(std::vector<int> order) = 0;
+  // `order` is valid during the call only.
+  virtual void begin_pass(const std::vector<int>& order) = 0;
   virtual void acquire(int unit) = 0;
   virtual void release(int unit) = 0;
 };
@@ -139,7 +140,7 @@ class GPTModel {
   // The flat range of the word embedding this rank holds when tied embeddings are split over
   // a pipeline (the first stage's embedding, or the last stage's copy; a unit of its own), else
   // {0, 0}. Its gradient is summed over the embedding group before the optimizer step.
-  std::pair<int64_t, int64_t> tied_embedding_range() const { return tied_range_; }
+  std::pair<int64_t, int64_t> tied_embedding_range() const { return layout_.tied_range; }
 
   // Forward and backward of one micro-batch (the whole batch on every TP rank; ctx from
   // context()) through the whole model (one chunk with embeddings and head). Parameter grads
@@ -157,7 +158,7 @@ class GPTModel {
   }
 
   // The flat range [first, second) of every unit (see ParamAccess), in order.
-  const std::vector<std::pair<int64_t, int64_t>>& units() const { return units_; }
+  const std::vector<std::pair<int64_t, int64_t>>& units() const { return layout_.units; }
   // Acquire/release calls around every use of a unit's parameters (nullptr: none). Not owned.
   void set_param_access(ParamAccess* access) { access_ = access; }
 
@@ -167,14 +168,17 @@ class GPTModel {
  private:
   // Where declare() put things: units and their roles, layer offsets, the tied embedding.
   struct Layout {
-    std::vector<std::pair<int64_t, int64_t>> units;
-    std::vector<int> embed_units, layer_units, head_units, chunk_begin;
-    std::vector<int64_t> layer_offsets;
-    int64_t head_offset = 0;
-    std::pair<int64_t, int64_t> tied_range{0, 0};
+    std::vector<std::pair<int64_t, int64_t>> units;         // flat range of every unit, in order
+    std::vector<int> embed_units, layer_units, head_units;  // the units each part acquires
+    std::vector<int> chunk_begin;        // index in layers_ of each chunk's first layer (+ the end)
+    std::vector<int64_t> layer_offsets;  // flat offset of each local layer's first parameter
+    int64_t head_offset = 0;             // flat offset of the head's first unit
+    std::pair<int64_t, int64_t> tied_range{0, 0};  // tied_embedding_range()
   };
-  static void declare(ParameterSet& params, const ModelConfig& cfg, const ModelPart& part,
-                      int64_t padded_vocab, int64_t flat_multiple, Layout& out);
+  // Declares the parameters of `part` into `params` and says where they went. An empty chunk
+  // list means the whole model: `part` is completed to one chunk of every layer.
+  static Layout declare(ParameterSet& params, const ModelConfig& cfg, ModelPart& part,
+                        int64_t padded_vocab, int64_t flat_multiple);
   // Whether local layer l keeps only its input (full recompute), and the first layer of its
   // recompute group (the one whose input the group keeps).
   bool recomputed(int chunk, int l) const;
@@ -188,18 +192,20 @@ class GPTModel {
   parallel::TensorParallel tp_;
   ModelPart part_;
   RecomputePolicy recompute_;
-  std::vector<int> chunk_begin_;  // index in layers_ of each chunk's first layer (+ the end)
+  Layout layout_;
+  // The units each chunk's passes acquire, in order (ParamAccess::begin_pass): per chunk, its
+  // training forward, its evaluation forward (the last chunk's goes on to the head) and its
+  // backward.
+  struct PassOrders {
+    std::vector<int> forward, evaluation, backward;
+  };
+  std::vector<PassOrders> pass_orders_;
   int64_t padded_vocab_, vocab_start_, vocab_local_;  // this rank's rows of the padded vocabulary
   ParameterSet params_;
   std::vector<TransformerLayer> layers_;
   std::unique_ptr<Norm> final_norm_;
   Tensor wte_, dwte_, wpe_, dwpe_, head_w_, dhead_w_;
-  std::vector<int64_t> layer_offsets_;  // flat offset of each local layer's first parameter
-  int64_t head_offset_ = 0;             // flat offset of the head's first unit
-  std::vector<int> embed_units_, layer_units_, head_units_;  // units each part acquires
-  std::pair<int64_t, int64_t> tied_range_{0, 0};
   std::function<void(int64_t)> grads_ready_;
-  std::vector<std::pair<int64_t, int64_t>> units_;
   ParamAccess* access_ = nullptr;
 };
 

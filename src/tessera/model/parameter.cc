@@ -53,8 +53,9 @@ int64_t Parameter::global_index(int64_t i) const {
   return i;
 }
 
-void ParameterSet::initial_values(const Parameter& p, float* out) const {
-  const int64_t n = p.numel();
+void ParameterSet::initial_values(const Parameter& p, float* out, int64_t lo, int64_t hi) const {
+  if (hi < 0) hi = p.numel();
+  TESSERA_CHECK(0 <= lo && lo <= hi && hi <= p.numel());
   // The shard as (rows, cols), a vector being one row; map the split coordinate to global.
   const bool vector = p.local_shape.size() <= 1;
   const int64_t cols = p.local_shape.empty() ? 1 : p.local_shape.back();
@@ -65,9 +66,10 @@ void ParameterSet::initial_values(const Parameter& p, float* out) const {
   for (size_t i = 0; i < global_row.size(); ++i) global_row[i] = p.global_index(i);
   for (size_t i = 0; i < global_col.size(); ++i) global_col[i] = p.global_index(i);
 #pragma omp parallel for
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = lo; i < hi; ++i) {
     const int64_t r = i / cols, c = i % cols;
-    out[i] = init_value(p, seed_, split_rows ? global_row[r] : r, split_cols ? global_col[c] : c);
+    out[i - lo] =
+        init_value(p, seed_, split_rows ? global_row[r] : r, split_cols ? global_col[c] : c);
   }
 }
 
@@ -98,11 +100,12 @@ void ParameterSet::allocate(DType compute_dtype, uint64_t seed, int64_t multiple
         if (lo < hi) parts.push_back({lo, hi});
       }
     }
-    if (parts.empty()) continue;
-    Tensor init = Tensor::empty({n}, DType::kF32, MemoryCategory::kOther);
-    initial_values(p, init.data<float>());
     Tensor flat = values_.slice_rows(p.offset, p.offset + n);
-    for (const auto& [lo, hi] : parts) flat.slice_rows(lo, hi).copy_from(init.slice_rows(lo, hi));
+    for (const auto& [lo, hi] : parts) {
+      Tensor init = Tensor::empty({hi - lo}, DType::kF32, MemoryCategory::kOther);
+      initial_values(p, init.data<float>(), lo, hi);
+      flat.slice_rows(lo, hi).copy_from(init);
+    }
   }
 }
 

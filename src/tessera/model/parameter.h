@@ -92,9 +92,10 @@ class ParameterSet {
   // one row): a pure function of the seed, the name and the global coordinates, so any
   // sharding initialises identically.
   static float init_value(const Parameter& p, uint64_t seed, int64_t row, int64_t col);
-  // Writes the fp32 initial values of p's shard (numel() elements, local row-major order) with
-  // the seed given to allocate().
-  void initial_values(const Parameter& p, float* out) const;
+  // Writes the fp32 initial values of elements [lo, hi) of p's shard (local row-major order;
+  // hi < 0: to numel()) to out[0 .. hi - lo), with the seed given to allocate(). Each value is
+  // the same whatever range it is written with.
+  void initial_values(const Parameter& p, float* out, int64_t lo = 0, int64_t hi = -1) const;
 
  private:
   Tensor fused(const Tensor& flat, const std::vector<std::string>& names) const;

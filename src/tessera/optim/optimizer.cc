@@ -20,12 +20,8 @@ Optimizer::Optimizer(model::ParameterSet& params, const OptimizerOptions& option
   if (separate_master_) {
     // Master weights start from the exact fp32 initial values, not from their bf16 rounding.
     master_ = Tensor::zeros({owned_numel_}, DType::kF32, MemoryCategory::kOptimizer);
-    std::vector<float> init;
     for_each_owned_run([&](const model::Parameter& p, int64_t b, int64_t e, int64_t packed) {
-      init.resize(p.numel());
-      params.initial_values(p, init.data());
-      std::copy(init.begin() + (b - p.offset), init.begin() + (e - p.offset),
-                master_.data<float>() + packed);
+      params.initial_values(p, master_.data<float>() + packed, b - p.offset, e - p.offset);
     });
   } else if (!sharded_) {
     master_ = params.flat_values();

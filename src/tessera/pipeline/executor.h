@@ -56,8 +56,8 @@ class PipelineExecutor {
   // except on the last stage). `timeline` (may be nullptr) records the phases when recording.
   model::LossSum train(const MicroBatchLoader& load, float grad_scale, const BackwardHooks& hooks,
                        Timeline* timeline);
-  // Forward only over `count` micro-batches (evaluation): the loss summed on the last stage,
-  // zero elsewhere. At most P*V sends are in flight per rank.
+  // Forward only over `count` micro-batches (evaluation), loaded once each in order 0 .. count-1:
+  // the loss summed on the last stage, zero elsewhere. At most P*V sends are in flight per rank.
   model::LossSum evaluate(const MicroBatchLoader& load, int count);
 
   ScheduleKind kind() const { return kind_; }

@@ -3,8 +3,19 @@
 #include <string>
 
 #include "tessera/core/error.h"
+#include "tessera/pipeline/schedule.h"
 
 namespace tessera::pipeline {
+
+int virtual_stages_for(int num_layers, int pp_size, int layers_per_virtual_stage) {
+  if (layers_per_virtual_stage <= 0) return 1;
+  if (num_layers % (pp_size * layers_per_virtual_stage) != 0)
+    throw Error("--num-layers " + std::to_string(num_layers) +
+                " is not divisible by --pipeline-model-parallel-size " + std::to_string(pp_size) +
+                " x --num-layers-per-virtual-pipeline-stage " +
+                std::to_string(layers_per_virtual_stage));
+  return num_layers / (pp_size * layers_per_virtual_stage);
+}
 
 std::vector<int> partition_layers(const PartitionOptions& o) {
   const int L = o.num_layers, P = o.pp_size, V = o.virtual_stages;
@@ -67,16 +78,17 @@ std::vector<int> partition_layers(const PartitionOptions& o) {
 
 model::ModelPart part_of_rank(const PartitionOptions& o, const std::vector<int>& chunk_layers,
                               int rank) {
-  const int P = o.pp_size, V = o.virtual_stages;
   std::vector<int> start(chunk_layers.size() + 1, 0);
   for (size_t j = 0; j < chunk_layers.size(); ++j) start[j + 1] = start[j] + chunk_layers[j];
+  // The schedule's assignment of model chunks to ranks (the micro-batch count plays no part).
+  const ScheduleShape shape{o.pp_size, 1, o.virtual_stages};
   model::ModelPart part;
-  for (int c = 0; c < V; ++c) {
-    const int j = c * P + rank;
+  for (int c = 0; c < o.virtual_stages; ++c) {
+    const int j = model_chunk(shape, rank, c);
     part.chunks.push_back({start[j], start[j + 1]});
   }
   part.embedding = rank == 0;
-  part.head = rank == P - 1;
+  part.head = rank == o.pp_size - 1;
   return part;
 }
 

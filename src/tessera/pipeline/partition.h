@@ -22,6 +22,11 @@ struct PartitionOptions {
   int last_stage_layers = -1;   // --decoder-last-pipeline-num-layers (-1: not given)
 };
 
+// V for --num-layers-per-virtual-pipeline-stage `layers_per_virtual_stage` (0: not given, V = 1):
+// num_layers / (pp_size x layers_per_virtual_stage). tessera::Error naming the three flags when
+// that product does not divide num_layers.
+int virtual_stages_for(int num_layers, int pp_size, int layers_per_virtual_stage);
+
 // The layer count of every model chunk (V*P of them, in model order). tessera::Error naming the
 // flags when the layers cannot be split as asked (P or V*P not dividing them, P larger than the
 // layer count, uneven counts that do not add up or leave a stage without layers).

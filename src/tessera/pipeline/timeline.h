@@ -40,10 +40,10 @@ class Timeline {
   void stop() { recording_ = false; }
 
   // Gathers every rank's events over `world` (nullptr: this process only) and has world rank 0
-  // write the trace to `path`; `pp_rank_of[r]` labels rank r. Collective. tessera::Error when the
-  // file cannot be written. Returns, on world rank 0 (empty elsewhere), each rank's idle share
-  // of the pipeline phase: 1 - (its forward + backward time) / (the time from the origin to the
-  // end of the last forward or backward on any rank).
+  // write the trace to `path`; `pp_rank_of[r]` labels rank r (stage 0 past its end). Collective.
+  // tessera::Error when the file cannot be written. Returns, on world rank 0 (empty elsewhere),
+  // each rank's idle share of the pipeline phase: 1 - (its forward + backward time) / (the time
+  // from the origin to the end of the last forward or backward on any rank).
   std::vector<double> write_chrome_trace(const std::string& path, comm::ProcessGroup* world,
                                          const std::vector<int>& pp_rank_of) const;
 

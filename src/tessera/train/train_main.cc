@@ -89,6 +89,8 @@ int train_main(int argc, const char* const* argv) {
       groups.embedding = state->group(comm::GroupKind::kEmbedding);
       groups.model = state->group(comm::GroupKind::kModel);
       groups.world = state->world();
+      for (int r = 0; r < state->layout().world_size(); ++r)
+        groups.pp_rank_of.push_back(state->layout().coords(r).pp);
       Trainer trainer(args, groups);
       trainer.train();
     }

@@ -95,6 +95,7 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
       pp_size_(groups.pp ? groups.pp->size() : 1),
       pp_rank_(groups.pp ? groups.pp->rank() : 0),
       world_size_(groups.world ? groups.world->size() : 1),
+      pp_rank_of_(groups.pp_rank_of),
       reporting_rank_(!groups.world || groups.world->rank() == 0),
       metrics_(reporting_rank_ ? args.metrics_file : std::string()) {
   const auto& a = args_;
@@ -111,16 +112,10 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
     check_writable(checkpoint::latest_file(a.save), "--save");
   const DType dtype = a.bf16 ? DType::kBF16 : a.fp16 ? DType::kF16 : DType::kF32;
   // The pipeline: layers per stage (and virtual stage), this rank's part, the schedule.
-  partition_ = {a.model.num_layers, pp_size_, 1, a.decoder_first_pipeline_num_layers,
-                a.decoder_last_pipeline_num_layers};
-  if (a.num_layers_per_virtual_stage > 0) {
-    if (a.model.num_layers % (pp_size_ * a.num_layers_per_virtual_stage) != 0)
-      throw Error("--num-layers " + std::to_string(a.model.num_layers) +
-                  " is not divisible by --pipeline-model-parallel-size " +
-                  std::to_string(pp_size_) + " x --num-layers-per-virtual-pipeline-stage " +
-                  std::to_string(a.num_layers_per_virtual_stage));
-    partition_.virtual_stages = a.model.num_layers / (pp_size_ * a.num_layers_per_virtual_stage);
-  }
+  partition_ = {
+      a.model.num_layers, pp_size_,
+      pipeline::virtual_stages_for(a.model.num_layers, pp_size_, a.num_layers_per_virtual_stage),
+      a.decoder_first_pipeline_num_layers, a.decoder_last_pipeline_num_layers};
   chunk_layers_ = pipeline::partition_layers(partition_);
   const pipeline::ScheduleKind kind =
       !a.pipeline_schedule.empty()         ? pipeline::parse_schedule_kind(a.pipeline_schedule)
@@ -234,16 +229,16 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
 
 Trainer::~Trainer() = default;
 
-std::unique_ptr<pipeline::MicroBatch> Trainer::bind_micro_batch(const data::MicroBatch& data,
+std::unique_ptr<pipeline::MicroBatch> Trainer::bind_micro_batch(data::MicroBatch data,
                                                                 int64_t iteration,
                                                                 bool training) const {
   auto mb = std::make_unique<pipeline::MicroBatch>();
-  mb->data = data;  // the prefetcher reuses its slot: the pipeline keeps its own copy
+  mb->data = std::move(data);
   const data::MicroBatch& d = mb->data;
   mb->batch = {d.tokens.data(), d.targets.data(),
                d.loss_mask.empty() ? nullptr : d.loss_mask.data(), d.B, d.T};
   mb->ctx = model_->context(d.B, d.T, d.first_sample, args_.seed, iteration, training);
-  if (!d.positions.empty()) mb->ctx.sample_positions = d.positions;
+  if (!d.positions.empty()) mb->ctx.sample_positions = d.positions.data();
   if (!d.doc_start.empty()) mb->ctx.doc_start = d.doc_start.data();
   return mb;
 }
@@ -286,7 +281,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
     const data::MicroBatch& mb = prefetcher_->next();
     TESSERA_CHECK(mb.first_sample ==
                   data::micro_batch_first_sample(consumed_samples_, m, dp_size_, dp_rank_, mbs));
-    return bind_micro_batch(mb, iteration, true);
+    return bind_micro_batch(mb, iteration, true);  // a copy: the prefetcher reuses its slot
   };
   // Buckets are reduced in the last micro-batch (ZeRO 0-1) or in every one (ZeRO 2-3): while
   // backward produces them when this rank's part is one chunk; with virtual stages a
@@ -363,10 +358,8 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   }
   if (timeline_.recording()) {
     timeline_.stop();
-    std::vector<int> pp_rank_of;
-    for (int r = 0; r < world_size_; ++r) pp_rank_of.push_back(r / (world_size_ / pp_size_));
     const std::vector<double> idle =
-        timeline_.write_chrome_trace(args_.timeline_file, world_.get(), pp_rank_of);
+        timeline_.write_chrome_trace(args_.timeline_file, world_.get(), pp_rank_of_);
     std::string shares;
     for (double f : idle) {
       char buf[16];
@@ -404,20 +397,20 @@ double Trainer::evaluate(int64_t iteration, bool test) {
   double next_progress = 5.0;
   // Each DP rank takes every DP-th micro-batch of the evaluation samples.
   const int64_t batches = args_.eval_iters * args_.num_microbatches(dp_size_);
-  int64_t done = 0;
+  // The executor loads micro-batches 0, 1, ... in order: i of them are done when i is asked for.
   auto load = [&](int i) {
     // Progress only when evaluation is slow enough to wonder about, a line every 5 seconds.
     if (seconds_since(t0) > next_progress) {
-      std::printf("  evaluating: %lld/%lld micro-batches\n", static_cast<long long>(done),
+      std::printf("  evaluating: %lld/%lld micro-batches\n", static_cast<long long>(i),
                   static_cast<long long>(batches));
       std::fflush(stdout);
       next_progress += 5.0;
     }
-    ++done;
+    data::MicroBatch mb;
     data::load_micro_batch(*sampler,
                            data::micro_batch_first_sample(first, i, dp_size_, dp_rank_, mbs), mbs,
-                           ltor_, eval_batch_);
-    return bind_micro_batch(eval_batch_, iteration, false);
+                           ltor_, mb);
+    return bind_micro_batch(std::move(mb), iteration, false);
   };
   const model::LossSum s = executor_->evaluate(load, static_cast<int>(batches));
   loss = s.loss_sum;

@@ -48,6 +48,9 @@ struct TrainerGroups {
   std::shared_ptr<comm::ProcessGroup> embedding;  // first and last stage; nullptr: not in one
   std::shared_ptr<comm::ProcessGroup> model;      // tensor x pipeline; nullptr: one rank
   std::shared_ptr<comm::ProcessGroup> world;      // every rank; nullptr: one process
+  // The pipeline stage of every world rank (comm::MeshLayout::coords(r).pp), labelling the
+  // timeline's rows; empty: stage 0 for all (PP 1).
+  std::vector<int> pp_rank_of;
 };
 
 class Trainer {
@@ -82,10 +85,10 @@ class Trainer {
   // or with `test` of the test split's first ones; NaN when there are none. Printed.
   double evaluate(int64_t iteration, bool test = false);
   void build_data();
-  // A loaded micro-batch bound to the model: a copy of its arrays, the Batch viewing them and
-  // its step context (positions, document starts).
-  std::unique_ptr<pipeline::MicroBatch> bind_micro_batch(const data::MicroBatch& data,
-                                                         int64_t iteration, bool training) const;
+  // A loaded micro-batch bound to the model: it takes the arrays, the Batch and the step
+  // context (positions, document starts) view them.
+  std::unique_ptr<pipeline::MicroBatch> bind_micro_batch(data::MicroBatch data, int64_t iteration,
+                                                         bool training) const;
   // Sums the tied word embedding's gradient over the embedding group (pipelines only).
   void sync_tied_embedding();
   void export_weights() const;
@@ -111,6 +114,7 @@ class Trainer {
   parallel::TensorParallel tp_;
   std::shared_ptr<comm::ProcessGroup> dp_, pp_, embedding_, model_group_, world_;
   int dp_size_ = 1, dp_rank_ = 0, pp_size_ = 1, pp_rank_ = 0, world_size_ = 1;
+  std::vector<int> pp_rank_of_;  // TrainerGroups::pp_rank_of
   bool reporting_rank_ = true;  // prints, writes metrics and exports
   int64_t train_iters_ = 0;
   int64_t start_iteration_ = 0;  // iterations done before train() (resume_at)
@@ -130,7 +134,6 @@ class Trainer {
   std::unique_ptr<data::TokenSampler> train_data_, valid_data_, test_data_;
   data::LtorOptions ltor_;
   std::unique_ptr<data::Prefetcher> prefetcher_;  // training micro-batches, during train()
-  data::MicroBatch eval_batch_;
   MetricsWriter metrics_;
   struct PendingSave {
     int64_t iteration = 0;

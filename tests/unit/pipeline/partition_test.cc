@@ -38,5 +38,19 @@ TEST(PipelinePartition, BadSplitsAreErrors) {
   EXPECT_THROW(partition_layers({8, 2, 1, 0, -1}), Error);   // a stage without layers
 }
 
+TEST(PipelinePartition, VirtualStagesFromLayersPerVirtualStage) {
+  EXPECT_EQ(virtual_stages_for(16, 4, 0), 1);  // not interleaved
+  EXPECT_EQ(virtual_stages_for(16, 4, 2), 2);
+  EXPECT_EQ(virtual_stages_for(16, 2, 1), 8);
+  try {
+    virtual_stages_for(6, 2, 2);
+    FAIL() << "6 layers do not split into 2 stages x 2 layers per virtual stage";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "--num-layers 6 is not divisible by --pipeline-model-parallel-size 2 x "
+                 "--num-layers-per-virtual-pipeline-stage 2");
+  }
+}
+
 }  // namespace
 }  // namespace tessera::pipeline
