@@ -41,14 +41,8 @@ void convert(float* dst, const bf16* src, int64_t n) {
 }
 
 void convert(bf16* dst, const float* src, int64_t n) {
-  const int64_t vec_end = n - n % 16;
-#pragma omp parallel for if (n > kParallelConvertThreshold)
-  for (int64_t i = 0; i < vec_end; i += 16) {
-    // vcvtneps2bf16 rounds to nearest even, as bf16::from_float does.
-    __m256bh packed = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + i));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), reinterpret_cast<__m256i&>(packed));
-  }
-  for (int64_t i = vec_end; i < n; ++i) dst[i] = bf16(src[i]);
+#pragma omp parallel for simd if (n > kParallelConvertThreshold)
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16(src[i]);
 }
 
 void convert(float* dst, const fp16* src, int64_t n) {

@@ -12,8 +12,6 @@
 #include <stdexcept>
 #include <string>
 
-#include <immintrin.h>
-
 namespace tessera {
 
 enum class DType { kF32, kBF16, kF16, kI32, kI64, kU16 };
@@ -46,12 +44,56 @@ struct bf16 {
   }
 };
 
-// IEEE half-precision storage (fp16). Conversions use the F16C instructions.
+// IEEE half-precision storage (fp16). Conversion from fp32 rounds to nearest even; overflow
+// gives inf; NaN stays NaN with the quiet bit set and the top mantissa bits kept (as the F16C
+// instructions do). Portable bit arithmetic, bit for bit the same as the vector kernels'
+// conversions on every target (kernels/simd/vec_generic.h; tested against F16C).
 struct fp16 {
   uint16_t bits;
   fp16() = default;
-  explicit fp16(float f) : bits(static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT))) {}
-  explicit operator float() const { return _cvtsh_ss(bits); }
+  explicit fp16(float f) : bits(from_float(f)) {}
+  explicit operator float() const { return to_float(bits); }
+
+  static uint16_t from_float(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    const uint32_t sign = u & 0x80000000u;
+    u ^= sign;
+    uint32_t h;
+    if (u >= 0x47800000u) {  // >= 65536 (inf after rounding), inf, NaN
+      h = u > 0x7f800000u ? 0x7e00u | ((u >> 13) & 0x3ffu) : 0x7c00u;
+    } else if (u < 0x38800000u) {  // half subnormal or zero: the FPU rounds at the right bit
+      float g;
+      std::memcpy(&g, &u, 4);
+      g += 0.5f;
+      std::memcpy(&h, &g, 4);
+      h -= 0x3f000000u;
+    } else {  // normal: rebias the exponent, round to nearest even on the 13 dropped bits
+      h = (u + ((15u - 127u) << 23) + 0xfffu + ((u >> 13) & 1u)) >> 13;
+    }
+    return static_cast<uint16_t>(h | (sign >> 16));
+  }
+  static float to_float(uint16_t b) {
+    uint32_t o = (static_cast<uint32_t>(b) & 0x7fffu) << 13;
+    const uint32_t exp = b & 0x7c00u;
+    o += (127u - 15u) << 23;
+    float f;
+    if (exp == 0x7c00u) {  // inf / NaN
+      o += (128u - 16u) << 23;
+      std::memcpy(&f, &o, 4);
+    } else if (exp == 0) {  // zero / subnormal: renormalise through the FPU
+      o += 1u << 23;
+      std::memcpy(&f, &o, 4);
+      f -= 6.103515625e-05f;  // 2^-14
+    } else {
+      std::memcpy(&f, &o, 4);
+    }
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    u |= (static_cast<uint32_t>(b) & 0x8000u) << 16;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
 };
 
 // Load/store helpers so templated kernels read any storage type as fp32.
@@ -94,7 +136,8 @@ decltype(auto) visit_float(DType dtype, F&& f) {
   return f(float{});
 }
 
-// Bulk conversions (vectorised); n elements, no aliasing between src and dst.
+// Bulk conversions (portable loops, compiled for the baseline; the kernels convert on the fly
+// with their own target's instructions); n elements, no aliasing between src and dst.
 void convert(float* dst, const bf16* src, int64_t n);
 void convert(bf16* dst, const float* src, int64_t n);
 void convert(float* dst, const fp16* src, int64_t n);

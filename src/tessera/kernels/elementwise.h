@@ -3,16 +3,22 @@
 
 #include <cstdint>
 
+#include "tessera/kernels/dispatch.h"
+
 namespace tessera::kernels {
 
 // out (n) = a + b, in fp32 then stored as T. out may alias a or b.
 template <typename T>
-void add(T* out, const T* a, const T* b, int64_t n);
+void add(T* out, const T* a, const T* b, int64_t n) {
+  dispatch<&add<T>>(out, a, b, n);
+}
 
-// out (n) = in rounded to T exactly as the optimizer's step stores its results (the AVX-512
-// conversion instructions), so values restored from fp32 master weights equal the ones a step
-// would have written.
+// out (n) = in rounded to T exactly as the optimizer's step stores its results (the same
+// vector conversion of the active target), so values restored from fp32 master weights equal
+// the ones a step would have written.
 template <typename T>
-void round_from_f32(T* out, const float* in, int64_t n);
+void round_from_f32(T* out, const float* in, int64_t n) {
+  dispatch<&round_from_f32<T>>(out, in, n);
+}
 
 }  // namespace tessera::kernels

@@ -1,0 +1,38 @@
+// The vector layer the kernels are written against: 16 fp32 lanes (VecF), 16 int32 lanes
+// (VecI), 16 fp64 lanes (VecD) and a lane mask (Mask), with the same functions on every target,
+// so each kernel's arithmetic is written once (kernels/*.cc) and compiled per target.
+//
+// The semantics are those of vec_generic.h, the portable reference; vec_avx2.h and
+// vec_avx512.h are the intrinsic versions. This folder is the only place with ISA-specific
+// code. Sixteen lanes on every target (two ymm registers on AVX2, four 128-bit registers on
+// baseline) keep a kernel's blocking, summation order and masks the same everywhere: a target
+// changes speed, and only the last bits of results where it fuses a multiply-add or rounds an
+// exp differently (docs/performance.md, "Kernel targets").
+//
+// Tails: load(p, n) reads lanes [0, n) and zeroes the others; store(p, v, n) writes lanes
+// [0, n). Neither touches memory outside those lanes, and the lanes they do handle go through
+// the same arithmetic as a full vector, so a tensor-parallel shard of a row gives the bits of
+// the whole row.
+#pragma once
+
+#include "tessera/kernels/cpu_target.h"
+#include "tessera/kernels/dispatch.h"
+#include "tessera/kernels/simd/target.h"
+
+#if defined(TESSERA_TARGET_AVX512) || defined(TESSERA_TARGET_AVX512BF16)
+#include "tessera/kernels/simd/vec_avx512.h"
+#elif defined(TESSERA_TARGET_AVX2)
+#include "tessera/kernels/simd/vec_avx2.h"
+#else
+#include "tessera/kernels/simd/vec_generic.h"
+#endif
+
+TESSERA_TARGET_BEGIN
+// The target this compile is for (register_kernel's first argument).
+constexpr CpuTarget kThisTarget = CpuTarget::TESSERA_TARGET_ENUM;
+
+// Lanes of the block at i in a row of n: min(n - i, 16), for the counted load/store forms.
+inline int lanes_left(int64_t i, int64_t n) {
+  return n - i >= kLanes ? kLanes : static_cast<int>(n - i);
+}
+TESSERA_TARGET_END
