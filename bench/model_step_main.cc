@@ -11,6 +11,7 @@
 
 #include "bench_models.h"
 #include "tessera/core/threads.h"
+#include "tessera/kernels/build_info.h"
 #include "tessera/kernels/gemm.h"
 #include "tessera/model/gpt_model.h"
 #include "tessera/train/flops.h"
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
   }
   tessera::set_num_threads(threads);
   const int64_t B = 4;
+  std::printf("%s\n", tessera::kernels::version_line().c_str());
   std::printf("model_step: forward+backward of one micro-batch (B=%lld, T=256), %d threads, "
               "median of %d steps\n", static_cast<long long>(B), threads, steps);
   const double peak_f32 = tessera::kernels::measure_peak_gflops(DType::kF32);

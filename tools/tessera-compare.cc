@@ -28,6 +28,7 @@
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
 #include "tessera/core/tool_main.h"
+#include "tessera/kernels/build_info.h"
 
 namespace {
 
@@ -182,6 +183,7 @@ int main(int argc, char** argv) {
   double loss_rtol = 1e-5, norm_rtol = 1e-5, weight_rtol = 1e-5, weight_atol = 1e-6;
   double weight_mean_atol = 0;
   CLI::App app{"Compare a run's metrics and final weights with a reference run."};
+  app.set_version_flag("--version", tessera::kernels::version_line);
   app.add_option("--reference-metrics", ref_metrics, "reference --metrics-file")->required();
   app.add_option("--metrics", metrics, "this run's --metrics-file")->required();
   app.add_option("--reference-weights", ref_weights, "reference --export-weights file");

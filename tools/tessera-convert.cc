@@ -16,9 +16,11 @@
 #include "tessera/checkpoint/convert.h"
 #include "tessera/core/error.h"
 #include "tessera/core/tool_main.h"
+#include "tessera/kernels/build_info.h"
 
 int main(int argc, char** argv) {
   CLI::App app("Convert between Tessera checkpoints and Hugging Face model directories");
+  app.set_version_flag("--version", tessera::kernels::version_line);
   std::vector<std::string> from, to;
   double max_shard_bytes = 5e9;
   app.add_option("--from", from, "FORMAT PATH: tessera CHECKPOINT or hf HF_DIR")

@@ -15,6 +15,7 @@
 #include "tessera/comm/parallel_state.h"
 #include "tessera/core/error.h"
 #include "tessera/core/tool_main.h"
+#include "tessera/kernels/build_info.h"
 
 namespace {
 
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
   int world_size = 0;
   tessera::comm::ParallelConfig cfg;
   CLI::App app{"Print every rank's coordinates and process groups for a parallel layout."};
+  app.set_version_flag("--version", tessera::kernels::version_line);
   app.add_option("--world-size", world_size, "Number of processes (ranks)")->required();
   app.add_option("--tensor-model-parallel-size", cfg.tensor, "TP size")->capture_default_str();
   app.add_option("--pipeline-model-parallel-size", cfg.pipeline, "PP size")->capture_default_str();

@@ -41,6 +41,7 @@
 #include "tessera/core/clock.h"
 #include "tessera/core/error.h"
 #include "tessera/core/tool_main.h"
+#include "tessera/kernels/build_info.h"
 #include "tessera/data/indexed_dataset.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/data/tokenizer/bpe_trainer.h"
@@ -393,6 +394,7 @@ int run(Options opt) {
 int main(int argc, char** argv) {
   Options opt;
   CLI::App app{"Tokenize a text corpus into Megatron-compatible .bin/.idx indexed datasets."};
+  app.set_version_flag("--version", tessera::kernels::version_line);
   app.add_option("--input", opt.input,
                  "Input file (.jsonl: one JSON object per line; else text) or a directory of them")
       ->required();

@@ -17,6 +17,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/core/tool_main.h"
+#include "tessera/kernels/build_info.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/data/tokenizer/bpe_trainer.h"
 #include "tessera/data/tokenizer/gpt2_tokenizer.h"
@@ -59,6 +60,7 @@ int main(int argc, char** argv) {
   bool hex = false, decode = false;
   std::string save_json;
   CLI::App app{"Encode (or decode) lines of stdin with a tokenizer."};
+  app.set_version_flag("--version", tessera::kernels::version_line);
   app.add_option("--tokenizer-type", topt.type,
                  "ByteLevel, GPT2BPETokenizer, "
                  "HuggingFaceTokenizer or SentencePieceTokenizer")

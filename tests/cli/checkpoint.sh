@@ -8,7 +8,9 @@
 #  - crash safety: a rank killed in the middle of a save leaves the previous checkpoint loadable
 #    and the pointer on it;
 #  - damaged or incompatible checkpoints: one line naming the file and tensor, exit 2.
-# Usage: checkpoint.sh BUILD_BIN_DIR
+# Usage: checkpoint.sh BUILD_BIN_DIR [--resume-only]
+#   --resume-only: just the exact-resume runs in one process (fp32, bf16, fp16) and at TP 2 x
+#   DP 2 ZeRO 2 (bf16), for the repeat under a capped CPU target (tests/CMakeLists.txt).
 BIN_DIR="${1:?usage: checkpoint.sh BUILD_BIN_DIR}"
 BIN="$BIN_DIR/tessera-train"
 source "$(dirname "$0")/lib.bash" checkpoint-test
@@ -59,6 +61,14 @@ mid_epoch() {
 check "the save at iteration 10 falls mid-epoch, the run crosses into a second epoch" mid_epoch
 check "exact resume, fp32, one process" resume fp32 1 ""
 check "exact resume, bf16, one process" resume bf16 1 "" --bf16
+if [ "${2:-}" = "--resume-only" ]; then
+  check "exact resume, fp16, one process" resume fp16 1 "" --fp16
+  check "exact resume, bf16, TP 2 x DP 2 ZeRO 2" \
+    resume tp2dp2 4 "--tensor-model-parallel-size 2 --zero-stage 2" --bf16
+  echo "checkpoint (resume only): $passed passed, $failed failed"
+  [ "$failed" -eq 0 ]
+  exit
+fi
 # --async-save: background saves every 3 iterations while training goes on (3, 6, 9, and 10 at
 # the exit); the job resumed from the last one continues the straight bf16 run bitwise.
 async_resume() {

@@ -45,8 +45,8 @@ struct bf16 {
 };
 
 // IEEE half-precision storage (fp16). Conversion from fp32 rounds to nearest even; overflow
-// gives inf; NaN stays NaN with the quiet bit set and the top mantissa bits kept (as the F16C
-// instructions do). Portable bit arithmetic, bit for bit the same as the vector kernels'
+// gives inf; NaN stays NaN with the quiet bit set and the top mantissa bits kept, both ways (as
+// the F16C instructions do). Portable bit arithmetic, bit for bit the same as the vector kernels'
 // conversions on every target (kernels/simd/vec_generic.h; tested against F16C).
 struct fp16 {
   uint16_t bits;
@@ -78,8 +78,9 @@ struct fp16 {
     const uint32_t exp = b & 0x7c00u;
     o += (127u - 15u) << 23;
     float f;
-    if (exp == 0x7c00u) {  // inf / NaN
+    if (exp == 0x7c00u) {  // inf / NaN; a NaN comes out quiet, as F16C's vcvtph2ps makes it
       o += (128u - 16u) << 23;
+      if (b & 0x3ffu) o |= 0x400000u;
       std::memcpy(&f, &o, 4);
     } else if (exp == 0) {  // zero / subnormal: renormalise through the FPU
       o += 1u << 23;

@@ -14,6 +14,9 @@ int run_tool(CLI::App& app, int argc, const char* const* argv, const char* tool,
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     std::fprintf(stderr, "%s: %s (see --help)\n", tool, one_line(e.what()).c_str());
     return kUserErrorExitCode;
+  } catch (const Error& e) {  // e.g. from a flag's callback such as --version
+    std::fprintf(stderr, "%s: error: %s\n", tool, one_line(e.what()).c_str());
+    return kUserErrorExitCode;
   }
   try {
     return body();

@@ -1,19 +1,16 @@
+// Optimizer kernels (contract in adamw.h), compiled once per CPU target.
 #include "tessera/kernels/adamw.h"
-
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "tessera/core/dtype.h"
-#include "tessera/kernels/simd.h"
 #include "tessera/core/error.h"
+#include "tessera/kernels/simd/vec.h"
 
-namespace tessera::kernels {
+TESSERA_TARGET_BEGIN
 namespace {
-
-using simd::store16;
 
 // Elements per OpenMP work item. Also the fixed reduction unit of sum_squares: partial sums are
 // formed per chunk and combined in chunk order, so the result does not depend on thread count.
@@ -23,8 +20,13 @@ constexpr int64_t kParallelThreshold = 1 << 15;
 
 inline int64_t num_chunks(int64_t n) { return (n + kChunk - 1) / kChunk; }
 
-inline __mmask16 tail_mask(int64_t remaining) {
-  return remaining >= 16 ? __mmask16(0xffff) : __mmask16((1u << remaining) - 1u);
+// Calls body(i, lanes) for the blocks of 16 of [begin, end): full blocks with the constant
+// kLanes (so the counted loads and stores compile to plain ones), then the tail, if any.
+template <typename Body>
+inline void for_each_block(int64_t begin, int64_t end, Body&& body) {
+  int64_t i = begin;
+  for (; i + kLanes <= end; i += kLanes) body(i, kLanes);
+  if (i < end) body(i, static_cast<int>(end - i));
 }
 
 }  // namespace
@@ -38,37 +40,36 @@ void adamw_step(float* master, float* m, float* v, T* param_out, const float* gr
   // hyperparameters before launching the fp32 kernel.
   const double bias_correction1 = 1.0 - std::pow(double(beta1), double(step));
   const double bias_correction2 = 1.0 - std::pow(double(beta2), double(step));
-  const __m512 vdecay = _mm512_set1_ps(float(1.0 - double(lr) * double(weight_decay)));
-  const __m512 vneg_step = _mm512_set1_ps(float(-(double(lr) / bias_correction1)));
-  const __m512 vbc2_sqrt = _mm512_set1_ps(float(std::sqrt(bias_correction2)));
-  const __m512 vone_minus_b1 = _mm512_set1_ps(float(1.0 - double(beta1)));
-  const __m512 vb2 = _mm512_set1_ps(beta2);
-  const __m512 vone_minus_b2 = _mm512_set1_ps(float(1.0 - double(beta2)));
-  const __m512 veps = _mm512_set1_ps(eps);
-  const __m512 vgs = _mm512_set1_ps(grad_scale);
+  const VecF decay = splat(float(1.0 - double(lr) * double(weight_decay)));
+  const VecF neg_step = splat(float(-(double(lr) / bias_correction1)));
+  const VecF bc2_sqrt = splat(float(std::sqrt(bias_correction2)));
+  const VecF one_minus_b1 = splat(float(1.0 - double(beta1)));
+  const VecF b2 = splat(beta2);
+  const VecF one_minus_b2 = splat(float(1.0 - double(beta2)));
+  const VecF veps = splat(eps);
+  const VecF gs = splat(grad_scale);
   const int64_t chunks = num_chunks(n);
 #pragma omp parallel for schedule(static) if (n > kParallelThreshold)
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t end = std::min(n, (c + 1) * kChunk);
-    for (int64_t i = c * kChunk; i < end; i += 16) {
-      const __mmask16 k = tail_mask(end - i);
-      // The same sequence of fp32 operations as torch.optim.AdamW's single-tensor path:
+    for_each_block(c * kChunk, std::min(n, (c + 1) * kChunk), [&](int64_t i, int lanes) {
+      // The same sequence of fp32 operations as torch.optim.AdamW's single-tensor path (each
+      // product rounded before the sum: no fused multiply-add):
       // param.mul_(1 - lr*wd); exp_avg.lerp_(g, 1 - beta1);
       // exp_avg_sq.mul_(beta2).addcmul_(g, g, 1 - beta2);
       // param.addcdiv_(exp_avg, exp_avg_sq.sqrt() / sqrt(bc2) + eps, -lr / bc1).
-      const __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, grad + i), vgs);
-      __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, master + i), vdecay);
-      __m512 mv = _mm512_maskz_loadu_ps(k, m + i);
-      mv = _mm512_add_ps(mv, _mm512_mul_ps(vone_minus_b1, _mm512_sub_ps(g, mv)));
-      __m512 vv = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, v + i), vb2);
-      vv = _mm512_add_ps(vv, _mm512_mul_ps(_mm512_mul_ps(vone_minus_b2, g), g));
-      const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vv), vbc2_sqrt), veps);
-      p = _mm512_add_ps(p, _mm512_mul_ps(vneg_step, _mm512_div_ps(mv, denom)));
-      _mm512_mask_storeu_ps(master + i, k, p);
-      _mm512_mask_storeu_ps(m + i, k, mv);
-      _mm512_mask_storeu_ps(v + i, k, vv);
-      if (param_out) store16(param_out + i, p, k);
-    }
+      const VecF g = load(grad + i, lanes) * gs;
+      VecF p = load(master + i, lanes) * decay;
+      VecF mv = load(m + i, lanes);
+      mv = mv + one_minus_b1 * (g - mv);
+      VecF vv = load(v + i, lanes) * b2;
+      vv = vv + (one_minus_b2 * g) * g;
+      const VecF denom = sqrt(vv) / bc2_sqrt + veps;
+      p = p + neg_step * (mv / denom);
+      store(master + i, p, lanes);
+      store(m + i, mv, lanes);
+      store(v + i, vv, lanes);
+      if (param_out) store(param_out + i, p, lanes);
+    });
   }
 }
 
@@ -79,60 +80,47 @@ void sgd_step(float* master, float* momentum_buf, T* param_out, const float* gra
   TESSERA_CHECK_MSG(momentum == 0.0f || momentum_buf != nullptr,
                     "sgd_step: momentum != 0 needs a momentum buffer");
   const bool first = step == 1;
-  const __m512 vgs = _mm512_set1_ps(grad_scale);
-  const __m512 vwd = _mm512_set1_ps(weight_decay);
-  const __m512 vmom = _mm512_set1_ps(momentum);
-  const __m512 vneg_lr = _mm512_set1_ps(-lr);
+  const VecF gs = splat(grad_scale);
+  const VecF wd = splat(weight_decay);
+  const VecF mom = splat(momentum);
+  const VecF neg_lr = splat(-lr);
   const int64_t chunks = num_chunks(n);
 #pragma omp parallel for schedule(static) if (n > kParallelThreshold)
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t end = std::min(n, (c + 1) * kChunk);
-    for (int64_t i = c * kChunk; i < end; i += 16) {
-      const __mmask16 k = tail_mask(end - i);
+    for_each_block(c * kChunk, std::min(n, (c + 1) * kChunk), [&](int64_t i, int lanes) {
       // torch.optim.SGD order: g = grad.add(param, alpha=wd); buf.mul_(momentum).add_(g);
-      // param.add_(buf, alpha=-lr).
-      __m512 p = _mm512_maskz_loadu_ps(k, master + i);
-      __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, grad + i), vgs);
-      g = _mm512_add_ps(g, _mm512_mul_ps(vwd, p));
+      // param.add_(buf, alpha=-lr). No fused multiply-add.
+      VecF p = load(master + i, lanes);
+      VecF g = load(grad + i, lanes) * gs;
+      g = g + wd * p;
       if (momentum_buf) {
-        if (!first) {
-          g = _mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, momentum_buf + i), vmom), g);
-        }
-        _mm512_mask_storeu_ps(momentum_buf + i, k, g);
+        if (!first) g = load(momentum_buf + i, lanes) * mom + g;
+        store(momentum_buf + i, g, lanes);
       }
-      p = _mm512_add_ps(p, _mm512_mul_ps(vneg_lr, g));
-      _mm512_mask_storeu_ps(master + i, k, p);
-      if (param_out) store16(param_out + i, p, k);
-    }
+      p = p + neg_lr * g;
+      store(master + i, p, lanes);
+      if (param_out) store(param_out + i, p, lanes);
+    });
   }
 }
 
 double sum_squares(const float* x, int64_t n) {
   const int64_t chunks = num_chunks(n);
   std::vector<double> partial(chunks);
-  // x^2 accumulated into 8 double lanes; four independent chains so the loop streams at memory
-  // speed instead of waiting on FMA latency.
-  const auto acc = [](__m256 v, __m512d a) {
-    const __m512d d = _mm512_cvtps_pd(v);
-    return _mm512_fmadd_pd(d, d, a);
-  };
 #pragma omp parallel for schedule(static) if (n > kParallelThreshold)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t end = std::min(n, (c + 1) * kChunk);
-    __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    // x^2 in fp64 (exact), summed into two accumulators of 16 fp64 lanes: independent chains
+    // (four zmm on AVX-512, eight ymm on AVX2) so the loop streams at memory speed instead of
+    // waiting on the adds' latency. The layout is the same on every target, so is the result.
+    VecD a0 = zero_d(), a1 = zero_d();
     int64_t i = c * kChunk;
-    for (; i + 32 <= end; i += 32) {
-      a0 = acc(_mm256_loadu_ps(x + i), a0);
-      a1 = acc(_mm256_loadu_ps(x + i + 8), a1);
-      a2 = acc(_mm256_loadu_ps(x + i + 16), a2);
-      a3 = acc(_mm256_loadu_ps(x + i + 24), a3);
+    for (; i + 2 * kLanes <= end; i += 2 * kLanes) {
+      a0 = add_squares(a0, load(x + i));
+      a1 = add_squares(a1, load(x + i + kLanes));
     }
-    for (; i < end; i += 8) {
-      const int64_t r = end - i;
-      a0 =
-          acc(_mm256_maskz_loadu_ps(r >= 8 ? __mmask8(0xff) : __mmask8((1u << r) - 1u), x + i), a0);
-    }
-    partial[c] = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
+    for (; i < end; i += kLanes) a0 = add_squares(a0, load(x + i, lanes_left(i, end)));
+    partial[c] = reduce_add(a0 + a1);
   }
   double total = 0.0;
   for (int64_t c = 0; c < chunks; ++c) total += partial[c];
@@ -140,39 +128,39 @@ double sum_squares(const float* x, int64_t n) {
 }
 
 void scale_inplace(float* x, int64_t n, float s) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
-  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+  const VecF vs = splat(s);
+  const int64_t chunks = num_chunks(n);
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+  for (int64_t c = 0; c < chunks; ++c) {
+    for_each_block(c * kChunk, std::min(n, (c + 1) * kChunk), [&](int64_t i, int lanes) {
+      store(x + i, load(x + i, lanes) * vs, lanes);
+    });
+  }
 }
 
 bool has_non_finite(const float* x, int64_t n) {
   const int64_t chunks = num_chunks(n);
-  // vfpclassps categories: QNaN (0x01), +Inf (0x08), -Inf (0x10), SNaN (0x80).
-  constexpr int kNonFinite = 0x01 | 0x08 | 0x10 | 0x80;
-  unsigned found = 0;
+  uint32_t found = 0;
 #pragma omp parallel for schedule(static) reduction(| : found) if (n > kParallelThreshold)
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t end = std::min(n, (c + 1) * kChunk);
-    __mmask16 any = 0;
-    for (int64_t i = c * kChunk; i < end; i += 16) {
-      const __mmask16 k = tail_mask(end - i);
-      any |= _mm512_mask_fpclass_ps_mask(k, _mm512_maskz_loadu_ps(k, x + i), kNonFinite);
-    }
-    found |= any;
+    // Lanes past the end load as 0, which is finite.
+    Mask any_lane = first_n(0);
+    for_each_block(c * kChunk, std::min(n, (c + 1) * kChunk), [&](int64_t i, int lanes) {
+      any_lane = any_lane | non_finite(load(x + i, lanes));
+    });
+    found |= to_bits(any_lane);
   }
   return found != 0;
 }
 
-template void adamw_step<float>(float*, float*, float*, float*, const float*, int64_t, float, float,
-                                float, float, float, int64_t, float);
-template void adamw_step<bf16>(float*, float*, float*, bf16*, const float*, int64_t, float, float,
-                               float, float, float, int64_t, float);
-template void sgd_step<float>(float*, float*, float*, const float*, int64_t, float, float, float,
-                              int64_t, float);
-template void sgd_step<bf16>(float*, float*, bf16*, const float*, int64_t, float, float, float,
-                             int64_t, float);
-template void adamw_step<fp16>(float*, float*, float*, fp16*, const float*, int64_t, float, float,
-                               float, float, float, int64_t, float);
-template void sgd_step<fp16>(float*, float*, fp16*, const float*, int64_t, float, float, float,
-                             int64_t, float);
+void register_adamw() {
+  for_each_storage_type([]<typename T>() {
+    register_kernel<&kernels::adamw_step<T>>(kThisTarget, &adamw_step<T>);
+    register_kernel<&kernels::sgd_step<T>>(kThisTarget, &sgd_step<T>);
+  });
+  register_kernel<&kernels::sum_squares>(kThisTarget, &sum_squares);
+  register_kernel<&kernels::scale_inplace>(kThisTarget, &scale_inplace);
+  register_kernel<&kernels::has_non_finite>(kThisTarget, &has_non_finite);
+}
 
-}  // namespace tessera::kernels
+TESSERA_TARGET_END

@@ -1,4 +1,4 @@
-// Flash-style causal self-attention (contract in attention.h).
+// Flash-style causal self-attention (contract in attention.h), compiled once per CPU target.
 //
 // Forward (FlashAttention-2 style): a task is a run of query blocks (kBlock rows) of one
 // (sample, head). Each block streams the key blocks up to the diagonal and keeps, per query,
@@ -13,15 +13,17 @@
 // sums in head order.
 //
 // Score tiles are kept transposed (keys x queries), so per-query state (max, sum, lse,
-// rowsum(dO * O), dropout masks) is a vector over 16 queries. The tile products run on one
-// AVX-512 register-blocked kernel (tile_gemm); everything is fp32 inside whatever the storage.
+// rowsum(dO * O), dropout masks) is a 16-lane vector over 16 queries. The tile products run on
+// one register-blocked kernel (tile_gemm) whose blocking is the target's (kTileRows x
+// kTileVecs); everything is fp32 inside whatever the storage. The blocking changes only which
+// products run together, never the order of a sum, so targets differ only where fmadd is fused
+// or exp rounds differently (simd/vec.h).
 //
 // (Longer than the usual file: the tile GEMM, the lane-parallel Philox and the 16 x 16
 // transposes exist only for this kernel and are kept next to it.)
 
 #include "tessera/kernels/attention.h"
 
-#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -32,15 +34,17 @@
 
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
+#include "tessera/kernels/simd/vec.h"
 #include "tessera/kernels/fast_exp.h"
-#include "tessera/kernels/simd.h"
 
-namespace tessera::kernels {
+TESSERA_TARGET_BEGIN
 namespace {
 
 // Rows of a query block = columns of a key block. 64 keeps the per-thread tiles (a few 16 KiB
-// fp32 tiles at HD = 64) inside L1/L2 and matches one 4-vector register panel.
+// fp32 tiles at HD = 64) inside L1/L2 and is a whole number of register panels on every target
+// (16 * kTileVecs columns: one panel of four vectors on AVX-512).
 constexpr int kBlock = 64;
+static_assert(kBlock % (16 * kTileVecs) == 0 && kBlock % kLanes == 0);
 
 // Owning 64-byte aligned fp32 scratch (tiles are read with full-width vector loads).
 class Scratch {
@@ -59,40 +63,38 @@ class Scratch {
 
 inline int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
 
-inline __mmask16 lane_mask(int n) {
-  return n >= 16 ? static_cast<__mmask16>(0xFFFF)
-                 : (n <= 0 ? static_cast<__mmask16>(0) : static_cast<__mmask16>((1u << n) - 1));
-}
-
 // ---------------------------------------------------------------------------------------------
 // Tile products. C (M x N) = or += A (M x K) * B (K x N); B and C row-major; A's element (m, k)
 // is A[m * a_rs + k * a_cs], so A can be a transposed view of a row-major tile (a_rs = 1).
 
-// R rows by NV 16-lane vectors (N <= 16 * NV): R * NV accumulators stay in registers, each
-// k-step loads NV vectors of B and broadcasts R scalars of A. (accumulate is a template
-// parameter and every loop over r, v is unrolled: with a run-time branch in the epilogue GCC 12
-// keeps acc in memory and stores all of it on every k-step, a 3x slowdown.)
-template <int R, int NV, bool kAccumulate>
+// R rows by NV 16-lane vectors (16 * (NV - 1) < N <= 16 * NV): R * NV accumulators stay in
+// registers, each k-step loads NV vectors of B and broadcasts R scalars of A. Only the last
+// vector can be partial; with kTail its columns past N are loaded as 0 and never stored
+// (counted loads and stores), without it (N = 16 * NV, the usual case) the k loop has no lane
+// counts at all. (accumulate and kTail are template parameters and every loop over r, v is
+// unrolled: with a run-time branch in the epilogue GCC 12 keeps acc in memory and stores all of
+// it on every k-step, a 3x slowdown; a lane count in the k loop costs a compare and branch per
+// vector per step.)
+template <int R, int NV, bool kAccumulate, bool kTail>
 void panel(float* C, int64_t ldc, const float* A, int64_t a_rs, int64_t a_cs, const float* B,
            int64_t ldb, int N, int K) {
-  __mmask16 mask[NV];
-#pragma GCC unroll 4
-  for (int v = 0; v < NV; ++v) mask[v] = lane_mask(N - 16 * v);
-  __m512 acc[R][NV];
+  const int tail = N - 16 * (NV - 1);  // lanes of the last vector
+  VecF acc[R][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+    for (int v = 0; v < NV; ++v) acc[r][v] = zero();
   for (int k = 0; k < K; ++k) {
-    __m512 b[NV];
+    VecF b[NV];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) b[v] = _mm512_maskz_loadu_ps(mask[v], B + k * ldb + 16 * v);
+    for (int v = 0; v < NV; ++v)
+      b[v] = kTail && v == NV - 1 ? load(B + k * ldb + 16 * v, tail) : load(B + k * ldb + 16 * v);
     const float* a = A + k * a_cs;
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const __m512 ar = _mm512_set1_ps(a[r * a_rs]);
+      const VecF ar = splat(a[r * a_rs]);
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(ar, b[v], acc[r][v]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = fmadd(ar, b[v], acc[r][v]);
     }
   }
 #pragma GCC unroll 8
@@ -100,67 +102,57 @@ void panel(float* C, int64_t ldc, const float* A, int64_t a_rs, int64_t a_cs, co
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       float* c = C + r * ldc + 16 * v;
+      const int n = kTail && v == NV - 1 ? tail : kLanes;
       if constexpr (kAccumulate)
-        _mm512_mask_storeu_ps(c, mask[v],
-                              _mm512_add_ps(acc[r][v], _mm512_maskz_loadu_ps(mask[v], c)));
+        store(c, acc[r][v] + load(c, n), n);
       else
-        _mm512_mask_storeu_ps(c, mask[v], acc[r][v]);
+        store(c, acc[r][v], n);
     }
   }
 }
 
-template <int R, bool kAccumulate>
+// R rows of a panel at most 16 * NV columns wide: the narrowest panel that covers N. Only
+// NV <= kTileVecs is ever instantiated (tile_gemm_impl never passes wider panels).
+template <int R, int NV, bool kAccumulate>
 void panel_rows(float* C, int64_t ldc, const float* A, int64_t a_rs, int64_t a_cs, const float* B,
                 int64_t ldb, int N, int K) {
-  switch ((N + 15) / 16) {
-    case 1:
-      panel<R, 1, kAccumulate>(C, ldc, A, a_rs, a_cs, B, ldb, N, K);
-      break;
-    case 2:
-      panel<R, 2, kAccumulate>(C, ldc, A, a_rs, a_cs, B, ldb, N, K);
-      break;
-    case 3:
-      panel<R, 3, kAccumulate>(C, ldc, A, a_rs, a_cs, B, ldb, N, K);
-      break;
-    default:
-      panel<R, 4, kAccumulate>(C, ldc, A, a_rs, a_cs, B, ldb, N, K);
-      break;
+  if constexpr (NV > 1) {
+    if (N <= 16 * (NV - 1))
+      return panel_rows<R, NV - 1, kAccumulate>(C, ldc, A, a_rs, a_cs, B, ldb, N, K);
   }
+  if (N == 16 * NV)
+    panel<R, NV, kAccumulate, false>(C, ldc, A, a_rs, a_cs, B, ldb, N, K);
+  else
+    panel<R, NV, kAccumulate, true>(C, ldc, A, a_rs, a_cs, B, ldb, N, K);
+}
+
+// The last `rows` (< kTileRows) rows of a column panel, as one panel of exactly that height.
+template <int R, bool kAccumulate>
+void tail_rows(float* C, int64_t ldc, const float* A, int64_t a_rs, int64_t a_cs, const float* B,
+               int64_t ldb, int N, int K, int rows) {
+  if (rows == R) return panel_rows<R, kTileVecs, kAccumulate>(C, ldc, A, a_rs, a_cs, B, ldb, N, K);
+  if constexpr (R > 1) tail_rows<R - 1, kAccumulate>(C, ldc, A, a_rs, a_cs, B, ldb, N, K, rows);
 }
 
 template <bool kAccumulate>
 void tile_gemm_impl(float* C, int64_t ldc, const float* A, int64_t a_rs, int64_t a_cs,
                     const float* B, int64_t ldb, int M, int N, int K) {
-  // 6 rows x 4 vectors = 24 accumulators + 4 B vectors + 1 broadcast fit the 32 zmm registers.
-  constexpr int kRows = 6;
-  for (int n0 = 0; n0 < N; n0 += 64) {
-    const int nn = std::min(64, N - n0);
+  // The target's register blocking: kTileRows x kTileVecs accumulators plus kTileVecs B vectors
+  // and a broadcast fill its vector registers (AVX-512: 6 x 4 + 4 + 1 of the 32 zmm).
+  constexpr int kRows = kTileRows;
+  constexpr int kCols = 16 * kTileVecs;
+  static_assert(kRows >= 2);
+  for (int n0 = 0; n0 < N; n0 += kCols) {
+    const int nn = std::min(kCols, N - n0);
     float* c = C + n0;
     const float* b = B + n0;
     int m = 0;
     for (; m + kRows <= M; m += kRows)
-      panel_rows<kRows, kAccumulate>(c + m * ldc, ldc, A + m * a_rs, a_rs, a_cs, b, ldb, nn, K);
-    const float* a = A + m * a_rs;
-    c += m * ldc;
-    switch (M - m) {
-      case 5:
-        panel_rows<5, kAccumulate>(c, ldc, a, a_rs, a_cs, b, ldb, nn, K);
-        break;
-      case 4:
-        panel_rows<4, kAccumulate>(c, ldc, a, a_rs, a_cs, b, ldb, nn, K);
-        break;
-      case 3:
-        panel_rows<3, kAccumulate>(c, ldc, a, a_rs, a_cs, b, ldb, nn, K);
-        break;
-      case 2:
-        panel_rows<2, kAccumulate>(c, ldc, a, a_rs, a_cs, b, ldb, nn, K);
-        break;
-      case 1:
-        panel_rows<1, kAccumulate>(c, ldc, a, a_rs, a_cs, b, ldb, nn, K);
-        break;
-      default:
-        break;
-    }
+      panel_rows<kRows, kTileVecs, kAccumulate>(c + m * ldc, ldc, A + m * a_rs, a_rs, a_cs, b, ldb,
+                                                nn, K);
+    if (m < M)
+      tail_rows<kRows - 1, kAccumulate>(c + m * ldc, ldc, A + m * a_rs, a_rs, a_cs, b, ldb, nn, K,
+                                        M - m);
   }
 }
 
@@ -175,57 +167,47 @@ void tile_gemm(float* C, int64_t ldc, const float* A, int64_t a_rs, int64_t a_cs
 // ---------------------------------------------------------------------------------------------
 // Dropout mask: Philox4x32-10 (core/philox.h) evaluated on 16 counters at once, one per query.
 
-// High 32 bits of the 32x32-bit products, per lane. (The maskz forms with full masks compile to
-// the plain instructions; GCC 12's unmasked wrappers trip -Wuninitialized, GCC bug 105593.)
-inline __m512i mulhi_epu32(__m512i a, __m512i b) {
-  constexpr __mmask8 kAll = 0xFF;
-  const __m512i even = _mm512_maskz_srli_epi64(kAll, _mm512_maskz_mul_epu32(kAll, a, b), 32);
-  const __m512i odd = _mm512_maskz_mul_epu32(kAll, _mm512_maskz_srli_epi64(kAll, a, 32),
-                                             _mm512_maskz_srli_epi64(kAll, b, 32));
-  return _mm512_mask_blend_epi32(static_cast<__mmask16>(0xAAAA), even, odd);
-}
-
-// keep[c][v] bit l is set iff the probability (query q0 + 16 v + l, key k0 + c) is kept, i.e.
+// keep[c][v] lane l is set iff the probability (query q0 + 16 v + l, key k0 + c) is kept, i.e.
 // uniform(key, row0 + 16 v + l, k0 + c) >= p, for queries < M and keys < N; row0 is the global
 // dropout row of query q0 and k0 % 4 == 0. Lane l of one Philox call is query 16 v + l and its
 // four output words are the keys 4 c4 .. 4 c4 + 3, so the masks come out already transposed.
-void fill_keep(__mmask16 (*keep)[4], PhiloxKey key, uint64_t row0, uint64_t k0, int M, int N,
+void fill_keep(Mask (*keep)[4], PhiloxKey key, uint64_t row0, uint64_t k0, int M, int N,
                float p) {
-  const __m512i mul0 = _mm512_set1_epi32(static_cast<int>(0xD2511F53u));
-  const __m512i mul1 = _mm512_set1_epi32(static_cast<int>(0xCD9E8D57u));
-  const __m512 vp = _mm512_set1_ps(p);
-  const __m512 unit = _mm512_set1_ps(1.0f / 16777216.0f);
-  constexpr __mmask16 kAll = 0xFFFF;
+  const VecI mul0 = splat_i(static_cast<int32_t>(0xD2511F53u));
+  const VecI mul1 = splat_i(static_cast<int32_t>(0xCD9E8D57u));
+  const VecF vp = splat(p);
+  const VecF unit = splat(1.0f / 16777216.0f);
   for (int v = 0; 16 * v < M; ++v) {
-    alignas(64) uint32_t row_lo[16], row_hi[16];
+    // The 64-bit row counter of each lane, split into its 32-bit halves.
+    alignas(64) int32_t row_lo[16], row_hi[16];
     for (int l = 0; l < 16; ++l) {
       const uint64_t row = row0 + 16 * v + l;
-      row_lo[l] = static_cast<uint32_t>(row);
-      row_hi[l] = static_cast<uint32_t>(row >> 32);
+      row_lo[l] = static_cast<int32_t>(static_cast<uint32_t>(row));
+      row_hi[l] = static_cast<int32_t>(static_cast<uint32_t>(row >> 32));
     }
-    const __m512i r_lo = _mm512_load_si512(row_lo), r_hi = _mm512_load_si512(row_hi);
+    const VecI r_lo = load_i(row_lo, 16), r_hi = load_i(row_hi, 16);
     for (int c4 = 0; 4 * c4 < N; ++c4) {
       const uint64_t col4 = k0 / 4 + c4;
-      __m512i c0 = r_lo, c1 = r_hi;
-      __m512i c2 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(col4)));
-      __m512i c3 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(col4 >> 32)));
+      VecI c0 = r_lo, c1 = r_hi;
+      VecI c2 = splat_i(static_cast<int32_t>(static_cast<uint32_t>(col4)));
+      VecI c3 = splat_i(static_cast<int32_t>(static_cast<uint32_t>(col4 >> 32)));
       uint32_t key0 = key.k0, key1 = key.k1;
       for (int round = 0; round < 10; ++round) {
-        const __m512i hi0 = mulhi_epu32(c0, mul0), lo0 = _mm512_mullo_epi32(c0, mul0);
-        const __m512i hi1 = mulhi_epu32(c2, mul1), lo1 = _mm512_mullo_epi32(c2, mul1);
-        c0 = _mm512_ternarylogic_epi32(hi1, c1, _mm512_set1_epi32(static_cast<int>(key0)), 0x96);
+        VecI hi0, lo0, hi1, lo1;
+        mul_wide_u32(c0, mul0, &hi0, &lo0);
+        mul_wide_u32(c2, mul1, &hi1, &lo1);
+        c0 = hi1 ^ c1 ^ splat_i(static_cast<int32_t>(key0));
         c1 = lo1;
-        c2 = _mm512_ternarylogic_epi32(hi0, c3, _mm512_set1_epi32(static_cast<int>(key1)), 0x96);
+        c2 = hi0 ^ c3 ^ splat_i(static_cast<int32_t>(key1));
         c3 = lo0;
         key0 += 0x9E3779B9u;
         key1 += 0xBB67AE85u;
       }
       // Same float as uint_to_unit_float: 24 bits times 2^-24 is exact.
-      const __m512i words[4] = {c0, c1, c2, c3};
+      const VecI words[4] = {c0, c1, c2, c3};
       for (int w = 0; w < 4; ++w) {
-        const __m512i bits = _mm512_maskz_srli_epi32(kAll, words[w], 8);
-        const __m512 u = _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(kAll, bits), unit);
-        keep[4 * c4 + w][v] = _mm512_cmp_ps_mask(u, vp, _CMP_GE_OQ);
+        const VecF u = to_float(shift_right(words[w], 8)) * unit;
+        keep[4 * c4 + w][v] = cmp_ge(u, vp);
       }
     }
   }
@@ -240,62 +222,26 @@ constexpr int64_t kPrefetchRows = 8;
 template <typename T>
 inline void prefetch_row(const T* row, int cols) {
   const char* p = reinterpret_cast<const char*>(row);
-  for (size_t byte = 0; byte < cols * sizeof(T); byte += 64) _mm_prefetch(p + byte, _MM_HINT_T0);
+  for (size_t byte = 0; byte < cols * sizeof(T); byte += 64) prefetch(p + byte);
 }
 
-// 16 lanes as fp32; lanes outside m read 0 and touch no memory.
-inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-inline __m512 load16(const bf16* p, __mmask16 m) {
-  constexpr __mmask16 kAll = 0xFFFF;
-  const __m512i x = _mm512_maskz_cvtepu16_epi32(kAll, _mm256_maskz_loadu_epi16(m, p));
-  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, x, 16));
+// dst[0, n) = src[0, n) * mul, converted from / rounded to the storage types: whole vectors,
+// then one counted tail (same arithmetic on every lane).
+template <typename D, typename S>
+inline void scale_row(D* dst, const S* src, int n, VecF mul) {
+  int c = 0;
+  for (; c + kLanes <= n; c += kLanes) store(dst + c, load(src + c) * mul);
+  if (c < n) store(dst + c, load(src + c, n - c) * mul, n - c);
 }
-
-inline __m512 load16(const fp16* p, __mmask16 m) { return simd::load16(p, m); }
 
 // dst (rows x cols, ld_dst) = src (rows x cols, ld_src) * mul.
 template <typename T>
 void load_tile(float* dst, int64_t ld_dst, const T* src, int64_t ld_src, int64_t rows, int cols,
                float mul) {
-  const __m512 vmul = _mm512_set1_ps(mul);
+  const VecF vmul = splat(mul);
   for (int64_t r = 0; r < rows; ++r) {
     if (r + kPrefetchRows < rows) prefetch_row(src + (r + kPrefetchRows) * ld_src, cols);
-    for (int c = 0; c < cols; c += 16) {
-      const __mmask16 m = lane_mask(cols - c);
-      _mm512_mask_storeu_ps(dst + r * ld_dst + c, m,
-                            _mm512_mul_ps(load16(src + r * ld_src + c, m), vmul));
-    }
-  }
-}
-
-// Transposes 16 rows of 16 lanes in registers (unpack within 128-bit lanes, then 128-bit
-// shuffles), the usual 64-shuffle sequence.
-inline void transpose16(__m512 (&x)[16]) {
-  __m512 t[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(x[2 * i], x[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(x[2 * i], x[2 * i + 1]);
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    x[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-    x[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-    x[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-    x[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-  }
-#pragma GCC unroll 2
-  for (int i = 0; i < 2; ++i) {
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) {
-      t[8 * i + k] = _mm512_shuffle_f32x4(x[8 * i + k], x[8 * i + 4 + k], 0x88);
-      t[8 * i + 4 + k] = _mm512_shuffle_f32x4(x[8 * i + k], x[8 * i + 4 + k], 0xDD);
-    }
-  }
-#pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) {
-    x[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
-    x[8 + k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xDD);
+    scale_row(dst + r * ld_dst, src + r * ld_src, cols, vmul);
   }
 }
 
@@ -303,55 +249,31 @@ inline void transpose16(__m512 (&x)[16]) {
 template <typename T>
 void load_tile_transposed(float* dst, int64_t ld_dst, const T* src, int64_t ld_src, int64_t rows,
                           int cols, float mul) {
-  const __m512 vmul = _mm512_set1_ps(mul);
+  const VecF vmul = splat(mul);
   for (int64_t r0 = 0; r0 < rows; r0 += 16) {
-    const int nr = static_cast<int>(std::min<int64_t>(16, rows - r0));
+    const int nr = lanes_left(r0, rows);
     for (int64_t r = r0 + 16; r < std::min(rows, r0 + 32); ++r)
       prefetch_row(src + r * ld_src, cols);
     for (int c0 = 0; c0 < cols; c0 += 16) {
-      const int nc = std::min(16, cols - c0);
-      __m512 x[16];
+      const int nc = lanes_left(c0, cols);
+      VecF x[16];
 #pragma GCC unroll 16
       for (int k = 0; k < 16; ++k)
-        x[k] = k < nr ? _mm512_mul_ps(load16(src + (r0 + k) * ld_src + c0, lane_mask(nc)), vmul)
-                      : _mm512_setzero_ps();
+        x[k] = k < nr ? load(src + (r0 + k) * ld_src + c0, nc) * vmul : zero();
       transpose16(x);
 #pragma GCC unroll 16
       for (int k = 0; k < 16; ++k)
-        if (k < nc) _mm512_mask_storeu_ps(dst + (c0 + k) * ld_dst + r0, lane_mask(nr), x[k]);
+        if (k < nc) store(dst + (c0 + k) * ld_dst + r0, x[k], nr);
     }
   }
 }
 
-// Stores 16 lanes (those in m) rounded to the storage type; bf16 rounds to nearest even and
-// keeps NaN a NaN, bit for bit as bf16::from_float.
-inline void store16(float* p, __mmask16 m, __m512 x) { _mm512_mask_storeu_ps(p, m, x); }
-inline void store16(bf16* p, __mmask16 m, __m512 x) {
-  constexpr __mmask16 kAll = 0xFFFF;
-  const __m512i u = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(kAll, u, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_maskz_srli_epi32(
-      kAll, _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
-  const __m512i nan =
-      _mm512_or_si512(_mm512_maskz_srli_epi32(kAll, u, 16), _mm512_set1_epi32(0x40));
-  const __mmask16 is_nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  const __m512i bits = _mm512_mask_blend_epi32(is_nan, rounded, nan);
-  _mm256_mask_storeu_epi16(p, m, _mm512_maskz_cvtepi32_epi16(kAll, bits));
-}
-
-inline void store16(fp16* p, __mmask16 m, __m512 x) { simd::store16(p, x, m); }
-
-// dst (rows x cols, ld_dst) = src * mul, rounded to T.
+// dst (rows x cols, ld_dst) = src * mul, rounded to T (store(): nearest even).
 template <typename T>
 void store_tile(T* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows, int cols,
                 float mul) {
-  const __m512 vmul = _mm512_set1_ps(mul);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; c += 16) {
-      const __mmask16 m = lane_mask(cols - c);
-      store16(dst + r * ld_dst + c, m,
-              _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + r * ld_src + c), vmul));
-    }
+  const VecF vmul = splat(mul);
+  for (int64_t r = 0; r < rows; ++r) scale_row(dst + r * ld_dst, src + r * ld_src, cols, vmul);
 }
 
 // Everything a task needs to locate heads in the packed buffers.
@@ -402,12 +324,12 @@ uint64_t dropout_row_base(const AttentionDropout& d, const Geometry& g, int64_t 
 //
 // Lanes of query vector v that key c of a block may see: queries below M and, on the diagonal
 // block (same first index for queries and keys), queries 16 v + l >= c.
-inline __mmask16 visible(int c, int v, int M, bool diagonal) {
-  const __mmask16 in_range = lane_mask(M - 16 * v);
+inline Mask visible(int c, int v, int M, bool diagonal) {
+  const Mask in_range = first_n(M - 16 * v);
   const int first = diagonal ? c - 16 * v : 0;
   if (first <= 0) return in_range;
-  if (first >= 16) return 0;
-  return static_cast<__mmask16>(in_range & (0xFFFFu << first));
+  if (first >= 16) return from_bits(0);
+  return in_range & from_bits(0xFFFFu << first);
 }
 
 // Document masking (--reset-attention-mask): the first visible key of each query of a block, a
@@ -415,17 +337,15 @@ inline __mmask16 visible(int c, int v, int M, bool diagonal) {
 struct DocMask {
   const int32_t* ds = nullptr;  // doc_start of query q0 of the block, or nullptr
   int64_t k0 = 0;               // index of key 0 of the block
-  __m512i first[kBlock / 16];
+  VecI first[kBlock / 16];
   void load(int M) {
     if (ds == nullptr) return;
-    for (int v = 0; 16 * v < M; ++v)
-      first[v] = _mm512_maskz_loadu_epi32(lane_mask(M - 16 * v), ds + 16 * v);
+    for (int v = 0; 16 * v < M; ++v) first[v] = load_i(ds + 16 * v, M - 16 * v);
   }
   // Lanes of query vector v that may see key c of the block: doc_start <= k0 + c.
-  __mmask16 sees(int c, int v) const {
-    if (ds == nullptr) return static_cast<__mmask16>(0xFFFF);
-    return _mm512_cmp_epi32_mask(first[v], _mm512_set1_epi32(static_cast<int32_t>(k0 + c)),
-                                 _MM_CMPINT_LE);
+  Mask sees(int c, int v) const {
+    if (ds == nullptr) return first_n(16);
+    return cmp_le_i(first[v], splat_i(static_cast<int32_t>(k0 + c)));
   }
 };
 
@@ -456,7 +376,7 @@ struct ForwardTiles {
   alignas(64) float m[kBlock];      // running max per query
   alignas(64) float l[kBlock];      // running sum per query
   alignas(64) float alpha[kBlock];  // exp(m_old - m_new) of the last step
-  __mmask16 keep[kBlock][4];
+  Mask keep[kBlock][4];             // dropout keep masks of the key block (fill_keep)
 };
 
 // Online-softmax step over one key block: st (N keys x Br queries) holds scores of M queries.
@@ -467,29 +387,29 @@ void softmax_step(ForwardTiles& w, int M, int N, bool diagonal, float keep_scale
                   const DocMask& doc) {
   float* st = w.st.get();
   for (int v = 0; 16 * v < M; ++v) {
-    const __m512 m_old = _mm512_load_ps(w.m + 16 * v);
-    __m512 m_new = m_old;
+    const VecF m_old = load(w.m + 16 * v);
+    VecF m_new = m_old;
     for (int c = 0; c < N; ++c)
-      m_new = _mm512_mask_max_ps(m_new, visible(c, v, M, diagonal) & doc.sees(c, v), m_new,
-                                 _mm512_loadu_ps(st + c * kBlock + 16 * v));
+      m_new = select(visible(c, v, M, diagonal) & doc.sees(c, v),
+                     max(m_new, load(st + c * kBlock + 16 * v)), m_new);
     // Causal: every query sees key 0 of the block, so m_new is finite (lanes beyond M are
     // unused). With document masking a query may not have seen any key yet (m_new = -inf):
     // subtract 0 there instead, so alpha = exp(-inf) = 0 rather than exp(-inf + inf) = NaN.
-    const __mmask16 seen = _mm512_cmp_ps_mask(m_new, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
-    const __m512 m_sub = _mm512_maskz_mov_ps(seen, m_new);
-    const __m512 alpha = fast_exp_ps(_mm512_sub_ps(m_old, m_sub));  // exp(-inf) = 0 at start
-    __m512 sum = _mm512_setzero_ps();
+    const Mask seen = cmp_neq(m_new, splat(-INFINITY));
+    const VecF m_sub = zero_unless(seen, m_new);
+    const VecF alpha = fast_exp(m_old - m_sub);  // exp(-inf) = 0 at start
+    VecF sum = zero();
     for (int c = 0; c < N; ++c) {
       float* s = st + c * kBlock + 16 * v;
-      const __mmask16 vis = visible(c, v, M, diagonal) & doc.sees(c, v);
-      __m512 p = _mm512_maskz_mov_ps(vis, fast_exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s), m_sub)));
-      sum = _mm512_add_ps(sum, p);
-      if (keep_scale > 0.0f) p = _mm512_maskz_mul_ps(w.keep[c][v], p, _mm512_set1_ps(keep_scale));
-      _mm512_storeu_ps(s, p);
+      const Mask vis = visible(c, v, M, diagonal) & doc.sees(c, v);
+      VecF p = zero_unless(vis, fast_exp(load(s) - m_sub));
+      sum = sum + p;
+      if (keep_scale > 0.0f) p = zero_unless(w.keep[c][v], p * splat(keep_scale));
+      store(s, p);
     }
-    _mm512_store_ps(w.l + 16 * v, _mm512_fmadd_ps(_mm512_load_ps(w.l + 16 * v), alpha, sum));
-    _mm512_store_ps(w.m + 16 * v, m_new);
-    _mm512_store_ps(w.alpha + 16 * v, alpha);
+    store(w.l + 16 * v, fmadd(load(w.l + 16 * v), alpha, sum));
+    store(w.m + 16 * v, m_new);
+    store(w.alpha + 16 * v, alpha);
   }
 }
 
@@ -585,7 +505,7 @@ struct BackwardTiles {
   Scratch dv;     // (Bc, ldh) dV accumulator of the key block
   Scratch pt;     // (Bc, Br) probabilities after dropout, transposed
   Scratch dst;    // (Bc, Br) dP, then dS, transposed
-  __mmask16 keep[kBlock][4];
+  Mask keep[kBlock][4];  // dropout keep masks of the tile (fill_keep)
 };
 
 // For one (key block, query block) tile: from S^T (in w.pt) and dP^T (in w.dst) computes
@@ -593,25 +513,24 @@ struct BackwardTiles {
 // dP' is dP through the dropout mask; zero where a query does not see a key.
 void backward_softmax_step(BackwardTiles& w, const float* lse, const float* delta, int M, int N,
                            bool diagonal, float keep_scale, const DocMask& doc) {
-  const __m512 ks = _mm512_set1_ps(keep_scale);
+  const VecF ks = splat(keep_scale);
   for (int v = 0; 16 * v < M; ++v) {
-    const __mmask16 in_range = lane_mask(M - 16 * v);
-    const __m512 vlse = _mm512_maskz_loadu_ps(in_range, lse + 16 * v);
-    const __m512 vdelta = _mm512_maskz_loadu_ps(in_range, delta + 16 * v);
+    const int in_range = M - 16 * v;  // lanes of real queries (load clamps to 16)
+    const VecF vlse = load(lse + 16 * v, in_range);
+    const VecF vdelta = load(delta + 16 * v, in_range);
     for (int c = 0; c < N; ++c) {
       float* p_ptr = w.pt.get() + c * kBlock + 16 * v;
       float* ds_ptr = w.dst.get() + c * kBlock + 16 * v;
-      const __mmask16 vis = visible(c, v, M, diagonal) & doc.sees(c, v);
-      const __m512 p =
-          _mm512_maskz_mov_ps(vis, fast_exp_ps(_mm512_sub_ps(_mm512_loadu_ps(p_ptr), vlse)));
-      __m512 dp = _mm512_loadu_ps(ds_ptr);
-      __m512 pd = p;
+      const Mask vis = visible(c, v, M, diagonal) & doc.sees(c, v);
+      const VecF p = zero_unless(vis, fast_exp(load(p_ptr) - vlse));
+      VecF dp = load(ds_ptr);
+      VecF pd = p;
       if (keep_scale > 0.0f) {
-        dp = _mm512_maskz_mul_ps(w.keep[c][v], dp, ks);
-        pd = _mm512_maskz_mul_ps(w.keep[c][v], p, ks);
+        dp = zero_unless(w.keep[c][v], dp * ks);
+        pd = zero_unless(w.keep[c][v], p * ks);
       }
-      _mm512_storeu_ps(p_ptr, pd);
-      _mm512_storeu_ps(ds_ptr, _mm512_mul_ps(p, _mm512_sub_ps(dp, vdelta)));
+      store(p_ptr, pd);
+      store(ds_ptr, p * (dp - vdelta));
     }
   }
 }
@@ -638,12 +557,12 @@ void backward_head(D* dk_dst, D* dv_dst, int64_t ld_dst, T* dq_dst, const T* dou
     if (t + kPrefetchRows < g.T) prefetch_row(out_head + (t + kPrefetchRows) * ldo, g.HD);
     const float* dor = w.dout.get() + t * g.ldh;
     const T* orow = out_head + t * ldo;
-    __m512 acc = _mm512_setzero_ps();
+    VecF acc = zero();
     for (int d = 0; d < g.HD; d += 16) {
-      const __mmask16 m = lane_mask(g.HD - d);
-      acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, dor + d), load16(orow + d, m), acc);
+      const int n = lanes_left(d, g.HD);
+      acc = fmadd(load(dor + d, n), load(orow + d, n), acc);
     }
-    w.delta.get()[t] = _mm512_reduce_add_ps(acc);
+    w.delta.get()[t] = reduce_add(acc);
   }
   const bool drop = dropout.p > 0.0f;
   const float keep_scale = drop ? 1.0f / (1.0f - dropout.p) : 0.0f;
@@ -776,24 +695,11 @@ void attention_backward(Float* dqkv, const Float* dout, const Float* qkv, const 
   }
 }
 
-template void attention_forward<float>(float*, float*, const float*, int64_t, int64_t, int, int,
-                                       int, const AttentionDropout&,
-                                 const int32_t*);
-template void attention_forward<bf16>(bf16*, float*, const bf16*, int64_t, int64_t, int, int, int,
-                                      const AttentionDropout&,
-                                 const int32_t*);
-template void attention_backward<float>(float*, const float*, const float*, const float*,
-                                        const float*, int64_t, int64_t, int, int, int,
-                                        const AttentionDropout&,
-                                 const int32_t*);
-template void attention_backward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, const float*,
-                                       int64_t, int64_t, int, int, int, const AttentionDropout&,
-                                 const int32_t*);
-template void attention_forward<fp16>(fp16*, float*, const fp16*, int64_t, int64_t, int, int, int,
-                                      const AttentionDropout&,
-                                 const int32_t*);
-template void attention_backward<fp16>(fp16*, const fp16*, const fp16*, const fp16*, const float*,
-                                       int64_t, int64_t, int, int, int, const AttentionDropout&,
-                                 const int32_t*);
+void register_attention() {
+  for_each_storage_type([]<typename T>() {
+    register_kernel<&kernels::attention_forward<T>>(kThisTarget, &attention_forward<T>);
+    register_kernel<&kernels::attention_backward<T>>(kThisTarget, &attention_backward<T>);
+  });
+}
 
-}  // namespace tessera::kernels
+TESSERA_TARGET_END

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "tessera/core/philox.h"
+#include "tessera/kernels/dispatch.h"
 
 namespace tessera::kernels {
 
@@ -38,13 +39,18 @@ struct AttentionDropout {
 template <typename Float>
 void attention_forward(Float* out, float* lse, const Float* qkv, int64_t B, int64_t T, int NH,
                        int KV, int HD, const AttentionDropout& dropout,
-                       const int32_t* doc_start = nullptr);
+                       const int32_t* doc_start = nullptr) {
+  dispatch<&attention_forward<Float>>(out, lse, qkv, B, T, NH, KV, HD, dropout, doc_start);
+}
 
 // dqkv (B, T, (NH + 2*KV) * HD) overwritten; dout, out (B, T, NH*HD); lse from forward;
 // doc_start as given to the forward pass.
 template <typename Float>
 void attention_backward(Float* dqkv, const Float* dout, const Float* qkv, const Float* out,
                         const float* lse, int64_t B, int64_t T, int NH, int KV, int HD,
-                        const AttentionDropout& dropout, const int32_t* doc_start = nullptr);
+                        const AttentionDropout& dropout, const int32_t* doc_start = nullptr) {
+  dispatch<&attention_backward<Float>>(dqkv, dout, qkv, out, lse, B, T, NH, KV, HD, dropout,
+                                       doc_start);
+}
 
 }  // namespace tessera::kernels

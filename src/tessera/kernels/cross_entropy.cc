@@ -1,6 +1,5 @@
+// Fused softmax cross-entropy (contract in cross_entropy.h), compiled once per CPU target.
 #include "tessera/kernels/cross_entropy.h"
-
-#include <immintrin.h>
 
 #include <cmath>
 #include <limits>
@@ -8,69 +7,64 @@
 #include <type_traits>
 
 #include "tessera/core/dtype.h"
-#include "tessera/kernels/simd.h"
 #include "tessera/core/error.h"
+#include "tessera/kernels/simd/vec.h"
 #include "tessera/kernels/fast_exp.h"
 
-namespace tessera::kernels {
+TESSERA_TARGET_BEGIN
 namespace {
-
-using simd::lane_mask;
-using simd::load16;
-using simd::store16;
-
-// Lanes [0, min(remaining, 16)).
-inline __mmask16 tail_mask(int64_t remaining) { return lane_mask(0, remaining); }
 
 // d[begin, end) = 0.
 template <typename T>
 void zero_columns(T* d, int64_t begin, int64_t end) {
-  for (int64_t i = begin; i < end; i += 16) store16(d + i, _mm512_setzero_ps(), tail_mask(end - i));
+  for (int64_t i = begin; i < end; i += kLanes) store(d + i, zero(), lanes_left(i, end));
 }
 
 template <typename T>
 float row_max(const T* x, int64_t V_real) {
-  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  // Four independent accumulators hide the vmaxps latency.
-  __m512 m0 = neg_inf, m1 = neg_inf, m2 = neg_inf, m3 = neg_inf;
+  const VecF neg_inf = splat(-std::numeric_limits<float>::infinity());
+  // Four independent accumulators hide the max latency.
+  VecF m0 = neg_inf, m1 = neg_inf, m2 = neg_inf, m3 = neg_inf;
   int64_t i = 0;
-  for (; i + 64 <= V_real; i += 64) {
-    m0 = _mm512_max_ps(m0, load16(x + i, 0xffff));
-    m1 = _mm512_max_ps(m1, load16(x + i + 16, 0xffff));
-    m2 = _mm512_max_ps(m2, load16(x + i + 32, 0xffff));
-    m3 = _mm512_max_ps(m3, load16(x + i + 48, 0xffff));
+  for (; i + 4 * kLanes <= V_real; i += 4 * kLanes) {
+    m0 = max(m0, load(x + i));
+    m1 = max(m1, load(x + i + kLanes));
+    m2 = max(m2, load(x + i + 2 * kLanes));
+    m3 = max(m3, load(x + i + 3 * kLanes));
   }
-  for (; i < V_real; i += 16) {
-    const __mmask16 m = tail_mask(V_real - i);
-    m0 = _mm512_mask_max_ps(m0, m, m0, load16(x + i, m));
+  for (; i < V_real; i += kLanes) {
+    const int lanes = lanes_left(i, V_real);
+    // Lanes past the row keep their accumulator.
+    m0 = select(first_n(lanes), max(m0, load(x + i, lanes)), m0);
   }
-  return _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3)));
+  return reduce_max(max(max(m0, m1), max(m2, m3)));
 }
 
 // Sum of exp(x - max) over the row; also stores every exp into e when e is not null. e may
 // alias x (float rows whose gradient overwrites the logits).
 template <typename T>
 float row_sum_exp(float* e, const T* x, float max, int64_t V_real) {
-  const __m512 vmax = _mm512_set1_ps(max);
-  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  const VecF vmax = splat(max);
+  VecF s0 = zero(), s1 = zero();
   int64_t i = 0;
-  for (; i + 32 <= V_real; i += 32) {
-    const __m512 e0 = fast_exp_ps(_mm512_sub_ps(load16(x + i, 0xffff), vmax));
-    const __m512 e1 = fast_exp_ps(_mm512_sub_ps(load16(x + i + 16, 0xffff), vmax));
+  for (; i + 2 * kLanes <= V_real; i += 2 * kLanes) {
+    const VecF e0 = fast_exp(load(x + i) - vmax);
+    const VecF e1 = fast_exp(load(x + i + kLanes) - vmax);
     if (e) {
-      _mm512_storeu_ps(e + i, e0);
-      _mm512_storeu_ps(e + i + 16, e1);
+      store(e + i, e0);
+      store(e + i + kLanes, e1);
     }
-    s0 = _mm512_add_ps(s0, e0);
-    s1 = _mm512_add_ps(s1, e1);
+    s0 = s0 + e0;
+    s1 = s1 + e1;
   }
-  for (; i < V_real; i += 16) {
-    const __mmask16 m = tail_mask(V_real - i);
-    const __m512 ev = fast_exp_ps(_mm512_sub_ps(load16(x + i, m), vmax));
-    if (e) _mm512_mask_storeu_ps(e + i, m, ev);
-    s0 = _mm512_mask_add_ps(s0, m, s0, ev);
+  for (; i < V_real; i += kLanes) {
+    const int lanes = lanes_left(i, V_real);
+    const VecF ev = fast_exp(load(x + i, lanes) - vmax);
+    if (e) store(e + i, ev, lanes);
+    // Lanes past the row keep their sum.
+    s0 = select(first_n(lanes), s0 + ev, s0);
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+  return reduce_add(s0 + s1);
 }
 
 // One row: returns the (unmasked) loss and, when d is not null, writes d = coef * e / sum with
@@ -98,14 +92,12 @@ float row_forward_backward(T* d, const T* x, int32_t target, float coef, int64_t
   // Taken before the scaling pass, which overwrites e when e is d. From the fp32 exp, so the
   // target entry of a bf16 gradient is rounded only once.
   const float d_target = e[target] * inv - coef;
-  const __m512 vinv = _mm512_set1_ps(inv);
+  const VecF vinv = splat(inv);
   int64_t i = 0;
-  for (; i + 16 <= V_real; i += 16) {
-    store16(d + i, _mm512_mul_ps(_mm512_loadu_ps(e + i), vinv), 0xffff);
-  }
+  for (; i + kLanes <= V_real; i += kLanes) store(d + i, load(e + i) * vinv);
   if (i < V_real) {
-    const __mmask16 m = tail_mask(V_real - i);
-    store16(d + i, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, e + i), vinv), m);
+    const int lanes = lanes_left(i, V_real);
+    store(d + i, load(e + i, lanes) * vinv, lanes);
   }
   d[target] = from_f32<T>(d_target);
   zero_columns(d, V_real, V);
@@ -145,11 +137,11 @@ void cross_entropy_forward_backward(float* losses, T* dlogits, const T* logits,
   }
 }
 
-template void cross_entropy_forward_backward<float>(float*, float*, const float*, const int32_t*,
-                                                    const float*, int64_t, int64_t, int64_t, float);
-template void cross_entropy_forward_backward<bf16>(float*, bf16*, const bf16*, const int32_t*,
-                                                   const float*, int64_t, int64_t, int64_t, float);
-template void cross_entropy_forward_backward<fp16>(float*, fp16*, const fp16*, const int32_t*,
-                                                   const float*, int64_t, int64_t, int64_t, float);
+void register_cross_entropy() {
+  for_each_storage_type([]<typename T>() {
+    register_kernel<&kernels::cross_entropy_forward_backward<T>>(
+        kThisTarget, &cross_entropy_forward_backward<T>);
+  });
+}
 
-}  // namespace tessera::kernels
+TESSERA_TARGET_END

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "tessera/kernels/dispatch.h"
+
 namespace tessera::kernels {
 
 // logits (N, V) with V >= V_real: only the first V_real columns are real vocabulary; padded
@@ -11,9 +13,16 @@ namespace tessera::kernels {
 // losses (N) fp32 = mask * -log softmax(logits)[target].
 // dlogits (N, V) or nullptr: mask * grad_scale * (softmax - onehot(target)); padded columns 0.
 // dlogits may alias logits (the usual case: the logits buffer becomes its gradient).
+// Per row: a pass for the max, one for the sum of exp(x - max) (fast_exp.h; the exps are kept in
+// dlogits, or in an fp32 scratch row for 16-bit types) and one writing the gradient. CPU targets
+// differ only in the last bits, where fast_exp fuses its multiply-adds (or, on x86-64 baseline,
+// cannot).
 template <typename T>
 void cross_entropy_forward_backward(float* losses, T* dlogits, const T* logits,
                                     const int32_t* targets, const float* loss_mask, int64_t N,
-                                    int64_t V, int64_t V_real, float grad_scale);
+                                    int64_t V, int64_t V_real, float grad_scale) {
+  dispatch<&cross_entropy_forward_backward<T>>(losses, dlogits, logits, targets, loss_mask, N, V,
+                                               V_real, grad_scale);
+}
 
 }  // namespace tessera::kernels

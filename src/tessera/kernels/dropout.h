@@ -3,12 +3,16 @@
 // Element (n, c) of the local (N, C) buffer is kept iff uniform(key, global_row(n), c) >= p,
 // and kept values are scaled by 1/(1-p). Because the mask is a function of the global token id
 // and feature index only, any split of tokens (data, sequence, context parallel) reproduces the
-// single-process mask. Backward recomputes the mask: nothing is saved.
+// single-process mask. Backward recomputes the mask: nothing is saved. The mask is integer
+// arithmetic and an exact comparison, and kept values are one fp32 product, so every CPU target
+// gives the same bits (but for bf16 results that are fp32 subnormals, which the AVX-512-bf16
+// target rounds to signed zeros: simd/vec_avx512.h).
 #pragma once
 
 #include <cstdint>
 
 #include "tessera/core/philox.h"
+#include "tessera/kernels/dispatch.h"
 
 namespace tessera::kernels {
 
@@ -27,10 +31,14 @@ struct TokenCoords {
 // out, inp (N,C); out may alias inp. p in [0, 1); p == 0 copies.
 template <typename T>
 void dropout_forward(T* out, const T* inp, PhiloxKey key, TokenCoords coords, int64_t N,
-                     int64_t C, float p);
+                     int64_t C, float p) {
+  dispatch<&dropout_forward<T>>(out, inp, key, coords, N, C, p);
+}
 // dinp, dout (N,C); dinp may alias dout.
 template <typename T>
 void dropout_backward(T* dinp, const T* dout, PhiloxKey key, TokenCoords coords, int64_t N,
-                      int64_t C, float p);
+                      int64_t C, float p) {
+  dispatch<&dropout_backward<T>>(dinp, dout, key, coords, N, C, p);
+}
 
 }  // namespace tessera::kernels

@@ -1,6 +1,7 @@
 // Elementwise kernels (contract in elementwise.h), compiled once per CPU target.
 #include "tessera/kernels/elementwise.h"
 
+#include "tessera/kernels/fast_exp.h"
 #include "tessera/kernels/simd/vec.h"
 
 TESSERA_TARGET_BEGIN
@@ -28,11 +29,29 @@ void round_from_f32(T* out, const float* in, int64_t n) {
   }
 }
 
+template <typename T>
+void widen_to_f32(float* out, const T* in, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; i += kLanes) {
+    const int lanes = lanes_left(i, n);
+    store(out + i, load(in + i, lanes), lanes);
+  }
+}
+
+void exp_f32(float* out, const float* in, int64_t n) {
+  for (int64_t i = 0; i < n; i += kLanes) {
+    const int lanes = lanes_left(i, n);
+    store(out + i, fast_exp(load(in + i, lanes)), lanes);
+  }
+}
+
 void register_elementwise() {
   for_each_storage_type([]<typename T>() {
     register_kernel<&kernels::add<T>>(kThisTarget, &add<T>);
     register_kernel<&kernels::round_from_f32<T>>(kThisTarget, &round_from_f32<T>);
+    register_kernel<&kernels::widen_to_f32<T>>(kThisTarget, &widen_to_f32<T>);
   });
+  register_kernel<&kernels::exp_f32>(kThisTarget, &exp_f32);
 }
 
 TESSERA_TARGET_END

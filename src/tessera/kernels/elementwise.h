@@ -21,4 +21,14 @@ void round_from_f32(T* out, const float* in, int64_t n) {
   dispatch<&round_from_f32<T>>(out, in, n);
 }
 
+// out (n) = in widened to fp32 (exact). Runs in parallel above a size threshold.
+template <typename T>
+void widen_to_f32(float* out, const T* in, int64_t n) {
+  dispatch<&widen_to_f32<T>>(out, in, n);
+}
+
+// out (n) = exp(in), by the vectorised exp that softmax, cross-entropy and the activations use
+// (fast_exp.h: at most 2 ulp from the correctly rounded value). Single-threaded.
+inline void exp_f32(float* out, const float* in, int64_t n) { dispatch<&exp_f32>(out, in, n); }
+
 }  // namespace tessera::kernels

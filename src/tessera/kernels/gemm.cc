@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -16,6 +17,9 @@
 
 #include "tessera/core/error.h"
 #include "tessera/core/memory.h"
+#include "tessera/kernels/cpu_target.h"
+#include "tessera/kernels/gemm_widened.h"
+#include "tessera/kernels/onednn_isa.h"
 
 namespace tessera::kernels {
 namespace {
@@ -79,7 +83,9 @@ struct Matmul {
 };
 
 dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  // The kernel target is chosen first: TESSERA_CPU_TARGET caps oneDNN's ISA, which oneDNN
+  // fixes at its first use.
+  static dnnl::engine engine = (active_cpu_target(), dnnl::engine(dnnl::engine::kind::cpu, 0));
   return engine;
 }
 
@@ -190,9 +196,9 @@ void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
 
 }  // namespace
 
-// fp32 also runs on oneDNN: Debian 12's OpenBLAS 0.3.21 does not know this CPU (AMD family 1Ah)
-// and falls back to its AVX2 (Haswell) kernels, 1.2-2x slower than oneDNN's AVX-512 brgemm on
-// the transformer shapes (docs/performance.md).
+// fp32 runs on oneDNN too: Debian 12's OpenBLAS 0.3.21 does not know AMD family 1Ah and falls
+// back to its Haswell kernels, 1.2-2x slower than oneDNN's AVX-512 brgemm on the transformer
+// shapes; on AVX2 machines the two are level (docs/performance.md).
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   onednn_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -200,57 +206,63 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
           int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (bf16_gemm_path() == Bf16GemmPath::kWidenToFp32)
+    return detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   onednn_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
           int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C, int64_t ldc) {
   TESSERA_CHECK_MSG(beta == 0.0f, "bf16-output gemm accumulates only into fp32 outputs");
+  if (bf16_gemm_path() == Bf16GemmPath::kWidenToFp32)
+    return detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   onednn_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-double measure_peak_gflops(DType dtype, int64_t n, int repeats) {
-  if (dtype != DType::kF32 && dtype != DType::kBF16)
-    throw Error(std::string("measure_peak_gflops: dtype ") + dtype_name(dtype) +
-                " has no GEMM; expected fp32 or bf16");
-  if (n <= 0 || repeats <= 0)
-    throw Error("measure_peak_gflops: n and repeats must be positive, got n=" + std::to_string(n) +
-                " repeats=" + std::to_string(repeats));
-  const size_t count = static_cast<size_t>(n * n);
-  std::vector<float> a(count), b(count), c(count);
-  for (size_t i = 0; i < count; ++i) {
-    // Small non-trivial values; denormals or zeros could take other paths in the hardware.
-    a[i] = 0.001f * static_cast<float>(i % 97) - 0.05f;
-    b[i] = 0.002f * static_cast<float>(i % 89) - 0.09f;
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const fp16* A,
+          int64_t lda, const fp16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const fp16* A,
+          int64_t lda, const fp16* B, int64_t ldb, float beta, fp16* C, int64_t ldc) {
+  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// ---- which bf16 path, and oneDNN's ISA ---------------------------------------------------------
+
+namespace {
+
+std::atomic<int> g_bf16_path{-1};  // -1: not chosen yet
+
+// oneDNN's effective ISA is at least avx512_core_bf16: the CPU has vdpbf16ps and oneDNN uses it.
+bool onednn_has_bf16_dot_products() {
+  const auto isa = dnnl::get_effective_cpu_isa();
+  return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx ||
+         isa == dnnl::cpu_isa::all;
+}
+
+}  // namespace
+
+Bf16GemmPath bf16_gemm_path() {
+  int path = g_bf16_path.load(std::memory_order_acquire);
+  if (path < 0) {
+    // Native only with hardware bf16 dot products: below that oneDNN either refuses bf16
+    // (AVX2) or emulates it, and widening to its fp32 kernels is as fast or faster
+    // (docs/performance.md, "bf16 GEMM without bf16 instructions").
+    active_cpu_target();  // applies TESSERA_CPU_TARGET's cap to oneDNN before its first use
+    path = static_cast<int>(onednn_has_bf16_dot_products() && onednn_has_bf16_matmul()
+                                ? Bf16GemmPath::kOneDnnBf16
+                                : Bf16GemmPath::kWidenToFp32);
+    g_bf16_path.store(path, std::memory_order_release);
   }
-  std::vector<bf16> a16, b16, c16;
-  if (dtype == DType::kBF16) {
-    a16.resize(count), b16.resize(count), c16.resize(count);
-    convert(a16.data(), a.data(), static_cast<int64_t>(count));
-    convert(b16.data(), b.data(), static_cast<int64_t>(count));
-  }
-  const auto run = [&] {
-    if (dtype == DType::kF32)
-      gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    else
-      gemm(false, false, n, n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f, c16.data(), n);
-  };
-  run();  // warm-up: primitive creation, page faults, thread start
-  // CPU time of the calling thread, like Google Benchmark's default: on a machine shared with
-  // other work it counts only the time this thread ran (OpenMP workers run in lockstep with it).
-  const auto thread_seconds = [] {
-    timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-  };
-  double best = 0.0;
-  for (int r = 0; r < repeats; ++r) {
-    const double t0 = thread_seconds();
-    run();
-    const double s = thread_seconds() - t0;
-    best = std::max(best, 2.0 * static_cast<double>(n) * n * n / s * 1e-9);
-  }
-  return best;
+  return static_cast<Bf16GemmPath>(path);
+}
+
+void set_bf16_gemm_path(Bf16GemmPath path) {
+  if (path == Bf16GemmPath::kOneDnnBf16 && !onednn_has_bf16_matmul())
+    throw Error("oneDNN has no bf16 matmul at ISA " + onednn_isa_name());
+  g_bf16_path.store(static_cast<int>(path), std::memory_order_release);
 }
 
 }  // namespace tessera::kernels

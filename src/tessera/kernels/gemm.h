@@ -6,9 +6,12 @@
 // lda >= (trans_a ? M : K), ldb >= (trans_b ? K : N), ldc >= N (violations are bugs: they abort).
 // M or N == 0 is a no-op; K == 0 gives C = beta * C (an empty sum). With beta == 0, C is only
 // written, never read (NaNs in it do not propagate). Elements of C between N and ldc are untouched.
-// Both dtypes run on oneDNN's matmul (AVX-512 brgemm; bf16 inputs use avx512_bf16 dot products
-// with fp32 accumulation). For fp32, oneDNN beat OpenBLAS sgemm (which runs AVX2 kernels on this
-// CPU) by 1.2-2x on the transformer shapes; measurements and choice: docs/performance.md.
+// fp32 runs on oneDNN's matmul, which dispatches on the CPU at run time (its ISA is capped with
+// the kernels' by TESSERA_CPU_TARGET, cpu_target.h). bf16 runs on oneDNN's bf16 matmul where the
+// CPU has bf16 dot products (avx512_bf16), and is otherwise widened to fp32 (gemm_widened.h):
+// oneDNN refuses bf16 below AVX-512 and only emulates it on AVX-512 without bf16, where the
+// widened path was measured faster (docs/performance.md). fp16 is always widened. For fp32,
+// oneDNN beat OpenBLAS sgemm by 1.2-2x on AVX-512 and matched it on AVX2 (docs/performance.md).
 // Thread-safe (oneDNN primitives are cached per shape behind a lock). Uses the calling process's
 // thread count (core/threads.h).
 #pragma once
@@ -30,14 +33,21 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
           int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C, int64_t ldc);
 
-// fp16 inputs, fp32 output / fp16 output (beta must be 0 for fp16 output). oneDNN 2.6 has no
-// fp16 matmul on CPUs without AVX512-FP16 (Zen 4 lacks it), so the operands are widened to fp32
-// (exactly: every fp16 value is an fp32 value) and run through the fp32 path: the products and
-// fp32 accumulation an fp16 GEMM with fp32 accumulate computes, at fp32 speed. gemm_fp16.cc.
+// fp16 inputs, fp32 output / fp16 output (beta must be 0 for fp16 output), widened to fp32:
+// oneDNN 2.6 has no fp16 matmul on CPUs without AVX512-FP16 (gemm_widened.h).
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const fp16* A,
           int64_t lda, const fp16* B, int64_t ldb, float beta, float* C, int64_t ldc);
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const fp16* A,
           int64_t lda, const fp16* B, int64_t ldb, float beta, fp16* C, int64_t ldc);
+
+// How bf16 GEMMs run: oneDNN's bf16 matmul, or widened to fp32. Chosen at the first bf16 GEMM
+// (oneDNN bf16 only where oneDNN's effective ISA has bf16 dot products); benchmarks and tests
+// may set it (kOneDnnBf16 throws tessera::Error where oneDNN has no bf16 matmul).
+enum class Bf16GemmPath { kOneDnnBf16, kWidenToFp32 };
+Bf16GemmPath bf16_gemm_path();
+void set_bf16_gemm_path(Bf16GemmPath path);
+// "oneDNN bf16" or "widened to fp32".
+const char* bf16_gemm_path_name(Bf16GemmPath path);
 
 // Times an n x n x n gemm of `dtype` (fp32, or bf16 in and out) through the functions above at
 // the current thread count: one warm-up call, then the best of `repeats` calls, in GFLOP/s

@@ -4,8 +4,11 @@
 
 #include "tessera/core/dtype.h"
 #include "tessera/kernels/gemm.h"
+#include "tessera/kernels/simd/vec.h"
 
-namespace tessera::kernels {
+// The bias loops are plain C++, compiled per target so the compiler vectorises them with the
+// target's instructions; the products go through gemm (oneDNN).
+TESSERA_TARGET_BEGIN
 namespace {
 
 // Below this many elements a pass is a few microseconds: not worth an OpenMP fork/join.
@@ -70,24 +73,13 @@ template <typename T>
 void bias_backward(float* dbias, const T* dout, int64_t N, int64_t OC) {
   bias_grad(dbias, dout, N, OC);
 }
-template void bias_forward<float>(float*, const float*, int64_t, int64_t);
-template void bias_forward<bf16>(bf16*, const bf16*, int64_t, int64_t);
-template void bias_forward<fp16>(fp16*, const fp16*, int64_t, int64_t);
-template void bias_backward<float>(float*, const float*, int64_t, int64_t);
-template void bias_backward<bf16>(float*, const bf16*, int64_t, int64_t);
-template void bias_backward<fp16>(float*, const fp16*, int64_t, int64_t);
+void register_linear() {
+  for_each_storage_type([]<typename T>() {
+    register_kernel<&kernels::linear_forward<T>>(kThisTarget, &linear_forward<T>);
+    register_kernel<&kernels::linear_backward<T>>(kThisTarget, &linear_backward<T>);
+    register_kernel<&kernels::bias_forward<T>>(kThisTarget, &bias_forward<T>);
+    register_kernel<&kernels::bias_backward<T>>(kThisTarget, &bias_backward<T>);
+  });
+}
 
-template void linear_forward<float>(float*, const float*, const float*, const float*, int64_t,
-                                    int64_t, int64_t);
-template void linear_forward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, int64_t, int64_t,
-                                   int64_t);
-template void linear_backward<float>(float*, float*, float*, const float*, const float*,
-                                     const float*, int64_t, int64_t, int64_t);
-template void linear_backward<bf16>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*,
-                                    int64_t, int64_t, int64_t);
-template void linear_forward<fp16>(fp16*, const fp16*, const fp16*, const fp16*, int64_t, int64_t,
-                                   int64_t);
-template void linear_backward<fp16>(fp16*, float*, float*, const fp16*, const fp16*, const fp16*,
-                                    int64_t, int64_t, int64_t);
-
-}  // namespace tessera::kernels
+TESSERA_TARGET_END

@@ -3,26 +3,36 @@
 
 #include <cstdint>
 
+#include "tessera/kernels/dispatch.h"
+
 namespace tessera::kernels {
 
 // out (N,OC); inp (N,C); weight (OC,C); bias (OC) or nullptr.
 template <typename T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C,
-                    int64_t OC);
+                    int64_t OC) {
+  dispatch<&linear_forward<T>>(out, inp, weight, bias, N, C, OC);
+}
 
 // dinp (N,C) overwritten, may be nullptr (not needed);
 // dweight (OC,C) fp32 accumulated (+=); dbias (OC) fp32 accumulated, nullptr when no bias;
 // dout (N,OC); inp (N,C); weight (OC,C).
 template <typename T>
 void linear_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
-                     const T* weight, int64_t N, int64_t C, int64_t OC);
+                     const T* weight, int64_t N, int64_t C, int64_t OC) {
+  dispatch<&linear_backward<T>>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
 
 // out (N,OC) += bias (OC), in fp32, stored as T (a row-parallel layer adds its bias after the
 // reduction of the partial products).
 template <typename T>
-void bias_forward(T* out, const T* bias, int64_t N, int64_t OC);
+void bias_forward(T* out, const T* bias, int64_t N, int64_t OC) {
+  dispatch<&bias_forward<T>>(out, bias, N, OC);
+}
 // dbias (OC) fp32 += sum over the N rows of dout (N,OC).
 template <typename T>
-void bias_backward(float* dbias, const T* dout, int64_t N, int64_t OC);
+void bias_backward(float* dbias, const T* dout, int64_t N, int64_t OC) {
+  dispatch<&bias_backward<T>>(dbias, dout, N, OC);
+}
 
 }  // namespace tessera::kernels

@@ -1,21 +1,16 @@
+// LayerNorm and RMSNorm (contract in norms.h), compiled once per CPU target.
 #include "tessera/kernels/norms.h"
-
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "tessera/core/dtype.h"
-#include "tessera/kernels/simd.h"
 #include "tessera/core/error.h"
 #include "tessera/core/memory.h"
+#include "tessera/kernels/simd/vec.h"
 
-namespace tessera::kernels {
+TESSERA_TARGET_BEGIN
 namespace {
-
-using simd::lane_mask;
-using simd::load16;
-using simd::store16;
 
 // Below this many elements the OpenMP team is not worth waking.
 constexpr int64_t kParallelThreshold = 1 << 14;
@@ -27,6 +22,16 @@ constexpr int64_t kParallelThreshold = 1 << 14;
 // ceil(N/64)·C floats per gradient (1.5% of an fp32 (N,C) activation) and stay in cache while
 // a thread works through its chunk.
 constexpr int64_t kRowsPerChunk = 64;
+
+// Calls body(i, lanes) for the 16-lane blocks of [begin, end) (begin a multiple of 16 from the
+// start of the row): the full blocks with the constant kLanes, so they compile to plain loads and
+// stores, then the partial last block with its lane count through the same arithmetic.
+template <typename Body>
+[[gnu::always_inline]] inline void for_each_block(int64_t begin, int64_t end, Body body) {
+  int64_t i = begin;
+  for (; i + kLanes <= end; i += kLanes) body(i, kLanes);
+  if (i < end) body(i, static_cast<int>(end - i));
+}
 
 // Scratch for the partials, counted by the MemoryAccountant like every other allocation.
 class Workspace {
@@ -45,37 +50,37 @@ class Workspace {
 };
 
 // Row reductions: sums[k] = sum over the row of the k-th value `step` adds into its accumulator
-// array, step(c, mask, acc) being called for every 16-column block. Four independent
-// accumulator sets keep the loop from waiting on add latency (a single chain made the forward
-// 2x slower); the summation order depends on C only, so results are deterministic.
+// array, step(c, lanes, acc) being called for every 16-column block (lanes = the columns of the
+// block inside the row, 16 but in the last one). Four independent accumulator sets keep the
+// loop from waiting on add latency (a single chain made the forward 2x slower); the summation
+// order depends on C only, so results are deterministic.
 template <int K, typename Step>
 [[gnu::always_inline]] inline void row_reduce(int64_t C, float sums[K], Step step) {
-  __m512 acc[4][K];
+  VecF acc[4][K];
   for (int u = 0; u < 4; ++u)
-    for (int k = 0; k < K; ++k) acc[u][k] = _mm512_setzero_ps();
+    for (int k = 0; k < K; ++k) acc[u][k] = zero();
   int64_t c = 0;
-  for (; c + 64 <= C; c += 64)
-    for (int u = 0; u < 4; ++u) step(c + 16 * u, static_cast<__mmask16>(0xFFFF), acc[u]);
+  for (; c + 4 * kLanes <= C; c += 4 * kLanes)
+    for (int u = 0; u < 4; ++u) step(c + kLanes * u, kLanes, acc[u]);
   // Constant trip count, so acc stays in registers (a runtime index would put it in memory).
   for (int u = 0; u < 4; ++u)
-    if (c + 16 * u < C) step(c + 16 * u, lane_mask(c + 16 * u, C), acc[u]);
-  for (int k = 0; k < K; ++k) {
-    sums[k] = _mm512_reduce_add_ps(
-        _mm512_add_ps(_mm512_add_ps(acc[0][k], acc[1][k]), _mm512_add_ps(acc[2][k], acc[3][k])));
-  }
+    if (c + kLanes * u < C) step(c + kLanes * u, lanes_left(c + kLanes * u, C), acc[u]);
+  for (int k = 0; k < K; ++k)
+    sums[k] = reduce_add((acc[0][k] + acc[1][k]) + (acc[2][k] + acc[3][k]));
 }
 
 // grad[c] += sum over chunks k (in order) of partial[k*stride + c], c < C.
 void add_partials(float* grad, const float* partial, int64_t stride, int64_t num_chunks,
                   int64_t C) {
+  const auto column_block = [grad, partial, stride, num_chunks](int64_t c, int lanes) {
+    VecF s = zero();
+    for (int64_t k = 0; k < num_chunks; ++k) s = s + load(partial + k * stride + c, lanes);
+    store(grad + c, load(grad + c, lanes) + s, lanes);
+  };
+  const int64_t full = C / kLanes * kLanes;
 #pragma omp parallel for schedule(static) if (num_chunks * C > kParallelThreshold)
-  for (int64_t c = 0; c < C; c += 16) {
-    const __mmask16 m = lane_mask(c, C);
-    __m512 s = _mm512_setzero_ps();
-    for (int64_t k = 0; k < num_chunks; ++k)
-      s = _mm512_add_ps(s, load16(partial + k * stride + c, m));
-    _mm512_mask_storeu_ps(grad + c, m, _mm512_add_ps(load16(grad + c, m), s));
-  }
+  for (int64_t c = 0; c < full; c += kLanes) column_block(c, kLanes);
+  if (full < C) column_block(full, static_cast<int>(C - full));
 }
 
 }  // namespace
@@ -92,23 +97,23 @@ void layer_norm_forward(T* out, float* mean, float* rstd, const T* inp, const T*
     // The variance is a second pass over the row (now in L1) around the mean: it avoids the
     // cancellation of E[x^2] - E[x]^2 for rows with a large mean.
     float sum, sum_sq;
-    row_reduce<1>(C, &sum, [&](int64_t c, __mmask16 m, __m512* acc) {
-      acc[0] = _mm512_add_ps(acc[0], load16(x + c, m));  // masked lanes load 0
+    row_reduce<1>(C, &sum, [=](int64_t c, int lanes, VecF* acc) {
+      acc[0] = acc[0] + load(x + c, lanes);  // lanes past the row load 0
     });
     const float mu = sum * inv_c;
-    const __m512 vmu = _mm512_set1_ps(mu);
-    row_reduce<1>(C, &sum_sq, [&](int64_t c, __mmask16 m, __m512* acc) {
-      const __m512 d = _mm512_maskz_sub_ps(m, load16(x + c, m), vmu);
-      acc[0] = _mm512_fmadd_ps(d, d, acc[0]);
+    const VecF vmu = splat(mu);
+    row_reduce<1>(C, &sum_sq, [=](int64_t c, int lanes, VecF* acc) {
+      // Lanes past the row would hold 0 - mu: zeroed, they add nothing.
+      const VecF d = zero_unless(first_n(lanes), load(x + c, lanes) - vmu);
+      acc[0] = fmadd(d, d, acc[0]);
     });
     const float rs = 1.0f / std::sqrt(sum_sq * inv_c + eps);
-    const __m512 vrs = _mm512_set1_ps(rs);
-    for (int64_t c = 0; c < C; c += 16) {
-      const __mmask16 m = lane_mask(c, C);
-      const __m512 norm = _mm512_mul_ps(_mm512_sub_ps(load16(x + c, m), vmu), vrs);
-      const __m512 b = bias ? load16(bias + c, m) : _mm512_setzero_ps();
-      store16(o + c, _mm512_fmadd_ps(norm, load16(weight + c, m), b), m);
-    }
+    const VecF vrs = splat(rs);
+    for_each_block(0, C, [=](int64_t c, int lanes) {
+      const VecF norm = (load(x + c, lanes) - vmu) * vrs;
+      const VecF b = bias ? load(bias + c, lanes) : zero();
+      store(o + c, fmadd(norm, load(weight + c, lanes), b), lanes);
+    });
     if (mean) mean[n] = mu;
     if (rstd) rstd[n] = rs;
   }
@@ -134,28 +139,27 @@ void layer_norm_backward(T* dinp, float* dweight, float* dbias, const T* dout, c
       const T* x = inp + n * C;
       const T* dy = dout + n * C;
       T* dx = dinp + n * C;
-      const __m512 vmu = _mm512_set1_ps(mean[n]);
-      const __m512 vrs = _mm512_set1_ps(rstd[n]);
+      const VecF vmu = splat(mean[n]);
+      const VecF vrs = splat(rstd[n]);
       // dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * weight.
       float sums[2];  // sum(dnorm), sum(dnorm * norm)
-      row_reduce<2>(C, sums, [&](int64_t c, __mmask16 m, __m512* acc) {
-        const __m512 norm = _mm512_mul_ps(_mm512_sub_ps(load16(x + c, m), vmu), vrs);
-        const __m512 dnorm = _mm512_mul_ps(load16(dy + c, m), load16(weight + c, m));
-        acc[0] = _mm512_add_ps(acc[0], dnorm);  // masked lanes: dnorm = 0
-        acc[1] = _mm512_fmadd_ps(dnorm, norm, acc[1]);
+      row_reduce<2>(C, sums, [=](int64_t c, int lanes, VecF* acc) {
+        const VecF norm = (load(x + c, lanes) - vmu) * vrs;
+        const VecF dnorm = load(dy + c, lanes) * load(weight + c, lanes);
+        acc[0] = acc[0] + dnorm;  // lanes past the row: dnorm = 0
+        acc[1] = fmadd(dnorm, norm, acc[1]);
       });
-      const __m512 a = _mm512_set1_ps(sums[0] * inv_c);
-      const __m512 b = _mm512_set1_ps(sums[1] * inv_c);
-      for (int64_t c = 0; c < C; c += 16) {
-        const __mmask16 m = lane_mask(c, C);
-        const __m512 norm = _mm512_mul_ps(_mm512_sub_ps(load16(x + c, m), vmu), vrs);
-        const __m512 g = load16(dy + c, m);
-        const __m512 dnorm = _mm512_mul_ps(g, load16(weight + c, m));
-        const __m512 d = _mm512_fnmadd_ps(norm, b, _mm512_sub_ps(dnorm, a));
-        store16(dx + c, _mm512_mul_ps(d, vrs), m);
-        _mm512_mask_storeu_ps(pw + c, m, _mm512_fmadd_ps(norm, g, load16(pw + c, m)));
-        if (pb) _mm512_mask_storeu_ps(pb + c, m, _mm512_add_ps(load16(pb + c, m), g));
-      }
+      const VecF a = splat(sums[0] * inv_c);
+      const VecF b = splat(sums[1] * inv_c);
+      for_each_block(0, C, [=](int64_t c, int lanes) {
+        const VecF norm = (load(x + c, lanes) - vmu) * vrs;
+        const VecF g = load(dy + c, lanes);
+        const VecF dnorm = g * load(weight + c, lanes);
+        const VecF d = fnmadd(norm, b, dnorm - a);
+        store(dx + c, d * vrs, lanes);
+        store(pw + c, fmadd(norm, g, load(pw + c, lanes)), lanes);
+        if (pb) store(pb + c, load(pb + c, lanes) + g, lanes);
+      });
     }
   }
   add_partials(dweight, partial.data(), per_chunk, num_chunks, C);
@@ -172,16 +176,15 @@ void rms_norm_forward(T* out, float* rstd, const T* inp, const T* weight, int64_
     const T* x = inp + n * C;
     T* o = out + n * C;
     float sum_sq;
-    row_reduce<1>(C, &sum_sq, [&](int64_t c, __mmask16 m, __m512* acc) {
-      const __m512 v = load16(x + c, m);
-      acc[0] = _mm512_fmadd_ps(v, v, acc[0]);
+    row_reduce<1>(C, &sum_sq, [=](int64_t c, int lanes, VecF* acc) {
+      const VecF v = load(x + c, lanes);
+      acc[0] = fmadd(v, v, acc[0]);
     });
     const float rs = 1.0f / std::sqrt(sum_sq * inv_c + eps);
-    const __m512 vrs = _mm512_set1_ps(rs);
-    for (int64_t c = 0; c < C; c += 16) {
-      const __mmask16 m = lane_mask(c, C);
-      store16(o + c, _mm512_mul_ps(_mm512_mul_ps(load16(x + c, m), vrs), load16(weight + c, m)), m);
-    }
+    const VecF vrs = splat(rs);
+    for_each_block(0, C, [=](int64_t c, int lanes) {
+      store(o + c, (load(x + c, lanes) * vrs) * load(weight + c, lanes), lanes);
+    });
     if (rstd) rstd[n] = rs;
   }
 }
@@ -203,52 +206,34 @@ void rms_norm_backward(T* dinp, float* dweight, const T* dout, const T* inp, con
       const T* x = inp + n * C;
       const T* dy = dout + n * C;
       T* dx = dinp + n * C;
-      const __m512 vrs = _mm512_set1_ps(rstd[n]);
+      const VecF vrs = splat(rstd[n]);
       // dx = rstd * (dnorm - norm * mean(dnorm * norm)), norm = x * rstd, dnorm = dout * weight.
       float sum_dnorm_norm;
-      row_reduce<1>(C, &sum_dnorm_norm, [&](int64_t c, __mmask16 m, __m512* acc) {
-        const __m512 norm = _mm512_mul_ps(load16(x + c, m), vrs);
-        const __m512 dnorm = _mm512_mul_ps(load16(dy + c, m), load16(weight + c, m));
-        acc[0] = _mm512_fmadd_ps(dnorm, norm, acc[0]);
+      row_reduce<1>(C, &sum_dnorm_norm, [=](int64_t c, int lanes, VecF* acc) {
+        const VecF norm = load(x + c, lanes) * vrs;
+        const VecF dnorm = load(dy + c, lanes) * load(weight + c, lanes);
+        acc[0] = fmadd(dnorm, norm, acc[0]);
       });
-      const __m512 b = _mm512_set1_ps(sum_dnorm_norm * inv_c);
-      for (int64_t c = 0; c < C; c += 16) {
-        const __mmask16 m = lane_mask(c, C);
-        const __m512 norm = _mm512_mul_ps(load16(x + c, m), vrs);
-        const __m512 g = load16(dy + c, m);
-        const __m512 dnorm = _mm512_mul_ps(g, load16(weight + c, m));
-        store16(dx + c, _mm512_mul_ps(_mm512_fnmadd_ps(norm, b, dnorm), vrs), m);
-        _mm512_mask_storeu_ps(pw + c, m, _mm512_fmadd_ps(norm, g, load16(pw + c, m)));
-      }
+      const VecF b = splat(sum_dnorm_norm * inv_c);
+      for_each_block(0, C, [=](int64_t c, int lanes) {
+        const VecF norm = load(x + c, lanes) * vrs;
+        const VecF g = load(dy + c, lanes);
+        const VecF dnorm = g * load(weight + c, lanes);
+        store(dx + c, fnmadd(norm, b, dnorm) * vrs, lanes);
+        store(pw + c, fmadd(norm, g, load(pw + c, lanes)), lanes);
+      });
     }
   }
   add_partials(dweight, partial.data(), C, num_chunks, C);
 }
 
-template void layer_norm_forward<float>(float*, float*, float*, const float*, const float*,
-                                        const float*, int64_t, int64_t, float);
-template void layer_norm_forward<bf16>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*,
-                                       int64_t, int64_t, float);
-template void layer_norm_backward<float>(float*, float*, float*, const float*, const float*,
-                                         const float*, const float*, const float*, int64_t,
-                                         int64_t);
-template void layer_norm_backward<bf16>(bf16*, float*, float*, const bf16*, const bf16*,
-                                        const bf16*, const float*, const float*, int64_t, int64_t);
-template void rms_norm_forward<float>(float*, float*, const float*, const float*, int64_t, int64_t,
-                                      float);
-template void rms_norm_forward<bf16>(bf16*, float*, const bf16*, const bf16*, int64_t, int64_t,
-                                     float);
-template void rms_norm_backward<float>(float*, float*, const float*, const float*, const float*,
-                                       const float*, int64_t, int64_t);
-template void rms_norm_backward<bf16>(bf16*, float*, const bf16*, const bf16*, const bf16*,
-                                      const float*, int64_t, int64_t);
-template void layer_norm_forward<fp16>(fp16*, float*, float*, const fp16*, const fp16*, const fp16*,
-                                       int64_t, int64_t, float);
-template void layer_norm_backward<fp16>(fp16*, float*, float*, const fp16*, const fp16*,
-                                        const fp16*, const float*, const float*, int64_t, int64_t);
-template void rms_norm_forward<fp16>(fp16*, float*, const fp16*, const fp16*, int64_t, int64_t,
-                                     float);
-template void rms_norm_backward<fp16>(fp16*, float*, const fp16*, const fp16*, const fp16*,
-                                      const float*, int64_t, int64_t);
+void register_norms() {
+  for_each_storage_type([]<typename T>() {
+    register_kernel<&kernels::layer_norm_forward<T>>(kThisTarget, &layer_norm_forward<T>);
+    register_kernel<&kernels::layer_norm_backward<T>>(kThisTarget, &layer_norm_backward<T>);
+    register_kernel<&kernels::rms_norm_forward<T>>(kThisTarget, &rms_norm_forward<T>);
+    register_kernel<&kernels::rms_norm_backward<T>>(kThisTarget, &rms_norm_backward<T>);
+  });
+}
 
-}  // namespace tessera::kernels
+TESSERA_TARGET_END

@@ -12,8 +12,11 @@
 
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
+#include "tessera/kernels/simd/vec.h"
 
-namespace tessera::kernels {
+// Plain loops, compiled per target like every kernel so the compiler vectorises the rotation
+// with the target's instructions (-ffp-contract=off keeps the results identical on all).
+TESSERA_TARGET_BEGIN
 namespace {
 
 // Below this many rotated elements (or a sixteenth as many sincos) a call stays on the calling
@@ -93,11 +96,11 @@ void rope_backward(Float* dqkv, const int32_t* positions, int64_t B, int64_t T, 
   rotate(dqkv, positions, B, T, NH, KV, HD, theta, -1.0f, per_sample);
 }
 
-template void rope_forward<float>(float*, const int32_t*, int64_t, int64_t, int, int, int, float, bool);
-template void rope_forward<bf16>(bf16*, const int32_t*, int64_t, int64_t, int, int, int, float, bool);
-template void rope_backward<float>(float*, const int32_t*, int64_t, int64_t, int, int, int, float, bool);
-template void rope_backward<bf16>(bf16*, const int32_t*, int64_t, int64_t, int, int, int, float, bool);
-template void rope_forward<fp16>(fp16*, const int32_t*, int64_t, int64_t, int, int, int, float, bool);
-template void rope_backward<fp16>(fp16*, const int32_t*, int64_t, int64_t, int, int, int, float, bool);
+void register_rope() {
+  for_each_storage_type([]<typename T>() {
+    register_kernel<&kernels::rope_forward<T>>(kThisTarget, &rope_forward<T>);
+    register_kernel<&kernels::rope_backward<T>>(kThisTarget, &rope_backward<T>);
+  });
+}
 
-}  // namespace tessera::kernels
+TESSERA_TARGET_END

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "tessera/kernels/dispatch.h"
+
 namespace tessera::kernels {
 
 // Rotates the query and key heads of a packed qkv buffer in place.
@@ -15,10 +17,14 @@ namespace tessera::kernels {
 // (The storage type is named Float, not T, because T is the sequence length here.)
 template <typename Float>
 void rope_forward(Float* qkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV,
-                  int HD, float theta, bool per_sample = false);
+                  int HD, float theta, bool per_sample = false) {
+  dispatch<&rope_forward<Float>>(qkv, positions, B, T, NH, KV, HD, theta, per_sample);
+}
 // The transpose (inverse rotation) applied in place to dqkv's query and key heads.
 template <typename Float>
 void rope_backward(Float* dqkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV,
-                   int HD, float theta, bool per_sample = false);
+                   int HD, float theta, bool per_sample = false) {
+  dispatch<&rope_backward<Float>>(dqkv, positions, B, T, NH, KV, HD, theta, per_sample);
+}
 
 }  // namespace tessera::kernels

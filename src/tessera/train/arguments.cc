@@ -10,6 +10,7 @@
 #include "tessera/core/error.h"
 #include "tessera/data/gpt_dataset.h"
 #include "tessera/data/tokenizer.h"
+#include "tessera/kernels/build_info.h"
 #include "tessera/train/json_config.h"
 
 namespace tessera::train {
@@ -105,6 +106,7 @@ int64_t TrainArgs::num_microbatches(int64_t data_parallel) const {
 
 bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   CLI::App app{"tessera-train: train a GPT/LLaMA-style language model", "tessera-train"};
+  app.set_version_flag("--version", kernels::version_line);
   app.option_defaults()->always_capture_default();
   app.config_formatter(std::make_shared<JsonConfig>());
   app.set_config("--config", "", "JSON file of flags (keys without dashes); flags on the command line win");
@@ -270,6 +272,9 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
     std::printf("%s", app.help().c_str());
+    return false;
+  } catch (const CLI::CallForVersion& e) {
+    std::printf("%s\n", e.what());
     return false;
   } catch (const CLI::ConfigError& e) {
     std::string what = e.what();

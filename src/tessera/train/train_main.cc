@@ -8,6 +8,7 @@
 #include "tessera/comm/process_group.h"
 #include "tessera/core/threads.h"
 #include "tessera/core/tool_main.h"
+#include "tessera/kernels/build_info.h"
 #include "tessera/train/deepspeed_config.h"
 #include "tessera/train/trainer.h"
 
@@ -54,6 +55,8 @@ int train_main(int argc, const char* const* argv) {
     TrainArgs args;
     if (!parse_arguments(argc, argv, args)) return 0;
     runtime_up = true;
+    // Chosen before anything runs: an unknown TESSERA_CPU_TARGET is an error on every rank.
+    const std::string version = kernels::version_line();
     if (args.sequence_parallel && args.tensor_model_parallel_size == 1) {
       // As Megatron does: sequence parallelism splits over the TP group, which has one rank.
       if (launcher_rank() == 0)
@@ -80,6 +83,7 @@ int train_main(int argc, const char* const* argv) {
     // repeat it. Errors still reach stderr from every rank.
     if (state->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
       throw Error("cannot silence stdout on rank " + std::to_string(state->rank()));
+    std::printf("%s\n", version.c_str());
     {
       TrainerGroups groups;
       groups.tp =

@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "tessera/kernels/fast_exp.h"
+#include "tessera/kernels/elementwise.h"
 #include "testing/numeric.h"
 
 namespace tessera::kernels {
@@ -51,14 +51,8 @@ std::vector<int32_t> make_targets(int64_t N, int64_t V_real, uint64_t seed) {
   return t;
 }
 
-// Values of the lanes in [0, n) of exp(x), n <= 16.
-void fast_exp_n(float* out, const float* in, int n) {
-  float buf[16] = {};
-  std::memcpy(buf, in, n * sizeof(float));
-  float res[16];
-  _mm512_storeu_ps(res, fast_exp_ps(_mm512_loadu_ps(buf)));
-  std::memcpy(out, res, n * sizeof(float));
-}
+// exp(x) of the first n values by the kernels' vectorised exp (kernels::exp_f32).
+void fast_exp_n(float* out, const float* in, int n) { exp_f32(out, in, n); }
 
 // Distance in units in the last place between two finite non-negative floats.
 int64_t ulp_distance(float a, float b) {

@@ -61,6 +61,9 @@ inline F32x16 half_to_float(U32x16 h) {
   const I32x16 is_special = reinterpret_cast<I32x16>(e == exp_mask);   // inf / NaN
   const I32x16 is_small = reinterpret_cast<I32x16>(e == U32x16{});   // zero / subnormal
   o += reinterpret_cast<U32x16>(is_special) & ((128u - 16u) << 23);
+  // A NaN comes out quiet (as F16C's vcvtph2ps makes it).
+  const I32x16 is_nan = is_special & reinterpret_cast<I32x16>((h & 0x3ffu) != 0u);
+  o |= reinterpret_cast<U32x16>(is_nan) & 0x400000u;
   // Subnormal: renormalise by letting the FPU subtract the implicit bias.
   const F32x16 renorm = as_f32(reinterpret_cast<I32x16>(o + (1u << 23))) - as_f32(I32x16{} + (113 << 23));
   o = reinterpret_cast<U32x16>((is_small & as_i32(renorm)) | (~is_small & reinterpret_cast<I32x16>(o)));

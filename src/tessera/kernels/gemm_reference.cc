@@ -1,0 +1,61 @@
+// The GEMM of builds without oneDNN (TESSERA_WITHOUT_ONEDNN: the arm64 kernels-only build,
+// scripts/test-arm64.sh): plain loops with fp32 accumulation in k order, so every kernel that
+// calls gemm (linear) builds and is tested there. Correct, not fast: the full build always uses
+// oneDNN (gemm.cc). 16-bit operands are widened to fp32 as in gemm.cc (gemm_widened.h).
+#if defined(TESSERA_WITHOUT_ONEDNN)
+
+#include <algorithm>
+
+#include "tessera/core/error.h"
+#include "tessera/kernels/gemm.h"
+#include "tessera/kernels/gemm_widened.h"
+
+namespace tessera::kernels {
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  TESSERA_CHECK(M >= 0 && N >= 0 && K >= 0);
+  TESSERA_CHECK(lda >= std::max<int64_t>(1, trans_a ? M : K));
+  TESSERA_CHECK(ldb >= std::max<int64_t>(1, trans_b ? K : N));
+  TESSERA_CHECK(ldc >= std::max<int64_t>(1, N));
+#pragma omp parallel for schedule(static) if (M * N * K > (int64_t{1} << 18))
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; ++k)
+        acc += (trans_a ? A[k * lda + m] : A[m * lda + k]) * (trans_b ? B[n * ldb + k] : B[k * ldb + n]);
+      float& c = C[m * ldc + n];
+      c = beta == 0.0f ? alpha * acc : alpha * acc + beta * c;  // beta 0: C is not read
+    }
+  }
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+          int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+          int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C, int64_t ldc) {
+  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const fp16* A,
+          int64_t lda, const fp16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const fp16* A,
+          int64_t lda, const fp16* B, int64_t ldb, float beta, fp16* C, int64_t ldc) {
+  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+Bf16GemmPath bf16_gemm_path() { return Bf16GemmPath::kWidenToFp32; }
+
+void set_bf16_gemm_path(Bf16GemmPath path) {
+  if (path != Bf16GemmPath::kWidenToFp32) throw Error("this build has no oneDNN bf16 matmul");
+}
+
+}  // namespace tessera::kernels
+
+#endif  // TESSERA_WITHOUT_ONEDNN

@@ -1,0 +1,24 @@
+// GEMMs on 16-bit operands through the fp32 path: each operand is widened (exactly: every bf16
+// and fp16 value is an fp32 value) into a dense fp32 copy, the fp32 gemm runs, and a 16-bit
+// output is rounded to nearest even. The products and fp32 accumulation are those of a 16-bit
+// GEMM with fp32 accumulation; the speed is fp32's plus one pass over the operands.
+// Used for fp16 always (oneDNN 2.6 has no fp16 matmul without AVX512-FP16) and for bf16 where
+// oneDNN has no bf16 matmul or only an emulated one (gemm.h, bf16_gemm_path()).
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::kernels::detail {
+
+// C (M,N) = alpha op(A) op(B) + beta C, fp32 output; T is bf16 or fp16.
+template <typename T>
+void widened_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                  const T* A, int64_t lda, const T* B, int64_t ldb, float beta, float* C,
+                  int64_t ldc);
+// The same with a T output (beta must be 0).
+template <typename T>
+void widened_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                  const T* A, int64_t lda, const T* B, int64_t ldb, float beta, T* C,
+                  int64_t ldc);
+
+}  // namespace tessera::kernels::detail
