@@ -34,8 +34,8 @@
 
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
-#include "tessera/kernels/simd/vec.h"
 #include "tessera/kernels/fast_exp.h"
+#include "tessera/kernels/simd/vec.h"
 
 TESSERA_TARGET_BEGIN
 namespace {
@@ -171,8 +171,7 @@ void tile_gemm(float* C, int64_t ldc, const float* A, int64_t a_rs, int64_t a_cs
 // uniform(key, row0 + 16 v + l, k0 + c) >= p, for queries < M and keys < N; row0 is the global
 // dropout row of query q0 and k0 % 4 == 0. Lane l of one Philox call is query 16 v + l and its
 // four output words are the keys 4 c4 .. 4 c4 + 3, so the masks come out already transposed.
-void fill_keep(Mask (*keep)[4], PhiloxKey key, uint64_t row0, uint64_t k0, int M, int N,
-               float p) {
+void fill_keep(Mask (*keep)[4], PhiloxKey key, uint64_t row0, uint64_t k0, int M, int N, float p) {
   const VecI mul0 = splat_i(static_cast<int32_t>(0xD2511F53u));
   const VecI mul1 = splat_i(static_cast<int32_t>(0xCD9E8D57u));
   const VecF vp = splat(p);
@@ -493,18 +492,18 @@ struct BackwardTiles {
         dv(kBlock * g.ldh),
         pt(kBlock * kBlock),
         dst(kBlock * kBlock) {}
-  Scratch q;      // (T, ldh) the head's queries times scale
-  Scratch qt;     // (HD, ldt) the same, transposed
-  Scratch dout;   // (T, ldh) the head's output gradient
-  Scratch doutt;  // (HD, ldt) the same, transposed
-  Scratch dq;     // (T, ldh) dQ accumulator (divided by scale until written)
-  Scratch delta;  // (T) rowsum(dout * out)
-  Scratch k;      // (Bc, ldh) keys of the key block
-  Scratch v;      // (Bc, ldh) values of the key block
-  Scratch dk;     // (Bc, ldh) dK accumulator of the key block
-  Scratch dv;     // (Bc, ldh) dV accumulator of the key block
-  Scratch pt;     // (Bc, Br) probabilities after dropout, transposed
-  Scratch dst;    // (Bc, Br) dP, then dS, transposed
+  Scratch q;             // (T, ldh) the head's queries times scale
+  Scratch qt;            // (HD, ldt) the same, transposed
+  Scratch dout;          // (T, ldh) the head's output gradient
+  Scratch doutt;         // (HD, ldt) the same, transposed
+  Scratch dq;            // (T, ldh) dQ accumulator (divided by scale until written)
+  Scratch delta;         // (T) rowsum(dout * out)
+  Scratch k;             // (Bc, ldh) keys of the key block
+  Scratch v;             // (Bc, ldh) values of the key block
+  Scratch dk;            // (Bc, ldh) dK accumulator of the key block
+  Scratch dv;            // (Bc, ldh) dV accumulator of the key block
+  Scratch pt;            // (Bc, Br) probabilities after dropout, transposed
+  Scratch dst;           // (Bc, Br) dP, then dS, transposed
   Mask keep[kBlock][4];  // dropout keep masks of the tile (fill_keep)
 };
 

@@ -16,7 +16,8 @@ namespace tessera::kernels {
 // Per row: a pass for the max, one for the sum of exp(x - max) (fast_exp.h; the exps are kept in
 // dlogits, or in an fp32 scratch row for 16-bit types) and one writing the gradient. CPU targets
 // differ only in the last bits, where fast_exp fuses its multiply-adds (or, on x86-64 baseline,
-// cannot).
+// cannot), and in bf16 gradients below the fp32 normal range, which the AVX-512-bf16 target
+// rounds to signed zeros (simd/vec_avx512.h).
 template <typename T>
 void cross_entropy_forward_backward(float* losses, T* dlogits, const T* logits,
                                     const int32_t* targets, const float* loss_mask, int64_t N,

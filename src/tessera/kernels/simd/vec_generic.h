@@ -48,7 +48,8 @@ inline I32x16 as_i32(F32x16 x) { return (I32x16)x; }
 
 // ---- construction ---------------------------------------------------------------------------
 inline VecF zero() { return VecF{F32x16{} }; }
-inline VecF splat(float x) { return VecF{F32x16{} + x}; }
+// Every lane x, bit for bit (-0.0 stays -0.0: adding it to a zero vector would not).
+inline VecF splat(float x) { return VecF{F32x16{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}}; }
 inline VecI splat_i(int32_t x) { return VecI{I32x16{} + x}; }
 inline VecI iota_i() { return VecI{I32x16{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}}; }
 
