@@ -4,6 +4,7 @@
 // measured in the same run on the same machine.
 //
 // Usage: build/bin/model_step [--threads N] [--steps S] [--model gpt2|llama|all] [--dtype fp32|bf16|all]
+//                             [--bf16-gemm onednn|widen]  (default: the path gemm.h chooses)
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -39,18 +40,27 @@ double run(const ModelConfig& cfg, DType dtype, int64_t B, int steps) {
 
 int main(int argc, char** argv) {
   int threads = 2, steps = 5;
-  std::string which = "all", dtypes = "all";
+  std::string which = "all", dtypes = "all", bf16_gemm;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--model")) which = argv[i + 1];
     else if (!std::strcmp(argv[i], "--dtype")) dtypes = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--bf16-gemm")) bf16_gemm = argv[i + 1];
     else {
       std::fprintf(stderr, "model_step: unknown flag %s\n", argv[i]);
       return 2;
     }
   }
   tessera::set_num_threads(threads);
+  if (bf16_gemm == "onednn") {
+    tessera::kernels::set_bf16_gemm_path(tessera::kernels::Bf16GemmPath::kOneDnnBf16);
+  } else if (bf16_gemm == "widen") {
+    tessera::kernels::set_bf16_gemm_path(tessera::kernels::Bf16GemmPath::kWidenToFp32);
+  } else if (!bf16_gemm.empty()) {
+    std::fprintf(stderr, "model_step: --bf16-gemm takes onednn or widen, got %s\n", bf16_gemm.c_str());
+    return 2;
+  }
   const int64_t B = 4;
   std::printf("%s\n", tessera::kernels::version_line().c_str());
   std::printf("model_step: forward+backward of one micro-batch (B=%lld, T=256), %d threads, "
