@@ -20,8 +20,9 @@ void add(T* out, const T* a, const T* b, int64_t n) {
   }
 }
 
-template <typename T>
-void round_from_f32(T* out, const float* in, int64_t n) {
+// out (n) = in, each element loaded as fp32 and stored as To (rounded to nearest even).
+template <typename To, typename From>
+void convert_elements(To* out, const From* in, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; i += kLanes) {
     const int lanes = lanes_left(i, n);
@@ -30,12 +31,13 @@ void round_from_f32(T* out, const float* in, int64_t n) {
 }
 
 template <typename T>
+void round_from_f32(T* out, const float* in, int64_t n) {
+  convert_elements(out, in, n);
+}
+
+template <typename T>
 void widen_to_f32(float* out, const T* in, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
-  for (int64_t i = 0; i < n; i += kLanes) {
-    const int lanes = lanes_left(i, n);
-    store(out + i, load(in + i, lanes), lanes);
-  }
+  convert_elements(out, in, n);
 }
 
 void exp_f32(float* out, const float* in, int64_t n) {

@@ -204,30 +204,20 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   onednn_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
-          int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (bf16_gemm_path() == Bf16GemmPath::kWidenToFp32)
-    return detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+namespace detail {
+
+template <typename TC>
+void native_bf16_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                      const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, TC* C,
+                      int64_t ldc) {
   onednn_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
+template void native_bf16_gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*,
+                                      int64_t, const bf16*, int64_t, float, float*, int64_t);
+template void native_bf16_gemm<bf16>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*,
+                                     int64_t, const bf16*, int64_t, float, bf16*, int64_t);
 
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
-          int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C, int64_t ldc) {
-  TESSERA_CHECK_MSG(beta == 0.0f, "bf16-output gemm accumulates only into fp32 outputs");
-  if (bf16_gemm_path() == Bf16GemmPath::kWidenToFp32)
-    return detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  onednn_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const fp16* A,
-          int64_t lda, const fp16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const fp16* A,
-          int64_t lda, const fp16* B, int64_t ldb, float beta, fp16* C, int64_t ldc) {
-  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
+}  // namespace detail
 
 // ---- which bf16 path, and oneDNN's ISA ---------------------------------------------------------
 

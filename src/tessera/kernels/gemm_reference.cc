@@ -30,25 +30,20 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   }
 }
 
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
-          int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
+namespace detail {
 
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
-          int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C, int64_t ldc) {
-  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+// Never called: bf16_gemm_path() below is always kWidenToFp32 here.
+template <typename TC>
+void native_bf16_gemm(bool, bool, int64_t, int64_t, int64_t, float, const bf16*, int64_t,
+                      const bf16*, int64_t, float, TC*, int64_t) {
+  throw Error("this build has no oneDNN bf16 matmul");
 }
+template void native_bf16_gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*,
+                                      int64_t, const bf16*, int64_t, float, float*, int64_t);
+template void native_bf16_gemm<bf16>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*,
+                                     int64_t, const bf16*, int64_t, float, bf16*, int64_t);
 
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const fp16* A,
-          int64_t lda, const fp16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const fp16* A,
-          int64_t lda, const fp16* B, int64_t ldb, float beta, fp16* C, int64_t ldc) {
-  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
+}  // namespace detail
 
 Bf16GemmPath bf16_gemm_path() { return Bf16GemmPath::kWidenToFp32; }
 

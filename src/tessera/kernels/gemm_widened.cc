@@ -87,6 +87,32 @@ template void widened_gemm<fp16>(bool, bool, int64_t, int64_t, int64_t, float, c
 
 namespace tessera::kernels {
 
+// The public 16-bit overloads (gemm.h): bf16 on the path bf16_gemm_path() chose, fp16 widened.
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+          int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (bf16_gemm_path() == Bf16GemmPath::kOneDnnBf16)
+    return detail::native_bf16_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+          int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C, int64_t ldc) {
+  TESSERA_CHECK_MSG(beta == 0.0f, "bf16-output gemm accumulates only into fp32 outputs");
+  if (bf16_gemm_path() == Bf16GemmPath::kOneDnnBf16)
+    return detail::native_bf16_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const fp16* A,
+          int64_t lda, const fp16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const fp16* A,
+          int64_t lda, const fp16* B, int64_t ldb, float beta, fp16* C, int64_t ldc) {
+  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 const char* bf16_gemm_path_name(Bf16GemmPath path) {
   return path == Bf16GemmPath::kOneDnnBf16 ? "oneDNN bf16" : "widened to fp32";
 }

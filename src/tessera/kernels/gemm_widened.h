@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "tessera/core/dtype.h"
+
 namespace tessera::kernels::detail {
 
 // C (M,N) = alpha op(A) op(B) + beta C, fp32 output; T is bf16 or fp16.
@@ -20,5 +22,11 @@ template <typename T>
 void widened_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const T* A, int64_t lda, const T* B, int64_t ldb, float beta, T* C,
                   int64_t ldc);
+
+// oneDNN's own bf16 matmul (gemm.cc; TC float or bf16), for bf16_gemm_path() == kOneDnnBf16.
+template <typename TC>
+void native_bf16_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                      const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, TC* C,
+                      int64_t ldc);
 
 }  // namespace tessera::kernels::detail

@@ -202,13 +202,15 @@ inline VecF scale_pow2(VecF p, VecF k) {
 
 // Sum of the lanes in a fixed tree: (i, i + 8), then (i, i + 4), (i, i + 2), (0, 1); the same
 // order as _mm512_reduce_add_ps, so every target reduces identically.
-inline float reduce_add(VecF a) {
-  float s[8];
-  for (int i = 0; i < 8; ++i) s[i] = a.v[i] + a.v[i + 8];
+template <typename S, typename V>
+inline S tree_sum(const V& v) {
+  S s[8];
+  for (int i = 0; i < 8; ++i) s[i] = v[i] + v[i + 8];
   for (int i = 0; i < 4; ++i) s[i] = s[i] + s[i + 4];
   for (int i = 0; i < 2; ++i) s[i] = s[i] + s[i + 2];
   return s[0] + s[1];
 }
+inline float reduce_add(VecF a) { return tree_sum<float>(a.v); }
 inline float reduce_max(VecF a) {
   VecF m = a;
   for (int w = 8; w >= 1; w /= 2)
@@ -280,13 +282,7 @@ inline VecD add_squares(VecD acc, VecF x) {
 }
 inline VecD operator+(VecD a, VecD b) { return VecD{a.v + b.v}; }
 // Lanes (i, i + 8) first, then a tree as reduce_add.
-inline double reduce_add(VecD a) {
-  double s[8];
-  for (int i = 0; i < 8; ++i) s[i] = a.v[i] + a.v[i + 8];
-  for (int i = 0; i < 4; ++i) s[i] = s[i] + s[i + 4];
-  for (int i = 0; i < 2; ++i) s[i] = s[i] + s[i + 2];
-  return s[0] + s[1];
-}
+inline double reduce_add(VecD a) { return tree_sum<double>(a.v); }
 
 // ---- layout --------------------------------------------------------------------------------
 // Transposes 16 vectors of 16 lanes: x[r] lane c becomes x[c] lane r.
