@@ -11,16 +11,6 @@ namespace {
 
 constexpr int64_t kParallelThreshold = 1 << 14;
 
-// Calls body(i, lanes) for the 16-lane blocks of [begin, end) (begin a multiple of 16 from the
-// start of the row): the full blocks with the constant kLanes, so they compile to plain loads and
-// stores, then the partial last block with its lane count through the same arithmetic.
-template <typename Body>
-[[gnu::always_inline]] inline void for_each_block(int64_t begin, int64_t end, Body body) {
-  int64_t i = begin;
-  for (; i + kLanes <= end; i += kLanes) body(i, kLanes);
-  if (i < end) body(i, static_cast<int>(end - i));
-}
-
 // Logistic sigmoid of z without overflow or cancellation: with t = exp(-|z|) in (0, 1],
 // sigmoid(z) = 1/(1+t) for z >= 0 and t/(1+t) otherwise, and sigmoid(z)(1 - sigmoid(z)) =
 // t/(1+t)^2 for either sign (returned in *slope).

@@ -20,15 +20,6 @@ constexpr int64_t kParallelThreshold = 1 << 15;
 
 inline int64_t num_chunks(int64_t n) { return (n + kChunk - 1) / kChunk; }
 
-// Calls body(i, lanes) for the blocks of 16 of [begin, end): full blocks with the constant
-// kLanes (so the counted loads and stores compile to plain ones), then the tail, if any.
-template <typename Body>
-inline void for_each_block(int64_t begin, int64_t end, Body&& body) {
-  int64_t i = begin;
-  for (; i + kLanes <= end; i += kLanes) body(i, kLanes);
-  if (i < end) body(i, static_cast<int>(end - i));
-}
-
 }  // namespace
 
 template <typename T>

@@ -23,16 +23,6 @@ constexpr int64_t kParallelThreshold = 1 << 14;
 // a thread works through its chunk.
 constexpr int64_t kRowsPerChunk = 64;
 
-// Calls body(i, lanes) for the 16-lane blocks of [begin, end) (begin a multiple of 16 from the
-// start of the row): the full blocks with the constant kLanes, so they compile to plain loads and
-// stores, then the partial last block with its lane count through the same arithmetic.
-template <typename Body>
-[[gnu::always_inline]] inline void for_each_block(int64_t begin, int64_t end, Body body) {
-  int64_t i = begin;
-  for (; i + kLanes <= end; i += kLanes) body(i, kLanes);
-  if (i < end) body(i, static_cast<int>(end - i));
-}
-
 // Scratch for the partials, counted by the MemoryAccountant like every other allocation.
 class Workspace {
  public:

@@ -31,6 +31,18 @@ TESSERA_TARGET_BEGIN
 // The target this compile is for (register_kernel's first argument).
 constexpr CpuTarget kThisTarget = CpuTarget::TESSERA_TARGET_ENUM;
 
+// Calls body(i, lanes) for the 16-lane blocks of [begin, end) (begin a multiple of 16 from the
+// start of the row): the full blocks with the constant kLanes, so they compile to plain loads and
+// stores, then the partial last block with its lane count through the same arithmetic. (With a
+// lane count computed per block GCC 12 merges the stores into masked ones with an extra branch:
+// +16-21 % on the norms.)
+template <typename Body>
+[[gnu::always_inline]] inline void for_each_block(int64_t begin, int64_t end, Body body) {
+  int64_t i = begin;
+  for (; i + kLanes <= end; i += kLanes) body(i, kLanes);
+  if (i < end) body(i, static_cast<int>(end - i));
+}
+
 // Lanes of the block at i in a row of n: min(n - i, 16), for the counted load/store forms.
 inline int lanes_left(int64_t i, int64_t n) {
   return n - i >= kLanes ? kLanes : static_cast<int>(n - i);
