@@ -122,11 +122,15 @@ inline VecF load(const fp16* p) {
 // n is clamped to [0, 16]. The tail is copied into a full-width buffer: no lane beyond n is
 // read, and the lanes that are go through the same arithmetic as a full vector.
 template <typename T>
-inline VecF load(const T* p, int n) {
-  if (n >= kLanes) return load(p);
+[[gnu::noinline]] VecF load_tail(const T* p, int n) {
   T buf[kLanes] = {};
   if (n > 0) std::memcpy(buf, p, sizeof(T) * n);
   return load(buf);
+}
+template <typename T>
+[[gnu::always_inline]] inline VecF load(const T* p, int n) {
+  if (n >= kLanes) return load(p);
+  return load_tail(p, n);
 }
 inline VecI load_i(const int32_t* p, int n) {
   int32_t buf[kLanes] = {};
@@ -148,11 +152,15 @@ inline void store(fp16* p, VecF x) {
 }
 // Writes lanes [0, n) only (n clamped to [0, 16]).
 template <typename T>
-inline void store(T* p, VecF x, int n) {
-  if (n >= kLanes) return store(p, x);
+[[gnu::noinline]] void store_tail(T* p, VecF x, int n) {
   T buf[kLanes];
   store(buf, x);
   if (n > 0) std::memcpy(p, buf, sizeof(T) * n);
+}
+template <typename T>
+[[gnu::always_inline]] inline void store(T* p, VecF x, int n) {
+  if (n >= kLanes) return store(p, x);
+  store_tail(p, x, n);
 }
 
 // ---- arithmetic ----------------------------------------------------------------------------
