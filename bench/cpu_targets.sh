@@ -24,9 +24,12 @@ for target in "${candidates[@]}"; do
     TESSERA_CPU_TARGET=$target "$BIN/model_step" --threads 2 --steps 5
   fi
   if [ "$what" = all ] || [ "$what" = kernels ]; then
+    # The 2-thread cases of the per-thread-count benches, every case of loss_optim_bench.
     for bench in pointwise_bench attention_bench loss_optim_bench; do
-      TESSERA_CPU_TARGET=$target OMP_NUM_THREADS=2 "$BIN/$bench" --benchmark_min_time=0.2 \
-        --benchmark_counters_tabular=true 2>/dev/null
+      filter='threads:2'
+      [ "$bench" = loss_optim_bench ] && filter='.'
+      TESSERA_CPU_TARGET=$target OMP_NUM_THREADS=2 "$BIN/$bench" --benchmark_min_time=0.1 \
+        --benchmark_filter="$filter" 2>/dev/null | grep -E '^(BM_|[A-Z][A-Za-z]+/)'
     done
   fi
 done
