@@ -64,18 +64,6 @@ inline VecF load(const float* p, int n) {
   const Mask m = first_n(n);
   return VecF{_mm256_maskload_ps(p, m.lo), _mm256_maskload_ps(p + 8, m.hi)};
 }
-// bf16, fp16 tails. Kept out of line so the full-vector path inlines to two instructions.
-template <typename T>
-[[gnu::noinline]] VecF load_tail(const T* p, int n) {
-  T buf[kLanes] = {};
-  if (n > 0) std::memcpy(buf, p, sizeof(T) * n);
-  return load(buf);
-}
-template <typename T>
-[[gnu::always_inline]] inline VecF load(const T* p, int n) {  // bf16, fp16
-  if (n >= kLanes) return load(p);
-  return load_tail(p, n);
-}
 inline VecI load_i(const int32_t* p, int n) {
   const Mask m = first_n(n);
   return VecI{_mm256_maskload_epi32(p, m.lo), _mm256_maskload_epi32(p + 8, m.hi)};
@@ -119,17 +107,8 @@ inline void store(float* p, VecF x, int n) {
   _mm256_maskstore_ps(p, m.lo, x.lo);
   _mm256_maskstore_ps(p + 8, m.hi, x.hi);
 }
-template <typename T>
-[[gnu::noinline]] void store_tail(T* p, VecF x, int n) {
-  T buf[kLanes];
-  store(buf, x);
-  if (n > 0) std::memcpy(p, buf, sizeof(T) * n);
-}
-template <typename T>
-[[gnu::always_inline]] inline void store(T* p, VecF x, int n) {  // bf16, fp16
-  if (n >= kLanes) return store(p, x);
-  store_tail(p, x, n);
-}
+// Counted bf16 and fp16 loads and stores.
+#include "tessera/kernels/simd/vec_tail.inc"
 
 // ---- arithmetic ----------------------------------------------------------------------------
 #define TESSERA_AVX2_BINARY(name, intrinsic) \

@@ -119,19 +119,7 @@ inline VecF load(const fp16* p) {
   std::memcpy(&h, p, sizeof h);
   return VecF{half_to_float(__builtin_convertvector(h, U32x16))};
 }
-// n is clamped to [0, 16]. The tail is copied into a full-width buffer: no lane beyond n is
-// read, and the lanes that are go through the same arithmetic as a full vector.
-template <typename T>
-[[gnu::noinline]] VecF load_tail(const T* p, int n) {
-  T buf[kLanes] = {};
-  if (n > 0) std::memcpy(buf, p, sizeof(T) * n);
-  return load(buf);
-}
-template <typename T>
-[[gnu::always_inline]] inline VecF load(const T* p, int n) {
-  if (n >= kLanes) return load(p);
-  return load_tail(p, n);
-}
+// Lanes [0, n) of 16 int32 (n clamped to [0, 16]), the others 0.
 inline VecI load_i(const int32_t* p, int n) {
   int32_t buf[kLanes] = {};
   if (n > 0) std::memcpy(buf, p, sizeof(int32_t) * (n < kLanes ? n : kLanes));
@@ -150,18 +138,8 @@ inline void store(fp16* p, VecF x) {
   const U16x16 h = __builtin_convertvector(float_to_half(x.v), U16x16);
   std::memcpy(p, &h, sizeof h);
 }
-// Writes lanes [0, n) only (n clamped to [0, 16]).
-template <typename T>
-[[gnu::noinline]] void store_tail(T* p, VecF x, int n) {
-  T buf[kLanes];
-  store(buf, x);
-  if (n > 0) std::memcpy(p, buf, sizeof(T) * n);
-}
-template <typename T>
-[[gnu::always_inline]] inline void store(T* p, VecF x, int n) {
-  if (n >= kLanes) return store(p, x);
-  store_tail(p, x, n);
-}
+// Counted loads and stores of every type (n clamped to [0, 16]).
+#include "tessera/kernels/simd/vec_tail.inc"
 
 // ---- arithmetic ----------------------------------------------------------------------------
 inline VecF operator+(VecF a, VecF b) { return VecF{a.v + b.v}; }
