@@ -40,6 +40,18 @@ expect_error "missing data file" "$TMP/nothing" --model gpt2-tiny --data-path "$
 expect_error "GBS not divisible by MBS" "--global-batch-size 10 is not divisible by --micro-batch-size 4" \
   --model gpt2-tiny --mock-data --train-iters 1 --lr 1e-3 --micro-batch-size 4 --global-batch-size 10
 expect_error "fp16 with bf16" "--fp16 and --bf16" "${OK_FLAGS[@]}" --fp16 --bf16
+# The kernel target: an unknown TESSERA_CPU_TARGET is one line and exit 2 before anything runs;
+# --version names the target in use, and a cap the build has not got falls back with a warning.
+TESSERA_CPU_TARGET=avx-512 expect_error "unknown TESSERA_CPU_TARGET" \
+  "TESSERA_CPU_TARGET=avx-512: unknown kernel target; expected one of baseline, avx2" "${OK_FLAGS[@]}"
+if "$BIN" --version >"$TMP/out" 2>"$TMP/err" && grep -q "^tessera .*: kernels [a-z0-9]* (cpu best: " "$TMP/out" &&
+   TESSERA_CPU_TARGET=baseline "$BIN" --version 2>/dev/null | grep -q ": kernels baseline (cpu best: .*capped by TESSERA_CPU_TARGET=baseline" &&
+   TESSERA_CPU_TARGET=sve "$BIN" --version 2>&1 >/dev/null | grep -q "TESSERA_CPU_TARGET=sve not available (this build has no SVE kernels)"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "FAIL: --version does not name the kernel target, or TESSERA_CPU_TARGET is not honoured" >&2
+fi
 echo '{"num-layers": 2, "hidden_sise": 64}' >"$TMP/bad_key.json"
 expect_error "config key that is not a flag" "'hidden-sise' is not a tessera-train flag" \
   "${OK_FLAGS[@]}" --config "$TMP/bad_key.json"

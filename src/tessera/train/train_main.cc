@@ -54,9 +54,10 @@ int train_main(int argc, const char* const* argv) {
   try {
     TrainArgs args;
     if (!parse_arguments(argc, argv, args)) return 0;
-    runtime_up = true;
-    // Chosen before anything runs: an unknown TESSERA_CPU_TARGET is an error on every rank.
+    // Chosen before anything runs: an unknown TESSERA_CPU_TARGET is an error on every rank,
+    // reported once (by launcher rank 0) like a bad flag.
     const std::string version = kernels::version_line();
+    runtime_up = true;
     if (args.sequence_parallel && args.tensor_model_parallel_size == 1) {
       // As Megatron does: sequence parallelism splits over the TP group, which has one rank.
       if (launcher_rank() == 0)
