@@ -65,4 +65,27 @@ inline double median_step_seconds(int steps, const std::function<void(int)>& ste
   return times[times.size() / 2];
 }
 
+// The same for several variants at once, their steps interleaved (variant 0 step s, variant 1
+// step s, ...), so a slow phase of a shared machine hits every variant alike and the ratios
+// between them stay meaningful. Returns each variant's median in seconds.
+inline std::vector<double> interleaved_median_step_seconds(
+    int steps, const std::vector<std::function<void(int)>>& variants) {
+  std::vector<std::vector<double>> times(variants.size());
+  for (int s = 0; s <= steps; ++s) {
+    for (size_t v = 0; v < variants.size(); ++v) {
+      const auto t0 = std::chrono::steady_clock::now();
+      variants[v](s);
+      const double dt =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (s > 0) times[v].push_back(dt);
+    }
+  }
+  std::vector<double> medians;
+  for (auto& t : times) {
+    std::sort(t.begin(), t.end());
+    medians.push_back(t[t.size() / 2]);
+  }
+  return medians;
+}
+
 }  // namespace tessera::bench

@@ -1,12 +1,15 @@
 // model_step: forward + backward of one micro-batch for GPT-2 124M and a LLaMA shape of similar
 // size, in fp32 and bf16, printing tokens/s, achieved GFLOP/s by Megatron's FLOPs formula
 // (train/flops.h, docs/performance.md; LM head included) and the fraction of the GEMM peak
-// measured in the same run on the same machine.
+// measured in the same run on the same machine. The fp32 and bf16 steps of a model alternate, so
+// the bf16/fp32 ratio compares steps taken under the same load of a shared machine.
 //
 // Usage: build/bin/model_step [--threads N] [--steps S] [--model gpt2|llama|all] [--dtype fp32|bf16|all]
 //                             [--bf16-gemm onednn|widen]  (default: the path gemm.h chooses)
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,13 +30,21 @@ struct Shape {
   ModelConfig cfg;
 };
 
-double run(const ModelConfig& cfg, DType dtype, int64_t B, int steps) {
-  tessera::model::GPTModel model(cfg, dtype, 1234);
+// Forward+backward step times of cfg in each dtype, the dtypes' steps interleaved.
+std::vector<double> run(const ModelConfig& cfg, const std::vector<DType>& dtypes, int64_t B,
+                        int steps) {
+  std::vector<std::unique_ptr<tessera::model::GPTModel>> models;
+  std::vector<std::function<void(int)>> variants;
   const tessera::bench::BenchBatch data(cfg, B);
-  return tessera::bench::median_step_seconds(steps, [&](int s) {
-    const auto ctx = model.context(B, cfg.seq_length, s * B, 1, s + 1, true);
-    model.forward_backward(data.batch, ctx, 1.0f / (B * cfg.seq_length));
-  });
+  for (DType dtype : dtypes) {
+    models.push_back(std::make_unique<tessera::model::GPTModel>(cfg, dtype, 1234));
+    tessera::model::GPTModel* model = models.back().get();
+    variants.push_back([model, &cfg, &data, B](int s) {
+      const auto ctx = model->context(B, cfg.seq_length, s * B, 1, s + 1, true);
+      model->forward_backward(data.batch, ctx, 1.0f / (B * cfg.seq_length));
+    });
+  }
+  return tessera::bench::interleaved_median_step_seconds(steps, variants);
 }
 
 }  // namespace
@@ -74,11 +85,15 @@ int main(int argc, char** argv) {
   if (which == "all" || which == "llama") shapes.push_back({"llama-124m", tessera::bench::llama_124m()});
   std::printf("%-11s %-5s %10s %11s %10s %12s %14s\n", "model", "dtype", "step (ms)", "tokens/s",
               "GFLOP/s", "of fp32 peak", "of dtype peak");
+  std::vector<DType> dtypes_run;
+  for (DType dtype : {DType::kF32, DType::kBF16})
+    if (dtypes == "all" || dtypes == tessera::dtype_name(dtype)) dtypes_run.push_back(dtype);
   for (const Shape& s : shapes) {
+    const std::vector<double> seconds = run(s.cfg, dtypes_run, B, steps);
     double f32_tps = 0;
-    for (DType dtype : {DType::kF32, DType::kBF16}) {
-      if (dtypes != "all" && dtypes != tessera::dtype_name(dtype)) continue;
-      const double dt = run(s.cfg, dtype, B, steps);
+    for (size_t i = 0; i < dtypes_run.size(); ++i) {
+      const DType dtype = dtypes_run[i];
+      const double dt = seconds[i];
       const int64_t padded = s.cfg.padded_vocab_size();
       const double gflops = tessera::train::model_flops(s.cfg, padded, B) / dt / 1e9;
       const double tps = B * s.cfg.seq_length / dt;

@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "tessera/core/error.h"
-#include "tessera/core/memory.h"
 #include "tessera/kernels/cpu_target.h"
 #include "tessera/kernels/gemm_widened.h"
 #include "tessera/kernels/onednn_isa.h"
+#include "tessera/kernels/scratch.h"
 
 namespace tessera::kernels {
 namespace {
@@ -135,26 +135,6 @@ std::shared_ptr<const Matmul> cached_matmul(const MatmulKey& key) {
   return cache.emplace(key, std::move(mm)).first->second;
 }
 
-// Per-thread scratchpad, grown on demand and kept (accounted as kOther).
-class Scratchpad {
- public:
-  ~Scratchpad() {
-    if (ptr_) tracked_free(ptr_, bytes_, MemoryCategory::kOther);
-  }
-  void* get(size_t bytes) {
-    if (bytes > bytes_) {
-      if (ptr_) tracked_free(ptr_, bytes_, MemoryCategory::kOther);
-      bytes_ = bytes;
-      ptr_ = tracked_alloc(bytes_, MemoryCategory::kOther);
-    }
-    return ptr_;
-  }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
-
 template <typename TA, typename TC>
 void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                  const TA* A, int64_t lda, const TA* B, int64_t ldb, float beta, TC* C,
@@ -176,7 +156,7 @@ void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
   const auto mm = cached_matmul(key);
 
   thread_local dnnl::stream stream(cpu_engine());
-  thread_local Scratchpad scratchpad;
+  thread_local ScratchBuffer scratchpad;
   dnnl::engine& engine = cpu_engine();
   // oneDNN takes non-const handles; A and B are only read.
   dnnl::memory a_mem(mm->a_md, engine, const_cast<TA*>(A));

@@ -41,6 +41,29 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const fp16* A,
           int64_t lda, const fp16* B, int64_t ldb, float beta, fp16* C, int64_t ldc);
 
+// gemm with an fp32 A and a 16-bit B, fp32 output or 16-bit output (beta must be 0): B is widened
+// and the fp32 gemm runs, whatever bf16_gemm_path() says. (A name of its own, not an overload of
+// gemm: a null B would make the overloads ambiguous.) For a caller that feeds one 16-bit operand to
+// several products where gemm_widens() holds: it widens that operand once and passes the fp32
+// copy as A (kernels/linear.cc: the output gradient of a linear layer, shared by its input- and
+// weight-gradient products).
+void gemm_fp32_a(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C,
+                 int64_t ldc);
+void gemm_fp32_a(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C,
+                 int64_t ldc);
+void gemm_fp32_a(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const fp16* B, int64_t ldb, float beta, float* C,
+                 int64_t ldc);
+void gemm_fp32_a(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const fp16* B, int64_t ldb, float beta, fp16* C,
+                 int64_t ldc);
+
+// Whether gemms on `dtype` operands run widened to fp32 (fp16 always, bf16 on kWidenToFp32):
+// then a 16-bit operand costs one widening pass per call, and a caller using it twice can save one.
+bool gemm_widens(DType dtype);
+
 // How bf16 GEMMs run: oneDNN's bf16 matmul, or widened to fp32. Chosen at the first bf16 GEMM
 // (oneDNN bf16 only where oneDNN's effective ISA has bf16 dot products); benchmarks and tests
 // may set it (kOneDnnBf16 throws tessera::Error where oneDNN has no bf16 matmul).

@@ -1,87 +1,77 @@
 #include "tessera/kernels/gemm_widened.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
-#include "tessera/core/memory.h"
 #include "tessera/kernels/elementwise.h"
 #include "tessera/kernels/gemm.h"
+#include "tessera/kernels/scratch.h"
 
 namespace tessera::kernels::detail {
 namespace {
 
-// A per-thread fp32 buffer that grows on demand and is kept between calls (accounted as
-// kOther): the widened operands of the last, largest product.
-class WidenBuffer {
- public:
-  ~WidenBuffer() {
-    if (ptr_) tracked_free(ptr_, bytes_, MemoryCategory::kOther);
-  }
-  float* get(int64_t floats) {
-    const size_t bytes = static_cast<size_t>(std::max<int64_t>(floats, 1)) * sizeof(float);
-    if (bytes > bytes_) {
-      if (ptr_) tracked_free(ptr_, bytes_, MemoryCategory::kOther);
-      ptr_ = tracked_alloc(bytes, MemoryCategory::kOther);
-      bytes_ = bytes;
-    }
-    return static_cast<float*>(ptr_);
-  }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-// The stored matrix (rows, cols, leading dimension ld) as a dense fp32 copy in dst.
+// The stored matrix (rows, cols, leading dimension ld) as dense fp32: a widened copy in `buf`,
+// or the matrix itself when it already is fp32 (*ld_out tells which leading dimension applies).
 template <typename T>
-void widen(float* dst, const T* src, int64_t rows, int64_t cols, int64_t ld) {
-  if (ld == cols) return widen_to_f32(dst, src, rows * cols);
+const float* as_f32(ScratchBuffer& buf, const T* src, int64_t rows, int64_t cols, int64_t ld,
+                    int64_t* ld_out) {
+  if constexpr (std::is_same_v<T, float>) {
+    *ld_out = ld;
+    return src;
+  } else {
+    float* dst = buf.floats(rows * cols);
+    *ld_out = std::max<int64_t>(cols, 1);
+    if (ld == cols) {
+      widen_to_f32(dst, src, rows * cols);
+    } else {
 #pragma omp parallel for schedule(static) if (rows * cols > (int64_t{1} << 16))
-  for (int64_t r = 0; r < rows; ++r) widen_to_f32(dst + r * cols, src + r * ld, cols);
+      for (int64_t r = 0; r < rows; ++r) widen_to_f32(dst + r * cols, src + r * ld, cols);
+    }
+    return dst;
+  }
 }
 
 }  // namespace
 
-template <typename T>
+template <typename TA, typename TB>
 void widened_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                  const T* A, int64_t lda, const T* B, int64_t ldb, float beta, float* C,
+                  const TA* A, int64_t lda, const TB* B, int64_t ldb, float beta, float* C,
                   int64_t ldc) {
   if (M == 0 || N == 0) return;
   // Stored shapes: A is (M,K) or (K,M) when transposed; B is (K,N) or (N,K).
-  const int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
-  const int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
-  thread_local WidenBuffer a_buf, b_buf;
-  float* a = a_buf.get(a_rows * a_cols);
-  float* b = b_buf.get(b_rows * b_cols);
-  widen(a, A, a_rows, a_cols, lda);
-  widen(b, B, b_rows, b_cols, ldb);
-  gemm(trans_a, trans_b, M, N, K, alpha, a, std::max<int64_t>(a_cols, 1), b,
-       std::max<int64_t>(b_cols, 1), beta, C, ldc);
+  thread_local ScratchBuffer a_buf, b_buf;
+  int64_t a_ld = 0, b_ld = 0;
+  const float* a = as_f32(a_buf, A, trans_a ? K : M, trans_a ? M : K, lda, &a_ld);
+  const float* b = as_f32(b_buf, B, trans_b ? N : K, trans_b ? K : N, ldb, &b_ld);
+  gemm(trans_a, trans_b, M, N, K, alpha, a, a_ld, b, b_ld, beta, C, ldc);
 }
 
-template <typename T>
+template <typename TA, typename TB, typename TC>
 void widened_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                  const T* A, int64_t lda, const T* B, int64_t ldb, float beta, T* C,
+                  const TA* A, int64_t lda, const TB* B, int64_t ldb, float beta, TC* C,
                   int64_t ldc) {
   TESSERA_CHECK_MSG(beta == 0.0f, "16-bit-output gemm supports beta 0 only");
   if (M == 0 || N == 0) return;
-  thread_local WidenBuffer c_buf;
-  float* c = c_buf.get(M * N);
+  thread_local ScratchBuffer c_buf;
+  float* c = c_buf.floats(M * N);
   widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, c, N);
   if (ldc == N) return round_from_f32(C, c, M * N);
 #pragma omp parallel for schedule(static) if (M * N > (int64_t{1} << 16))
   for (int64_t r = 0; r < M; ++r) round_from_f32(C + r * ldc, c + r * N, N);
 }
 
-template void widened_gemm<bf16>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*,
-                                 int64_t, const bf16*, int64_t, float, float*, int64_t);
-template void widened_gemm<bf16>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*,
-                                 int64_t, const bf16*, int64_t, float, bf16*, int64_t);
-template void widened_gemm<fp16>(bool, bool, int64_t, int64_t, int64_t, float, const fp16*,
-                                 int64_t, const fp16*, int64_t, float, float*, int64_t);
-template void widened_gemm<fp16>(bool, bool, int64_t, int64_t, int64_t, float, const fp16*,
-                                 int64_t, const fp16*, int64_t, float, fp16*, int64_t);
+#define TESSERA_WIDENED_GEMM(TA, TB)                                                              \
+  template void widened_gemm<TA, TB>(bool, bool, int64_t, int64_t, int64_t, float, const TA*,     \
+                                     int64_t, const TB*, int64_t, float, float*, int64_t);        \
+  template void widened_gemm<TA, TB, TB>(bool, bool, int64_t, int64_t, int64_t, float, const TA*, \
+                                         int64_t, const TB*, int64_t, float, TB*, int64_t);
+TESSERA_WIDENED_GEMM(bf16, bf16)
+TESSERA_WIDENED_GEMM(fp16, fp16)
+TESSERA_WIDENED_GEMM(float, bf16)
+TESSERA_WIDENED_GEMM(float, fp16)
+#undef TESSERA_WIDENED_GEMM
 
 }  // namespace tessera::kernels::detail
 
@@ -111,6 +101,33 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const fp16* A,
           int64_t lda, const fp16* B, int64_t ldb, float beta, fp16* C, int64_t ldc) {
   detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_fp32_a(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C,
+                 int64_t ldc) {
+  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void gemm_fp32_a(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C,
+                 int64_t ldc) {
+  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void gemm_fp32_a(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const fp16* B, int64_t ldb, float beta, float* C,
+                 int64_t ldc) {
+  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void gemm_fp32_a(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const fp16* B, int64_t ldb, float beta, fp16* C,
+                 int64_t ldc) {
+  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+bool gemm_widens(DType dtype) {
+  if (dtype == DType::kF16) return true;
+  if (dtype == DType::kBF16) return bf16_gemm_path() == Bf16GemmPath::kWidenToFp32;
+  return false;
 }
 
 const char* bf16_gemm_path_name(Bf16GemmPath path) {

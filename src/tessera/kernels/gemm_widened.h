@@ -12,15 +12,17 @@
 
 namespace tessera::kernels::detail {
 
-// C (M,N) = alpha op(A) op(B) + beta C, fp32 output; T is bf16 or fp16.
-template <typename T>
+// C (M,N) = alpha op(A) op(B) + beta C, fp32 output. TA and TB are bf16, fp16 or float (an fp32
+// operand is used in place, not copied); the instantiations are (bf16, bf16), (fp16, fp16),
+// (float, bf16) and (float, fp16).
+template <typename TA, typename TB>
 void widened_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                  const T* A, int64_t lda, const T* B, int64_t ldb, float beta, float* C,
+                  const TA* A, int64_t lda, const TB* B, int64_t ldb, float beta, float* C,
                   int64_t ldc);
-// The same with a T output (beta must be 0).
-template <typename T>
+// The same with a 16-bit output TC (= TB), rounded to nearest even; beta must be 0.
+template <typename TA, typename TB, typename TC>
 void widened_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                  const T* A, int64_t lda, const T* B, int64_t ldb, float beta, T* C,
+                  const TA* A, int64_t lda, const TB* B, int64_t ldb, float beta, TC* C,
                   int64_t ldc);
 
 // oneDNN's own bf16 matmul (gemm.cc; TC float or bf16), for bf16_gemm_path() == kOneDnnBf16.

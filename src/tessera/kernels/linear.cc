@@ -1,22 +1,26 @@
 #include "tessera/kernels/linear.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "tessera/core/dtype.h"
+#include "tessera/kernels/elementwise.h"
 #include "tessera/kernels/gemm.h"
+#include "tessera/kernels/scratch.h"
 #include "tessera/kernels/simd/vec.h"
 
 // The bias loops are plain C++, compiled per target so the compiler vectorises them with the
-// target's instructions; the products go through gemm (oneDNN).
+// target's instructions; the products go through gemm (oneDNN, or widened to fp32 for 16-bit
+// types where the CPU has no 16-bit dot products).
 TESSERA_TARGET_BEGIN
 namespace {
 
 // Below this many elements a pass is a few microseconds: not worth an OpenMP fork/join.
 constexpr int64_t kParallelElems = int64_t{1} << 16;
 
-// out[n, :] += bias, in fp32. For bf16 `out` already holds the product rounded to bf16, so the
-// result is rounded twice (product, then sum): within one bf16 ulp, and it keeps gemm's
-// bf16-output path (no fp32 temporary of N x OC).
+// out[n, :] += bias, in fp32. For bf16 on oneDNN's bf16 matmul `out` already holds the product
+// rounded to bf16, so the result is rounded twice (product, then sum): within one bf16 ulp, and
+// it keeps that matmul's bf16 output (no fp32 temporary of N x OC).
 template <typename T>
 void add_bias(T* out, const T* bias, int64_t N, int64_t OC) {
 #pragma omp parallel for schedule(static) if (N * OC >= kParallelElems)
@@ -44,12 +48,41 @@ void bias_grad(float* dbias, const T* dout, int64_t N, int64_t OC) {
   }
 }
 
+// Where 16-bit gemms are widened to fp32 (gemm.h, gemm_widens) the fp32 product is in hand before
+// rounding: the bias is added to it and the sum rounded once, one pass instead of a rounding pass
+// then a bias pass over the 16-bit output.
+template <typename T>
+void add_bias_and_round(T* out, const float* product, const T* bias, int64_t N, int64_t OC) {
+#pragma omp parallel for schedule(static) if (N * OC >= kParallelElems)
+  for (int64_t n = 0; n < N; ++n) {
+    T* row = out + n * OC;
+    const float* acc = product + n * OC;
+    for (int64_t o = 0; o < OC; ++o) row[o] = from_f32<T>(acc[o] + to_f32(bias[o]));
+  }
+}
+
+// Widened 16-bit products take the fp32 copies from here (one per calling thread, kept).
+ScratchBuffer& linear_scratch() {
+  thread_local ScratchBuffer buffer;
+  return buffer;
+}
+
+template <typename T>
+constexpr bool kIs16Bit = !std::is_same_v<T, float>;
+
 }  // namespace
 
 template <typename T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C,
                     int64_t OC) {
   // out (N,OC) = inp (N,C) @ weight (OC,C)^T
+  if constexpr (kIs16Bit<T>) {
+    if (bias != nullptr && gemm_widens(dtype_of<T>())) {
+      float* product = linear_scratch().floats(N * OC);
+      gemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, product, OC);
+      return add_bias_and_round(out, product, bias, N, OC);
+    }
+  }
   gemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
   if (bias != nullptr) add_bias(out, bias, N, OC);
 }
@@ -57,6 +90,19 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
 template <typename T>
 void linear_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
                      const T* weight, int64_t N, int64_t C, int64_t OC) {
+  if constexpr (kIs16Bit<T>) {
+    if (gemm_widens(dtype_of<T>())) {
+      // dout feeds both products and the bias sum: widened once here instead of once per gemm.
+      // The products are the same fp32 gemms on the same values, so the bits are unchanged.
+      float* dout32 = linear_scratch().floats(N * OC);
+      widen_to_f32(dout32, dout, N * OC);
+      if (dinp != nullptr)
+        gemm_fp32_a(false, false, N, C, OC, 1.0f, dout32, OC, weight, C, 0.0f, dinp, C);
+      gemm_fp32_a(true, false, OC, C, N, 1.0f, dout32, OC, inp, C, 1.0f, dweight, C);
+      if (dbias != nullptr) bias_grad(dbias, dout32, N, OC);
+      return;
+    }
+  }
   // dinp (N,C) = dout (N,OC) @ weight (OC,C)
   if (dinp != nullptr) gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
   // dweight (OC,C) += dout^T (OC,N) @ inp (N,C); for 16-bit types the fp32-output overload, so the sum over

@@ -87,7 +87,8 @@ std::vector<float> block(const Problem& p, const std::vector<T>& c) {
   return out;
 }
 
-enum class Path { kF32, kBf16ToF32, kBf16ToBf16 };
+// kFp32A*: gemm_fp32_a, an fp32 A with a bf16 B (the operand a caller widened once itself).
+enum class Path { kF32, kBf16ToF32, kBf16ToBf16, kFp32AToF32, kFp32AToBf16 };
 
 // Runs one problem on one path and returns the scaled error against the double reference.
 double run_error(const Problem& p, Path path) {
@@ -104,10 +105,20 @@ double run_error(const Problem& p, Path path) {
     gemm(p.trans_a, p.trans_b, p.M, p.N, p.K, p.alpha, to_bf16(x.a).data(), p.lda,
          to_bf16(x.b).data(), p.ldb, p.beta, c.data(), p.ldc);
     got = block(p, c);
-  } else {
+  } else if (path == Path::kBf16ToBf16) {
     std::vector<bf16> c = to_bf16(x.c0);
     gemm(p.trans_a, p.trans_b, p.M, p.N, p.K, p.alpha, to_bf16(x.a).data(), p.lda,
          to_bf16(x.b).data(), p.ldb, 0.0f, c.data(), p.ldc);
+    got = block(p, c);
+  } else if (path == Path::kFp32AToF32) {
+    std::vector<float> c = x.c0;
+    gemm_fp32_a(p.trans_a, p.trans_b, p.M, p.N, p.K, p.alpha, x.a.data(), p.lda,
+                to_bf16(x.b).data(), p.ldb, p.beta, c.data(), p.ldc);
+    got = block(p, c);
+  } else {
+    std::vector<bf16> c = to_bf16(x.c0);
+    gemm_fp32_a(p.trans_a, p.trans_b, p.M, p.N, p.K, p.alpha, x.a.data(), p.lda,
+                to_bf16(x.b).data(), p.ldb, 0.0f, c.data(), p.ldc);
     got = block(p, c);
   }
   return max_scaled_error(got, ref);
@@ -128,8 +139,10 @@ TEST(Gemm, AllTransposesOddSizesPaddedLeadingDims) {
           const Problem p = make_problem(ta, tb, 17, 33, 65, alpha, beta);
           EXPECT_LT(run_error(p, Path::kF32), kF32Tol) << "fp32 " << p.name();
           EXPECT_LT(run_error(p, Path::kBf16ToF32), kF32Tol) << "bf16->fp32 " << p.name();
+          EXPECT_LT(run_error(p, Path::kFp32AToF32), kF32Tol) << "fp32 A->fp32 " << p.name();
           if (beta == 0.0f) {
             EXPECT_LT(run_error(p, Path::kBf16ToBf16), kBf16OutTol) << "bf16->bf16 " << p.name();
+            EXPECT_LT(run_error(p, Path::kFp32AToBf16), kBf16OutTol) << "fp32 A->bf16 " << p.name();
           }
         }
 }
@@ -148,6 +161,8 @@ TEST(Gemm, VectorTailsAndBlockSizes) {
         EXPECT_LT(run_error(p, Path::kBf16ToF32), kF32Tol) << "bf16->fp32 " << p.name();
         const Problem p0 = make_problem(ta, tb, s[0], s[1], s[2], 1.0f, 0.0f);
         EXPECT_LT(run_error(p0, Path::kBf16ToBf16), kBf16OutTol) << "bf16->bf16 " << p0.name();
+        EXPECT_LT(run_error(p, Path::kFp32AToF32), kF32Tol) << "fp32 A->fp32 " << p.name();
+        EXPECT_LT(run_error(p0, Path::kFp32AToBf16), kBf16OutTol) << "fp32 A->bf16 " << p0.name();
       }
 }
 

@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "tessera/kernels/gemm.h"
 #include "testing/numeric.h"
 
 namespace tessera::kernels {
@@ -134,6 +135,41 @@ TEST(LinearBackward, Bf16MatchesFp32OnSameInputs) {
   linear_forward(out32.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
   linear_forward(out16.data(), inp16.data(), weight16.data(), bias16.data(), N, C, OC);
   EXPECT_LT(max_scaled_error(to_float(out16), out32), 1e-2);
+}
+
+// Where bf16 gemms are widened to fp32, the bf16 layer computes the fp32 layer's values and rounds
+// each output once: the forward adds the bias to the fp32 product before rounding, and the
+// backward widens dout once and runs the same fp32 products. So, on inputs that are bf16 values,
+// the bf16 outputs are the fp32 outputs rounded, and the fp32 gradients are the fp32 layer's, bit
+// for bit.
+TEST(Linear, Bf16OnWidenedPathIsTheFp32LayerRoundedOnce) {
+  const Bf16GemmPath saved = bf16_gemm_path();
+  set_bf16_gemm_path(Bf16GemmPath::kWidenToFp32);
+  const int64_t N = 45, C = 50, OC = 70;
+  const auto inp = round_to_bf16(random_normal(N * C, 17));
+  const auto weight = round_to_bf16(random_normal(OC * C, 18, 0.2f));
+  const auto bias = round_to_bf16(random_normal(OC, 19));
+  const auto dout = round_to_bf16(random_normal(N * OC, 20));
+  const auto inp16 = to_bf16(inp), weight16 = to_bf16(weight), bias16 = to_bf16(bias);
+  const auto dout16 = to_bf16(dout);
+
+  std::vector<float> out32(N * OC);
+  std::vector<bf16> out16(N * OC);
+  linear_forward(out32.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
+  linear_forward(out16.data(), inp16.data(), weight16.data(), bias16.data(), N, C, OC);
+  EXPECT_EQ(to_float(out16), round_to_bf16(out32));
+
+  std::vector<float> dinp32(N * C), dweight32(OC * C, 0.25f), dbias32(OC, 0.5f);
+  std::vector<bf16> dinp16(N * C);
+  std::vector<float> dweight16 = dweight32, dbias16 = dbias32;
+  linear_backward(dinp32.data(), dweight32.data(), dbias32.data(), dout.data(), inp.data(),
+                  weight.data(), N, C, OC);
+  linear_backward(dinp16.data(), dweight16.data(), dbias16.data(), dout16.data(), inp16.data(),
+                  weight16.data(), N, C, OC);
+  EXPECT_EQ(to_float(dinp16), round_to_bf16(dinp32));
+  EXPECT_EQ(dweight16, dweight32);
+  EXPECT_EQ(dbias16, dbias32);
+  set_bf16_gemm_path(saved);
 }
 
 }  // namespace
