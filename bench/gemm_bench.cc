@@ -1,6 +1,7 @@
 // GEMM backends on the GEMMs of a GPT-2 124M step (micro-batch 4, seq 256 -> N = 1024 tokens,
 // C = 768, V = 50304), forward, dgrad and wgrad as linear.cc issues them, at 1 and 2 threads:
-//   openblas/fp32   cblas_sgemm called directly (the candidate fp32 backend)
+//   openblas/fp32   cblas_sgemm called directly (the candidate fp32 backend; only when the build
+//                   found OpenBLAS, which is optional: TESSERA_BENCH_OPENBLAS)
 //   onednn/fp32     tessera::kernels::gemm, fp32 (production path: oneDNN matmul)
 //   onednn/bf16     tessera::kernels::gemm, bf16 (production path: oneDNN matmul); forward and
 //                   dgrad write bf16, wgrad accumulates (beta = 1) into fp32
@@ -15,7 +16,9 @@
 //
 //   build/bin/gemm_bench --benchmark_min_time=0.2 --benchmark_repetitions=3
 #include <benchmark/benchmark.h>
+#ifdef TESSERA_BENCH_OPENBLAS
 #include <cblas.h>
+#endif
 
 #include <cstdint>
 #include <memory>
@@ -174,11 +177,13 @@ void run_bench(benchmark::State& state, const Shape& s, Backend backend, int thr
   const auto once = [&] {
     switch (backend) {
       case Backend::kOpenblas:
+#ifdef TESSERA_BENCH_OPENBLAS
         cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans,
                     s.trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(s.M),
                     static_cast<int>(s.N), static_cast<int>(s.K), 1.0f, buf.a.data(),
                     static_cast<int>(lda), buf.b.data(), static_cast<int>(ldb), s.beta,
                     buf.c.data(), static_cast<int>(s.N));
+#endif
         break;
       case Backend::kOnednnF32:
         tessera::kernels::gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, buf.a.data(), lda,
@@ -235,6 +240,9 @@ int main(int argc, char** argv) {
   for (const Shape& s : shapes()) {
     for (const auto& b : backends) {
       if (!s.weight_is_b && is_packed(b.backend)) continue;
+#ifndef TESSERA_BENCH_OPENBLAS
+      if (b.backend == Backend::kOpenblas) continue;
+#endif
       for (int threads : {1, 2}) {
         const std::string name = s.name + "/" + b.name + "/threads:" + std::to_string(threads);
         benchmark::RegisterBenchmark(name.c_str(), [s, b, threads](benchmark::State& st) {

@@ -5,8 +5,8 @@ set -euo pipefail
 
 packages=(
   build-essential cmake
-  libdnnl-dev                          # oneDNN: fp32 and bf16 GEMM (AVX-512, avx512_bf16)
-  libopenblas-openmp-dev               # OpenBLAS: the baseline bench/gemm_bench compares with
+  libdnnl-dev                          # oneDNN: fp32 and bf16 GEMM, dispatched on the CPU
+  libopenblas-openmp-dev               # optional: the baseline bench/gemm_bench compares with
   libopenmpi-dev openmpi-bin           # distributed engine
   nlohmann-json3-dev libcli11-dev      # JSON and command-line parsing
   libgtest-dev libbenchmark-dev
