@@ -9,7 +9,9 @@
 //
 // Metrics: every iteration's lm_loss, grad_norm and (when it evaluated) val_loss within the
 // relative tolerance of the reference's (val_loss with the loss tolerance); loss_scale and the
-// skipped flag (overflow) exactly equal. Weights: the same tensor names and shapes, and every element within
+// skipped flag (overflow) exactly equal; val_loss present on the same iterations. NaN (null in
+// the file) never matches, not even a NaN in the reference: two diverged runs are not equal; only
+// the norms of iterations both runs skipped are not compared. Weights: the same tensor names and shapes, and every element within
 // max(weight-atol, weight-rtol * |reference|), and, when --weight-mean-atol is given, the mean
 // absolute difference over all elements at most X (bf16 runs, see docs/distributed.md). Prints the largest differences found (relative,
 // and where), then exits 0 when everything is within tolerance, 1 when not, 2 on bad input
@@ -40,7 +42,8 @@ struct IterationValues {
   double lm_loss, grad_norm;
   double loss_scale;
   bool skipped;
-  double val_loss;  // NaN when the iteration did not evaluate
+  bool evaluated;   // the line has a val_loss
+  double val_loss;  // as read; NaN if the file says null or NaN
 };
 
 std::vector<IterationValues> read_metrics(const std::string& path) {
@@ -60,7 +63,7 @@ std::vector<IterationValues> read_metrics(const std::string& path) {
         return v.is_null() ? std::nan("") : v.get<double>();
       };
       out.push_back({j.at("iteration").get<int64_t>(), number("lm_loss"), number("grad_norm"),
-                     number("loss_scale"), j.at("skipped").get<bool>(),
+                     number("loss_scale"), j.at("skipped").get<bool>(), j.contains("val_loss"),
                      j.contains("val_loss") ? number("val_loss") : std::nan("")});
     } catch (const nlohmann::json::exception& e) {
       throw Error(path + ":" + std::to_string(line_no) + ": not a metrics line (" + e.what() + ")");
@@ -70,8 +73,11 @@ std::vector<IterationValues> read_metrics(const std::string& path) {
   return out;
 }
 
+// NaN never equals NaN: a NaN on either side is the worst difference (NaN), so two runs that
+// both diverged do not compare equal. Identical infinities do.
 double relative(double got, double want) {
-  if (got == want || (std::isnan(got) && std::isnan(want))) return 0.0;  // both skipped
+  if (std::isnan(got) || std::isnan(want)) return std::nan("");
+  if (got == want) return 0.0;
   return std::fabs(got - want) / std::max(std::fabs(want), 1e-30);
 }
 
@@ -80,7 +86,8 @@ struct Worst {
   double rel = 0;
   std::string where;
   void update(double r, const std::string& w) {
-    if (!(r <= rel)) {  // NaN counts as worst
+    if (std::isnan(rel)) return;  // a NaN stays the worst: nothing compares above it
+    if (!(r <= rel)) {            // NaN counts as worst
       rel = r;
       where = w;
     }
@@ -102,8 +109,15 @@ bool compare_metrics(const std::string& ref_path, const std::string& run_path, d
                   std::to_string(ref[i].iteration));
     const std::string at = "iteration " + std::to_string(ref[i].iteration);
     loss.update(relative(run[i].lm_loss, ref[i].lm_loss), at);
-    norm.update(relative(run[i].grad_norm, ref[i].grad_norm), at);
-    if (!std::isnan(ref[i].val_loss) || !std::isnan(run[i].val_loss)) {
+    // A skipped (overflowed) iteration has no norm in either run (checked below that both
+    // skipped it); every other norm is compared.
+    if (!(run[i].skipped && ref[i].skipped))
+      norm.update(relative(run[i].grad_norm, ref[i].grad_norm), at);
+    if (run[i].evaluated != ref[i].evaluated) {
+      std::printf("val loss: %s evaluated in only one of the runs MISMATCH\n", at.c_str());
+      return false;
+    }
+    if (ref[i].evaluated) {
       val.update(relative(run[i].val_loss, ref[i].val_loss), at);
       ++evaluations;
     }
@@ -114,6 +128,7 @@ bool compare_metrics(const std::string& ref_path, const std::string& run_path, d
       return false;
     }
   }
+  // Written as "<=" so that a NaN (worst) difference fails.
   const bool ok = loss.rel <= loss_rtol && norm.rel <= norm_rtol && val.rel <= loss_rtol;
   std::printf("lm loss:   max relative difference %.3e over %zu iterations (%s; tolerance %.1e) %s\n",
               loss.rel, ref.size(), loss.where.c_str(), loss_rtol,
