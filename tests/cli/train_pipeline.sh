@@ -27,6 +27,10 @@ check "micro-batches not a multiple of PP when interleaved" expect_error 2 \
   "the interleaved schedule needs the number of micro-batches per iteration .3 = global batch" \
   --num-layers 4 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 \
   --micro-batch-size 1 --global-batch-size 3
+check "overlap asked for with virtual stages (not honoured there)" expect_error 2 \
+  "--overlap-grad-reduce is not supported with --num-layers-per-virtual-pipeline-stage" \
+  --num-layers 4 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 \
+  --overlap-grad-reduce
 check "a timeline iteration after the last" expect_error 2 \
   "--timeline-iteration 5 is after the last iteration .2." --timeline-iteration 5 \
   --timeline-file "$TMP/t.json"

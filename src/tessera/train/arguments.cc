@@ -226,16 +226,19 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--print-mesh", args.print_mesh, "print every rank's coordinates and groups, then exit");
   app.add_option("--distributed-timeout-minutes", args.distributed_timeout_minutes,
-                 "abort the job when a communication does not complete within this time")
+                 "abort the job when a communication does not complete within this time "
+                 "(default: TESSERA_DISTRIBUTED_TIMEOUT_SECONDS, else 10 minutes)")
       ->check(CLI::PositiveNumber);
   app.add_flag("--check-collectives", args.check_collectives,
-               "compare every rank's sequence of collectives; report the first mismatch");
+               "compare every rank's sequence of collectives; report the first mismatch "
+               "(also on with TESSERA_CHECK_COLLECTIVES=1)");
 
   app.add_option("--seed", args.seed);
   app.add_option("--log-interval", args.log_interval)->check(CLI::PositiveNumber);
   app.add_option("--timing-log-level", args.timing_log_level,
-                 "0: iteration time only; 1 or 2: also time per phase (forward, backward, "
-                 "waits for pipeline transfers, gradient reduction, optimizer)")
+                 "0: iteration time only; 1: also rank 0's time per phase (forward, backward, "
+                 "waits for pipeline transfers, gradient reduction, optimizer); 2: and each "
+                 "phase's minimum and maximum over all ranks")
       ->check(CLI::Range(0, 2));
   app.add_option("--metrics-file", args.metrics_file, "JSON lines of per-iteration metrics");
   app.add_option("--export-weights", args.export_weights,
@@ -368,6 +371,13 @@ void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
   args.model.validate();
   args.model.validate_tensor_parallel(args.tensor_model_parallel_size, args.sequence_parallel);
   if (args.bf16 && args.fp16) throw Error("--fp16 and --bf16 are mutually exclusive: pick one");
+  // With virtual stages the gradients are reduced after the last micro-batch (the default then
+  // logs "overlap off"); an explicit request for overlap would not be honoured.
+  if (args.num_layers_per_virtual_stage > 0 && args.overlap_grad_reduce &&
+      args.explicit_flags.count("--overlap-grad-reduce"))
+    throw Error("--overlap-grad-reduce is not supported with --num-layers-per-virtual-pipeline-"
+                "stage: gradients are reduced after the last micro-batch's backward (drop the "
+                "flag or give --no-overlap-grad-reduce)");
   if (args.lr < 0) throw Error("--lr is required (the peak learning rate)");
   if (args.train_iters == 0 && args.train_samples == 0)
     throw Error("--train-iters or --train-samples is required");

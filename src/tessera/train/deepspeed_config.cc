@@ -188,11 +188,37 @@ void apply_zero(Section z, TrainArgs& args, std::vector<std::string>& warnings,
   } else {
     args.overlap_grad_reduce = overlap;
   }
+  // Settings Tessera cannot honour are refused, never ignored: gradients always live in one
+  // contiguous buffer, and parameters are all-gathered per gradient bucket (stages 1-2) or per
+  // unit (stage 3), so an all-gather bucket other than the reduce bucket would not take effect.
   if (!z.boolean("contiguous_gradients", true))
-    warnings.push_back(file + ": " + z.name("contiguous_gradients") +
-                       " false ignored: Tessera's gradients are always one contiguous buffer");
-  // Parameters are all-gathered per gradient bucket (stages 1-2) or per unit (stage 3).
-  if (z.integer("allgather_bucket_size", 1) < 0) z.fail(z.name("allgather_bucket_size"), "must be >= 0");
+    z.fail(z.name("contiguous_gradients"),
+           "false is not supported: Tessera's gradients are always one contiguous buffer "
+           "(set it true or remove it)");
+  if (z.contains("allgather_bucket_size")) {
+    const int64_t gather = z.integer("allgather_bucket_size", 0);
+    if (gather <= 0) z.fail(z.name("allgather_bucket_size"), "must be > 0");
+    if (gather != args.ddp_bucket_size)
+      z.fail(z.name("allgather_bucket_size"),
+             std::to_string(gather) + " differs from the reduce bucket size " +
+                 std::to_string(args.ddp_bucket_size) + ": Tessera all-gathers parameters per gradient " +
+                 "bucket, so the two must be equal (or leave allgather_bucket_size out)");
+  } else {
+    z.has("allgather_bucket_size");
+  }
+  // ZeRO-Offload / ZeRO-Infinity: not in this build. A device other than "none" would change
+  // where state lives and how fast the run is; running without it would misreport both.
+  for (const char* key : {"offload_optimizer", "offload_param"}) {
+    if (!z.contains(key)) continue;
+    Section offload = z.section(key);
+    const std::string device = offload.string("device", "none");
+    if (device != "none")
+      offload.fail(offload.name("device"),
+                   "\"" + device + "\": offload is not implemented in this build (only \"none\")");
+    // With device "none" DeepSpeed ignores the section's other keys (nvme_path, pin_memory, ...).
+  }
+  if (z.boolean("cpu_offload", false))
+    z.fail(z.name("cpu_offload"), "true: offload is not implemented in this build");
   const auto stage3 = [&](const char* key, const char* flag, int64_t& target) {
     const int64_t v = z.integer(key, target);
     if (v < 0) z.fail(z.name(key), "must be >= 0");

@@ -28,8 +28,12 @@ int launcher_rank() {
 // (--print-mesh).
 std::unique_ptr<comm::ParallelState> setup_distributed(const TrainArgs& args) {
   auto world = comm::ProcessGroup::world();
-  comm::ProcessGroup::set_timeout(args.distributed_timeout_minutes * 60.0);
-  comm::ProcessGroup::set_check_collectives(args.check_collectives);
+  // The flags win when given; otherwise what the runtime read from TESSERA_DISTRIBUTED_TIMEOUT_
+  // SECONDS and TESSERA_CHECK_COLLECTIVES (or its defaults) stands, so those variables work
+  // with tessera-train as they do with every other program on the runtime.
+  if (args.explicit_flags.count("--distributed-timeout-minutes"))
+    comm::ProcessGroup::set_timeout(args.distributed_timeout_minutes * 60.0);
+  if (args.check_collectives) comm::ProcessGroup::set_check_collectives(true);
   comm::ParallelConfig cfg;
   cfg.tensor = args.tensor_model_parallel_size;
   cfg.pipeline = args.pipeline_model_parallel_size;
@@ -85,6 +89,9 @@ int train_main(int argc, const char* const* argv) {
     if (state->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
       throw Error("cannot silence stdout on rank " + std::to_string(state->rank()));
     std::printf("%s\n", version.c_str());
+    std::printf("distributed: watchdog timeout %g s, collective consistency checks %s\n",
+                comm::ProcessGroup::timeout(),
+                comm::ProcessGroup::check_collectives() ? "on" : "off");
     {
       TrainerGroups groups;
       groups.tp =

@@ -546,17 +546,35 @@ int64_t Trainer::train() {
   return iteration;
 }
 
+// Level 1: rank 0's time per phase. Level 2 adds the minimum and maximum over all ranks (as
+// Megatron's --timing-log-option minmax), which shows a slow rank or an unbalanced pipeline
+// stage; it gathers the totals over the world group, so every rank calls it.
 void Trainer::print_breakdown(int64_t iterations) {
   using Phase = pipeline::Timeline::Phase;
+  const Phase phases[] = {Phase::kForward, Phase::kBackward, Phase::kRecv,
+                          Phase::kSend,    Phase::kGradSync, Phase::kOptimizer};
+  std::vector<double> ms;
+  for (Phase p : phases) ms.push_back(timeline_.total(p) * 1e3 / static_cast<double>(iterations));
   std::string line = " time (ms) per iteration on rank 0 |";
-  for (Phase p : {Phase::kForward, Phase::kBackward, Phase::kRecv, Phase::kSend, Phase::kGradSync,
-                  Phase::kOptimizer}) {
+  for (size_t i = 0; i < ms.size(); ++i) {
     char buf[64];
-    std::snprintf(buf, sizeof buf, " %s: %.1f |", pipeline::Timeline::phase_name(p),
-                  timeline_.total(p) * 1e3 / static_cast<double>(iterations));
+    std::snprintf(buf, sizeof buf, " %s: %.1f |", pipeline::Timeline::phase_name(phases[i]), ms[i]);
     line += buf;
   }
   std::printf("%s\n", line.c_str());
+  if (args_.timing_log_level >= 2) {
+    const auto per_rank = distributed::gather_over(world_.get(), ms);
+    line = " time (ms) per iteration, min/max over " + std::to_string(per_rank.size()) + " ranks |";
+    for (size_t i = 0; i < ms.size(); ++i) {
+      double lo = per_rank[0][i], hi = per_rank[0][i];
+      for (const auto& r : per_rank) lo = std::min(lo, r[i]), hi = std::max(hi, r[i]);
+      char buf[80];
+      std::snprintf(buf, sizeof buf, " %s: %.1f/%.1f |",
+                    pipeline::Timeline::phase_name(phases[i]), lo, hi);
+      line += buf;
+    }
+    std::printf("%s\n", line.c_str());
+  }
   timeline_.reset_totals();
 }
 
