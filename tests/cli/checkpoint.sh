@@ -171,8 +171,20 @@ finetune() {
     awk -F'"lm_loss":' 'NR == 1 { split($2, a, ","); exit !(a[1] < 5.0) }' "$TMP/ft.jsonl"
 }
 check "--finetune loads the weights and starts at iteration 1" finetune
-check "--no-save-optim saves weights only" \
-  run 1 "${FLAGS[@]}" --train-iters 2 --save "$TMP/weights" --no-save-optim
+# --no-save-optim: the checkpoint holds the weights and no optimizer tensor (the full one, saved
+# at the same iteration, has both), and it loads into a fresh run with --no-load-optim.
+no_save_optim() {
+  run 1 "${FLAGS[@]}" --train-iters 2 --save "$TMP/weights" --no-save-optim || return 1
+  run 1 "${FLAGS[@]}" --train-iters 2 --save "$TMP/full" || return 1
+  local lean="$TMP/weights/iter_0000002" full="$TMP/full/iter_0000002"
+  grep -q '"transformer.h.0.attn.c_attn.weight@0"' "$lean/metadata.json" &&
+    [ "$(grep -c '"optimizer\.' "$lean/metadata.json")" -eq 0 ] &&
+    [ "$(grep -c '"optimizer\.' "$full/metadata.json")" -gt 0 ] &&
+    [ "$(stat -c %s "$lean/rank_00000.safetensors")" -lt "$(stat -c %s "$full/rank_00000.safetensors")" ] &&
+    run 1 "${FLAGS[@]}" --train-iters 3 --load "$TMP/weights" --no-load-optim &&
+    grep -q "^> loaded weights, data position and seed from .* (iteration 2," "$TMP/out"
+}
+check "--no-save-optim saves weights only" no_save_optim
 # The seed (dropout masks, data order) comes from the checkpoint: another --seed changes
 # nothing unless --no-load-rng says so.
 seed_from_checkpoint() {

@@ -43,16 +43,50 @@ check "  (6 more files)" \
 check "the default cache sits next to the data" run 1 "${BASE[@]}" --data-path "$A"
 check "  in PREFIX/cache/GPTDataset_indices" [ -d "$A/cache/GPTDataset_indices" ]
 
+# loss_at ITER: the lm loss of iteration ITER in the last run's log.
+loss_at() { sed -n "s/^ iteration *$1\/.*| lm loss: \([^ ]*\) |.*/\1/p" "$TMP/out"; }
+# trained_on PREFIXES: the last run reached its last iteration (4) with a finite loss, and its
+# data line names PREFIXES prefixes.
+trained_on() {
+  grep -q "^> data: --data-path $1 prefix(es)" "$TMP/out" &&
+    [[ "$(loss_at 4)" =~ ^[0-9]\.[0-9]{6}E[+-][0-9]{2}$ ]]
+}
+# differs A B / close A B: two printed losses differ / agree to 1e-5 relative.
+differs() { [ -n "$1" ] && [ -n "$2" ] && [ "$1" != "$2" ]; }
+close() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b != 0 && d <= 1e-5 * b) }'; }
+
+run 1 "${FLAGS[@]}" --data-path "$A"
+loss_a=$(loss_at 1)
 check "a weighted blend trains" run 1 "${FLAGS[@]}" --data-path 0.3 "$A" 0.7 "$B"
+check "  on both prefixes to the last iteration" trained_on 2
+loss_weighted=$(loss_at 1)
+check "  and its first batch is not the single corpus's" differs "$loss_weighted" "$loss_a"
 check "  and caches its blending indices" \
   [ "$(ls "$TMP/cache" | grep -c -- '-BlendedDataset-train-.*\.npy$')" -eq 2 ]
 check "an unweighted blend trains" run 1 "${FLAGS[@]}" --data-path "$A" "$B"
-check "per-split paths train" run 1 "${FLAGS[@]}" --train-data-path "$A" --valid-data-path "$B"
+check "  on both prefixes to the last iteration" trained_on 2
+check "  with other weights than the 0.3/0.7 blend" differs "$(loss_at 1)" "$loss_weighted"
+per_split() {
+  run 1 "${FLAGS[@]}" --train-data-path "$A" --valid-data-path "$B" || return 1
+  # The validation set is B: its loss differs from the validation on A's own split.
+  local val_b val_a
+  val_b=$(sed -n 's/^ validation loss at iteration 4 | lm loss value: \([^ ]*\) .*/\1/p' "$TMP/out")
+  run 1 "${FLAGS[@]}" --data-path "$A" || return 1
+  val_a=$(sed -n 's/^ validation loss at iteration 4 | lm loss value: \([^ ]*\) .*/\1/p' "$TMP/out")
+  differs "$val_b" "$val_a"
+}
+check "per-split paths train and validate on the valid path" per_split
 for model in gpt2-tiny llama-tiny; do
+  run 1 "${FLAGS[@]/gpt2-tiny/$model}" --data-path "$A"
+  plain=$(loss_at 1)
   check "$model trains with the document flags" run 1 "${FLAGS[@]/gpt2-tiny/$model}" \
     --data-path "$A" --eod-mask-loss --reset-position-ids --reset-attention-mask
+  check "  and they change its loss (EOD tokens masked, positions reset)" differs "$(loss_at 1)" "$plain"
 done
+run 1 "${FLAGS[@]}" --data-path 0.5 "$A" 0.5 "$B"
+loss_dp1=$(loss_at 4)
 check "DP 2 trains on a blend" run 2 "${FLAGS[@]}" --data-path 0.5 "$A" 0.5 "$B"
+check "  to the one-process loss at iteration 4" close "$(loss_at 4)" "$loss_dp1"
 test_pass() {
   run 1 "${FLAGS[@]}" --data-path "$A" --split 80,10,10 || return 1
   [ "$(grep -c '^ validation loss at iteration 4 on test set | lm loss value: ' "$TMP/out")" -eq 1 ]
