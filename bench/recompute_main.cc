@@ -15,6 +15,7 @@
 #include "bench_models.h"
 #include "tessera/core/memory.h"
 #include "tessera/core/threads.h"
+#include "tessera/model/activation_memory.h"
 
 using namespace tessera;
 
@@ -31,25 +32,6 @@ int64_t activations_peak() {
       .peak[static_cast<int>(MemoryCategory::kActivations)];
 }
 
-// What a layer's Saved holds (bytes per micro-batch of N tokens), from its fields: the layer
-// input, norm outputs, q/k/v, the attention output and its log-sum-exp, the residual, the MLP's
-// up projection and activation output, and the norms' statistics.
-double analytic_layer_bytes(const model::ModelConfig& c, int64_t N, double elem,
-                            model::RecomputePolicy::Granularity g) {
-  using G = model::RecomputePolicy::Granularity;
-  const double C = c.hidden_size, F = c.ffn(), HD = c.head_dim();
-  const double NH = c.num_attention_heads, KV = c.kv_heads();
-  if (g == G::kFull) return elem * N * C;  // the layer's input only
-  const double up = c.swiglu ? 2 * F : F;
-  const double stats = c.normalization == model::Normalization::kLayerNorm ? 2 : 1;
-  double bytes = elem * N *
-                     (C /*input*/ + C /*norm1*/ + (NH + 2 * KV) * HD /*qkv*/ +
-                      C /*attention output*/ + C /*residual*/ + C /*norm2*/ + up + F) +
-                 4.0 * N * (2 * stats /*two norms*/ + NH /*lse*/);
-  if (g == G::kSelective) bytes -= elem * N * C + 4.0 * N * NH;
-  return bytes;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -64,7 +46,6 @@ int main(int argc, char** argv) {
   const model::ModelConfig cfg = bench::llama_124m();
   const DType dtype = DType::kBF16;
   const int64_t N = B * cfg.seq_length;
-  const double elem = 2.0;
   bench::BenchBatch data(cfg, B);
   using G = model::RecomputePolicy::Granularity;
   struct Case {
@@ -105,7 +86,7 @@ int main(int argc, char** argv) {
     if (base_ms == 0) base_ms = ms;
     char held[64];
     std::snprintf(held, sizeof held, "%.2f (%.2f)", held_per_layer / (1 << 20),
-                  analytic_layer_bytes(cfg, N, elem, k.policy.granularity) / (1 << 20));
+                  model::layer_activation_bytes(cfg, N, dtype, k.policy.granularity) / (1 << 20));
     std::printf("%-15s | %-28s | %-12.1f | %-10.1f | %.3f\n", k.name, held,
                 static_cast<double>(peak) / (1 << 20), ms, ms / base_ms);
   }

@@ -190,6 +190,7 @@ GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
   layers_.reserve(layout_.layer_offsets.size());
   for (const auto& [first, end] : part_.chunks)
     for (int l = first; l < end; ++l) layers_.emplace_back(params_, cfg_, l, &tp_);
+  layer_forwards_.assign(layers_.size(), 0);
   if (part_.head) {
     final_norm_ = std::make_unique<Norm>(params_, n.final_norm, cfg_);
     head_w_ = tied ? wte_ : params_.get(n.head).value;
@@ -327,6 +328,7 @@ Tensor GPTModel::forward_chunk(int chunk, const Tensor& input, const Batch& batc
     // A recompute group keeps the input of its first layer only.
     if (keep && !store && group_begin(chunk, l) == l) keep->inputs[l - first] = x;
     x = layers_[l].forward(x, store ? keep->layers[l - first] : scratch, ctx);
+    ++layer_forwards_[l];
   }
   if (keep && last) keep->output = x;
   return x;
@@ -366,6 +368,7 @@ Tensor GPTModel::backward_chunk(int chunk, const Tensor& grad_output, const Batc
           std::optional<UnitUse> other;  // l itself is held already
           if (k != l) other.emplace(access_, layout_.layer_units[k]);
           x = layers_[k].forward(x, act.layers[k - first], ctx);
+          ++layer_forwards_[k];
         }
       }
       dx = layers_[l].backward(dx, act.layers[i], ctx);

@@ -165,6 +165,10 @@ class GPTModel {
   // Forward only through the whole model (evaluation): no gradients, nothing kept.
   LossSum forward_loss(const Batch& batch, const StepContext& ctx);
 
+  // How many times each local layer's forward has run: training and evaluation forwards, and
+  // the reruns of activation recomputation in backward (so tests can see that it happened).
+  const std::vector<int64_t>& layer_forward_counts() const { return layer_forwards_; }
+
  private:
   // Where declare() put things: units and their roles, layer offsets, the tied embedding.
   struct Layout {
@@ -203,6 +207,7 @@ class GPTModel {
   int64_t padded_vocab_, vocab_start_, vocab_local_;  // this rank's rows of the padded vocabulary
   ParameterSet params_;
   std::vector<TransformerLayer> layers_;
+  std::vector<int64_t> layer_forwards_;  // layer_forward_counts()
   std::unique_ptr<Norm> final_norm_;
   Tensor wte_, dwte_, wpe_, dwpe_, head_w_, dhead_w_;
   std::function<void(int64_t)> grads_ready_;
