@@ -18,6 +18,7 @@
 #include "dist_main.h"
 #include "small_model.h"
 #include "tessera/comm/parallel_state.h"
+#include "tessera/core/error.h"
 #include "tessera/core/memory.h"
 #include "tessera/distributed/data_parallel_grads.h"
 #include "tessera/distributed/zero3_params.h"
@@ -144,6 +145,73 @@ void check(bool tied, bool overlap) {
 
 TEST(Zero3, TiedModelMatchesSingleProcess) { check(true, true); }
 TEST(Zero3, UntiedModelWithoutOverlap) { check(false, false); }
+
+// DeepSpeed's meanings, on the gathered elements after each acquisition of a pass over the three
+// layer units (L each): stage3_prefetch_bucket_size bounds the units gathered ahead and not yet
+// used (several at once when they fit), stage3_max_live_parameters bounds every gather, and an
+// acquisition that would exceed it drops prefetched units rather than the limit giving way.
+TEST(Zero3, PrefetchBucketAndLiveLimitAsDeepSpeed) {
+  auto world = ProcessGroup::world();
+  comm::ParallelState mesh(world, comm::MeshLayout(world->size(), {}));
+  auto dp = mesh.group(comm::GroupKind::kData);
+  const int n = dp->size();
+  const model::ModelConfig cfg = testing::small_model_config(false);
+  model::GPTModel model(cfg, DType::kF32, 11, {}, n);
+  std::vector<FlatRange> units;
+  for (const auto& [b, e] : model.units()) units.push_back({b, e});
+  const int64_t L = units[1].size();
+  ASSERT_EQ(units[2].size(), L);
+  ASSERT_EQ(units[3].size(), L);
+  const std::vector<int> pass = {1, 2, 3};
+  const int64_t huge = int64_t{1} << 40;
+  // gathered(prefetch, max_live): the live elements after acquiring 1, then 2 (1 still held).
+  const auto gathered = [&](int64_t prefetch, int64_t max_live) {
+    Zero3Params params(model.params(), dp, units, 0, prefetch, max_live);
+    params.begin_pass(pass);
+    params.acquire(1);
+    const int64_t after_first = params.live_elems();
+    params.acquire(2);
+    const int64_t after_second = params.live_elems();
+    params.release(2);
+    params.release(1);
+    params.quiesce();
+    EXPECT_EQ(params.live_elems(), 0);
+    return std::vector<int64_t>{after_first, after_second};
+  };
+  // A bucket of two layers prefetches both following layers at once; of one, one at a time;
+  // smaller than a layer, none.
+  EXPECT_EQ(gathered(2 * L, huge), (std::vector<int64_t>{3 * L, 3 * L}));
+  EXPECT_EQ(gathered(L, huge), (std::vector<int64_t>{2 * L, 3 * L}));
+  EXPECT_EQ(gathered(L - 1, huge), (std::vector<int64_t>{L, 2 * L}));
+  // A live limit of two layers: one prefetched after the first acquisition, and with 1 and 2 in
+  // use nothing more (the third stays for its own acquisition).
+  EXPECT_EQ(gathered(2 * L, 2 * L), (std::vector<int64_t>{2 * L, 2 * L}));
+
+  // Every gather keeps to the limit: with 1 in use and 2 prefetched (limit 2L), acquiring 3 out
+  // of the pass's order drops the prefetched 2 instead of holding three layers.
+  {
+    Zero3Params params(model.params(), dp, units, 0, huge, 2 * L);
+    params.begin_pass(pass);
+    params.acquire(1);
+    ASSERT_EQ(params.live_elems(), 2 * L);
+    params.acquire(3);
+    EXPECT_EQ(params.live_elems(), 2 * L);
+    params.release(3);
+    params.release(1);
+    // Units in use stay whatever the limit: both held at once go above it.
+    params.acquire(1);
+    params.acquire(2);
+    params.acquire(3);
+    EXPECT_EQ(params.live_elems(), 3 * L);
+    params.release(3);
+    params.release(2);
+    params.release(1);
+    params.quiesce();
+  }
+  // A limit below the largest unit cannot hold a step: refused when built.
+  const int64_t largest = std::max({units[0].size(), units[1].size(), units[4].size()});
+  EXPECT_THROW(Zero3Params(model.params(), dp, units, 0, huge, largest - 1), Error);
+}
 
 }  // namespace
 }  // namespace tessera::distributed

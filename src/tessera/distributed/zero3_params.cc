@@ -1,5 +1,8 @@
 #include "tessera/distributed/zero3_params.h"
 
+#include <algorithm>
+#include <string>
+
 #include "tessera/core/error.h"
 #include "tessera/core/memory.h"
 
@@ -30,11 +33,20 @@ Zero3Params::Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::Proc
   uses_.assign(n, 0);
   work_.resize(n);
   send_.resize(n);
+  int64_t persistent_elems = 0, largest = 0;
   for (size_t u = 0; u < n; ++u) {
     TESSERA_CHECK(units_[u].size() % dp_size_ == 0);
     persistent_[u] = persistent_unit(units_[u].size(), dp_size_, persistence_threshold);
-    if (!persistent_[u]) drop(static_cast<int>(u));
+    if (persistent_[u]) persistent_elems += units_[u].size();
+    else largest = std::max(largest, units_[u].size());
   }
+  // The least a step needs live: the persistent units and the largest other one in use.
+  if (largest > 0 && persistent_elems + largest > max_live_elems_)
+    throw Error("--stage3-max-live-parameters " + std::to_string(max_live_elems_) +
+                " is below what one step needs live: " + std::to_string(persistent_elems) +
+                " persistent + " + std::to_string(largest) + " of the largest unit");
+  for (size_t u = 0; u < n; ++u)
+    if (!persistent_[u]) drop(static_cast<int>(u));
 }
 
 std::vector<std::pair<int64_t, int64_t>> Zero3Params::resident_ranges(
@@ -95,20 +107,49 @@ void Zero3Params::begin_pass(const std::vector<int>& order) {
   next_in_order_ = 0;
 }
 
+int64_t Zero3Params::prefetched_elems() const {
+  int64_t total = 0;
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (state_[u] != State::kDropped && uses_[u] == 0 && !persistent_[u]) total += units_[u].size();
+  return total;
+}
+
+void Zero3Params::make_room(int64_t elems) {
+  // Only prefetched units (gathered, not in use) can go: the oldest prefetch first would be the
+  // next one needed, so drop from the far end of the pass.
+  for (size_t i = order_.size(); i-- > 0 && live_elems() + elems > max_live_elems_;) {
+    const int u = order_[i];
+    if (state_[u] == State::kDropped || uses_[u] > 0 || persistent_[u]) continue;
+    if (state_[u] == State::kGathering) wait_gather(u);
+    drop(u);
+  }
+}
+
 void Zero3Params::acquire(int u) {
   TESSERA_CHECK(u >= 0 && u < static_cast<int>(units_.size()));
-  if (state_[u] == State::kDropped) start_gather(u);
+  if (state_[u] == State::kDropped) {
+    // stage3_max_live_parameters holds on every gather: prefetched units give way first. What
+    // is in use (a recompute group's layers) stays, even above the limit: the model needs it.
+    make_room(units_[u].size());
+    start_gather(u);
+  }
   if (state_[u] == State::kGathering) wait_gather(u);
   ++uses_[u];
   // Prefetch only along the announced pass: an out-of-order acquisition (a recompute group's
   // earlier layers) prefetches nothing.
   if (next_in_order_ >= order_.size() || u != order_[next_in_order_]) return;
-  if (++next_in_order_ >= order_.size()) return;
-  const int next = order_[next_in_order_];
-  if (state_[next] != State::kDropped || units_[next].size() > prefetch_elems_ ||
-      live_elems() + units_[next].size() > max_live_elems_)
-    return;
-  start_gather(next);
+  ++next_in_order_;
+  // DeepSpeed's stage3_prefetch_bucket_size: gather the pass's next units ahead, in order, while
+  // the prefetched-but-unused elements fit the bucket and everything live fits the limit.
+  int64_t prefetched = prefetched_elems();
+  for (size_t i = next_in_order_; i < order_.size(); ++i) {
+    const int next = order_[i];
+    if (state_[next] != State::kDropped) continue;  // already live (persistent, or prefetched)
+    const int64_t size = units_[next].size();
+    if (prefetched + size > prefetch_elems_ || live_elems() + size > max_live_elems_) break;
+    start_gather(next);
+    prefetched += size;
+  }
 }
 
 void Zero3Params::release(int u) {

@@ -4,11 +4,15 @@
 // is all-gathered just before the model uses it (GPTModel's acquire/release calls, forward and
 // again in backward) and its other parts are dropped after: zeroed, their pages given back.
 //
-// Prefetch: when the model acquires the unit its pass expects next (GPTModel announces each
-// pass's units, model/gpt_model.h ParamAccess), the unit after it in the pass is gathered on the
-// communication thread while the current one computes, if it is at most `prefetch_elems` elements
-// (stage3_prefetch_bucket_size) and the gathered units stay within `max_live_elems`
-// (stage3_max_live_parameters). Units smaller than `persistence_threshold` elements
+// Prefetch (DeepSpeed's stage3_prefetch_bucket_size): when the model acquires the unit its pass
+// expects next (GPTModel announces each pass's units, model/gpt_model.h ParamAccess), the units
+// after it in the pass are gathered on the communication thread while the current one computes,
+// in order, as long as the units gathered ahead and not yet in use total at most `prefetch_elems`
+// elements. Live limit (stage3_max_live_parameters): no gather, prefetch or not, takes the
+// gathered units above `max_live_elems`; an acquisition that would drops prefetched units first
+// (units in use stay: a recompute group may need several at once, whatever the limit). A limit
+// below the persistent units plus the largest other unit is refused at construction (tessera::
+// Error). Units smaller than `persistence_threshold` elements
 // (stage3_param_persistence_threshold) stay whole: they are gathered once after each optimizer
 // step (after_step()) instead of around every use.
 #pragma once
@@ -53,6 +57,10 @@ class Zero3Params : public model::ParamAccess {
 
  private:
   enum class State { kDropped, kGathering, kWhole };
+  // Elements of units gathered (or gathering) ahead of use: live, not persistent, not in use.
+  int64_t prefetched_elems() const;
+  // Drops prefetched units, from the far end of the pass, until `elems` more fit the live limit.
+  void make_room(int64_t elems);
   void start_gather(int unit);
   void wait_gather(int unit);
   void drop(int unit);

@@ -216,13 +216,15 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   app.add_option("--ddp-bucket-size", args.ddp_bucket_size, "gradient bucket size in elements")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--stage3-prefetch-bucket-size", args.stage3_prefetch_bucket_size,
-                 "ZeRO 3: prefetch the next unit if it has at most this many elements")
+                 "ZeRO 3: gather the next units of a pass ahead while those gathered ahead and not yet "
+                 "used total at most this many elements")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--stage3-param-persistence-threshold", args.stage3_param_persistence_threshold,
                  "ZeRO 3: units with fewer elements stay whole")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--stage3-max-live-parameters", args.stage3_max_live_parameters,
-                 "ZeRO 3: at most this many gathered elements when prefetching")
+                 "ZeRO 3: at most this many gathered elements at any time (prefetched units give way; "
+                 "units in use always stay)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--print-mesh", args.print_mesh, "print every rank's coordinates and groups, then exit");
   app.add_option("--distributed-timeout-minutes", args.distributed_timeout_minutes,
