@@ -164,24 +164,30 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
   optim::Optimizer::Ranges owned;
   if (sharded)
     for (const auto& r : dp_grads_->owned()) owned.push_back({r.begin, r.end});
-  optimizer_ = std::make_unique<optim::Optimizer>(
+  auto optimizer = std::make_unique<optim::Optimizer>(
       model_->params(),
       optim::OptimizerOptions{a.optimizer == "sgd" ? "sgd" : "adam", a.adam_beta1, a.adam_beta2,
                               a.adam_eps, a.sgd_momentum, a.weight_decay},
       owned);
+  std::unique_ptr<optim::LRSchedule> schedule;
   if (a.deepspeed_schedule) {
-    scheduler_ = std::make_unique<optim::DeepSpeedLRSchedule>(*a.deepspeed_schedule);
+    schedule = std::make_unique<optim::DeepSpeedLRSchedule>(*a.deepspeed_schedule);
   } else {
-    scheduler_ = std::make_unique<optim::LRScheduler>(schedule_options(a, train_iters_));
+    schedule = std::make_unique<optim::LRScheduler>(schedule_options(a, train_iters_));
   }
+  std::unique_ptr<optim::DynamicLossScaler> scaler;
   if (a.fp16 && a.loss_scale <= 0) {
-    scaler_ = std::make_unique<optim::DynamicLossScaler>(optim::DynamicLossScaler::dynamic(
+    scaler = std::make_unique<optim::DynamicLossScaler>(optim::DynamicLossScaler::dynamic(
         a.initial_loss_scale, static_cast<int32_t>(a.loss_scale_window), a.hysteresis,
         a.min_loss_scale));
   } else {
-    scaler_ = std::make_unique<optim::DynamicLossScaler>(
+    scaler = std::make_unique<optim::DynamicLossScaler>(
         optim::DynamicLossScaler::fixed(a.loss_scale > 0 ? a.loss_scale : 1.0));
   }
+  optimizer_ = std::make_unique<distributed::DistributedOptimizer>(
+      model_->params(), std::move(optimizer), std::move(schedule), std::move(scaler), *tp_grads_,
+      *dp_grads_, zero3_.get(), world_, model_group_,
+      distributed::StepPolicy{a.clip_grad, a.fp16, a.skip_nan_iterations, a.inject_overflow_at});
 
   // Before the data: a resumed run takes the checkpoint's seed, which orders the data too.
   if (!a.load.empty()) load_checkpoint();
@@ -253,7 +259,7 @@ void Trainer::sync_tied_embedding() {
   const auto [begin, end] = model_->tied_embedding_range();
   if (end == 0 || !embedding_ || embedding_->size() == 1) return;
   // Both stages hold the same data-parallel part of it (a unit of its own, equally padded).
-  const distributed::FlatRange r = optimizer_->sharded()
+  const distributed::FlatRange r = optimizer_->optimizer().sharded()
                                        ? distributed::part_of({begin, end}, dp_size_, dp_rank_)
                                        : distributed::FlatRange{begin, end};
   Tensor part = model_->params().flat_grads().slice_rows(r.begin, r.end);
@@ -264,7 +270,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   const int64_t mbs = args_.micro_batch_size, T = args_.model.seq_length;
   const int64_t num_micro = args_.num_microbatches(dp_size_);
   const double global_tokens = static_cast<double>(args_.global_batch_size) * T;
-  const double loss_scale = scaler_->scale();
+  const double loss_scale = optimizer_->loss_scale();
   // Gradients of the global mean loss, times the loss scale (1 unless fp16).
   const float grad_scale = static_cast<float>(loss_scale / global_tokens);
   const int64_t timeline_at =
@@ -306,55 +312,15 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   out.loss_sum = totals[0];
   out.tokens = totals[1];
 
-  // Sharded: this rank holds reduced gradients for its part only, and the norm sums the parts
-  // over every rank; replicated: every DP rank holds all of them, the norm sums over TP.
-  const bool sharded = optimizer_->sharded();
-  const auto* owned = sharded ? &dp_grads_->owned() : nullptr;
-  tp_grads_->finalize(owned);
-  Tensor& grads = model_->params().flat_grads();
-  if (iteration == args_.inject_overflow_at) grads.data<float>()[0] = INFINITY;  // test hook
-  // Every element is counted by one rank of the model-parallel group (tensor x pipeline; a tied
-  // embedding's copy not at all), and, sharded, by one data-parallel rank.
-  const double sum_sq = distributed::sum_over(sharded ? world_.get() : model_group_.get(),
-                                              {tp_grads_->local_sum_squares(owned)})[0];
-  const bool finite = std::isfinite(sum_sq) && std::isfinite(out.loss_sum);
-  // The gradients are of loss_sum / (GBS * T). With a loss mask (--eod-mask-loss) fewer tokens
-  // count: rescale to the mean over the counted tokens of the global batch (Megatron's
-  // --calculate-per-token-loss, independent of the micro-batch size). Exactly 1 without a mask.
-  const double count_ratio = out.tokens > 0 ? global_tokens / out.tokens : 1.0;
-  out.grad_norm = std::sqrt(sum_sq) / loss_scale * count_ratio;
-
-  if (!finite) {
-    if (args_.fp16) {
-      try {
-        scaler_->update(true);  // throws at the minimum scale
-      } catch (const Error& e) {
-        throw Error("iteration " + std::to_string(iteration) + ": " + e.what());
-      }
-      out.skipped = true;
-      return out;
-    }
-    out.nan = true;
-    if (!args_.skip_nan_iterations)
-      throw Error("iteration " + std::to_string(iteration) + ": loss or gradients are NaN/Inf " +
-                  "(lm loss " + std::to_string(out.loss_sum / out.tokens) +
-                  "); weights left untouched; pass --skip-nan-iterations to skip such iterations");
-    out.skipped = true;
-    return out;
-  }
-  scaler_->update(false);
-  float step_scale = static_cast<float>(count_ratio / loss_scale);
-  // Megatron's clipping: scale by max_norm / (norm + 1e-6) when that is below 1.
-  if (args_.clip_grad > 0) {
-    const double coeff = args_.clip_grad / (out.grad_norm + 1e-6);
-    if (coeff < 1.0) step_scale *= static_cast<float>(coeff);
-  }
   {
+    // The norm, the overflow policy and clipping are counted here with the update, as
+    // Megatron's optimizer timer does.
     pipeline::TimelineScope t(&timeline_, pipeline::Timeline::Phase::kOptimizer);
-    if (zero3_) zero3_->quiesce();
-    optimizer_->step(scheduler_->lr_at(optimizer_->steps()), step_scale);
-    dp_grads_->gather_values();  // ZeRO 1-2: every rank's parameters whole again
-    if (zero3_) zero3_->after_step();
+    const distributed::StepResult r =
+        optimizer_->step(iteration, out.loss_sum, out.tokens, global_tokens);
+    out.grad_norm = r.grad_norm;
+    out.skipped = r.skipped;
+    out.nan = r.nan;
   }
   if (timeline_.recording()) {
     timeline_.stop();
@@ -468,9 +434,9 @@ int64_t Trainer::train() {
     m.consumed_samples = consumed_samples_;
     m.global_batch_size = a.global_batch_size;
     m.lm_loss = step.loss_sum / step.tokens;
-    m.lr = scheduler_->lr_at(std::max<int64_t>(optimizer_->steps() - 1, 0));
+    m.lr = optimizer_->schedule().lr_at(std::max<int64_t>(optimizer_->optimizer().steps() - 1, 0));
     m.grad_norm = step.grad_norm;
-    m.loss_scale = scaler_->scale();
+    m.loss_scale = optimizer_->loss_scale();
     m.skipped = step.skipped;
     m.iter_time_s = dt;
     m.tokens_per_s = tokens_per_iter / dt;

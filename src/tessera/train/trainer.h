@@ -1,8 +1,8 @@
 // The training loop. One iteration: the global batch is split into micro-batches whose
-// gradients accumulate in fp32; the loss scaler and a non-finite check decide whether the
-// update happens; the global gradient norm is taken (and clipped); the optimizer steps with the
-// scheduled learning rate; metrics are logged. Evaluation runs every --eval-interval
-// iterations on the validation samples.
+// gradients accumulate in fp32 and are reduced over data parallelism (the pipeline schedule);
+// then one DistributedOptimizer::step() (gradient completion, overflow policy, global norm,
+// clipping, the update, parameter gathers); then metrics are logged. Evaluation runs every
+// --eval-interval iterations on the validation samples.
 //
 // The reported `lm loss` of iteration i is the mean over all counted tokens of the global batch
 // from that iteration's own forward passes (before its update).
@@ -25,6 +25,7 @@
 #include "tessera/data/micro_batch.h"
 #include "tessera/data/sampler.h"
 #include "tessera/distributed/data_parallel_grads.h"
+#include "tessera/distributed/distributed_optimizer.h"
 #include "tessera/distributed/tensor_parallel_grads.h"
 #include "tessera/distributed/zero3_params.h"
 #include "tessera/model/gpt_model.h"
@@ -73,7 +74,7 @@ class Trainer {
   void resume_at(int64_t iteration, int64_t consumed_samples);
 
   model::GPTModel& model() { return *model_; }
-  optim::Optimizer& optimizer() { return *optimizer_; }
+  optim::Optimizer& optimizer() { return optimizer_->optimizer(); }
 
  private:
   struct StepOutcome {
@@ -128,9 +129,9 @@ class Trainer {
   std::vector<int> chunk_layers_;  // layers per model chunk (pipeline/partition.h)
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
   pipeline::Timeline timeline_;
-  std::unique_ptr<optim::Optimizer> optimizer_;
-  std::unique_ptr<optim::LRSchedule> scheduler_;
-  std::unique_ptr<optim::DynamicLossScaler> scaler_;
+  // Owns the optimizer, the learning-rate schedule and the loss scaler; uses the gradient
+  // reducers and ZeRO 3's parameters above (declared after them, so destroyed first).
+  std::unique_ptr<distributed::DistributedOptimizer> optimizer_;
   std::unique_ptr<data::TokenSampler> train_data_, valid_data_, test_data_;
   data::LtorOptions ltor_;
   std::unique_ptr<data::Prefetcher> prefetcher_;  // training micro-batches, during train()

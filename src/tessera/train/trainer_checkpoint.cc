@@ -59,20 +59,20 @@ nlohmann::json Trainer::run_state(int64_t iteration) const {
       {"evaluations", evaluations_},
       {"seed", a.seed},
       {"optimizer",
-       {{"kind", optimizer_->kind()},
-        {"steps", optimizer_->steps()},
+       {{"kind", optimizer_->optimizer().kind()},
+        {"steps", optimizer_->optimizer().steps()},
         {"saved", !a.no_save_optim}}},
       // The schedule is a function of the step count and this run's flags (a resumed run takes
       // its flags, as Megatron with --override-opt_param-scheduler); where it stood is recorded.
       {"lr_scheduler",
-       {{"next_lr", scheduler_->lr_at(optimizer_->steps())},
+       {{"next_lr", optimizer_->schedule().lr_at(optimizer_->optimizer().steps())},
         {"lr", a.lr},
         {"min_lr", a.min_lr},
         {"decay_style", a.lr_decay_style},
         {"warmup_iters", a.lr_warmup_iters},
         {"decay_iters", a.lr_decay_iters > 0 ? a.lr_decay_iters : train_iters_},
         {"deepspeed_scheduler", a.deepspeed_schedule.has_value()}}},
-      {"loss_scaler", checkpoint::loss_scaler_to_json(scaler_->state())},
+      {"loss_scaler", checkpoint::loss_scaler_to_json(optimizer_->scaler().state())},
       {"model", checkpoint::model_config_to_json(a.model)},
       {"layout",
        {{"world_size", world_size_},
@@ -100,11 +100,11 @@ void Trainer::save_checkpoint(int64_t iteration) {
 
   // The snapshot: copies of this rank's slices, taken before training changes them.
   auto snapshot = std::make_shared<checkpoint::RankSnapshot>();
-  const std::vector<std::string> state_names = optimizer_->state_names();
-  for (const optim::Optimizer::StateRun& run : optimizer_->state_runs()) {
+  const std::vector<std::string> state_names = optimizer_->optimizer().state_names();
+  for (const optim::Optimizer::StateRun& run : optimizer_->optimizer().state_runs()) {
     const model::Parameter& p = *run.param;
     int64_t begin = run.begin - p.offset, end = run.end - p.offset;
-    if (!optimizer_->sharded() && dp_size_ > 1) {  // ZeRO 0: DP rank d writes part d
+    if (!optimizer_->optimizer().sharded() && dp_size_ > 1) {  // ZeRO 0: DP rank d writes part d
       begin = p.numel() * dp_rank_ / dp_size_;
       end = p.numel() * (dp_rank_ + 1) / dp_size_;
     }
@@ -185,20 +185,14 @@ void Trainer::finish_pending_save(bool wait) {
   pending_save_.reset();
 }
 
-void Trainer::after_master_loaded() {
-  optimizer_->refresh_compute_values();
-  // Every rank's parameters whole again, as after a step (ZeRO 1-2 gather, ZeRO 3 re-gathers
-  // its persistent units).
-  dp_grads_->gather_values();
-  if (zero3_) zero3_->after_step();
-}
+void Trainer::after_master_loaded() { optimizer_->refresh_values(); }
 
 void Trainer::load_hf_weights() {
   const auto t0 = Clock::now();
   // Every rank converts the whole model and keeps its slices (an HF model is one process's
   // files; its size is what a single device loads).
   const std::map<std::string, Tensor> weights = checkpoint::read_hf_weights(args_.load, args_.model);
-  for (const optim::Optimizer::StateRun& run : optimizer_->state_runs()) {
+  for (const optim::Optimizer::StateRun& run : optimizer_->optimizer().state_runs()) {
     const model::Parameter& p = *run.param;
     const Tensor& w = weights.at(p.name);
     const checkpoint::TensorSlice slice =
@@ -271,7 +265,7 @@ void Trainer::load_checkpoint() {
   const SavedRun saved = parse_saved_run(reader.state(), where);
   const bool finetune = a.finetune || saved.release;
   const bool load_optim = !finetune && !a.no_load_optim;
-  const std::string& kind = optimizer_->kind();
+  const std::string& kind = optimizer_->optimizer().kind();
   if (load_optim && !saved.saved_optim)
     throw Error(*dir + " holds no optimizer state (saved with --no-save-optim): pass "
                 "--no-load-optim or --finetune to load the weights only");
@@ -280,9 +274,9 @@ void Trainer::load_checkpoint() {
                 " optimizer state but this run uses --optimizer " + kind +
                 ": pass --no-load-optim to start the optimizer afresh");
 
-  const std::vector<std::string> state_names = optimizer_->state_names();
+  const std::vector<std::string> state_names = optimizer_->optimizer().state_names();
   int64_t elements = 0;
-  for (const optim::Optimizer::StateRun& run : optimizer_->state_runs()) {
+  for (const optim::Optimizer::StateRun& run : optimizer_->optimizer().state_runs()) {
     const model::Parameter& p = *run.param;
     const checkpoint::TensorSlice slice =
         checkpoint::TensorSlice::of(p, run.begin - p.offset, run.end - p.offset);
@@ -296,17 +290,17 @@ void Trainer::load_checkpoint() {
   }
   after_master_loaded();
   if (load_optim) {
-    optimizer_->set_steps(saved.steps);
-    if (scaler_->is_dynamic()) {
+    optimizer_->optimizer().set_steps(saved.steps);
+    if (optimizer_->scaler().is_dynamic()) {
       const optim::LossScalerState s0 = checkpoint::loss_scaler_from_json(saved.loss_scaler, where);
       if (s0.dynamic) {
         // The schedule's settings are this run's flags; where it stands comes from the run.
-        optim::LossScalerState s = scaler_->state();
+        optim::LossScalerState s = optimizer_->scaler().state();
         s.scale = s0.scale;
         s.cur_hysteresis = std::min(s0.cur_hysteresis, s.hysteresis);
         s.cur_iter = s0.cur_iter;
         s.last_overflow_iter = s0.last_overflow_iter;
-        scaler_ = std::make_unique<optim::DynamicLossScaler>(s);
+        optimizer_->set_scaler_state(s);
       }
     }
   }

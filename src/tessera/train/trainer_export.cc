@@ -17,14 +17,15 @@ void Trainer::export_weights() const {
   // their declarations, which that rank recomputes.
   std::map<std::string, Tensor> full;
   const bool stage_reporter = tp_.rank() == 0 && dp_rank_ == 0;
+  const optim::Optimizer& optimizer = optimizer_->optimizer();
   Tensor flat_master;
-  if (optimizer_->sharded()) flat_master = dp_grads_->gather_owned(optimizer_->owned_master());
+  if (optimizer.sharded()) flat_master = dp_grads_->gather_owned(optimizer.owned_master());
   std::vector<Tensor> mine;  // this stage's parameters, in declaration order (tied copy skipped)
   for (const model::Parameter& p : model_->params().all()) {
     const Tensor master =
-        optimizer_->sharded()
+        optimizer.sharded()
             ? flat_master.slice_rows(p.offset, p.offset + p.numel()).view(p.local_shape)
-            : optimizer_->master(p);
+            : optimizer.master(p);
     Tensor t = distributed::gather_parameter(p, master, tp_);
     if (stage_reporter && !p.tied_copy) {
       if (reporting_rank_) full[p.name] = t;

@@ -1,0 +1,94 @@
+#include "tessera/distributed/distributed_optimizer.h"
+
+#include <cmath>
+#include <string>
+
+#include "tessera/core/error.h"
+#include "tessera/distributed/sum_scalars.h"
+
+namespace tessera::distributed {
+
+DistributedOptimizer::DistributedOptimizer(
+    model::ParameterSet& params, std::unique_ptr<optim::Optimizer> optimizer,
+    std::unique_ptr<optim::LRSchedule> schedule, std::unique_ptr<optim::DynamicLossScaler> scaler,
+    TensorParallelGrads& tp_grads, DataParallelGrads& dp_grads, Zero3Params* zero3,
+    std::shared_ptr<comm::ProcessGroup> world, std::shared_ptr<comm::ProcessGroup> model_group,
+    StepPolicy policy)
+    : params_(params),
+      optimizer_(std::move(optimizer)),
+      schedule_(std::move(schedule)),
+      scaler_(std::move(scaler)),
+      tp_grads_(tp_grads),
+      dp_grads_(dp_grads),
+      zero3_(zero3),
+      world_(std::move(world)),
+      model_group_(std::move(model_group)),
+      policy_(policy) {}
+
+StepResult DistributedOptimizer::step(int64_t iteration, double loss_sum, double tokens,
+                                      double global_tokens) {
+  StepResult out;
+  const double loss_scale = scaler_->scale();
+  // Sharded: this rank holds reduced gradients for its part only, and the norm sums the parts
+  // over every rank; replicated: every DP rank holds all of them, the norm sums over TP.
+  const bool sharded = optimizer_->sharded();
+  const auto* owned = sharded ? &dp_grads_.owned() : nullptr;
+  tp_grads_.finalize(owned);
+  Tensor& grads = params_.flat_grads();
+  if (iteration == policy_.inject_overflow_at) grads.data<float>()[0] = INFINITY;
+  // Every element is counted by one rank of the model-parallel group (tensor x pipeline; a tied
+  // embedding's copy not at all), and, sharded, by one data-parallel rank.
+  const double sum_sq = sum_over(sharded ? world_.get() : model_group_.get(),
+                                 {tp_grads_.local_sum_squares(owned)})[0];
+  const bool finite = std::isfinite(sum_sq) && std::isfinite(loss_sum);
+  // The gradients are of loss_sum / global_tokens. With a loss mask (--eod-mask-loss) fewer
+  // tokens count: rescale to the mean over the counted tokens of the global batch (Megatron's
+  // --calculate-per-token-loss, independent of the micro-batch size). Exactly 1 without a mask.
+  const double count_ratio = tokens > 0 ? global_tokens / tokens : 1.0;
+  out.grad_norm = std::sqrt(sum_sq) / loss_scale * count_ratio;
+
+  if (!finite) {
+    if (policy_.fp16) {
+      try {
+        scaler_->update(true);  // throws at the minimum scale
+      } catch (const Error& e) {
+        throw Error("iteration " + std::to_string(iteration) + ": " + e.what());
+      }
+      out.skipped = true;
+      return out;
+    }
+    out.nan = true;
+    if (!policy_.skip_nan_iterations)
+      throw Error("iteration " + std::to_string(iteration) + ": loss or gradients are NaN/Inf " +
+                  "(lm loss " + std::to_string(loss_sum / tokens) +
+                  "); weights left untouched; pass --skip-nan-iterations to skip such iterations");
+    out.skipped = true;
+    return out;
+  }
+  scaler_->update(false);
+  float step_scale = static_cast<float>(count_ratio / loss_scale);
+  // Megatron's clipping: scale by max_norm / (norm + 1e-6) when that is below 1.
+  if (policy_.clip_grad > 0) {
+    const double coeff = policy_.clip_grad / (out.grad_norm + 1e-6);
+    if (coeff < 1.0) step_scale *= static_cast<float>(coeff);
+  }
+  if (zero3_) zero3_->quiesce();
+  optimizer_->step(schedule_->lr_at(optimizer_->steps()), step_scale);
+  dp_grads_.gather_values();  // ZeRO 1-2: every rank's parameters whole again
+  if (zero3_) zero3_->after_step();
+  return out;
+}
+
+void DistributedOptimizer::refresh_values() {
+  optimizer_->refresh_compute_values();
+  // Every rank's parameters whole again, as after a step (ZeRO 1-2 gather, ZeRO 3 re-gathers
+  // its persistent units).
+  dp_grads_.gather_values();
+  if (zero3_) zero3_->after_step();
+}
+
+void DistributedOptimizer::set_scaler_state(const optim::LossScalerState& state) {
+  scaler_ = std::make_unique<optim::DynamicLossScaler>(state);
+}
+
+}  // namespace tessera::distributed

@@ -1,0 +1,89 @@
+// DistributedOptimizer: one optimizer step across the tensor-, pipeline- and data-parallel
+// groups, in the order of Megatron's DistributedOptimizer.step(): complete the gradients over
+// tensor parallelism, check for overflow (a non-finite norm or loss), take the global gradient
+// norm, clip, update the parameters this rank owns with the scheduled learning rate, then make
+// every rank's parameters whole again (ZeRO 1-2 all-gather, ZeRO 3 re-gathers its persistent
+// units). The trainer's iteration is: run the schedule (micro-batches, gradient reduction), then
+// step(), then log.
+//
+// It owns the optimizer, the learning-rate schedule and the loss scaler; it uses the gradient
+// reducers the model's backward feeds (DataParallelGrads, TensorParallelGrads) and ZeRO 3's
+// parameter access, which must outlive it. Policies: fp16 skips a step whose gradients are not
+// finite and backs off the loss scale (DeepSpeed's rule, optim/loss_scaler.h); bf16/fp32 stop
+// with a tessera::Error on a non-finite step unless skip_nan_iterations, which skips it and
+// reports it as a nan iteration. A skipped step leaves the parameters and
+// the optimizer's step count untouched.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "tessera/comm/process_group.h"
+#include "tessera/distributed/data_parallel_grads.h"
+#include "tessera/distributed/tensor_parallel_grads.h"
+#include "tessera/distributed/zero3_params.h"
+#include "tessera/model/parameter.h"
+#include "tessera/optim/loss_scaler.h"
+#include "tessera/optim/lr_schedule.h"
+#include "tessera/optim/optimizer.h"
+
+namespace tessera::distributed {
+
+struct StepPolicy {
+  double clip_grad = 0;              // global-norm clipping threshold (0: off), Megatron's rule
+  bool fp16 = false;                 // non-finite gradients skip the step (loss-scaler back-off)
+  bool skip_nan_iterations = false;  // bf16/fp32: skip a non-finite step instead of stopping
+  int64_t inject_overflow_at = -1;   // test hook: an Inf planted in the gradients at that step
+};
+
+// What one step did.
+struct StepResult {
+  double grad_norm = 0;  // of the global mean-loss gradient (unscaled, before clipping)
+  bool skipped = false;  // no update (overflow with fp16, or a NaN step skipped)
+  bool nan = false;      // the gradients or the loss were not finite (bf16/fp32)
+};
+
+class DistributedOptimizer {
+ public:
+  // `params`: the model's parameters, whose flat gradients the step reads. `world` sums the norm
+  // of sharded gradients (every rank owns a part); `model_group` (tensor x pipeline) that of
+  // replicated ones. Either may be nullptr (one rank).
+  DistributedOptimizer(model::ParameterSet& params, std::unique_ptr<optim::Optimizer> optimizer,
+                       std::unique_ptr<optim::LRSchedule> schedule,
+                       std::unique_ptr<optim::DynamicLossScaler> scaler,
+                       TensorParallelGrads& tp_grads, DataParallelGrads& dp_grads,
+                       Zero3Params* zero3, std::shared_ptr<comm::ProcessGroup> world,
+                       std::shared_ptr<comm::ProcessGroup> model_group, StepPolicy policy);
+
+  // The factor the backward multiplies the loss by (1 unless fp16).
+  double loss_scale() const { return scaler_->scale(); }
+
+  // One step after the gradients of a global batch were accumulated and reduced over DP.
+  // `loss_sum` and `tokens` are the global batch's (summed over every rank); `global_tokens` is
+  // global batch x sequence length (the gradients are of loss_sum / global_tokens). Collective
+  // over the world. `iteration` names the step in errors and the test hook.
+  StepResult step(int64_t iteration, double loss_sum, double tokens, double global_tokens);
+
+  // After master weights were loaded (checkpoint): recompute the model's values from them and
+  // make every rank's parameters whole, as after a step. Collective.
+  void refresh_values();
+
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  const optim::Optimizer& optimizer() const { return *optimizer_; }
+  const optim::LRSchedule& schedule() const { return *schedule_; }
+  const optim::DynamicLossScaler& scaler() const { return *scaler_; }
+  void set_scaler_state(const optim::LossScalerState& state);
+
+ private:
+  model::ParameterSet& params_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::LRSchedule> schedule_;
+  std::unique_ptr<optim::DynamicLossScaler> scaler_;
+  TensorParallelGrads& tp_grads_;
+  DataParallelGrads& dp_grads_;
+  Zero3Params* zero3_;
+  std::shared_ptr<comm::ProcessGroup> world_, model_group_;
+  StepPolicy policy_;
+};
+
+}  // namespace tessera::distributed
