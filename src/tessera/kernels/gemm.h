@@ -47,17 +47,10 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 // several products where gemm_widens() holds: it widens that operand once and passes the fp32
 // copy as A (kernels/linear.cc: the output gradient of a linear layer, shared by its input- and
 // weight-gradient products).
+// T is bf16 or fp16; TC is float or T.
+template <typename T, typename TC>
 void gemm_fp32_a(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                 const float* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C,
-                 int64_t ldc);
-void gemm_fp32_a(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                 const float* A, int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C,
-                 int64_t ldc);
-void gemm_fp32_a(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                 const float* A, int64_t lda, const fp16* B, int64_t ldb, float beta, float* C,
-                 int64_t ldc);
-void gemm_fp32_a(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                 const float* A, int64_t lda, const fp16* B, int64_t ldb, float beta, fp16* C,
+                 const float* A, int64_t lda, const T* B, int64_t ldb, float beta, TC* C,
                  int64_t ldc);
 
 // Whether gemms on `dtype` operands run widened to fp32 (fp16 always, bf16 on kWidenToFp32):

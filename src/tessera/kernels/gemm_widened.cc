@@ -103,26 +103,20 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+template <typename T, typename TC>
 void gemm_fp32_a(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                 const float* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C,
+                 const float* A, int64_t lda, const T* B, int64_t ldb, float beta, TC* C,
                  int64_t ldc) {
   detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
-void gemm_fp32_a(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                 const float* A, int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C,
-                 int64_t ldc) {
-  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-void gemm_fp32_a(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                 const float* A, int64_t lda, const fp16* B, int64_t ldb, float beta, float* C,
-                 int64_t ldc) {
-  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-void gemm_fp32_a(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                 const float* A, int64_t lda, const fp16* B, int64_t ldb, float beta, fp16* C,
-                 int64_t ldc) {
-  detail::widened_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
+#define TESSERA_GEMM_FP32_A(T, TC)                                                            \
+  template void gemm_fp32_a<T, TC>(bool, bool, int64_t, int64_t, int64_t, float, const float*, \
+                                   int64_t, const T*, int64_t, float, TC*, int64_t);
+TESSERA_GEMM_FP32_A(bf16, float)
+TESSERA_GEMM_FP32_A(bf16, bf16)
+TESSERA_GEMM_FP32_A(fp16, float)
+TESSERA_GEMM_FP32_A(fp16, fp16)
+#undef TESSERA_GEMM_FP32_A
 
 bool gemm_widens(DType dtype) {
   if (dtype == DType::kF16) return true;
