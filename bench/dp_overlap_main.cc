@@ -36,8 +36,10 @@ int main(int argc, char** argv) {
     const model::ModelConfig cfg = bench::gpt2_124m();
     const int64_t B = 1, T = cfg.seq_length;
     model::GPTModel model(cfg, DType::kF32, 1, {}, dp->size());
-    distributed::DataParallelGrads overlapped(model.params(), dp, bucket, stage, true);
-    distributed::DataParallelGrads after(model.params(), dp, bucket, stage, false);
+    distributed::DataParallelGrads overlapped(
+        model.params(), dp, distributed::ShardingPlan::for_stage(stage, bucket, true));
+    distributed::DataParallelGrads after(
+        model.params(), dp, distributed::ShardingPlan::for_stage(stage, bucket, false));
     const bench::BenchBatch data(cfg, B);
     std::vector<double> times[2];
     for (int s = 0; s <= steps; ++s) {

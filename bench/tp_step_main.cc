@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
     const int64_t B = 4, T = cfg.seq_length;
     model::GPTModel model(cfg, dtype, 1234, tp, dp_size);
     distributed::TensorParallelGrads grads(model.params(), tp);
-    distributed::DataParallelGrads dp_grads(model.params(), dp, 40'000'000, 0, true);
+    distributed::DataParallelGrads dp_grads(model.params(), dp,
+                                            distributed::ShardingPlan::for_stage(0, 40'000'000, true));
     const bench::BenchBatch data(cfg, B);
     double comm_in_timed = 0;
     step_s = bench::median_step_seconds(steps, [&](int s) {

@@ -76,11 +76,12 @@ int main(int argc, char** argv) {
     std::vector<distributed::FlatRange> units;
     if (stage == 3)
       for (const auto& [b, e] : model.units()) units.push_back({b, e});
-    distributed::DataParallelGrads grads(model.params(), dp, bucket, stage, true, units);
+    // DeepSpeed's stage-3 defaults (the plan's).
+    const auto plan = distributed::ShardingPlan::for_stage(stage, bucket, true);
+    distributed::DataParallelGrads grads(model.params(), dp, plan, units);
     std::unique_ptr<distributed::Zero3Params> zero3;
     if (stage == 3) {
-      zero3 = std::make_unique<distributed::Zero3Params>(model.params(), dp, units, 100'000,
-                                                         50'000'000, 1'000'000'000);
+      zero3 = std::make_unique<distributed::Zero3Params>(model.params(), dp, units, plan);
       model.set_param_access(zero3.get());
     }
     optim::Optimizer::Ranges owned;

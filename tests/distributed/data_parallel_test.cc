@@ -43,7 +43,7 @@ void check(int stage, bool overlap) {
 
   // Buckets of 1/4 MiB of fp32, so that stage 2 has whole pages to give back.
   model::GPTModel model(cfg, DType::kF32, 11, {}, n);
-  DataParallelGrads grads(model.params(), dp, /*bucket_elems=*/65536, stage, overlap);
+  DataParallelGrads grads(model.params(), dp, ShardingPlan::for_stage(stage, 65536, overlap));
   ASSERT_GT(grads.num_buckets(), 1);
   grads.start_iteration();
   dp->reset_stats();

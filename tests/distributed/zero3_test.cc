@@ -54,11 +54,13 @@ void check(bool tied, bool overlap) {
                         });
   std::vector<FlatRange> units;
   for (const auto& [b, e] : model.units()) units.push_back({b, e});
-  DataParallelGrads grads(model.params(), dp, 0, 3, overlap, units);
+  DataParallelGrads grads(model.params(), dp, ShardingPlan::for_stage(3, 0, overlap), units);
   EXPECT_LE(testing::resident_outside(model.params().flat_values(), grads.owned()),
             kEdgePages * 4096 * static_cast<int64_t>(units.size()));
-  Zero3Params params(model.params(), dp, units, /*persistence_threshold=*/0,
-                     /*prefetch_elems=*/int64_t{1} << 40, /*max_live_elems=*/int64_t{1} << 40);
+  ShardingPlan plan = ShardingPlan::for_stage(3, 0, overlap);
+  plan.persistence_threshold = 0;
+  plan.prefetch_elems = plan.max_live_elems = int64_t{1} << 40;
+  Zero3Params params(model.params(), dp, units, plan);
   model.set_param_access(&params);
 
   const auto unowned_resident = [&] {
@@ -165,8 +167,16 @@ TEST(Zero3, PrefetchBucketAndLiveLimitAsDeepSpeed) {
   const std::vector<int> pass = {1, 2, 3};
   const int64_t huge = int64_t{1} << 40;
   // gathered(prefetch, max_live): the live elements after acquiring 1, then 2 (1 still held).
+  // plan(prefetch, max_live): stage 3, every unit sharded (no persistence threshold).
+  const auto plan = [](int64_t prefetch, int64_t max_live) {
+    ShardingPlan p = ShardingPlan::for_stage(3, 0, true);
+    p.persistence_threshold = 0;
+    p.prefetch_elems = prefetch;
+    p.max_live_elems = max_live;
+    return p;
+  };
   const auto gathered = [&](int64_t prefetch, int64_t max_live) {
-    Zero3Params params(model.params(), dp, units, 0, prefetch, max_live);
+    Zero3Params params(model.params(), dp, units, plan(prefetch, max_live));
     params.begin_pass(pass);
     params.acquire(1);
     const int64_t after_first = params.live_elems();
@@ -190,7 +200,7 @@ TEST(Zero3, PrefetchBucketAndLiveLimitAsDeepSpeed) {
   // Every gather keeps to the limit: with 1 in use and 2 prefetched (limit 2L), acquiring 3 out
   // of the pass's order drops the prefetched 2 instead of holding three layers.
   {
-    Zero3Params params(model.params(), dp, units, 0, huge, 2 * L);
+    Zero3Params params(model.params(), dp, units, plan(huge, 2 * L));
     params.begin_pass(pass);
     params.acquire(1);
     ASSERT_EQ(params.live_elems(), 2 * L);
@@ -210,7 +220,7 @@ TEST(Zero3, PrefetchBucketAndLiveLimitAsDeepSpeed) {
   }
   // A limit below the largest unit cannot hold a step: refused when built.
   const int64_t largest = std::max({units[0].size(), units[1].size(), units[4].size()});
-  EXPECT_THROW(Zero3Params(model.params(), dp, units, 0, huge, largest - 1), Error);
+  EXPECT_THROW(Zero3Params(model.params(), dp, units, plan(huge, largest - 1)), Error);
 }
 
 }  // namespace

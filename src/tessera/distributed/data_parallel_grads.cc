@@ -8,10 +8,10 @@
 namespace tessera::distributed {
 
 DataParallelGrads::DataParallelGrads(model::ParameterSet& params,
-                                     std::shared_ptr<comm::ProcessGroup> dp, int64_t bucket_elems,
-                                     int zero_stage, bool overlap, std::vector<FlatRange> buckets)
-    : params_(params), dp_(std::move(dp)), zero_stage_(zero_stage), overlap_(overlap) {
-  TESSERA_CHECK(zero_stage >= 0 && zero_stage <= 3);
+                                     std::shared_ptr<comm::ProcessGroup> dp,
+                                     const ShardingPlan& plan, std::vector<FlatRange> buckets)
+    : params_(params), dp_(std::move(dp)), plan_(plan) {
+  const int64_t bucket_elems = plan.bucket_elems;
   if (dp_) {
     dp_size_ = dp_->size();
     dp_rank_ = dp_->rank();
@@ -46,7 +46,7 @@ DataParallelGrads::DataParallelGrads(model::ParameterSet& params,
 }
 
 void DataParallelGrads::start_iteration() {
-  if (zero_stage_ < 2 || dp_size_ == 1) {
+  if (!plan_.shards_gradients() || dp_size_ == 1) {
     params_.zero_grads();
     return;
   }
@@ -82,18 +82,18 @@ void DataParallelGrads::complete(size_t b) {
   const float* src = scatter_out_[b].data<float>();
   std::copy(src, src + mine.size(), grads + mine.begin);
   scatter_out_[b] = Tensor();
-  if (zero_stage_ >= 2) {  // the unowned parts are scratch until the next micro-batch
+  if (plan_.shards_gradients()) {  // the unowned parts are scratch until the next micro-batch
     release_pages(grads + bucket.begin, (mine.begin - bucket.begin) * sizeof(float));
     release_pages(grads + mine.end, (bucket.end - mine.end) * sizeof(float));
   }
 }
 
 void DataParallelGrads::grads_ready(int64_t offset) {
-  if (!overlap_) return;
+  if (!plan_.overlap_grad_reduce) return;
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].begin >= offset)
     launch(next_launch_++);
   // Stage 2 gives pages back as soon as a bucket is reduced, not at the end of backward.
-  if (zero_stage_ >= 2)
+  if (plan_.shards_gradients())
     while (next_complete_ < next_launch_ && work_[next_complete_].done())
       complete(next_complete_++);
 }
@@ -105,7 +105,7 @@ void DataParallelGrads::finish() {
 }
 
 void DataParallelGrads::gather_values() {
-  if (!sharded() || zero_stage_ == 3 || dp_size_ == 1) return;
+  if (!sharded() || plan_.shards_parameters() || dp_size_ == 1) return;
   Tensor& values = params_.flat_values();
   std::vector<comm::Work> works;
   std::vector<Tensor> parts;

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "tessera/comm/process_group.h"
+#include "tessera/distributed/sharding_plan.h"
 #include "tessera/model/parameter.h"
 
 namespace tessera::distributed {
@@ -55,17 +56,18 @@ inline FlatRange part_of(const FlatRange& range, int parts, int index) {
 class DataParallelGrads {
  public:
   // `dp` may be nullptr (one data-parallel rank: nothing to reduce). params.numel() must be a
-  // multiple of the DP size. zero_stage in 0..3. `buckets`: explicit bucket ranges in increasing
-  // order covering the buffer, each a multiple of DP (stage 3: the model's units); empty = cut
-  // by `bucket_elems`. `params` must outlive this.
+  // multiple of the DP size. The plan gives the stage, the bucket size and overlap. `buckets`:
+  // explicit bucket ranges in increasing order covering the buffer, each a multiple of DP
+  // (stage 3: the model's units); empty = cut by plan.bucket_elems. `params` must outlive this.
   DataParallelGrads(model::ParameterSet& params, std::shared_ptr<comm::ProcessGroup> dp,
-                    int64_t bucket_elems, int zero_stage, bool overlap,
-                    std::vector<FlatRange> buckets = {});
+                    const ShardingPlan& plan, std::vector<FlatRange> buckets = {});
 
   // Zeroes the gradients for a new iteration (stage 2: the owned parts; the rest is released).
   void start_iteration();
   // Whether the micro-batch `m` of `count` reduces (and so should report readiness).
-  bool reduces_in(int64_t m, int64_t count) const { return zero_stage_ >= 2 || m == count - 1; }
+  bool reduces_in(int64_t m, int64_t count) const {
+    return plan_.shards_gradients() || m == count - 1;
+  }
   // Marks gradients at flat offsets >= `offset` final for this micro-batch; with overlap, starts
   // reducing every bucket that became complete (and, stage 2, finishes buckets already reduced).
   void grads_ready(int64_t offset);
@@ -82,8 +84,8 @@ class DataParallelGrads {
   // The elements whose reduced gradients (and, sharded, optimizer state) this rank holds, in
   // increasing order. The whole buffer at stage 0.
   const std::vector<FlatRange>& owned() const { return owned_; }
-  bool sharded() const { return zero_stage_ >= 1; }
-  int zero_stage() const { return zero_stage_; }
+  bool sharded() const { return plan_.shards_optimizer_state(); }
+  const ShardingPlan& plan() const { return plan_; }
   int dp_size() const { return dp_size_; }
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
 
@@ -97,8 +99,7 @@ class DataParallelGrads {
   model::ParameterSet& params_;
   std::shared_ptr<comm::ProcessGroup> dp_;
   int dp_size_ = 1, dp_rank_ = 0;
-  int zero_stage_;
-  bool overlap_;
+  ShardingPlan plan_;
   std::vector<FlatRange> buckets_;  // from the end of the buffer to its start
   std::vector<FlatRange> owned_;
   size_t next_launch_ = 0;           // buckets [0, next_launch_) have been launched

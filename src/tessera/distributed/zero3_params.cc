@@ -18,15 +18,15 @@ bool persistent_unit(int64_t elems, int dp_size, int64_t persistence_threshold) 
 }  // namespace
 
 Zero3Params::Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::ProcessGroup> dp,
-                         std::vector<FlatRange> units, int64_t persistence_threshold,
-                         int64_t prefetch_elems, int64_t max_live_elems)
+                         std::vector<FlatRange> units, const ShardingPlan& plan)
     : params_(params),
       dp_(std::move(dp)),
       dp_size_(dp_ ? dp_->size() : 1),
       dp_rank_(dp_ ? dp_->rank() : 0),
       units_(std::move(units)),
-      prefetch_elems_(prefetch_elems),
-      max_live_elems_(max_live_elems) {
+      prefetch_elems_(plan.prefetch_elems),
+      max_live_elems_(plan.max_live_elems) {
+  const int64_t persistence_threshold = plan.persistence_threshold;
   const size_t n = units_.size();
   persistent_.resize(n);
   state_.assign(n, State::kWhole);

@@ -14,7 +14,7 @@
 // below the persistent units plus the largest other unit is refused at construction (tessera::
 // Error). Units smaller than `persistence_threshold` elements
 // (stage3_param_persistence_threshold) stay whole: they are gathered once after each optimizer
-// step (after_step()) instead of around every use.
+// step (after_step()) instead of around every use. The three sizes come from the ShardingPlan.
 #pragma once
 
 #include <memory>
@@ -22,6 +22,7 @@
 
 #include "tessera/comm/process_group.h"
 #include "tessera/distributed/data_parallel_grads.h"
+#include "tessera/distributed/sharding_plan.h"
 #include "tessera/model/gpt_model.h"
 
 namespace tessera::distributed {
@@ -31,9 +32,9 @@ class Zero3Params : public model::ParamAccess {
   // Collective over `dp`. `units`: the model's unit ranges (each a multiple of DP). Drops the
   // unowned parts of every non-persistent unit at once (nothing to give back when the model was
   // built with resident_ranges()).
+  // The plan's persistence_threshold, prefetch_elems and max_live_elems apply.
   Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::ProcessGroup> dp,
-              std::vector<FlatRange> units, int64_t persistence_threshold, int64_t prefetch_elems,
-              int64_t max_live_elems);
+              std::vector<FlatRange> units, const ShardingPlan& plan);
   ~Zero3Params() override;
 
   void begin_pass(const std::vector<int>& order) override;

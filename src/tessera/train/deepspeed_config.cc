@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "tessera/core/error.h"
+#include "tessera/train/sharding.h"
 
 namespace tessera::train {
 namespace {
@@ -160,7 +161,7 @@ void apply_zero(Section z, TrainArgs& args, std::vector<std::string>& warnings,
                 const std::string& file) {
   // The stage the flags chose (--use-distributed-optimizer is stage 1); the file's, if it has one,
   // must agree with explicit flags.
-  const int flags_stage = args.use_distributed_optimizer ? std::max(1, args.zero_stage) : args.zero_stage;
+  const int flags_stage = effective_zero_stage(args);
   int64_t stage = flags_stage;
   if (z.contains("stage")) {
     stage = z.integer("stage", 0);

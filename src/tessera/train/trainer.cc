@@ -12,6 +12,7 @@
 #include "tessera/core/clock.h"
 #include "tessera/core/threads.h"
 #include "tessera/distributed/sum_scalars.h"
+#include "tessera/train/sharding.h"
 #include "tessera/optim/deepspeed_lr_schedule.h"
 #include "tessera/train/deepspeed_config.h"
 #include "tessera/train/flops.h"
@@ -124,14 +125,14 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
   const pipeline::ScheduleShape shape{pp_size_, static_cast<int>(a.num_microbatches(dp_size_)),
                                       partition_.virtual_stages};
   pipeline::validate_schedule(kind, shape);
-  const int zero_stage = std::max(a.zero_stage, a.use_distributed_optimizer ? 1 : 0);
+  const distributed::ShardingPlan plan = sharding_plan(a, dp_size_);
   // ZeRO 3 initialises only the parts this rank keeps (DeepSpeed's zero.Init): the whole model
   // never exists on one rank.
   model::GPTModel::ResidentRanges resident;
-  if (zero_stage == 3)
+  if (plan.shards_parameters())
     resident = [&](const std::vector<std::pair<int64_t, int64_t>>& units) {
       return distributed::Zero3Params::resident_ranges(units, dp_size_, dp_rank_,
-                                                       a.stage3_param_persistence_threshold);
+                                                       plan.persistence_threshold);
     };
   model_ = std::make_unique<model::GPTModel>(
       a.model, dtype, a.seed, tp_, dp_size_,
@@ -140,29 +141,22 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
   executor_ = std::make_unique<pipeline::PipelineExecutor>(*model_, pp_, kind, shape);
   timeline_.keep_totals(a.timing_log_level >= 1);
   tp_grads_ = std::make_unique<distributed::TensorParallelGrads>(model_->params(), tp_);
-  const bool sharded = zero_stage >= 1;
-  // Megatron's default bucket: max(40M, 1M x DP) elements.
-  const int64_t bucket = a.ddp_bucket_size > 0
-                             ? a.ddp_bucket_size
-                             : std::max<int64_t>(40'000'000, 1'000'000 * dp_size_);
   // ZeRO 3 works per model unit (embeddings, each layer, the head): gradient buckets and
   // parameter gathers alike. A tied embedding split over the pipeline gets a bucket of its own.
   std::vector<distributed::FlatRange> units;
-  if (zero_stage == 3) {
+  if (plan.shards_parameters()) {
     for (const auto& [b, e] : model_->units()) units.push_back({b, e});
   }
   const bool split_tied = model_->tied_embedding_range().second > 0;
   dp_grads_ = std::make_unique<distributed::DataParallelGrads>(
-      model_->params(), dp_, bucket, zero_stage, a.overlap_grad_reduce,
-      zero_stage < 3 && split_tied ? unit_buckets(*model_, bucket) : units);
-  if (zero_stage == 3) {
-    zero3_ = std::make_unique<distributed::Zero3Params>(
-        model_->params(), dp_, units, a.stage3_param_persistence_threshold,
-        a.stage3_prefetch_bucket_size, a.stage3_max_live_parameters);
+      model_->params(), dp_, plan,
+      !plan.shards_parameters() && split_tied ? unit_buckets(*model_, plan.bucket_elems) : units);
+  if (plan.shards_parameters()) {
+    zero3_ = std::make_unique<distributed::Zero3Params>(model_->params(), dp_, units, plan);
     model_->set_param_access(zero3_.get());
   }
   optim::Optimizer::Ranges owned;
-  if (sharded)
+  if (plan.shards_optimizer_state())
     for (const auto& r : dp_grads_->owned()) owned.push_back({r.begin, r.end});
   auto optimizer = std::make_unique<optim::Optimizer>(
       model_->params(),
@@ -209,7 +203,7 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
         "> data parallel: %d ranks, %lld micro-batches of %lld per rank per iteration, "
         "ZeRO stage %d, %d gradient bucket(s), overlap %s\n",
         dp_size_, static_cast<long long>(a.num_microbatches(dp_size_)),
-        static_cast<long long>(a.micro_batch_size), zero_stage, dp_grads_->num_buckets(),
+        static_cast<long long>(a.micro_batch_size), plan.zero_stage(), dp_grads_->num_buckets(),
         !a.overlap_grad_reduce          ? "off"
         : partition_.virtual_stages > 1 ? "off (virtual stages: after each micro-batch)"
                                         : "on");

@@ -80,7 +80,7 @@ nlohmann::json Trainer::run_state(int64_t iteration) const {
         {"pipeline_model_parallel_size", pp_size_},
         {"virtual_pipeline_stages", partition_.virtual_stages},
         {"data_parallel_size", dp_size_},
-        {"zero_stage", dp_grads_->zero_stage()}}},
+        {"zero_stage", dp_grads_->plan().zero_stage()}}},
       {"args",
        {{"micro_batch_size", a.micro_batch_size},
         {"global_batch_size", a.global_batch_size},
