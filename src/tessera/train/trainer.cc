@@ -21,66 +21,6 @@ namespace tessera::train {
 namespace {
 
 
-optim::LRScheduleOptions schedule_options(const TrainArgs& a, int64_t train_iters) {
-  optim::LRScheduleOptions o;
-  o.lr = a.lr;
-  o.min_lr = a.min_lr;
-  o.decay_iters = a.lr_decay_iters > 0 ? a.lr_decay_iters : train_iters;
-  o.warmup_iters = a.lr_warmup_fraction >= 0
-                       ? optim::warmup_iters_from_fraction(a.lr_warmup_fraction, o.decay_iters)
-                       : static_cast<double>(a.lr_warmup_iters);
-  o.decay_style = optim::parse_lr_decay_style(a.lr_decay_style);
-  o.wsd_decay_iters = a.lr_wsd_decay_iters;
-  o.wsd_decay_style = optim::parse_wsd_decay_style(a.lr_wsd_decay_style);
-  return o;
-}
-
-// Creates the parent directory of `path` and checks that a file can be written there;
-// tessera::Error naming `flag` otherwise.
-void check_writable(const std::string& path, const std::string& flag) {
-  const auto p = std::filesystem::path(path);
-  std::error_code ec;
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-  if (ec || !std::ofstream(path + ".probe"))
-    throw Error(flag + " " + path + ": cannot write there" + (ec ? " (" + ec.message() + ")" : ""));
-  std::filesystem::remove(path + ".probe", ec);
-}
-
-// Megatron's recompute flags as a policy (validated by validate_arguments).
-model::RecomputePolicy recompute_policy(const TrainArgs& a) {
-  using P = model::RecomputePolicy;
-  P p;
-  if (a.recompute_granularity == "full") p.granularity = P::Granularity::kFull;
-  if (a.recompute_granularity == "selective") p.granularity = P::Granularity::kSelective;
-  p.method = a.recompute_method == "block" ? P::Method::kBlock : P::Method::kUniform;
-  p.num_layers = std::max(1, a.recompute_num_layers);
-  return p;
-}
-
-// Gradient buckets made of whole model units, merged from the end of the buffer up to about
-// `elems` elements, the tied embedding's unit alone: its data-parallel parts must be the same
-// elements on the first and the last stage.
-std::vector<distributed::FlatRange> unit_buckets(const model::GPTModel& m, int64_t elems) {
-  const auto tied = m.tied_embedding_range();
-  std::vector<distributed::FlatRange> out;
-  distributed::FlatRange open{0, 0};
-  for (auto it = m.units().rbegin(); it != m.units().rend(); ++it) {
-    const distributed::FlatRange u{it->first, it->second};
-    const bool alone = u.begin == tied.first && u.end == tied.second;
-    if (open.size() > 0 && (alone || open.size() + u.size() > elems)) {
-      out.push_back(open);
-      open = {0, 0};
-    }
-    if (alone) {
-      out.push_back(u);
-    } else {
-      open = open.size() > 0 ? distributed::FlatRange{u.begin, open.end} : u;
-    }
-  }
-  if (open.size() > 0) out.push_back(open);
-  return {out.rbegin(), out.rend()};
-}
-
 }  // namespace
 
 Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
@@ -99,132 +39,23 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
       pp_rank_of_(groups.pp_rank_of),
       reporting_rank_(!groups.world || groups.world->rank() == 0),
       metrics_(reporting_rank_ ? args.metrics_file : std::string()) {
-  const auto& a = args_;
-  train_iters_ = a.train_iters > 0 ? a.train_iters : a.train_samples / a.global_batch_size;
-  // Refuse now, not after hours of training: a config Transformers cannot load, or an output
-  // path that cannot be written.
-  if (!a.export_weights.empty() && reporting_rank_) {
-    checkpoint::check_hf_exportable(a.model);
-    check_writable(a.export_weights, "--export-weights");
-  }
-  if (!a.timeline_file.empty() && reporting_rank_)
-    check_writable(a.timeline_file, "--timeline-file");
-  if (!a.save.empty() && reporting_rank_)
-    check_writable(checkpoint::latest_file(a.save), "--save");
-  const DType dtype = a.bf16 ? DType::kBF16 : a.fp16 ? DType::kF16 : DType::kF32;
-  // The pipeline: layers per stage (and virtual stage), this rank's part, the schedule.
-  partition_ = {
-      a.model.num_layers, pp_size_,
-      pipeline::virtual_stages_for(a.model.num_layers, pp_size_, a.num_layers_per_virtual_stage),
-      a.decoder_first_pipeline_num_layers, a.decoder_last_pipeline_num_layers};
-  chunk_layers_ = pipeline::partition_layers(partition_);
-  const pipeline::ScheduleKind kind =
-      !a.pipeline_schedule.empty()         ? pipeline::parse_schedule_kind(a.pipeline_schedule)
-      : a.num_layers_per_virtual_stage > 0 ? pipeline::ScheduleKind::kInterleaved
-                                           : pipeline::ScheduleKind::kOneFOneB;
-  const pipeline::ScheduleShape shape{pp_size_, static_cast<int>(a.num_microbatches(dp_size_)),
-                                      partition_.virtual_stages};
-  pipeline::validate_schedule(kind, shape);
-  const distributed::ShardingPlan plan = sharding_plan(a, dp_size_);
-  // ZeRO 3 initialises only the parts this rank keeps (DeepSpeed's zero.Init): the whole model
-  // never exists on one rank.
-  model::GPTModel::ResidentRanges resident;
-  if (plan.shards_parameters())
-    resident = [&](const std::vector<std::pair<int64_t, int64_t>>& units) {
-      return distributed::Zero3Params::resident_ranges(units, dp_size_, dp_rank_,
-                                                       plan.persistence_threshold);
-    };
-  model_ = std::make_unique<model::GPTModel>(
-      a.model, dtype, a.seed, tp_, dp_size_,
-      pipeline::part_of_rank(partition_, chunk_layers_, pp_rank_), resident);
-  model_->set_recompute(recompute_policy(a));
-  executor_ = std::make_unique<pipeline::PipelineExecutor>(*model_, pp_, kind, shape);
-  timeline_.keep_totals(a.timing_log_level >= 1);
-  tp_grads_ = std::make_unique<distributed::TensorParallelGrads>(model_->params(), tp_);
-  // ZeRO 3 works per model unit (embeddings, each layer, the head): gradient buckets and
-  // parameter gathers alike. A tied embedding split over the pipeline gets a bucket of its own.
-  std::vector<distributed::FlatRange> units;
-  if (plan.shards_parameters()) {
-    for (const auto& [b, e] : model_->units()) units.push_back({b, e});
-  }
-  const bool split_tied = model_->tied_embedding_range().second > 0;
-  dp_grads_ = std::make_unique<distributed::DataParallelGrads>(
-      model_->params(), dp_, plan,
-      !plan.shards_parameters() && split_tied ? unit_buckets(*model_, plan.bucket_elems) : units);
-  if (plan.shards_parameters()) {
-    zero3_ = std::make_unique<distributed::Zero3Params>(model_->params(), dp_, units, plan);
-    model_->set_param_access(zero3_.get());
-  }
-  optim::Optimizer::Ranges owned;
-  if (plan.shards_optimizer_state())
-    for (const auto& r : dp_grads_->owned()) owned.push_back({r.begin, r.end});
-  auto optimizer = std::make_unique<optim::Optimizer>(
-      model_->params(),
-      optim::OptimizerOptions{a.optimizer == "sgd" ? "sgd" : "adam", a.adam_beta1, a.adam_beta2,
-                              a.adam_eps, a.sgd_momentum, a.weight_decay},
-      owned);
-  std::unique_ptr<optim::LRSchedule> schedule;
-  if (a.deepspeed_schedule) {
-    schedule = std::make_unique<optim::DeepSpeedLRSchedule>(*a.deepspeed_schedule);
-  } else {
-    schedule = std::make_unique<optim::LRScheduler>(schedule_options(a, train_iters_));
-  }
-  std::unique_ptr<optim::DynamicLossScaler> scaler;
-  if (a.fp16 && a.loss_scale <= 0) {
-    scaler = std::make_unique<optim::DynamicLossScaler>(optim::DynamicLossScaler::dynamic(
-        a.initial_loss_scale, static_cast<int32_t>(a.loss_scale_window), a.hysteresis,
-        a.min_loss_scale));
-  } else {
-    scaler = std::make_unique<optim::DynamicLossScaler>(
-        optim::DynamicLossScaler::fixed(a.loss_scale > 0 ? a.loss_scale : 1.0));
-  }
-  optimizer_ = std::make_unique<distributed::DistributedOptimizer>(
-      model_->params(), std::move(optimizer), std::move(schedule), std::move(scaler), *tp_grads_,
-      *dp_grads_, zero3_.get(), world_, model_group_,
-      distributed::StepPolicy{a.clip_grad, a.fp16, a.skip_nan_iterations, a.inject_overflow_at});
-
-  // Before the data: a resumed run takes the checkpoint's seed, which orders the data too.
-  if (!a.load.empty()) load_checkpoint();
+  train_iters_ = args_.train_iters > 0 ? args_.train_iters
+                                       : args_.train_samples / args_.global_batch_size;
+  // Construction, step by step; each step takes what the earlier ones made.
+  check_output_paths();
+  const PipelinePlan pipeline = plan_pipeline();
+  const distributed::ShardingPlan sharding = sharding_plan(args_, dp_size_);
+  model_ = build_model(sharding);
+  executor_ = std::make_unique<pipeline::PipelineExecutor>(*model_, pp_, pipeline.kind,
+                                                           pipeline.shape);
+  timeline_.keep_totals(args_.timing_log_level >= 1);
+  build_gradient_sharding(sharding);
+  optimizer_ = build_optimizer(sharding);
+  // Before the data: a resumed run continues with the checkpoint's seed, which orders the data
+  // and draws the dropout masks.
+  seed_ = args_.load.empty() ? args_.seed : load_checkpoint();
   build_data();
-  std::printf(
-      "> model: %s family, %lld parameters (%d layers, hidden %d, heads %d/%d, ffn %d, "
-      "vocab %lld padded to %lld), compute %s, %d threads\n",
-      a.model.family() == model::Family::kGpt2 ? "GPT-2" : "LLaMA",
-      static_cast<long long>(a.model.num_parameters()), a.model.num_layers, a.model.hidden_size,
-      a.model.num_attention_heads, a.model.kv_heads(), a.model.ffn(),
-      static_cast<long long>(a.model.vocab_size), static_cast<long long>(model_->padded_vocab()),
-      dtype_name(dtype), num_threads());
-  if (tp_.size() > 1)
-    std::printf("> tensor parallel: %d ranks%s, %lld parameters (with padding) on each rank\n",
-                tp_.size(), tp_.sequence_parallel() ? " with sequence parallelism" : "",
-                static_cast<long long>(model_->params().numel()));
-  if (dp_size_ > 1)
-    std::printf(
-        "> data parallel: %d ranks, %lld micro-batches of %lld per rank per iteration, "
-        "ZeRO stage %d, %d gradient bucket(s), overlap %s\n",
-        dp_size_, static_cast<long long>(a.num_microbatches(dp_size_)),
-        static_cast<long long>(a.micro_batch_size), plan.zero_stage(), dp_grads_->num_buckets(),
-        !a.overlap_grad_reduce          ? "off"
-        : partition_.virtual_stages > 1 ? "off (virtual stages: after each micro-batch)"
-                                        : "on");
-  if (pp_size_ > 1) {
-    std::string layers;
-    for (int n : chunk_layers_) {
-      if (!layers.empty()) layers += ',';
-      layers += std::to_string(n);
-    }
-    std::printf(
-        "> pipeline parallel: %d stages, schedule %s, %d model chunk(s) per rank, layers "
-        "per model chunk [%s], %lld micro-batches per iteration\n",
-        pp_size_, pipeline::schedule_name(executor_->kind()), partition_.virtual_stages,
-        layers.c_str(), static_cast<long long>(a.num_microbatches(dp_size_)));
-  }
-  if (a.recompute_granularity == "full")
-    std::printf("> activation recomputation: full, %s, %d layer(s)\n", a.recompute_method.c_str(),
-                a.recompute_num_layers);
-  if (a.recompute_granularity == "selective")
-    std::printf("> activation recomputation: selective (attention core)\n");
-  std::fflush(stdout);
+  print_setup(sharding);
 }
 
 Trainer::~Trainer() = default;
@@ -237,7 +68,7 @@ std::unique_ptr<pipeline::MicroBatch> Trainer::bind_micro_batch(data::MicroBatch
   const data::MicroBatch& d = mb->data;
   mb->batch = {d.tokens.data(), d.targets.data(),
                d.loss_mask.empty() ? nullptr : d.loss_mask.data(), d.B, d.T};
-  mb->ctx = model_->context(d.B, d.T, d.first_sample, args_.seed, iteration, training);
+  mb->ctx = model_->context(d.B, d.T, d.first_sample, seed_, iteration, training);
   if (!d.positions.empty()) mb->ctx.sample_positions = d.positions.data();
   if (!d.doc_start.empty()) mb->ctx.doc_start = d.doc_start.data();
   return mb;
@@ -391,20 +222,47 @@ double Trainer::evaluate(int64_t iteration, bool test) {
   return val;
 }
 
-int64_t Trainer::train() {
-  const auto& a = args_;
-  const auto run_start = Clock::now();
-  const double flops_per_iter = model_flops(a.model, model_->padded_vocab(), a.global_batch_size);
-  const int64_t tokens_per_iter = a.global_batch_size * a.model.seq_length;
-  const int world_size = world_size_;
-  // Megatron's logging window: time averaged over every iteration, loss over the iterations
-  // that updated, skipped and NaN iterations counted within the window.
-  double window_time = 0, window_loss = 0;
-  int64_t window_iters = 0, window_updates = 0, window_skipped = 0, window_nan = 0;
-  double window_wait = 0;
+namespace {
+
+// Megatron's logging window: time averaged over every iteration, loss over the iterations that
+// updated, skipped and NaN iterations counted within the window.
+struct LogWindow {
+  double time = 0, loss = 0, wait = 0;
+  int64_t iters = 0, updates = 0, skipped = 0, nan = 0;
+
+  void add(const IterationMetrics& m, bool was_skipped, bool was_nan) {
+    time += m.iter_time_s;
+    wait += m.data_wait_s;
+    ++iters;
+    skipped += was_skipped ? 1 : 0;
+    nan += was_nan ? 1 : 0;
+    if (!was_skipped) {
+      loss += m.lm_loss;
+      ++updates;
+    }
+  }
+  // The window's averages, the other fields from the last iteration `m`. Then starts afresh.
+  IterationMetrics take_average(const IterationMetrics& m, double tokens_per_iter,
+                                double flops_per_iter, int world_size) {
+    IterationMetrics avg = m;
+    avg.iter_time_s = time / iters;
+    avg.lm_loss = updates > 0 ? loss / updates : m.lm_loss;
+    avg.skipped_in_window = skipped;
+    avg.nan_in_window = nan;
+    avg.data_wait_s = wait / iters;
+    avg.tokens_per_s = tokens_per_iter / avg.iter_time_s;
+    avg.tflops_per_rank = flops_per_iter / world_size / avg.iter_time_s / 1e12;
+    *this = LogWindow();
+    return avg;
+  }
+};
+
+}  // namespace
+
+void Trainer::start_prefetcher() {
   // The background thread loads this rank's micro-batches in the order train_step takes them:
   // micro-batch k is micro-batch k % num_micro of iteration start + 1 + k / num_micro.
-  const int64_t num_micro = a.num_microbatches(dp_size_), mbs = a.micro_batch_size;
+  const int64_t num_micro = args_.num_microbatches(dp_size_), mbs = args_.micro_batch_size;
   const int64_t start_consumed = consumed_samples_;
   prefetcher_ = std::make_unique<data::Prefetcher>(
       [this, num_micro, mbs, start_consumed](int64_t k, data::MicroBatch& out) {
@@ -414,6 +272,15 @@ int64_t Trainer::train() {
         data::load_micro_batch(*train_data_, first, mbs, ltor_, out);
       },
       std::max<int64_t>(train_iters_ - start_iteration_, 0) * num_micro);
+}
+
+int64_t Trainer::train() {
+  const auto& a = args_;
+  const auto run_start = Clock::now();
+  const double flops_per_iter = model_flops(a.model, model_->padded_vocab(), a.global_batch_size);
+  const int64_t tokens_per_iter = a.global_batch_size * a.model.seq_length;
+  LogWindow window;
+  start_prefetcher();
   int64_t iteration = 0;
   for (iteration = start_iteration_ + 1; iteration <= train_iters_; ++iteration) {
     MemoryAccountant::instance().reset_peaks();
@@ -434,33 +301,17 @@ int64_t Trainer::train() {
     m.skipped = step.skipped;
     m.iter_time_s = dt;
     m.tokens_per_s = tokens_per_iter / dt;
-    m.tflops_per_rank = flops_per_iter / world_size / dt / 1e12;
+    m.tflops_per_rank = flops_per_iter / world_size_ / dt / 1e12;
     m.peak_mem_bytes = MemoryAccountant::instance().snapshot().total_peak;
     m.data_wait_s = prefetcher_->take_wait_seconds();
-
-    window_time += dt;
-    window_wait += m.data_wait_s;
-    ++window_iters;
-    window_skipped += step.skipped ? 1 : 0;
-    window_nan += step.nan ? 1 : 0;
-    if (!step.skipped) {
-      window_loss += m.lm_loss;
-      ++window_updates;
-    }
+    window.add(m, step.skipped, step.nan);
     if (iteration % a.log_interval == 0 || iteration == train_iters_) {
-      IterationMetrics avg = m;
-      avg.iter_time_s = window_time / window_iters;
-      avg.lm_loss = window_updates > 0 ? window_loss / window_updates : m.lm_loss;
-      avg.skipped_in_window = window_skipped;
-      avg.nan_in_window = window_nan;
-      avg.data_wait_s = window_wait / window_iters;
-      avg.tokens_per_s = tokens_per_iter / avg.iter_time_s;
-      avg.tflops_per_rank = flops_per_iter / world_size / avg.iter_time_s / 1e12;
-      std::printf("%s\n", format_log_line(avg).c_str());
-      if (a.timing_log_level >= 1) print_breakdown(window_iters);
+      const int64_t iters = window.iters;
+      std::printf("%s\n", format_log_line(window.take_average(m, tokens_per_iter, flops_per_iter,
+                                                               world_size_))
+                              .c_str());
+      if (a.timing_log_level >= 1) print_breakdown(iters);
       std::fflush(stdout);
-      window_time = window_loss = window_wait = 0;
-      window_iters = window_updates = window_skipped = window_nan = 0;
     }
 
     // Megatron stops at once on --exit-interval / --exit-duration-in-mins (no extra evaluation,
@@ -494,6 +345,13 @@ int64_t Trainer::train() {
     }
   }
   prefetcher_.reset();
+  finish_run(iteration);
+  return std::min(iteration, train_iters_);
+}
+
+// After the loop: the test pass, the last save, the export.
+void Trainer::finish_run(int64_t iteration) {
+  const auto& a = args_;
   // Megatron's test pass: once, after a run that reached its last iteration.
   if (iteration > train_iters_ && test_data_ && test_data_->num_samples() > 0)
     evaluate(train_iters_, true);
@@ -503,7 +361,6 @@ int64_t Trainer::train() {
     save_checkpoint(iteration);
   finish_pending_save(true);
   if (!a.export_weights.empty()) export_weights();
-  return iteration;
 }
 
 // Level 1: rank 0's time per phase. Level 2 adds the minimum and maximum over all ranks (as

@@ -26,6 +26,7 @@
 #include "tessera/data/sampler.h"
 #include "tessera/distributed/data_parallel_grads.h"
 #include "tessera/distributed/distributed_optimizer.h"
+#include "tessera/distributed/sharding_plan.h"
 #include "tessera/distributed/tensor_parallel_grads.h"
 #include "tessera/distributed/zero3_params.h"
 #include "tessera/model/gpt_model.h"
@@ -82,6 +83,29 @@ class Trainer {
     bool skipped = false, nan = false;
   };
   StepOutcome train_step(int64_t iteration);
+  // The background loader of this run's training micro-batches (prefetcher_).
+  void start_prefetcher();
+  // After the last iteration run (`iteration` is one past it when the run reached its end):
+  // the test pass, the final save, the export.
+  void finish_run(int64_t iteration);
+
+  // Construction (trainer_build.cc), in this order; each step uses what the earlier ones made.
+  struct PipelinePlan {
+    pipeline::ScheduleKind kind = pipeline::ScheduleKind::kOneFOneB;
+    pipeline::ScheduleShape shape;
+  };
+  void check_output_paths() const;
+  // Sets partition_ and chunk_layers_; returns this rank's schedule (validated).
+  PipelinePlan plan_pipeline();
+  // The model part of this rank (after plan_pipeline), initialised only where `sharding` keeps
+  // it, with the recompute policy of the flags.
+  std::unique_ptr<model::GPTModel> build_model(const distributed::ShardingPlan& sharding) const;
+  // tp_grads_, dp_grads_ and (ZeRO 3) zero3_, attached to model_.
+  void build_gradient_sharding(const distributed::ShardingPlan& sharding);
+  std::unique_ptr<distributed::DistributedOptimizer> build_optimizer(
+      const distributed::ShardingPlan& sharding);
+  void print_setup(const distributed::ShardingPlan& sharding) const;
+  DType compute_dtype() const;
   // The loss over eval_iters global batches of the validation split (the next ones each pass),
   // or with `test` of the test split's first ones; NaN when there are none. Printed.
   double evaluate(int64_t iteration, bool test = false);
@@ -99,7 +123,9 @@ class Trainer {
   // while any rank is still writing). load_checkpoint restores --load into this layout.
   void save_checkpoint(int64_t iteration);
   void finish_pending_save(bool wait);
-  void load_checkpoint();
+  // Returns the seed the run continues with: the checkpoint's when it resumes a run (unless
+  // --no-load-rng or --finetune), else --seed.
+  uint64_t load_checkpoint();
   void load_hf_weights();      // --load names a Hugging Face directory: weights only
   void after_master_loaded();  // compute values from the loaded master weights, on every rank
   nlohmann::json run_state(int64_t iteration) const;
@@ -111,7 +137,8 @@ class Trainer {
   // on every rank.
   std::vector<double> sum_losses(const std::vector<double>& v) const;
 
-  TrainArgs args_;
+  const TrainArgs args_;  // as given; never rewritten (the restored seed is seed_)
+  uint64_t seed_ = 0;      // data order and dropout masks: --seed, or the resumed run's
   parallel::TensorParallel tp_;
   std::shared_ptr<comm::ProcessGroup> dp_, pp_, embedding_, model_group_, world_;
   int dp_size_ = 1, dp_rank_ = 0, pp_size_ = 1, pp_rank_ = 0, world_size_ = 1;

@@ -57,7 +57,7 @@ nlohmann::json Trainer::run_state(int64_t iteration) const {
       {"iteration", iteration},
       {"consumed_samples", consumed_samples_},
       {"evaluations", evaluations_},
-      {"seed", a.seed},
+      {"seed", seed_},
       {"optimizer",
        {{"kind", optimizer_->optimizer().kind()},
         {"steps", optimizer_->optimizer().steps()},
@@ -251,14 +251,17 @@ SavedRun parse_saved_run(const nlohmann::json& st, const std::string& where) {
 
 }  // namespace
 
-void Trainer::load_checkpoint() {
+uint64_t Trainer::load_checkpoint() {
   const auto& a = args_;
-  if (checkpoint::is_hf_directory(a.load)) return load_hf_weights();
+  if (checkpoint::is_hf_directory(a.load)) {
+    load_hf_weights();
+    return a.seed;
+  }
   const auto t0 = Clock::now();
   const std::optional<std::string> dir = checkpoint::find_checkpoint(a.load);
   if (!dir) {
     std::printf("> no checkpoint in --load %s: starting from scratch\n", a.load.c_str());
-    return;
+    return a.seed;
   }
   checkpoint::CheckpointReader reader(*dir);
   const std::string where = *dir + "/metadata.json";
@@ -305,9 +308,10 @@ void Trainer::load_checkpoint() {
     }
   }
   std::string what = saved.release ? "weights (release checkpoint)" : "weights";
+  uint64_t seed = a.seed;
   if (!finetune) {
     // The seed decides dropout masks and the data order (the datasets are built after this).
-    if (!a.no_load_rng) args_.seed = saved.seed;
+    if (!a.no_load_rng) seed = saved.seed;
     resume_at(saved.iteration, saved.consumed_samples);
     evaluations_ = saved.evaluations;  // validation samples consumed, as Megatron restores them
     what += load_optim ? ", optimizer state" : "";
@@ -322,6 +326,7 @@ void Trainer::load_checkpoint() {
       what.c_str(), dir->c_str(), static_cast<long long>(saved.iteration), saved.layout.c_str(),
       tp_.size(), pp_size_, dp_size_, bytes / 1e9, seconds, bytes / 1e9 / seconds);
   std::fflush(stdout);
+  return seed;
 }
 
 }  // namespace tessera::train

@@ -42,34 +42,8 @@ double unigram_entropy(const data::IndexedDataset& ds, int64_t last_token, int64
   return h;
 }
 
-}  // namespace
-
-void Trainer::build_data() {
-  const auto& a = args_;
-  const int64_t T = a.model.seq_length, vocab = a.model.vocab_size;
-  // Megatron's sample counts: every training sample; every validation pass takes the next
-  // eval_iters global batches ((train_iters / eval_interval + 1) passes at most); test: one pass.
-  const int64_t gbs = a.global_batch_size;
-  const int64_t train_samples = train_iters_ * gbs;
-  const int64_t passes = a.eval_interval > 0 ? train_iters_ / a.eval_interval + 1 : 1;
-  const int64_t valid_samples = passes * a.eval_iters * gbs;
-  if (!a.tokenizer_type.empty()) {
-    // Recorded by parse_arguments; loaded here only when it was not (see TrainArgs).
-    ltor_.eod =
-        a.tokenizer_eod ? *a.tokenizer_eod : data::make_tokenizer(tokenizer_options(a))->eod();
-    ltor_.eod_mask_loss = a.eod_mask_loss;
-    ltor_.reset_position_ids = a.reset_position_ids;
-    ltor_.reset_attention_mask = a.reset_attention_mask;
-  }
-  if (a.mock_data) {
-    // One Markov chain; validation samples are drawn after all training samples.
-    auto mock =
-        std::make_unique<data::MockSampler>(vocab, T, a.seed, train_samples + valid_samples);
-    std::printf("> mock data: vocab %lld, entropy rate %.3f nats/token (uniform: %.3f)\n",
-                static_cast<long long>(vocab), mock->entropy_rate(), std::log(double(vocab)));
-    train_data_ = std::move(mock);
-    return;
-  }
+// Where the data comes from: --data-path with --split, or the per-split paths.
+data::DataSpec data_spec(const TrainArgs& a) {
   data::DataSpec spec;
   if (!a.data_path.empty()) {
     spec.blend = data::parse_blend(a.data_path, "--data-path");
@@ -81,10 +55,47 @@ void Trainer::build_data() {
     if (!a.test_data_path.empty())
       spec.per_split[2] = data::parse_blend(a.test_data_path, "--test-data-path");
   }
+  return spec;
+}
+
+// Megatron's document flags (EOD masks and positions); none without a tokenizer.
+data::LtorOptions ltor_options(const TrainArgs& a) {
+  data::LtorOptions ltor;
+  if (a.tokenizer_type.empty()) return ltor;
+  // Recorded by parse_arguments; loaded here only when it was not (see TrainArgs).
+  ltor.eod = a.tokenizer_eod ? *a.tokenizer_eod : data::make_tokenizer(tokenizer_options(a))->eod();
+  ltor.eod_mask_loss = a.eod_mask_loss;
+  ltor.reset_position_ids = a.reset_position_ids;
+  ltor.reset_attention_mask = a.reset_attention_mask;
+  return ltor;
+}
+
+}  // namespace
+
+void Trainer::build_data() {
+  const auto& a = args_;
+  const int64_t T = a.model.seq_length, vocab = a.model.vocab_size;
+  // Megatron's sample counts: every training sample; every validation pass takes the next
+  // eval_iters global batches ((train_iters / eval_interval + 1) passes at most); test: one pass.
+  const int64_t gbs = a.global_batch_size;
+  const int64_t train_samples = train_iters_ * gbs;
+  const int64_t passes = a.eval_interval > 0 ? train_iters_ / a.eval_interval + 1 : 1;
+  const int64_t valid_samples = passes * a.eval_iters * gbs;
+  ltor_ = ltor_options(a);
+  if (a.mock_data) {
+    // One Markov chain; validation samples are drawn after all training samples.
+    auto mock =
+        std::make_unique<data::MockSampler>(vocab, T, seed_, train_samples + valid_samples);
+    std::printf("> mock data: vocab %lld, entropy rate %.3f nats/token (uniform: %.3f)\n",
+                static_cast<long long>(vocab), mock->entropy_rate(), std::log(double(vocab)));
+    train_data_ = std::move(mock);
+    return;
+  }
+  const data::DataSpec spec = data_spec(a);
   data::GPTDatasetOptions options;
   options.seq_length = T;
   options.vocab_size = vocab;
-  options.seed = a.seed;
+  options.seed = seed_;
   options.cache_dir = a.data_cache_path;
   // Rank 0 builds and writes missing indices; the others wait, then map them (Megatron's
   // build-on-rank-0-then-barrier).

@@ -1,0 +1,228 @@
+// The Trainer's construction, one step per function (trainer.h): check the output paths, plan
+// the pipeline, build the model, the gradient sharding and the optimizer, restore a checkpoint,
+// build the data (trainer_data.cc), report the setup.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "tessera/checkpoint/hf_export.h"
+#include "tessera/checkpoint/sharded_checkpoint.h"
+#include "tessera/core/threads.h"
+#include "tessera/optim/deepspeed_lr_schedule.h"
+#include "tessera/train/sharding.h"
+#include "tessera/train/trainer.h"
+
+namespace tessera::train {
+namespace {
+
+optim::LRScheduleOptions schedule_options(const TrainArgs& a, int64_t train_iters) {
+  optim::LRScheduleOptions o;
+  o.lr = a.lr;
+  o.min_lr = a.min_lr;
+  o.decay_iters = a.lr_decay_iters > 0 ? a.lr_decay_iters : train_iters;
+  o.warmup_iters = a.lr_warmup_fraction >= 0
+                       ? optim::warmup_iters_from_fraction(a.lr_warmup_fraction, o.decay_iters)
+                       : static_cast<double>(a.lr_warmup_iters);
+  o.decay_style = optim::parse_lr_decay_style(a.lr_decay_style);
+  o.wsd_decay_iters = a.lr_wsd_decay_iters;
+  o.wsd_decay_style = optim::parse_wsd_decay_style(a.lr_wsd_decay_style);
+  return o;
+}
+
+// Creates the parent directory of `path` and checks that a file can be written there;
+// tessera::Error naming `flag` otherwise.
+void check_writable(const std::string& path, const std::string& flag) {
+  const auto p = std::filesystem::path(path);
+  std::error_code ec;
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  if (ec || !std::ofstream(path + ".probe"))
+    throw Error(flag + " " + path + ": cannot write there" + (ec ? " (" + ec.message() + ")" : ""));
+  std::filesystem::remove(path + ".probe", ec);
+}
+
+// Megatron's recompute flags as a policy (validated by validate_arguments).
+model::RecomputePolicy recompute_policy(const TrainArgs& a) {
+  using P = model::RecomputePolicy;
+  P p;
+  if (a.recompute_granularity == "full") p.granularity = P::Granularity::kFull;
+  if (a.recompute_granularity == "selective") p.granularity = P::Granularity::kSelective;
+  p.method = a.recompute_method == "block" ? P::Method::kBlock : P::Method::kUniform;
+  p.num_layers = std::max(1, a.recompute_num_layers);
+  return p;
+}
+
+// Gradient buckets made of whole model units, merged from the end of the buffer up to about
+// `elems` elements, the tied embedding's unit alone: its data-parallel parts must be the same
+// elements on the first and the last stage.
+std::vector<distributed::FlatRange> unit_buckets(const model::GPTModel& m, int64_t elems) {
+  const auto tied = m.tied_embedding_range();
+  std::vector<distributed::FlatRange> out;
+  distributed::FlatRange open{0, 0};
+  for (auto it = m.units().rbegin(); it != m.units().rend(); ++it) {
+    const distributed::FlatRange u{it->first, it->second};
+    const bool alone = u.begin == tied.first && u.end == tied.second;
+    if (open.size() > 0 && (alone || open.size() + u.size() > elems)) {
+      out.push_back(open);
+      open = {0, 0};
+    }
+    if (alone) {
+      out.push_back(u);
+    } else {
+      open = open.size() > 0 ? distributed::FlatRange{u.begin, open.end} : u;
+    }
+  }
+  if (open.size() > 0) out.push_back(open);
+  return {out.rbegin(), out.rend()};
+}
+
+}  // namespace
+
+// Refuse now, not after hours of training: a config Transformers cannot load, or an output path
+// that cannot be written.
+void Trainer::check_output_paths() const {
+  const auto& a = args_;
+  if (!reporting_rank_) return;
+  if (!a.export_weights.empty()) {
+    checkpoint::check_hf_exportable(a.model);
+    check_writable(a.export_weights, "--export-weights");
+  }
+  if (!a.timeline_file.empty()) check_writable(a.timeline_file, "--timeline-file");
+  if (!a.save.empty()) check_writable(checkpoint::latest_file(a.save), "--save");
+}
+
+// The pipeline: layers per stage (and virtual stage), this rank's part, the schedule.
+Trainer::PipelinePlan Trainer::plan_pipeline() {
+  const auto& a = args_;
+  partition_ = {
+      a.model.num_layers, pp_size_,
+      pipeline::virtual_stages_for(a.model.num_layers, pp_size_, a.num_layers_per_virtual_stage),
+      a.decoder_first_pipeline_num_layers, a.decoder_last_pipeline_num_layers};
+  chunk_layers_ = pipeline::partition_layers(partition_);
+  PipelinePlan plan;
+  plan.kind = !a.pipeline_schedule.empty() ? pipeline::parse_schedule_kind(a.pipeline_schedule)
+              : a.num_layers_per_virtual_stage > 0 ? pipeline::ScheduleKind::kInterleaved
+                                                   : pipeline::ScheduleKind::kOneFOneB;
+  plan.shape = {pp_size_, static_cast<int>(a.num_microbatches(dp_size_)),
+                partition_.virtual_stages};
+  pipeline::validate_schedule(plan.kind, plan.shape);
+  return plan;
+}
+
+std::unique_ptr<model::GPTModel> Trainer::build_model(
+    const distributed::ShardingPlan& sharding) const {
+  const auto& a = args_;
+  // ZeRO 3 initialises only the parts this rank keeps (DeepSpeed's zero.Init): the whole model
+  // never exists on one rank.
+  model::GPTModel::ResidentRanges resident;
+  if (sharding.shards_parameters())
+    resident = [this, threshold = sharding.persistence_threshold](
+                   const std::vector<std::pair<int64_t, int64_t>>& units) {
+      return distributed::Zero3Params::resident_ranges(units, dp_size_, dp_rank_, threshold);
+    };
+  auto model = std::make_unique<model::GPTModel>(
+      a.model, compute_dtype(), a.seed, tp_, dp_size_,
+      pipeline::part_of_rank(partition_, chunk_layers_, pp_rank_), resident);
+  model->set_recompute(recompute_policy(a));
+  return model;
+}
+
+void Trainer::build_gradient_sharding(const distributed::ShardingPlan& sharding) {
+  tp_grads_ = std::make_unique<distributed::TensorParallelGrads>(model_->params(), tp_);
+  // ZeRO 3 works per model unit (embeddings, each layer, the head): gradient buckets and
+  // parameter gathers alike. A tied embedding split over the pipeline gets a bucket of its own.
+  std::vector<distributed::FlatRange> units;
+  if (sharding.shards_parameters()) {
+    for (const auto& [b, e] : model_->units()) units.push_back({b, e});
+  }
+  const bool split_tied = model_->tied_embedding_range().second > 0;
+  dp_grads_ = std::make_unique<distributed::DataParallelGrads>(
+      model_->params(), dp_, sharding,
+      !sharding.shards_parameters() && split_tied ? unit_buckets(*model_, sharding.bucket_elems)
+                                                  : units);
+  if (sharding.shards_parameters()) {
+    zero3_ = std::make_unique<distributed::Zero3Params>(model_->params(), dp_, units, sharding);
+    model_->set_param_access(zero3_.get());
+  }
+}
+
+std::unique_ptr<distributed::DistributedOptimizer> Trainer::build_optimizer(
+    const distributed::ShardingPlan& sharding) {
+  const auto& a = args_;
+  optim::Optimizer::Ranges owned;
+  if (sharding.shards_optimizer_state())
+    for (const auto& r : dp_grads_->owned()) owned.push_back({r.begin, r.end});
+  auto optimizer = std::make_unique<optim::Optimizer>(
+      model_->params(),
+      optim::OptimizerOptions{a.optimizer == "sgd" ? "sgd" : "adam", a.adam_beta1, a.adam_beta2,
+                              a.adam_eps, a.sgd_momentum, a.weight_decay},
+      owned);
+  std::unique_ptr<optim::LRSchedule> schedule;
+  if (a.deepspeed_schedule) {
+    schedule = std::make_unique<optim::DeepSpeedLRSchedule>(*a.deepspeed_schedule);
+  } else {
+    schedule = std::make_unique<optim::LRScheduler>(schedule_options(a, train_iters_));
+  }
+  std::unique_ptr<optim::DynamicLossScaler> scaler;
+  if (a.fp16 && a.loss_scale <= 0) {
+    scaler = std::make_unique<optim::DynamicLossScaler>(optim::DynamicLossScaler::dynamic(
+        a.initial_loss_scale, static_cast<int32_t>(a.loss_scale_window), a.hysteresis,
+        a.min_loss_scale));
+  } else {
+    scaler = std::make_unique<optim::DynamicLossScaler>(
+        optim::DynamicLossScaler::fixed(a.loss_scale > 0 ? a.loss_scale : 1.0));
+  }
+  return std::make_unique<distributed::DistributedOptimizer>(
+      model_->params(), std::move(optimizer), std::move(schedule), std::move(scaler), *tp_grads_,
+      *dp_grads_, zero3_.get(), world_, model_group_,
+      distributed::StepPolicy{a.clip_grad, a.fp16, a.skip_nan_iterations, a.inject_overflow_at});
+}
+
+DType Trainer::compute_dtype() const {
+  return args_.bf16 ? DType::kBF16 : args_.fp16 ? DType::kF16 : DType::kF32;
+}
+
+void Trainer::print_setup(const distributed::ShardingPlan& sharding) const {
+  const auto& a = args_;
+  std::printf(
+      "> model: %s family, %lld parameters (%d layers, hidden %d, heads %d/%d, ffn %d, "
+      "vocab %lld padded to %lld), compute %s, %d threads\n",
+      a.model.family() == model::Family::kGpt2 ? "GPT-2" : "LLaMA",
+      static_cast<long long>(a.model.num_parameters()), a.model.num_layers, a.model.hidden_size,
+      a.model.num_attention_heads, a.model.kv_heads(), a.model.ffn(),
+      static_cast<long long>(a.model.vocab_size), static_cast<long long>(model_->padded_vocab()),
+      dtype_name(compute_dtype()), num_threads());
+  if (tp_.size() > 1)
+    std::printf("> tensor parallel: %d ranks%s, %lld parameters (with padding) on each rank\n",
+                tp_.size(), tp_.sequence_parallel() ? " with sequence parallelism" : "",
+                static_cast<long long>(model_->params().numel()));
+  if (dp_size_ > 1)
+    std::printf(
+        "> data parallel: %d ranks, %lld micro-batches of %lld per rank per iteration, "
+        "ZeRO stage %d, %d gradient bucket(s), overlap %s\n",
+        dp_size_, static_cast<long long>(a.num_microbatches(dp_size_)),
+        static_cast<long long>(a.micro_batch_size), sharding.zero_stage(), dp_grads_->num_buckets(),
+        !a.overlap_grad_reduce          ? "off"
+        : partition_.virtual_stages > 1 ? "off (virtual stages: after each micro-batch)"
+                                        : "on");
+  if (pp_size_ > 1) {
+    std::string layers;
+    for (int n : chunk_layers_) {
+      if (!layers.empty()) layers += ',';
+      layers += std::to_string(n);
+    }
+    std::printf(
+        "> pipeline parallel: %d stages, schedule %s, %d model chunk(s) per rank, layers "
+        "per model chunk [%s], %lld micro-batches per iteration\n",
+        pp_size_, pipeline::schedule_name(executor_->kind()), partition_.virtual_stages,
+        layers.c_str(), static_cast<long long>(a.num_microbatches(dp_size_)));
+  }
+  if (a.recompute_granularity == "full")
+    std::printf("> activation recomputation: full, %s, %d layer(s)\n", a.recompute_method.c_str(),
+                a.recompute_num_layers);
+  if (a.recompute_granularity == "selective")
+    std::printf("> activation recomputation: selective (attention core)\n");
+  std::fflush(stdout);
+}
+
+}  // namespace tessera::train
