@@ -53,9 +53,12 @@ trained_on() {
 }
 # differs A B / close A B: two printed losses differ / agree to 1e-5 relative.
 differs() { [ -n "$1" ] && [ -n "$2" ] && [ "$1" != "$2" ]; }
-close() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b != 0 && d <= 1e-5 * b) }'; }
+close() {
+  [ -n "$1" ] && [ -n "$2" ] &&
+    awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b + 0 != 0 && d <= 1e-5 * b) }'
+}
 
-run 1 "${FLAGS[@]}" --data-path "$A"
+check "one prefix trains (the reference of the blends)" run 1 "${FLAGS[@]}" --data-path "$A"
 loss_a=$(loss_at 1)
 check "a weighted blend trains" run 1 "${FLAGS[@]}" --data-path 0.3 "$A" 0.7 "$B"
 check "  on both prefixes to the last iteration" trained_on 2
@@ -83,7 +86,8 @@ for model in gpt2-tiny llama-tiny; do
     --data-path "$A" --eod-mask-loss --reset-position-ids --reset-attention-mask
   check "  and they change its loss (EOD tokens masked, positions reset)" differs "$(loss_at 1)" "$plain"
 done
-run 1 "${FLAGS[@]}" --data-path 0.5 "$A" 0.5 "$B"
+check "one process trains on a 0.5/0.5 blend (the DP 2 reference)" \
+  run 1 "${FLAGS[@]}" --data-path 0.5 "$A" 0.5 "$B"
 loss_dp1=$(loss_at 4)
 check "DP 2 trains on a blend" run 2 "${FLAGS[@]}" --data-path 0.5 "$A" 0.5 "$B"
 check "  to the one-process loss at iteration 4" close "$(loss_at 4)" "$loss_dp1"

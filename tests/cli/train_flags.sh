@@ -16,7 +16,9 @@ settings() {
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift
-  env "${envs[@]}" "$BIN" "${FLAGS[@]}" "$@" 2>"$TMP/err" | grep '^distributed: '
+  # Whatever the caller's environment holds, only the variables given here are set.
+  env -u TESSERA_CHECK_COLLECTIVES -u TESSERA_DISTRIBUTED_TIMEOUT_SECONDS "${envs[@]}" \
+    "$BIN" "${FLAGS[@]}" "$@" 2>"$TMP/err" | grep '^distributed: '
 }
 check "defaults: 600 s, checks off" [ "$(settings --)" = \
   "distributed: watchdog timeout 600 s, collective consistency checks off" ]

@@ -115,14 +115,21 @@ int64_t Zero3Params::prefetched_elems() const {
 }
 
 void Zero3Params::make_room(int64_t elems) {
-  // Only prefetched units (gathered, not in use) can go: the oldest prefetch first would be the
-  // next one needed, so drop from the far end of the pass.
-  for (size_t i = order_.size(); i-- > 0 && live_elems() + elems > max_live_elems_;) {
-    const int u = order_[i];
-    if (state_[u] == State::kDropped || uses_[u] > 0 || persistent_[u]) continue;
+  const auto droppable = [&](int u) {
+    return state_[u] != State::kDropped && uses_[u] == 0 && !persistent_[u];
+  };
+  const auto drop_now = [&](int u) {
     if (state_[u] == State::kGathering) wait_gather(u);
     drop(u);
-  }
+  };
+  // Units gathered ahead for another pass go first (this pass will not use them), then this
+  // pass's prefetched units from its far end (the nearest is the next one needed).
+  std::vector<bool> in_pass(units_.size(), false);
+  for (int u : order_) in_pass[u] = true;
+  for (size_t u = 0; u < units_.size() && live_elems() + elems > max_live_elems_; ++u)
+    if (!in_pass[u] && droppable(static_cast<int>(u))) drop_now(static_cast<int>(u));
+  for (size_t i = order_.size(); i-- > 0 && live_elems() + elems > max_live_elems_;)
+    if (droppable(order_[i])) drop_now(order_[i]);
 }
 
 void Zero3Params::acquire(int u) {

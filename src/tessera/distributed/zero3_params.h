@@ -60,7 +60,8 @@ class Zero3Params : public model::ParamAccess {
   enum class State { kDropped, kGathering, kWhole };
   // Elements of units gathered (or gathering) ahead of use: live, not persistent, not in use.
   int64_t prefetched_elems() const;
-  // Drops prefetched units, from the far end of the pass, until `elems` more fit the live limit.
+  // Drops prefetched units (those of another pass first, then this pass's from its far end)
+  // until `elems` more fit the live limit.
   void make_room(int64_t elems);
   void start_gather(int unit);
   void wait_gather(int unit);

@@ -61,7 +61,9 @@ void add_bias_and_round(T* out, const float* product, const T* bias, int64_t N, 
   }
 }
 
-// Widened 16-bit products take the fp32 copies from here (one per calling thread, kept).
+// Widened 16-bit products take the fp32 copies from here (one per calling thread, kept): it grows
+// to the largest N x OC of the run in fp32 (for an LM head, the logits' size), beside gemm's own
+// widening buffers, and is accounted as MemoryCategory::kOther.
 ScratchBuffer& linear_scratch() {
   thread_local ScratchBuffer buffer;
   return buffer;

@@ -196,14 +196,17 @@ void apply_zero(Section z, TrainArgs& args, std::vector<std::string>& warnings,
     z.fail(z.name("contiguous_gradients"),
            "false is not supported: Tessera's gradients are always one contiguous buffer "
            "(set it true or remove it)");
+  // Stages 1-2 gather per reduce bucket; stage 0 gathers nothing and stage 3 per unit, where the
+  // setting has no counterpart and is accepted as DeepSpeed's own stage 3 accepts it.
   if (z.contains("allgather_bucket_size")) {
     const int64_t gather = z.integer("allgather_bucket_size", 0);
     if (gather <= 0) z.fail(z.name("allgather_bucket_size"), "must be > 0");
-    if (gather != args.ddp_bucket_size)
+    if ((stage == 1 || stage == 2) && args.ddp_bucket_size > 0 && gather != args.ddp_bucket_size)
       z.fail(z.name("allgather_bucket_size"),
              std::to_string(gather) + " differs from the reduce bucket size " +
-                 std::to_string(args.ddp_bucket_size) + ": Tessera all-gathers parameters per gradient " +
-                 "bucket, so the two must be equal (or leave allgather_bucket_size out)");
+                 std::to_string(args.ddp_bucket_size) +
+                 ": at ZeRO stages 1-2 Tessera all-gathers parameters per gradient bucket, so "
+                 "the two must be equal (or leave allgather_bucket_size out)");
   } else {
     z.has("allgather_bucket_size");
   }

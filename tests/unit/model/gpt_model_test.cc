@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "testing/llama_style.h"
 #include "testing/numeric.h"
 
 namespace tessera::model {
@@ -51,14 +52,8 @@ ModelConfig tiny_gpt() {
 ModelConfig tiny_llama() {
   ModelConfig c = tiny_gpt();
   c.num_attention_heads = 4;
-  c.group_query_attention = true;
-  c.num_query_groups = 2;
-  c.normalization = Normalization::kRMSNorm;
-  c.position_embedding = PositionEmbedding::kRope;
-  c.swiglu = true;
+  testing::make_llama_style(c, 2);
   c.ffn_hidden_size = 24;
-  c.untie_embeddings_and_output_weights = true;
-  c.add_bias_linear = false;
   return c;
 }
 

@@ -11,6 +11,7 @@
 #include "tessera/core/memory.h"
 #include "tessera/model/activation_memory.h"
 #include "tessera/model/gpt_model.h"
+#include "testing/llama_style.h"
 
 namespace tessera::model {
 namespace {
@@ -24,14 +25,8 @@ ModelConfig four_layer_llama() {
   c.num_layers = 4;
   c.hidden_size = 32;
   c.num_attention_heads = 4;
-  c.group_query_attention = true;
-  c.num_query_groups = 2;
-  c.normalization = Normalization::kRMSNorm;
-  c.position_embedding = PositionEmbedding::kRope;
-  c.swiglu = true;
+  testing::make_llama_style(c, 2);
   c.ffn_hidden_size = 48;
-  c.untie_embeddings_and_output_weights = true;
-  c.add_bias_linear = false;
   c.seq_length = 16;
   c.max_position_embeddings = 16;
   c.vocab_size = 37;
