@@ -24,25 +24,23 @@ check "a ZeRO stage outside 0-3" expect_error 2 ".*zero_optimization.stage must 
 check "a missing file" expect_error 2 ".*cannot open the file" \
   --deepspeed_config "$TMP/missing.json" --lr 1e-3
 # Keys Tessera cannot honour are refused, not ignored while the run goes on.
-echo '{"zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu", "pin_memory": true}}}' \
-  >"$TMP/offload.json"
-check "optimizer offload to the CPU is refused" expect_error 2 \
+# refused DESCRIPTION PATTERN JSON: that config is one error line matching PATTERN, exit 2.
+refused() {
+  echo "$3" >"$TMP/refused.json"
+  check "$1" expect_error 2 "$2" --deepspeed_config "$TMP/refused.json" --lr 1e-3
+}
+refused "optimizer offload to the CPU is refused" \
   ".*zero_optimization.offload_optimizer.device \"cpu\": offload is not implemented" \
-  --deepspeed_config "$TMP/offload.json" --lr 1e-3
-echo '{"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"}}}' \
-  >"$TMP/nvme.json"
-check "parameter offload to NVMe is refused" expect_error 2 \
+  '{"zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu", "pin_memory": true}}}'
+refused "parameter offload to NVMe is refused" \
   ".*zero_optimization.offload_param.device \"nvme\": offload is not implemented" \
-  --deepspeed_config "$TMP/nvme.json" --lr 1e-3
-echo '{"zero_optimization": {"stage": 2, "contiguous_gradients": false}}' >"$TMP/contig.json"
-check "contiguous_gradients false is refused" expect_error 2 \
+  '{"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"}}}'
+refused "contiguous_gradients false is refused" \
   ".*zero_optimization.contiguous_gradients false is not supported" \
-  --deepspeed_config "$TMP/contig.json" --lr 1e-3
-echo '{"zero_optimization": {"stage": 1, "reduce_bucket_size": 5e8, "allgather_bucket_size": 2e8}}' \
-  >"$TMP/gather.json"
-check "an all-gather bucket unlike the reduce bucket is refused" expect_error 2 \
+  '{"zero_optimization": {"stage": 2, "contiguous_gradients": false}}'
+refused "an all-gather bucket unlike the reduce bucket is refused (stages 1-2)" \
   ".*zero_optimization.allgather_bucket_size 200000000 differs from the reduce bucket size 500000000" \
-  --deepspeed_config "$TMP/gather.json" --lr 1e-3
+  '{"zero_optimization": {"stage": 1, "reduce_bucket_size": 5e8, "allgather_bucket_size": 2e8}}'
 
 trains() {
   echo '{"train_batch_size": 4, "flops_profiler": {"enabled": false}}' >"$TMP/unknown.json"
