@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+#include "tessera/core/error.h"
+
 namespace tessera::distributed {
 
 struct ShardingPlan {
@@ -34,8 +36,9 @@ struct ShardingPlan {
   // A plan of ZeRO stage `zero_stage` (0..3) with the given bucket and overlap, the stage-3 sizes
   // at their defaults (tests and benchmarks; a run's plan comes from its flags).
   static ShardingPlan for_stage(int zero_stage, int64_t bucket_elems, bool overlap) {
+    TESSERA_CHECK(zero_stage >= 0 && zero_stage <= 3);
     ShardingPlan plan;
-    plan.stage = static_cast<Stage>(zero_stage < 0 ? 0 : zero_stage > 3 ? 3 : zero_stage);
+    plan.stage = static_cast<Stage>(zero_stage);
     plan.bucket_elems = bucket_elems;
     plan.overlap_grad_reduce = overlap;
     return plan;

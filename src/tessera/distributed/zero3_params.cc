@@ -107,29 +107,32 @@ void Zero3Params::begin_pass(const std::vector<int>& order) {
   next_in_order_ = 0;
 }
 
+bool Zero3Params::prefetched(int u) const {
+  return state_[u] != State::kDropped && uses_[u] == 0 && !persistent_[u];
+}
+
 int64_t Zero3Params::prefetched_elems() const {
   int64_t total = 0;
   for (size_t u = 0; u < units_.size(); ++u)
-    if (state_[u] != State::kDropped && uses_[u] == 0 && !persistent_[u]) total += units_[u].size();
+    if (prefetched(static_cast<int>(u))) total += units_[u].size();
   return total;
 }
 
 void Zero3Params::make_room(int64_t elems) {
-  const auto droppable = [&](int u) {
-    return state_[u] != State::kDropped && uses_[u] == 0 && !persistent_[u];
-  };
+  int64_t live = live_elems();
   const auto drop_now = [&](int u) {
     if (state_[u] == State::kGathering) wait_gather(u);
     drop(u);
+    live -= units_[u].size();
   };
   // Units gathered ahead for another pass go first (this pass will not use them), then this
   // pass's prefetched units from its far end (the nearest is the next one needed).
   std::vector<bool> in_pass(units_.size(), false);
   for (int u : order_) in_pass[u] = true;
-  for (size_t u = 0; u < units_.size() && live_elems() + elems > max_live_elems_; ++u)
-    if (!in_pass[u] && droppable(static_cast<int>(u))) drop_now(static_cast<int>(u));
-  for (size_t i = order_.size(); i-- > 0 && live_elems() + elems > max_live_elems_;)
-    if (droppable(order_[i])) drop_now(order_[i]);
+  for (size_t u = 0; u < units_.size() && live + elems > max_live_elems_; ++u)
+    if (!in_pass[u] && prefetched(static_cast<int>(u))) drop_now(static_cast<int>(u));
+  for (size_t i = order_.size(); i-- > 0 && live + elems > max_live_elems_;)
+    if (prefetched(order_[i])) drop_now(order_[i]);
 }
 
 void Zero3Params::acquire(int u) {
@@ -148,14 +151,15 @@ void Zero3Params::acquire(int u) {
   ++next_in_order_;
   // DeepSpeed's stage3_prefetch_bucket_size: gather the pass's next units ahead, in order, while
   // the prefetched-but-unused elements fit the bucket and everything live fits the limit.
-  int64_t prefetched = prefetched_elems();
+  int64_t prefetched = prefetched_elems(), live = live_elems();
   for (size_t i = next_in_order_; i < order_.size(); ++i) {
     const int next = order_[i];
     if (state_[next] != State::kDropped) continue;  // already live (persistent, or prefetched)
     const int64_t size = units_[next].size();
-    if (prefetched + size > prefetch_elems_ || live_elems() + size > max_live_elems_) break;
+    if (prefetched + size > prefetch_elems_ || live + size > max_live_elems_) break;
     start_gather(next);
     prefetched += size;
+    live += size;
   }
 }
 

@@ -58,7 +58,8 @@ class Zero3Params : public model::ParamAccess {
 
  private:
   enum class State { kDropped, kGathering, kWhole };
-  // Elements of units gathered (or gathering) ahead of use: live, not persistent, not in use.
+  // Whether unit u was gathered (or is gathering) ahead of use: live, not persistent, not in use.
+  bool prefetched(int unit) const;
   int64_t prefetched_elems() const;
   // Drops prefetched units (those of another pass first, then this pass's from its far end)
   // until `elems` more fit the live limit.

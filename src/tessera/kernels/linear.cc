@@ -18,15 +18,18 @@ namespace {
 // Below this many elements a pass is a few microseconds: not worth an OpenMP fork/join.
 constexpr int64_t kParallelElems = int64_t{1} << 16;
 
-// out[n, :] += bias, in fp32. For bf16 on oneDNN's bf16 matmul `out` already holds the product
-// rounded to bf16, so the result is rounded twice (product, then sum): within one bf16 ulp, and
-// it keeps that matmul's bf16 output (no fp32 temporary of N x OC).
-template <typename T>
-void add_bias(T* out, const T* bias, int64_t N, int64_t OC) {
+// out[n, :] = in[n, :] + bias in fp32, rounded once to T. `in` is `out` itself (in place) or,
+// where 16-bit gemms are widened to fp32 (gemm.h, gemm_widens), the fp32 product: then the sum
+// is rounded once and the output is written in one pass. In place on oneDNN's bf16 matmul `out`
+// already holds the product rounded to bf16, so the result is rounded twice (product, then sum):
+// within one bf16 ulp, and it keeps that matmul's bf16 output (no fp32 temporary of N x OC).
+template <typename T, typename TIn>
+void add_bias(T* out, const TIn* in, const T* bias, int64_t N, int64_t OC) {
 #pragma omp parallel for schedule(static) if (N * OC >= kParallelElems)
   for (int64_t n = 0; n < N; ++n) {
     T* row = out + n * OC;
-    for (int64_t o = 0; o < OC; ++o) row[o] = from_f32<T>(to_f32(row[o]) + to_f32(bias[o]));
+    const TIn* src = in + n * OC;
+    for (int64_t o = 0; o < OC; ++o) row[o] = from_f32<T>(to_f32(src[o]) + to_f32(bias[o]));
   }
 }
 
@@ -45,19 +48,6 @@ void bias_grad(float* dbias, const T* dout, int64_t N, int64_t OC) {
       for (int64_t o = o0; o < o1; ++o) acc[o - o0] += to_f32(row[o]);
     }
     for (int64_t o = o0; o < o1; ++o) dbias[o] += acc[o - o0];
-  }
-}
-
-// Where 16-bit gemms are widened to fp32 (gemm.h, gemm_widens) the fp32 product is in hand before
-// rounding: the bias is added to it and the sum rounded once, one pass instead of a rounding pass
-// then a bias pass over the 16-bit output.
-template <typename T>
-void add_bias_and_round(T* out, const float* product, const T* bias, int64_t N, int64_t OC) {
-#pragma omp parallel for schedule(static) if (N * OC >= kParallelElems)
-  for (int64_t n = 0; n < N; ++n) {
-    T* row = out + n * OC;
-    const float* acc = product + n * OC;
-    for (int64_t o = 0; o < OC; ++o) row[o] = from_f32<T>(acc[o] + to_f32(bias[o]));
   }
 }
 
@@ -82,11 +72,11 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
     if (bias != nullptr && gemm_widens(dtype_of<T>())) {
       float* product = linear_scratch().floats(N * OC);
       gemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, product, OC);
-      return add_bias_and_round(out, product, bias, N, OC);
+      return add_bias(out, product, bias, N, OC);
     }
   }
   gemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
-  if (bias != nullptr) add_bias(out, bias, N, OC);
+  if (bias != nullptr) add_bias(out, out, bias, N, OC);
 }
 
 template <typename T>
@@ -115,7 +105,7 @@ void linear_backward(T* dinp, float* dweight, float* dbias, const T* dout, const
 
 template <typename T>
 void bias_forward(T* out, const T* bias, int64_t N, int64_t OC) {
-  add_bias(out, bias, N, OC);
+  add_bias(out, out, bias, N, OC);
 }
 template <typename T>
 void bias_backward(float* dbias, const T* dout, int64_t N, int64_t OC) {

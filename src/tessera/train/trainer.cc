@@ -230,13 +230,13 @@ struct LogWindow {
   double time = 0, loss = 0, wait = 0;
   int64_t iters = 0, updates = 0, skipped = 0, nan = 0;
 
-  void add(const IterationMetrics& m, bool was_skipped, bool was_nan) {
+  void add(const IterationMetrics& m, bool was_nan) {
     time += m.iter_time_s;
     wait += m.data_wait_s;
     ++iters;
-    skipped += was_skipped ? 1 : 0;
+    skipped += m.skipped ? 1 : 0;
     nan += was_nan ? 1 : 0;
-    if (!was_skipped) {
+    if (!m.skipped) {
       loss += m.lm_loss;
       ++updates;
     }
@@ -304,7 +304,7 @@ int64_t Trainer::train() {
     m.tflops_per_rank = flops_per_iter / world_size_ / dt / 1e12;
     m.peak_mem_bytes = MemoryAccountant::instance().snapshot().total_peak;
     m.data_wait_s = prefetcher_->take_wait_seconds();
-    window.add(m, step.skipped, step.nan);
+    window.add(m, step.nan);
     if (iteration % a.log_interval == 0 || iteration == train_iters_) {
       const int64_t iters = window.iters;
       std::printf("%s\n", format_log_line(window.take_average(m, tokens_per_iter, flops_per_iter,
