@@ -2,15 +2,14 @@
 
 #include <CLI/CLI.hpp>
 
-#include <filesystem>
-#include <functional>
+#include <cstdio>
 #include <map>
 
-#include "tessera/checkpoint/hf_import.h"
 #include "tessera/core/error.h"
 #include "tessera/data/gpt_dataset.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/kernels/build_info.h"
+#include "tessera/train/flag_table.h"
 #include "tessera/train/json_config.h"
 
 namespace tessera::train {
@@ -18,84 +17,297 @@ namespace {
 
 using model::ModelConfig;
 
-// Model flags write into a scratch config; after parsing, only the flags that were given
-// (on the command line or in --config) are copied over the preset.
-class ModelFlags {
- public:
-  ModelFlags(CLI::App& app, ModelConfig& scratch) : app_(app), scratch_(scratch) {}
+// The table, one function per concern (flag_table.h). Defaults are TrainArgs' and ModelConfig's
+// initial values; model flags override the --model preset field by field.
 
-  template <typename V>
-  void add(const char* flag, V ModelConfig::*field, const char* help) {
-    CLI::Option* opt = app_.add_option(flag, scratch_.*field, help);
-    copies_.push_back([opt, field](ModelConfig& dst, const ModelConfig& src) {
-      if (opt->count() > 0) dst.*field = src.*field;
-    });
-  }
-  // A boolean flag: `--swiglu`, `--swiglu=false`, or `"swiglu": false` in --config. The field
-  // becomes `value` when the flag is true and !value when it is false (for --disable-*).
-  void add_flag(const char* flag, bool ModelConfig::*field, bool value, const char* help) {
-    auto parsed = std::make_shared<bool>(false);
-    flag_values_.push_back(parsed);
-    CLI::Option* opt = app_.add_flag(std::string(flag), *parsed, help);
-    copies_.push_back([opt, field, value, parsed](ModelConfig& dst, const ModelConfig&) {
-      if (opt->count() > 0) dst.*field = *parsed ? value : !value;
-    });
-  }
-  // An option naming one of `names`; anything else is an error listing them.
-  template <typename E>
-  void add_enum(const char* flag, E ModelConfig::*field, std::map<std::string, E> names,
-                const char* help) {
-    auto parsed = std::make_shared<std::string>();
-    std::vector<std::string> allowed;
-    for (const auto& [name, v] : names) allowed.push_back(name);
-    CLI::Option* opt = app_.add_option(flag, *parsed, help)->check(CLI::IsMember(allowed));
-    copies_.push_back([opt, field, names, parsed](ModelConfig& dst, const ModelConfig&) {
-      if (opt->count() > 0) dst.*field = names.at(*parsed);
-    });
-    enum_values_.push_back(parsed);
-  }
-  void apply(ModelConfig& dst) const {
-    for (const auto& copy : copies_) copy(dst, scratch_);
-  }
+void add_model_flags(FlagTable& t) {
+  t.group(FlagGroup::kModel);
+  t.option("--model", &TrainArgs::model_preset,
+           "preset: gpt2-tiny, gpt2-124m, gpt2-350m, llama-tiny, llama-1b");
+  t.model_option("--num-layers", &ModelConfig::num_layers, "transformer layers");
+  t.model_option("--hidden-size", &ModelConfig::hidden_size, "hidden size C");
+  t.model_option("--num-attention-heads", &ModelConfig::num_attention_heads, "attention heads");
+  t.model_option("--ffn-hidden-size", &ModelConfig::ffn_hidden_size, "MLP hidden size (default 4C)");
+  t.model_option("--seq-length", &ModelConfig::seq_length, "sequence length");
+  t.model_option("--max-position-embeddings", &ModelConfig::max_position_embeddings,
+                 "learned position table size (default: seq length)");
+  t.model_option("--vocab-size", &ModelConfig::vocab_size, "vocabulary size (before padding)");
+  t.model_option("--make-vocab-size-divisible-by", &ModelConfig::make_vocab_size_divisible_by,
+                 "pad the vocabulary to a multiple of this (x TP)");
+  t.model_enum("--normalization", &ModelConfig::normalization,
+               std::map<std::string, model::Normalization>{
+                   {"LayerNorm", model::Normalization::kLayerNorm},
+                   {"RMSNorm", model::Normalization::kRMSNorm}},
+               "LayerNorm or RMSNorm");
+  t.model_option("--norm-epsilon", &ModelConfig::norm_epsilon, "epsilon of the norms");
+  t.model_flag("--swiglu", &ModelConfig::swiglu, true, "SwiGLU MLP");
+  t.model_enum("--position-embedding-type", &ModelConfig::position_embedding,
+               std::map<std::string, model::PositionEmbedding>{
+                   {"learned_absolute", model::PositionEmbedding::kLearnedAbsolute},
+                   {"rope", model::PositionEmbedding::kRope}},
+               "learned_absolute or rope");
+  t.model_option("--rotary-base", &ModelConfig::rotary_base, "RoPE theta");
+  t.model_flag("--group-query-attention", &ModelConfig::group_query_attention, true, "use GQA");
+  t.model_option("--num-query-groups", &ModelConfig::num_query_groups, "key/value groups for GQA");
+  t.model_flag("--untie-embeddings-and-output-weights",
+               &ModelConfig::untie_embeddings_and_output_weights, true, "separate output layer");
+  t.model_flag("--disable-bias-linear", &ModelConfig::add_bias_linear, false, "no linear biases");
+  t.model_option("--attention-dropout", &ModelConfig::attention_dropout,
+                 "attention dropout probability");
+  t.model_option("--hidden-dropout", &ModelConfig::hidden_dropout, "hidden dropout probability");
+  t.model_option("--init-method-std", &ModelConfig::init_method_std,
+                 "std of the normal initialisation");
+}
 
- private:
-  CLI::App& app_;
-  ModelConfig& scratch_;
-  std::vector<std::function<void(ModelConfig&, const ModelConfig&)>> copies_;
-  std::vector<std::shared_ptr<bool>> flag_values_;           // storage CLI11 writes flags into
-  std::vector<std::shared_ptr<std::string>> enum_values_;
-};
+void add_training_flags(FlagTable& t) {
+  t.group(FlagGroup::kTraining);
+  t.option("--micro-batch-size", &TrainArgs::micro_batch_size)->check(CLI::PositiveNumber);
+  t.option("--global-batch-size", &TrainArgs::global_batch_size,
+           "samples per iteration (default: micro batch x data-parallel size)")
+      ->check(CLI::PositiveNumber);
+  auto* iters = t.option("--train-iters", &TrainArgs::train_iters)->check(CLI::PositiveNumber);
+  t.option("--train-samples", &TrainArgs::train_samples, "instead of --train-iters")
+      ->check(CLI::PositiveNumber)
+      ->excludes(iters);
+  t.option("--exit-interval", &TrainArgs::exit_interval, "stop after this iteration")
+      ->check(CLI::NonNegativeNumber);
+  t.option("--exit-duration-in-mins", &TrainArgs::exit_duration_in_mins)
+      ->check(CLI::NonNegativeNumber);
+  t.option("--eval-interval", &TrainArgs::eval_interval)->check(CLI::NonNegativeNumber);
+  t.option("--eval-iters", &TrainArgs::eval_iters)->check(CLI::NonNegativeNumber);
+  t.option("--seed", &TrainArgs::seed, "initialisation, dropout and data order");
+  t.option("--num-threads", &TrainArgs::num_threads, "threads per process (default cores/ranks)")
+      ->check(CLI::NonNegativeNumber);
+}
 
-void add_model_flags(ModelFlags& m) {
-  m.add("--num-layers", &ModelConfig::num_layers, "transformer layers");
-  m.add("--hidden-size", &ModelConfig::hidden_size, "hidden size C");
-  m.add("--num-attention-heads", &ModelConfig::num_attention_heads, "attention heads");
-  m.add("--ffn-hidden-size", &ModelConfig::ffn_hidden_size, "MLP hidden size (default 4C)");
-  m.add("--seq-length", &ModelConfig::seq_length, "sequence length");
-  m.add("--max-position-embeddings", &ModelConfig::max_position_embeddings,
-        "learned position table size (default: seq length)");
-  m.add("--vocab-size", &ModelConfig::vocab_size, "vocabulary size (before padding)");
-  m.add("--make-vocab-size-divisible-by", &ModelConfig::make_vocab_size_divisible_by,
-        "pad the vocabulary to a multiple of this (x TP)");
-  m.add_enum("--normalization", &ModelConfig::normalization,
-             {{"LayerNorm", model::Normalization::kLayerNorm},
-              {"RMSNorm", model::Normalization::kRMSNorm}},
-             "LayerNorm or RMSNorm");
-  m.add("--norm-epsilon", &ModelConfig::norm_epsilon, "epsilon of the norms");
-  m.add_flag("--swiglu", &ModelConfig::swiglu, true, "SwiGLU MLP");
-  m.add_enum("--position-embedding-type", &ModelConfig::position_embedding,
-             {{"learned_absolute", model::PositionEmbedding::kLearnedAbsolute},
-              {"rope", model::PositionEmbedding::kRope}},
-             "learned_absolute or rope");
-  m.add("--rotary-base", &ModelConfig::rotary_base, "RoPE theta");
-  m.add_flag("--group-query-attention", &ModelConfig::group_query_attention, true, "use GQA");
-  m.add("--num-query-groups", &ModelConfig::num_query_groups, "key/value groups for GQA");
-  m.add_flag("--untie-embeddings-and-output-weights",
-             &ModelConfig::untie_embeddings_and_output_weights, true, "separate output layer");
-  m.add_flag("--disable-bias-linear", &ModelConfig::add_bias_linear, false, "no linear biases");
-  m.add("--attention-dropout", &ModelConfig::attention_dropout, "attention dropout probability");
-  m.add("--hidden-dropout", &ModelConfig::hidden_dropout, "hidden dropout probability");
-  m.add("--init-method-std", &ModelConfig::init_method_std, "std of the normal initialisation");
+void add_optimizer_flags(FlagTable& t) {
+  t.group(FlagGroup::kOptimizer);
+  t.option("--optimizer", &TrainArgs::optimizer, "adam (AdamW, decoupled decay) or sgd")
+      ->check(CLI::IsMember({"adam", "adamw", "sgd"}));
+  t.option("--lr", &TrainArgs::lr, "peak learning rate (required)")->check(CLI::NonNegativeNumber);
+  t.option("--min-lr", &TrainArgs::min_lr)->check(CLI::NonNegativeNumber);
+  t.option("--adam-beta1", &TrainArgs::adam_beta1)->check(CLI::Range(0.0, 1.0));
+  t.option("--adam-beta2", &TrainArgs::adam_beta2)->check(CLI::Range(0.0, 1.0));
+  t.option("--adam-eps", &TrainArgs::adam_eps)->check(CLI::PositiveNumber);
+  t.option("--sgd-momentum", &TrainArgs::sgd_momentum)->check(CLI::Range(0.0, 1.0));
+  t.option("--weight-decay", &TrainArgs::weight_decay)->check(CLI::NonNegativeNumber);
+  t.option("--clip-grad", &TrainArgs::clip_grad, "gradient-norm clipping (0 disables)")
+      ->check(CLI::NonNegativeNumber);
+  auto* warm = t.option("--lr-warmup-iters", &TrainArgs::lr_warmup_iters)
+                   ->check(CLI::NonNegativeNumber);
+  t.option("--lr-warmup-fraction", &TrainArgs::lr_warmup_fraction,
+           "warmup as a fraction of the decay iterations")
+      ->check(CLI::Range(0.0, 1.0))
+      ->excludes(warm);
+  t.option("--lr-decay-iters", &TrainArgs::lr_decay_iters, "default: the training iterations")
+      ->check(CLI::NonNegativeNumber);
+  t.option("--lr-decay-style", &TrainArgs::lr_decay_style)
+      ->check(CLI::IsMember({"constant", "linear", "cosine", "inverse-square-root", "WSD"}));
+  t.option("--lr-wsd-decay-iters", &TrainArgs::lr_wsd_decay_iters)->check(CLI::NonNegativeNumber);
+  t.option("--lr-wsd-decay-style", &TrainArgs::lr_wsd_decay_style)
+      ->check(CLI::IsMember({"linear", "cosine", "exponential", "minus_sqrt"}));
+}
+
+void add_precision_flags(FlagTable& t) {
+  t.group(FlagGroup::kPrecision);
+  t.flag("--bf16", &TrainArgs::bf16, "bf16 compute, fp32 master weights and gradients");
+  t.flag("--fp16", &TrainArgs::fp16, "fp16 compute with loss scaling");
+  t.option("--loss-scale", &TrainArgs::loss_scale, "static loss scale (default: dynamic)")
+      ->check(CLI::PositiveNumber);
+  t.option("--initial-loss-scale", &TrainArgs::initial_loss_scale)->check(CLI::PositiveNumber);
+  t.option("--min-loss-scale", &TrainArgs::min_loss_scale)->check(CLI::PositiveNumber);
+  t.option("--loss-scale-window", &TrainArgs::loss_scale_window)->check(CLI::PositiveNumber);
+  t.option("--hysteresis", &TrainArgs::hysteresis)->check(CLI::PositiveNumber);
+  t.flag("--skip-nan-iterations", &TrainArgs::skip_nan_iterations,
+         "skip iterations whose loss or gradients are NaN/Inf instead of stopping");
+}
+
+void add_data_flags(FlagTable& t) {
+  t.group(FlagGroup::kData);
+  t.flag("--mock-data", &TrainArgs::mock_data, "synthetic learnable token stream");
+  t.option("--data-path", &TrainArgs::data_path,
+           "indexed dataset prefixes (PREFIX.bin/.idx), optionally weighted: 0.3 A 0.7 B");
+  t.option("--train-data-path", &TrainArgs::train_data_path, "training blend (instead of --split)");
+  t.option("--valid-data-path", &TrainArgs::valid_data_path, "validation blend");
+  t.option("--test-data-path", &TrainArgs::test_data_path, "test blend");
+  t.option("--data-cache-path", &TrainArgs::data_cache_path, "where dataset indices are cached");
+  t.option("--split", &TrainArgs::split, "train,valid,test weights");
+  t.flag("--eod-mask-loss", &TrainArgs::eod_mask_loss, "no loss on predictions made from EOD");
+  t.flag("--reset-position-ids", &TrainArgs::reset_position_ids, "positions restart after EOD");
+  t.flag("--reset-attention-mask", &TrainArgs::reset_attention_mask,
+         "tokens attend only within their document");
+  t.option("--tokenizer-type", &TrainArgs::tokenizer_type)
+      ->check(CLI::IsMember(data::tokenizer_types()));
+  t.option("--vocab-file", &TrainArgs::vocab_file, "GPT2BPETokenizer: encoder.json");
+  t.option("--merge-file", &TrainArgs::merge_file, "GPT2BPETokenizer: vocab.bpe");
+  t.option("--tokenizer-model", &TrainArgs::tokenizer_model,
+           "HuggingFaceTokenizer: tokenizer.json; SentencePieceTokenizer: .model");
+}
+
+void add_mesh_flags(FlagTable& t) {
+  t.group(FlagGroup::kParallel);
+  t.option("--tensor-model-parallel-size", &TrainArgs::tensor_model_parallel_size)
+      ->check(CLI::PositiveNumber);
+  t.flag("--sequence-parallel", &TrainArgs::sequence_parallel,
+         "split norms, dropout and residuals along the sequence across the TP group");
+  t.option("--pipeline-model-parallel-size", &TrainArgs::pipeline_model_parallel_size)
+      ->check(CLI::PositiveNumber);
+  t.option("--pipeline-schedule", &TrainArgs::pipeline_schedule,
+           "gpipe, 1f1b (default) or interleaved (default with virtual stages)")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+  t.option("--num-layers-per-virtual-pipeline-stage", &TrainArgs::num_layers_per_virtual_stage,
+           "layers per model chunk: interleaved 1F1B with several chunks per rank")
+      ->check(CLI::PositiveNumber);
+  t.option("--decoder-first-pipeline-num-layers", &TrainArgs::decoder_first_pipeline_num_layers,
+           "layers on the first pipeline stage (uneven split)")
+      ->check(CLI::NonNegativeNumber);
+  t.option("--decoder-last-pipeline-num-layers", &TrainArgs::decoder_last_pipeline_num_layers,
+           "layers on the last pipeline stage (uneven split)")
+      ->check(CLI::NonNegativeNumber);
+  t.option("--recompute-granularity", &TrainArgs::recompute_granularity,
+           "full (whole layers) or selective (the attention core)")
+      ->check(CLI::IsMember({"full", "selective"}));
+  t.option("--recompute-method", &TrainArgs::recompute_method,
+           "with full: uniform (groups of --recompute-num-layers) or block (the first N)")
+      ->check(CLI::IsMember({"uniform", "block"}));
+  t.option("--recompute-num-layers", &TrainArgs::recompute_num_layers,
+           "with full: layers per recompute group (uniform) or recomputed layers (block)")
+      ->check(CLI::PositiveNumber);
+  t.option("--context-parallel-size", &TrainArgs::context_parallel_size)
+      ->check(CLI::PositiveNumber);
+  t.option("--expert-model-parallel-size", &TrainArgs::expert_model_parallel_size)
+      ->check(CLI::PositiveNumber);
+  t.flag("--print-mesh", &TrainArgs::print_mesh,
+         "print every rank's coordinates and groups, then exit");
+  t.option("--distributed-timeout-minutes", &TrainArgs::distributed_timeout_minutes,
+           "abort the job when a communication does not complete within this time "
+           "(default: TESSERA_DISTRIBUTED_TIMEOUT_SECONDS, else 10 minutes)")
+      ->check(CLI::PositiveNumber);
+  t.flag("--check-collectives", &TrainArgs::check_collectives,
+         "compare every rank's sequence of collectives; report the first mismatch "
+         "(also on with TESSERA_CHECK_COLLECTIVES=1)");
+}
+
+void add_data_parallel_flags(FlagTable& t) {
+  t.group(FlagGroup::kParallel);
+  t.option("--zero-stage", &TrainArgs::zero_stage,
+           "ZeRO stage: 0 (replicated), 1 (sharded optimizer), 2 (+ gradients), 3 (+ parameters)")
+      ->check(CLI::Range(0, 3));
+  t.flag("--use-distributed-optimizer", &TrainArgs::use_distributed_optimizer,
+         "shard optimizer state over data parallel ranks (ZeRO stage 1)");
+  t.flag("--overlap-grad-reduce,!--no-overlap-grad-reduce", &TrainArgs::overlap_grad_reduce,
+         "reduce gradient buckets during the last micro-batch's backward (default on)");
+  t.option("--ddp-bucket-size", &TrainArgs::ddp_bucket_size,
+           "gradient bucket size in elements (default: max(40M, 1M x data-parallel size))")
+      ->check(CLI::NonNegativeNumber);
+  t.option("--stage3-prefetch-bucket-size", &TrainArgs::stage3_prefetch_bucket_size,
+           "ZeRO 3: gather the next units of a pass ahead while those gathered ahead and not yet "
+           "used total at most this many elements")
+      ->check(CLI::NonNegativeNumber);
+  t.option("--stage3-param-persistence-threshold", &TrainArgs::stage3_param_persistence_threshold,
+           "ZeRO 3: units with fewer elements stay whole")
+      ->check(CLI::NonNegativeNumber);
+  t.option("--stage3-max-live-parameters", &TrainArgs::stage3_max_live_parameters,
+           "ZeRO 3: at most this many gathered elements at any time (prefetched units give way; "
+           "units in use always stay)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+void add_checkpoint_flags(FlagTable& t) {
+  t.group(FlagGroup::kCheckpoint);
+  t.option("--save", &TrainArgs::save, "checkpoint directory (sharded, any layout can load it)");
+  t.option("--save-interval", &TrainArgs::save_interval, "iterations between checkpoints")
+      ->check(CLI::PositiveNumber);
+  t.flag("--async-save", &TrainArgs::async_save,
+         "write checkpoints on a background thread while training continues");
+  t.option("--keep-checkpoints", &TrainArgs::keep_checkpoints,
+           "keep only the newest K checkpoints in --save (default: all)")
+      ->check(CLI::PositiveNumber);
+  t.flag("--no-save-optim", &TrainArgs::no_save_optim, "save weights only, no optimizer state");
+  t.option("--load", &TrainArgs::load,
+           "resume from a checkpoint directory (any layout), or start from a Hugging "
+           "Face model directory (config.json + model.safetensors)");
+  t.flag("--finetune", &TrainArgs::finetune,
+         "load weights only: iteration, data position and optimizer start afresh");
+  t.flag("--no-load-optim", &TrainArgs::no_load_optim, "do not load the optimizer state");
+  t.flag("--no-load-rng", &TrainArgs::no_load_rng, "take the seed from --seed, not the checkpoint");
+  t.option("--export-weights", &TrainArgs::export_weights,
+           "write final weights (safetensors) and config.json for Hugging Face");
+}
+
+void add_logging_flags(FlagTable& t) {
+  t.group(FlagGroup::kLogging);
+  t.option("--log-interval", &TrainArgs::log_interval)->check(CLI::PositiveNumber);
+  t.option("--timing-log-level", &TrainArgs::timing_log_level,
+           "0: iteration time only; 1: also rank 0's time per phase (forward, backward, "
+           "waits for pipeline transfers, gradient reduction, optimizer); 2: and each "
+           "phase's minimum and maximum over all ranks")
+      ->check(CLI::Range(0, 2));
+  t.option("--metrics-file", &TrainArgs::metrics_file, "JSON lines of per-iteration metrics");
+  t.option("--timeline-file", &TrainArgs::timeline_file,
+           "write a Chrome trace (Perfetto) of every rank's phases for one iteration");
+  t.option("--timeline-iteration", &TrainArgs::timeline_iteration,
+           "the iteration --timeline-file records (default: the last)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+void add_deepspeed_and_test_flags(FlagTable& t) {
+  t.group(FlagGroup::kDeepSpeed);
+  t.flag("--deepspeed", &TrainArgs::deepspeed, "use a DeepSpeed JSON config (--deepspeed_config)");
+  t.option("--deepspeed_config,--deepspeed-config", &TrainArgs::deepspeed_config,
+           "DeepSpeed JSON: batch sizes, zero_optimization, fp16/bf16, optimizer, "
+           "scheduler, gradient_clipping");
+  t.group(FlagGroup::kTestHooks);
+  t.option("--kill-during-save-at-iteration", &TrainArgs::kill_during_save_at,
+           "test hook: the last rank kills itself in the middle of this iteration's save");
+  t.option("--inject-overflow-at-iteration", &TrainArgs::inject_overflow_at,
+           "test hook: make this iteration's gradients overflow");
+}
+
+// The whole table.
+void declare_flags(FlagTable& t) {
+  add_model_flags(t);
+  add_training_flags(t);
+  add_optimizer_flags(t);
+  add_precision_flags(t);
+  add_data_flags(t);
+  add_mesh_flags(t);
+  add_data_parallel_flags(t);
+  add_checkpoint_flags(t);
+  add_logging_flags(t);
+  add_deepspeed_and_test_flags(t);
+}
+
+// The app's global options (not fields of TrainArgs): --config, --version, --list-flags.
+void configure_app(CLI::App& app) {
+  app.set_version_flag("--version", kernels::version_line);
+  app.option_defaults()->always_capture_default();
+  app.config_formatter(std::make_shared<JsonConfig>());
+  app.set_config("--config", "",
+                 "JSON file of flags (keys without dashes); flags on the command line win");
+  app.allow_config_extras(CLI::config_extras_mode::error);
+}
+
+// The table as declared against a default TrainArgs: what --list-flags prints and flag_name
+// looks up.
+const std::vector<FlagInfo>& flag_rows(std::map<std::ptrdiff_t, std::string>* names = nullptr) {
+  struct Catalogue {
+    std::vector<FlagInfo> rows;
+    std::map<std::ptrdiff_t, std::string> names;
+  };
+  static const Catalogue catalogue = [] {
+    Catalogue c;
+    CLI::App app;
+    configure_app(app);
+    TrainArgs probe;
+    FlagTable table(app, probe);
+    declare_flags(table);
+    c.rows = table.rows();
+    c.names = table.names_by_offset();
+    return c;
+  }();
+  if (names != nullptr) *names = catalogue.names;
+  return catalogue.rows;
 }
 
 }  // namespace
@@ -106,173 +318,11 @@ int64_t TrainArgs::num_microbatches(int64_t data_parallel) const {
 
 bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   CLI::App app{"tessera-train: train a GPT/LLaMA-style language model", "tessera-train"};
-  app.set_version_flag("--version", kernels::version_line);
-  app.option_defaults()->always_capture_default();
-  app.config_formatter(std::make_shared<JsonConfig>());
-  app.set_config("--config", "", "JSON file of flags (keys without dashes); flags on the command line win");
-  app.allow_config_extras(CLI::config_extras_mode::error);
-
-  ModelConfig scratch;
-  ModelFlags model_flags(app, scratch);
-  app.add_option("--model", args.model_preset,
-                 "preset: gpt2-tiny, gpt2-124m, gpt2-350m, llama-tiny, llama-1b");
-  add_model_flags(model_flags);
-
-  app.add_option("--micro-batch-size", args.micro_batch_size)->check(CLI::PositiveNumber);
-  app.add_option("--global-batch-size", args.global_batch_size)->check(CLI::PositiveNumber);
-  auto* iters = app.add_option("--train-iters", args.train_iters)->check(CLI::PositiveNumber);
-  app.add_option("--train-samples", args.train_samples)->check(CLI::PositiveNumber)->excludes(iters);
-  app.add_option("--exit-interval", args.exit_interval)->check(CLI::NonNegativeNumber);
-  app.add_option("--exit-duration-in-mins", args.exit_duration_in_mins)->check(CLI::NonNegativeNumber);
-  app.add_option("--eval-interval", args.eval_interval)->check(CLI::NonNegativeNumber);
-  app.add_option("--eval-iters", args.eval_iters)->check(CLI::NonNegativeNumber);
-
-  app.add_option("--optimizer", args.optimizer)->check(CLI::IsMember({"adam", "adamw", "sgd"}));
-  app.add_option("--lr", args.lr)->check(CLI::NonNegativeNumber);
-  app.add_option("--min-lr", args.min_lr)->check(CLI::NonNegativeNumber);
-  app.add_option("--adam-beta1", args.adam_beta1)->check(CLI::Range(0.0, 1.0));
-  app.add_option("--adam-beta2", args.adam_beta2)->check(CLI::Range(0.0, 1.0));
-  app.add_option("--adam-eps", args.adam_eps)->check(CLI::PositiveNumber);
-  app.add_option("--sgd-momentum", args.sgd_momentum)->check(CLI::Range(0.0, 1.0));
-  app.add_option("--weight-decay", args.weight_decay)->check(CLI::NonNegativeNumber);
-  app.add_option("--clip-grad", args.clip_grad)->check(CLI::NonNegativeNumber);
-  auto* warm = app.add_option("--lr-warmup-iters", args.lr_warmup_iters)->check(CLI::NonNegativeNumber);
-  app.add_option("--lr-warmup-fraction", args.lr_warmup_fraction)->check(CLI::Range(0.0, 1.0))->excludes(warm);
-  app.add_option("--lr-decay-iters", args.lr_decay_iters)->check(CLI::NonNegativeNumber);
-  app.add_option("--lr-decay-style", args.lr_decay_style)
-      ->check(CLI::IsMember({"constant", "linear", "cosine", "inverse-square-root", "WSD"}));
-  app.add_option("--lr-wsd-decay-iters", args.lr_wsd_decay_iters)->check(CLI::NonNegativeNumber);
-  app.add_option("--lr-wsd-decay-style", args.lr_wsd_decay_style)
-      ->check(CLI::IsMember({"linear", "cosine", "exponential", "minus_sqrt"}));
-
-  app.add_flag("--bf16", args.bf16, "bf16 compute, fp32 master weights and gradients");
-  app.add_flag("--fp16", args.fp16, "fp16 compute with loss scaling");
-  app.add_option("--loss-scale", args.loss_scale, "static loss scale (default: dynamic)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--initial-loss-scale", args.initial_loss_scale)->check(CLI::PositiveNumber);
-  app.add_option("--min-loss-scale", args.min_loss_scale)->check(CLI::PositiveNumber);
-  app.add_option("--loss-scale-window", args.loss_scale_window)->check(CLI::PositiveNumber);
-  app.add_option("--hysteresis", args.hysteresis)->check(CLI::PositiveNumber);
-  app.add_flag("--skip-nan-iterations", args.skip_nan_iterations,
-               "skip iterations whose loss or gradients are NaN/Inf instead of stopping");
-
-  app.add_flag("--mock-data", args.mock_data, "synthetic learnable token stream");
-  app.add_option("--data-path", args.data_path,
-                 "indexed dataset prefixes (PREFIX.bin/.idx), optionally weighted: 0.3 A 0.7 B");
-  app.add_option("--train-data-path", args.train_data_path, "training blend (instead of --split)");
-  app.add_option("--valid-data-path", args.valid_data_path, "validation blend");
-  app.add_option("--test-data-path", args.test_data_path, "test blend");
-  app.add_option("--data-cache-path", args.data_cache_path, "where dataset indices are cached");
-  app.add_flag("--eod-mask-loss", args.eod_mask_loss, "no loss on predictions made from EOD");
-  app.add_flag("--reset-position-ids", args.reset_position_ids, "positions restart after EOD");
-  app.add_flag("--reset-attention-mask", args.reset_attention_mask,
-               "tokens attend only within their document");
-  app.add_option("--tokenizer-type", args.tokenizer_type)
-      ->check(CLI::IsMember(data::tokenizer_types()));
-  app.add_option("--vocab-file", args.vocab_file, "GPT2BPETokenizer: encoder.json");
-  app.add_option("--merge-file", args.merge_file, "GPT2BPETokenizer: vocab.bpe");
-  app.add_option("--tokenizer-model", args.tokenizer_model,
-                 "HuggingFaceTokenizer: tokenizer.json; SentencePieceTokenizer: .model");
-  app.add_option("--split", args.split, "train,valid,test weights");
-
-  app.add_option("--tensor-model-parallel-size", args.tensor_model_parallel_size)->check(CLI::PositiveNumber);
-  app.add_flag("--sequence-parallel", args.sequence_parallel,
-               "split norms, dropout and residuals along the sequence across the TP group");
-  app.add_option("--pipeline-model-parallel-size", args.pipeline_model_parallel_size)->check(CLI::PositiveNumber);
-  app.add_option("--pipeline-schedule", args.pipeline_schedule,
-                 "gpipe, 1f1b (default) or interleaved (default with virtual stages)")
-      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
-  app.add_option("--num-layers-per-virtual-pipeline-stage", args.num_layers_per_virtual_stage,
-                 "layers per model chunk: interleaved 1F1B with several chunks per rank")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--decoder-first-pipeline-num-layers", args.decoder_first_pipeline_num_layers,
-                 "layers on the first pipeline stage (uneven split)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--decoder-last-pipeline-num-layers", args.decoder_last_pipeline_num_layers,
-                 "layers on the last pipeline stage (uneven split)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--timeline-file", args.timeline_file,
-                 "write a Chrome trace (Perfetto) of every rank's phases for one iteration");
-  app.add_option("--timeline-iteration", args.timeline_iteration,
-                 "the iteration --timeline-file records (default: the last)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--recompute-granularity", args.recompute_granularity,
-                 "full (whole layers) or selective (the attention core)")
-      ->check(CLI::IsMember({"full", "selective"}));
-  app.add_option("--recompute-method", args.recompute_method,
-                 "with full: uniform (groups of --recompute-num-layers) or block (the first N)")
-      ->check(CLI::IsMember({"uniform", "block"}));
-  app.add_option("--recompute-num-layers", args.recompute_num_layers,
-                 "with full: layers per recompute group (uniform) or recomputed layers (block)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--context-parallel-size", args.context_parallel_size)->check(CLI::PositiveNumber);
-  app.add_option("--expert-model-parallel-size", args.expert_model_parallel_size)->check(CLI::PositiveNumber);
-  app.add_option("--zero-stage", args.zero_stage, "ZeRO stage: 0 (replicated), 1 (sharded optimizer), 2 (+ gradients), 3 (+ parameters)")
-      ->check(CLI::Range(0, 3));
-  app.add_flag("--use-distributed-optimizer", args.use_distributed_optimizer,
-               "shard optimizer state over data parallel ranks (ZeRO stage 1)");
-  app.add_flag("--overlap-grad-reduce,!--no-overlap-grad-reduce", args.overlap_grad_reduce,
-               "reduce gradient buckets during the last micro-batch's backward (default on)");
-  app.add_option("--ddp-bucket-size", args.ddp_bucket_size, "gradient bucket size in elements")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--stage3-prefetch-bucket-size", args.stage3_prefetch_bucket_size,
-                 "ZeRO 3: gather the next units of a pass ahead while those gathered ahead and not yet "
-                 "used total at most this many elements")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--stage3-param-persistence-threshold", args.stage3_param_persistence_threshold,
-                 "ZeRO 3: units with fewer elements stay whole")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--stage3-max-live-parameters", args.stage3_max_live_parameters,
-                 "ZeRO 3: at most this many gathered elements at any time (prefetched units give way; "
-                 "units in use always stay)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_flag("--print-mesh", args.print_mesh, "print every rank's coordinates and groups, then exit");
-  app.add_option("--distributed-timeout-minutes", args.distributed_timeout_minutes,
-                 "abort the job when a communication does not complete within this time "
-                 "(default: TESSERA_DISTRIBUTED_TIMEOUT_SECONDS, else 10 minutes)")
-      ->check(CLI::PositiveNumber);
-  app.add_flag("--check-collectives", args.check_collectives,
-               "compare every rank's sequence of collectives; report the first mismatch "
-               "(also on with TESSERA_CHECK_COLLECTIVES=1)");
-
-  app.add_option("--seed", args.seed);
-  app.add_option("--log-interval", args.log_interval)->check(CLI::PositiveNumber);
-  app.add_option("--timing-log-level", args.timing_log_level,
-                 "0: iteration time only; 1: also rank 0's time per phase (forward, backward, "
-                 "waits for pipeline transfers, gradient reduction, optimizer); 2: and each "
-                 "phase's minimum and maximum over all ranks")
-      ->check(CLI::Range(0, 2));
-  app.add_option("--metrics-file", args.metrics_file, "JSON lines of per-iteration metrics");
-  app.add_option("--export-weights", args.export_weights,
-                 "write final weights (safetensors) and config.json for Hugging Face");
-  app.add_option("--num-threads", args.num_threads, "threads per process (default cores/ranks)")
-      ->check(CLI::NonNegativeNumber);
-
-  app.add_option("--save", args.save, "checkpoint directory (sharded, any layout can load it)");
-  app.add_option("--save-interval", args.save_interval, "iterations between checkpoints")
-      ->check(CLI::PositiveNumber);
-  app.add_flag("--async-save", args.async_save,
-               "write checkpoints on a background thread while training continues");
-  app.add_option("--keep-checkpoints", args.keep_checkpoints,
-                 "keep only the newest K checkpoints in --save (default: all)")
-      ->check(CLI::PositiveNumber);
-  app.add_flag("--no-save-optim", args.no_save_optim, "save weights only, no optimizer state");
-  app.add_option("--load", args.load,
-                 "resume from a checkpoint directory (any layout), or start from a Hugging "
-                 "Face model directory (config.json + model.safetensors)");
-  app.add_flag("--finetune", args.finetune,
-               "load weights only: iteration, data position and optimizer start afresh");
-  app.add_flag("--no-load-optim", args.no_load_optim, "do not load the optimizer state");
-  app.add_flag("--no-load-rng", args.no_load_rng, "take the seed from --seed, not the checkpoint");
-  app.add_option("--kill-during-save-at-iteration", args.kill_during_save_at,
-                 "test hook: the last rank kills itself in the middle of this iteration's save");
-  app.add_option("--inject-overflow-at-iteration", args.inject_overflow_at,
-                 "test hook: make this iteration's gradients overflow");
-  app.add_flag("--deepspeed", args.deepspeed, "use a DeepSpeed JSON config (--deepspeed_config)");
-  app.add_option("--deepspeed_config,--deepspeed-config", args.deepspeed_config,
-                 "DeepSpeed JSON: batch sizes, zero_optimization, fp16/bf16, optimizer, "
-                 "scheduler, gradient_clipping");
-
+  configure_app(app);
+  bool list_flags = false;
+  app.add_flag("--list-flags", list_flags, "print every flag with its group and default, then exit");
+  FlagTable table(app, args);
+  declare_flags(table);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -290,46 +340,49 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   } catch (const CLI::ParseError& e) {
     throw Error(one_line(e.what()));
   }
-
-  for (const CLI::Option* opt : app.get_options())
-    if (opt->count() > 0 && !opt->get_lnames().empty())
-      args.explicit_flags.insert("--" + opt->get_lnames().front());
+  if (list_flags) {
+    std::printf("%s", flag_list().c_str());
+    return false;
+  }
+  table.record_given();
   if (args.deepspeed != !args.deepspeed_config.empty())
     throw Error("--deepspeed and --deepspeed_config FILE go together");
-  // --load of a Hugging Face directory: its config.json is the model unless --model names a
-  // preset (explicit model flags apply on top either way; a mismatch fails at load, by tensor);
-  // its tokenizer.json is the tokenizer unless one is given.
-  const bool hf_load = !args.load.empty() && checkpoint::is_hf_directory(args.load);
   if (!args.model_preset.empty()) {
-    args.model = model::preset(args.model_preset);
-  } else if (hf_load) {
-    args.model = checkpoint::read_hf_config(args.load);
-  }
-  model_flags.apply(args.model);
-  const std::string hf_tokenizer = args.load + "/tokenizer.json";
-  if (hf_load && args.tokenizer_type.empty() && !args.mock_data &&
-      std::filesystem::exists(hf_tokenizer)) {
-    args.tokenizer_type = "HuggingFaceTokenizer";
-    args.tokenizer_model = hf_tokenizer;
-  }
-  // The tokenizer determines the vocabulary unless --vocab-size says otherwise.
-  // The tokenizer is loaded here so that a bad vocabulary file fails before any work.
-  // Every way of naming a tokenizer (its flags, --config, --load of a Hugging Face directory)
-  // has set tokenizer_type by now, so this is the run's one load.
-  if (!args.tokenizer_type.empty()) {
-    const auto tokenizer = data::make_tokenizer(tokenizer_options(args));
-    // (A Hugging Face model's vocabulary is its embedding's rows, whatever its tokenizer says.)
-    if (app.get_option("--vocab-size")->count() == 0 && !hf_load)
-      args.model.vocab_size = tokenizer->vocab_size();
-    // A tokenizer without an EOD is not an error yet: the trainer's own load reports it where
-    // it always has (after the runtime is up), so the id is simply left unrecorded.
-    try {
-      args.tokenizer_eod = tokenizer->eod();
-    } catch (const Error&) {
-      args.tokenizer_eod.reset();
-    }
+    model::ModelConfig preset = model::preset(args.model_preset);
+    table.copy_given_model_flags(preset);
+    args.model = preset;
   }
   return true;
+}
+
+void copy_given_model_flags(const TrainArgs& args, model::ModelConfig& base) {
+  CLI::App app;
+  TrainArgs bound = args;
+  FlagTable table(app, bound);
+  add_model_flags(table);
+  table.copy_given_model_flags(base);
+}
+
+std::string flag_name_at(std::ptrdiff_t offset) {
+  std::map<std::ptrdiff_t, std::string> names;
+  flag_rows(&names);
+  const auto it = names.find(offset);
+  return it == names.end() ? std::string("(no flag)") : it->second;
+}
+
+std::string flag_list() {
+  std::string out = "| group | flag | default | description |\n| --- | --- | --- | --- |\n";
+  for (const FlagInfo& row : flag_rows()) {
+    std::string name = "`" + row.name + "`";
+    if (!row.aliases.empty()) name += " (" + row.aliases + ")";
+    std::string help = row.help;
+    for (char& c : help)
+      if (c == '|') c = '/';
+    out += std::string("| ") + flag_group_name(row.group) + " | " + name + " | " +
+           (row.default_value.empty() ? "" : "`" + row.default_value + "`") + " | " + help +
+           " |\n";
+  }
+  return out;
 }
 
 data::TokenizerOptions tokenizer_options(const TrainArgs& args) {
@@ -376,7 +429,7 @@ void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
   // With virtual stages the gradients are reduced after the last micro-batch (the default then
   // logs "overlap off"); an explicit request for overlap would not be honoured.
   if (args.num_layers_per_virtual_stage > 0 && args.overlap_grad_reduce &&
-      args.explicit_flags.count("--overlap-grad-reduce"))
+      args.given(&TrainArgs::overlap_grad_reduce))
     throw Error("--overlap-grad-reduce is not supported with --num-layers-per-virtual-pipeline-"
                 "stage: gradients are reduced after the last micro-batch's backward (drop the "
                 "flag or give --no-overlap-grad-reduce)");

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -62,7 +63,7 @@ struct TrainArgs {
   std::string vocab_file;           // --vocab-file (GPT2BPETokenizer: encoder.json)
   std::string merge_file;           // --merge-file (GPT2BPETokenizer: vocab.bpe)
   std::string tokenizer_model;      // --tokenizer-model (tokenizer.json or SentencePiece .model)
-  // The tokenizer's end-of-document id, recorded by parse_arguments when it loads the tokenizer
+  // The tokenizer's end-of-document id, recorded by resolve_argument_files when it loads the tokenizer
   // (for the vocabulary size) so that the trainer does not load it a second time. Unset without
   // a tokenizer, for a tokenizer that has no EOD, and in TrainArgs filled in by hand (tests):
   // the trainer then loads the tokenizer itself (and reports a missing EOD). Not a flag.
@@ -131,16 +132,55 @@ struct TrainArgs {
   std::string deepspeed_config;          // --deepspeed_config FILE (or --deepspeed-config)
   std::optional<optim::DeepSpeedScheduleOptions> deepspeed_schedule;  // its "scheduler"
 
-  // Flags given on the command line or in --config (long names, e.g. "--micro-batch-size"), so a
-  // DeepSpeed config can tell a default from a choice it must not contradict.
-  std::set<std::string> explicit_flags;
+  // The fields a flag set, on the command line or in --config (FlagTable::record_given), as
+  // byte offsets within this struct. Ask by field, not by a flag's spelling:
+  // given(&TrainArgs::zero_stage), given(&model::ModelConfig::hidden_size). A DeepSpeed config
+  // uses this to tell a default from a choice it must not contradict.
+  std::set<std::ptrdiff_t> given_fields;
+  template <typename T>
+  bool given(T TrainArgs::*field) const {
+    return given_fields.count(offset_of(&(this->*field))) > 0;
+  }
+  template <typename T>
+  bool given(T model::ModelConfig::*field) const {
+    return given_fields.count(offset_of(&(model.*field))) > 0;
+  }
+  std::ptrdiff_t offset_of(const void* member) const {
+    return static_cast<const char*>(member) - reinterpret_cast<const char*>(this);
+  }
 
   int64_t num_microbatches(int64_t data_parallel) const;
 };
 
-// Parses argv. Returns false when the run should stop successfully (--help printed).
-// Throws tessera::Error with one line (naming the flag or config key) on any bad input.
+// Parses argv into `args`: flags and --config only, no other file is read. The model is the
+// --model preset (or the defaults) with the given model flags laid over it. Returns false when
+// the run should stop successfully (--help, --version or --list-flags printed). Throws
+// tessera::Error with one line (naming the flag or config key) on any bad input.
 bool parse_arguments(int argc, const char* const* argv, TrainArgs& args);
+
+// What the flags name on disk and the arguments depend on (argument_files.cc): with --load of a
+// Hugging Face directory and no --model, its config.json becomes the model (given model flags
+// still win) and its tokenizer.json the tokenizer unless one is named; a named tokenizer is
+// loaded once, to set the vocabulary size (unless --vocab-size was given) and record its EOD id.
+// Throws tessera::Error for an unreadable or malformed file.
+void resolve_argument_files(TrainArgs& args);
+
+// Lays the model flags given in `args` over `base` (a preset or a Hugging Face config): every
+// given model field takes its value from args.model.
+void copy_given_model_flags(const TrainArgs& args, model::ModelConfig& base);
+
+// The flag that sets `field`, e.g. flag_name(&TrainArgs::zero_stage) is "--zero-stage": for
+// messages, so they follow a renamed flag.
+std::string flag_name_at(std::ptrdiff_t offset);
+template <typename T>
+std::string flag_name(T TrainArgs::*field) {
+  static const TrainArgs probe;
+  return flag_name_at(probe.offset_of(&(probe.*field)));
+}
+
+// Every flag, by group, with its default and help: the text of `tessera-train --list-flags`
+// (one Markdown table).
+std::string flag_list();
 
 // The tokenizer flags (--tokenizer-type, --vocab-file, --merge-file, --tokenizer-model).
 data::TokenizerOptions tokenizer_options(const TrainArgs& args);

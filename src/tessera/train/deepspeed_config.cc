@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <tuple>
+#include <type_traits>
 
 #include "tessera/core/error.h"
 #include "tessera/train/sharding.h"
@@ -87,15 +88,17 @@ class Section {
   std::vector<std::string> known_;
 };
 
-// Sets `target` from the file (or DeepSpeed's default when the file has no such key) unless the
-// flag was given explicitly; a key the file does set must then agree with the flag.
+// Sets args.*field from the file (or DeepSpeed's default when the file has no such key) unless a
+// flag set the field; a key the file does set must then agree with the flag.
 template <typename T>
-void set_unless_explicit(const TrainArgs& args, const std::string& flag, T& target, T value,
-                         const std::string& file, const std::string& key, bool in_file = true) {
-  if (args.explicit_flags.count(flag)) {
+void set_unless_given(TrainArgs& args, T TrainArgs::*field, std::type_identity_t<T> value,
+                      const std::string& file, const std::string& key, bool in_file = true) {
+  T& target = args.*field;
+  if (args.given(field)) {
     if (in_file && target != value)
       throw Error(file + ": " + key + " " + number_str(static_cast<double>(value)) +
-                  " contradicts " + flag + " " + number_str(static_cast<double>(target)));
+                  " contradicts " + flag_name(field) + " " +
+                  number_str(static_cast<double>(target)));
     return;
   }
   target = value;
@@ -110,8 +113,8 @@ void apply_batch(Section& top, TrainArgs& args, int64_t dp, const std::string& f
           gas = top.integer("gradient_accumulation_steps", 0);
   if (!file_tbs && !file_mbs && !has_gas) return;  // the flags decide
   // An explicit flag counts as one of the two values that determine the third.
-  const bool flag_gbs = args.explicit_flags.count("--global-batch-size") > 0,
-             flag_mbs = args.explicit_flags.count("--micro-batch-size") > 0;
+  const bool flag_gbs = args.given(&TrainArgs::global_batch_size),
+             flag_mbs = args.given(&TrainArgs::micro_batch_size);
   if (!file_tbs && flag_gbs) tbs = args.global_batch_size;
   if (!file_mbs && flag_mbs) mbs = args.micro_batch_size;
   const bool has_tbs = file_tbs || flag_gbs, has_mbs = file_mbs || flag_mbs;
@@ -151,9 +154,9 @@ void apply_batch(Section& top, TrainArgs& args, int64_t dp, const std::string& f
                 ": gradient_accumulation_steps needs train_batch_size or "
                 "train_micro_batch_size_per_gpu");
   }
-  set_unless_explicit(args, "--micro-batch-size", args.micro_batch_size, mbs, file,
+  set_unless_given(args, &TrainArgs::micro_batch_size, mbs, file,
                       "train_micro_batch_size_per_gpu", file_mbs);
-  set_unless_explicit(args, "--global-batch-size", args.global_batch_size, tbs, file,
+  set_unless_given(args, &TrainArgs::global_batch_size, tbs, file,
                       "train_batch_size", file_tbs);
 }
 
@@ -167,8 +170,8 @@ void apply_zero(Section z, TrainArgs& args, std::vector<std::string>& warnings,
     stage = z.integer("stage", 0);
     if (stage < 0 || stage > 3)
       z.fail(z.name("stage"), "must be 0, 1, 2 or 3, got " + std::to_string(stage));
-    const bool explicit_stage = args.explicit_flags.count("--zero-stage") ||
-                                args.explicit_flags.count("--use-distributed-optimizer");
+    const bool explicit_stage = args.given(&TrainArgs::zero_stage) ||
+                                args.given(&TrainArgs::use_distributed_optimizer);
     if (explicit_stage && flags_stage != stage)
       throw Error(file + ": " + z.name("stage") + " " + std::to_string(stage) +
                   " contradicts the flags' ZeRO stage " + std::to_string(flags_stage));
@@ -178,10 +181,10 @@ void apply_zero(Section z, TrainArgs& args, std::vector<std::string>& warnings,
   args.zero_stage = static_cast<int>(stage);
   const int64_t bucket = z.integer("reduce_bucket_size", 500'000'000);
   if (bucket <= 0) z.fail(z.name("reduce_bucket_size"), "must be > 0");
-  set_unless_explicit(args, "--ddp-bucket-size", args.ddp_bucket_size, bucket, file,
+  set_unless_given(args, &TrainArgs::ddp_bucket_size, bucket, file,
                       z.name("reduce_bucket_size"), z.contains("reduce_bucket_size"));
   bool overlap = z.boolean("overlap_comm", stage == 3);
-  if (args.explicit_flags.count("--overlap-grad-reduce")) {
+  if (args.given(&TrainArgs::overlap_grad_reduce)) {
     if (z.contains("overlap_comm") && args.overlap_grad_reduce != overlap)
       throw Error(file + ": " + z.name("overlap_comm") + " " + (overlap ? "true" : "false") +
                   " contradicts --" + (args.overlap_grad_reduce ? "" : "no-") +
@@ -223,17 +226,14 @@ void apply_zero(Section z, TrainArgs& args, std::vector<std::string>& warnings,
   }
   if (z.boolean("cpu_offload", false))
     z.fail(z.name("cpu_offload"), "true: offload is not implemented in this build");
-  const auto stage3 = [&](const char* key, const char* flag, int64_t& target) {
-    const int64_t v = z.integer(key, target);
+  const auto stage3 = [&](const char* key, int64_t TrainArgs::*field) {
+    const int64_t v = z.integer(key, args.*field);
     if (v < 0) z.fail(z.name(key), "must be >= 0");
-    set_unless_explicit(args, flag, target, v, file, z.name(key), z.contains(key));
+    set_unless_given(args, field, v, file, z.name(key), z.contains(key));
   };
-  stage3("stage3_prefetch_bucket_size", "--stage3-prefetch-bucket-size",
-         args.stage3_prefetch_bucket_size);
-  stage3("stage3_param_persistence_threshold", "--stage3-param-persistence-threshold",
-         args.stage3_param_persistence_threshold);
-  stage3("stage3_max_live_parameters", "--stage3-max-live-parameters",
-         args.stage3_max_live_parameters);
+  stage3("stage3_prefetch_bucket_size", &TrainArgs::stage3_prefetch_bucket_size);
+  stage3("stage3_param_persistence_threshold", &TrainArgs::stage3_param_persistence_threshold);
+  stage3("stage3_max_live_parameters", &TrainArgs::stage3_max_live_parameters);
   z.report_unknown(warnings);
 }
 
@@ -244,19 +244,19 @@ void apply_precision(Section& top, TrainArgs& args, std::vector<std::string>& wa
     args.fp16 = true;
     const double scale = fp16.number("loss_scale", 0.0);
     if (scale < 0) fp16.fail(fp16.name("loss_scale"), "must be >= 0 (0: dynamic)");
-    set_unless_explicit(args, "--loss-scale", args.loss_scale, scale, file, fp16.name("loss_scale"),
+    set_unless_given(args, &TrainArgs::loss_scale, scale, file, fp16.name("loss_scale"),
                         fp16.contains("loss_scale"));
     const double power = fp16.number("initial_scale_power", 16);
-    set_unless_explicit(args, "--initial-loss-scale", args.initial_loss_scale, std::pow(2.0, power),
+    set_unless_given(args, &TrainArgs::initial_loss_scale, std::pow(2.0, power),
                         file, fp16.name("initial_scale_power") + " (as 2^power)",
                         fp16.contains("initial_scale_power"));
-    set_unless_explicit(args, "--loss-scale-window", args.loss_scale_window,
+    set_unless_given(args, &TrainArgs::loss_scale_window,
                         fp16.integer("loss_scale_window", 1000), file,
                         fp16.name("loss_scale_window"), fp16.contains("loss_scale_window"));
-    set_unless_explicit(args, "--hysteresis", args.hysteresis,
+    set_unless_given(args, &TrainArgs::hysteresis,
                         static_cast<int>(fp16.integer("hysteresis", 2)), file,
                         fp16.name("hysteresis"), fp16.contains("hysteresis"));
-    set_unless_explicit(args, "--min-loss-scale", args.min_loss_scale,
+    set_unless_given(args, &TrainArgs::min_loss_scale,
                         fp16.number("min_loss_scale", 1.0), file, fp16.name("min_loss_scale"),
                         fp16.contains("min_loss_scale"));
   }
@@ -280,7 +280,7 @@ void apply_optimizer(Section& top, TrainArgs& args, std::vector<std::string>& wa
   Section params = opt.section("params");
   if (!params.boolean("adam_w_mode", true))
     params.fail(params.name("adam_w_mode"), "false (L2-coupled Adam) is not supported");
-  set_unless_explicit(args, "--lr", args.lr, params.number("lr", 1e-3), file, params.name("lr"),
+  set_unless_given(args, &TrainArgs::lr, params.number("lr", 1e-3), file, params.name("lr"),
                       params.contains("lr"));
   double b1 = 0.9, b2 = 0.999;
   if (params.has("betas")) {
@@ -291,15 +291,15 @@ void apply_optimizer(Section& top, TrainArgs& args, std::vector<std::string>& wa
     b2 = betas[1].get<double>();
   }
   const bool betas = params.contains("betas");
-  set_unless_explicit(args, "--adam-beta1", args.adam_beta1, b1, file, params.name("betas[0]"),
+  set_unless_given(args, &TrainArgs::adam_beta1, b1, file, params.name("betas[0]"),
                       betas);
-  set_unless_explicit(args, "--adam-beta2", args.adam_beta2, b2, file, params.name("betas[1]"),
+  set_unless_given(args, &TrainArgs::adam_beta2, b2, file, params.name("betas[1]"),
                       betas);
-  set_unless_explicit(args, "--adam-eps", args.adam_eps, params.number("eps", 1e-8), file,
+  set_unless_given(args, &TrainArgs::adam_eps, params.number("eps", 1e-8), file,
                       params.name("eps"), params.contains("eps"));
-  set_unless_explicit(args, "--weight-decay", args.weight_decay, params.number("weight_decay", 0.0),
+  set_unless_given(args, &TrainArgs::weight_decay, params.number("weight_decay", 0.0),
                       file, params.name("weight_decay"), params.contains("weight_decay"));
-  if (args.explicit_flags.count("--optimizer") && args.optimizer == "sgd")
+  if (args.given(&TrainArgs::optimizer) && args.optimizer == "sgd")
     throw Error(file + ": optimizer " + type + " contradicts --optimizer sgd");
   args.optimizer = "adam";
   params.report_unknown(warnings);
@@ -310,10 +310,16 @@ void apply_scheduler(Section& top, TrainArgs& args, std::vector<std::string>& wa
                      const std::string& file) {
   if (!top.has("scheduler")) return;
   Section sched = top.section("scheduler");
-  for (const char* flag : {"--lr-decay-style", "--lr-warmup-iters", "--lr-warmup-fraction",
-                           "--lr-decay-iters", "--min-lr"})
-    if (args.explicit_flags.count(flag))
-      throw Error(file + ": scheduler and " + flag + " both set the learning-rate schedule");
+  const auto schedule_flag_given = [&]() -> std::string {
+    if (args.given(&TrainArgs::lr_decay_style)) return flag_name(&TrainArgs::lr_decay_style);
+    if (args.given(&TrainArgs::lr_warmup_iters)) return flag_name(&TrainArgs::lr_warmup_iters);
+    if (args.given(&TrainArgs::lr_warmup_fraction)) return flag_name(&TrainArgs::lr_warmup_fraction);
+    if (args.given(&TrainArgs::lr_decay_iters)) return flag_name(&TrainArgs::lr_decay_iters);
+    if (args.given(&TrainArgs::min_lr)) return flag_name(&TrainArgs::min_lr);
+    return "";
+  };
+  if (const std::string flag = schedule_flag_given(); !flag.empty())
+    throw Error(file + ": scheduler and " + flag + " both set the learning-rate schedule");
   optim::DeepSpeedScheduleOptions o;
   o.type = optim::parse_deepspeed_schedule_type(sched.string("type", ""));
   Section p = sched.section("params");
@@ -369,15 +375,15 @@ std::vector<std::string> apply_deepspeed_config(TrainArgs& args, int64_t data_pa
   apply_scheduler(top, args, warnings, file);
   const double clip = top.number("gradient_clipping", 0.0);
   if (clip < 0) top.fail("gradient_clipping", "must be >= 0");
-  set_unless_explicit(args, "--clip-grad", args.clip_grad, clip, file, "gradient_clipping",
+  set_unless_given(args, &TrainArgs::clip_grad, clip, file, "gradient_clipping",
                       top.contains("gradient_clipping"));
   const int64_t steps = top.integer("steps_per_print", 10);
   if (steps <= 0) top.fail("steps_per_print", "must be > 0");
-  set_unless_explicit(args, "--log-interval", args.log_interval, steps, file, "steps_per_print",
+  set_unless_given(args, &TrainArgs::log_interval, steps, file, "steps_per_print",
                       top.contains("steps_per_print"));
   // DeepSpeed's per-phase timers are the log's wall-clock breakdown (--timing-log-level 1).
   if (top.boolean("wall_clock_breakdown", false)) {
-    if (args.explicit_flags.count("--timing-log-level") && args.timing_log_level == 0)
+    if (args.given(&TrainArgs::timing_log_level) && args.timing_log_level == 0)
       throw Error(file + ": wall_clock_breakdown true contradicts --timing-log-level 0");
     args.timing_log_level = std::max(args.timing_log_level, 1);
   }

@@ -31,7 +31,7 @@ std::unique_ptr<comm::ParallelState> setup_distributed(const TrainArgs& args) {
   // The flags win when given; otherwise what the runtime read from TESSERA_DISTRIBUTED_TIMEOUT_
   // SECONDS and TESSERA_CHECK_COLLECTIVES (or its defaults) stands, so those variables work
   // with tessera-train as they do with every other program on the runtime.
-  if (args.explicit_flags.count("--distributed-timeout-minutes"))
+  if (args.given(&TrainArgs::distributed_timeout_minutes))
     comm::ProcessGroup::set_timeout(args.distributed_timeout_minutes * 60.0);
   if (args.check_collectives) comm::ProcessGroup::set_check_collectives(true);
   comm::ParallelConfig cfg;
@@ -58,6 +58,7 @@ int train_main(int argc, const char* const* argv) {
   try {
     TrainArgs args;
     if (!parse_arguments(argc, argv, args)) return 0;
+    resolve_argument_files(args);
     // Chosen before anything runs: an unknown TESSERA_CPU_TARGET is an error on every rank,
     // reported once (by launcher rank 0) like a bad flag.
     const std::string version = kernels::version_line();

@@ -62,7 +62,7 @@ data::DataSpec data_spec(const TrainArgs& a) {
 data::LtorOptions ltor_options(const TrainArgs& a) {
   data::LtorOptions ltor;
   if (a.tokenizer_type.empty()) return ltor;
-  // Recorded by parse_arguments; loaded here only when it was not (see TrainArgs).
+  // Recorded by resolve_argument_files; loaded here only when it was not (see TrainArgs).
   ltor.eod = a.tokenizer_eod ? *a.tokenizer_eod : data::make_tokenizer(tokenizer_options(a))->eod();
   ltor.eod_mask_loss = a.eod_mask_loss;
   ltor.reset_position_ids = a.reset_position_ids;

@@ -1,0 +1,78 @@
+#include "tessera/train/flag_table.h"
+
+namespace tessera::train {
+
+const char* flag_group_name(FlagGroup group) {
+  switch (group) {
+    case FlagGroup::kModel: return "model";
+    case FlagGroup::kTraining: return "training";
+    case FlagGroup::kOptimizer: return "optimizer";
+    case FlagGroup::kPrecision: return "precision";
+    case FlagGroup::kData: return "data";
+    case FlagGroup::kParallel: return "parallel";
+    case FlagGroup::kCheckpoint: return "checkpoint";
+    case FlagGroup::kLogging: return "logging";
+    case FlagGroup::kDeepSpeed: return "deepspeed";
+    case FlagGroup::kTestHooks: return "test hooks";
+  }
+  return "?";
+}
+
+CLI::Option* FlagTable::declare(CLI::Option* option, const void* field) {
+  option->group(flag_group_name(group_));
+  entries_.push_back({option, group_, args_.offset_of(field)});
+  return option;
+}
+
+CLI::Option* FlagTable::model_flag(const std::string& name, bool model::ModelConfig::*field,
+                                   bool value, const std::string& help) {
+  // CLI11 writes the flag's own truth into `parsed`; the field gets `value` or its negation once
+  // parsing is over (record_given), so "--disable-bias-linear=false" keeps the biases.
+  auto parsed = std::make_shared<bool>(false);
+  flag_storage_.push_back(parsed);
+  CLI::Option* option = app_.add_flag(name, *parsed, help);
+  // Shown as the flag's own default: a flag that sets `value` is off unless the field already is.
+  option->default_str(args_.model.*field == value ? "true" : "false");
+  deferred_.push_back([this, option, parsed, field, value] {
+    if (option->count() > 0) args_.model.*field = *parsed ? value : !value;
+  });
+  add_model_copy(field);
+  return declare(option, &(args_.model.*field));
+}
+
+void FlagTable::record_given() {
+  for (const auto& assign : deferred_) assign();
+  for (const Entry& e : entries_)
+    if (e.option->count() > 0) args_.given_fields.insert(e.offset);
+}
+
+void FlagTable::copy_given_model_flags(model::ModelConfig& base) const {
+  for (const ModelCopy& c : model_copies_)
+    if (args_.given_fields.count(c.offset)) c.copy(base, args_.model);
+}
+
+std::vector<FlagInfo> FlagTable::rows() const {
+  std::vector<FlagInfo> rows;
+  for (const Entry& e : entries_) {
+    FlagInfo row;
+    const std::vector<std::string> names = e.option->get_lnames();
+    row.name = "--" + names.front();
+    for (size_t i = 1; i < names.size(); ++i) {
+      if (!row.aliases.empty()) row.aliases += ' ';
+      row.aliases.append("--").append(names[i]);
+    }
+    row.group = e.group;
+    row.default_value = e.option->get_default_str();
+    row.help = e.option->get_description();
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::map<std::ptrdiff_t, std::string> FlagTable::names_by_offset() const {
+  std::map<std::ptrdiff_t, std::string> names;
+  for (const Entry& e : entries_) names.emplace(e.offset, "--" + e.option->get_lnames().front());
+  return names;
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,129 @@
+// The table of tessera-train's flags. Each flag is declared once (arguments.cc), in the group of
+// the concern it configures, bound to the TrainArgs field it sets, with its help text; the default
+// is the field's initial value. The same declarations serve three readers:
+//   - parsing (CLI11 writes the field; --config JSON keys are the flags without dashes);
+//   - "was it given?": after parsing, TrainArgs::given(&TrainArgs::field) says whether a flag set
+//     that field. Checks refer to the field, not to a flag's spelling, so renaming a flag cannot
+//     silently disable a conflict check (as matching the literal "--zero-stage" could);
+//   - the flag list (`tessera-train --list-flags`): every flag with its group, default and help,
+//     from which a migration table can be generated.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/train/arguments.h"
+
+namespace tessera::train {
+
+enum class FlagGroup {
+  kModel,        // architecture: sizes, norms, positions, dropout, initialisation
+  kTraining,     // batches, length of training, evaluation
+  kOptimizer,    // optimizer, learning-rate schedule, clipping
+  kPrecision,    // bf16/fp16 and loss scaling
+  kData,         // datasets, blends, splits, tokenizer
+  kParallel,     // the process mesh, pipeline schedule, recomputation, DP/ZeRO, the runtime
+  kCheckpoint,   // save, load, export
+  kLogging,      // progress lines, timers, metrics and timeline files
+  kDeepSpeed,    // a DeepSpeed JSON config in place of flags
+  kTestHooks,    // fault injection for the test suite
+};
+const char* flag_group_name(FlagGroup group);
+
+// One row of the table: what `--list-flags` prints.
+struct FlagInfo {
+  std::string name;           // the long name, e.g. "--micro-batch-size"
+  std::string aliases;        // other spellings, e.g. "--deepspeed-config", or "--no-..." forms
+  FlagGroup group;
+  std::string default_value;  // the field's initial value as text ("" for none)
+  std::string help;
+};
+
+// Declares flags on a CLI11 app against one TrainArgs. Model flags are bound to args.model;
+// parse_arguments lays them over a preset afterwards (copy_given_model_flags).
+class FlagTable {
+ public:
+  FlagTable(CLI::App& app, TrainArgs& args) : app_(app), args_(args) {}
+
+  // The flags declared from here on belong to `group`.
+  void group(FlagGroup group) { group_ = group; }
+
+  template <typename T>
+  CLI::Option* option(const std::string& name, T TrainArgs::*field, const std::string& help = "") {
+    return declare(app_.add_option(name, args_.*field, help), &(args_.*field));
+  }
+  // A boolean flag (`--bf16`, `--bf16=false`, `"bf16": true` in --config). `name` may carry a
+  // negated form, e.g. "--overlap-grad-reduce,!--no-overlap-grad-reduce".
+  CLI::Option* flag(const std::string& name, bool TrainArgs::*field, const std::string& help) {
+    return declare(app_.add_flag(name, args_.*field, help)->default_str(args_.*field ? "true" : "false"),
+                   &(args_.*field));
+  }
+
+  template <typename T>
+  CLI::Option* model_option(const std::string& name, T model::ModelConfig::*field,
+                            const std::string& help) {
+    add_model_copy(field);
+    return declare(app_.add_option(name, args_.model.*field, help), &(args_.model.*field));
+  }
+  // A boolean model flag that sets `field` to `value` when true and to !value when false (so
+  // `--disable-bias-linear` clears add_bias_linear).
+  CLI::Option* model_flag(const std::string& name, bool model::ModelConfig::*field, bool value,
+                          const std::string& help);
+  // A model option naming one of `names`; anything else is an error listing them.
+  template <typename E>
+  CLI::Option* model_enum(const std::string& name, E model::ModelConfig::*field,
+                          const std::map<std::string, E>& names, const std::string& help) {
+    add_model_copy(field);
+    CLI::Option* option =
+        app_.add_option(name, args_.model.*field, help)->transform(CLI::CheckedTransformer(names));
+    for (const auto& [text, value] : names)  // the default by its name, not its number
+      if (value == args_.model.*field) option->default_str(text);
+    return declare(option, &(args_.model.*field));
+  }
+
+  // After app.parse(): runs the deferred assignments of model_flag() and records in args.given
+  // every field a flag set.
+  void record_given();
+  // Lays the model flags that were given over `base` (a preset or a Hugging Face config): each
+  // given field is copied from args.model. A model flag keeps its value whatever the base.
+  void copy_given_model_flags(model::ModelConfig& base) const;
+
+  std::vector<FlagInfo> rows() const;
+  // Each declared field's offset within TrainArgs and the flag that sets it.
+  std::map<std::ptrdiff_t, std::string> names_by_offset() const;
+
+ private:
+  CLI::Option* declare(CLI::Option* option, const void* field);
+  template <typename T>
+  void add_model_copy(T model::ModelConfig::*field) {
+    model_copies_.push_back({args_.offset_of(&(args_.model.*field)),
+                             [field](model::ModelConfig& dst, const model::ModelConfig& src) {
+                               dst.*field = src.*field;
+                             }});
+  }
+
+  struct Entry {
+    CLI::Option* option;
+    FlagGroup group;
+    std::ptrdiff_t offset;  // of the field within TrainArgs
+  };
+  CLI::App& app_;
+  TrainArgs& args_;
+  FlagGroup group_ = FlagGroup::kModel;
+  std::vector<Entry> entries_;
+  struct ModelCopy {
+    std::ptrdiff_t offset;
+    std::function<void(model::ModelConfig&, const model::ModelConfig&)> copy;
+  };
+  std::vector<ModelCopy> model_copies_;
+  std::vector<std::function<void()>> deferred_;      // model_flag()'s assignments
+  std::vector<std::shared_ptr<bool>> flag_storage_;  // what CLI11 writes model_flag()s into
+};
+
+}  // namespace tessera::train
