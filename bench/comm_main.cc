@@ -5,8 +5,10 @@
 //   mpirun -np 2 build/bin/comm [--min-bytes 1024] [--max-bytes 268435456] [--rounds 7] [--op all_reduce]
 //
 // Size S follows nccl-tests: the all_reduce buffer, the all_gather output, the reduce_scatter
-// input, the all_to_all input (fp32). Bus bandwidth = S / time × (2(n-1)/n for all_reduce,
-// (n-1)/n for the others), comparable across ops and with the link's peak. A round times
+// input, the all_to_all input (fp32). Bus bandwidth = comm::ring_bytes(op, n, S) / time, i.e.
+// S / time × (2(n-1)/n for all_reduce, (n-1)/n for the others), comparable across ops and with
+// the link's peak. (A model of the link volume: the runtime's accounting, ProcessGroup::stats(),
+// records the buffers handed to MPI instead.) A round times
 // enough back-to-back calls to take ~50 ms (the slowest rank's mean per call); both paths run
 // the same number of rounds, alternating which goes first, after the same warm-up, and each
 // figure is the MEDIAN over the rounds: what a typical call costs, where the best round (used
@@ -30,6 +32,7 @@ namespace {
 using tessera::DType;
 using tessera::MemoryCategory;
 using tessera::Tensor;
+using tessera::comm::OpType;
 using tessera::comm::ProcessGroup;
 using tessera::comm::ReduceOp;
 
@@ -92,20 +95,22 @@ int main(int argc, char** argv) {
       const std::string name = op;
       Tensor a, b;
       std::function<void()> raw, pg;
-      double factor = static_cast<double>(n - 1) / n;
+      OpType type = OpType::kAllToAll;
       if (name == "all_reduce") {
-        factor *= 2;
+        type = OpType::kAllReduce;
         a = Tensor::zeros({count}, DType::kF32, MemoryCategory::kComm);
         raw = [&] {
           MPI_Allreduce(MPI_IN_PLACE, a.raw(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm);
         };
         pg = [&] { world->all_reduce(a, ReduceOp::kSum).wait(); };
       } else if (name == "all_gather") {
+        type = OpType::kAllGather;
         a = Tensor::zeros({block}, DType::kF32, MemoryCategory::kComm);
         b = Tensor::zeros({count}, DType::kF32, MemoryCategory::kComm);
         raw = [&] { MPI_Allgather(a.raw(), block, MPI_FLOAT, b.raw(), block, MPI_FLOAT, comm); };
         pg = [&] { world->all_gather(a, b).wait(); };
       } else if (name == "reduce_scatter") {
+        type = OpType::kReduceScatter;
         a = Tensor::zeros({count}, DType::kF32, MemoryCategory::kComm);
         b = Tensor::zeros({block}, DType::kF32, MemoryCategory::kComm);
         raw = [&] {
@@ -134,8 +139,8 @@ int main(int argc, char** argv) {
         if (r % 2 == 1) ts_raw.push_back(time_per_call(comm, iters, raw));
       }
       const double t_raw = median(ts_raw), t_pg = median(ts_pg);
-      const double sz = static_cast<double>(count) * 4;
-      const double bw_raw = sz / t_raw * factor / 1e9, bw_pg = sz / t_pg * factor / 1e9;
+      const double bus = static_cast<double>(tessera::comm::ring_bytes(type, n, count * 4));
+      const double bw_raw = bus / t_raw / 1e9, bw_pg = bus / t_pg / 1e9;
       if (me == 0) {
         std::printf("%-15s %9s %12.1f %10.2f %12.1f %10.2f %7.3f\n", op, human(bytes).c_str(),
                     t_raw * 1e6, bw_raw, t_pg * 1e6, bw_pg, bw_pg / bw_raw);

@@ -1,8 +1,9 @@
 // ProcessGroup under MPI: every collective for every dtype against the result computed locally
 // from every rank's (deterministic) input, on the world group and on subgroups; point-to-point;
-// communication accounting; overlap of communication with computation; the collective
-// consistency check firing on a deliberately wrong program. The check is on for the whole
-// binary (so every other test also proves it raises no false alarm).
+// communication accounting (the buffers handed to MPI, against hand-worked byte counts); overlap
+// of communication with computation; the collective consistency check firing on a deliberately
+// wrong program. The check is on for the whole binary (so every other test also proves it
+// raises no false alarm).
 // ranks: 1 2 4 8
 #include "tessera/comm/process_group.h"
 
@@ -313,42 +314,82 @@ TEST(ProcessGroup, PointToPoint) {
   }
 }
 
+// The accounting counts the buffers handed to MPI, per call: worked out by hand below for a group
+// of n (S = 4000 bytes of fp32). The ring formula once recorded instead (all_reduce 2(n-1)/n·S,
+// reduce_scatter (n-1)/n·S, ...) differs from these at every n (at n = 1 it was 0 throughout).
 TEST(ProcessGroup, CommunicationAccounting) {
   auto w = world();
   const int n = w->size(), me = w->rank();
   std::vector<std::vector<int>> all(1);
   for (int r = 0; r < n; ++r) all[0].push_back(r);
   auto g = w->new_subgroups(all, "acct");
-  Tensor f = Tensor::zeros({1000}, DType::kF32);   // S = 4000 bytes
-  Tensor h = Tensor::zeros({1000}, DType::kBF16);  // travels as fp32 in reductions
+  Tensor f = Tensor::zeros({1000}, DType::kF32);   // 4000 bytes
+  Tensor h = Tensor::zeros({1000}, DType::kBF16);  // 2000 bytes; reduced as a 4000-byte fp32 copy
   Tensor gathered = Tensor::empty({1000 * n}, DType::kF32);
+  Tensor gathered16 = Tensor::empty({1000 * n}, DType::kBF16);
   g->all_reduce(f, ReduceOp::kSum);
   g->all_reduce(h, ReduceOp::kSum);
   g->all_gather(f, gathered);
+  g->all_gather(h, gathered16);  // data movement: bf16 as it is
   g->reduce_scatter(gathered, f, ReduceOp::kSum);
+  g->reduce_scatter(gathered16, h, ReduceOp::kSum);  // fp32 copies on both sides
   Tensor shuffled = Tensor::empty({1000 * n}, DType::kF32);
   g->all_to_all(gathered, shuffled);
+  // all_to_allv: j+1 int32 elements to member j, me+1 from each member (own block included).
+  std::vector<int64_t> in_counts(n), out_counts(n, me + 1);
+  for (int j = 0; j < n; ++j) in_counts[j] = j + 1;
+  Tensor vin = Tensor::zeros({n * (n + 1) / 2}, DType::kI32);
+  Tensor vout = Tensor::zeros({n * (me + 1)}, DType::kI32);
+  g->all_to_allv(vin, in_counts, vout, out_counts);
   g->broadcast(f, 0);
-  g->barrier().wait();
+  g->barrier().wait();  // everything issued before it has made its MPI calls
   const CommStats s = g->stats();
-  EXPECT_EQ(s.calls_of(OpType::kAllReduce), 2);
-  EXPECT_EQ(s.bytes_of(OpType::kAllReduce), 2 * (2 * (n - 1) * 4000 / n));
-  EXPECT_EQ(s.bytes_of(OpType::kAllGather), (n - 1) * 4000);
-  EXPECT_EQ(s.bytes_of(OpType::kReduceScatter), (n - 1) * 4000);
-  EXPECT_EQ(s.bytes_of(OpType::kAllToAll), (n - 1) * 4000);
-  EXPECT_EQ(s.bytes_of(OpType::kBroadcast), me == 0 ? 4000 : 0);
-  EXPECT_EQ(s.calls_of(OpType::kBarrier), 1);
-  EXPECT_EQ(s.total_bytes(),
-            s.bytes_of(OpType::kAllReduce) + 3 * (n - 1) * 4000 + (me == 0 ? 4000 : 0));
+  const auto expect_op = [&](OpType op, int64_t calls, int64_t sent, int64_t received) {
+    SCOPED_TRACE(op_name(op));
+    EXPECT_EQ(s.issued_of(op), calls);
+    EXPECT_EQ(s.calls_of(op), calls);
+    EXPECT_EQ(s.sent_bytes_of(op), sent);
+    EXPECT_EQ(s.received_bytes_of(op), received);
+  };
+  expect_op(OpType::kAllReduce, 2, 4000 + 4000, 4000 + 4000);
+  // The consistency check is on in this binary: its descriptor all-gathers are not counted.
+  expect_op(OpType::kAllGather, 2, 4000 + 2000, 4000 * n + 2000 * n);
+  expect_op(OpType::kReduceScatter, 2, 4000 * n + 4000 * n, 4000 + 4000);
+  expect_op(OpType::kAllToAll, 1, 4000 * n, 4000 * n);
+  expect_op(OpType::kAllToAllv, 1, 4 * n * (n + 1) / 2, 4 * n * (me + 1));
+  expect_op(OpType::kBroadcast, 1, me == 0 ? 4000 : 0, me == 0 ? 0 : 4000);
+  expect_op(OpType::kBarrier, 1, 0, 0);
+  EXPECT_EQ(s.total_sent_bytes(),
+            8000 + 6000 + 8000 * n + 4000 * n + 2 * n * (n + 1) + (me == 0 ? 4000 : 0));
+  EXPECT_EQ(s.total_received_bytes(),
+            8000 + 6000 * n + 8000 + 4000 * n + 4 * n * (me + 1) + (me == 0 ? 0 : 4000));
+  // The ring model's volume, derived from the measured buffers (nccl-tests' S of each op).
+  EXPECT_EQ(ring_bytes(OpType::kAllReduce, n, s.sent_bytes_of(OpType::kAllReduce)),
+            2 * (n - 1) * 8000 / n);
+  EXPECT_EQ(ring_bytes(OpType::kAllGather, n, s.received_bytes_of(OpType::kAllGather)),
+            (n - 1) * 6000);
+  EXPECT_EQ(ring_bytes(OpType::kBroadcast, n, 4000), 4000);
+  EXPECT_EQ(ring_bytes(OpType::kBarrier, n, 0), 0);
+  EXPECT_THROW(ring_bytes(OpType::kAllToAllv, n, 4000), Error);
   // The world group's counters are separate.
   w->reset_stats();
-  EXPECT_EQ(w->stats().total_bytes(), 0);
+  EXPECT_EQ(w->stats().total_sent_bytes(), 0);
   EXPECT_EQ(g->stats().calls_of(OpType::kAllReduce), 2);
   if (n >= 2 && me < 2) {
-    Tensor p = Tensor::zeros({10}, DType::kI64);
+    // A checked transfer hands MPI one int64 buffer: a 40-byte header, then the payload rounded
+    // up to 8 bytes (10 int64 = 80 bytes -> 120; 5 bf16 = 10 bytes -> 56).
+    Tensor p = Tensor::zeros({10}, DType::kI64), q = Tensor::zeros({5}, DType::kBF16);
     (me == 0 ? g->send(p, 1) : g->recv(p, 0)).wait();
-    EXPECT_EQ(g->stats().bytes_of(OpType::kSend), me == 0 ? 80 : 0);
-    EXPECT_EQ(g->stats().received_bytes, me == 1 ? 80 : 0);
+    (me == 0 ? g->send(q, 1) : g->recv(q, 0)).wait();
+    // Unchecked, the payload itself.
+    ProcessGroup::set_check_collectives(false);
+    (me == 0 ? g->send(p, 1) : g->recv(p, 0)).wait();
+    ProcessGroup::set_check_collectives(true);
+    const CommStats t = g->stats();
+    EXPECT_EQ(t.calls_of(me == 0 ? OpType::kSend : OpType::kRecv), 3);
+    EXPECT_EQ(t.calls_of(me == 0 ? OpType::kRecv : OpType::kSend), 0);
+    EXPECT_EQ(t.sent_bytes_of(OpType::kSend), me == 0 ? 120 + 56 + 80 : 0);
+    EXPECT_EQ(t.received_bytes_of(OpType::kRecv), me == 1 ? 120 + 56 + 80 : 0);
   }
 }
 
@@ -425,6 +466,7 @@ TEST(ProcessGroup, MismatchDetectorNamesBothCallSites) {
   if (n < 2) GTEST_SKIP() << "a mismatch needs two ranks";
   // Same call site, different counts on rank 0 and the others.
   Tensor t = Tensor::zeros({me == 0 ? 10 : 11}, DType::kF32);
+  w->reset_stats();
   Work a = w->all_reduce(t, ReduceOp::kSum);
   try {
     a.wait();
@@ -436,6 +478,10 @@ TEST(ProcessGroup, MismatchDetectorNamesBothCallSites) {
     EXPECT_NE(m.find("count 11"), std::string::npos) << m;
     EXPECT_NE(m.find("rank 0 called all_reduce"), std::string::npos) << m;
   }
+  // The refused operation was issued but handed MPI nothing.
+  EXPECT_EQ(w->stats().issued_of(OpType::kAllReduce), 1);
+  EXPECT_EQ(w->stats().calls_of(OpType::kAllReduce), 0);
+  EXPECT_EQ(w->stats().total_sent_bytes(), 0);
   // Different operations from different lines: both call sites are named, on every rank.
   Tensor u = Tensor::zeros({4}, DType::kF32);
   // clang-format off: the two calls must stay on consecutive lines

@@ -73,6 +73,8 @@ TEST(TensorParallelMappings, AllReduceMappings) {
     Tensor y = reduce_from_tp_region_forward(rank_input(d, me, shape), tp);
     Tensor dx = copy_to_tp_region_backward(rank_input(d, me, shape, 100), tp);
     EXPECT_EQ(tp.stats().calls_of(OpType::kAllReduce), n > 1 ? 2 : 0);
+    // 15 elements each, handed to MPI as fp32 whatever the dtype (16-bit sums accumulate in fp32).
+    EXPECT_EQ(tp.stats().sent_bytes_of(OpType::kAllReduce), n > 1 ? 2 * 15 * 4 : 0);
     const std::vector<float> yv = as_f32(y), dxv = as_f32(dx);
     for (int64_t i = 0; i < 15; ++i) {
       float sy = 0, sdx = 0;
@@ -199,12 +201,14 @@ void check_vocab_parallel_ce(const CeCase& c, double loss_tol, double dlogits_to
   vocab_parallel_cross_entropy_forward_backward<T>(losses.data(), d.data(), shard.data(),
                                                    targets.data(), mask.data(), N, vocab_start,
                                                    V_local, c.V_real, grad_scale, tp);
-  // Three small all-reduces and nothing else: the logits are never gathered.
+  // Three small all-reduces (N fp32 values whatever T) and nothing else: the logits are never
+  // gathered.
   const comm::CommStats st = tp.stats();
   int64_t calls = 0;
   for (int64_t k : st.calls) calls += k;
   EXPECT_EQ(st.calls_of(OpType::kAllReduce), n > 1 ? 3 : 0);
   EXPECT_EQ(calls, st.calls_of(OpType::kAllReduce));
+  EXPECT_EQ(st.sent_bytes_of(OpType::kAllReduce), n > 1 ? 3 * N * 4 : 0);  // N fp32 each
 
   EXPECT_LE(max_scaled_error(losses, ref_losses), loss_tol);
   std::vector<float> d_f(N * V_local), ref_slice(N * V_local);

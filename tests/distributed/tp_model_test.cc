@@ -5,7 +5,8 @@
 // positions, dropout on) and LLaMA style (GQA with key/value heads replicated once TP exceeds the
 // 2 groups, RoPE, SwiGLU, untied, dropout on), each with and without --sequence-parallel, two
 // samples per micro-batch (the SP permutation) and two micro-batches (gradient accumulation).
-// Also: the communication volume of one micro-batch against the analytic count.
+// Also: the buffers one micro-batch hands MPI (the runtime's accounting) against the analytic
+// count.
 // ranks: 1 2 4
 #include <gtest/gtest.h>
 
@@ -137,13 +138,16 @@ TEST(TensorParallelModel, LlamaSequenceParallelMatchesSingleProcess) {
   check_against_single_process(llama_config(), true);
 }
 
-// Bytes this rank sends on the TP group for one micro-batch's forward and backward, against the
-// analytic count. Per layer, forward: 2 all-reduces of the (b*s, h) activations (attention out,
-// MLP down); backward: 2 more (the QKV and MLP-up input gradients). Around the layers: the
-// embedding's all-reduce (forward) and the output layer's input-gradient all-reduce (backward),
-// plus the 3 all-reduces of b*s fp32 values of vocab-parallel cross-entropy. Under SP every
-// all-reduce of activations becomes an all-gather plus a reduce-scatter of the same total
-// volume: 2(n-1)/n * S = (n-1)/n * S + (n-1)/n * S, with the cross-entropy all-reduces unchanged.
+// The buffers this rank hands MPI on the TP group for one micro-batch's forward and backward,
+// against the analytic count. Per layer, forward: 2 all-reduces of the (b*s, h) activations
+// (attention out, MLP down); backward: 2 more (the QKV and MLP-up input gradients). Around the
+// layers: the embedding's all-reduce (forward) and the output layer's input-gradient all-reduce
+// (backward), plus the 3 all-reduces of b*s fp32 values of vocab-parallel cross-entropy. An
+// all-reduce hands MPI its whole tensor, S bytes, to send and to receive (in place). Under SP
+// every activation all-reduce becomes an all-gather (sends the S/n slice, receives S) plus a
+// reduce-scatter (sends S, receives S/n); the cross-entropy all-reduces are unchanged. In the
+// ring model (comm::ring_bytes) both layouts move 2(n-1)/n * S per activation all-reduce.
+// At TP 1 nothing is communicated (the mappings skip a group of one).
 void check_comm_volume(const ModelConfig& cfg, bool sequence_parallel) {
   auto mesh = testing::tensor_parallel_world_mesh();
   auto group = mesh->group(comm::GroupKind::kTensor);
@@ -156,20 +160,31 @@ void check_comm_volume(const ModelConfig& cfg, bool sequence_parallel) {
   model.forward_backward(batch, model.context(B, cfg.seq_length, 0, 1, 1, true), 1.0f);
   const comm::CommStats stats = group->stats();
 
-  const int64_t activation_bytes = B * cfg.seq_length * cfg.hidden_size * 4;  // fp32
-  const int64_t activation_collectives = 4 * cfg.num_layers + 2;
-  const int64_t ce_bytes = B * cfg.seq_length * 4;
-  const double expected = activation_collectives * 2.0 * (n - 1) / n * activation_bytes +
-                          3 * 2.0 * (n - 1) / n * ce_bytes;
-  EXPECT_NEAR(static_cast<double>(stats.total_bytes()), expected, 0.01 * expected + 1e-9);
-  if (n == 1) return;
+  const int64_t S = B * cfg.seq_length * cfg.hidden_size * 4;  // an fp32 activation's bytes
+  const int64_t AC = n > 1 ? 4 * cfg.num_layers + 2 : 0;       // activation collectives
+  const int64_t CE = n > 1 ? B * cfg.seq_length * 4 : 0;       // a cross-entropy all-reduce's
+  const auto expect_op = [&](OpType op, int64_t calls, int64_t sent, int64_t received) {
+    SCOPED_TRACE(op_name(op));
+    EXPECT_EQ(stats.calls_of(op), calls);
+    EXPECT_EQ(stats.sent_bytes_of(op), sent);
+    EXPECT_EQ(stats.received_bytes_of(op), received);
+  };
+  const int64_t ce_calls = n > 1 ? 3 : 0;
   if (sequence_parallel) {
-    EXPECT_EQ(stats.calls_of(OpType::kAllGather), activation_collectives);
-    EXPECT_EQ(stats.calls_of(OpType::kReduceScatter), activation_collectives);
-    EXPECT_EQ(stats.calls_of(OpType::kAllReduce), 3);
+    expect_op(OpType::kAllGather, AC, AC * S / n, AC * S);
+    expect_op(OpType::kReduceScatter, AC, AC * S, AC * S / n);
+    expect_op(OpType::kAllReduce, ce_calls, 3 * CE, 3 * CE);
   } else {
-    EXPECT_EQ(stats.calls_of(OpType::kAllReduce), activation_collectives + 3);
+    expect_op(OpType::kAllGather, 0, 0, 0);
+    expect_op(OpType::kReduceScatter, 0, 0, 0);
+    expect_op(OpType::kAllReduce, AC + ce_calls, AC * S + 3 * CE, AC * S + 3 * CE);
   }
+  EXPECT_EQ(stats.total_sent_bytes(), (sequence_parallel ? AC * (S + S / n) : AC * S) + 3 * CE);
+  const int64_t ring =
+      comm::ring_bytes(OpType::kAllReduce, n, stats.sent_bytes_of(OpType::kAllReduce)) +
+      comm::ring_bytes(OpType::kAllGather, n, stats.received_bytes_of(OpType::kAllGather)) +
+      comm::ring_bytes(OpType::kReduceScatter, n, stats.sent_bytes_of(OpType::kReduceScatter));
+  EXPECT_EQ(ring, 2 * (n - 1) * (AC * S + 3 * CE) / n);
 }
 
 TEST(TensorParallelModel, CommunicationVolumeMatchesAnalyticCount) {

@@ -1,9 +1,9 @@
 // ZeRO stage 3 (distributed::Zero3Params with DataParallelGrads at stage 3), DP = the world size:
 // one iteration's owned gradients equal the single-process gradients of the global batch; the
 // model is built with only the rank's parts initialised (zero.Init) and outside the units in use
-// only those parts are ever resident; the bytes sent follow the gather schedule exactly (every
-// unit gathered before its forward, the layers again before their backward, the head once for
-// its fused forward and backward, the embedding not for its backward (it reads no values) but
+// only those parts are ever resident; the buffers handed to MPI follow the gather schedule exactly
+// (every unit gathered before its forward, the layers again before their backward, the head once
+// for its fused forward and backward, the embedding not for its backward (it reads no values) but
 // once more for a tied output layer, plus one reduce-scatter of Ψ per micro-batch); and after the
 // optimizer step every unit gathers to the same values on every rank.
 // ranks: 2 4
@@ -77,26 +77,42 @@ void check(bool tied, bool overlap) {
   EXPECT_EQ(params.live_elems(), 0);
   EXPECT_LE(unowned_resident(), kEdgePages * 4096 * static_cast<int64_t>(units.size()));
 
-  // Bytes this rank sends under the ring accounting: (n-1)/n of every gathered or
-  // reduce-scattered unit (units are padded to multiples of n, so the division is exact).
-  const auto ring = [&](const FlatRange& u) { return (n - 1) * (u.size() / n) * 4; };
+  // Bytes handed to MPI: a gather of unit u sends this rank's part (u/n fp32 elements; units are
+  // padded to multiples of n) and receives the unit; a reduce-scatter the reverse.
+  const auto whole = [&](int u) { return units[u].size() * 4; };
+  const auto part = [&](int u) { return units[u].size() / n * 4; };
   const int L = static_cast<int>(units.size()) - 2;
-  int64_t expected = 0, gathers = 0;
+  // The gather schedule.
+  std::vector<int> gathered;
+  for (int u = 0; u < L + 2; ++u) gathered.push_back(u);  // forward
+  for (int u = 1; u <= L; ++u) gathered.push_back(u);     // backward of each layer
+  if (tied) gathered.push_back(0);                        // the output layer is the embedding
+  int64_t gather_sent = 0, gather_received = 0, scatter_sent = 0, scatter_received = 0;
+  for (int u : gathered) {
+    gather_sent += part(u);
+    gather_received += whole(u);
+  }
   for (int u = 0; u < L + 2; ++u) {
-    expected += 2 * ring(units[u]);  // forward gather, reduce-scatter
-    ++gathers;
+    scatter_sent += whole(u);
+    scatter_received += part(u);
   }
-  for (int u = 1; u <= L; ++u) {
-    expected += ring(units[u]);  // backward gather of each layer
-    ++gathers;
-  }
-  if (tied) {
-    expected += ring(units[0]);  // the output layer is the embedding
-    ++gathers;
-  }
-  EXPECT_EQ(dp->stats().total_bytes(), expected);
-  EXPECT_EQ(dp->stats().calls_of(OpType::kAllGather), gathers);
-  EXPECT_EQ(dp->stats().calls_of(OpType::kReduceScatter), static_cast<int64_t>(units.size()));
+  const comm::CommStats st = dp->stats();
+  const auto gathers = static_cast<int64_t>(gathered.size());
+  EXPECT_EQ(st.issued_of(OpType::kAllGather), gathers);
+  EXPECT_EQ(st.calls_of(OpType::kAllGather), gathers);
+  EXPECT_EQ(st.sent_bytes_of(OpType::kAllGather), gather_sent);
+  EXPECT_EQ(st.received_bytes_of(OpType::kAllGather), gather_received);
+  EXPECT_EQ(st.calls_of(OpType::kReduceScatter), static_cast<int64_t>(units.size()));
+  EXPECT_EQ(st.sent_bytes_of(OpType::kReduceScatter), scatter_sent);
+  EXPECT_EQ(st.received_bytes_of(OpType::kReduceScatter), scatter_received);
+  EXPECT_EQ(st.total_sent_bytes(), gather_sent + scatter_sent);
+  // In the ring model: (n-1)/n of every gathered or reduce-scattered unit.
+  int64_t ring = 0;
+  for (int u : gathered) ring += (n - 1) * part(u);
+  for (int u = 0; u < L + 2; ++u) ring += (n - 1) * part(u);
+  EXPECT_EQ(comm::ring_bytes(OpType::kAllGather, n, gather_received) +
+                comm::ring_bytes(OpType::kReduceScatter, n, scatter_sent),
+            ring);
 
   const float* got = model.params().flat_grads().data<float>();
   double max_err = 0, max_ref = 0;
@@ -140,6 +156,7 @@ void check(bool tied, bool overlap) {
     dp->reset_stats();
     model.forward_loss(batch, model.context(1, cfg.seq_length, 0, 5, 1, false));
     EXPECT_EQ(params.live_elems(), 0);
+    EXPECT_EQ(dp->stats().issued_of(OpType::kAllGather), L + 2 + (tied ? 1 : 0));
     EXPECT_EQ(dp->stats().calls_of(OpType::kAllGather), L + 2 + (tied ? 1 : 0));
   }
   model.set_param_access(nullptr);

@@ -7,10 +7,20 @@
 #include <mutex>
 #include <numeric>
 
+#include "tessera/comm/counted_mpi.h"
 #include "tessera/comm/runtime.h"
 
 namespace tessera::comm {
 
+using detail::counted_allgather;
+using detail::counted_allreduce;
+using detail::counted_alltoall;
+using detail::counted_alltoallv;
+using detail::counted_barrier;
+using detail::counted_bcast;
+using detail::counted_reduce_scatter;
+using detail::Counters;
+using detail::mpi_bytes;
 using detail::Runtime;
 
 const char* op_name(OpType op) {
@@ -39,10 +49,6 @@ const char* op_name(OpType op) {
   return "?";
 }
 
-int64_t CommStats::total_bytes() const {
-  return std::accumulate(bytes.begin(), bytes.end(), int64_t{0});
-}
-
 void Work::wait() const {
   if (!state_) return;
   if (!state_->done.load(std::memory_order_acquire)) {
@@ -64,7 +70,7 @@ struct ProcessGroup::Impl {
   // Checked point-to-point transfers (check_collectives()): messages sent to / received from
   // each (peer, tag) so far.
   std::map<std::pair<int, int>, int64_t> sent, received;
-  CommStats stats;
+  std::shared_ptr<Counters> counters = std::make_shared<Counters>();
 };
 
 namespace {
@@ -209,17 +215,17 @@ void ProcessGroup::set_timeout(double seconds) {
 double ProcessGroup::timeout() { return Runtime::get().timeout_seconds; }
 
 CommStats ProcessGroup::stats() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->stats;
+  std::lock_guard<std::mutex> lock(impl_->counters->mu);
+  return impl_->counters->stats;
 }
 
 void ProcessGroup::reset_stats() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->stats = CommStats{};
+  std::lock_guard<std::mutex> lock(impl_->counters->mu);
+  impl_->counters->stats = CommStats{};
 }
 
 Work ProcessGroup::enqueue_collective(OpType op, DType dtype, int64_t count, int root, int reduce,
-                                      const std::source_location& where, int64_t bytes_sent,
+                                      const std::source_location& where,
                                       std::function<void()> run) {
   // `run` holds copies of the Tensor handles, which keeps their storage alive until the task
   // is finished (the Work contract in process_group.h).
@@ -235,8 +241,7 @@ Work ProcessGroup::enqueue_collective(OpType op, DType dtype, int64_t count, int
   const int64_t seq = ++impl_->seq;
   task.info.seq = seq;
   const int i = static_cast<int>(op);
-  impl_->stats.calls[i] += 1;
-  impl_->stats.bytes[i] += bytes_sent;
+  impl_->counters->issue(op);
   if (rt.check_collectives) {
     Descriptor d{};
     d.seq = seq;
@@ -261,22 +266,20 @@ Work ProcessGroup::all_reduce(Tensor& t, ReduceOp op, std::source_location where
   require_defined(t, "input", "all_reduce");
   require_reducible(t.dtype(), "all_reduce");
   const int count = detail::mpi_count(t.numel(), "all_reduce");
-  const int n = size();
-  const int64_t wire = is_half(t.dtype()) ? t.numel() * 4 : static_cast<int64_t>(t.nbytes());
   MPI_Comm comm = impl_->comm;
   Tensor tt = t;
-  auto run = [=]() mutable {
+  auto run = [=, c = impl_->counters]() mutable {
     if (is_half(tt.dtype())) {
       // Accumulate in fp32: convert, reduce, round back once.
       Tensor buf = tt.to(DType::kF32, MemoryCategory::kComm);
-      MPI_Allreduce(MPI_IN_PLACE, buf.raw(), count, MPI_FLOAT, mpi_op(op), comm);
+      counted_allreduce(*c, buf.raw(), count, MPI_FLOAT, mpi_op(op), comm);
       tt.copy_from(buf);
     } else {
-      MPI_Allreduce(MPI_IN_PLACE, tt.raw(), count, mpi_type(tt.dtype()), mpi_op(op), comm);
+      counted_allreduce(*c, tt.raw(), count, mpi_type(tt.dtype()), mpi_op(op), comm);
     }
   };
   return enqueue_collective(OpType::kAllReduce, t.dtype(), t.numel(), -1, static_cast<int>(op),
-                            where, 2 * (n - 1) * wire / n, std::move(run));
+                            where, std::move(run));
 }
 
 Work ProcessGroup::all_gather(const Tensor& in, Tensor& out, std::source_location where) {
@@ -289,13 +292,14 @@ Work ProcessGroup::all_gather(const Tensor& in, Tensor& out, std::source_locatio
               std::to_string(size()) + " x " + std::to_string(in.numel()) + " on group '" + name() +
               "'");
   const int count = detail::mpi_count(in.numel(), "all_gather");
+  const int n = size();
   MPI_Comm comm = impl_->comm;
   Tensor a = in, b = out;
-  auto run = [=]() mutable {
-    MPI_Allgather(a.raw(), count, mpi_type(a.dtype()), b.raw(), count, mpi_type(a.dtype()), comm);
+  auto run = [=, c = impl_->counters]() mutable {
+    counted_allgather(*c, a.raw(), b.raw(), count, mpi_type(a.dtype()), n, comm);
   };
   return enqueue_collective(OpType::kAllGather, in.dtype(), in.numel(), -1, -1, where,
-                            static_cast<int64_t>(size() - 1) * in.nbytes(), std::move(run));
+                            std::move(run));
 }
 
 Work ProcessGroup::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op,
@@ -312,21 +316,20 @@ Work ProcessGroup::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op,
               name() + "'");
   const int count = detail::mpi_count(out.numel(), "reduce_scatter");
   const int n = size();
-  const int64_t wire = is_half(in.dtype()) ? in.numel() * 4 : static_cast<int64_t>(in.nbytes());
   MPI_Comm comm = impl_->comm;
   Tensor a = in, b = out;
-  auto run = [=]() mutable {
+  auto run = [=, c = impl_->counters]() mutable {
     if (is_half(a.dtype())) {
       Tensor a32 = a.to(DType::kF32, MemoryCategory::kComm);
       Tensor b32 = Tensor::empty({b.numel()}, DType::kF32, MemoryCategory::kComm);
-      MPI_Reduce_scatter_block(a32.raw(), b32.raw(), count, MPI_FLOAT, mpi_op(op), comm);
+      counted_reduce_scatter(*c, a32.raw(), b32.raw(), count, MPI_FLOAT, mpi_op(op), n, comm);
       b.copy_from(b32);
     } else {
-      MPI_Reduce_scatter_block(a.raw(), b.raw(), count, mpi_type(a.dtype()), mpi_op(op), comm);
+      counted_reduce_scatter(*c, a.raw(), b.raw(), count, mpi_type(a.dtype()), mpi_op(op), n, comm);
     }
   };
   return enqueue_collective(OpType::kReduceScatter, in.dtype(), out.numel(), -1,
-                            static_cast<int>(op), where, (n - 1) * wire / n, std::move(run));
+                            static_cast<int>(op), where, std::move(run));
 }
 
 Work ProcessGroup::all_to_all(const Tensor& in, Tensor& out, std::source_location where) {
@@ -344,11 +347,11 @@ Work ProcessGroup::all_to_all(const Tensor& in, Tensor& out, std::source_locatio
   const int n = size();
   MPI_Comm comm = impl_->comm;
   Tensor a = in, b = out;
-  auto run = [=]() mutable {
-    MPI_Alltoall(a.raw(), count, mpi_type(a.dtype()), b.raw(), count, mpi_type(a.dtype()), comm);
+  auto run = [=, c = impl_->counters]() mutable {
+    counted_alltoall(*c, a.raw(), b.raw(), count, mpi_type(a.dtype()), n, comm);
   };
   return enqueue_collective(OpType::kAllToAll, in.dtype(), in.numel(), -1, -1, where,
-                            (n - 1) * static_cast<int64_t>(in.nbytes()) / n, std::move(run));
+                            std::move(run));
 }
 
 Work ProcessGroup::all_to_allv(const Tensor& in, const std::vector<int64_t>& in_counts, Tensor& out,
@@ -363,7 +366,7 @@ Work ProcessGroup::all_to_allv(const Tensor& in, const std::vector<int64_t>& in_
       static_cast<int>(in_counts.size()) == n && static_cast<int>(out_counts.size()) == n,
       "all_to_allv: need " + std::to_string(n) + " counts per direction on group '" + name() + "'");
   std::vector<int> sc(n), sd(n), rc(n), rd(n);
-  int64_t s_total = 0, r_total = 0, sent_to_peers = 0;
+  int64_t s_total = 0, r_total = 0;
   for (int j = 0; j < n; ++j) {
     REQUIRE(in_counts[j] >= 0 && out_counts[j] >= 0, "all_to_allv: negative count");
     sc[j] = detail::mpi_count(in_counts[j], "all_to_allv");
@@ -372,7 +375,6 @@ Work ProcessGroup::all_to_allv(const Tensor& in, const std::vector<int64_t>& in_
     rd[j] = detail::mpi_count(r_total, "all_to_allv displacement");
     s_total += in_counts[j];
     r_total += out_counts[j];
-    if (j != rank_) sent_to_peers += in_counts[j];
   }
   REQUIRE(s_total <= in.numel() && r_total <= out.numel(),
           "all_to_allv: counts sum to " + std::to_string(s_total) + " sent / " +
@@ -380,13 +382,10 @@ Work ProcessGroup::all_to_allv(const Tensor& in, const std::vector<int64_t>& in_
               std::to_string(in.numel()) + " / " + std::to_string(out.numel()));
   MPI_Comm comm = impl_->comm;
   Tensor a = in, b = out;
-  auto run = [=]() mutable {
-    MPI_Alltoallv(a.raw(), sc.data(), sd.data(), mpi_type(a.dtype()), b.raw(), rc.data(), rd.data(),
-                  mpi_type(a.dtype()), comm);
+  auto run = [=, c = impl_->counters]() mutable {
+    counted_alltoallv(*c, a.raw(), sc, sd, b.raw(), rc, rd, mpi_type(a.dtype()), comm);
   };
-  return enqueue_collective(OpType::kAllToAllv, in.dtype(), s_total, -1, -1, where,
-                            sent_to_peers * static_cast<int64_t>(dtype_size(in.dtype())),
-                            std::move(run));
+  return enqueue_collective(OpType::kAllToAllv, in.dtype(), s_total, -1, -1, where, std::move(run));
 }
 
 Work ProcessGroup::broadcast(Tensor& t, int root, std::source_location where) {
@@ -397,15 +396,18 @@ Work ProcessGroup::broadcast(Tensor& t, int root, std::source_location where) {
   const int count = detail::mpi_count(t.numel(), "broadcast");
   MPI_Comm comm = impl_->comm;
   Tensor tt = t;
-  auto run = [=]() mutable { MPI_Bcast(tt.raw(), count, mpi_type(tt.dtype()), root, comm); };
+  const bool is_root = rank_ == root;
+  auto run = [=, c = impl_->counters]() mutable {
+    counted_bcast(*c, tt.raw(), count, mpi_type(tt.dtype()), root, is_root, comm);
+  };
   return enqueue_collective(OpType::kBroadcast, t.dtype(), t.numel(), root, -1, where,
-                            rank_ == root ? static_cast<int64_t>(t.nbytes()) : 0, std::move(run));
+                            std::move(run));
 }
 
 Work ProcessGroup::barrier(std::source_location where) {
   MPI_Comm comm = impl_->comm;
-  return enqueue_collective(OpType::kBarrier, DType::kF32, 0, -1, -1, where, 0,
-                            [comm] { MPI_Barrier(comm); });
+  return enqueue_collective(OpType::kBarrier, DType::kF32, 0, -1, -1, where,
+                            [comm, c = impl_->counters] { counted_barrier(*c, comm); });
 }
 
 namespace {
@@ -458,20 +460,21 @@ Work ProcessGroup::send(const Tensor& t, int peer, int tag, std::source_location
     h[4] = where.line();
     std::memcpy(h + kP2pHeader, t.raw(), t.nbytes());
     const int n = detail::mpi_count(packed.numel(), "send");
-    task.start_nonblocking = [packed, n, peer, tag, comm] {
+    task.start_nonblocking = [packed, n, peer, tag, comm, c = impl_->counters] {
+      c->call(OpType::kSend, mpi_bytes(n, MPI_INT64_T), 0);
       MPI_Request r;
       MPI_Isend(packed.raw(), n, MPI_INT64_T, peer, tag, comm, &r);
       return r;
     };
   } else {
-    task.start_nonblocking = [t, count, peer, tag, comm] {
+    task.start_nonblocking = [t, count, peer, tag, comm, c = impl_->counters] {
+      c->call(OpType::kSend, mpi_bytes(count, mpi_type(t.dtype())), 0);
       MPI_Request r;
       MPI_Isend(t.raw(), count, mpi_type(t.dtype()), peer, tag, comm, &r);
       return r;
     };
   }
-  impl_->stats.calls[static_cast<int>(OpType::kSend)] += 1;
-  impl_->stats.bytes[static_cast<int>(OpType::kSend)] += t.nbytes();
+  impl_->counters->issue(OpType::kSend);
   return Runtime::get().submit(std::move(task));
 }
 
@@ -488,7 +491,8 @@ Work ProcessGroup::recv(Tensor& t, int peer, int tag, std::source_location where
     // A shorter message shows in the header; a longer one is MPI's truncation error.
     Tensor packed = Tensor::zeros({packed_elems(t)}, DType::kI64, MemoryCategory::kComm);
     const int n = detail::mpi_count(packed.numel(), "recv");
-    task.start_nonblocking = [packed, n, peer, tag, comm]() mutable {
+    task.start_nonblocking = [packed, n, peer, tag, comm, c = impl_->counters]() mutable {
+      c->call(OpType::kRecv, 0, mpi_bytes(n, MPI_INT64_T));
       MPI_Request r;
       MPI_Irecv(packed.raw(), n, MPI_INT64_T, peer, tag, comm, &r);
       return r;
@@ -510,14 +514,14 @@ Work ProcessGroup::recv(Tensor& t, int peer, int tag, std::source_location where
              ": sends and receives between these ranks do not match";
     };
   } else {
-    task.start_nonblocking = [t, count, peer, tag, comm]() mutable {
+    task.start_nonblocking = [t, count, peer, tag, comm, c = impl_->counters]() mutable {
+      c->call(OpType::kRecv, 0, mpi_bytes(count, mpi_type(t.dtype())));
       MPI_Request r;
       MPI_Irecv(t.raw(), count, mpi_type(t.dtype()), peer, tag, comm, &r);
       return r;
     };
   }
-  impl_->stats.calls[static_cast<int>(OpType::kRecv)] += 1;
-  impl_->stats.received_bytes += t.nbytes();
+  impl_->counters->issue(OpType::kRecv);
   return Runtime::get().submit(std::move(task));
 }
 

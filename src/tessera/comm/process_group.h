@@ -28,7 +28,7 @@
 //    fp32: the input is converted to an fp32 buffer (MemoryCategory::kComm), reduced by MPI in
 //    fp32 and converted back (round to nearest even), so the result is the correctly rounded
 //    fp32 sum/max and does not depend on the reduction order beyond fp32 rounding. Such a
-//    reduction moves fp32 on the wire (twice the tensor's bytes).
+//    reduction hands MPI fp32 buffers (twice the tensor's bytes; see CommStats).
 //  - Supported dtypes: fp32, bf16, fp16 for everything; int32 and int64 for everything
 //    (reductions in integer arithmetic); uint16 for data movement only (no reductions).
 //  - Bad arguments (mismatched sizes or dtypes, a peer or root out of range) throw
@@ -84,27 +84,59 @@ class Work {
   std::shared_ptr<State> state_;
 };
 
-// Communication accounting of one group, counted when an operation is issued.
-// Convention: `bytes[op]` is what THIS rank sends for op under the bandwidth-optimal (ring)
-// algorithm, with S the bytes of the full buffer MPI operates on and n the group size:
-//   all_reduce      2(n-1)/n · S   (S = the tensor; fp32 bytes for 16-bit tensors, see above)
-//   all_gather      (n-1)/n · S    (S = the output; i.e. (n-1) · input bytes)
-//   reduce_scatter  (n-1)/n · S    (S = the input; fp32 bytes for 16-bit tensors)
-//   all_to_all      (n-1)/n · S    (S = the input: everything except the block kept locally)
-//   all_to_allv     bytes of in_counts[j] for every peer j != rank (exact)
-//   broadcast       S on the root, 0 elsewhere (the payload the root injects)
-//   send            S;  recv 0 (its bytes are in `received_bytes`)
-//   barrier         0
-// Integer division is done per call (floor). `calls[op]` counts issued operations.
+// Communication accounting of one group: what this rank handed to MPI, per operation type.
+//  - issued[op]: operations issued on the group (counted by the issuing call, whether or not
+//    they have run yet; one that the collective consistency check refuses counts here only).
+//  - calls[op]: the MPI calls made to move those operations' data (MPI_Allreduce,
+//    MPI_Allgather, MPI_Reduce_scatter_block, MPI_Alltoall(v), MPI_Bcast, MPI_Isend, MPI_Irecv,
+//    MPI_Barrier), each counted on the thread that makes it, just before it is made. One per
+//    operation today; an operation split into several MPI calls counts each.
+//  - sent_bytes[op] / received_bytes[op]: for each of those calls, count × size of the MPI
+//    datatype of the buffer MPI reads from (send side) and of the one it writes to (receive
+//    side), as passed to MPI. With n the group size and S the bytes of the full tensor as MPI
+//    gets it (for 16-bit all_reduce and reduce_scatter, the fp32 copies of the precision rule
+//    above: twice the tensor's bytes; 16-bit data movement passes the tensor itself):
+//      all_reduce      S / S           (in place: one buffer, read and written)
+//      all_gather      S/n / S         (the input / the output, this rank's own block included)
+//      reduce_scatter  S / S/n         (the input / the output)
+//      all_to_all      S / S           (own block included)
+//      all_to_allv     sum(in_counts) / sum(out_counts) elements (own block included)
+//      broadcast       S / 0 on the root, 0 / S elsewhere
+//      send            S / 0; recv 0 / S (the buffer's capacity). With the consistency check
+//                      on, the one int64 buffer actually passed: 40-byte header + S rounded up
+//                      to 8 bytes.
+//      barrier         0 / 0
+// Not counted: the consistency check's descriptor all-gather, the watchdog's control messages,
+// group creation and shutdown, and whatever MPI moves internally to carry out a call (the ring
+// or tree steps on the links, intermediate copies): for the link volume of a bandwidth-optimal
+// algorithm see ring_bytes(). After wait() returns on an operation, its calls are counted, and
+// so are those of every operation issued before it in the process (they run in issue order).
 struct CommStats {
-  std::array<int64_t, static_cast<int>(OpType::kCount)> calls{};
-  std::array<int64_t, static_cast<int>(OpType::kCount)> bytes{};
-  int64_t received_bytes = 0;  // bytes received by recv()
+  static constexpr int kOps = static_cast<int>(OpType::kCount);
+  std::array<int64_t, kOps> issued{};
+  std::array<int64_t, kOps> calls{};
+  std::array<int64_t, kOps> sent_bytes{};
+  std::array<int64_t, kOps> received_bytes{};
 
+  int64_t issued_of(OpType op) const { return issued[static_cast<int>(op)]; }
   int64_t calls_of(OpType op) const { return calls[static_cast<int>(op)]; }
-  int64_t bytes_of(OpType op) const { return bytes[static_cast<int>(op)]; }
-  int64_t total_bytes() const;
+  int64_t sent_bytes_of(OpType op) const { return sent_bytes[static_cast<int>(op)]; }
+  int64_t received_bytes_of(OpType op) const { return received_bytes[static_cast<int>(op)]; }
+  int64_t total_sent_bytes() const;      // over every operation type
+  int64_t total_received_bytes() const;  // over every operation type
 };
+
+// A model, not a measurement: the bytes ONE rank sends over the links for one operation on a
+// group of n under the bandwidth-optimal (ring) algorithm, for an operation on a full buffer of
+// `full_bytes` = S (nccl-tests' convention: the all_reduce tensor, the all_gather output, the
+// reduce_scatter and all_to_all input):
+//   all_reduce 2(n-1)/n · S;  all_gather, reduce_scatter, all_to_all (n-1)/n · S;
+//   broadcast, send S (from the root / the sender);  recv, barrier 0.
+// all_to_allv has no such S (its volume is the counts sent to other ranks): tessera::Error.
+// Integer division, floor. Bus bandwidth is ring_bytes / time (nccl-tests), and for large n these
+// are the ZeRO paper's communication volumes; MPI may pick another algorithm, moving other
+// volumes.
+int64_t ring_bytes(OpType op, int n, int64_t full_bytes);
 
 class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
  public:
@@ -160,6 +192,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
             std::source_location where = std::source_location::current());
   Work barrier(std::source_location where = std::source_location::current());
 
+  // This group's accounting (a snapshot; see CommStats for what is counted) and its reset to
+  // zero. Each group counts its own operations only.
   CommStats stats() const;
   void reset_stats();
 
@@ -189,8 +223,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
 
  private:
   Work enqueue_collective(OpType op, DType dtype, int64_t count, int root, int reduce,
-                          const std::source_location& where, int64_t bytes_sent,
-                          std::function<void()> run);
+                          const std::source_location& where, std::function<void()> run);
 
   int rank_;
   std::unique_ptr<Impl> impl_;
