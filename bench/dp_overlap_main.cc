@@ -14,6 +14,7 @@
 #include "tessera/comm/parallel_state.h"
 #include "tessera/core/threads.h"
 #include "tessera/distributed/data_parallel_grads.h"
+#include "tessera/model/chunk_runner.h"
 
 int main(int argc, char** argv) {
   using namespace tessera;
@@ -42,15 +43,16 @@ int main(int argc, char** argv) {
         model.params(), dp, distributed::ShardingPlan::for_stage(stage, bucket, false));
     const bench::BenchBatch data(cfg, B);
     std::vector<double> times[2];
+    model::ChunkRunner runner(model);
     for (int s = 0; s <= steps; ++s) {
       for (int mode = 0; mode < 2; ++mode) {
         distributed::DataParallelGrads& g = mode == 0 ? overlapped : after;
         dp->barrier().wait();
         const auto t0 = std::chrono::steady_clock::now();
         g.start_iteration();
-        model.set_grads_ready_hook([&](int64_t offset) { g.grads_ready(offset); });
-        model.forward_backward(data.batch, model.context(B, T, s, 1, s + 1, true), 1.0f / T);
-        model.set_grads_ready_hook(nullptr);
+        runner.set_grads_ready_hook([&](int64_t offset) { g.grads_ready(offset); });
+        runner.forward_backward(data.batch, model.context(B, T, s, 1, s + 1, true), 1.0f / T);
+        runner.set_grads_ready_hook(nullptr);
         g.finish();
         const double dt =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -16,6 +16,7 @@
 #include "tessera/core/memory.h"
 #include "tessera/core/threads.h"
 #include "tessera/model/activation_memory.h"
+#include "tessera/model/chunk_runner.h"
 
 using namespace tessera;
 
@@ -67,7 +68,8 @@ int main(int argc, char** argv) {
   double base_ms = 0;
   for (const Case& k : cases) {
     model::GPTModel m(cfg, dtype, 1);
-    m.set_recompute(k.policy);
+    model::ChunkRunner runner(m);
+    runner.set_recompute(k.policy);
     const auto ctx = m.context(B, cfg.seq_length, 0, 1, 1, true);
     double held_per_layer = 0;
     int64_t peak = 0;
@@ -75,11 +77,11 @@ int main(int argc, char** argv) {
       MemoryAccountant::instance().reset_peaks();
       const int64_t before = activations_now();
       model::ChunkActivations act;
-      m.forward_chunk(0, Tensor(), data.batch, ctx, &act);
+      runner.forward_chunk(0, Tensor(), data.batch, ctx, &act);
       const int64_t held = activations_now() - before - act.output.nbytes();
       held_per_layer = static_cast<double>(held) / cfg.num_layers;
       model::LossSum loss;
-      m.backward_chunk(0, Tensor(), data.batch, ctx, 1e-6f, act, &loss);
+      runner.backward_chunk(0, Tensor(), data.batch, ctx, 1e-6f, act, &loss);
       peak = activations_peak() - before;
     });
     const double ms = seconds * 1e3;

@@ -16,6 +16,7 @@
 #include "tessera/core/threads.h"
 #include "tessera/distributed/data_parallel_grads.h"
 #include "tessera/distributed/tensor_parallel_grads.h"
+#include "tessera/model/chunk_runner.h"
 
 int main(int argc, char** argv) {
   using namespace tessera;
@@ -60,12 +61,14 @@ int main(int argc, char** argv) {
                                             distributed::ShardingPlan::for_stage(0, 40'000'000, true));
     const bench::BenchBatch data(cfg, B);
     double comm_in_timed = 0;
+    model::ChunkRunner runner(model);
     step_s = bench::median_step_seconds(steps, [&](int s) {
       const double c0 = model.tensor_parallel().comm_seconds();
       dp_grads.start_iteration();
-      model.set_grads_ready_hook([&](int64_t offset) { dp_grads.grads_ready(offset); });
-      model.forward_backward(data.batch, model.context(B, T, s * B, 1, s + 1, true), 1.0f / (B * T));
-      model.set_grads_ready_hook(nullptr);
+      runner.set_grads_ready_hook([&](int64_t offset) { dp_grads.grads_ready(offset); });
+      runner.forward_backward(data.batch, model.context(B, T, s * B, 1, s + 1, true),
+                              1.0f / (B * T));
+      runner.set_grads_ready_hook(nullptr);
       dp_grads.finish();
       grads.finalize();
       if (s > 0) comm_in_timed += model.tensor_parallel().comm_seconds() - c0;

@@ -26,6 +26,7 @@
 #include "tessera/core/threads.h"
 #include "tessera/distributed/data_parallel_grads.h"
 #include "tessera/distributed/zero3_params.h"
+#include "tessera/model/chunk_runner.h"
 #include "tessera/optim/optimizer.h"
 
 namespace {
@@ -80,9 +81,10 @@ int main(int argc, char** argv) {
     const auto plan = distributed::ShardingPlan::for_stage(stage, bucket, true);
     distributed::DataParallelGrads grads(model.params(), dp, plan, units);
     std::unique_ptr<distributed::Zero3Params> zero3;
+    model::ChunkRunner runner(model);
     if (stage == 3) {
       zero3 = std::make_unique<distributed::Zero3Params>(model.params(), dp, units, plan);
-      model.set_param_access(zero3.get());
+      runner.set_param_access(zero3.get());
     }
     optim::Optimizer::Ranges owned;
     if (stage >= 1)
@@ -94,9 +96,9 @@ int main(int argc, char** argv) {
     grads.start_iteration();
     for (int64_t m = 0; m < micro; ++m) {
       const bool reduce = grads.reduces_in(m, micro);
-      if (reduce) model.set_grads_ready_hook([&](int64_t offset) { grads.grads_ready(offset); });
-      model.forward_backward(data.batch, model.context(B, T, m, 1, 1, true), 1.0f / (micro * T));
-      model.set_grads_ready_hook(nullptr);
+      if (reduce) runner.set_grads_ready_hook([&](int64_t offset) { grads.grads_ready(offset); });
+      runner.forward_backward(data.batch, model.context(B, T, m, 1, 1, true), 1.0f / (micro * T));
+      runner.set_grads_ready_hook(nullptr);
       if (reduce) grads.finish();
     }
     if (zero3) zero3->quiesce();

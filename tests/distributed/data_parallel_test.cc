@@ -44,6 +44,7 @@ void check(int stage, bool overlap) {
 
   // Buckets of 1/4 MiB of fp32, so that stage 2 has whole pages to give back.
   model::GPTModel model(cfg, DType::kF32, 11, {}, n);
+  model::ChunkRunner runner(model);
   DataParallelGrads grads(model.params(), dp, ShardingPlan::for_stage(stage, 65536, overlap));
   ASSERT_GT(grads.num_buckets(), 1);
   grads.start_iteration();
@@ -55,9 +56,9 @@ void check(int stage, bool overlap) {
     const bool reduce = grads.reduces_in(m, micro);
     EXPECT_EQ(reduce, stage == 2 || m == micro - 1);
     const int64_t issued_before = dp->stats().issued_of(reduction);
-    if (reduce) model.set_grads_ready_hook([&](int64_t offset) { grads.grads_ready(offset); });
-    testing::small_model_micro_batch(model, (m * n + d) * mbs, mbs, scale);  // Megatron's order
-    model.set_grads_ready_hook(nullptr);
+    if (reduce) runner.set_grads_ready_hook([&](int64_t offset) { grads.grads_ready(offset); });
+    testing::small_model_micro_batch(runner, (m * n + d) * mbs, mbs, scale);  // Megatron's order
+    runner.set_grads_ready_hook(nullptr);
     const int64_t issued = dp->stats().issued_of(reduction) - issued_before;
     EXPECT_EQ(issued, reduce && overlap ? grads.num_buckets() : 0) << "micro-batch " << m;
     if (reduce) {

@@ -6,6 +6,7 @@
 
 #include "tessera/core/memory.h"
 #include "tessera/distributed/data_parallel_grads.h"
+#include "tessera/model/chunk_runner.h"
 #include "tessera/model/gpt_model.h"
 
 namespace tessera::testing {
@@ -26,8 +27,9 @@ inline model::ModelConfig small_model_config(bool tied = true) {
 
 // Forward and backward of `mbs` samples starting at global sample `first` of a fixed token
 // stream (sample s holds tokens s*T .. s*T + T - 1 of it), with dropout keyed by `first`.
-inline void small_model_micro_batch(model::GPTModel& model, int64_t first, int64_t mbs,
+inline void small_model_micro_batch(model::ChunkRunner& runner, int64_t first, int64_t mbs,
                                     float grad_scale) {
+  const model::GPTModel& model = runner.model();
   const auto& cfg = model.config();
   std::vector<int32_t> tokens, targets;
   for (int64_t i = 0; i < mbs * cfg.seq_length; ++i) {
@@ -36,7 +38,13 @@ inline void small_model_micro_batch(model::GPTModel& model, int64_t first, int64
     targets.push_back(static_cast<int32_t>((5 * g + 1) % cfg.vocab_size));
   }
   const model::Batch batch{tokens.data(), targets.data(), nullptr, mbs, cfg.seq_length};
-  model.forward_backward(batch, model.context(mbs, cfg.seq_length, first, 5, 1, true), grad_scale);
+  runner.forward_backward(batch, model.context(mbs, cfg.seq_length, first, 5, 1, true), grad_scale);
+}
+// The same without policies (no ZeRO 3 access, no grads-ready hook).
+inline void small_model_micro_batch(model::GPTModel& model, int64_t first, int64_t mbs,
+                                    float grad_scale) {
+  model::ChunkRunner runner(model);
+  small_model_micro_batch(runner, first, mbs, grad_scale);
 }
 
 // Resident bytes of a flat buffer outside the increasing ranges `owned`.

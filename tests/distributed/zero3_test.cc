@@ -61,7 +61,8 @@ void check(bool tied, bool overlap) {
   plan.persistence_threshold = 0;
   plan.prefetch_elems = plan.max_live_elems = int64_t{1} << 40;
   Zero3Params params(model.params(), dp, units, plan);
-  model.set_param_access(&params);
+  model::ChunkRunner runner(model);
+  runner.set_param_access(&params);
 
   const auto unowned_resident = [&] {
     return testing::resident_outside(model.params().flat_values(), grads.owned());
@@ -70,9 +71,9 @@ void check(bool tied, bool overlap) {
 
   grads.start_iteration();
   dp->reset_stats();
-  model.set_grads_ready_hook([&](int64_t offset) { grads.grads_ready(offset); });
-  testing::small_model_micro_batch(model, d, 1, scale);
-  model.set_grads_ready_hook(nullptr);
+  runner.set_grads_ready_hook([&](int64_t offset) { grads.grads_ready(offset); });
+  testing::small_model_micro_batch(runner, d, 1, scale);
+  runner.set_grads_ready_hook(nullptr);
   grads.finish();
   EXPECT_EQ(params.live_elems(), 0);
   EXPECT_LE(unowned_resident(), kEdgePages * 4096 * static_cast<int64_t>(units.size()));
@@ -154,12 +155,12 @@ void check(bool tied, bool overlap) {
   const model::Batch batch{tokens.data(), targets.data(), nullptr, 1, cfg.seq_length};
   for (int pass = 0; pass < 2; ++pass) {
     dp->reset_stats();
-    model.forward_loss(batch, model.context(1, cfg.seq_length, 0, 5, 1, false));
+    runner.forward_loss(batch, model.context(1, cfg.seq_length, 0, 5, 1, false));
     EXPECT_EQ(params.live_elems(), 0);
     EXPECT_EQ(dp->stats().issued_of(OpType::kAllGather), L + 2 + (tied ? 1 : 0));
     EXPECT_EQ(dp->stats().calls_of(OpType::kAllGather), L + 2 + (tied ? 1 : 0));
   }
-  model.set_param_access(nullptr);
+  runner.set_param_access(nullptr);
 }
 
 TEST(Zero3, TiedModelMatchesSingleProcess) { check(true, true); }

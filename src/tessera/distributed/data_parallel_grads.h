@@ -4,8 +4,8 @@
 // The flat fp32 gradient buffer (model::ParameterSet, padded to a multiple of DP) is cut into
 // buckets of about `bucket_elems` elements, each a multiple of DP, counted from the end of the
 // buffer because backward produces the last layers' gradients first. During backward the model
-// reports how far its gradients are final (GPTModel::set_grads_ready_hook); a bucket whose
-// elements are all final is reduced at once on the communication thread while backward
+// reports how far its gradients are final (model::ChunkRunner::set_grads_ready_hook); a bucket
+// whose elements are all final is reduced at once on the communication thread while backward
 // continues (overlap), or, without overlap, all buckets are reduced after backward.
 //
 // Each rank's gradients are already scaled by 1/(tokens in the global batch), so the reduction is

@@ -5,14 +5,14 @@
 // again in backward) and its other parts are dropped after: zeroed, their pages given back.
 //
 // Prefetch (DeepSpeed's stage3_prefetch_bucket_size): when the model acquires the unit its pass
-// expects next (GPTModel announces each pass's units, model/gpt_model.h ParamAccess), the units
-// after it in the pass are gathered on the communication thread while the current one computes,
-// in order, as long as the units gathered ahead and not yet in use total at most `prefetch_elems`
-// elements. Live limit (stage3_max_live_parameters): no gather, prefetch or not, takes the
-// gathered units above `max_live_elems`; an acquisition that would drops prefetched units first
-// (units in use stay: a recompute group may need several at once, whatever the limit). A limit
-// below the persistent units plus the largest other unit is refused at construction (tessera::
-// Error). Units smaller than `persistence_threshold` elements
+// expects next (the model's ChunkRunner announces each pass's units, model/param_access.h
+// ParamAccess), the units after it in the pass are gathered on the communication thread while the
+// current one computes, in order, as long as the units gathered ahead and not yet in use total at
+// most `prefetch_elems` elements. Live limit (stage3_max_live_parameters): no gather, prefetch or
+// not, takes the gathered units above `max_live_elems`; an acquisition that would drops prefetched
+// units first (units in use stay: a recompute group may need several at once, whatever the limit).
+// A limit below the persistent units plus the largest other unit is refused at construction
+// (tessera:: Error). Units smaller than `persistence_threshold` elements
 // (stage3_param_persistence_threshold) stay whole: they are gathered once after each optimizer
 // step (after_step()) instead of around every use. The three sizes come from the ShardingPlan.
 #pragma once
@@ -23,7 +23,7 @@
 #include "tessera/comm/process_group.h"
 #include "tessera/distributed/data_parallel_grads.h"
 #include "tessera/distributed/sharding_plan.h"
-#include "tessera/model/gpt_model.h"
+#include "tessera/model/param_access.h"
 
 namespace tessera::distributed {
 

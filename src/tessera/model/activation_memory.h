@@ -9,7 +9,7 @@
 
 #include "tessera/core/dtype.h"
 #include "tessera/model/config.h"
-#include "tessera/model/gpt_model.h"
+#include "tessera/model/chunk_runner.h"
 
 namespace tessera::model {
 

@@ -1,12 +1,12 @@
 #include "tessera/model/gpt_model.h"
 
 #include <algorithm>
-#include <optional>
 
 #include "tessera/core/error.h"
 #include "tessera/kernels/cross_entropy.h"
 #include "tessera/kernels/dropout.h"
 #include "tessera/kernels/embedding.h"
+#include "tessera/model/chunk_runner.h"
 #include "tessera/model/parallel_linear.h"
 #include "tessera/parallel/vocab_parallel_cross_entropy.h"
 
@@ -24,43 +24,6 @@ TopNames top_names(const ModelConfig& cfg) {
   return {"model.embed_tokens.weight", "model.embed_positions.weight", "model.norm",
           "lm_head.weight"};
 }
-
-// Holds a unit's parameters for its scope (ParamAccess).
-class UnitUse {
- public:
-  UnitUse(ParamAccess* access, int unit) : access_(access), unit_(unit) {
-    if (access_) access_->acquire(unit_);
-  }
-  ~UnitUse() {
-    if (access_) access_->release(unit_);
-  }
-  UnitUse(const UnitUse&) = delete;
-  UnitUse& operator=(const UnitUse&) = delete;
-
- private:
-  ParamAccess* access_;
-  int unit_;
-};
-
-// Holds a list of units' parameters for its scope: acquired in order, released in the same
-// order. `units` must outlive it. Without an access (no ZeRO 3) it does nothing.
-class UnitListUse {
- public:
-  UnitListUse(ParamAccess* access, const std::vector<int>& units) : access_(access), units_(units) {
-    if (access_)
-      for (int u : units_) access_->acquire(u);
-  }
-  ~UnitListUse() {
-    if (access_)
-      for (int u : units_) access_->release(u);
-  }
-  UnitListUse(const UnitListUse&) = delete;
-  UnitListUse& operator=(const UnitListUse&) = delete;
-
- private:
-  ParamAccess* access_;
-  const std::vector<int>& units_;
-};
 
 // The position of every residual-stream row (ctx.local_N() of them), row-major.
 std::vector<int32_t> token_positions(const StepContext& ctx) {
@@ -157,6 +120,7 @@ GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
   const TopNames n = top_names(cfg_);
   const bool tied = !cfg_.untie_embeddings_and_output_weights;
   layout_ = declare(params_, cfg_, part_, padded_vocab_, flat_multiple);
+  partly_resident_ = static_cast<bool>(resident);
   if (resident) {
     const auto ranges = resident(layout_.units);
     params_.allocate(compute_dtype, seed, flat_multiple, &ranges);
@@ -172,21 +136,6 @@ GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
     wpe_ = params_.get(n.wpe).value;
     dwpe_ = params_.get(n.wpe).grad;
   }
-  for (int chunk = 0; chunk < num_chunks(); ++chunk) {
-    const int first = layout_.chunk_begin[chunk], end = layout_.chunk_begin[chunk + 1];
-    const bool embeds = chunk == 0 && part_.embedding;
-    const bool last = chunk == num_chunks() - 1 && part_.head;
-    PassOrders o;
-    if (embeds) o.forward = layout_.embed_units;
-    for (int l = first; l < end; ++l) o.forward.push_back(layout_.layer_units[l]);
-    o.evaluation = o.forward;
-    if (last) {
-      o.evaluation.insert(o.evaluation.end(), layout_.head_units.begin(), layout_.head_units.end());
-      o.backward = layout_.head_units;
-    }
-    for (int l = end; l-- > first;) o.backward.push_back(layout_.layer_units[l]);
-    pass_orders_.push_back(std::move(o));
-  }
   layers_.reserve(layout_.layer_offsets.size());
   for (const auto& [first, end] : part_.chunks)
     for (int l = first; l < end; ++l) layers_.emplace_back(params_, cfg_, l, &tp_);
@@ -198,22 +147,28 @@ GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
   }
 }
 
-void GPTModel::set_recompute(const RecomputePolicy& policy) {
-  recompute_ = policy;
-  const bool selective = policy.granularity == RecomputePolicy::Granularity::kSelective;
-  for (TransformerLayer& layer : layers_) layer.set_recompute_core_attention(selective);
+void GPTModel::set_selective_recompute(bool on) {
+  for (TransformerLayer& layer : layers_) layer.set_recompute_core_attention(on);
 }
 
-bool GPTModel::recomputed(int chunk, int l) const {
-  if (recompute_.granularity != RecomputePolicy::Granularity::kFull) return false;
-  if (recompute_.method == RecomputePolicy::Method::kUniform) return true;
-  return l - layout_.chunk_begin[chunk] < recompute_.num_layers;
+GPTModel::ChunkShape GPTModel::chunk_shape(int chunk) const {
+  ChunkShape c;
+  c.first = layout_.chunk_begin[chunk];
+  c.end = layout_.chunk_begin[chunk + 1];
+  c.embeds = chunk == 0 && part_.embedding;
+  c.head = chunk == num_chunks() - 1 && part_.head;
+  return c;
 }
 
-int GPTModel::group_begin(int chunk, int l) const {
-  if (recompute_.method == RecomputePolicy::Method::kBlock) return l;
-  const int first = layout_.chunk_begin[chunk], n = recompute_.num_layers;
-  return first + (l - first) / n * n;
+Tensor GPTModel::layer_forward(int l, const Tensor& x, TransformerLayer::Saved& saved,
+                               const StepContext& ctx) {
+  ++layer_forwards_[l];
+  return layers_[l].forward(x, saved, ctx);
+}
+
+Tensor GPTModel::layer_backward(int l, const Tensor& dy, TransformerLayer::Saved& saved,
+                                const StepContext& ctx) {
+  return layers_[l].backward(dy, saved, ctx);
 }
 
 StepContext GPTModel::context(int64_t B, int64_t T, int64_t sample_offset, uint64_t seed,
@@ -248,12 +203,12 @@ Tensor GPTModel::embed(const Batch& batch, const StepContext& ctx) const {
   return x;
 }
 
-void GPTModel::embed_backward(const Tensor& dx, const Batch& batch, const StepContext& ctx) {
+void GPTModel::embed_backward(Tensor dx, const Batch& batch, const StepContext& ctx) {
   const int64_t N = batch.B * batch.T, C = cfg_.hidden_size;
   const std::vector<int32_t> pos = token_positions(ctx);
   visit_float(dx.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    T* d = const_cast<T*>(dx.data<T>());  // dx is ours: the last use of the embedding gradient
+    T* d = dx.data<T>();  // consumed: the last use of the embedding gradient
     const float p = ctx.training ? cfg_.hidden_dropout : 0.0f;
     if (p > 0.0f)
       kernels::dropout_backward(d, d,
@@ -303,106 +258,14 @@ LossSum GPTModel::head(const Tensor& x, const Batch& batch, float grad_scale, Te
   return sum;
 }
 
-Tensor GPTModel::forward_chunk(int chunk, const Tensor& input, const Batch& batch,
-                               const StepContext& ctx, ChunkActivations* keep) {
-  const int first = layout_.chunk_begin[chunk], end = layout_.chunk_begin[chunk + 1];
-  const bool embeds = chunk == 0 && part_.embedding;
-  const bool last = chunk == num_chunks() - 1 && part_.head;
-  if (access_) {
-    const PassOrders& o = pass_orders_[chunk];
-    access_->begin_pass(keep ? o.forward : o.evaluation);
-  }
-  Tensor x = input;
-  if (embeds) {
-    UnitListUse use(access_, layout_.embed_units);
-    x = embed(batch, ctx);
-  }
-  if (keep) {
-    keep->layers.assign(end - first, TransformerLayer::Saved());
-    keep->inputs.assign(end - first, Tensor());
-  }
-  for (int l = first; l < end; ++l) {
-    UnitUse use(access_, layout_.layer_units[l]);
-    TransformerLayer::Saved scratch;  // evaluation, and recomputed layers, keep nothing
-    const bool store = keep && !recomputed(chunk, l);
-    // A recompute group keeps the input of its first layer only.
-    if (keep && !store && group_begin(chunk, l) == l) keep->inputs[l - first] = x;
-    x = layers_[l].forward(x, store ? keep->layers[l - first] : scratch, ctx);
-    ++layer_forwards_[l];
-  }
-  if (keep && last) keep->output = x;
-  return x;
-}
-
-Tensor GPTModel::backward_chunk(int chunk, const Tensor& grad_output, const Batch& batch,
-                                const StepContext& ctx, float grad_scale, ChunkActivations& act,
-                                LossSum* loss) {
-  const int first = layout_.chunk_begin[chunk], end = layout_.chunk_begin[chunk + 1];
-  const bool embeds = chunk == 0 && part_.embedding;
-  const bool last = chunk == num_chunks() - 1 && part_.head;
-  // Readiness by flat offset holds only when this backward covers the whole local part.
-  const bool report = grads_ready_ && num_chunks() == 1;
-  if (access_) access_->begin_pass(pass_orders_[chunk].backward);
-  Tensor dx = grad_output;
-  if (last) {
-    UnitListUse use(access_, layout_.head_units);
-    const LossSum s = head(act.output, batch, grad_scale, &dx);
-    act.output = Tensor();
-    if (loss) {
-      loss->loss_sum += s.loss_sum;
-      loss->tokens += s.tokens;
-    }
-    if (report) grads_ready_(layout_.head_offset);
-  }
-  for (int l = end; l-- > first;) {
-    const int i = l - first;
-    {
-      UnitUse use(access_, layout_.layer_units[l]);
-      if (recomputed(chunk, l) && !act.layers[i].residual.defined()) {
-        // Rerun the forward of l's recompute group from its saved input, keeping everything;
-        // the dropout masks depend only on coordinates, so they come out the same.
-        const int g = group_begin(chunk, l);
-        Tensor x = act.inputs[g - first];
-        act.inputs[g - first] = Tensor();
-        for (int k = g; k <= l; ++k) {
-          std::optional<UnitUse> other;  // l itself is held already
-          if (k != l) other.emplace(access_, layout_.layer_units[k]);
-          x = layers_[k].forward(x, act.layers[k - first], ctx);
-          ++layer_forwards_[k];
-        }
-      }
-      dx = layers_[l].backward(dx, act.layers[i], ctx);
-    }
-    act.layers[i] = TransformerLayer::Saved();  // free this layer's activations now
-    if (report) grads_ready_(layout_.layer_offsets[l]);
-  }
-  if (embeds) {
-    embed_backward(dx, batch, ctx);  // writes gradients only: no parameter values needed
-    dx = Tensor();
-    if (report) grads_ready_(0);
-  }
-  return dx;
-}
-
-LossSum GPTModel::head_loss(const Tensor& hidden, const Batch& batch) {
-  UnitListUse use(access_, layout_.head_units);
-  return head(hidden, batch, 0.0f, nullptr);
-}
-
 LossSum GPTModel::forward_backward(const Batch& batch, const StepContext& ctx, float grad_scale) {
-  TESSERA_CHECK_MSG(num_chunks() == 1 && part_.embedding && part_.head,
-                    "forward_backward() needs the whole model");
-  ChunkActivations act;
-  forward_chunk(0, Tensor(), batch, ctx, &act);
-  LossSum sum;
-  backward_chunk(0, Tensor(), batch, ctx, grad_scale, act, &sum);
-  return sum;
+  TESSERA_CHECK_MSG(!partly_resident_, "a ZeRO 3 model runs through a ChunkRunner with its access");
+  return ChunkRunner(*this).forward_backward(batch, ctx, grad_scale);
 }
 
 LossSum GPTModel::forward_loss(const Batch& batch, const StepContext& ctx) {
-  TESSERA_CHECK_MSG(num_chunks() == 1 && part_.embedding && part_.head,
-                    "forward_loss() needs the whole model");
-  return head_loss(forward_chunk(0, Tensor(), batch, ctx, nullptr), batch);
+  TESSERA_CHECK_MSG(!partly_resident_, "a ZeRO 3 model runs through a ChunkRunner with its access");
+  return ChunkRunner(*this).forward_loss(batch, ctx);
 }
 
 }  // namespace tessera::model

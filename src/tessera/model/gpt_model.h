@@ -11,6 +11,11 @@
 // its own column-parallel lm_head) feeds vocab-parallel cross-entropy, so the full logits never
 // exist on one rank. Every TP rank runs the same micro-batches; after the last one the trainer
 // completes the gradients with distributed::TensorParallelGrads.
+//
+// The model only computes: the embeddings, one layer, the head, each forward and backward, and
+// the structure (chunks, units, offsets) a runner walks. Parameter acquisition (ZeRO 3),
+// activation recomputation and gradient-readiness hooks are applied around these units by
+// model::ChunkRunner (chunk_runner.h).
 #pragma once
 
 #include <functional>
@@ -40,23 +45,6 @@ struct LossSum {
   double tokens = 0.0;    // number of counted tokens (sum of the loss mask)
 };
 
-// Lets ZeRO stage 3 materialise a unit's parameters just before they are used and drop them
-// after. A unit is a range of the flat buffers (GPTModel::units()): the embeddings, each layer,
-// the final norm and output layer; when a pipeline splits tied embeddings, the word embedding
-// (first stage) and its copy (last stage) are units of their own. Every acquire(u) is matched by
-// a release(u); a unit may be acquired again before it is released (the tied embedding in the
-// output layer). begin_pass() announces the units the next pass acquires, in order (a chunk's
-// forward: its embeddings and layers; its backward: the head, the layers in reverse), so the
-// next one can be fetched while the current one computes.
-class ParamAccess {
- public:
-  virtual ~ParamAccess() = default;
-  // `order` is valid during the call only.
-  virtual void begin_pass(const std::vector<int>& order) = 0;
-  virtual void acquire(int unit) = 0;
-  virtual void release(int unit) = 0;
-};
-
 // Which part of the model a pipeline rank builds: its model chunks as layer ranges (in local
 // chunk order, see pipeline/schedule.h), whether its first chunk starts with the embeddings and
 // whether its last chunk ends with the final norm, output layer and loss. The default is the
@@ -65,26 +53,6 @@ struct ModelPart {
   std::vector<std::pair<int, int>> chunks;  // [first layer, end layer) per chunk; empty: all
   bool embedding = true;
   bool head = true;
-};
-
-// Activation recomputation (Megatron's --recompute-granularity/-method/-num-layers).
-//   full, uniform: the layers of each chunk are taken in groups of `num_layers`; a group keeps
-//     only its input and reruns its forward during backward.
-//   full, block: the first `num_layers` layers of each chunk keep only their input, each
-//     recomputed alone; the others keep everything.
-//   selective: every layer drops its attention core's output and log-sum-exp and recomputes them
-//     from the saved q, k, v in backward (the flash-style kernel keeps no T x T matrix anyway).
-struct RecomputePolicy {
-  enum class Granularity { kNone, kFull, kSelective } granularity = Granularity::kNone;
-  enum class Method { kUniform, kBlock } method = Method::kUniform;
-  int num_layers = 1;
-};
-
-// What one chunk keeps of one micro-batch between its forward and its backward.
-struct ChunkActivations {
-  std::vector<TransformerLayer::Saved> layers;  // per layer of the chunk (empty when recomputed)
-  std::vector<Tensor> inputs;                   // per layer: its input, kept when recomputed
-  Tensor output;  // the last chunk's final hidden states (the head runs in backward)
 };
 
 class GPTModel {
@@ -119,49 +87,55 @@ class GPTModel {
                       bool training) const;
 
   int num_chunks() const { return static_cast<int>(part_.chunks.size()); }
-  void set_recompute(const RecomputePolicy& policy);
+  // Chunk `chunk`'s local layers [first, end) (indices into this rank's layers) and whether it
+  // starts with the embeddings and ends with the final norm, output layer and loss.
+  struct ChunkShape {
+    int first = 0, end = 0;
+    bool embeds = false, head = false;
+  };
+  ChunkShape chunk_shape(int chunk) const;
 
-  // One chunk's forward for one micro-batch: `input` is the previous chunk's output (ignored by
-  // the chunk holding the embeddings, which reads batch.tokens); returns this chunk's output
-  // (ctx.local_N(), C): the final hidden states for the last chunk. With `keep` (training) the
-  // chunk stores there what its backward needs; without, nothing is kept (evaluation).
-  Tensor forward_chunk(int chunk, const Tensor& input, const Batch& batch, const StepContext& ctx,
-                       ChunkActivations* keep);
-  // That chunk's backward: `grad_output` is the gradient of its output (ignored by the last
-  // chunk, which runs the final norm, output layer and loss here, adding them to *loss);
-  // returns the gradient of its input (empty for the chunk holding the embeddings). Frees
-  // `act` as it goes. Parameter grads accumulate as in forward_backward().
-  Tensor backward_chunk(int chunk, const Tensor& grad_output, const Batch& batch,
-                        const StepContext& ctx, float grad_scale, ChunkActivations& act,
-                        LossSum* loss);
-  // The loss of the final hidden states (the last chunk's forward output), no gradients.
-  LossSum head_loss(const Tensor& hidden, const Batch& batch);
+  // The flat range [first, second) of every unit (see ParamAccess, chunk_runner.h), in order,
+  // and the units each part of the model reads: the embeddings, local layer l, the head (which
+  // includes the word embedding when it is tied and on this rank).
+  const std::vector<std::pair<int64_t, int64_t>>& units() const { return layout_.units; }
+  const std::vector<int>& embed_units() const { return layout_.embed_units; }
+  int layer_unit(int l) const { return layout_.layer_units[l]; }
+  const std::vector<int>& head_units() const { return layout_.head_units; }
+  // Flat offset of local layer l's first parameter, and of the head's first unit: from there on
+  // the gradients are final once that part's backward is done.
+  int64_t layer_offset(int l) const { return layout_.layer_offsets[l]; }
+  int64_t head_offset() const { return layout_.head_offset; }
 
   // The flat range of the word embedding this rank holds when tied embeddings are split over
   // a pipeline (the first stage's embedding, or the last stage's copy; a unit of its own), else
   // {0, 0}. Its gradient is summed over the embedding group before the optimizer step.
   std::pair<int64_t, int64_t> tied_embedding_range() const { return layout_.tied_range; }
 
+  // The units' arithmetic. Each needs its unit's parameters in place (under ZeRO 3, acquired:
+  // ChunkRunner does that). Parameter grads accumulate (+=) grad_scale * d(loss_sum)/d(param).
+  // Embeddings: vocab-parallel lookup, positions and dropout of this rank's rows (ctx.local_N()).
+  Tensor embed(const Batch& batch, const StepContext& ctx) const;
+  // Consumes `dx`: its buffer is overwritten (the last use of the embedding gradient).
+  void embed_backward(Tensor dx, const Batch& batch, const StepContext& ctx);
+  // Local layer l; `saved` receives what its backward needs (a scratch one keeps nothing).
+  Tensor layer_forward(int l, const Tensor& x, TransformerLayer::Saved& saved,
+                       const StepContext& ctx);
+  Tensor layer_backward(int l, const Tensor& dy, TransformerLayer::Saved& saved,
+                        const StepContext& ctx);
+  // Final norm, logits and cross-entropy. With dx (grad_scale > 0) also the gradient of x.
+  LossSum head(const Tensor& x, const Batch& batch, float grad_scale, Tensor* dx);
+  // Selective recomputation: every layer drops its attention core's output and log-sum-exp and
+  // recomputes them in backward (RecomputePolicy, chunk_runner.h).
+  void set_selective_recompute(bool on);
+
   // Forward and backward of one micro-batch (the whole batch on every TP rank; ctx from
-  // context()) through the whole model (one chunk with embeddings and head). Parameter grads
-  // accumulate
-  // grad_scale * d(loss_sum)/d(param); the caller sets grad_scale = loss_scale / tokens in the
-  // global batch so that accumulated grads are those of the global mean loss.
+  // context()) through the whole model (one chunk with embeddings and head), with no policies:
+  // ChunkRunner(*this).forward_backward. Not for a model built with resident ranges (ZeRO 3:
+  // its parameters are not in place without a runner's ParamAccess; tessera::Error). Parameter
+  // grads accumulate grad_scale * d(loss_sum)/d(param); the caller sets grad_scale = loss_scale /
+  // tokens in the global batch so that accumulated grads are those of the global mean loss.
   LossSum forward_backward(const Batch& batch, const StepContext& ctx, float grad_scale);
-  // Called during backward_chunk() (when set) each time the gradients at every flat offset
-  // >= `offset` are final for this micro-batch, if this rank's part is one chunk: after the
-  // output layer, after each layer's backward (its first parameter's offset), and 0 after the
-  // embedding. The data-parallel
-  // reducer starts reducing buckets from it while backward continues.
-  void set_grads_ready_hook(std::function<void(int64_t offset)> hook) {
-    grads_ready_ = std::move(hook);
-  }
-
-  // The flat range [first, second) of every unit (see ParamAccess), in order.
-  const std::vector<std::pair<int64_t, int64_t>>& units() const { return layout_.units; }
-  // Acquire/release calls around every use of a unit's parameters (nullptr: none). Not owned.
-  void set_param_access(ParamAccess* access) { access_ = access; }
-
   // Forward only through the whole model (evaluation): no gradients, nothing kept.
   LossSum forward_loss(const Batch& batch, const StepContext& ctx);
 
@@ -183,35 +157,18 @@ class GPTModel {
   // list means the whole model: `part` is completed to one chunk of every layer.
   static Layout declare(ParameterSet& params, const ModelConfig& cfg, ModelPart& part,
                         int64_t padded_vocab, int64_t flat_multiple);
-  // Whether local layer l keeps only its input (full recompute), and the first layer of its
-  // recompute group (the one whose input the group keeps).
-  bool recomputed(int chunk, int l) const;
-  int group_begin(int chunk, int l) const;
-  Tensor embed(const Batch& batch, const StepContext& ctx) const;
-  void embed_backward(const Tensor& dx, const Batch& batch, const StepContext& ctx);
-  // Final norm, logits and cross-entropy. With grad_scale > 0 also returns d(hidden).
-  LossSum head(const Tensor& x, const Batch& batch, float grad_scale, Tensor* dx);
 
   ModelConfig cfg_;
   parallel::TensorParallel tp_;
   ModelPart part_;
-  RecomputePolicy recompute_;
   Layout layout_;
-  // The units each chunk's passes acquire, in order (ParamAccess::begin_pass): per chunk, its
-  // training forward, its evaluation forward (the last chunk's goes on to the head) and its
-  // backward.
-  struct PassOrders {
-    std::vector<int> forward, evaluation, backward;
-  };
-  std::vector<PassOrders> pass_orders_;
   int64_t padded_vocab_, vocab_start_, vocab_local_;  // this rank's rows of the padded vocabulary
   ParameterSet params_;
   std::vector<TransformerLayer> layers_;
   std::vector<int64_t> layer_forwards_;  // layer_forward_counts()
+  bool partly_resident_ = false;          // built with resident ranges (ZeRO 3)
   std::unique_ptr<Norm> final_norm_;
   Tensor wte_, dwte_, wpe_, dwpe_, head_w_, dhead_w_;
-  std::function<void(int64_t)> grads_ready_;
-  ParamAccess* access_ = nullptr;
 };
 
 }  // namespace tessera::model

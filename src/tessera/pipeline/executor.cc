@@ -15,9 +15,15 @@ using Key = std::pair<int, int>;  // (micro-batch, local chunk)
 
 }  // namespace
 
-PipelineExecutor::PipelineExecutor(model::GPTModel& model, std::shared_ptr<comm::ProcessGroup> pp,
-                                   ScheduleKind kind, const ScheduleShape& shape)
-    : model_(model), pp_(std::move(pp)), kind_(kind), shape_(shape), rank_(pp_ ? pp_->rank() : 0) {
+PipelineExecutor::PipelineExecutor(model::ChunkRunner& runner,
+                                   std::shared_ptr<comm::ProcessGroup> pp, ScheduleKind kind,
+                                   const ScheduleShape& shape)
+    : runner_(runner),
+      model_(runner.model()),
+      pp_(std::move(pp)),
+      kind_(kind),
+      shape_(shape),
+      rank_(pp_ ? pp_->rank() : 0) {
   TESSERA_CHECK(shape_.pp_size == (pp_ ? pp_->size() : 1));
   TESSERA_CHECK(model_.num_chunks() == shape_.virtual_stages);
   steps_ = build_schedule(kind_, shape_, rank_);
@@ -82,7 +88,7 @@ model::LossSum PipelineExecutor::train(const MicroBatchLoader& load, float grad_
         Tensor x;
         if (j > 0) x = take(false, key);
         TimelineScope t(timeline, Phase::kForward, st.microbatch, st.chunk);
-        Tensor y = model_.forward_chunk(st.chunk, x, mb.batch, mb.ctx, &acts[key]);
+        Tensor y = runner_.forward_chunk(st.chunk, x, mb.batch, mb.ctx, &acts[key]);
         if (j < shape_.pp_size * V - 1) outbound[0][key] = y;  // the last chunk keeps its own
         break;
       }
@@ -106,7 +112,7 @@ model::LossSum PipelineExecutor::train(const MicroBatchLoader& load, float grad_
         Tensor dx;
         {
           TimelineScope t(timeline, Phase::kBackward, st.microbatch, st.chunk);
-          dx = model_.backward_chunk(st.chunk, dy, mb.batch, mb.ctx, grad_scale, acts.at(key),
+          dx = runner_.backward_chunk(st.chunk, dy, mb.batch, mb.ctx, grad_scale, acts.at(key),
                                      &loss);
         }
         acts.erase(key);
@@ -145,9 +151,9 @@ model::LossSum PipelineExecutor::evaluate(const MicroBatchLoader& load, int coun
         x = activation_buffer(mb->ctx);
         pp_->recv(x, prev, tag(false, m, j)).wait();
       }
-      Tensor y = model_.forward_chunk(c, x, mb->batch, mb->ctx, nullptr);
+      Tensor y = runner_.forward_chunk(c, x, mb->batch, mb->ctx, nullptr);
       if (j == P * V - 1) {
-        const model::LossSum s = model_.head_loss(y, mb->batch);
+        const model::LossSum s = runner_.head_loss(y, mb->batch);
         loss.loss_sum += s.loss_sum;
         loss.tokens += s.tokens;
       } else {

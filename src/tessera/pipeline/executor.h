@@ -20,7 +20,7 @@
 
 #include "tessera/comm/process_group.h"
 #include "tessera/data/micro_batch.h"
-#include "tessera/model/gpt_model.h"
+#include "tessera/model/chunk_runner.h"
 #include "tessera/pipeline/schedule.h"
 #include "tessera/pipeline/timeline.h"
 
@@ -38,13 +38,14 @@ using MicroBatchLoader = std::function<std::unique_ptr<MicroBatch>(int m)>;
 
 class PipelineExecutor {
  public:
-  // `pp` is the pipeline group (nullptr: one stage). The model holds this rank's part, its
-  // chunks matching shape.virtual_stages. validate_schedule() must have accepted the shape.
-  PipelineExecutor(model::GPTModel& model, std::shared_ptr<comm::ProcessGroup> pp,
+  // `pp` is the pipeline group (nullptr: one stage). The runner's model holds this rank's part,
+  // its chunks matching shape.virtual_stages; the runner applies its policies (ZeRO 3 access,
+  // recomputation, grads-ready hook). validate_schedule() must have accepted the shape.
+  PipelineExecutor(model::ChunkRunner& runner, std::shared_ptr<comm::ProcessGroup> pp,
                    ScheduleKind kind, const ScheduleShape& shape);
 
   // before(m) runs before the backward of micro-batch m when this rank's part is one chunk
-  // (V = 1; it may install the model's grads-ready hook, whose offsets then cover the whole
+  // (V = 1; it may install the runner's grads-ready hook, whose offsets then cover the whole
   // part); after(m) runs once m's backward is done on every chunk of this rank (it may reduce
   // gradients; timed as the gradient-sync phase). Micro-batches finish in increasing order.
   struct BackwardHooks {
@@ -67,6 +68,7 @@ class PipelineExecutor {
   int tag(bool gradient, int m, int receiving_model_chunk) const;
   Tensor activation_buffer(const model::StepContext& ctx) const;
 
+  model::ChunkRunner& runner_;
   model::GPTModel& model_;
   std::shared_ptr<comm::ProcessGroup> pp_;
   ScheduleKind kind_;

@@ -1,7 +1,6 @@
 #include "tessera/train/arguments.h"
 
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <map>
 
@@ -27,18 +26,19 @@ void add_model_flags(FlagTable& t) {
   t.model_option("--num-layers", &ModelConfig::num_layers, "transformer layers");
   t.model_option("--hidden-size", &ModelConfig::hidden_size, "hidden size C");
   t.model_option("--num-attention-heads", &ModelConfig::num_attention_heads, "attention heads");
-  t.model_option("--ffn-hidden-size", &ModelConfig::ffn_hidden_size, "MLP hidden size (default 4C)");
+  t.model_option("--ffn-hidden-size", &ModelConfig::ffn_hidden_size,
+                 "MLP hidden size (default 4C)");
   t.model_option("--seq-length", &ModelConfig::seq_length, "sequence length");
   t.model_option("--max-position-embeddings", &ModelConfig::max_position_embeddings,
                  "learned position table size (default: seq length)");
   t.model_option("--vocab-size", &ModelConfig::vocab_size, "vocabulary size (before padding)");
   t.model_option("--make-vocab-size-divisible-by", &ModelConfig::make_vocab_size_divisible_by,
                  "pad the vocabulary to a multiple of this (x TP)");
-  t.model_enum("--normalization", &ModelConfig::normalization,
-               std::map<std::string, model::Normalization>{
-                   {"LayerNorm", model::Normalization::kLayerNorm},
-                   {"RMSNorm", model::Normalization::kRMSNorm}},
-               "LayerNorm or RMSNorm");
+  t.model_enum(
+      "--normalization", &ModelConfig::normalization,
+      std::map<std::string, model::Normalization>{{"LayerNorm", model::Normalization::kLayerNorm},
+                                                  {"RMSNorm", model::Normalization::kRMSNorm}},
+      "LayerNorm or RMSNorm");
   t.model_option("--norm-epsilon", &ModelConfig::norm_epsilon, "epsilon of the norms");
   t.model_flag("--swiglu", &ModelConfig::swiglu, true, "SwiGLU MLP");
   t.model_enum("--position-embedding-type", &ModelConfig::position_embedding,
@@ -93,8 +93,8 @@ void add_optimizer_flags(FlagTable& t) {
   t.option("--weight-decay", &TrainArgs::weight_decay)->check(CLI::NonNegativeNumber);
   t.option("--clip-grad", &TrainArgs::clip_grad, "gradient-norm clipping (0 disables)")
       ->check(CLI::NonNegativeNumber);
-  auto* warm = t.option("--lr-warmup-iters", &TrainArgs::lr_warmup_iters)
-                   ->check(CLI::NonNegativeNumber);
+  auto* warm =
+      t.option("--lr-warmup-iters", &TrainArgs::lr_warmup_iters)->check(CLI::NonNegativeNumber);
   t.option("--lr-warmup-fraction", &TrainArgs::lr_warmup_fraction,
            "warmup as a fraction of the decay iterations")
       ->check(CLI::Range(0.0, 1.0))
@@ -290,11 +290,11 @@ void configure_app(CLI::App& app) {
 
 // The table as declared against a default TrainArgs: what --list-flags prints and flag_name
 // looks up.
-const std::vector<FlagInfo>& flag_rows(std::map<std::ptrdiff_t, std::string>* names = nullptr) {
-  struct Catalogue {
-    std::vector<FlagInfo> rows;
-    std::map<std::ptrdiff_t, std::string> names;
-  };
+struct Catalogue {
+  std::vector<FlagInfo> rows;
+  std::map<std::ptrdiff_t, std::string> names;  // by field offset
+};
+const Catalogue& catalogue() {
   static const Catalogue catalogue = [] {
     Catalogue c;
     CLI::App app;
@@ -306,8 +306,7 @@ const std::vector<FlagInfo>& flag_rows(std::map<std::ptrdiff_t, std::string>* na
     c.names = table.names_by_offset();
     return c;
   }();
-  if (names != nullptr) *names = catalogue.names;
-  return catalogue.rows;
+  return catalogue;
 }
 
 }  // namespace
@@ -320,7 +319,8 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   CLI::App app{"tessera-train: train a GPT/LLaMA-style language model", "tessera-train"};
   configure_app(app);
   bool list_flags = false;
-  app.add_flag("--list-flags", list_flags, "print every flag with its group and default, then exit");
+  app.add_flag("--list-flags", list_flags, "print every flag with its group and default, then exit")
+      ->configurable(false);
   FlagTable table(app, args);
   declare_flags(table);
   try {
@@ -364,23 +364,21 @@ void copy_given_model_flags(const TrainArgs& args, model::ModelConfig& base) {
 }
 
 std::string flag_name_at(std::ptrdiff_t offset) {
-  std::map<std::ptrdiff_t, std::string> names;
-  flag_rows(&names);
+  const auto& names = catalogue().names;
   const auto it = names.find(offset);
   return it == names.end() ? std::string("(no flag)") : it->second;
 }
 
 std::string flag_list() {
   std::string out = "| group | flag | default | description |\n| --- | --- | --- | --- |\n";
-  for (const FlagInfo& row : flag_rows()) {
+  for (const FlagInfo& row : catalogue().rows) {
     std::string name = "`" + row.name + "`";
     if (!row.aliases.empty()) name += " (" + row.aliases + ")";
     std::string help = row.help;
     for (char& c : help)
       if (c == '|') c = '/';
     out += std::string("| ") + flag_group_name(row.group) + " | " + name + " | " +
-           (row.default_value.empty() ? "" : "`" + row.default_value + "`") + " | " + help +
-           " |\n";
+           (row.default_value.empty() ? "" : "`" + row.default_value + "`") + " | " + help + " |\n";
   }
   return out;
 }
@@ -396,7 +394,8 @@ data::TokenizerOptions tokenizer_options(const TrainArgs& args) {
 
 std::array<double, 3> split_fractions(const std::string& split) {
   const auto bad = [&](const std::string& why) {
-    return Error("--split '" + split + "': " + why + " (expected up to three comma-separated weights, e.g. 969,30,1)");
+    return Error("--split '" + split + "': " + why +
+                 " (expected up to three comma-separated weights, e.g. 969,30,1)");
   };
   std::array<double, 3> w{0, 0, 0};
   size_t start = 0;
@@ -430,9 +429,10 @@ void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
   // logs "overlap off"); an explicit request for overlap would not be honoured.
   if (args.num_layers_per_virtual_stage > 0 && args.overlap_grad_reduce &&
       args.given(&TrainArgs::overlap_grad_reduce))
-    throw Error("--overlap-grad-reduce is not supported with --num-layers-per-virtual-pipeline-"
-                "stage: gradients are reduced after the last micro-batch's backward (drop the "
-                "flag or give --no-overlap-grad-reduce)");
+    throw Error(
+        "--overlap-grad-reduce is not supported with --num-layers-per-virtual-pipeline-"
+        "stage: gradients are reduced after the last micro-batch's backward (drop the "
+        "flag or give --no-overlap-grad-reduce)");
   if (args.lr < 0) throw Error("--lr is required (the peak learning rate)");
   if (args.train_iters == 0 && args.train_samples == 0)
     throw Error("--train-iters or --train-samples is required");
@@ -451,8 +451,9 @@ void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
   if (args.mock_data && (!args.data_path.empty() || per_split))
     throw Error("--mock-data and --data-path are mutually exclusive");
   if (!args.data_path.empty() && per_split)
-    throw Error("--data-path and --train-data-path/--valid-data-path/--test-data-path are "
-                "mutually exclusive");
+    throw Error(
+        "--data-path and --train-data-path/--valid-data-path/--test-data-path are "
+        "mutually exclusive");
   if (per_split && args.train_data_path.empty())
     throw Error("--valid-data-path/--test-data-path need --train-data-path");
   // Blend syntax is checked now, before any rank opens a file.
@@ -462,27 +463,29 @@ void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
   if (!args.test_data_path.empty()) data::parse_blend(args.test_data_path, "--test-data-path");
   if ((args.eod_mask_loss || args.reset_position_ids || args.reset_attention_mask) &&
       args.tokenizer_type.empty())
-    throw Error("--eod-mask-loss, --reset-position-ids and --reset-attention-mask need the EOD "
-                "id: give --tokenizer-type");
+    throw Error(
+        "--eod-mask-loss, --reset-position-ids and --reset-attention-mask need the EOD "
+        "id: give --tokenizer-type");
   if (args.timeline_iteration > 0) {
-    const int64_t iters = args.train_iters > 0 ? args.train_iters
-                                               : args.train_samples / args.global_batch_size;
+    const int64_t iters =
+        args.train_iters > 0 ? args.train_iters : args.train_samples / args.global_batch_size;
     if (args.timeline_iteration > iters)
       throw Error("--timeline-iteration " + std::to_string(args.timeline_iteration) +
                   " is after the last iteration (" + std::to_string(iters) + ")");
   }
   if (args.recompute_granularity == "full" &&
       (args.recompute_method.empty() || args.recompute_num_layers == 0))
-    throw Error("--recompute-granularity full needs --recompute-method (uniform or block) and "
-                "--recompute-num-layers N");
+    throw Error(
+        "--recompute-granularity full needs --recompute-method (uniform or block) and "
+        "--recompute-num-layers N");
   if (args.recompute_granularity != "full" &&
       (!args.recompute_method.empty() || args.recompute_num_layers > 0))
-    throw Error("--recompute-method and --recompute-num-layers go with "
-                "--recompute-granularity full");
+    throw Error(
+        "--recompute-method and --recompute-num-layers go with "
+        "--recompute-granularity full");
   if (args.lr_decay_style == "WSD" && args.lr_wsd_decay_iters == 0)
     throw Error("--lr-decay-style WSD needs --lr-wsd-decay-iters");
-  if (args.save_interval > 0 && args.save.empty())
-    throw Error("--save-interval needs --save DIR");
+  if (args.save_interval > 0 && args.save.empty()) throw Error("--save-interval needs --save DIR");
   if ((args.async_save || args.keep_checkpoints > 0 || args.no_save_optim) && args.save.empty())
     throw Error("--async-save, --keep-checkpoints and --no-save-optim need --save DIR");
   if ((args.finetune || args.no_load_optim || args.no_load_rng) && args.load.empty())

@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tessera/data/tokenizer.h"
@@ -63,10 +64,10 @@ struct TrainArgs {
   std::string vocab_file;           // --vocab-file (GPT2BPETokenizer: encoder.json)
   std::string merge_file;           // --merge-file (GPT2BPETokenizer: vocab.bpe)
   std::string tokenizer_model;      // --tokenizer-model (tokenizer.json or SentencePiece .model)
-  // The tokenizer's end-of-document id, recorded by resolve_argument_files when it loads the tokenizer
-  // (for the vocabulary size) so that the trainer does not load it a second time. Unset without
-  // a tokenizer, for a tokenizer that has no EOD, and in TrainArgs filled in by hand (tests):
-  // the trainer then loads the tokenizer itself (and reports a missing EOD). Not a flag.
+  // The tokenizer's end-of-document id, recorded by resolve_argument_files when it loads the
+  // tokenizer (for the vocabulary size) so that the trainer does not load it a second time. Unset
+  // without a tokenizer, for a tokenizer that has no EOD, and in TrainArgs filled in by hand
+  // (tests): the trainer then loads the tokenizer itself (and reports a missing EOD). Not a flag.
   std::optional<int32_t> tokenizer_eod;
   std::string split = "969,30,1";   // --split (train, valid, test weights)
   bool eod_mask_loss = false;       // --eod-mask-loss
@@ -86,7 +87,7 @@ struct TrainArgs {
   int decoder_last_pipeline_num_layers = -1;   // --decoder-last-pipeline-num-layers
   std::string timeline_file;               // --timeline-file F.json (Chrome trace)
   int64_t timeline_iteration = 0;          // --timeline-iteration (0: the last)
-  // Activation recomputation (model/gpt_model.h RecomputePolicy).
+  // Activation recomputation (model/chunk_runner.h RecomputePolicy).
   std::string recompute_granularity;       // --recompute-granularity full|selective
   std::string recompute_method;            // --recompute-method uniform|block
   int recompute_num_layers = 0;            // --recompute-num-layers
@@ -139,6 +140,8 @@ struct TrainArgs {
   std::set<std::ptrdiff_t> given_fields;
   template <typename T>
   bool given(T TrainArgs::*field) const {
+    // A struct's offset is its first member's: ask for the member (given(&ModelConfig::x)).
+    static_assert(!std::is_same_v<T, model::ModelConfig>, "ask for a ModelConfig field");
     return given_fields.count(offset_of(&(this->*field))) > 0;
   }
   template <typename T>
@@ -152,8 +155,9 @@ struct TrainArgs {
   int64_t num_microbatches(int64_t data_parallel) const;
 };
 
-// Parses argv into `args`: flags and --config only, no other file is read. The model is the
-// --model preset (or the defaults) with the given model flags laid over it. Returns false when
+// Parses argv into `args`: flags and --config only, no other file is read. args.model becomes
+// the --model preset with the given model flags laid over it (without --model: args.model as
+// passed in, usually the defaults, with the given flags set). Returns false when
 // the run should stop successfully (--help, --version or --list-flags printed). Throws
 // tessera::Error with one line (naming the flag or config key) on any bad input.
 bool parse_arguments(int argc, const char* const* argv, TrainArgs& args);

@@ -187,8 +187,8 @@ void apply_zero(Section z, TrainArgs& args, std::vector<std::string>& warnings,
   if (args.given(&TrainArgs::overlap_grad_reduce)) {
     if (z.contains("overlap_comm") && args.overlap_grad_reduce != overlap)
       throw Error(file + ": " + z.name("overlap_comm") + " " + (overlap ? "true" : "false") +
-                  " contradicts --" + (args.overlap_grad_reduce ? "" : "no-") +
-                  "overlap-grad-reduce");
+                  " contradicts " + (args.overlap_grad_reduce ? "--" : "--no-") +
+                  flag_name(&TrainArgs::overlap_grad_reduce).substr(2));
   } else {
     args.overlap_grad_reduce = overlap;
   }
@@ -300,7 +300,8 @@ void apply_optimizer(Section& top, TrainArgs& args, std::vector<std::string>& wa
   set_unless_given(args, &TrainArgs::weight_decay, params.number("weight_decay", 0.0),
                       file, params.name("weight_decay"), params.contains("weight_decay"));
   if (args.given(&TrainArgs::optimizer) && args.optimizer == "sgd")
-    throw Error(file + ": optimizer " + type + " contradicts --optimizer sgd");
+    throw Error(file + ": optimizer " + type + " contradicts " +
+                flag_name(&TrainArgs::optimizer) + " sgd");
   args.optimizer = "adam";
   params.report_unknown(warnings);
   opt.report_unknown(warnings);
@@ -313,7 +314,8 @@ void apply_scheduler(Section& top, TrainArgs& args, std::vector<std::string>& wa
   const auto schedule_flag_given = [&]() -> std::string {
     if (args.given(&TrainArgs::lr_decay_style)) return flag_name(&TrainArgs::lr_decay_style);
     if (args.given(&TrainArgs::lr_warmup_iters)) return flag_name(&TrainArgs::lr_warmup_iters);
-    if (args.given(&TrainArgs::lr_warmup_fraction)) return flag_name(&TrainArgs::lr_warmup_fraction);
+    if (args.given(&TrainArgs::lr_warmup_fraction))
+      return flag_name(&TrainArgs::lr_warmup_fraction);
     if (args.given(&TrainArgs::lr_decay_iters)) return flag_name(&TrainArgs::lr_decay_iters);
     if (args.given(&TrainArgs::min_lr)) return flag_name(&TrainArgs::min_lr);
     return "";
@@ -384,7 +386,8 @@ std::vector<std::string> apply_deepspeed_config(TrainArgs& args, int64_t data_pa
   // DeepSpeed's per-phase timers are the log's wall-clock breakdown (--timing-log-level 1).
   if (top.boolean("wall_clock_breakdown", false)) {
     if (args.given(&TrainArgs::timing_log_level) && args.timing_log_level == 0)
-      throw Error(file + ": wall_clock_breakdown true contradicts --timing-log-level 0");
+      throw Error(file + ": wall_clock_breakdown true contradicts " +
+                  flag_name(&TrainArgs::timing_log_level) + " 0");
     args.timing_log_level = std::max(args.timing_log_level, 1);
   }
   top.report_unknown(warnings);

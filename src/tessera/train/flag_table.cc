@@ -4,16 +4,26 @@ namespace tessera::train {
 
 const char* flag_group_name(FlagGroup group) {
   switch (group) {
-    case FlagGroup::kModel: return "model";
-    case FlagGroup::kTraining: return "training";
-    case FlagGroup::kOptimizer: return "optimizer";
-    case FlagGroup::kPrecision: return "precision";
-    case FlagGroup::kData: return "data";
-    case FlagGroup::kParallel: return "parallel";
-    case FlagGroup::kCheckpoint: return "checkpoint";
-    case FlagGroup::kLogging: return "logging";
-    case FlagGroup::kDeepSpeed: return "deepspeed";
-    case FlagGroup::kTestHooks: return "test hooks";
+    case FlagGroup::kModel:
+      return "model";
+    case FlagGroup::kTraining:
+      return "training";
+    case FlagGroup::kOptimizer:
+      return "optimizer";
+    case FlagGroup::kPrecision:
+      return "precision";
+    case FlagGroup::kData:
+      return "data";
+    case FlagGroup::kParallel:
+      return "parallel";
+    case FlagGroup::kCheckpoint:
+      return "checkpoint";
+    case FlagGroup::kLogging:
+      return "logging";
+    case FlagGroup::kDeepSpeed:
+      return "deepspeed";
+    case FlagGroup::kTestHooks:
+      return "test hooks";
   }
   return "?";
 }

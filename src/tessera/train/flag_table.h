@@ -10,7 +10,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <cstddef>
 #include <functional>
 #include <map>
@@ -23,23 +22,23 @@
 namespace tessera::train {
 
 enum class FlagGroup {
-  kModel,        // architecture: sizes, norms, positions, dropout, initialisation
-  kTraining,     // batches, length of training, evaluation
-  kOptimizer,    // optimizer, learning-rate schedule, clipping
-  kPrecision,    // bf16/fp16 and loss scaling
-  kData,         // datasets, blends, splits, tokenizer
-  kParallel,     // the process mesh, pipeline schedule, recomputation, DP/ZeRO, the runtime
-  kCheckpoint,   // save, load, export
-  kLogging,      // progress lines, timers, metrics and timeline files
-  kDeepSpeed,    // a DeepSpeed JSON config in place of flags
-  kTestHooks,    // fault injection for the test suite
+  kModel,       // architecture: sizes, norms, positions, dropout, initialisation
+  kTraining,    // batches, length of training, evaluation
+  kOptimizer,   // optimizer, learning-rate schedule, clipping
+  kPrecision,   // bf16/fp16 and loss scaling
+  kData,        // datasets, blends, splits, tokenizer
+  kParallel,    // the process mesh, pipeline schedule, recomputation, DP/ZeRO, the runtime
+  kCheckpoint,  // save, load, export
+  kLogging,     // progress lines, timers, metrics and timeline files
+  kDeepSpeed,   // a DeepSpeed JSON config in place of flags
+  kTestHooks,   // fault injection for the test suite
 };
 const char* flag_group_name(FlagGroup group);
 
 // One row of the table: what `--list-flags` prints.
 struct FlagInfo {
-  std::string name;           // the long name, e.g. "--micro-batch-size"
-  std::string aliases;        // other spellings, e.g. "--deepspeed-config", or "--no-..." forms
+  std::string name;     // the long name, e.g. "--micro-batch-size"
+  std::string aliases;  // other spellings, e.g. "--deepspeed-config", or "--no-..." forms
   FlagGroup group;
   std::string default_value;  // the field's initial value as text ("" for none)
   std::string help;
@@ -50,6 +49,8 @@ struct FlagInfo {
 class FlagTable {
  public:
   FlagTable(CLI::App& app, TrainArgs& args) : app_(app), args_(args) {}
+  FlagTable(const FlagTable&) = delete;  // deferred assignments capture `this`
+  FlagTable& operator=(const FlagTable&) = delete;
 
   // The flags declared from here on belong to `group`.
   void group(FlagGroup group) { group_ = group; }
@@ -61,8 +62,9 @@ class FlagTable {
   // A boolean flag (`--bf16`, `--bf16=false`, `"bf16": true` in --config). `name` may carry a
   // negated form, e.g. "--overlap-grad-reduce,!--no-overlap-grad-reduce".
   CLI::Option* flag(const std::string& name, bool TrainArgs::*field, const std::string& help) {
-    return declare(app_.add_flag(name, args_.*field, help)->default_str(args_.*field ? "true" : "false"),
-                   &(args_.*field));
+    return declare(
+        app_.add_flag(name, args_.*field, help)->default_str(args_.*field ? "true" : "false"),
+        &(args_.*field));
   }
 
   template <typename T>
@@ -75,20 +77,27 @@ class FlagTable {
   // `--disable-bias-linear` clears add_bias_linear).
   CLI::Option* model_flag(const std::string& name, bool model::ModelConfig::*field, bool value,
                           const std::string& help);
-  // A model option naming one of `names`; anything else is an error listing them.
+  // A model option naming one of `names`; anything else (a number included) is an error
+  // listing them. Parsed as text and assigned once parsing is over (record_given).
   template <typename E>
   CLI::Option* model_enum(const std::string& name, E model::ModelConfig::*field,
                           const std::map<std::string, E>& names, const std::string& help) {
-    add_model_copy(field);
-    CLI::Option* option =
-        app_.add_option(name, args_.model.*field, help)->transform(CLI::CheckedTransformer(names));
+    auto parsed = std::make_shared<std::string>();
+    text_storage_.push_back(parsed);
+    std::vector<std::string> allowed;
+    for (const auto& [text, value] : names) allowed.push_back(text);
+    CLI::Option* option = app_.add_option(name, *parsed, help)->check(CLI::IsMember(allowed));
     for (const auto& [text, value] : names)  // the default by its name, not its number
       if (value == args_.model.*field) option->default_str(text);
+    deferred_.push_back([this, option, parsed, field, names] {
+      if (option->count() > 0) args_.model.*field = names.at(*parsed);
+    });
+    add_model_copy(field);
     return declare(option, &(args_.model.*field));
   }
 
-  // After app.parse(): runs the deferred assignments of model_flag() and records in args.given
-  // every field a flag set.
+  // After app.parse(): runs the deferred assignments of model_flag() and model_enum() and records
+  // in args.given_fields every field a flag set.
   void record_given();
   // Lays the model flags that were given over `base` (a preset or a Hugging Face config): each
   // given field is copied from args.model. A model flag keeps its value whatever the base.
@@ -122,8 +131,9 @@ class FlagTable {
     std::function<void(model::ModelConfig&, const model::ModelConfig&)> copy;
   };
   std::vector<ModelCopy> model_copies_;
-  std::vector<std::function<void()>> deferred_;      // model_flag()'s assignments
-  std::vector<std::shared_ptr<bool>> flag_storage_;  // what CLI11 writes model_flag()s into
+  std::vector<std::function<void()>> deferred_;             // model_flag()'s assignments
+  std::vector<std::shared_ptr<bool>> flag_storage_;         // what CLI11 writes model_flag()s into
+  std::vector<std::shared_ptr<std::string>> text_storage_;  // and model_enum()s
 };
 
 }  // namespace tessera::train

@@ -46,7 +46,8 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
   const PipelinePlan pipeline = plan_pipeline();
   const distributed::ShardingPlan sharding = sharding_plan(args_, dp_size_);
   model_ = build_model(sharding);
-  executor_ = std::make_unique<pipeline::PipelineExecutor>(*model_, pp_, pipeline.kind,
+  runner_ = build_runner();
+  executor_ = std::make_unique<pipeline::PipelineExecutor>(*runner_, pp_, pipeline.kind,
                                                            pipeline.shape);
   timeline_.keep_totals(args_.timing_log_level >= 1);
   build_gradient_sharding(sharding);
@@ -122,10 +123,10 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   pipeline::PipelineExecutor::BackwardHooks hooks;
   hooks.before = [&](int m) {
     if (dp_grads_->reduces_in(m, num_micro))
-      model_->set_grads_ready_hook([this](int64_t offset) { dp_grads_->grads_ready(offset); });
+      runner_->set_grads_ready_hook([this](int64_t offset) { dp_grads_->grads_ready(offset); });
   };
   hooks.after = [&](int m) {
-    model_->set_grads_ready_hook(nullptr);
+    runner_->set_grads_ready_hook(nullptr);
     if (dp_grads_->reduces_in(m, num_micro)) dp_grads_->finish();
   };
   const model::LossSum s = executor_->train(load, grad_scale, hooks, &timeline_);

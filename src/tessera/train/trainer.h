@@ -29,6 +29,7 @@
 #include "tessera/distributed/sharding_plan.h"
 #include "tessera/distributed/tensor_parallel_grads.h"
 #include "tessera/distributed/zero3_params.h"
+#include "tessera/model/chunk_runner.h"
 #include "tessera/model/gpt_model.h"
 #include "tessera/optim/loss_scaler.h"
 #include "tessera/optim/lr_schedule.h"
@@ -98,9 +99,12 @@ class Trainer {
   // Sets partition_ and chunk_layers_; returns this rank's schedule (validated).
   PipelinePlan plan_pipeline();
   // The model part of this rank (after plan_pipeline), initialised only where `sharding` keeps
-  // it, with the recompute policy of the flags.
+  // it.
   std::unique_ptr<model::GPTModel> build_model(const distributed::ShardingPlan& sharding) const;
-  // tp_grads_, dp_grads_ and (ZeRO 3) zero3_, attached to model_.
+  // The runner of model_ with the run's recomputation policy (ZeRO 3 access is attached by
+  // build_gradient_sharding, the DP grads-ready hook per micro-batch by train_step).
+  std::unique_ptr<model::ChunkRunner> build_runner() const;
+  // tp_grads_, dp_grads_ and (ZeRO 3) zero3_, attached to runner_.
   void build_gradient_sharding(const distributed::ShardingPlan& sharding);
   std::unique_ptr<distributed::DistributedOptimizer> build_optimizer(
       const distributed::ShardingPlan& sharding);
@@ -152,6 +156,9 @@ class Trainer {
   std::unique_ptr<distributed::TensorParallelGrads> tp_grads_;
   std::unique_ptr<distributed::DataParallelGrads> dp_grads_;
   std::unique_ptr<distributed::Zero3Params> zero3_;  // ZeRO stage 3 only
+  // Runs model_ with this run's policies: recomputation, ZeRO 3 access (zero3_), the DP
+  // grads-ready hook (dp_grads_); declared after them, so destroyed first.
+  std::unique_ptr<model::ChunkRunner> runner_;
   pipeline::PartitionOptions partition_;
   std::vector<int> chunk_layers_;  // layers per model chunk (pipeline/partition.h)
   std::unique_ptr<pipeline::PipelineExecutor> executor_;

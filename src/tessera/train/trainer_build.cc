@@ -123,8 +123,13 @@ std::unique_ptr<model::GPTModel> Trainer::build_model(
   auto model = std::make_unique<model::GPTModel>(
       a.model, compute_dtype(), a.seed, tp_, dp_size_,
       pipeline::part_of_rank(partition_, chunk_layers_, pp_rank_), resident);
-  model->set_recompute(recompute_policy(a));
   return model;
+}
+
+std::unique_ptr<model::ChunkRunner> Trainer::build_runner() const {
+  auto runner = std::make_unique<model::ChunkRunner>(*model_);
+  runner->set_recompute(recompute_policy(args_));
+  return runner;
 }
 
 void Trainer::build_gradient_sharding(const distributed::ShardingPlan& sharding) {
@@ -142,7 +147,7 @@ void Trainer::build_gradient_sharding(const distributed::ShardingPlan& sharding)
                                                   : units);
   if (sharding.shards_parameters()) {
     zero3_ = std::make_unique<distributed::Zero3Params>(model_->params(), dp_, units, sharding);
-    model_->set_param_access(zero3_.get());
+    runner_->set_param_access(zero3_.get());
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "tessera/model/chunk_runner.h"
 #include "testing/llama_style.h"
 #include "testing/numeric.h"
 
@@ -186,9 +187,9 @@ TEST(GptModel, Bf16ForwardTracksFp32) {
   ASSERT_GT(std::fabs(lf - uniform), 0.2 * uniform) << "the loss does not depend on the forward";
 
   const std::vector<double> logits_f32 =
-      llama_logits(f32, f32.forward_chunk(0, Tensor(), tb.batch(), ctx, nullptr));
+      llama_logits(f32, ChunkRunner(f32).forward_chunk(0, Tensor(), tb.batch(), ctx, nullptr));
   const std::vector<double> logits_b16 =
-      llama_logits(f32, b16.forward_chunk(0, Tensor(), tb.batch(), ctx, nullptr));
+      llama_logits(f32, ChunkRunner(b16).forward_chunk(0, Tensor(), tb.batch(), ctx, nullptr));
   double scale = 0, worst = 0;
   for (size_t i = 0; i < logits_f32.size(); ++i) {
     scale = std::max(scale, std::fabs(logits_f32[i]));

@@ -10,6 +10,7 @@
 
 #include "tessera/core/memory.h"
 #include "tessera/model/activation_memory.h"
+#include "tessera/model/chunk_runner.h"
 #include "tessera/model/gpt_model.h"
 #include "testing/llama_style.h"
 
@@ -47,7 +48,8 @@ struct Measured {
 Measured run(DType dtype, const RecomputePolicy& policy) {
   const ModelConfig c = four_layer_llama();
   GPTModel model(c, dtype, 5);
-  model.set_recompute(policy);
+  ChunkRunner runner(model);
+  runner.set_recompute(policy);
   const int64_t B = 2, T = c.seq_length;
   std::vector<int32_t> tokens(B * T), targets(B * T);
   for (int64_t i = 0; i < B * T; ++i) {
@@ -61,10 +63,10 @@ Measured run(DType dtype, const RecomputePolicy& policy) {
   const int64_t before = activations_now();
   {
     ChunkActivations act;
-    model.forward_chunk(0, Tensor(), batch, ctx, &act);
+    runner.forward_chunk(0, Tensor(), batch, ctx, &act);
     m.held = activations_now() - before - act.output.nbytes();
     LossSum loss;
-    model.backward_chunk(0, Tensor(), batch, ctx, 1.0f, act, &loss);
+    runner.backward_chunk(0, Tensor(), batch, ctx, 1.0f, act, &loss);
   }
   m.forward_counts = model.layer_forward_counts();
   const Tensor& g = model.params().flat_grads();

@@ -21,7 +21,8 @@ TrainArgs parse(std::vector<std::string> flags) {
 }
 
 TEST(Arguments, GivenIsTrackedByFieldNotBySpelling) {
-  const TrainArgs a = parse({"--zero-stage", "1", "--no-overlap-grad-reduce", "--hidden-size", "64"});
+  const TrainArgs a =
+      parse({"--zero-stage", "1", "--no-overlap-grad-reduce", "--hidden-size", "64"});
   EXPECT_TRUE(a.given(&TrainArgs::zero_stage));
   EXPECT_EQ(a.zero_stage, 1);
   // The negated spelling sets the same field, and counts as given.
@@ -34,7 +35,8 @@ TEST(Arguments, GivenIsTrackedByFieldNotBySpelling) {
   // A flag given with its default value is still given (a DeepSpeed config must not override it).
   EXPECT_TRUE(parse({"--micro-batch-size", "1"}).given(&TrainArgs::micro_batch_size));
   // Aliases are one field.
-  EXPECT_TRUE(parse({"--deepspeed", "--deepspeed-config", "x.json"}).given(&TrainArgs::deepspeed_config));
+  EXPECT_TRUE(
+      parse({"--deepspeed", "--deepspeed-config", "x.json"}).given(&TrainArgs::deepspeed_config));
 }
 
 TEST(Arguments, GivenSurvivesACopy) {
@@ -69,7 +71,7 @@ TEST(Arguments, PresetUnderGivenModelFlags) {
   const TrainArgs a = parse({"--model", "gpt2-124m", "--num-layers", "2", "--disable-bias-linear"});
   const model::ModelConfig preset = model::preset("gpt2-124m");
   EXPECT_EQ(a.model.num_layers, 2);                    // given
-  EXPECT_FALSE(a.model.add_bias_linear);              // given, inverted flag
+  EXPECT_FALSE(a.model.add_bias_linear);               // given, inverted flag
   EXPECT_EQ(a.model.hidden_size, preset.hidden_size);  // from the preset
   EXPECT_EQ(a.model.vocab_size, preset.vocab_size);
   // "--disable-bias-linear=false" keeps the biases; the preset's value is then overridden by it.
@@ -78,6 +80,27 @@ TEST(Arguments, PresetUnderGivenModelFlags) {
   const TrainArgs b = parse({"--model", "llama-tiny", "--normalization", "LayerNorm"});
   EXPECT_EQ(b.model.normalization, model::Normalization::kLayerNorm);
   EXPECT_EQ(b.model.position_embedding, model::preset("llama-tiny").position_embedding);
+}
+
+TEST(Arguments, EnumFlagsTakeNamesOnly) {
+  const auto error_of = [](std::vector<std::string> flags) {
+    std::vector<const char*> argv = {"tessera-train"};
+    for (const auto& f : flags) argv.push_back(f.c_str());
+    TrainArgs args;
+    try {
+      parse_arguments(static_cast<int>(argv.size()), argv.data(), args);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string bad = error_of({"--normalization", "BatchNorm"});
+  EXPECT_NE(bad.find("--normalization"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("LayerNorm"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("RMSNorm"), std::string::npos) << bad;
+  // The enum's number is not a name.
+  EXPECT_NE(error_of({"--normalization", "1"}), "no error");
+  EXPECT_NE(error_of({"--position-embedding-type", "0"}), "no error");
 }
 
 TEST(Arguments, CopyGivenModelFlagsOntoAnotherBase) {
@@ -92,8 +115,9 @@ TEST(Arguments, CopyGivenModelFlagsOntoAnotherBase) {
 
 TEST(Arguments, ParsingReadsNoFileButConfig) {
   // Files the flags name are read by resolve_argument_files, not while parsing.
-  TrainArgs a = parse({"--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", "/nonexistent/encoder.json",
-                       "--merge-file", "/nonexistent/vocab.bpe", "--load", "/nonexistent/hf"});
+  TrainArgs a =
+      parse({"--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", "/nonexistent/encoder.json",
+             "--merge-file", "/nonexistent/vocab.bpe", "--load", "/nonexistent/hf"});
   EXPECT_EQ(a.vocab_file, "/nonexistent/encoder.json");
   EXPECT_FALSE(a.tokenizer_eod.has_value());
   EXPECT_THROW(resolve_argument_files(a), Error);
@@ -106,7 +130,8 @@ TEST(Arguments, FlagListHasEveryFlagWithGroupAndDefault) {
   EXPECT_NE(list.find("| parallel | `--overlap-grad-reduce` (--no-overlap-grad-reduce) | `true` |"),
             std::string::npos);
   EXPECT_NE(list.find("| model | `--hidden-size` |"), std::string::npos);
-  EXPECT_NE(list.find("| deepspeed | `--deepspeed_config` (--deepspeed-config) |"), std::string::npos);
+  EXPECT_NE(list.find("| deepspeed | `--deepspeed_config` (--deepspeed-config) |"),
+            std::string::npos);
   // One row per flag: as many rows as the help lists options (minus --help, --version,
   // --config and --list-flags, which are not fields).
   size_t rows = 0;
