@@ -51,22 +51,22 @@ Routing route(const float* logits, int64_t T, const RouterConfig& cfg, const flo
   r.experts.resize(T * k);
   r.weights.resize(T * k);
   r.expert_count.assign(E, 0);
-  std::vector<double> key(E), p;
+  std::vector<double> key(E), sig(E), w(k);  // per token, reused
   std::vector<int> chosen;
   for (int64_t t = 0; t < T; ++t) {
     const float* l = logits + t * E;
     if (cfg.score == ScoreFunction::kSigmoid) {
-      for (int e = 0; e < E; ++e) key[e] = sigmoid(l[e]) + (expert_bias ? expert_bias[e] : 0.0);
+      for (int e = 0; e < E; ++e)
+        key[e] = (sig[e] = sigmoid(l[e])) + (expert_bias ? expert_bias[e] : 0.0);
     } else if (cfg.pre_softmax) {
       softmax_row(l, E, key);
     } else {
       for (int e = 0; e < E; ++e) key[e] = l[e];
     }
     top_k(key, k, chosen);
-    std::vector<double> w(k);
     if (cfg.score == ScoreFunction::kSigmoid) {
       double sum = 0;
-      for (int a = 0; a < k; ++a) sum += w[a] = sigmoid(l[chosen[a]]);
+      for (int a = 0; a < k; ++a) sum += w[a] = sig[chosen[a]];
       for (double& x : w) x /= sum;
     } else if (cfg.pre_softmax) {
       for (int a = 0; a < k; ++a) w[a] = key[chosen[a]];
@@ -89,7 +89,7 @@ void route_backward(float* dlogits, const float* logits, const Routing& r, const
                     const RouterConfig& cfg) {
   const int E = cfg.num_experts, k = r.topk;
   const double s = cfg.topk_scaling;
-  std::vector<double> p;
+  std::vector<double> p, chosen(k), gj(E);  // per token, reused
   for (int64_t t = 0; t < r.tokens; ++t) {
     const float* l = logits + t * E;
     float* dl = dlogits + t * E;
@@ -97,8 +97,8 @@ void route_backward(float* dlogits, const float* logits, const Routing& r, const
     const float* g = dweights + t * k;
     if (cfg.score == ScoreFunction::kSigmoid) {
       // w_a = s sigma_a / S, S = sum_b sigma_b: dw_a/dsigma_c = s (delta_ac / S - sigma_a / S^2).
+      std::vector<double>& sig = chosen;
       double S = 0, gs = 0;
-      std::vector<double> sig(k);
       for (int a = 0; a < k; ++a) S += sig[a] = sigmoid(l[ex[a]]);
       for (int a = 0; a < k; ++a) gs += g[a] * sig[a];
       for (int c = 0; c < k; ++c) {
@@ -110,12 +110,12 @@ void route_backward(float* dlogits, const float* logits, const Routing& r, const
       softmax_row(l, E, p);
       double gp = 0;
       for (int a = 0; a < k; ++a) gp += g[a] * p[ex[a]];
-      std::vector<double> gj(E, 0.0);
+      std::fill(gj.begin(), gj.end(), 0.0);
       for (int a = 0; a < k; ++a) gj[ex[a]] = g[a];
       for (int j = 0; j < E; ++j) dl[j] += static_cast<float>(s * p[j] * (gj[j] - gp));
     } else {
       // w = s softmax(l_chosen): dl_{e_a} = s q_a (g_a - sum_b q_b g_b), q the unscaled weights.
-      std::vector<double> q(k);
+      std::vector<double>& q = chosen;
       double sum = 0;
       for (int a = 0; a < k; ++a) sum += q[a] = std::exp(double(l[ex[a]]) - l[ex[0]]);
       double gq = 0;
@@ -135,10 +135,10 @@ double aux_loss(const float* logits, const Routing& r, const RouterConfig& cfg, 
   double loss = 0;
   for (int64_t t = 0; t < T; ++t) {
     const float* l = logits + t * E;
+    double S = 0;  // sigmoid: the sum that normalises P
     if (cfg.score == ScoreFunction::kSigmoid) {
-      double sum = 0;
-      for (int e = 0; e < E; ++e) sum += p[e] = sigmoid(l[e]);
-      for (double& x : p) x /= sum;
+      for (int e = 0; e < E; ++e) S += p[e] = sigmoid(l[e]);
+      for (double& x : p) x /= S;
     } else {
       softmax_row(l, E, p);
     }
@@ -149,10 +149,8 @@ double aux_loss(const float* logits, const Routing& r, const RouterConfig& cfg, 
     float* dl = dlogits + t * E;
     if (cfg.score == ScoreFunction::kSigmoid) {
       // P_i = sigma_i / S: dP_i/dl_j = sigma_j (1 - sigma_j) (delta_ij - P_i) / S.
-      double S = 0;
-      for (int e = 0; e < E; ++e) S += sigmoid(l[e]);
       for (int j = 0; j < E; ++j) {
-        const double sj = sigmoid(l[j]);
+        const double sj = p[j] * S;
         dl[j] += static_cast<float>(c * sj * (1.0 - sj) / S * (r.expert_count[j] - np));
       }
     } else {

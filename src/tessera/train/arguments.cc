@@ -288,11 +288,13 @@ void configure_app(CLI::App& app) {
   app.allow_config_extras(CLI::config_extras_mode::error);
 }
 
-// The table as declared against a default TrainArgs: what --list-flags prints and flag_name
-// looks up.
+// The table as declared against a default TrainArgs, once: what --list-flags prints, flag_name
+// looks up and copy_given_model_flags applies (offsets are relative to the TrainArgs, so they
+// hold for every instance).
 struct Catalogue {
   std::vector<FlagInfo> rows;
   std::map<std::ptrdiff_t, std::string> names;  // by field offset
+  std::vector<ModelFieldCopy> model_copies;
 };
 const Catalogue& catalogue() {
   static const Catalogue catalogue = [] {
@@ -303,7 +305,8 @@ const Catalogue& catalogue() {
     FlagTable table(app, probe);
     declare_flags(table);
     c.rows = table.rows();
-    c.names = table.names_by_offset();
+    for (const FlagInfo& row : c.rows) c.names.emplace(row.offset, row.name);
+    c.model_copies = table.model_copies();
     return c;
   }();
   return catalogue;
@@ -349,18 +352,15 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
     throw Error("--deepspeed and --deepspeed_config FILE go together");
   if (!args.model_preset.empty()) {
     model::ModelConfig preset = model::preset(args.model_preset);
-    table.copy_given_model_flags(preset);
+    copy_given_model_flags(args, preset);
     args.model = preset;
   }
   return true;
 }
 
 void copy_given_model_flags(const TrainArgs& args, model::ModelConfig& base) {
-  CLI::App app;
-  TrainArgs bound = args;
-  FlagTable table(app, bound);
-  add_model_flags(table);
-  table.copy_given_model_flags(base);
+  for (const ModelFieldCopy& c : catalogue().model_copies)
+    if (args.given_fields.count(c.offset)) c.copy(base, args.model);
 }
 
 std::string flag_name_at(std::ptrdiff_t offset) {

@@ -56,11 +56,6 @@ void FlagTable::record_given() {
     if (e.option->count() > 0) args_.given_fields.insert(e.offset);
 }
 
-void FlagTable::copy_given_model_flags(model::ModelConfig& base) const {
-  for (const ModelCopy& c : model_copies_)
-    if (args_.given_fields.count(c.offset)) c.copy(base, args_.model);
-}
-
 std::vector<FlagInfo> FlagTable::rows() const {
   std::vector<FlagInfo> rows;
   for (const Entry& e : entries_) {
@@ -74,15 +69,10 @@ std::vector<FlagInfo> FlagTable::rows() const {
     row.group = e.group;
     row.default_value = e.option->get_default_str();
     row.help = e.option->get_description();
+    row.offset = e.offset;
     rows.push_back(std::move(row));
   }
   return rows;
-}
-
-std::map<std::ptrdiff_t, std::string> FlagTable::names_by_offset() const {
-  std::map<std::ptrdiff_t, std::string> names;
-  for (const Entry& e : entries_) names.emplace(e.offset, "--" + e.option->get_lnames().front());
-  return names;
 }
 
 }  // namespace tessera::train

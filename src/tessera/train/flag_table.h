@@ -42,10 +42,18 @@ struct FlagInfo {
   FlagGroup group;
   std::string default_value;  // the field's initial value as text ("" for none)
   std::string help;
+  std::ptrdiff_t offset = 0;  // of the field it sets within TrainArgs (TrainArgs::given)
+};
+
+// Copies one model field from `src` to `dst`, for laying given model flags over another config.
+struct ModelFieldCopy {
+  std::ptrdiff_t offset;  // of the field within TrainArgs (args.model's member)
+  std::function<void(model::ModelConfig& dst, const model::ModelConfig& src)> copy;
 };
 
 // Declares flags on a CLI11 app against one TrainArgs. Model flags are bound to args.model;
-// parse_arguments lays them over a preset afterwards (copy_given_model_flags).
+// parse_arguments lays the given ones over a preset afterwards (model_copies(),
+// copy_given_model_flags in arguments.h).
 class FlagTable {
  public:
   FlagTable(CLI::App& app, TrainArgs& args) : app_(app), args_(args) {}
@@ -99,13 +107,9 @@ class FlagTable {
   // After app.parse(): runs the deferred assignments of model_flag() and model_enum() and records
   // in args.given_fields every field a flag set.
   void record_given();
-  // Lays the model flags that were given over `base` (a preset or a Hugging Face config): each
-  // given field is copied from args.model. A model flag keeps its value whatever the base.
-  void copy_given_model_flags(model::ModelConfig& base) const;
-
   std::vector<FlagInfo> rows() const;
-  // Each declared field's offset within TrainArgs and the flag that sets it.
-  std::map<std::ptrdiff_t, std::string> names_by_offset() const;
+  // One copy per model field a flag sets.
+  const std::vector<ModelFieldCopy>& model_copies() const { return model_copies_; }
 
  private:
   CLI::Option* declare(CLI::Option* option, const void* field);
@@ -126,11 +130,7 @@ class FlagTable {
   TrainArgs& args_;
   FlagGroup group_ = FlagGroup::kModel;
   std::vector<Entry> entries_;
-  struct ModelCopy {
-    std::ptrdiff_t offset;
-    std::function<void(model::ModelConfig&, const model::ModelConfig&)> copy;
-  };
-  std::vector<ModelCopy> model_copies_;
+  std::vector<ModelFieldCopy> model_copies_;
   std::vector<std::function<void()>> deferred_;             // model_flag()'s assignments
   std::vector<std::shared_ptr<bool>> flag_storage_;         // what CLI11 writes model_flag()s into
   std::vector<std::shared_ptr<std::string>> text_storage_;  // and model_enum()s
