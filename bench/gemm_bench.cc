@@ -3,8 +3,11 @@
 //   openblas/fp32   cblas_sgemm called directly (the candidate fp32 backend; only when the build
 //                   found OpenBLAS, which is optional: TESSERA_BENCH_OPENBLAS)
 //   onednn/fp32     tessera::kernels::gemm, fp32 (production path: oneDNN matmul)
-//   onednn/bf16     tessera::kernels::gemm, bf16 (production path: oneDNN matmul); forward and
-//                   dgrad write bf16, wgrad accumulates (beta = 1) into fp32
+//   tessera/bf16    tessera::kernels::gemm, bf16 (production path, the one gemm.h chooses: oneDNN
+//                   bf16 with bf16 dot products, else the blocked GEMM; the label names it);
+//                   forward and dgrad write bf16, wgrad accumulates (beta = 1) into fp32
+//   blocked/fp32, blocked/bf16   Tessera's blocked GEMM (gemm_packed.h) called directly
+//   widened/bf16    bf16 operands widened to fp32 copies for oneDNN's fp32 matmul (gemm_widened.h)
 //   onednn-packed/* oneDNN matmul with the weight B reordered once into the layout the primitive
 //                   prefers (format_tag::any); only the matmul is timed
 //   reorder/bf16    that reorder alone (GB/s of bf16 weight), which training repeats after every
@@ -30,6 +33,8 @@
 #include "tessera/core/dtype.h"
 #include "tessera/core/threads.h"
 #include "tessera/kernels/gemm.h"
+#include "tessera/kernels/gemm_packed.h"
+#include "tessera/kernels/gemm_widened.h"
 
 namespace {
 
@@ -146,6 +151,9 @@ enum class Backend {
   kOpenblas,
   kOnednnF32,
   kTesseraBf16,
+  kBlockedF32,
+  kBlockedBf16,
+  kWidenedBf16,
   kPackedF32,
   kPackedBf16,
   kReorderBf16,
@@ -161,7 +169,8 @@ bool is_packed(Backend b) {
 void run_bench(benchmark::State& state, const Shape& s, Backend backend, int threads) {
   tessera::set_num_threads(threads);
   const bool bf = backend != Backend::kOpenblas && backend != Backend::kOnednnF32 &&
-                  backend != Backend::kPackedF32 && backend != Backend::kReorderPackedF32;
+                  backend != Backend::kBlockedF32 && backend != Backend::kPackedF32 &&
+                  backend != Backend::kReorderPackedF32;
   Buffers buf(s, bf);
   // wgrad accumulates into fp32; forward and dgrad write bf16 activations in the bf16 path.
   const bool bf16_out = bf && s.beta == 0.0f;
@@ -197,6 +206,28 @@ void run_bench(benchmark::State& state, const Shape& s, Backend backend, int thr
           tessera::kernels::gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, buf.a16.data(), lda,
                                  buf.b16.data(), ldb, s.beta, buf.c.data(), s.N);
         break;
+      case Backend::kBlockedF32:
+        tessera::kernels::packed_gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, buf.a.data(), lda,
+                                      buf.b.data(), ldb, s.beta, buf.c.data(), s.N);
+        break;
+      case Backend::kBlockedBf16:
+        if (bf16_out)
+          tessera::kernels::packed_gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, buf.a16.data(),
+                                        lda, buf.b16.data(), ldb, 0.0f, buf.c16.data(), s.N);
+        else
+          tessera::kernels::packed_gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, buf.a16.data(),
+                                        lda, buf.b16.data(), ldb, s.beta, buf.c.data(), s.N);
+        break;
+      case Backend::kWidenedBf16:
+        if (bf16_out)
+          tessera::kernels::detail::widened_gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f,
+                                                 buf.a16.data(), lda, buf.b16.data(), ldb, 0.0f,
+                                                 buf.c16.data(), s.N);
+        else
+          tessera::kernels::detail::widened_gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f,
+                                                 buf.a16.data(), lda, buf.b16.data(), ldb, s.beta,
+                                                 buf.c.data(), s.N);
+        break;
       case Backend::kReorderBf16:
         dnn->reorder();
         break;
@@ -219,6 +250,8 @@ void run_bench(benchmark::State& state, const Shape& s, Backend backend, int thr
         benchmark::Counter(2.0 * s.M * s.N * s.K, benchmark::Counter::kIsIterationInvariantRate);
   }
   if (dnn) state.SetLabel(dnn->impl);
+  if (backend == Backend::kTesseraBf16)
+    state.SetLabel(tessera::kernels::bf16_gemm_path_name(tessera::kernels::bf16_gemm_path()));
 }
 
 }  // namespace
@@ -231,7 +264,10 @@ int main(int argc, char** argv) {
     const char* name;
   } backends[] = {{Backend::kOpenblas, "openblas/fp32"},
                   {Backend::kOnednnF32, "onednn/fp32"},
-                  {Backend::kTesseraBf16, "onednn/bf16"},
+                  {Backend::kTesseraBf16, "tessera/bf16"},
+                  {Backend::kBlockedF32, "blocked/fp32"},
+                  {Backend::kBlockedBf16, "blocked/bf16"},
+                  {Backend::kWidenedBf16, "widened/bf16"},
                   {Backend::kPackedF32, "onednn-packed/fp32"},
                   {Backend::kPackedBf16, "onednn-packed/bf16"},
                   {Backend::kReorderBf16, "reorder/bf16"},

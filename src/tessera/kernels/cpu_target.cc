@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <mutex>
 
+#include <unistd.h>
+
 #include "tessera/core/error.h"
 #include "tessera/kernels/onednn_isa.h"
 
@@ -137,6 +139,19 @@ void set_cpu_target(CpuTarget target) {
     throw Error(std::string("kernel target ") + cpu_target_name(target) +
                 " cannot run on this CPU (best: " + cpu_target_name(best_cpu_target()) + ")");
   g_active.store(static_cast<int>(target), std::memory_order_release);
+}
+
+int64_t l2_cache_bytes() {
+  static const int64_t bytes = [] {
+    int64_t reported = 0;
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+    reported = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    // Ignore what no CPU has: unknown (0 or -1) or implausible values.
+    return reported >= (int64_t{64} << 10) && reported <= (int64_t{64} << 20) ? reported
+                                                                              : int64_t{512} << 10;
+  }();
+  return bytes;
 }
 
 std::string describe_cpu_target() {

@@ -12,6 +12,7 @@
 // ONEDNN_MAX_CPU_ISA), so GEMMs and kernels agree on the instruction set.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -56,6 +57,10 @@ class ScopedCpuTarget {
  private:
   CpuTarget saved_;
 };
+
+// The size of one core's L2 cache in bytes (glibc's sysconf), or 512 KiB where the system does
+// not say: the blocked GEMM (gemm_packed.cc) sizes its packed B block from it.
+int64_t l2_cache_bytes();
 
 // One line for logs and --version: the kernel target in use, what the CPU supports, and
 // oneDNN's effective ISA, e.g. "kernels avx2 (cpu: avx2; capped by TESSERA_CPU_TARGET=avx2),

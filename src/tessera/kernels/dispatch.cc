@@ -15,6 +15,7 @@
   X(dropout)                    \
   X(elementwise)                \
   X(embedding)                  \
+  X(gemm_packed)                \
   X(linear)                     \
   X(norms)                      \
   X(rope)

@@ -1,4 +1,6 @@
 #include "tessera/kernels/gemm.h"
+#include "tessera/kernels/gemm_clock.h"
+#include "tessera/kernels/gemm_packed.h"
 
 #include <omp.h>
 #include <time.h>
@@ -182,6 +184,7 @@ void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
 // at 1024^3).
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const detail::GemmClock clock;
   onednn_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -219,11 +222,15 @@ Bf16GemmPath bf16_gemm_path() {
   int path = g_bf16_path.load(std::memory_order_acquire);
   if (path < 0) {
     // Native only with hardware bf16 dot products: below that oneDNN either refuses bf16
-    // (AVX2) or emulates it, and widening to its fp32 kernels is as fast or faster
-    // (docs/performance.md, "bf16 GEMM without bf16 instructions").
+    // (AVX2) or emulates it. There the blocked GEMM, widening while it packs, runs where its
+    // micro-kernel is register-blocked for the target (AVX2, AVX-512: as fast as oneDNN's fp32
+    // or faster); on the baseline target oneDNN's SSE4.1 sgemm is 1.7x faster than it, so bf16
+    // is widened for that (docs/performance.md, "bf16 GEMM without bf16 instructions").
     active_cpu_target();  // applies TESSERA_CPU_TARGET's cap to oneDNN before its first use
     path = static_cast<int>(onednn_has_bf16_dot_products() && onednn_has_bf16_matmul()
                                 ? Bf16GemmPath::kOneDnnBf16
+                            : blocked_gemm_is_tuned(active_cpu_target())
+                                ? Bf16GemmPath::kPacked
                                 : Bf16GemmPath::kWidenToFp32);
     g_bf16_path.store(path, std::memory_order_release);
   }

@@ -8,11 +8,13 @@
 // written, never read (NaNs in it do not propagate). Elements of C between N and ldc are untouched.
 // fp32 runs on oneDNN's matmul, which dispatches on the CPU at run time (its ISA is capped with
 // the kernels' by TESSERA_CPU_TARGET, cpu_target.h). bf16 runs on oneDNN's bf16 matmul where the
-// CPU has bf16 dot products (avx512_bf16), and is otherwise widened to fp32 (gemm_widened.h):
-// oneDNN refuses bf16 below AVX-512 and only emulates it on AVX-512 without bf16, where the
-// widened path was measured faster (docs/performance.md). fp16 is always widened. For fp32,
-// oneDNN beat OpenBLAS sgemm by 1.2-2x on AVX-512 (docs/performance.md) and matched it on an
-// AVX2-only EPYC (66.8 vs 65.8 GFLOP/s at 1024^3, 2 cores).
+// CPU has bf16 dot products (avx512_bf16); elsewhere oneDNN refuses bf16 (below AVX-512) or only
+// emulates it, and bf16 runs on Tessera's blocked GEMM (gemm_packed.h), which widens operands to
+// fp32 while packing them, instead of widening copies for oneDNN's fp32 matmul (the widened
+// path, gemm_widened.h, still selectable: set_bf16_gemm_path). fp16 always runs on the blocked
+// GEMM (or widened, when that path is selected). For fp32, oneDNN beat OpenBLAS sgemm by 1.2-2x
+// on AVX-512 (docs/performance.md) and matched it on an AVX2-only EPYC (66.8 vs 65.8 GFLOP/s at
+// 1024^3, 2 cores).
 // Thread-safe (oneDNN primitives are cached per shape behind a lock). Uses the calling process's
 // thread count (core/threads.h).
 #pragma once
@@ -34,8 +36,8 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
           int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C, int64_t ldc);
 
-// fp16 inputs, fp32 output / fp16 output (beta must be 0 for fp16 output), widened to fp32:
-// oneDNN 2.6 has no fp16 matmul on CPUs without AVX512-FP16 (gemm_widened.h).
+// fp16 inputs, fp32 output / fp16 output (beta must be 0 for fp16 output): oneDNN 2.6 has no
+// fp16 matmul on CPUs without AVX512-FP16, so these run on the blocked GEMM (or widened).
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const fp16* A,
           int64_t lda, const fp16* B, int64_t ldb, float beta, float* C, int64_t ldc);
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const fp16* A,
@@ -43,28 +45,34 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 
 // gemm with an fp32 A and a 16-bit B, fp32 output or 16-bit output (beta must be 0): B is widened
 // and the fp32 gemm runs, whatever bf16_gemm_path() says. (A name of its own, not an overload of
-// gemm: a null B would make the overloads ambiguous.) For a caller that feeds one 16-bit operand to
-// several products where gemm_widens() holds: it widens that operand once and passes the fp32
-// copy as A (kernels/linear.cc: the output gradient of a linear layer, shared by its input- and
-// weight-gradient products).
-// T is bf16 or fp16; TC is float or T.
+// gemm: a null B would make the overloads ambiguous.) For a caller on the widened path
+// (gemm_widens()) that feeds one 16-bit operand to several products: it widens that operand once
+// and passes the fp32 copy as A (kernels/linear.cc: the output gradient of a linear layer, shared
+// by its input- and weight-gradient products).
 template <typename T, typename TC>
 void gemm_fp32_a(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                  const float* A, int64_t lda, const T* B, int64_t ldb, float beta, TC* C,
                  int64_t ldc);
 
-// Whether gemms on `dtype` operands run widened to fp32 (fp16 always, bf16 on kWidenToFp32):
-// then a 16-bit operand costs one widening pass per call, and a caller using it twice can save one.
+// Whether gemms on `dtype` operands run widened to fp32 (16-bit types on kWidenToFp32): then a
+// 16-bit operand costs one widening pass per call, and a caller using it twice can save one.
 bool gemm_widens(DType dtype);
 
-// How bf16 GEMMs run: oneDNN's bf16 matmul, or widened to fp32. Chosen at the first bf16 GEMM
-// (oneDNN bf16 only where oneDNN's effective ISA has bf16 dot products); benchmarks and tests
-// may set it (kOneDnnBf16 throws tessera::Error where oneDNN has no bf16 matmul).
-enum class Bf16GemmPath { kOneDnnBf16, kWidenToFp32 };
+// How bf16 GEMMs run: oneDNN's bf16 matmul, Tessera's blocked GEMM widening while it packs, or
+// widened copies for oneDNN's fp32 matmul. Chosen at the first bf16 GEMM: oneDNN bf16 where
+// oneDNN's effective ISA has bf16 dot products, else the blocked GEMM (measured faster than the
+// widened path there, docs/performance.md). fp16 follows it, with the blocked GEMM in place of
+// oneDNN bf16. Benchmarks and tests may set it (kOneDnnBf16 throws tessera::Error where oneDNN
+// has no bf16 matmul).
+enum class Bf16GemmPath { kOneDnnBf16, kPacked, kWidenToFp32 };
 Bf16GemmPath bf16_gemm_path();
 void set_bf16_gemm_path(Bf16GemmPath path);
-// "oneDNN bf16" or "widened to fp32".
+// "oneDNN bf16", "blocked, widened while packing" or "widened to fp32".
 const char* bf16_gemm_path_name(Bf16GemmPath path);
+
+// Wall-clock seconds spent inside the gemm functions above since the process started, summed over
+// calling threads: benchmarks split a step into its GEMMs and the rest (bench/model_step).
+double gemm_seconds();
 
 // Times an n x n x n gemm of `dtype` (fp32, or bf16 in and out) through the functions above at
 // the current thread count: one warm-up call, then the best of `repeats` calls, in GFLOP/s

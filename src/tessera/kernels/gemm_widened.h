@@ -2,8 +2,9 @@
 // and fp16 value is an fp32 value) into a dense fp32 copy, the fp32 gemm runs, and a 16-bit
 // output is rounded to nearest even. The products and fp32 accumulation are those of a 16-bit
 // GEMM with fp32 accumulation; the speed is fp32's plus one pass over the operands.
-// Used for fp16 always (oneDNN 2.6 has no fp16 matmul without AVX512-FP16) and for bf16 where
-// oneDNN has no bf16 matmul or only an emulated one (gemm.h, bf16_gemm_path()).
+// Used when bf16_gemm_path() is kWidenToFp32 (set for comparisons; the blocked GEMM of
+// gemm_packed.h is the default where oneDNN has no bf16 dot products, gemm.h) and by
+// gemm_fp32_a.
 #pragma once
 
 #include <cstdint>

@@ -7,7 +7,7 @@
 //     multiply-add is fused there), sum_squares (exact squares, one fixed summation tree);
 //   - <= 4e-6 of the output scale: kernels with fused multiply-adds or exp (baseline x86-64 has
 //     no FMA, so each fused step may round differently: a few fp32 ulp, ~1e-7 each, over chains
-//     of up to ~30 operations).
+//     of up to ~30 operations); the blocked GEMM is also bitwise equal between the FMA targets.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,6 +26,7 @@
 #include "tessera/kernels/dropout.h"
 #include "tessera/kernels/elementwise.h"
 #include "tessera/kernels/embedding.h"
+#include "tessera/kernels/gemm_packed.h"
 #include "tessera/kernels/norms.h"
 #include "tessera/kernels/rope.h"
 #include "testing/numeric.h"
@@ -253,6 +254,39 @@ TEST(KernelTargets, NormsActivationsLossAndAttentionAgreeWithinFmaRounding) {
     append(out, e);
     return out;
   }, kFusedTolerance);
+}
+
+TEST(KernelTargets, BlockedGemmIsBitwiseEqualOnFmaTargetsAndCloseOnBaseline) {
+  // Every target sums in the same order (gemm_packed.h): the targets with FMA give the same bits
+  // whatever their register blocking; x86-64 baseline rounds each multiply and add apart.
+  // Shapes past the depth block and with tails of every blocking; fp32 and bf16 operands.
+  const int64_t M = 29, N = 53, K = 777;
+  const auto a = random_normal(M * K, 31), b = random_normal(K * N, 32);
+  std::vector<bf16> a16(a.size()), b16(b.size());
+  convert(a16.data(), a.data(), static_cast<int64_t>(a.size()));
+  convert(b16.data(), b.data(), static_cast<int64_t>(b.size()));
+  const auto run = [&] {
+    std::vector<double> out;
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        std::vector<float> c(M * N, 0.5f);
+        std::vector<bf16> c16(M * N);
+        packed_gemm(ta, tb, M, N, K, 1.0f, a.data(), ta ? M : K, b.data(), tb ? K : N, 1.0f,
+                    c.data(), N);
+        packed_gemm(ta, tb, M, N, K, 1.0f, a16.data(), ta ? M : K, b16.data(), tb ? K : N, 0.0f,
+                    c16.data(), N);
+        append(out, c), append(out, c16);
+      }
+    return out;
+  };
+  expect_close_across_targets(run, kFusedTolerance);
+  std::vector<std::pair<CpuTarget, std::vector<double>>> fused;
+  for (const auto& result : on_every_target(run))
+    if (result.first != CpuTarget::kBaseline) fused.push_back(result);
+  for (const auto& [target, values] : fused)
+    EXPECT_EQ(std::memcmp(values.data(), fused[0].second.data(), values.size() * sizeof(double)),
+              0)
+        << cpu_target_name(target) << " vs " << cpu_target_name(fused[0].first);
 }
 
 }  // namespace

@@ -18,6 +18,10 @@ constexpr int kLanes = 16;
 // 6 rows x 1 vector (two ymm) = 12 accumulators + 2 B registers + 1 broadcast of the 16 ymm.
 constexpr int kTileRows = 6;
 constexpr int kTileVecs = 1;
+// Blocking of the GEMM micro-kernel (kernels/gemm_packed.cc): 6 rows x 1 vector (two ymm) =
+// 12 accumulators + 2 B registers + 1 broadcast of the 16 ymm, the classic 6 x 16.
+constexpr int kGemmRows = 6;
+constexpr int kGemmVecs = 1;
 
 struct VecF {
   __m256 lo, hi;  // lanes 0-7, 8-15

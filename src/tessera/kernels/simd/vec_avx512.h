@@ -18,6 +18,11 @@ constexpr int kLanes = 16;
 // 6 rows x 4 vectors = 24 accumulators + 4 B vectors + 1 broadcast of the 32 zmm registers.
 constexpr int kTileRows = 6;
 constexpr int kTileVecs = 4;
+// Blocking of the GEMM micro-kernel (kernels/gemm_packed.cc): 12 rows x 2 vectors = 24
+// accumulators + 2 B vectors + 1 broadcast of the 32 zmm (12 x 2, 8 x 3 and 6 x 4 measured
+// within the noise of each other; 12 x 2 keeps the panel width a divisor of every model width).
+constexpr int kGemmRows = 12;
+constexpr int kGemmVecs = 2;
 
 struct VecF {
   __m512 v;

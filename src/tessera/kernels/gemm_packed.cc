@@ -1,0 +1,459 @@
+// Tessera's blocked GEMM (contract in gemm_packed.h), compiled once per CPU target.
+//
+// The loop nest of GotoBLAS / BLIS (Goto and van de Geijn, "Anatomy of High-Performance Matrix
+// Multiplication", TOMS 2008; Van Zee and van de Geijn, "BLIS", TOMS 2015), written for a
+// row-major C with vectors along N. For one block of C's rows and columns:
+//
+//   for m0 in the block's rows by kMC
+//     for k0 in K by kKC
+//       A block (mc x kc): packed once (or read in place), reused for every column block
+//       for n0 in the block's columns by nc (L2-sized)
+//         pack the B block (kc x nc) into micro-panels of kNR columns        (stays in L2)
+//         for each A micro-panel of kMR rows                                 (stays in L1)
+//           for each B micro-panel: micro-kernel, kMR x kNR accumulators over k = 0..kc
+//
+// Threads (gemm_parallel): C is cut into column blocks (or row blocks), four per thread, taken
+// from a dynamic schedule, so a core that runs slower (a shared machine, a VM's other tenant) does
+// not hold the team up by more than a quarter of a block. Every column block needs all of A:
+// the team packs A once, whole, before (nothing to pack for an fp32 A read in place), and every
+// row block needs all of B, packed once likewise; an operand too large for that budget makes each
+// thread take one contiguous block and pack its own.
+//
+// Packing is where 16-bit operands are widened: a bf16 or fp16 element is read once, as 2
+// bytes, into the fp32 panel the micro-kernel reads anyway, so a 16-bit product costs what an
+// fp32 product does, without a separate widening pass over its operands and output (which is
+// what the widened path, gemm_widened.h, pays). An fp32 A that is not transposed is not packed:
+// the micro-kernel broadcasts from its rows in place.
+//
+// Summation order (gemm_packed.h): the blocking never changes which products are summed in
+// which order, so the tiles, blocks and threads above change speed, not bits.
+
+#include "tessera/kernels/gemm_packed.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "tessera/core/dtype.h"
+#include "tessera/core/error.h"
+#include "tessera/kernels/cpu_target.h"
+#include "tessera/kernels/scratch.h"
+#include "tessera/kernels/simd/vec.h"
+
+TESSERA_TARGET_BEGIN
+namespace {
+
+// Register blocking of the target (simd/vec_*.h): kMR rows by kNV 16-lane vectors.
+constexpr int kMR = kGemmRows;
+constexpr int kNV = kGemmVecs;
+constexpr int kNR = 16 * kNV;
+static_assert(kMR <= 16, "pack_a_kmajor writes one 16-lane vector per k");
+// Depth of a block (gemm_packed.h): it fixes the summation order, so it is the same on every
+// target. The model's products (K = 768 ... 3072) ran fastest at 384-512 on AVX-512 and AVX2,
+// against 256 (docs/performance.md); a B micro-panel (kKC x kNR) then streams from L2 per
+// micro-tile while an A micro-panel (kMR x kKC, 18 KiB at kMR = 12) stays in L1.
+constexpr int kKC = kPackedGemmDepth;
+// Rows of an A block: kMC x kKC fp32 is 6 MiB at most, read from L3 once per column block.
+constexpr int kMC = (4096 / kMR) * kMR;
+
+// Products of at most this many multiply-adds run on the calling thread alone: a fork/join
+// costs about as much as it saves below ~4 MFLOP.
+constexpr int64_t kSerialMacs = int64_t{128} * 128 * 128;
+
+// Columns of a packed B block: kKC x nc fp32 fills half of the core's L2 (the rest holds the C
+// tiles and the A micro-panels passing through), a whole number of micro-panels.
+int b_block_columns() {
+  static const int columns = [] {
+    const int64_t per_column = int64_t{kKC} * sizeof(float);
+    const int64_t fit = l2_cache_bytes() / 2 / per_column;
+    return static_cast<int>(std::clamp<int64_t>(fit / kNR, 1, 64) * kNR);
+  }();
+  return columns;
+}
+
+// ---- micro-kernel ----------------------------------------------------------------------------
+
+// Where the micro-kernel reads element (r, k) of an A micro-panel.
+enum class ALayout {
+  kRows,    // a[r * a_rs + k]: A's own rows (fp32, not transposed) or rows widened by packing
+  kKMajor,  // a[k * kMR + r]: packed k-major, kMR values per k (A transposed)
+};
+
+// tile (R x kNR, row stride kNR) = A (R x kc) * B (kc x kNR), B a packed micro-panel of kNR
+// floats per k. R * kNV accumulators stay in registers; each k loads kNV vectors of B and
+// broadcasts R values of A. Every loop over r and v is unrolled: the accumulators must be
+// registers, not an array in memory. The tile goes to a buffer, not to C: the epilogue's
+// run-time choices (dtype, beta, depth block) would otherwise be branches around the k loop.
+template <int R, ALayout kLayout>
+void micro_kernel(float* tile, const float* a, int64_t a_rs, const float* b, int kc) {
+  VecF acc[R][kNV];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) acc[r][v] = zero();
+#pragma GCC unroll 4
+  for (int k = 0; k < kc; ++k) {
+    VecF bv[kNV];
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) bv[v] = load(b + k * kNR + 16 * v);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const VecF ar = splat(kLayout == ALayout::kRows ? a[r * a_rs + k] : a[k * kMR + r]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kNV; ++v) acc[r][v] = fmadd(ar, bv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) store(tile + r * kNR + 16 * v, acc[r][v]);
+}
+
+// The micro-kernel for `rows` < kMR rows of A in place (the last rows of a product; packed
+// k-major panels are zero-padded to kMR rows instead).
+template <int R>
+void micro_kernel_rows(int rows, float* tile, const float* a, int64_t a_rs, const float* b,
+                       int kc) {
+  if (rows == R) return micro_kernel<R, ALayout::kRows>(tile, a, a_rs, b, kc);
+  if constexpr (R > 1) micro_kernel_rows<R - 1>(rows, tile, a, a_rs, b, kc);
+}
+
+// ---- epilogue --------------------------------------------------------------------------------
+
+struct Epilogue {
+  float alpha, beta;
+  bool first;  // the first depth block: beta applies (beta == 0: C is not read)
+  bool last;   // the last depth block: a 16-bit C is written from its fp32 partial sum
+};
+
+// A tile (rows x cols of it) into C at c (row stride ldc). fp32 C: alpha tile + beta C on the
+// first depth block, += alpha tile on the others. 16-bit C (beta 0): rounded from alpha tile
+// when there is one depth block; with several, the fp32 partial P (at p, row stride ldp) holds
+// the running sum and the last block rounds P + alpha tile into C.
+template <typename TC>
+void store_tile(const float* tile, int rows, int cols, TC* c, int64_t ldc, float* p, int64_t ldp,
+                const Epilogue& e) {
+  const VecF alpha = splat(e.alpha), beta = splat(e.beta);
+  for (int r = 0; r < rows; ++r) {
+    const float* t = tile + r * kNR;
+    TC* cr = c + r * ldc;
+    float* pr = p == nullptr ? nullptr : p + r * ldp;
+    for_each_block(0, cols, [&](int64_t j, int n) {
+      VecF x = alpha * load(t + j);
+      if constexpr (std::is_same_v<TC, float>) {
+        if (!e.first)
+          x = load(cr + j, n) + x;
+        else if (e.beta != 0.0f)
+          x = fmadd(beta, load(cr + j, n), x);
+        store(cr + j, x, n);
+      } else {
+        if (!e.first) x = load(pr + j, n) + x;
+        if (e.last)
+          store(cr + j, x, n);
+        else
+          store(pr + j, x, n);
+      }
+    });
+  }
+}
+
+// Asks for the lines of a rows x cols block of T (row stride ld) to be brought into cache: issued
+// for the C tile (and partial sums) before the micro-kernel, whose ~kMR * kNV * kc fused
+// multiply-adds hide their latency from the epilogue (measured: without it the epilogue's
+// first loads of C missed the caches, ~10% of a 16-bit product's time on AVX2).
+template <typename T>
+void prefetch_block(const T* p, int64_t ld, int rows, int cols) {
+  for (int r = 0; r < rows; ++r) {
+    const char* begin = reinterpret_cast<const char*>(p + r * ld);
+    const char* end = reinterpret_cast<const char*>(p + r * ld + cols);
+    for (const char* line = begin; line < end; line += 64) prefetch(line);
+    prefetch(end - 1);
+  }
+}
+
+// ---- packing ---------------------------------------------------------------------------------
+
+// A not transposed (row r at a + r * lda): rows [0, rows) x depth [0, kc), widened into rows of
+// kc floats.
+template <typename TA>
+void pack_a_rows(float* out, const TA* a, int64_t lda, int rows, int kc) {
+  for (int r = 0; r < rows; ++r)
+    for_each_block(0, kc, [&](int64_t k, int n) {
+      store(out + r * kc + k, load(a + r * lda + k, n), n);
+    });
+}
+
+// A transposed (element (r, k) at a[k * lda + r]): rows [0, rows) x depth [0, kc) as one
+// k-major micro-panel, rows past `rows` zero. While a whole 16-lane vector fits in the panel, each
+// k stores one (the lanes past kMR are overwritten by the next k); the last few store kMR lanes,
+// so nothing outside the panel is written. With `full`, 16 values may be read from each row
+// start (else only `rows`).
+template <typename TA>
+void pack_a_kmajor(float* out, const TA* a, int64_t lda, int rows, int kc, bool full) {
+  const int whole = std::max(0, kc - (16 - kMR + kMR - 1) / kMR);  // k * kMR + 16 <= kc * kMR
+  int k = 0;
+  if (full && rows == kMR)
+    for (; k < whole; ++k) store(out + k * kMR, load(a + k * lda));
+  else
+    for (; k < whole; ++k) store(out + k * kMR, load(a + k * lda, rows));
+  for (; k < kc; ++k) store(out + k * kMR, load(a + k * lda, rows), kMR);
+}
+
+// B not transposed (element (k, n) at b[k * ldb + n]): depth [0, kc) x columns [0, cols) as one
+// micro-panel of kNR floats per k, columns past `cols` zero.
+template <typename TB>
+void pack_b_rows(float* out, const TB* b, int64_t ldb, int kc, int cols) {
+  if (cols == kNR) {
+    for (int k = 0; k < kc; ++k)
+#pragma GCC unroll 4
+      for (int v = 0; v < kNV; ++v) store(out + k * kNR + 16 * v, load(b + k * ldb + 16 * v));
+    return;
+  }
+  for (int k = 0; k < kc; ++k)
+    for (int v = 0; v < kNV; ++v) {
+      const int n = std::clamp(cols - 16 * v, 0, 16);
+      store(out + k * kNR + 16 * v, load(b + k * ldb + 16 * v, n));
+    }
+}
+
+// B transposed (element (k, n) at b[n * ldb + k]): the same micro-panel, 16 x 16 blocks at a
+// time through a register transpose.
+template <typename TB>
+void pack_b_transposed(float* out, const TB* b, int64_t ldb, int kc, int cols) {
+  for (int v = 0; v < kNV; ++v) {
+    const int n_rows = std::clamp(cols - 16 * v, 0, 16);
+    for (int k0 = 0; k0 < kc; k0 += 16) {
+      const int nk = std::min(16, kc - k0);
+      VecF x[16];
+      for (int i = 0; i < 16; ++i) {
+        const TB* row = b + (16 * v + i) * ldb + k0;
+        x[i] = i >= n_rows ? zero() : nk == 16 ? load(row) : load(row, nk);
+      }
+      transpose16(x);
+      for (int i = 0; i < nk; ++i) store(out + (k0 + i) * kNR + 16 * v, x[i]);
+    }
+  }
+}
+
+// ---- the loop nest ---------------------------------------------------------------------------
+
+template <typename TA, typename TB, typename TC>
+struct Product {
+  bool trans_a, trans_b;
+  int64_t M, N, K;
+  float alpha, beta;
+  const TA* A;
+  int64_t lda;
+  const TB* B;
+  int64_t ldb;
+  TC* C;
+  int64_t ldc;
+  float* partial;  // fp32 partial sums of a 16-bit C (row stride N) when K > kKC, else null
+  // A is packed (widened or transposed) rather than read in place.
+  bool packs_a() const { return trans_a || !std::is_same_v<TA, float>; }
+  // Rows and columns rounded up to whole micro-panels.
+  int64_t m_padded() const { return (M + kMR - 1) / kMR * kMR; }
+  int64_t n_padded() const { return (N + kNR - 1) / kNR * kNR; }
+};
+
+// Packs A's micro-panel of rows [m, m + kMR) at depth [k0, k0 + kc) to out (kMR x kc floats).
+template <typename TA, typename TB, typename TC>
+void pack_a_panel(const Product<TA, TB, TC>& g, float* out, int64_t m, int64_t k0, int kc) {
+  const int rows = static_cast<int>(std::min<int64_t>(kMR, g.M - m));
+  if (g.trans_a)
+    pack_a_kmajor(out, g.A + k0 * g.lda + m, g.lda, rows, kc, m + 16 <= g.M);
+  else
+    pack_a_rows(out, g.A + m * g.lda + k0, g.lda, rows, kc);
+}
+
+// Packs B's micro-panel of columns [n, n + kNR) at depth [k0, k0 + kc) to out (kc x kNR floats).
+template <typename TA, typename TB, typename TC>
+void pack_b_panel(const Product<TA, TB, TC>& g, float* out, int64_t n, int64_t k0, int kc) {
+  const int cols = static_cast<int>(std::min<int64_t>(kNR, g.N - n));
+  if (g.trans_b)
+    pack_b_transposed(out, g.B + n * g.ldb + k0, g.ldb, kc, cols);
+  else
+    pack_b_rows(out, g.B + k0 * g.ldb + n, g.ldb, kc, cols);
+}
+
+// An operand packed whole, for all of K, and shared by the threads: the micro-panel at row (or
+// column) offset i of the depth block starting at k0 (depth kc) is at data + k0 * padded + i * kc.
+struct SharedPanels {
+  const float* data = nullptr;
+  int64_t padded = 0;
+  const float* at(int64_t k0, int64_t i, int kc) const { return data + k0 * padded + i * kc; }
+};
+
+// The block C[m_begin:m_end, n_begin:n_end] of the product on the calling thread. A and B come
+// from `a_shared` / `b_shared` where given, else the thread packs them itself (A block once per
+// depth block, B block once per column block), or reads an fp32 A in place.
+template <typename TA, typename TB, typename TC>
+void gemm_block(const Product<TA, TB, TC>& g, int64_t m_begin, int64_t m_end, int64_t n_begin,
+                int64_t n_end, const SharedPanels& a_shared, const SharedPanels& b_shared) {
+  const bool own_a = g.packs_a() && a_shared.data == nullptr;
+  const bool own_b = b_shared.data == nullptr;
+  const int nc_max = b_block_columns();
+  const int kc_max = static_cast<int>(std::min<int64_t>(kKC, g.K));
+  const int64_t mc_max = std::min<int64_t>(kMC, (m_end - m_begin + kMR - 1) / kMR * kMR);
+  thread_local ScratchBuffer a_buf, b_buf;
+  float* a_pack = own_a ? a_buf.floats(mc_max * kc_max) : nullptr;
+  float* b_pack = own_b ? b_buf.floats(int64_t{kc_max} * nc_max) : nullptr;
+  alignas(64) float tile[kMR * kNR];
+
+  for (int64_t m0 = m_begin; m0 < m_end; m0 += kMC) {
+    const int mc = static_cast<int>(std::min<int64_t>(kMC, m_end - m0));
+    for (int64_t k0 = 0; k0 < g.K; k0 += kKC) {
+      const int kc = static_cast<int>(std::min<int64_t>(kKC, g.K - k0));
+      const Epilogue epi{g.alpha, g.beta, k0 == 0, k0 + kc == g.K};
+      if (own_a)  // the A block, once for all of this block's columns
+        for (int i = 0; i < mc; i += kMR) pack_a_panel(g, a_pack + int64_t{i} * kc, m0 + i, k0, kc);
+      for (int64_t n0 = n_begin; n0 < n_end; n0 += nc_max) {
+        const int nc = static_cast<int>(std::min<int64_t>(nc_max, n_end - n0));
+        if (own_b)
+          for (int j = 0; j < nc; j += kNR) pack_b_panel(g, b_pack + int64_t{j} * kc, n0 + j, k0, kc);
+        for (int i = 0; i < mc; i += kMR) {
+          const int rows = std::min(kMR, mc - i);
+          const int64_t m = m0 + i;
+          const float* a = a_shared.data != nullptr ? a_shared.at(k0, m, kc)
+                           : own_a ? a_pack + int64_t{i} * kc
+                                   : reinterpret_cast<const float*>(g.A) + m * g.lda + k0;
+          const int64_t a_rs = g.packs_a() ? kc : g.lda;
+          for (int j = 0; j < nc; j += kNR) {
+            const int64_t n = n0 + j;
+            const int cols = std::min(kNR, nc - j);
+            const float* b = own_b ? b_pack + int64_t{j} * kc : b_shared.at(k0, n, kc);
+            float* partial = g.partial == nullptr ? nullptr : g.partial + m * g.N + n;
+            prefetch_block(g.C + m * g.ldc + n, g.ldc, rows, cols);
+            if (partial != nullptr) prefetch_block(partial, g.N, rows, cols);
+            if (g.trans_a)
+              micro_kernel<kMR, ALayout::kKMajor>(tile, a, 0, b, kc);
+            else if (rows == kMR)
+              micro_kernel<kMR, ALayout::kRows>(tile, a, a_rs, b, kc);
+            else
+              micro_kernel_rows<kMR - 1>(rows, tile, a, a_rs, b, kc);
+            store_tile(tile, rows, cols, g.C + m * g.ldc + n, g.ldc, partial, g.N, epi);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The largest operand packed whole and shared (fp32 elements): beyond it each thread packs
+// blocks of its own (the budget bounds the scratch: 32 MiB, as a widened copy of the same
+// operand would take).
+constexpr int64_t kSharedPackElements = int64_t{8} << 20;
+
+template <typename TA, typename TB, typename TC>
+void gemm_parallel(const Product<TA, TB, TC>& g) {
+  const int threads = g.M * g.N * g.K <= kSerialMacs ? 1 : omp_get_max_threads();
+  if (threads == 1) return gemm_block(g, 0, g.M, 0, g.N, {}, {});
+  // Threads take blocks of C's columns or of its rows, as many blocks as keep them equally busy
+  // on a machine whose cores do not run at one speed (dynamic schedule). Every block needs all of
+  // the other operand: it is packed once, whole, by the team and shared (nothing to pack for an
+  // fp32 A in place). Columns split unless rows need the smaller shared operand.
+  const int64_t shared_a = g.packs_a() ? g.m_padded() * g.K : 0;  // when columns split
+  const int64_t shared_b = g.n_padded() * g.K;                    // when rows split
+  const int64_t panels_m = g.m_padded() / kMR, panels_n = g.n_padded() / kNR;
+  bool split_m = shared_b < shared_a ? panels_m >= threads : panels_n < threads;
+  const int64_t shared_size = split_m ? shared_b : shared_a;
+  thread_local ScratchBuffer shared_buf;
+  SharedPanels a_shared, b_shared;
+  if (shared_size > kSharedPackElements) {
+    // Too large to share: each thread takes one contiguous block and packs what it needs itself.
+    split_m = g.packs_a() && g.M > g.N ? panels_m >= threads : panels_n < threads;
+#pragma omp parallel num_threads(threads)
+    {
+      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+      if (split_m) {
+        const int64_t begin = panels_m * t / nt * kMR;
+        const int64_t end = std::min(g.M, panels_m * (t + 1) / nt * kMR);
+        if (begin < end) gemm_block(g, begin, end, 0, g.N, {}, {});
+      } else {
+        const int64_t begin = panels_n * t / nt * kNR;
+        const int64_t end = std::min(g.N, panels_n * (t + 1) / nt * kNR);
+        if (begin < end) gemm_block(g, 0, g.M, begin, end, {}, {});
+      }
+    }
+    return;
+  }
+  if (shared_size > 0) {
+    float* data = shared_buf.floats(shared_size);
+    (split_m ? b_shared : a_shared) = SharedPanels{data, split_m ? g.n_padded() : g.m_padded()};
+  }
+  // Four blocks per thread: a thread slower by a quarter of a block's time or less is absorbed.
+  const int64_t panels = split_m ? panels_m : panels_n;
+  const int64_t block_panels = std::max<int64_t>(1, panels / (4 * threads));
+  const int64_t blocks = (panels + block_panels - 1) / block_panels;
+  const int64_t chunks = (g.K + kKC - 1) / kKC;
+#pragma omp parallel num_threads(threads)
+  {
+    if (shared_size > 0) {
+#pragma omp for schedule(static)
+      for (int64_t w = 0; w < chunks * panels_m; ++w) {
+        if (split_m) continue;
+        const int64_t k0 = w / panels_m * kKC, i = w % panels_m * kMR;
+        const int kc = static_cast<int>(std::min<int64_t>(kKC, g.K - k0));
+        pack_a_panel(g, const_cast<float*>(a_shared.at(k0, i, kc)), i, k0, kc);
+      }
+#pragma omp for schedule(static)
+      for (int64_t w = 0; w < chunks * panels_n; ++w) {
+        if (!split_m) continue;
+        const int64_t k0 = w / panels_n * kKC, j = w % panels_n * kNR;
+        const int kc = static_cast<int>(std::min<int64_t>(kKC, g.K - k0));
+        pack_b_panel(g, const_cast<float*>(b_shared.at(k0, j, kc)), j, k0, kc);
+      }
+    }
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t first = b * block_panels, last = std::min(panels, first + block_panels);
+      if (split_m)
+        gemm_block(g, first * kMR, std::min(g.M, last * kMR), 0, g.N, a_shared, b_shared);
+      else
+        gemm_block(g, 0, g.M, first * kNR, std::min(g.N, last * kNR), a_shared, b_shared);
+    }
+  }
+}
+
+// K == 0: the product is an empty sum, so C = beta * C (beta == 0 writes zeros, never reads C).
+template <typename T>
+void scale_c(int64_t M, int64_t N, float beta, T* C, int64_t ldc) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      T& c = C[m * ldc + n];
+      c = beta == 0.0f ? from_f32<T>(0.0f) : from_f32<T>(beta * to_f32(c));
+    }
+}
+
+}  // namespace
+
+template <typename TA, typename TB, typename TC>
+void packed_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const TA* A, int64_t lda, const TB* B, int64_t ldb, float beta, TC* C,
+                 int64_t ldc) {
+  TESSERA_CHECK(M >= 0 && N >= 0 && K >= 0);
+  TESSERA_CHECK(lda >= std::max<int64_t>(1, trans_a ? M : K));
+  TESSERA_CHECK(ldb >= std::max<int64_t>(1, trans_b ? K : N));
+  TESSERA_CHECK(ldc >= std::max<int64_t>(1, N));
+  if constexpr (!std::is_same_v<TC, float>)
+    TESSERA_CHECK_MSG(beta == 0.0f, "a 16-bit output gemm takes beta 0 only");
+  if (M == 0 || N == 0) return;
+  if (K == 0) return scale_c(M, N, beta, C, ldc);
+  // A 16-bit C summed over several depth blocks keeps its running sum in fp32 (the calling
+  // thread's buffer; the team's threads write disjoint blocks of it).
+  thread_local ScratchBuffer partial;
+  const bool needs_partial = !std::is_same_v<TC, float> && K > kKC;
+  gemm_parallel(Product<TA, TB, TC>{trans_a, trans_b, M, N, K, alpha, beta, A, lda, B, ldb, C, ldc,
+                                    needs_partial ? partial.floats(M * N) : nullptr});
+}
+
+void register_gemm_packed() {
+  for_each_storage_type([]<typename T>() {
+    register_kernel<&kernels::packed_gemm<T, T, float>>(kThisTarget, &packed_gemm<T, T, float>);
+    if constexpr (!std::is_same_v<T, float>)
+      register_kernel<&kernels::packed_gemm<T, T, T>>(kThisTarget, &packed_gemm<T, T, T>);
+  });
+}
+
+TESSERA_TARGET_END
