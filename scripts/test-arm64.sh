@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Cross-compiles the kernel library and its unit tests for arm64 (TESSERA_KERNELS_ONLY: no MPI,
-# no oneDNN; GEMMs through the reference loops) and runs them under qemu-aarch64 with the
-# target in turn capped to each one the arm64 build has. Installs the cross compiler, qemu and
-# the arm64 C/C++/OpenMP runtimes (Debian multiarch) on first use.
+# no oneDNN; fp32 GEMMs through the reference loops, 16-bit ones on the blocked GEMM) and runs
+# them under qemu-aarch64 with the target in turn capped to each one the arm64 build has.
+# Installs the cross compiler, qemu and the arm64 C/C++/OpenMP runtimes (Debian multiarch) on
+# first use.
 # Usage: scripts/test-arm64.sh [gtest filter]   (default: every kernel test)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -10,8 +10,8 @@
 #include "tessera/kernels/simd/vec.h"
 
 // The bias loops are plain C++, compiled per target so the compiler vectorises them with the
-// target's instructions; the products go through gemm (oneDNN, or widened to fp32 for 16-bit
-// types where the CPU has no 16-bit dot products).
+// target's instructions; the products go through gemm (gemm.h chooses oneDNN, the blocked GEMM
+// or widening to fp32 for 16-bit types).
 TESSERA_TARGET_BEGIN
 namespace {
 
@@ -20,9 +20,10 @@ constexpr int64_t kParallelElems = int64_t{1} << 16;
 
 // out[n, :] = in[n, :] + bias in fp32, rounded once to T. `in` is `out` itself (in place) or,
 // where 16-bit gemms are widened to fp32 (gemm.h, gemm_widens), the fp32 product: then the sum
-// is rounded once and the output is written in one pass. In place on oneDNN's bf16 matmul `out`
-// already holds the product rounded to bf16, so the result is rounded twice (product, then sum):
-// within one bf16 ulp, and it keeps that matmul's bf16 output (no fp32 temporary of N x OC).
+// is rounded once and the output is written in one pass. In place after a 16-bit gemm (oneDNN's
+// bf16 matmul, or the blocked GEMM) `out` already holds the product rounded to 16 bits, so the
+// result is rounded twice (product, then sum): within one ulp, and it keeps the gemm's 16-bit
+// output (no fp32 temporary of N x OC).
 template <typename T, typename TIn>
 void add_bias(T* out, const TIn* in, const T* bias, int64_t N, int64_t OC) {
 #pragma omp parallel for schedule(static) if (N * OC >= kParallelElems)
