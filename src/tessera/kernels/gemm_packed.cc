@@ -12,9 +12,9 @@
 //         for each A micro-panel of kMR rows                                 (stays in L1)
 //           for each B micro-panel: micro-kernel, kMR x kNR accumulators over k = 0..kc
 //
-// Threads (gemm_parallel): C is cut into column blocks (or row blocks), four per thread, taken
+// Threads (gemm_parallel): C is cut into column blocks (or row blocks), two per thread, taken
 // from a dynamic schedule, so a core that runs slower (a shared machine, a VM's other tenant) does
-// not hold the team up by more than a quarter of a block. Every column block needs all of A:
+// not hold the team up by more than half a block. Every column block needs all of A:
 // the team packs A once, whole, before (nothing to pack for an fp32 A read in place), and every
 // row block needs all of B, packed once likewise; an operand too large for that budget makes each
 // thread take one contiguous block and pack its own.
@@ -184,20 +184,28 @@ void pack_a_rows(float* out, const TA* a, int64_t lda, int rows, int kc) {
     });
 }
 
-// A transposed (element (r, k) at a[k * lda + r]): rows [0, rows) x depth [0, kc) as one
-// k-major micro-panel, rows past `rows` zero. While a whole 16-lane vector fits in the panel, each
-// k stores one (the lanes past kMR are overwritten by the next k); the last few store kMR lanes,
-// so nothing outside the panel is written. With `full`, 16 values may be read from each row
-// start (else only `rows`).
+// A transposed (element (m, k) at a[k * lda + m], M rows in all): the k-major micro-panels of
+// rows [m_begin, m_end) (multiples of kMR, bar the last at M) and depth [0, kc), the panel of
+// row m at out + (m - m_begin) * kc, rows past M zero. k is the outer loop, so each of A's rows
+// is read front to back once for all the panels (one panel at a time reads kc rows for kMR
+// values each, and measured 3% of a weight-gradient product at AVX2). While a whole 16-lane
+// vector fits in its panel, each store writes one (the lanes past kMR are overwritten at the
+// next k); the last k store kMR lanes, so nothing outside the panels is written.
 template <typename TA>
-void pack_a_kmajor(float* out, const TA* a, int64_t lda, int rows, int kc, bool full) {
+void pack_a_kmajor(float* out, const TA* a, int64_t lda, int64_t M, int64_t m_begin,
+                   int64_t m_end, int kc) {
   const int whole = std::max(0, kc - (16 - kMR + kMR - 1) / kMR);  // k * kMR + 16 <= kc * kMR
-  int k = 0;
-  if (full && rows == kMR)
-    for (; k < whole; ++k) store(out + k * kMR, load(a + k * lda));
-  else
-    for (; k < whole; ++k) store(out + k * kMR, load(a + k * lda, rows));
-  for (; k < kc; ++k) store(out + k * kMR, load(a + k * lda, rows), kMR);
+  for (int k = 0; k < kc; ++k) {
+    const TA* row = a + k * lda;
+    for (int64_t m = m_begin; m < m_end; m += kMR) {
+      float* dst = out + (m - m_begin) * kc + k * kMR;
+      const int rows = static_cast<int>(std::min<int64_t>(kMR, M - m));
+      if (k < whole && m + 16 <= M)
+        store(dst, load(row + m));
+      else
+        store(dst, load(row + m, rows), kMR);
+    }
+  }
 }
 
 // B not transposed (element (k, n) at b[k * ldb + n]): depth [0, kc) x columns [0, cols) as one
@@ -257,14 +265,16 @@ struct Product {
   int64_t n_padded() const { return (N + kNR - 1) / kNR * kNR; }
 };
 
-// Packs A's micro-panel of rows [m, m + kMR) at depth [k0, k0 + kc) to out (kMR x kc floats).
+// Packs A's micro-panels of rows [m_begin, m_end) (multiples of kMR, bar M) at depth
+// [k0, k0 + kc): the panel of row m at out + (m - m_begin) * kc (kMR x kc floats).
 template <typename TA, typename TB, typename TC>
-void pack_a_panel(const Product<TA, TB, TC>& g, float* out, int64_t m, int64_t k0, int kc) {
-  const int rows = static_cast<int>(std::min<int64_t>(kMR, g.M - m));
-  if (g.trans_a)
-    pack_a_kmajor(out, g.A + k0 * g.lda + m, g.lda, rows, kc, m + 16 <= g.M);
-  else
-    pack_a_rows(out, g.A + m * g.lda + k0, g.lda, rows, kc);
+void pack_a_panels(const Product<TA, TB, TC>& g, float* out, int64_t m_begin, int64_t m_end,
+                   int64_t k0, int kc) {
+  if (g.trans_a) return pack_a_kmajor(out, g.A + k0 * g.lda, g.lda, g.M, m_begin, m_end, kc);
+  for (int64_t m = m_begin; m < m_end; m += kMR) {
+    const int rows = static_cast<int>(std::min<int64_t>(kMR, g.M - m));
+    pack_a_rows(out + (m - m_begin) * kc, g.A + m * g.lda + k0, g.lda, rows, kc);
+  }
 }
 
 // Packs B's micro-panel of columns [n, n + kNR) at depth [k0, k0 + kc) to out (kc x kNR floats).
@@ -306,12 +316,12 @@ void gemm_block(const Product<TA, TB, TC>& g, int64_t m_begin, int64_t m_end, in
     for (int64_t k0 = 0; k0 < g.K; k0 += kKC) {
       const int kc = static_cast<int>(std::min<int64_t>(kKC, g.K - k0));
       const Epilogue epi{g.alpha, g.beta, k0 == 0, k0 + kc == g.K};
-      if (own_a)  // the A block, once for all of this block's columns
-        for (int i = 0; i < mc; i += kMR) pack_a_panel(g, a_pack + int64_t{i} * kc, m0 + i, k0, kc);
+      if (own_a) pack_a_panels(g, a_pack, m0, m0 + mc, k0, kc);  // once for all the columns
       for (int64_t n0 = n_begin; n0 < n_end; n0 += nc_max) {
         const int nc = static_cast<int>(std::min<int64_t>(nc_max, n_end - n0));
         if (own_b)
-          for (int j = 0; j < nc; j += kNR) pack_b_panel(g, b_pack + int64_t{j} * kc, n0 + j, k0, kc);
+          for (int j = 0; j < nc; j += kNR)
+            pack_b_panel(g, b_pack + int64_t{j} * kc, n0 + j, k0, kc);
         for (int i = 0; i < mc; i += kMR) {
           const int rows = std::min(kMR, mc - i);
           const int64_t m = m0 + i;
@@ -382,20 +392,25 @@ void gemm_parallel(const Product<TA, TB, TC>& g) {
     float* data = shared_buf.floats(shared_size);
     (split_m ? b_shared : a_shared) = SharedPanels{data, split_m ? g.n_padded() : g.m_padded()};
   }
-  // Four blocks per thread: a thread slower by a quarter of a block's time or less is absorbed.
+  // Two blocks per thread: a thread slower by up to half a block's time is absorbed. Finer blocks
+  // stream the shared operand more often: 3, 4 and 8 per thread measured 1-3% slower on the
+  // gpt2-124m products at AVX2 (bench/gemm_bench), one per thread about as fast as two.
   const int64_t panels = split_m ? panels_m : panels_n;
-  const int64_t block_panels = std::max<int64_t>(1, panels / (4 * threads));
+  const int64_t block_panels = std::max<int64_t>(1, panels / (2 * threads));
   const int64_t blocks = (panels + block_panels - 1) / block_panels;
   const int64_t chunks = (g.K + kKC - 1) / kKC;
 #pragma omp parallel num_threads(threads)
   {
     if (shared_size > 0) {
+      // A in runs of 16 micro-panels (a few cache lines of each of its rows per run).
+      const int64_t runs_m = (panels_m + 15) / 16;
 #pragma omp for schedule(static)
-      for (int64_t w = 0; w < chunks * panels_m; ++w) {
+      for (int64_t w = 0; w < chunks * runs_m; ++w) {
         if (split_m) continue;
-        const int64_t k0 = w / panels_m * kKC, i = w % panels_m * kMR;
+        const int64_t k0 = w / runs_m * kKC, m = w % runs_m * 16 * kMR;
         const int kc = static_cast<int>(std::min<int64_t>(kKC, g.K - k0));
-        pack_a_panel(g, const_cast<float*>(a_shared.at(k0, i, kc)), i, k0, kc);
+        pack_a_panels(g, const_cast<float*>(a_shared.at(k0, m, kc)), m,
+                      std::min(g.M, m + 16 * kMR), k0, kc);
       }
 #pragma omp for schedule(static)
       for (int64_t w = 0; w < chunks * panels_n; ++w) {
