@@ -12,20 +12,8 @@ bash scripts/setup.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target tessera-train tessera-preprocess
 
+bash scripts/demo-data.sh
 out=demo-run
-mkdir -p "$out"
-vocab=4096
-if [ ! -f "$out/fortunes_text_document.idx" ] || [ ! -f "$out/tokenizer.json" ]; then
-  # Fortune files hold entries separated by lines of "%": each entry becomes one document
-  # (documents are separated by blank lines in the text input format). The ASCII-art files are
-  # left out: they are not English.
-  find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' \
-       ! -name 'art' ! -name 'ascii-art' -print0 | sort -z | xargs -0 cat \
-    | sed -e 's/^%$//' | cat -s > "$out/fortunes.txt"
-  ./build/bin/tessera-preprocess --input "$out/fortunes.txt" --input-format text \
-    --output-prefix "$out/fortunes" --train-tokenizer --vocab-size "$vocab" --append-eod \
-    --workers 2
-fi
 
 ./build/bin/tessera-train --config examples/demo_llama.json \
   --data-path "$out/fortunes_text_document" \

@@ -64,6 +64,33 @@ for model in gpt2-tiny llama-tiny; do
   check "  (the log says so)" grep -q "loaded weights (release checkpoint)" "$TMP/out"
 done
 
+# Mixtral (MixtralForCausalLM): an MoE checkpoint saved under DP 2 (ZeRO 1) -> Hugging Face ->
+# Tessera -> Hugging Face is bitwise, and training from the Hugging Face directory equals
+# fine-tuning from the checkpoint. A Mixtral config.json with a key Tessera does not know is refused.
+model=mixtral-tiny
+ck="$TMP/$model.ckpt"
+check "$model: a DP 2 ZeRO 1 checkpoint" \
+  run 2 "${TRAIN[@]}" --model "$model" --train-iters 3 --zero-stage 1 --save "$ck"
+check "$model: tessera -> hf" convert --from tessera "$ck" --to hf "$TMP/$model.hf"
+check "  config.json says MixtralForCausalLM with 8 experts, top 2" \
+  grep -q '"num_local_experts": 8' "$TMP/$model.hf/config.json"
+check "  (and the experts' names)" grep -q 'block_sparse_moe.experts.7.w3.weight' \
+  "$TMP/$model.hf/model.safetensors"
+check "$model: hf -> tessera" convert --from hf "$TMP/$model.hf" --to tessera "$TMP/$model.rt"
+check "$model: tessera -> hf again" convert --from tessera "$TMP/$model.rt" --to hf "$TMP/$model.hf2"
+check "$model: the round trip is bitwise" \
+  cmp "$TMP/$model.hf/model.safetensors" "$TMP/$model.hf2/model.safetensors"
+seq=$(sed -n 's/.*"seq_length": \([0-9]*\).*/\1/p' "$ck/iter_0000003/metadata.json")
+check "$model: --load CHECKPOINT --finetune" run 1 "${FLAGS[@]}" --model "$model" --load "$ck" \
+  --finetune --metrics-file "$TMP/$model.ft.jsonl"
+check "$model: --load HF_DIR" run 1 "${FLAGS[@]}" --seq-length "$seq" --load "$TMP/$model.hf" \
+  --metrics-file "$TMP/$model.hfload.jsonl"
+check "  same losses, bitwise" diff <(cut -d, -f1-3 "$TMP/$model.ft.jsonl") \
+  <(cut -d, -f1-3 "$TMP/$model.hfload.jsonl")
+cp -r "$TMP/$model.hf" "$TMP/$model.bad"
+sed -i 's/"num_local_experts": 8,/"num_local_experts": 8, "moe_layer_freq": 2,/' \
+  "$TMP/$model.bad/config.json"
+
 # A tokenizer trained by tessera-preprocess travels: training -> checkpoint -> Hugging Face
 # directory -> --load HF_DIR, which tokenizes with it (--eod-mask-loss needs its EOD id).
 mkdir -p "$TMP/tok"
@@ -102,6 +129,9 @@ convert_error() {
 }
 check "an unknown direction" convert_error ".*expected --from tessera DIR --to hf OUT" \
   --from hf "$TMP/x" --to hf "$TMP/y"
+check "an unknown MixtralConfig key: one line naming it, exit 2" \
+  convert_error ".*key 'moe_layer_freq': unknown MixtralConfig key" --from hf "$TMP/mixtral-tiny.bad" \
+  --to tessera "$TMP/y"
 check "no checkpoint" convert_error ".*no checkpoint there" --from tessera "$TMP/none" --to hf "$TMP/y"
 cp -r "$TMP/llama-tiny.hf" "$TMP/broken.hf"
 sed -i 's/"num_hidden_layers": 2/"num_hidden_layers": 3/' "$TMP/broken.hf/config.json"

@@ -94,6 +94,26 @@ for extra in "--config $TMP/false.json" "--swiglu=false"; do
   fi
 done
 
+# Mixture of Experts: impossible routing and malformed MoE options.
+MOE_FLAGS=(--model mixtral-tiny --mock-data --train-iters 1 --lr 1e-3 --micro-batch-size 2
+           --global-batch-size 2 --num-threads 1)
+expect_error "moe: top-k above the experts" "--moe-router-topk 9 must be between 1 and --num-experts 8" \
+  "${MOE_FLAGS[@]}" --moe-router-topk 9
+expect_error "moe: capacity factor <= 0" "--moe-expert-capacity-factor" "${MOE_FLAGS[@]}" \
+  --moe-expert-capacity-factor 0
+expect_error "moe: layer list of the wrong length" "--moe-layer-freq: '[1,0,1]': the list has 3 entries, --num-layers is 2" \
+  "${MOE_FLAGS[@]}" --moe-layer-freq "[1,0,1]"
+expect_error "moe: layer list entries" "list entries must be 0 or 1" "${MOE_FLAGS[@]}" \
+  --moe-layer-freq "[1,2]"
+expect_error "moe: sigmoid with pre-softmax" "--moe-router-pre-softmax goes with --moe-router-score-function softmax only" \
+  "${MOE_FLAGS[@]}" --moe-router-score-function sigmoid --moe-router-pre-softmax
+expect_error "moe: expert bias without sigmoid" "--moe-router-enable-expert-bias" "${MOE_FLAGS[@]}" \
+  --moe-router-enable-expert-bias
+expect_error "moe: unknown score function" "--moe-router-score-function" "${MOE_FLAGS[@]}" \
+  --moe-router-score-function sparsemax
+expect_error "moe: padding without a capacity" "--moe-pad-expert-input-to-capacity" "${MOE_FLAGS[@]}" \
+  --moe-pad-expert-input-to-capacity
+
 # A config file supplies flags; the command line wins over it.
 echo '{"num_layers": 3, "hidden-size": 48, "num-attention-heads": 6}' >"$TMP/good.json"
 if "$BIN" "${OK_FLAGS[@]}" --config "$TMP/good.json" --hidden-size 96 --eval-iters 0 >"$TMP/out" 2>&1 &&

@@ -8,6 +8,7 @@
 #include <set>
 #include <span>
 
+#include "tessera/checkpoint/run_state.h"
 #include "tessera/checkpoint/safetensors.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
@@ -115,7 +116,25 @@ void remove_stale(const fs::path& dir, const std::string& weights_file,
 
 }  // namespace
 
+std::string mixtral_mismatch(const model::ModelConfig& cfg) {
+  if (!cfg.moe.enabled()) return "not an MoE model";
+  if (cfg.family() != model::Family::kLlama) return "GPT-2 layers (Mixtral's are LLaMA's)";
+  for (int l = 0; l < cfg.num_layers; ++l)
+    if (!cfg.is_moe_layer(l)) return "--moe-layer-freq: Mixtral's every layer is MoE";
+  if (cfg.moe.score != moe::ScoreFunction::kSoftmax || cfg.moe.pre_softmax)
+    return "--moe-router-score-function: Mixtral takes a softmax over the top k";
+  if (cfg.moe.topk_scaling != 1.0f) return "--moe-router-topk-scaling-factor: Mixtral's is 1";
+  if (cfg.moe.shared_expert_size > 0) return "--moe-shared-expert-intermediate-size: Mixtral has none";
+  if (cfg.moe.expert_bias) return "--moe-router-enable-expert-bias: Mixtral has none";
+  if (cfg.moe_ffn() != cfg.ffn())
+    return "--moe-ffn-hidden-size: Mixtral's experts are intermediate_size wide";
+  if (cfg.add_bias_linear) return "linear biases: Mixtral has none";
+  return "";
+}
+
 void check_hf_exportable(const model::ModelConfig& cfg) {
+  // An MoE model Transformers has no class for is exported in Tessera's own layout (below).
+  if (cfg.moe.enabled() && !mixtral_mismatch(cfg).empty()) return;
   const auto refuse = [](const std::string& flag, const std::string& why) {
     throw Error("--export-weights: " + flag + ": " + why);
   };
@@ -149,6 +168,16 @@ std::vector<int64_t> hf_tensor_shape(const model::ModelConfig& cfg, const model:
 
 std::string hf_config_json(const model::ModelConfig& cfg) {
   nlohmann::ordered_json j;
+  if (cfg.moe.enabled() && !mixtral_mismatch(cfg).empty()) {
+    // Safetensors weights under Tessera's names, and the whole model config (run_state.h's
+    // form): Tessera reads it back; Transformers has no class for it.
+    j["architectures"] = {"TesseraForCausalLM"};
+    j["model_type"] = "tessera";
+    j["tessera_note"] = "not loadable by Transformers: " + mixtral_mismatch(cfg);
+    j["tessera_model"] = model_config_to_json(cfg);
+    j["torch_dtype"] = "float32";
+    return j.dump(2) + "\n";
+  }
   if (cfg.family() == model::Family::kGpt2) {
     j["architectures"] = {"GPT2LMHeadModel"};
     j["model_type"] = "gpt2";
@@ -166,8 +195,9 @@ std::string hf_config_json(const model::ModelConfig& cfg) {
     j["initializer_range"] = decimal(cfg.init_method_std);
     j["tie_word_embeddings"] = !cfg.untie_embeddings_and_output_weights;
   } else {
-    j["architectures"] = {"LlamaForCausalLM"};
-    j["model_type"] = "llama";
+    const bool mixtral = cfg.moe.enabled();
+    j["architectures"] = {mixtral ? "MixtralForCausalLM" : "LlamaForCausalLM"};
+    j["model_type"] = mixtral ? "mixtral" : "llama";
     j["vocab_size"] = cfg.vocab_size;
     j["hidden_size"] = cfg.hidden_size;
     j["intermediate_size"] = cfg.ffn();
@@ -179,8 +209,17 @@ std::string hf_config_json(const model::ModelConfig& cfg) {
     j["rms_norm_eps"] = decimal(cfg.norm_epsilon);
     j["rope_theta"] = decimal(cfg.rotary_base);
     j["hidden_act"] = "silu";
-    j["attention_bias"] = cfg.add_bias_linear;
-    j["mlp_bias"] = cfg.add_bias_linear;
+    if (mixtral) {  // MixtralConfig: no biases; routing keys, dropless top-k softmax
+      j["num_local_experts"] = cfg.moe.num_experts;
+      j["num_experts_per_tok"] = cfg.moe.topk;
+      j["router_aux_loss_coef"] = decimal(cfg.moe.aux_loss_coeff);
+      j["output_router_logits"] = false;
+      j["router_jitter_noise"] = 0.0;
+      j["sliding_window"] = nullptr;
+    } else {
+      j["attention_bias"] = cfg.add_bias_linear;
+      j["mlp_bias"] = cfg.add_bias_linear;
+    }
     j["attention_dropout"] = decimal(cfg.attention_dropout);
     j["initializer_range"] = decimal(cfg.init_method_std);
     j["tie_word_embeddings"] = !cfg.untie_embeddings_and_output_weights;

@@ -52,6 +52,9 @@ Tensor transposed(const Tensor& m);
 // GPT2LMHeadModel or LlamaForCausalLM cannot represent (e.g. RoPE with LayerNorm and GELU, or
 // GQA in GPT-2), so an export is refused at startup instead of writing a model that loads wrong.
 void check_hf_exportable(const model::ModelConfig& cfg);
+// Why an MoE config is not a MixtralForCausalLM ("" when it is): such models are exported with
+// model_type "tessera" (config.json holds Tessera's model config), which only Tessera reads.
+std::string mixtral_mismatch(const model::ModelConfig& cfg);
 
 // The config.json text for cfg.
 std::string hf_config_json(const model::ModelConfig& cfg);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tessera/checkpoint/hf_export.h"
+#include "tessera/checkpoint/run_state.h"
 #include "tessera/checkpoint/safetensors.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
@@ -194,6 +195,38 @@ model::ModelConfig llama_config(const ConfigKeys& k) {
   return c;
 }
 
+// MixtralConfig (configuration_mixtral.py): LLaMA layers whose MLP is num_local_experts SwiGLU
+// experts of intermediate_size, top num_experts_per_tok softmax routing. Keys Tessera does not
+// know are refused, since a Mixtral variant's extra key may change the math (sliding windows,
+// router noise); the harmless ones are listed.
+model::ModelConfig mixtral_config(const ConfigKeys& k, const json& j) {
+  static const std::set<std::string> known = {
+      "architectures", "model_type", "vocab_size", "hidden_size", "intermediate_size",
+      "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+      "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters",
+      "hidden_act", "attention_dropout", "initializer_range", "tie_word_embeddings",
+      "num_local_experts", "num_experts_per_tok", "router_aux_loss_coef", "output_router_logits",
+      "router_jitter_noise", "sliding_window", "torch_dtype", "dtype", "transformers_version",
+      "bos_token_id", "eos_token_id", "pad_token_id", "use_cache"};
+  for (const auto& [key, value] : j.items())
+    if (!known.count(key))
+      k.fail(key.c_str(), "unknown MixtralConfig key: it may change the model's math, so it is "
+                          "refused (remove it if it does not)");
+  if (k.has("sliding_window"))
+    k.fail("sliding_window", "sliding-window attention is not supported: expected null");
+  if (k.number("router_jitter_noise", 0.0, 0.0, 1.0, true) != 0.0f)
+    k.fail("router_jitter_noise", "router noise is not supported: expected 0");
+  model::ModelConfig c = llama_config(k);
+  c.add_bias_linear = false;
+  c.moe.num_experts = k.size("num_local_experts", 8);
+  c.moe.topk = k.size("num_experts_per_tok", 2);
+  if (c.moe.topk > c.moe.num_experts)
+    k.fail("num_experts_per_tok", std::to_string(c.moe.topk) + " exceeds num_local_experts " +
+                                      std::to_string(c.moe.num_experts));
+  c.moe.aux_loss_coeff = k.number("router_aux_loss_coef", 0.001, 0.0, 3.0e38, true);
+  return c;
+}
+
 // ---- weights ---------------------------------------------------------------------------------
 
 // Where the stored tensors are: model.safetensors, or the shards the index names. Files are
@@ -322,18 +355,22 @@ model::ModelConfig read_hf_config(const std::string& dir) {
   const ConfigKeys k(path, j);
   if (!k.has("model_type"))
     k.fail("model_type",
-           "missing: expected \"gpt2\" (GPT2LMHeadModel) or \"llama\" "
-           "(LlamaForCausalLM)");
+           "missing: expected \"gpt2\" (GPT2LMHeadModel), \"llama\" (LlamaForCausalLM) or "
+           "\"mixtral\" (MixtralForCausalLM)");
   const std::string type = k.text("model_type", "");
   model::ModelConfig cfg;
   if (type == "gpt2")
     cfg = gpt2_config(k);
   else if (type == "llama")
     cfg = llama_config(k);
+  else if (type == "mixtral")
+    cfg = mixtral_config(k, j);
+  else if (type == "tessera" && k.has("tessera_model"))  // hf_export.h: Tessera's own layout
+    cfg = model_config_from_json(k.at("tessera_model"), path + ": tessera_model");
   else
     k.fail("model_type", "'" + type +
-                             "' is not supported: expected \"gpt2\" (GPT2LMHeadModel) "
-                             "or \"llama\" (LlamaForCausalLM)");
+                             "' is not supported: expected \"gpt2\" (GPT2LMHeadModel), "
+                             "\"llama\" (LlamaForCausalLM) or \"mixtral\" (MixtralForCausalLM)");
   // The HF config has no training sequence length; the model's context is the natural one.
   cfg.seq_length = cfg.max_position_embeddings;
   try {

@@ -15,6 +15,68 @@ void get(const nlohmann::json& j, const char* key, T& field, const std::string& 
   }
 }
 
+nlohmann::json moe_to_json(const model::MoeConfig& m) {
+  using model::MoeLoadBalancing;
+  return {{"num_experts", m.num_experts},
+          {"layer_freq", m.layer_freq},
+          {"ffn_hidden_size", m.ffn_hidden_size},
+          {"shared_expert_intermediate_size", m.shared_expert_size},
+          {"router_dtype", m.router_fp64 ? "fp64" : "fp32"},
+          {"score_function", m.score == moe::ScoreFunction::kSigmoid ? "sigmoid" : "softmax"},
+          {"pre_softmax", m.pre_softmax},
+          {"topk", m.topk},
+          {"topk_scaling_factor", m.topk_scaling},
+          {"load_balancing_type", m.load_balancing == MoeLoadBalancing::kAuxLoss      ? "aux_loss"
+                                  : m.load_balancing == MoeLoadBalancing::kSeqAuxLoss ? "seq_aux_loss"
+                                                                                      : "none"},
+          {"aux_loss_coeff", m.aux_loss_coeff},
+          {"z_loss_coeff", m.z_loss_coeff},
+          {"enable_expert_bias", m.expert_bias},
+          {"bias_update_rate", m.bias_update_rate},
+          {"expert_capacity_factor", m.capacity_factor},
+          {"token_drop_policy",
+           m.drop_policy == model::MoeTokenDropPolicy::kProbs ? "probs" : "position"},
+          {"pad_expert_input_to_capacity", m.pad_to_capacity}};
+}
+
+model::MoeConfig moe_from_json(const nlohmann::json& j, const std::string& where) {
+  model::MoeConfig m;
+  std::string dtype, score, balancing, drop;
+  get(j, "num_experts", m.num_experts, where);
+  get(j, "layer_freq", m.layer_freq, where);
+  get(j, "ffn_hidden_size", m.ffn_hidden_size, where);
+  get(j, "shared_expert_intermediate_size", m.shared_expert_size, where);
+  get(j, "router_dtype", dtype, where);
+  get(j, "score_function", score, where);
+  get(j, "pre_softmax", m.pre_softmax, where);
+  get(j, "topk", m.topk, where);
+  get(j, "topk_scaling_factor", m.topk_scaling, where);
+  get(j, "load_balancing_type", balancing, where);
+  get(j, "aux_loss_coeff", m.aux_loss_coeff, where);
+  get(j, "z_loss_coeff", m.z_loss_coeff, where);
+  get(j, "enable_expert_bias", m.expert_bias, where);
+  get(j, "bias_update_rate", m.bias_update_rate, where);
+  get(j, "expert_capacity_factor", m.capacity_factor, where);
+  get(j, "token_drop_policy", drop, where);
+  get(j, "pad_expert_input_to_capacity", m.pad_to_capacity, where);
+  auto bad = [&](const char* key, const std::string& v, const char* expected) {
+    throw Error(where + ": moe." + key + " '" + v + "': expected " + expected);
+  };
+  if (dtype != "fp32" && dtype != "fp64") bad("router_dtype", dtype, "fp32 or fp64");
+  if (score != "softmax" && score != "sigmoid") bad("score_function", score, "softmax or sigmoid");
+  if (balancing != "aux_loss" && balancing != "seq_aux_loss" && balancing != "none")
+    bad("load_balancing_type", balancing, "aux_loss, seq_aux_loss or none");
+  if (drop != "probs" && drop != "position") bad("token_drop_policy", drop, "probs or position");
+  m.router_fp64 = dtype == "fp64";
+  m.score = score == "sigmoid" ? moe::ScoreFunction::kSigmoid : moe::ScoreFunction::kSoftmax;
+  m.load_balancing = balancing == "aux_loss"       ? model::MoeLoadBalancing::kAuxLoss
+                     : balancing == "seq_aux_loss" ? model::MoeLoadBalancing::kSeqAuxLoss
+                                                   : model::MoeLoadBalancing::kNone;
+  m.drop_policy = drop == "probs" ? model::MoeTokenDropPolicy::kProbs
+                                  : model::MoeTokenDropPolicy::kPosition;
+  return m;
+}
+
 }  // namespace
 
 nlohmann::json model_config_to_json(const model::ModelConfig& c) {
@@ -39,7 +101,8 @@ nlohmann::json model_config_to_json(const model::ModelConfig& c) {
           {"add_bias_linear", c.add_bias_linear},
           {"attention_dropout", c.attention_dropout},
           {"hidden_dropout", c.hidden_dropout},
-          {"init_method_std", c.init_method_std}};
+          {"init_method_std", c.init_method_std},
+          {"moe", moe_to_json(c.moe)}};
 }
 
 model::ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& where) {
@@ -74,6 +137,7 @@ model::ModelConfig model_config_from_json(const nlohmann::json& j, const std::st
   get(j, "attention_dropout", c.attention_dropout, where);
   get(j, "hidden_dropout", c.hidden_dropout, where);
   get(j, "init_method_std", c.init_method_std, where);
+  if (j.contains("moe")) c.moe = moe_from_json(j.at("moe"), where);  // absent: a dense model
   try {
     c.validate();
   } catch (const Error& e) {

@@ -1,5 +1,8 @@
 #include "tessera/model/config.h"
 
+#include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <sstream>
 
 #include "tessera/core/error.h"
@@ -34,6 +37,75 @@ namespace {
 }
 }  // namespace
 
+namespace {
+
+// --moe-layer-freq as one 0/1 per layer: an integer N (every Nth layer, from layer 0, Megatron's
+// meaning), a list "[1,0,1,0]", or a list repeated "[1,0]*2" (also "([1,0])*2"). Empty: the text
+// is malformed or the list has the wrong length (`why` says which).
+std::vector<int> moe_layer_pattern(const std::string& text, int layers, std::string* why) {
+  std::string s;
+  for (char c : text)
+    if (!std::isspace(static_cast<unsigned char>(c))) s += c;
+  std::vector<int> out;
+  if (!s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(c); })) {
+    const long n = std::strtol(s.c_str(), nullptr, 10);
+    if (n < 1) {
+      *why = "an integer frequency must be >= 1";
+      return {};
+    }
+    for (int l = 0; l < layers; ++l) out.push_back(l % n == 0 ? 1 : 0);
+    return out;
+  }
+  if (s.size() > 2 && s.front() == '(' ) {  // "([..])*N" -> "[..]*N"
+    const size_t close = s.find(')');
+    if (close == std::string::npos) {
+      *why = "unbalanced parentheses";
+      return {};
+    }
+    s = s.substr(1, close - 1) + s.substr(close + 1);
+  }
+  const size_t close = s.find(']');
+  if (s.empty() || s.front() != '[' || close == std::string::npos) {
+    *why = "expected an integer or a list like [1,0,1,0]";
+    return {};
+  }
+  std::vector<int> one;
+  std::stringstream items(s.substr(1, close - 1));
+  for (std::string item; std::getline(items, item, ',');) {
+    if (item != "0" && item != "1") {
+      *why = "list entries must be 0 or 1, got '" + item + "'";
+      return {};
+    }
+    one.push_back(item == "1");
+  }
+  long repeat = 1;
+  const std::string rest = s.substr(close + 1);
+  if (!rest.empty()) {
+    char* end = nullptr;
+    if (rest[0] != '*' || (repeat = std::strtol(rest.c_str() + 1, &end, 10)) < 1 || *end != 0) {
+      *why = "expected [..]*N after the list, got '" + rest + "'";
+      return {};
+    }
+  }
+  for (long r = 0; r < repeat; ++r) out.insert(out.end(), one.begin(), one.end());
+  if (static_cast<int>(out.size()) != layers) {
+    *why = "the list has " + std::to_string(out.size()) + " entries, --num-layers is " +
+           std::to_string(layers);
+    return {};
+  }
+  return out;
+}
+
+}  // namespace
+
+bool ModelConfig::is_moe_layer(int layer) const {
+  if (!moe.enabled()) return false;
+  std::string why;
+  const std::vector<int> pattern = moe_layer_pattern(moe.layer_freq, num_layers, &why);
+  if (pattern.empty()) bad("--moe-layer-freq", "'" + moe.layer_freq + "': " + why);
+  return pattern.at(layer) == 1;
+}
+
 void ModelConfig::validate() const {
   if (num_layers < 1) bad("--num-layers", "must be >= 1, got " + std::to_string(num_layers));
   if (hidden_size < 1) bad("--hidden-size", "must be >= 1, got " + std::to_string(hidden_size));
@@ -66,6 +138,28 @@ void ModelConfig::validate() const {
   if (!(hidden_dropout >= 0 && hidden_dropout < 1)) bad("--hidden-dropout", "must be in [0, 1)");
   if (!(init_method_std > 0)) bad("--init-method-std", "must be > 0");
   if (!(rotary_base > 0)) bad("--rotary-base", "must be > 0");
+  validate_moe();
+}
+
+void ModelConfig::validate_moe() const {
+  if (moe.num_experts < 0) bad("--num-experts", "must be >= 0, got " + std::to_string(moe.num_experts));
+  if (!moe.enabled()) return;
+  moe.router().validate();
+  std::string why;
+  if (moe_layer_pattern(moe.layer_freq, num_layers, &why).empty())
+    bad("--moe-layer-freq", "'" + moe.layer_freq + "': " + why);
+  if (moe.ffn_hidden_size < 0) bad("--moe-ffn-hidden-size", "must be >= 0");
+  if (moe.shared_expert_size < 0) bad("--moe-shared-expert-intermediate-size", "must be >= 0");
+  if (!(moe.topk_scaling > 0)) bad("--moe-router-topk-scaling-factor", "must be > 0");
+  if (!(moe.aux_loss_coeff >= 0)) bad("--moe-aux-loss-coeff", "must be >= 0");
+  if (!(moe.z_loss_coeff >= 0)) bad("--moe-z-loss-coeff", "must be >= 0");
+  if (!(moe.capacity_factor >= 0))
+    bad("--moe-expert-capacity-factor", "must be > 0 (leave it out for dropless routing)");
+  if (moe.pad_to_capacity && moe.capacity_factor == 0)
+    bad("--moe-pad-expert-input-to-capacity", "needs --moe-expert-capacity-factor");
+  if (moe.expert_bias && moe.score != moe::ScoreFunction::kSigmoid)
+    bad("--moe-router-enable-expert-bias", "goes with --moe-router-score-function sigmoid");
+  if (!(moe.bias_update_rate >= 0)) bad("--moe-router-bias-update-rate", "must be >= 0");
 }
 
 void ModelConfig::validate_tensor_parallel(int tp_size, bool sequence_parallel) const {
@@ -79,26 +173,48 @@ void ModelConfig::validate_tensor_parallel(int tp_size, bool sequence_parallel) 
                                   "there are fewer groups than ranks)");
   if (ffn() % tp_size != 0)
     bad("--ffn-hidden-size", std::to_string(ffn()) + " is not divisible by " + tp);
+  if (moe.enabled() && tp_size > 1)
+    bad("--num-experts", "MoE layers under " + tp +
+                             " are not implemented yet (experts run on one tensor-parallel rank)");
   if (sequence_parallel && seq_length % tp_size != 0)
     bad("--sequence-parallel", "--seq-length " + std::to_string(seq_length) +
                                    " is not divisible by " + tp);
 }
 
-int64_t ModelConfig::num_parameters() const {
-  const int64_t C = hidden_size, F = ffn(), L = num_layers;
-  const int64_t kv = static_cast<int64_t>(kv_heads()) * head_dim();
-  const int64_t bias = add_bias_linear ? 1 : 0;
-  const int64_t norm = normalization == Normalization::kLayerNorm ? 2 * C : C;
-  int64_t attn = C * (C + 2 * kv) + bias * (C + 2 * kv) + C * C + bias * C;
-  int64_t mlp = swiglu ? 3 * C * F + bias * (2 * F + C) : 2 * C * F + bias * (F + C);
-  int64_t total = L * (attn + mlp + 2 * norm) + norm + vocab_size * C;
-  if (position_embedding == PositionEmbedding::kLearnedAbsolute) total += max_positions() * C;
-  if (untie_embeddings_and_output_weights) total += vocab_size * C;
+namespace {
+// One MLP of F features.
+int64_t mlp_parameters(const ModelConfig& c, int64_t F) {
+  const int64_t C = c.hidden_size, bias = c.add_bias_linear ? 1 : 0;
+  return c.swiglu ? 3 * C * F + bias * (2 * F + C) : 2 * C * F + bias * (F + C);
+}
+int64_t count_parameters(const ModelConfig& c, int experts_counted) {
+  const int64_t C = c.hidden_size, L = c.num_layers;
+  const int64_t kv = static_cast<int64_t>(c.kv_heads()) * c.head_dim();
+  const int64_t bias = c.add_bias_linear ? 1 : 0;
+  const int64_t norm = c.normalization == Normalization::kLayerNorm ? 2 * C : C;
+  const int64_t attn = C * (C + 2 * kv) + bias * (C + 2 * kv) + C * C + bias * C;
+  int64_t total = L * (attn + 2 * norm) + norm + c.vocab_size * C;
+  for (int l = 0; l < L; ++l) {
+    if (!c.is_moe_layer(l)) {
+      total += mlp_parameters(c, c.ffn());
+      continue;
+    }
+    total += C * c.moe.num_experts + experts_counted * mlp_parameters(c, c.moe_ffn());
+    if (c.moe.shared_expert_size > 0) total += mlp_parameters(c, c.moe.shared_expert_size);
+  }
+  if (c.position_embedding == PositionEmbedding::kLearnedAbsolute) total += c.max_positions() * C;
+  if (c.untie_embeddings_and_output_weights) total += c.vocab_size * C;
   return total;
 }
+}  // namespace
+
+int64_t ModelConfig::num_active_parameters() const { return count_parameters(*this, moe.topk); }
+
+int64_t ModelConfig::num_parameters() const { return count_parameters(*this, moe.num_experts); }
 
 std::vector<std::string> preset_names() {
-  return {"gpt2-tiny", "gpt2-124m", "gpt2-350m", "llama-tiny", "llama-1b"};
+  return {"gpt2-tiny",  "gpt2-124m",    "gpt2-350m", "llama-tiny",
+          "llama-1b",   "mixtral-tiny", "moe-tiny"};
 }
 
 namespace {
@@ -152,6 +268,26 @@ ModelConfig preset(const std::string& name) {
     return c;
   }
   if (name == "llama-1b") return llama(22, 2048, 32, 4, 5632, 2048);  // TinyLlama-1.1B
+  if (name == "mixtral-tiny") {  // Mixtral's layout at llama-tiny's size
+    ModelConfig c = preset("llama-tiny");
+    c.moe.num_experts = 8;
+    c.moe.topk = 2;
+    c.moe.aux_loss_coeff = 0.02f;  // Mixtral's router_aux_loss_coef
+    return c;
+  }
+  if (name == "moe-tiny") {  // DeepSeek-V3's routing at llama-tiny's size
+    ModelConfig c = preset("llama-tiny");
+    c.moe.num_experts = 8;
+    c.moe.topk = 2;
+    c.moe.ffn_hidden_size = 64;
+    c.moe.shared_expert_size = 64;
+    c.moe.score = moe::ScoreFunction::kSigmoid;
+    c.moe.expert_bias = true;
+    c.moe.topk_scaling = 2.5f;  // DeepSeek-V3's routed_scaling_factor
+    c.moe.load_balancing = MoeLoadBalancing::kSeqAuxLoss;
+    c.moe.aux_loss_coeff = 1e-4f;  // DeepSeek-V3's sequence-wise balance loss factor
+    return c;
+  }
   std::ostringstream known;
   for (const auto& n : preset_names()) known << " " << n;
   throw Error("--model: unknown preset '" + name + "' (known:" + known.str() + ")");

@@ -11,11 +11,40 @@
 #include <string>
 #include <vector>
 
+#include "tessera/moe/router.h"
+
 namespace tessera::model {
 
 enum class Normalization { kLayerNorm, kRMSNorm };
 enum class PositionEmbedding { kLearnedAbsolute, kRope };
 enum class Family { kGpt2, kLlama };
+enum class MoeLoadBalancing { kAuxLoss, kSeqAuxLoss, kNone };
+enum class MoeTokenDropPolicy { kProbs, kPosition };
+
+// Mixture of Experts (Megatron-Core's --moe-* flags): with num_experts > 0 the MLP of every
+// layer chosen by layer_freq is a router plus num_experts expert MLPs (model/moe_layer.h).
+struct MoeConfig {
+  int num_experts = 0;               // --num-experts (0: dense)
+  std::string layer_freq = "1";      // --moe-layer-freq: N (every Nth layer) or [1,0,...] per layer
+  int ffn_hidden_size = 0;           // --moe-ffn-hidden-size (0: the dense ffn size)
+  int shared_expert_size = 0;        // --moe-shared-expert-intermediate-size (0: none)
+  bool router_fp64 = false;          // --moe-router-dtype fp64 (default fp32)
+  moe::ScoreFunction score = moe::ScoreFunction::kSoftmax;  // --moe-router-score-function
+  bool pre_softmax = false;          // --moe-router-pre-softmax
+  int topk = 2;                      // --moe-router-topk
+  float topk_scaling = 1.0f;         // --moe-router-topk-scaling-factor
+  MoeLoadBalancing load_balancing = MoeLoadBalancing::kAuxLoss;  // --moe-router-load-balancing-type
+  float aux_loss_coeff = 0.0f;       // --moe-aux-loss-coeff
+  float z_loss_coeff = 0.0f;         // --moe-z-loss-coeff
+  bool expert_bias = false;          // --moe-router-enable-expert-bias
+  float bias_update_rate = 1e-3f;    // --moe-router-bias-update-rate
+  float capacity_factor = 0.0f;      // --moe-expert-capacity-factor (0: dropless)
+  MoeTokenDropPolicy drop_policy = MoeTokenDropPolicy::kProbs;  // --moe-token-drop-policy
+  bool pad_to_capacity = false;      // --moe-pad-expert-input-to-capacity
+
+  bool enabled() const { return num_experts > 0; }
+  moe::RouterConfig router() const { return {num_experts, topk, score, pre_softmax, topk_scaling}; }
+};
 
 struct ModelConfig {
   int num_layers = 2;                 // --num-layers
@@ -38,6 +67,7 @@ struct ModelConfig {
   float attention_dropout = 0.1f;     // --attention-dropout (Megatron's default)
   float hidden_dropout = 0.1f;        // --hidden-dropout (Megatron's default)
   float init_method_std = 0.02f;      // --init-method-std
+  MoeConfig moe;
 
   int head_dim() const { return hidden_size / num_attention_heads; }
   int kv_heads() const { return group_query_attention ? num_query_groups : num_attention_heads; }
@@ -49,6 +79,7 @@ struct ModelConfig {
 
   // Throws tessera::Error naming the offending flag when the options are inconsistent.
   void validate() const;
+  void validate_moe() const;  // the MoE part of validate()
   // Throws tessera::Error (naming the flags and sizes) when the model cannot be split across
   // `tp_size` tensor-parallel ranks: heads, query groups (unless the groups divide tp_size and
   // are replicated) and ffn size must be divisible by it, and under sequence parallelism the
@@ -56,9 +87,18 @@ struct ModelConfig {
   void validate_tensor_parallel(int tp_size, bool sequence_parallel) const;
   // Parameter count (real vocabulary, no padding), for reports.
   int64_t num_parameters() const;
+  // Parameters one token uses (MoE layers count the router, k experts and the shared expert;
+  // the rest as num_parameters()): the "active parameters" of MoE reports and FLOP counts.
+  int64_t num_active_parameters() const;
+  // Whether layer `layer` (global index) has an MoE block (false for every layer when dense).
+  bool is_moe_layer(int layer) const;
+  // The resolved expert ffn size (--moe-ffn-hidden-size, default the dense ffn()).
+  int moe_ffn() const { return moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : ffn(); }
 };
 
-// Preset names: gpt2-tiny, gpt2-124m, gpt2-350m, llama-tiny, llama-1b (TinyLlama-1.1B shape).
+// Preset names: gpt2-tiny, gpt2-124m, gpt2-350m, llama-tiny, llama-1b (TinyLlama-1.1B shape),
+// mixtral-tiny (LLaMA layers, 8 experts, top-2 softmax routing) and moe-tiny (DeepSeek-V3 style:
+// sigmoid scores, expert bias, one shared expert).
 std::vector<std::string> preset_names();
 // The preset's values; throws tessera::Error for an unknown name (listing the known ones).
 ModelConfig preset(const std::string& name);

@@ -28,6 +28,9 @@ struct StepContext {
   uint64_t seed = 0;               // run seed (--seed)
   int64_t iteration = 0;           // dropout masks differ per iteration
   bool training = true;            // dropout only when training
+  // The factor MoE auxiliary losses' gradients are scaled by (moe_layer.h): the loss scale over
+  // the number of micro-batches in the global batch; 0 leaves them out of the gradients.
+  double moe_aux_loss_scale = 0;
   int64_t N() const { return B * T; }               // tokens in the whole micro-batch
   int64_t local_N() const { return B * seq_local; }  // rows of the residual stream
 

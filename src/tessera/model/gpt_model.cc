@@ -100,6 +100,15 @@ GPTModel::Layout GPTModel::declare(ParameterSet& params, const ModelConfig& cfg,
   return out;
 }
 
+std::vector<std::pair<int, MoeLayer*>> GPTModel::moe_layers() {
+  std::vector<std::pair<int, MoeLayer*>> out;
+  for (TransformerLayer& layer : layers_)
+    if (layer.moe() != nullptr) out.emplace_back(layer.index(), layer.moe());
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  return out;
+}
+
 ParameterSet GPTModel::declare_part(const ModelConfig& cfg, int tp_size, int tp_rank,
                                     const ModelPart& part) {
   ParameterSet params(tp_size, tp_rank);

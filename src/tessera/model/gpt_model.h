@@ -139,6 +139,9 @@ class GPTModel {
   // Forward only through the whole model (evaluation): no gradients, nothing kept.
   LossSum forward_loss(const Batch& batch, const StepContext& ctx);
 
+  // This rank's MoE blocks and their global layer indices, in layer order (none when dense).
+  std::vector<std::pair<int, MoeLayer*>> moe_layers();
+
   // How many times each local layer's forward has run: training and evaluation forwards, and
   // the reruns of activation recomputation in backward (so tests can see that it happened).
   const std::vector<int64_t>& layer_forward_counts() const { return layer_forwards_; }

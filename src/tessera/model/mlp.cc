@@ -6,47 +6,64 @@
 
 namespace tessera::model {
 
-std::vector<std::string> Mlp::up_names(const std::string& prefix, const ModelConfig& cfg,
-                                       const char* suffix) {
-  if (cfg.swiglu) return {prefix + ".gate_proj" + suffix, prefix + ".up_proj" + suffix};
-  if (cfg.family() == Family::kGpt2) return {prefix + ".c_fc" + suffix};
-  return {prefix + ".up_proj" + suffix};
+Mlp::Names Mlp::projection_names(const std::vector<std::string>& up, const std::string& down) {
+  Names n;
+  for (const auto& u : up) {
+    n.up_weights.push_back(u + ".weight");
+    n.up_biases.push_back(u + ".bias");
+  }
+  n.down_weight = down + ".weight";
+  n.down_bias = down + ".bias";
+  return n;
 }
 
-std::string Mlp::down_name(const std::string& prefix, const ModelConfig& cfg) {
-  return prefix + (cfg.family() == Family::kGpt2 ? ".c_proj" : ".down_proj");
+Mlp::Names Mlp::dense_names(const std::string& prefix, const ModelConfig& cfg) {
+  const bool gpt2 = cfg.family() == Family::kGpt2;
+  std::vector<std::string> up;
+  if (cfg.swiglu) {
+    up = {prefix + ".gate_proj", prefix + ".up_proj"};
+  } else {
+    up = {prefix + (gpt2 ? ".c_fc" : ".up_proj")};
+  }
+  return projection_names(up, prefix + (gpt2 ? ".c_proj" : ".down_proj"));
 }
 
 void Mlp::declare(ParameterSet& params, const std::string& prefix, const ModelConfig& cfg) {
-  const int64_t C = cfg.hidden_size, F = cfg.ffn();
-  const float std = cfg.init_method_std;
-  const float out_std = std / std::sqrt(2.0f * cfg.num_layers);
-  for (const auto& name : up_names(prefix, cfg, ".weight"))
-    params.add(name, {F, C}, InitKind::kNormal, std, true, ShardSpec::split(0));
-  if (cfg.add_bias_linear) {
-    for (const auto& name : up_names(prefix, cfg, ".bias"))
-      params.add(name, {F}, InitKind::kZeros, 0.0f, false, ShardSpec::split(0));
-  }
-  const std::string down = down_name(prefix, cfg);
-  params.add(down + ".weight", {C, F}, InitKind::kNormal, out_std, true, ShardSpec::split(1));
-  if (cfg.add_bias_linear) params.add(down + ".bias", {C}, InitKind::kZeros, 0.0f, false);
+  declare(params, dense_names(prefix, cfg), cfg.ffn(), cfg);
 }
 
 Mlp::Mlp(ParameterSet& params, const std::string& prefix, const ModelConfig& cfg,
          const parallel::TensorParallel* tp)
-    : swiglu_(cfg.swiglu), F_(cfg.ffn() / params.tp_size()) {
-  const std::string down = down_name(prefix, cfg);
+    : Mlp(params, dense_names(prefix, cfg), cfg.ffn(), cfg, tp) {}
+
+void Mlp::declare(ParameterSet& params, const Names& names, int64_t ffn, const ModelConfig& cfg) {
+  const int64_t C = cfg.hidden_size, F = ffn;
+  const float std = cfg.init_method_std;
+  const float out_std = std / std::sqrt(2.0f * cfg.num_layers);
+  for (const auto& name : names.up_weights)
+    params.add(name, {F, C}, InitKind::kNormal, std, true, ShardSpec::split(0));
+  if (cfg.add_bias_linear) {
+    for (const auto& name : names.up_biases)
+      params.add(name, {F}, InitKind::kZeros, 0.0f, false, ShardSpec::split(0));
+  }
+  params.add(names.down_weight, {C, F}, InitKind::kNormal, out_std, true, ShardSpec::split(1));
+  if (cfg.add_bias_linear) params.add(names.down_bias, {C}, InitKind::kZeros, 0.0f, false);
+}
+
+Mlp::Mlp(ParameterSet& params, const Names& names, int64_t ffn, const ModelConfig& cfg,
+         const parallel::TensorParallel* tp)
+    : swiglu_(cfg.swiglu), F_(ffn / params.tp_size()) {
   const bool bias = cfg.add_bias_linear;
   up_ = ColumnParallelLinear(
-      Linear::bind(params, up_names(prefix, cfg, ".weight"),
-                   bias ? up_names(prefix, cfg, ".bias") : std::vector<std::string>{}),
+      Linear::bind(params, names.up_weights, bias ? names.up_biases : std::vector<std::string>{}),
       tp);
   Tensor down_bias, down_dbias;
   if (bias) {
-    down_bias = params.get(down + ".bias").value;
-    down_dbias = params.get(down + ".bias").grad;
+    down_bias = params.get(names.down_bias).value;
+    down_dbias = params.get(names.down_bias).grad;
   }
-  down_ = RowParallelLinear(Linear::bind(params, {down + ".weight"}, {}), down_bias, down_dbias, tp);
+  down_ = RowParallelLinear(Linear::bind(params, {names.down_weight}, {}), down_bias, down_dbias,
+                            tp);
 }
 
 Tensor Mlp::forward(const Tensor& x, Saved& s, int64_t batch) const {

@@ -1,5 +1,6 @@
 // MLP block: up projection, activation (GELU, or SwiGLU over a fused [gate | up] projection),
-// down projection. Names: GPT-2's c_fc/c_proj, or LLaMA's gate_proj/up_proj/down_proj.
+// down projection. Names: GPT-2's c_fc/c_proj, or LLaMA's gate_proj/up_proj/down_proj (the
+// dense MLP); an MoE layer's experts name theirs (Mixtral's w1/w3/w2) and choose their size.
 // Tensor parallel: the up projection is column-parallel (gate and up split alike, so a rank's
 // [gate | up] shard pairs the same F/T features) and the down projection row-parallel.
 #pragma once
@@ -21,8 +22,26 @@ class Mlp {
     Tensor act;  // (N, F): activation output, input of the down projection
   };
 
+  // The parameters' names: the up projection's weights (gate then up for SwiGLU, consecutive so
+  // they fuse) and biases, the down projection's weight and bias.
+  struct Names {
+    std::vector<std::string> up_weights, up_biases;
+    std::string down_weight, down_bias;
+  };
+  // The names of projections `up` (gate then up for SwiGLU) and `down`: "<name>.weight" and
+  // "<name>.bias" each.
+  static Names projection_names(const std::vector<std::string>& up, const std::string& down);
+  // The dense MLP's names under `prefix` ("...mlp"): GPT-2's or LLaMA's.
+  static Names dense_names(const std::string& prefix, const ModelConfig& cfg);
+
+  // The dense MLP (cfg.ffn() features) at `prefix`.
   static void declare(ParameterSet& params, const std::string& prefix, const ModelConfig& cfg);
   Mlp(ParameterSet& params, const std::string& prefix, const ModelConfig& cfg,
+      const parallel::TensorParallel* tp);
+  // An MLP of `ffn` features named `names` (biases only with cfg.add_bias_linear).
+  static void declare(ParameterSet& params, const Names& names, int64_t ffn,
+                      const ModelConfig& cfg);
+  Mlp(ParameterSet& params, const Names& names, int64_t ffn, const ModelConfig& cfg,
       const parallel::TensorParallel* tp);
 
   // x: residual-stream rows of `batch` samples -> the same rows.
@@ -30,10 +49,6 @@ class Mlp {
   Tensor backward(const Tensor& dy, const Saved& s, int64_t batch) const;
 
  private:
-  static std::vector<std::string> up_names(const std::string& prefix, const ModelConfig& cfg,
-                                           const char* suffix);
-  static std::string down_name(const std::string& prefix, const ModelConfig& cfg);
-
   bool swiglu_;
   int64_t F_;  // this rank's features
   ColumnParallelLinear up_;

@@ -27,7 +27,10 @@ void TransformerLayer::declare(ParameterSet& params, const ModelConfig& cfg, int
   Norm::declare(params, n.norm1, cfg);
   Attention::declare(params, n.attn, cfg);
   Norm::declare(params, n.norm2, cfg);
-  Mlp::declare(params, n.mlp, cfg);
+  if (cfg.is_moe_layer(index))
+    MoeLayer::declare(params, prefix(cfg, index), cfg);
+  else
+    Mlp::declare(params, n.mlp, cfg);
 }
 
 TransformerLayer::TransformerLayer(ParameterSet& params, const ModelConfig& cfg, int index,
@@ -35,8 +38,12 @@ TransformerLayer::TransformerLayer(ParameterSet& params, const ModelConfig& cfg,
     : index_(index), hidden_dropout_(cfg.hidden_dropout),
       norm1_(params, names(cfg, prefix(cfg, index)).norm1, cfg),
       norm2_(params, names(cfg, prefix(cfg, index)).norm2, cfg),
-      attn_(params, names(cfg, prefix(cfg, index)).attn, cfg, index, tp),
-      mlp_(params, names(cfg, prefix(cfg, index)).mlp, cfg, tp) {}
+      attn_(params, names(cfg, prefix(cfg, index)).attn, cfg, index, tp) {
+  if (cfg.is_moe_layer(index))
+    moe_.emplace_back(params, prefix(cfg, index), cfg, tp);
+  else
+    mlp_.emplace_back(params, names(cfg, prefix(cfg, index)).mlp, cfg, tp);
+}
 
 // Dropout sites are numbered 2*layer (after attention) and 2*layer + 1 (after the MLP).
 Tensor TransformerLayer::dropout_add(const Tensor& residual, const Tensor& branch, int site,
@@ -72,14 +79,16 @@ Tensor TransformerLayer::dropout_backward(const Tensor& d, int site, const StepC
 Tensor TransformerLayer::forward(const Tensor& x, Saved& s, const StepContext& ctx) const {
   Tensor a = attn_.forward(norm1_.forward(x, s.norm1), s.attn, ctx);
   s.residual = dropout_add(x, a, 2 * index_, ctx);
-  Tensor m = mlp_.forward(norm2_.forward(s.residual, s.norm2), s.mlp, ctx.B);
+  const Tensor n2 = norm2_.forward(s.residual, s.norm2);
+  Tensor m = moe_.empty() ? mlp_[0].forward(n2, s.mlp, ctx.B) : moe_[0].forward(n2, s.moe, ctx);
   return dropout_add(s.residual, m, 2 * index_ + 1, ctx);
 }
 
 Tensor TransformerLayer::backward(const Tensor& dout, const Saved& s,
                                   const StepContext& ctx) const {
   // out = r + mlp(norm2(r)):  dr = dout + norm2'(mlp'(dout))
-  Tensor dn2 = mlp_.backward(dropout_backward(dout, 2 * index_ + 1, ctx), s.mlp, ctx.B);
+  const Tensor dm = dropout_backward(dout, 2 * index_ + 1, ctx);
+  Tensor dn2 = moe_.empty() ? mlp_[0].backward(dm, s.mlp, ctx.B) : moe_[0].backward(dm, s.moe, ctx);
   Tensor dr = norm2_.backward(dn2, s.norm2);
   visit_float(dr.dtype(), [&](auto tag) {
     using T = decltype(tag);

@@ -1,5 +1,6 @@
 // One pre-norm transformer layer:
 //   r = x + dropout(attn(norm1(x)));  out = r + dropout(mlp(norm2(r)))
+// where mlp is the dense MLP, or the MoE block in the layers --moe-layer-freq chooses.
 // forward() fills a Saved with exactly what backward() needs; a pipeline can hold several
 // Saved at once, and recomputation can drop one and rebuild it from `x` alone.
 #pragma once
@@ -8,6 +9,7 @@
 
 #include "tessera/model/attention.h"
 #include "tessera/model/mlp.h"
+#include "tessera/model/moe_layer.h"
 #include "tessera/model/norm.h"
 
 namespace tessera::model {
@@ -18,6 +20,7 @@ class TransformerLayer {
     Norm::Saved norm1, norm2;
     Attention::Saved attn;
     Mlp::Saved mlp;
+    MoeLayer::Saved moe;
     Tensor residual;  // r, the input of norm2
   };
 
@@ -33,6 +36,10 @@ class TransformerLayer {
   Tensor backward(const Tensor& dout, const Saved& s, const StepContext& ctx) const;
   // Selective recomputation of the attention core (Attention::set_recompute_core).
   void set_recompute_core_attention(bool on) { attn_.set_recompute_core(on); }
+  int index() const { return index_; }  // global layer index
+  // The MoE block, or nullptr in a dense layer.
+  MoeLayer* moe() { return moe_.empty() ? nullptr : &moe_[0]; }
+  const MoeLayer* moe() const { return moe_.empty() ? nullptr : &moe_[0]; }
 
  private:
   Tensor dropout_add(const Tensor& residual, const Tensor& branch, int site,
@@ -43,7 +50,8 @@ class TransformerLayer {
   float hidden_dropout_;
   Norm norm1_, norm2_;
   Attention attn_;
-  Mlp mlp_;
+  std::vector<Mlp> mlp_;       // one in a dense layer
+  std::vector<MoeLayer> moe_;  // one in an MoE layer
 };
 
 }  // namespace tessera::model

@@ -1,83 +1,162 @@
 #include "tessera/moe/permute.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <type_traits>
+
+#include "tessera/core/dtype.h"
+#include "tessera/core/error.h"
 
 namespace tessera::moe {
 
-Permutation make_permutation(const Routing& r, int num_experts) {
+int64_t expert_capacity(int64_t tokens, int topk, int num_experts, double factor) {
+  return static_cast<int64_t>(
+      std::ceil(static_cast<double>(tokens) * topk / num_experts * factor));
+}
+
+Permutation make_permutation(const Routing& r, int num_experts, const CapacityOptions& cap) {
   Permutation p;
   p.tokens = r.tokens;
   p.topk = r.topk;
   const int64_t n = r.tokens * r.topk;
-  p.row_of.resize(n);
-  p.token_of_row.resize(n);
+  p.row_of.assign(n, -1);
+  // Each expert's choices in token order (a stable counting sort).
+  std::vector<int64_t> begin(num_experts + 1, 0), order(n);
+  for (int64_t i = 0; i < n; ++i) ++begin[r.experts[i] + 1];
+  for (int e = 0; e < num_experts; ++e) begin[e + 1] += begin[e];
+  {
+    std::vector<int64_t> next(begin.begin(), begin.end() - 1);
+    for (int64_t i = 0; i < n; ++i) order[next[r.experts[i]]++] = i;
+  }
   p.expert_begin.assign(num_experts + 1, 0);
-  for (int64_t i = 0; i < n; ++i) ++p.expert_begin[r.experts[i] + 1];
-  for (int e = 0; e < num_experts; ++e) p.expert_begin[e + 1] += p.expert_begin[e];
-  // A counting sort, stable in token order: each expert's rows keep the tokens' order.
-  std::vector<int64_t> next(p.expert_begin.begin(), p.expert_begin.end() - 1);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t row = next[r.experts[i]]++;
-    p.row_of[i] = row;
-    p.token_of_row[row] = i / r.topk;
+  std::vector<int64_t> kept;
+  for (int e = 0; e < num_experts; ++e) {
+    kept.assign(order.begin() + begin[e], order.begin() + begin[e + 1]);
+    if (cap.capacity > 0 && static_cast<int64_t>(kept.size()) > cap.capacity) {
+      p.dropped += static_cast<int64_t>(kept.size()) - cap.capacity;
+      if (cap.policy == DropPolicy::kProbs) {
+        // The largest weights, ties to the lower token; then back to token order.
+        std::stable_sort(kept.begin(), kept.end(),
+                         [&](int64_t a, int64_t b) { return r.weights[a] > r.weights[b]; });
+        kept.resize(cap.capacity);
+        std::sort(kept.begin(), kept.end());
+      } else {
+        kept.resize(cap.capacity);
+      }
+    }
+    const int64_t first = p.rows();
+    for (int64_t i : kept) {
+      p.row_of[i] = p.rows();
+      p.token_of_row.push_back(i / r.topk);
+    }
+    if (cap.pad) p.token_of_row.resize(first + cap.capacity, -1);
+    p.expert_begin[e + 1] = p.rows();
   }
   return p;
 }
 
-void permute(float* out, const float* x, const Permutation& p, int64_t C) {
+template <typename T>
+void permute(T* out, const T* x, const Permutation& p, int64_t C) {
 #pragma omp parallel for schedule(static) if (p.rows() * C > (int64_t{1} << 16))
-  for (int64_t row = 0; row < p.rows(); ++row)
-    std::memcpy(out + row * C, x + p.token_of_row[row] * C, C * sizeof(float));
+  for (int64_t row = 0; row < p.rows(); ++row) {
+    const int64_t t = p.token_of_row[row];
+    if (t < 0)
+      std::memset(static_cast<void*>(out + row * C), 0, C * sizeof(T));
+    else
+      std::memcpy(static_cast<void*>(out + row * C), x + t * C, C * sizeof(T));
+  }
 }
 
-void permute_backward(float* dx, const float* dout, const Permutation& p, int64_t C) {
+template <typename T>
+void permute_backward_f32(float* dx, const T* dout, const Permutation& p, int64_t C) {
   const int k = p.topk;
-#pragma omp parallel for schedule(static) if (p.rows() * C > (int64_t{1} << 16))
+#pragma omp parallel for schedule(static) if (p.tokens * k * C > (int64_t{1} << 16))
   for (int64_t t = 0; t < p.tokens; ++t) {
     float* d = dx + t * C;
     std::fill(d, d + C, 0.0f);
     for (int a = 0; a < k; ++a) {  // in choice order, so the sum is the same on every layout
-      const float* src = dout + p.row_of[t * k + a] * C;
-      for (int64_t c = 0; c < C; ++c) d[c] += src[c];
+      const int64_t row = p.row_of[t * k + a];
+      if (row < 0) continue;
+      const T* src = dout + row * C;
+      for (int64_t c = 0; c < C; ++c) d[c] += to_f32(src[c]);
     }
   }
 }
 
-void unpermute(float* y, const float* rows, const float* weights, const Permutation& p,
-               int64_t C) {
+template <typename T>
+void permute_backward(T* dx, const T* dout, const Permutation& p, int64_t C) {
+  if constexpr (std::is_same_v<T, float>) {
+    permute_backward_f32(dx, dout, p, C);
+  } else {
+    std::vector<float> sum(p.tokens * C);
+    permute_backward_f32(sum.data(), dout, p, C);
+    for (int64_t i = 0; i < p.tokens * C; ++i) dx[i] = from_f32<T>(sum[i]);
+  }
+}
+
+template <typename T>
+void unpermute(T* y, const T* rows, const float* weights, const Permutation& p, int64_t C) {
   const int k = p.topk;
-#pragma omp parallel for schedule(static) if (p.rows() * C > (int64_t{1} << 16))
-  for (int64_t t = 0; t < p.tokens; ++t) {
-    float* out = y + t * C;
-    std::fill(out, out + C, 0.0f);
-    for (int a = 0; a < k; ++a) {
-      const float w = weights[t * k + a];
-      const float* src = rows + p.row_of[t * k + a] * C;
-      for (int64_t c = 0; c < C; ++c) out[c] += w * src[c];
+#pragma omp parallel
+  {
+    std::vector<float> acc(C);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < p.tokens; ++t) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int a = 0; a < k; ++a) {
+        const int64_t row = p.row_of[t * k + a];
+        if (row < 0) continue;
+        const float w = weights[t * k + a];
+        const T* src = rows + row * C;
+        for (int64_t c = 0; c < C; ++c) acc[c] += w * to_f32(src[c]);
+      }
+      for (int64_t c = 0; c < C; ++c) y[t * C + c] = from_f32<T>(acc[c]);
     }
   }
 }
 
-void unpermute_backward(float* drows, float* dweights, const float* dy, const float* rows,
+template <typename T>
+void unpermute_backward(T* drows, float* dweights, const T* dy, const T* rows,
                         const float* weights, const Permutation& p, int64_t C) {
   const int k = p.topk;
+  // Padding rows (and rows of dropped choices, which do not exist) get zero.
+#pragma omp parallel for schedule(static) if (p.rows() * C > (int64_t{1} << 16))
+  for (int64_t row = 0; row < p.rows(); ++row)
+    if (p.token_of_row[row] < 0) std::memset(static_cast<void*>(drows + row * C), 0, C * sizeof(T));
 #pragma omp parallel for schedule(static) if (p.rows() * C > (int64_t{1} << 16))
   for (int64_t t = 0; t < p.tokens; ++t) {
-    const float* g = dy + t * C;
+    const T* g = dy + t * C;
     for (int a = 0; a < k; ++a) {
       const int64_t row = p.row_of[t * k + a];
+      if (row < 0) {
+        dweights[t * k + a] = 0.0f;
+        continue;
+      }
       const float w = weights[t * k + a];
-      float* d = drows + row * C;
-      const float* r = rows + row * C;
+      T* d = drows + row * C;
+      const T* r = rows + row * C;
       double dot = 0;
       for (int64_t c = 0; c < C; ++c) {
-        d[c] = w * g[c];
-        dot += static_cast<double>(g[c]) * r[c];
+        const float gc = to_f32(g[c]);
+        d[c] = from_f32<T>(w * gc);
+        dot += static_cast<double>(gc) * to_f32(r[c]);
       }
       dweights[t * k + a] = static_cast<float>(dot);
     }
   }
 }
+
+#define TESSERA_PERMUTE_INSTANTIATE(T)                                                        \
+  template void permute<T>(T*, const T*, const Permutation&, int64_t);                        \
+  template void permute_backward<T>(T*, const T*, const Permutation&, int64_t);               \
+  template void permute_backward_f32<T>(float*, const T*, const Permutation&, int64_t);       \
+  template void unpermute<T>(T*, const T*, const float*, const Permutation&, int64_t);        \
+  template void unpermute_backward<T>(T*, float*, const T*, const T*, const float*,           \
+                                      const Permutation&, int64_t);
+TESSERA_PERMUTE_INSTANTIATE(float)
+TESSERA_PERMUTE_INSTANTIATE(bf16)
+TESSERA_PERMUTE_INSTANTIATE(fp16)
+#undef TESSERA_PERMUTE_INSTANTIATE
 
 }  // namespace tessera::moe

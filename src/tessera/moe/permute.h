@@ -2,8 +2,13 @@
 // each token's k copies are laid out in expert-major order (expert 0's tokens first, each
 // expert's in token order), so every expert runs one GEMM over a contiguous block of rows; the
 // experts' outputs are then combined back per token, weighted by the router's weights. Each
-// operation has its backward. fp32 rows of C features. Not wired into the model yet (issue
-// "Mixture of Experts").
+// operation has its backward. Rows are fp32, bf16 or fp16 (C features); sums are taken in fp32
+// in choice order and rounded once, so the result does not depend on the layout.
+//
+// Capacity (Megatron's --moe-expert-capacity-factor): an expert keeps at most `capacity` of the
+// choices routed to it, the rest are dropped (row_of = -1: the token's output lacks that
+// expert's term and its weight gets no gradient). With padding every expert owns exactly
+// `capacity` rows, the unused ones zero (token_of_row = -1) and never read back.
 #pragma once
 
 #include <cstdint>
@@ -13,30 +18,53 @@
 
 namespace tessera::moe {
 
+enum class DropPolicy {
+  kProbs,     // keep the choices with the largest weights (ties: lower token first)
+  kPosition,  // keep the first choices in token order
+};
+
+struct CapacityOptions {
+  int64_t capacity = 0;  // rows kept per expert; 0: dropless (no limit)
+  DropPolicy policy = DropPolicy::kProbs;
+  bool pad = false;  // every expert gets exactly `capacity` rows
+};
+
+// The capacity of ceil(T * k / E * factor) rows per expert (Megatron's get_capacity).
+int64_t expert_capacity(int64_t tokens, int topk, int num_experts, double factor);
+
 // Where each (token, choice) goes: row_of[t * k + a] is the permuted row of token t's a-th
-// expert; expert_begin[e] .. expert_begin[e + 1] are expert e's rows (E + 1 entries).
+// expert (-1: dropped); expert_begin[e] .. expert_begin[e + 1] are expert e's rows (E + 1
+// entries); token_of_row[row] the token a row copies (-1: padding).
 struct Permutation {
   int64_t tokens = 0;
   int topk = 0;
   std::vector<int64_t> row_of;        // (T * k)
-  std::vector<int64_t> token_of_row;  // (T * k)
+  std::vector<int64_t> token_of_row;  // (rows)
   std::vector<int64_t> expert_begin;  // (E + 1)
+  int64_t dropped = 0;                // choices dropped by the capacity
   int64_t rows() const { return static_cast<int64_t>(token_of_row.size()); }
 };
 
-Permutation make_permutation(const Routing& r, int num_experts);
+Permutation make_permutation(const Routing& r, int num_experts, const CapacityOptions& cap = {});
 
-// out (T*k, C): row_of[t*k + a] = x[t].
-void permute(float* out, const float* x, const Permutation& p, int64_t C);
-// dx (T, C) = sum over a of dout[row_of[t*k + a]] (overwritten).
-void permute_backward(float* dx, const float* dout, const Permutation& p, int64_t C);
+// T: float, bf16 or fp16 (the row storage type); weights are fp32.
+// out (rows, C): out[row] = x[token_of_row[row]] (zero for padding).
+template <typename T>
+void permute(T* out, const T* x, const Permutation& p, int64_t C);
+// dx (T, C) = sum over kept choices a of dout[row_of[t*k + a]] (overwritten).
+template <typename T>
+void permute_backward(T* dx, const T* dout, const Permutation& p, int64_t C);
+// The same sum in fp32, without rounding (for a caller adding more terms before it rounds).
+template <typename T>
+void permute_backward_f32(float* dx, const T* dout, const Permutation& p, int64_t C);
 
-// y (T, C) = sum over a (in choice order) of weights[t*k + a] * rows[row_of[t*k + a]].
-void unpermute(float* y, const float* rows, const float* weights, const Permutation& p,
-               int64_t C);
-// drows (T*k, C) = weights * dy[token] (overwritten); dweights (T*k) = dot(dy[t], rows[row])
-// (overwritten), accumulated in double.
-void unpermute_backward(float* drows, float* dweights, const float* dy, const float* rows,
+// y (T, C) = sum over kept choices a (in choice order) of weights[t*k + a] * rows[row_of[..]].
+template <typename T>
+void unpermute(T* y, const T* rows, const float* weights, const Permutation& p, int64_t C);
+// drows (rows, C) = weights * dy[token] (zero for padding; overwritten); dweights (T*k) =
+// dot(dy[t], rows[row]) accumulated in double, 0 for dropped choices (overwritten).
+template <typename T>
+void unpermute_backward(T* drows, float* dweights, const T* dy, const T* rows,
                         const float* weights, const Permutation& p, int64_t C);
 
 }  // namespace tessera::moe

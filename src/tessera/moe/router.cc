@@ -42,6 +42,17 @@ void RouterConfig::validate() const {
     throw Error("--moe-router-pre-softmax goes with --moe-router-score-function softmax only");
 }
 
+Routing routing_slice(const Routing& r, int64_t begin, int64_t end, int num_experts) {
+  Routing out;
+  out.tokens = end - begin;
+  out.topk = r.topk;
+  out.experts.assign(r.experts.begin() + begin * r.topk, r.experts.begin() + end * r.topk);
+  out.weights.assign(r.weights.begin() + begin * r.topk, r.weights.begin() + end * r.topk);
+  out.expert_count.assign(num_experts, 0);
+  for (int32_t e : out.experts) ++out.expert_count[e];
+  return out;
+}
+
 Routing route(const float* logits, int64_t T, const RouterConfig& cfg, const float* expert_bias) {
   cfg.validate();
   const int E = cfg.num_experts, k = cfg.topk;

@@ -12,7 +12,7 @@
 //   sigmoid: top-k on sigmoid(logit) + expert_bias (the bias only chooses: DeepSeek-V3's
 //     aux-loss-free balancing), weights = the chosen sigmoids divided by their sum.
 // Weights are then multiplied by topk_scaling. Ties in top-k go to the lower expert index.
-// Not wired into the model yet: the MoE layer (issue "Mixture of Experts") builds on this.
+// The MoE block (model/moe_layer.h) calls these over one micro-batch's tokens.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +41,10 @@ struct Routing {
   std::vector<float> weights;         // (T, k)
   std::vector<int64_t> expert_count;  // (E)
 };
+
+// The routing of tokens [begin, end) of `r`, with that slice's expert counts (sequence-level
+// aux loss).
+Routing routing_slice(const Routing& r, int64_t begin, int64_t end, int num_experts);
 
 // `expert_bias` (E, sigmoid only) may be nullptr.
 Routing route(const float* logits, int64_t T, const RouterConfig& cfg,

@@ -19,6 +19,55 @@ using model::ModelConfig;
 // The table, one function per concern (flag_table.h). Defaults are TrainArgs' and ModelConfig's
 // initial values; model flags override the --model preset field by field.
 
+// Mixture of Experts, Megatron-Core's flags (model/moe_layer.h, docs/moe.md).
+void add_moe_flags(FlagTable& t) {
+  using model::MoeConfig;
+  t.model_option("--num-experts", &ModelConfig::moe, &MoeConfig::num_experts,
+                 "experts per MoE layer (0: dense MLPs)");
+  t.model_option("--moe-layer-freq", &ModelConfig::moe, &MoeConfig::layer_freq,
+                 "MoE layers: N (every Nth, from layer 0) or a 0/1 list per layer, e.g. [1,0]*2");
+  t.model_option("--moe-ffn-hidden-size", &ModelConfig::moe, &MoeConfig::ffn_hidden_size,
+                 "expert MLP hidden size (default --ffn-hidden-size)");
+  t.model_option("--moe-shared-expert-intermediate-size", &ModelConfig::moe,
+                 &MoeConfig::shared_expert_size, "a shared expert of this size (0: none)");
+  t.model_enum("--moe-router-dtype", &ModelConfig::moe, &MoeConfig::router_fp64,
+               std::map<std::string, bool>{{"fp32", false}, {"fp64", true}},
+               "router logits in fp32 or fp64");
+  t.model_enum("--moe-router-score-function", &ModelConfig::moe, &MoeConfig::score,
+               std::map<std::string, moe::ScoreFunction>{{"softmax", moe::ScoreFunction::kSoftmax},
+                                                         {"sigmoid", moe::ScoreFunction::kSigmoid}},
+               "softmax or sigmoid");
+  t.model_flag("--moe-router-pre-softmax", &ModelConfig::moe, &MoeConfig::pre_softmax, true,
+               "softmax over all experts before top-k (softmax scores)");
+  t.model_option("--moe-router-topk", &ModelConfig::moe, &MoeConfig::topk, "experts per token");
+  t.model_option("--moe-router-topk-scaling-factor", &ModelConfig::moe, &MoeConfig::topk_scaling,
+                 "multiplies the routing weights");
+  t.model_enum("--moe-router-load-balancing-type", &ModelConfig::moe, &MoeConfig::load_balancing,
+               std::map<std::string, model::MoeLoadBalancing>{
+                   {"aux_loss", model::MoeLoadBalancing::kAuxLoss},
+                   {"seq_aux_loss", model::MoeLoadBalancing::kSeqAuxLoss},
+                   {"none", model::MoeLoadBalancing::kNone}},
+               "aux_loss, seq_aux_loss or none");
+  t.model_option("--moe-aux-loss-coeff", &ModelConfig::moe, &MoeConfig::aux_loss_coeff,
+                 "load-balancing loss coefficient");
+  t.model_option("--moe-z-loss-coeff", &ModelConfig::moe, &MoeConfig::z_loss_coeff,
+                 "router z-loss coefficient");
+  t.model_flag("--moe-router-enable-expert-bias", &ModelConfig::moe, &MoeConfig::expert_bias, true,
+               "aux-loss-free balancing: a per-expert bias that only chooses (sigmoid scores)");
+  t.model_option("--moe-router-bias-update-rate", &ModelConfig::moe, &MoeConfig::bias_update_rate,
+                 "expert bias step per iteration");
+  t.model_option("--moe-expert-capacity-factor", &ModelConfig::moe, &MoeConfig::capacity_factor,
+                 "keep at most ceil(tokens*k/E*factor) tokens per expert (default: dropless)")
+      ->check(CLI::PositiveNumber);
+  t.model_enum("--moe-token-drop-policy", &ModelConfig::moe, &MoeConfig::drop_policy,
+               std::map<std::string, model::MoeTokenDropPolicy>{
+                   {"probs", model::MoeTokenDropPolicy::kProbs},
+                   {"position", model::MoeTokenDropPolicy::kPosition}},
+               "which tokens an expert over capacity keeps: probs or position");
+  t.model_flag("--moe-pad-expert-input-to-capacity", &ModelConfig::moe,
+               &MoeConfig::pad_to_capacity, true, "pad every expert's rows to the capacity");
+}
+
 void add_model_flags(FlagTable& t) {
   t.group(FlagGroup::kModel);
   t.option("--model", &TrainArgs::model_preset,
@@ -57,6 +106,7 @@ void add_model_flags(FlagTable& t) {
   t.model_option("--hidden-dropout", &ModelConfig::hidden_dropout, "hidden dropout probability");
   t.model_option("--init-method-std", &ModelConfig::init_method_std,
                  "std of the normal initialisation");
+  add_moe_flags(t);
 }
 
 void add_training_flags(FlagTable& t) {
@@ -238,6 +288,8 @@ void add_checkpoint_flags(FlagTable& t) {
 void add_logging_flags(FlagTable& t) {
   t.group(FlagGroup::kLogging);
   t.option("--log-interval", &TrainArgs::log_interval)->check(CLI::PositiveNumber);
+  t.flag("--moe-per-layer-logging", &TrainArgs::moe_per_layer_logging,
+         "log each MoE layer's aux loss, z-loss, tokens per expert and dropped fraction");
   t.option("--timing-log-level", &TrainArgs::timing_log_level,
            "0: iteration time only; 1: also rank 0's time per phase (forward, backward, "
            "waits for pipeline transfers, gradient reduction, optimizer); 2: and each "

@@ -111,6 +111,7 @@ struct TrainArgs {
   uint64_t seed = 1234;             // --seed
   int64_t log_interval = 100;       // --log-interval
   int timing_log_level = 0;         // --timing-log-level: 1 phase breakdown, 2 + min/max over ranks
+  bool moe_per_layer_logging = false;  // --moe-per-layer-logging
   std::string metrics_file;         // --metrics-file
   std::string export_weights;       // --export-weights F.safetensors
   int num_threads = 0;              // --num-threads (0: cores / local ranks)

@@ -34,20 +34,21 @@ CLI::Option* FlagTable::declare(CLI::Option* option, const void* field) {
   return option;
 }
 
-CLI::Option* FlagTable::model_flag(const std::string& name, bool model::ModelConfig::*field,
-                                   bool value, const std::string& help) {
+CLI::Option* FlagTable::model_flag_at(const std::string& name, const Accessor<bool>& field,
+                                      bool value, const std::string& help) {
   // CLI11 writes the flag's own truth into `parsed`; the field gets `value` or its negation once
   // parsing is over (record_given), so "--disable-bias-linear=false" keeps the biases.
   auto parsed = std::make_shared<bool>(false);
   flag_storage_.push_back(parsed);
   CLI::Option* option = app_.add_flag(name, *parsed, help);
   // Shown as the flag's own default: a flag that sets `value` is off unless the field already is.
-  option->default_str(args_.model.*field == value ? "true" : "false");
-  deferred_.push_back([this, option, parsed, field, value] {
-    if (option->count() > 0) args_.model.*field = *parsed ? value : !value;
+  bool& target = field(args_.model);
+  option->default_str(target == value ? "true" : "false");
+  deferred_.push_back([option, parsed, &target, value] {
+    if (option->count() > 0) target = *parsed ? value : !value;
   });
   add_model_copy(field);
-  return declare(option, &(args_.model.*field));
+  return declare(option, &target);
 }
 
 void FlagTable::record_given() {

@@ -78,30 +78,36 @@ class FlagTable {
   template <typename T>
   CLI::Option* model_option(const std::string& name, T model::ModelConfig::*field,
                             const std::string& help) {
-    add_model_copy(field);
-    return declare(app_.add_option(name, args_.model.*field, help), &(args_.model.*field));
+    return model_option_at(name, accessor(field), help);
+  }
+  // The same for a field of a nested struct of the config (cfg.moe.num_experts).
+  template <typename S, typename T>
+  CLI::Option* model_option(const std::string& name, S model::ModelConfig::*outer, T S::*inner,
+                            const std::string& help) {
+    return model_option_at(name, accessor(outer, inner), help);
   }
   // A boolean model flag that sets `field` to `value` when true and to !value when false (so
   // `--disable-bias-linear` clears add_bias_linear).
   CLI::Option* model_flag(const std::string& name, bool model::ModelConfig::*field, bool value,
-                          const std::string& help);
+                          const std::string& help) {
+    return model_flag_at(name, accessor(field), value, help);
+  }
+  template <typename S>
+  CLI::Option* model_flag(const std::string& name, S model::ModelConfig::*outer, bool S::*inner,
+                          bool value, const std::string& help) {
+    return model_flag_at(name, accessor(outer, inner), value, help);
+  }
   // A model option naming one of `names`; anything else (a number included) is an error
   // listing them. Parsed as text and assigned once parsing is over (record_given).
   template <typename E>
   CLI::Option* model_enum(const std::string& name, E model::ModelConfig::*field,
                           const std::map<std::string, E>& names, const std::string& help) {
-    auto parsed = std::make_shared<std::string>();
-    text_storage_.push_back(parsed);
-    std::vector<std::string> allowed;
-    for (const auto& [text, value] : names) allowed.push_back(text);
-    CLI::Option* option = app_.add_option(name, *parsed, help)->check(CLI::IsMember(allowed));
-    for (const auto& [text, value] : names)  // the default by its name, not its number
-      if (value == args_.model.*field) option->default_str(text);
-    deferred_.push_back([this, option, parsed, field, names] {
-      if (option->count() > 0) args_.model.*field = names.at(*parsed);
-    });
-    add_model_copy(field);
-    return declare(option, &(args_.model.*field));
+    return model_enum_at(name, accessor(field), names, help);
+  }
+  template <typename S, typename E>
+  CLI::Option* model_enum(const std::string& name, S model::ModelConfig::*outer, E S::*inner,
+                          const std::map<std::string, E>& names, const std::string& help) {
+    return model_enum_at(name, accessor(outer, inner), names, help);
   }
 
   // After app.parse(): runs the deferred assignments of model_flag() and model_enum() and records
@@ -112,12 +118,51 @@ class FlagTable {
   const std::vector<ModelFieldCopy>& model_copies() const { return model_copies_; }
 
  private:
+  // A model field as a function from a config to the field in it.
+  template <typename T>
+  using Accessor = std::function<T&(model::ModelConfig&)>;
+  template <typename T>
+  static Accessor<T> accessor(T model::ModelConfig::*field) {
+    return [field](model::ModelConfig& c) -> T& { return c.*field; };
+  }
+  template <typename S, typename T>
+  static Accessor<T> accessor(S model::ModelConfig::*outer, T S::*inner) {
+    return [outer, inner](model::ModelConfig& c) -> T& { return (c.*outer).*inner; };
+  }
+
+  template <typename T>
+  CLI::Option* model_option_at(const std::string& name, const Accessor<T>& field,
+                               const std::string& help) {
+    add_model_copy(field);
+    T& target = field(args_.model);
+    return declare(app_.add_option(name, target, help), &target);
+  }
+  CLI::Option* model_flag_at(const std::string& name, const Accessor<bool>& field, bool value,
+                             const std::string& help);
+  template <typename E>
+  CLI::Option* model_enum_at(const std::string& name, const Accessor<E>& field,
+                             const std::map<std::string, E>& names, const std::string& help) {
+    auto parsed = std::make_shared<std::string>();
+    text_storage_.push_back(parsed);
+    std::vector<std::string> allowed;
+    for (const auto& [text, value] : names) allowed.push_back(text);
+    CLI::Option* option = app_.add_option(name, *parsed, help)->check(CLI::IsMember(allowed));
+    E& target = field(args_.model);
+    for (const auto& [text, value] : names)  // the default by its name, not its number
+      if (value == target) option->default_str(text);
+    deferred_.push_back([option, parsed, &target, names] {
+      if (option->count() > 0) target = names.at(*parsed);
+    });
+    add_model_copy(field);
+    return declare(option, &target);
+  }
+
   CLI::Option* declare(CLI::Option* option, const void* field);
   template <typename T>
-  void add_model_copy(T model::ModelConfig::*field) {
-    model_copies_.push_back({args_.offset_of(&(args_.model.*field)),
+  void add_model_copy(const Accessor<T>& field) {
+    model_copies_.push_back({args_.offset_of(&field(args_.model)),
                              [field](model::ModelConfig& dst, const model::ModelConfig& src) {
-                               dst.*field = src.*field;
+                               field(dst) = field(const_cast<model::ModelConfig&>(src));
                              }});
   }
 

@@ -3,15 +3,21 @@
 namespace tessera::train {
 
 double model_flops(const model::ModelConfig& cfg, int64_t padded_vocab, int64_t sequences) {
-  const double s = cfg.seq_length, h = cfg.hidden_size, L = cfg.num_layers;
+  const double s = cfg.seq_length, h = cfg.hidden_size;
   const double kv = static_cast<double>(cfg.kv_heads()) * cfg.head_dim();
   const double F = cfg.ffn();
   // Multiply-adds per token.
   const double qkv = h * (h + 2 * kv);
   const double proj = h * h;
-  const double mlp = (cfg.swiglu ? 3.0 : 2.0) * h * F;
+  const double mats = cfg.swiglu ? 3.0 : 2.0;  // matrices per MLP
+  const double mlp = mats * h * F;
+  // An MoE layer's token runs the router, its k experts and the shared expert (active FLOPs).
+  const double moe = h * cfg.moe.num_experts + cfg.moe.topk * mats * h * cfg.moe_ffn() +
+                     mats * h * cfg.moe.shared_expert_size;
   const double attention = s * h;  // QK^T and PV: 2 s h, halved for the causal mask
-  const double per_token = L * (qkv + proj + mlp + attention) + padded_vocab * h;
+  double per_token = padded_vocab * h;
+  for (int l = 0; l < cfg.num_layers; ++l)
+    per_token += qkv + proj + attention + (cfg.is_moe_layer(l) ? moe : mlp);
   return 3.0 * 2.0 * per_token * s * static_cast<double>(sequences);
 }
 

@@ -31,12 +31,26 @@ void MetricsWriter::write(const IterationMetrics& m) {
   j["peak_mem_bytes"] = m.peak_mem_bytes;
   j["data_wait_s"] = m.data_wait_s;
   if (m.val_loss) j["val_loss"] = *m.val_loss;
+  if (m.moe.enabled) {
+    j["moe_aux_loss"] = m.moe.aux_loss;
+    j["moe_z_loss"] = m.moe.z_loss;
+    j["moe_dropped_fraction"] = m.moe.dropped_fraction;
+    nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+    for (const MoeLayerReport& l : m.moe.layers)
+      layers.push_back({{"layer", l.layer},
+                        {"aux_loss", l.aux_loss},
+                        {"z_loss", l.z_loss},
+                        {"tokens_per_expert_min", l.tokens_min},
+                        {"tokens_per_expert_max", l.tokens_max},
+                        {"dropped_fraction", l.dropped_fraction}});
+    j["moe_layers"] = layers;
+  }
   // NaN/Inf are not JSON: nlohmann writes null for them, which readers can detect.
   file_ << j.dump() << "\n";
   file_.flush();
 }
 
-std::string format_log_line(const IterationMetrics& m) {
+std::string format_log_line(const IterationMetrics& m, bool moe_per_layer) {
   char buf[640];
   std::snprintf(buf, sizeof buf,
                 " iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration "
@@ -50,7 +64,7 @@ std::string format_log_line(const IterationMetrics& m) {
                 static_cast<long long>(m.skipped_in_window), static_cast<long long>(m.nan_in_window),
                 m.tokens_per_s, m.tflops_per_rank, m.peak_mem_bytes / 1048576.0,
                 m.data_wait_s * 1e3);
-  return buf;
+  return buf + format_moe_report(m.moe, moe_per_layer);
 }
 
 }  // namespace tessera::train

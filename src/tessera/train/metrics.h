@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "tessera/train/moe_step.h"
+
 namespace tessera::train {
 
 struct IterationMetrics {
@@ -26,6 +28,7 @@ struct IterationMetrics {
   int64_t peak_mem_bytes = 0;
   double data_wait_s = 0;      // time the step waited for its micro-batches (the prefetcher)
   std::optional<double> val_loss;
+  MoeStepReport moe;           // MoE models: the step's router statistics (moe_step.h)
 };
 
 class MetricsWriter {
@@ -38,7 +41,8 @@ class MetricsWriter {
   std::ofstream file_;
 };
 
-// The Megatron-style line: " iteration   10/  100 | consumed samples: ... | lm loss: ...".
-std::string format_log_line(const IterationMetrics& m);
+// The Megatron-style line: " iteration   10/  100 | consumed samples: ... | lm loss: ...", plus
+// the MoE figures of the step (per layer with `moe_per_layer`) for an MoE model.
+std::string format_log_line(const IterationMetrics& m, bool moe_per_layer = false);
 
 }  // namespace tessera::train

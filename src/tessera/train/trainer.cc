@@ -72,6 +72,11 @@ std::unique_ptr<pipeline::MicroBatch> Trainer::bind_micro_batch(data::MicroBatch
   mb->ctx = model_->context(d.B, d.T, d.first_sample, seed_, iteration, training);
   if (!d.positions.empty()) mb->ctx.sample_positions = d.positions.data();
   if (!d.doc_start.empty()) mb->ctx.doc_start = d.doc_start.data();
+  // MoE auxiliary losses: averaged over the global batch's micro-batches (moe_layer.h).
+  if (training)
+    mb->ctx.moe_aux_loss_scale = optimizer_->loss_scale() *
+                                 static_cast<double>(args_.micro_batch_size) /
+                                 static_cast<double>(args_.global_batch_size);
   return mb;
 }
 
@@ -147,6 +152,8 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
     out.grad_norm = r.grad_norm;
     out.skipped = r.skipped;
     out.nan = r.nan;
+    // Router statistics of the step; the expert biases move only with an update.
+    out.moe = finish_moe_step(*model_, dp_.get(), pp_.get(), !r.skipped);
   }
   if (timeline_.recording()) {
     timeline_.stop();
@@ -305,11 +312,13 @@ int64_t Trainer::train() {
     m.tflops_per_rank = flops_per_iter / world_size_ / dt / 1e12;
     m.peak_mem_bytes = MemoryAccountant::instance().snapshot().total_peak;
     m.data_wait_s = prefetcher_->take_wait_seconds();
+    m.moe = step.moe;
     window.add(m, step.nan);
     if (iteration % a.log_interval == 0 || iteration == train_iters_) {
       const int64_t iters = window.iters;
       std::printf("%s\n", format_log_line(window.take_average(m, tokens_per_iter, flops_per_iter,
-                                                               world_size_))
+                                                               world_size_),
+                                           a.moe_per_layer_logging)
                               .c_str());
       if (a.timing_log_level >= 1) print_breakdown(iters);
       std::fflush(stdout);

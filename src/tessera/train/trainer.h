@@ -82,6 +82,7 @@ class Trainer {
   struct StepOutcome {
     double loss_sum = 0, tokens = 0, grad_norm = 0;
     bool skipped = false, nan = false;
+    MoeStepReport moe;
   };
   StepOutcome train_step(int64_t iteration);
   // The background loader of this run's training micro-batches (prefetcher_).

@@ -197,6 +197,18 @@ void Trainer::print_setup(const distributed::ShardingPlan& sharding) const {
       a.model.num_attention_heads, a.model.kv_heads(), a.model.ffn(),
       static_cast<long long>(a.model.vocab_size), static_cast<long long>(model_->padded_vocab()),
       dtype_name(compute_dtype()), num_threads());
+  if (a.model.moe.enabled()) {
+    int moe_layers = 0;
+    for (int l = 0; l < a.model.num_layers; ++l) moe_layers += a.model.is_moe_layer(l);
+    std::printf("> moe: %d of %d layers with %d experts of ffn %d, top %d%s; %lld parameters active "
+                "per token\n",
+                moe_layers, a.model.num_layers, a.model.moe.num_experts, a.model.moe_ffn(),
+                a.model.moe.topk,
+                a.model.moe.shared_expert_size > 0
+                    ? (", a shared expert of ffn " + std::to_string(a.model.moe.shared_expert_size)).c_str()
+                    : "",
+                static_cast<long long>(a.model.num_active_parameters()));
+  }
   if (tp_.size() > 1)
     std::printf("> tensor parallel: %d ranks%s, %lld parameters (with padding) on each rank\n",
                 tp_.size(), tp_.sequence_parallel() ? " with sequence parallelism" : "",

@@ -121,6 +121,8 @@ void Trainer::save_checkpoint(int64_t iteration) {
   PendingSave& pending = *pending_save_;
   pending.iteration = iteration;
   pending.state = run_state(iteration);
+  if (const nlohmann::json bias = expert_bias_to_json(*model_, pp_.get()); !bias.is_null())
+    pending.state["moe_expert_bias"] = bias;
   pending.bytes = snapshot->bytes();
   pending.start = t0;
   pending.snapshot_s = snapshot_s;
@@ -292,6 +294,9 @@ uint64_t Trainer::load_checkpoint() {
       }
   }
   after_master_loaded();
+  // The expert biases are model state outside the optimizer: loaded with the weights.
+  if (model_->config().moe.expert_bias && reader.state().contains("moe_expert_bias"))
+    expert_bias_from_json(*model_, reader.state().at("moe_expert_bias"), where);
   if (load_optim) {
     optimizer_->optimizer().set_steps(saved.steps);
     if (optimizer_->scaler().is_dynamic()) {

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Mixture-of-Experts figures (docs/moe.md):
+#  1. speed: build/bin/moe_layer, an 8-expert top-2 MoE block of gpt2-124m's MLP width forward +
+#     backward in active GFLOP/s against the dense MLP of the same expert shape, same run, fp32
+#     and bf16 (three runs);
+#  2. learning: on the demo's data (scripts/demo-data.sh), the demo's dense LLaMA-style model
+#     (examples/demo_llama.json: ffn 352) and its MoE twin of equal active parameters per token
+#     (8 experts of ffn 176, top 2, Mixtral's aux loss 0.01), trained for the same tokens with the
+#     same schedule; prints both validation losses.
+# Usage: bench/moe.sh [BUILD_BIN_DIR] [speed|learning|all] [ITERATIONS (learning, default 600)]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN="${1:-build/bin}"
+what="${2:-all}"
+iters="${3:-600}"
+
+if [ "$what" = all ] || [ "$what" = speed ]; then
+  for run in 1 2 3; do
+    echo "== moe_layer, run $run"
+    "$BIN/moe_layer" --threads 2 --steps 7
+  done
+fi
+
+if [ "$what" = all ] || [ "$what" = learning ]; then
+  bash scripts/demo-data.sh
+  out=demo-run/moe-bench
+  mkdir -p "$out"
+  common=(--config examples/demo_llama.json --data-path demo-run/fortunes_text_document
+          --tokenizer-type HuggingFaceTokenizer --tokenizer-model demo-run/tokenizer.json
+          --train-iters "$iters" --exit-duration-in-mins 0 --lr-decay-iters "$iters"
+          --eval-interval "$iters" --eval-iters 20 --log-interval 100 --seed 1234)
+  "$BIN/tessera-train" "${common[@]}" --metrics-file "$out/dense.jsonl" | tee "$out/dense.log" |
+    grep -E '^> model|^ iteration .*(00|0)/'
+  "$BIN/tessera-train" "${common[@]}" --num-experts 8 --moe-router-topk 2 \
+    --moe-ffn-hidden-size 176 --moe-aux-loss-coeff 0.01 --metrics-file "$out/moe.jsonl" |
+    tee "$out/moe.log" | grep -E '^> model|^> moe|^ iteration .*(00|0)/'
+  val() { grep -o '"val_loss":[0-9.eE+-]*' "$1" | tail -n 1 | cut -d: -f2; }
+  tokens=$((iters * 32 * 128))
+  echo "learning, $iters iterations ($tokens tokens): validation loss dense $(val "$out/dense.jsonl"), MoE 8x top-2 $(val "$out/moe.jsonl") (nats/token)"
+fi

@@ -1,0 +1,249 @@
+#include "tessera/model/moe_layer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "tessera/core/error.h"
+#include "tessera/kernels/elementwise.h"
+#include "tessera/kernels/gemm.h"
+
+namespace tessera::model {
+namespace {
+
+// Mixtral's names: softmax routing without a shared expert in a LLaMA-family model.
+bool mixtral_names(const ModelConfig& cfg) {
+  return cfg.family() == Family::kLlama && cfg.moe.shared_expert_size == 0 &&
+         cfg.moe.score == moe::ScoreFunction::kSoftmax;
+}
+
+Mlp::Names expert_names(const std::string& block, int e, const ModelConfig& cfg) {
+  const std::string p = block + ".experts." + std::to_string(e);
+  if (!mixtral_names(cfg)) return Mlp::dense_names(p, cfg);
+  // w1 gate, w3 up, w2 down (Mixtral has no biases; they are named alike if asked for).
+  if (cfg.swiglu) return Mlp::projection_names({p + ".w1", p + ".w3"}, p + ".w2");
+  return Mlp::projection_names({p + ".w1"}, p + ".w2");
+}
+
+Mlp::Names shared_names(const std::string& block, const ModelConfig& cfg) {
+  return Mlp::dense_names(block + ".shared_experts", cfg);
+}
+
+// The fp32 copy of a compute-dtype tensor (the tensor itself when it is fp32).
+Tensor as_f32(const Tensor& t) {
+  if (t.dtype() == DType::kF32) return t;
+  return t.to(DType::kF32, MemoryCategory::kActivations);
+}
+
+}  // namespace
+
+void MoeLayerStats::add(const MoeLayerStats& o) {
+  micro_batches += o.micro_batches;
+  aux_loss += o.aux_loss;
+  z_loss += o.z_loss;
+  choices += o.choices;
+  dropped += o.dropped;
+  if (expert_count.size() < o.expert_count.size()) expert_count.resize(o.expert_count.size(), 0);
+  for (size_t e = 0; e < o.expert_count.size(); ++e) expert_count[e] += o.expert_count[e];
+}
+
+std::string MoeLayer::block_prefix(const std::string& layer, const ModelConfig& cfg) {
+  return layer + (mixtral_names(cfg) ? ".block_sparse_moe" : ".mlp");
+}
+
+void MoeLayer::declare(ParameterSet& params, const std::string& layer, const ModelConfig& cfg) {
+  const std::string block = block_prefix(layer, cfg);
+  params.add(block + ".gate.weight", {cfg.moe.num_experts, cfg.hidden_size}, InitKind::kNormal,
+             cfg.init_method_std, true);
+  for (int e = 0; e < cfg.moe.num_experts; ++e)
+    Mlp::declare(params, expert_names(block, e, cfg), cfg.moe_ffn(), cfg);
+  if (cfg.moe.shared_expert_size > 0)
+    Mlp::declare(params, shared_names(block, cfg), cfg.moe.shared_expert_size, cfg);
+}
+
+MoeLayer::MoeLayer(ParameterSet& params, const std::string& layer, const ModelConfig& cfg,
+                   const parallel::TensorParallel* tp)
+    : moe_(cfg.moe), C_(cfg.hidden_size) {
+  TESSERA_CHECK_MSG(params.tp_size() == 1, "MoE layers run on one tensor-parallel rank");
+  const std::string block = block_prefix(layer, cfg);
+  router_name_ = block + ".gate.weight";
+  router_w_ = params.get(router_name_).value;
+  router_dw_ = params.get(router_name_).grad;
+  for (int e = 0; e < moe_.num_experts; ++e)
+    experts_.emplace_back(params, expert_names(block, e, cfg), cfg.moe_ffn(), cfg, tp);
+  if (moe_.shared_expert_size > 0)
+    shared_.emplace_back(params, shared_names(block, cfg), moe_.shared_expert_size, cfg, tp);
+  expert_bias_.assign(moe_.num_experts, 0.0f);
+  stats_.expert_count.assign(moe_.num_experts, 0);
+}
+
+void MoeLayer::router_logits(const Tensor& x, std::vector<float>& logits) const {
+  const int64_t N = x.dim(0), E = moe_.num_experts;
+  logits.resize(N * E);
+  const Tensor xf = as_f32(x), wf = as_f32(router_w_);
+  if (!moe_.router_fp64) {
+    kernels::gemm(false, true, N, E, C_, 1.0f, xf.data<float>(), C_, wf.data<float>(), C_, 0.0f,
+                  logits.data(), E);
+    return;
+  }
+  // fp64: products and sums in double, rounded to fp32 once (the routing reads fp32 logits).
+  const float* xs = xf.data<float>();
+  const float* ws = wf.data<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t e = 0; e < E; ++e) {
+      double acc = 0;
+      for (int64_t c = 0; c < C_; ++c) acc += double(xs[t * C_ + c]) * ws[e * C_ + c];
+      logits[t * E + e] = static_cast<float>(acc);
+    }
+}
+
+Tensor MoeLayer::forward(const Tensor& x, Saved& s, const StepContext& ctx) const {
+  const int64_t N = x.dim(0), E = moe_.num_experts;
+  TESSERA_CHECK(x.dim(1) == C_);
+  s.inp = x;
+  router_logits(x, s.logits);
+  s.routing = moe::route(s.logits.data(), N, moe_.router(),
+                         moe_.expert_bias ? expert_bias_.data() : nullptr);
+  moe::CapacityOptions cap;
+  if (moe_.capacity_factor > 0) {
+    cap.capacity = moe::expert_capacity(N, moe_.topk, moe_.num_experts, moe_.capacity_factor);
+    cap.policy = moe_.drop_policy == MoeTokenDropPolicy::kProbs ? moe::DropPolicy::kProbs
+                                                                : moe::DropPolicy::kPosition;
+    cap.pad = moe_.pad_to_capacity;
+  }
+  s.perm = moe::make_permutation(s.routing, moe_.num_experts, cap);
+
+  // Auxiliary losses (values here; gradients in backward).
+  s.aux_loss = s.z_loss = 0;
+  const moe::RouterConfig rc = moe_.router();
+  if (moe_.load_balancing == MoeLoadBalancing::kAuxLoss && moe_.aux_loss_coeff > 0) {
+    s.aux_loss = moe::aux_loss(s.logits.data(), s.routing, rc, moe_.aux_loss_coeff);
+  } else if (moe_.load_balancing == MoeLoadBalancing::kSeqAuxLoss && moe_.aux_loss_coeff > 0) {
+    const int64_t T = N / ctx.B;
+    for (int64_t b = 0; b < ctx.B; ++b) {
+      const moe::Routing seq = moe::routing_slice(s.routing, b * T, (b + 1) * T, moe_.num_experts);
+      s.aux_loss += moe::aux_loss(s.logits.data() + b * T * E, seq, rc, moe_.aux_loss_coeff);
+    }
+    s.aux_loss /= static_cast<double>(ctx.B);
+  }
+  if (moe_.z_loss_coeff > 0) s.z_loss = moe::z_loss(s.logits.data(), N, E, moe_.z_loss_coeff);
+
+  const int64_t R = s.perm.rows();
+  Tensor rows_in = Tensor::empty({R, C_}, x.dtype());
+  s.rows_out = Tensor::empty({R, C_}, x.dtype());
+  s.experts.assign(experts_.size(), Mlp::Saved{});
+  Tensor y = Tensor::empty({N, C_}, x.dtype());
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    moe::permute(rows_in.data<T>(), x.data<T>(), s.perm, C_);
+    // One MLP per expert over its contiguous rows: two GEMMs each, never a loop over tokens.
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t b = s.perm.expert_begin[e], end = s.perm.expert_begin[e + 1];
+      if (b == end) continue;
+      const Tensor out = experts_[e].forward(rows_in.slice_rows(b, end), s.experts[e], 1);
+      s.rows_out.slice_rows(b, end).copy_from(out);
+    }
+    moe::unpermute(y.data<T>(), s.rows_out.data<T>(), s.routing.weights.data(), s.perm, C_);
+    if (!shared_.empty()) {
+      const Tensor sh = shared_[0].forward(x, s.shared, 1);
+      kernels::add(y.data<T>(), y.data<T>(), sh.data<T>(), N * C_);
+    }
+  });
+  return y;
+}
+
+Tensor MoeLayer::backward(const Tensor& dy, const Saved& s, const StepContext& ctx) const {
+  const int64_t N = dy.dim(0), E = moe_.num_experts, k = moe_.topk, R = s.perm.rows();
+  std::vector<float> dweights(N * k), dlogits(N * E, 0.0f);
+  std::vector<float> dx32(N * C_);
+  Tensor dx = Tensor::empty({N, C_}, dy.dtype());
+  const Tensor xf = as_f32(s.inp), wf = as_f32(router_w_);
+  visit_float(dy.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    Tensor drows = Tensor::empty({R, C_}, dy.dtype());
+    moe::unpermute_backward(drows.data<T>(), dweights.data(), dy.data<T>(), s.rows_out.data<T>(),
+                            s.routing.weights.data(), s.perm, C_);
+    Tensor drows_in = Tensor::empty({R, C_}, dy.dtype());
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t b = s.perm.expert_begin[e], end = s.perm.expert_begin[e + 1];
+      if (b == end) continue;
+      const Tensor d = experts_[e].backward(drows.slice_rows(b, end), s.experts[e], 1);
+      drows_in.slice_rows(b, end).copy_from(d);
+    }
+    moe::permute_backward_f32(dx32.data(), drows_in.data<T>(), s.perm, C_);
+  });
+
+  // Router: the weights' gradient through the routing, plus the auxiliary losses' gradients
+  // at their own scale.
+  const moe::RouterConfig rc = moe_.router();
+  moe::route_backward(dlogits.data(), s.logits.data(), s.routing, dweights.data(), rc);
+  const double aux_scale = ctx.moe_aux_loss_scale;
+  if (moe_.load_balancing == MoeLoadBalancing::kAuxLoss && moe_.aux_loss_coeff > 0) {
+    moe::aux_loss(s.logits.data(), s.routing, rc, moe_.aux_loss_coeff * aux_scale,
+                  dlogits.data());
+  } else if (moe_.load_balancing == MoeLoadBalancing::kSeqAuxLoss && moe_.aux_loss_coeff > 0) {
+    const int64_t T = N / ctx.B;
+    for (int64_t b = 0; b < ctx.B; ++b) {
+      const moe::Routing seq = moe::routing_slice(s.routing, b * T, (b + 1) * T, E);
+      moe::aux_loss(s.logits.data() + b * T * E, seq, rc,
+                    moe_.aux_loss_coeff * aux_scale / static_cast<double>(ctx.B),
+                    dlogits.data() + b * T * E);
+    }
+  }
+  if (moe_.z_loss_coeff > 0)
+    moe::z_loss(s.logits.data(), N, static_cast<int>(E), moe_.z_loss_coeff * aux_scale,
+                dlogits.data());
+  // dW_r += dlogits^T x;  dx += dlogits W_r (both in fp32).
+  kernels::gemm(true, false, E, C_, N, 1.0f, dlogits.data(), E, xf.data<float>(), C_, 1.0f,
+                router_dw_.data<float>(), C_);
+  kernels::gemm(false, false, N, C_, E, 1.0f, dlogits.data(), E, wf.data<float>(), C_, 1.0f,
+                dx32.data(), C_);
+
+  visit_float(dy.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if (!shared_.empty()) {
+      const Tensor dsh = shared_[0].backward(dy, s.shared, 1);
+      const T* d = dsh.data<T>();
+      for (int64_t i = 0; i < N * C_; ++i) dx32[i] += to_f32(d[i]);
+    }
+    T* out = dx.data<T>();
+    for (int64_t i = 0; i < N * C_; ++i) out[i] = from_f32<T>(dx32[i]);
+  });
+
+  MoeLayerStats mb;
+  mb.micro_batches = 1;
+  mb.aux_loss = s.aux_loss;
+  mb.z_loss = s.z_loss;
+  mb.choices = N * k;
+  mb.dropped = s.perm.dropped;
+  mb.expert_count = s.routing.expert_count;
+  stats_.add(mb);
+  return dx;
+}
+
+MoeLayerStats MoeLayer::take_stats() const {
+  MoeLayerStats out = stats_;
+  stats_ = MoeLayerStats{};
+  stats_.expert_count.assign(moe_.num_experts, 0);
+  return out;
+}
+
+void MoeLayer::update_expert_bias(const std::vector<int64_t>& counts) {
+  if (!moe_.expert_bias) return;
+  TESSERA_CHECK(static_cast<int>(counts.size()) == moe_.num_experts);
+  double mean = 0;
+  for (int64_t c : counts) mean += static_cast<double>(c);
+  mean /= moe_.num_experts;
+  for (int e = 0; e < moe_.num_experts; ++e) {
+    const double diff = mean - static_cast<double>(counts[e]);
+    const float sign = diff > 0 ? 1.0f : (diff < 0 ? -1.0f : 0.0f);
+    expert_bias_[e] += moe_.bias_update_rate * sign;
+  }
+}
+
+void MoeLayer::set_expert_bias(const std::vector<float>& bias) {
+  TESSERA_CHECK(static_cast<int>(bias.size()) == moe_.num_experts);
+  expert_bias_ = bias;
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,97 @@
+// The Mixture-of-Experts block that takes the MLP's place in an MoE layer (Megatron-Core's
+// MoELayer with its TopKRouter and a grouped expert MLP), over the N rows of one micro-batch:
+//
+//   logits = x W_r^T                 (N, E), fp32 (x and W_r widened) or fp64 (--moe-router-dtype)
+//   routing = moe::route(logits)     each token's k experts and weights (moe/router.h)
+//   rows = permute(x)                expert-major copies, capacity applied (moe/permute.h)
+//   rows[e] = expert_e(rows[e])      one MLP per expert over its contiguous rows (two GEMMs)
+//   y = unpermute(rows, weights) + shared_expert(x)
+//
+// Load balancing adds terms to the objective, not to the reported LM loss: the Switch aux loss
+// (over the micro-batch, or per sequence for seq_aux_loss) and the z-loss, each scaled in
+// backward by StepContext::moe_aux_loss_scale (the loss scale over the number of micro-batches
+// in the global batch, so the objective is the LM loss plus each auxiliary loss averaged over
+// micro-batches, as Megatron's MoEAuxLossAutoScaler does). The routing, the capacity and both
+// losses are computed over the micro-batch's tokens, whatever the layout.
+//
+// Aux-loss-free balancing (--moe-router-enable-expert-bias): an fp32 bias per expert, held here
+// (not a trained parameter), added to the sigmoid scores only to choose the experts; after each
+// step the trainer calls update_expert_bias() with the global batch's counts.
+//
+// Parameter names: Mixtral's (block_sparse_moe.gate, experts.N.w1/w3/w2) for LLaMA-family
+// models with softmax routing and no shared expert, DeepSeek-V3's (mlp.gate,
+// mlp.experts.N.gate_proj/up_proj/down_proj, mlp.shared_experts) for the other LLaMA-family
+// ones, GPT-2 style ones (mlp.gate, mlp.experts.N.c_fc/c_proj, mlp.shared_experts) otherwise.
+// One tensor-parallel rank only for now (GPTModel refuses TP > 1 with experts).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tessera/model/config.h"
+#include "tessera/model/context.h"
+#include "tessera/model/mlp.h"
+#include "tessera/moe/permute.h"
+
+namespace tessera::model {
+
+// What the backward passes of an MoE layer saw since the last MoeLayer::take_stats(): one entry
+// per training micro-batch.
+struct MoeLayerStats {
+  int64_t micro_batches = 0;
+  double aux_loss = 0;    // sum over micro-batches (coefficient included)
+  double z_loss = 0;      // likewise
+  int64_t choices = 0;    // routed (token, expert) pairs
+  int64_t dropped = 0;    // of them, dropped by the capacity
+  std::vector<int64_t> expert_count;  // (E) choices per expert before the capacity
+  void add(const MoeLayerStats& o);
+};
+
+class MoeLayer {
+ public:
+  struct Saved {
+    Tensor inp;                  // (N, C) the block's input
+    std::vector<float> logits;   // (N, E) fp32 router logits
+    moe::Routing routing;
+    moe::Permutation perm;
+    Tensor rows_out;             // (rows, C) the experts' outputs, expert-major
+    std::vector<Mlp::Saved> experts;
+    Mlp::Saved shared;
+    double aux_loss = 0, z_loss = 0;  // this micro-batch's (coefficients included)
+  };
+
+  // The HF prefix of the MoE block of layer prefix `layer` ("...block_sparse_moe" or "...mlp").
+  static std::string block_prefix(const std::string& layer, const ModelConfig& cfg);
+  static void declare(ParameterSet& params, const std::string& layer, const ModelConfig& cfg);
+  MoeLayer(ParameterSet& params, const std::string& layer, const ModelConfig& cfg,
+           const parallel::TensorParallel* tp);
+
+  // x: (N, C) rows of ctx.B samples -> (N, C).
+  Tensor forward(const Tensor& x, Saved& s, const StepContext& ctx) const;
+  // dy (N, C) -> dx (N, C); accumulates parameter gradients and records the micro-batch's
+  // statistics (backward runs once per training micro-batch, recomputation or not).
+  Tensor backward(const Tensor& dy, const Saved& s, const StepContext& ctx) const;
+
+  MoeLayerStats take_stats() const;
+  // b_e += rate * sign(mean count - count_e), counts (E) over the whole global batch
+  // (DeepSeek-V3's aux-loss-free balancing). No-op unless the expert bias is enabled.
+  void update_expert_bias(const std::vector<int64_t>& counts);
+  const std::vector<float>& expert_bias() const { return expert_bias_; }
+  void set_expert_bias(const std::vector<float>& bias);
+
+ private:
+  // logits (N, E) from x (N, C) in the router's dtype; xf receives x in fp32.
+  void router_logits(const Tensor& x, std::vector<float>& logits) const;
+
+  MoeConfig moe_;
+  int64_t C_;
+  std::string router_name_;
+  Tensor router_w_;            // (E, C) compute dtype
+  mutable Tensor router_dw_;   // its fp32 grad (backward() is const but accumulates into it)
+  std::vector<Mlp> experts_;
+  std::vector<Mlp> shared_;  // zero or one
+  std::vector<float> expert_bias_;
+  mutable MoeLayerStats stats_;
+};
+
+}  // namespace tessera::model
