@@ -3,11 +3,15 @@
 #  1. speed: build/bin/moe_layer, an 8-expert top-2 MoE block of gpt2-124m's MLP width forward +
 #     backward in active GFLOP/s against the dense MLP of the same expert shape, same run, fp32
 #     and bf16 (three runs);
-#  2. learning: on the demo's data (scripts/demo-data.sh), the demo's dense LLaMA-style model
+#  2. expert parallelism: the same block at EP 2 (mpirun -np 2 moe_layer --ep 2, one thread per
+#     rank), with the all-to-all exchange's share of the MoE step; and what each rank holds of
+#     the experts at EP 2, EP 2 x EDP 2 (ZeRO 1) and EP 4 x EDP 2 (ZeRO 2), against the formula
+#     (tessera-train's "> expert parallel:" line, mixtral-tiny, one iteration);
+#  3. learning: on the demo's data (scripts/demo-data.sh), the demo's dense LLaMA-style model
 #     (examples/demo_llama.json: ffn 352) and its MoE twin of equal active parameters per token
 #     (8 experts of ffn 176, top 2, Mixtral's aux loss 0.01), trained for the same tokens with the
 #     same schedule; prints both validation losses.
-# Usage: bench/moe.sh [BUILD_BIN_DIR] [speed|learning|all] [ITERATIONS (learning, default 600)]
+# Usage: bench/moe.sh [BUILD_BIN_DIR] [speed|ep|learning|all] [ITERATIONS (learning, default 600)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="${1:-build/bin}"
@@ -18,6 +22,23 @@ if [ "$what" = all ] || [ "$what" = speed ]; then
   for run in 1 2 3; do
     echo "== moe_layer, run $run"
     "$BIN/moe_layer" --threads 2 --steps 7
+  done
+fi
+
+if [ "$what" = all ] || [ "$what" = ep ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  for run in 1 2 3; do
+    echo "== moe_layer at EP 2, run $run"
+    mpirun --oversubscribe -np 2 "$BIN/moe_layer" --ep 2 --threads 1 --steps 7
+  done
+  echo "== what each rank holds of the experts"
+  for layout in "2|--expert-model-parallel-size 2" "4|--expert-model-parallel-size 2 --zero-stage 1" \
+                "8|--expert-model-parallel-size 4 --zero-stage 2"; do
+    np="${layout%%|*}"
+    # shellcheck disable=SC2086
+    mpirun --oversubscribe -np "$np" "$BIN/tessera-train" --model mixtral-tiny --mock-data --lr 1e-3 \
+      --train-iters 1 --micro-batch-size 1 --global-batch-size 8 --num-threads 1 ${layout#*|} |
+      grep '^> expert parallel:'
   done
 fi
 

@@ -6,10 +6,15 @@
 // chose); the dense MLP runs the same N tokens through one MLP of the expert's size, so MoE / dense
 // says how much the routing, permutation and the per-expert GEMMs over fewer rows cost.
 //
+// With --ep P under `mpirun -np P`, the experts are split over the P ranks (expert parallelism,
+// each rank routing its own N tokens) and the line adds the all-to-all exchange's share of the
+// MoE step (moe::exchange_seconds()).
+//
 // Usage: build/bin/moe_layer [--threads N] [--steps S] [--experts E] [--topk K] [--tokens N]
-//                            [--hidden C] [--ffn F] [--swiglu]
+//                            [--hidden C] [--ffn F] [--swiglu] [--ep P]
 // Default: gpt2-124m's MLP width (C 768, F 3072, GELU with biases), 8 experts, top 2,
 // N = 1024 tokens (micro-batch 4 x 256).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +25,7 @@
 #include <vector>
 
 #include "bench_models.h"
+#include "tessera/comm/process_group.h"
 #include "tessera/core/threads.h"
 #include "tessera/kernels/build_info.h"
 #include "tessera/kernels/gemm.h"
@@ -55,6 +61,17 @@ Tensor random_rows(int64_t N, int64_t C, DType dtype, uint32_t seed) {
 
 int main(int argc, char** argv) {
   const int threads = arg(argc, argv, "--threads", 2), steps = arg(argc, argv, "--steps", 7);
+  const int ep = arg(argc, argv, "--ep", 1);
+  std::shared_ptr<tessera::comm::ProcessGroup> world;
+  if (ep > 1) {
+    world = tessera::comm::ProcessGroup::world();
+    if (world->size() != ep) {
+      std::fprintf(stderr, "moe_layer: --ep %d needs mpirun -np %d, got %d ranks\n", ep, ep,
+                   world->size());
+      return 2;
+    }
+    if (world->rank() != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;
+  }
   tessera::set_num_threads(threads);
   ModelConfig cfg;
   cfg.num_layers = 12;  // only the init scale of the down projections reads it
@@ -72,10 +89,10 @@ int main(int argc, char** argv) {
 
   std::printf("%s\n", tessera::kernels::version_line().c_str());
   std::printf("moe_layer: %d experts, top %d, C %lld, F %lld (%s), %lld tokens, %d threads, "
-              "median of %d steps\n",
+              "median of %d steps, EP %d\n",
               cfg.moe.num_experts, cfg.moe.topk, static_cast<long long>(C),
               static_cast<long long>(F), cfg.swiglu ? "SwiGLU" : "GELU",
-              static_cast<long long>(N), threads, steps);
+              static_cast<long long>(N), threads, steps, ep);
   const double peak_f32 = tessera::kernels::measure_peak_gflops(DType::kF32);
   const double peak_bf16 = tessera::kernels::measure_peak_gflops(DType::kBF16);
   std::printf("GEMM peak measured now (2048^3): fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s\n", peak_f32,
@@ -84,25 +101,29 @@ int main(int argc, char** argv) {
   const double mlp_macs = (cfg.swiglu ? 3.0 : 2.0) * C * F;
   const double dense_flops = 3.0 * 2.0 * mlp_macs * N;
   const double moe_flops = 3.0 * 2.0 * (cfg.moe.topk * mlp_macs + C * cfg.moe.num_experts) * N;
-  std::printf("%-6s %-8s %10s %12s %14s %12s\n", "dtype", "block", "step (ms)", "GFLOP/s",
-              "of dtype peak", "MoE/dense");
+  std::printf("%-6s %-8s %10s %12s %14s %12s %16s\n", "dtype", "block", "step (ms)", "GFLOP/s",
+              "of dtype peak", "MoE/dense", "all-to-all share");
 
   const tessera::parallel::TensorParallel tp;  // one rank
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     ParameterSet params;
-    MoeLayer::declare(params, "moe", cfg);
+    MoeLayer::declare(params, "moe", cfg, ep == 1);
+    if (ep > 1) MoeLayer::declare_experts(params, "moe", cfg, ep, world->rank());
     Mlp::declare(params, "dense", cfg);
     params.allocate(dtype, 1234);
-    const MoeLayer moe(params, "moe", cfg, &tp);
+    const MoeLayer moe(params, "moe", cfg, &tp, world.get());
     const Mlp dense(params, "dense", cfg, &tp);
     const Tensor x = random_rows(N, C, dtype, 1), dy = random_rows(N, C, dtype, 2);
     StepContext ctx = StepContext::make(B, N / B, 0, 1, 1, true);
     ctx.moe_aux_loss_scale = 1.0 / 1024;
+    std::vector<double> exchange;  // per timed MoE step
     std::vector<std::function<void(int)>> variants = {
-        [&](int) {
+        [&](int step) {
+          const double before = tessera::moe::exchange_seconds();
           MoeLayer::Saved s;
           moe.forward(x, s, ctx);
           moe.backward(dy, s, ctx);
+          if (step > 0) exchange.push_back(tessera::moe::exchange_seconds() - before);
         },
         [&](int) {
           Mlp::Saved s;
@@ -112,10 +133,16 @@ int main(int argc, char** argv) {
     const std::vector<double> t = tessera::bench::interleaved_median_step_seconds(steps, variants);
     const double peak = dtype == DType::kF32 ? peak_f32 : peak_bf16;
     const double moe_rate = moe_flops / t[0] / 1e9, dense_rate = dense_flops / t[1] / 1e9;
-    std::printf("%-6s %-8s %10.2f %12.1f %13.1f%% %12.2f\n", tessera::dtype_name(dtype), "moe",
+    std::sort(exchange.begin(), exchange.end());
+    std::printf("%-6s %-8s %10.2f %12.1f %13.1f%% %12.2f", tessera::dtype_name(dtype), "moe",
                 t[0] * 1e3, moe_rate, 100 * moe_rate / peak, moe_rate / dense_rate);
+    if (ep > 1)
+      std::printf(" %15.1f%%", 100 * exchange[exchange.size() / 2] / t[0]);
+    std::printf("\n");
     std::printf("%-6s %-8s %10.2f %12.1f %13.1f%%\n", tessera::dtype_name(dtype), "dense",
                 t[1] * 1e3, dense_rate, 100 * dense_rate / peak);
   }
+  world.reset();
+  if (ep > 1) tessera::comm::shutdown();
   return 0;
 }

@@ -29,8 +29,29 @@ else fail "indivisible world (exit $code)"; fi
 
 run 2 "${FLAGS[@]}" --context-parallel-size 2
 code=$?
-if [ $code -eq 2 ] && [ "$(grep -c '^error: world size 2 .*context and expert parallel training are not implemented yet' "$TMP/err")" -eq 1 ]; then ok
+if [ $code -eq 2 ] && [ "$(grep -c '^error: world size 2 .*context parallel training is not implemented yet' "$TMP/err")" -eq 1 ]; then ok
 else fail "context parallel refused (exit $code)"; fi
+
+# Expert parallelism: bad combinations are one line and exit 2 on every rank.
+# expect_mesh_error NP PATTERN ARGS...
+expect_mesh_error() {
+  local np="$1" pattern="$2"
+  shift 2
+  run "$np" "$@"
+  local code=$?
+  if [ $code -eq 2 ] && [ "$(grep -c "^error: $pattern" "$TMP/err")" -eq 1 ]; then ok
+  else fail "$pattern (exit $code)"; sed 's/^/    /' "$TMP/err" >&2; fi
+}
+MOE=(--mock-data --train-iters 1 --lr 1e-3 --micro-batch-size 1 --global-batch-size 4 --num-threads 1)
+expect_mesh_error 2 "--expert-model-parallel-size 2: needs an MoE model (--num-experts)" \
+  "${MOE[@]}" --model gpt2-tiny --expert-model-parallel-size 2
+expect_mesh_error 4 "--num-experts: 6 is not divisible by --expert-model-parallel-size 4" \
+  "${MOE[@]}" --model mixtral-tiny --num-experts 6 --expert-model-parallel-size 4
+expect_mesh_error 3 "--expert-model-parallel-size 2 does not divide DP\*CP = 3" "${MOE[@]}" --model mixtral-tiny --expert-model-parallel-size 2
+expect_mesh_error 4 "--expert-tensor-parallel-size 1: only the tensor-parallel size (2) is implemented" \
+  "${MOE[@]}" --model mixtral-tiny --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1
+expect_mesh_error 2 "--moe-ffn-hidden-size: 175 is not divisible by --tensor-model-parallel-size 2" \
+  "${MOE[@]}" --model mixtral-tiny --tensor-model-parallel-size 2 --moe-ffn-hidden-size 175
 
 # Data parallel: the global batch must split into micro-batches of every rank.
 run 2 "${FLAGS[@]}" --micro-batch-size 2 --global-batch-size 6

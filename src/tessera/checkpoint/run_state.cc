@@ -15,6 +15,18 @@ void get(const nlohmann::json& j, const char* key, T& field, const std::string& 
   }
 }
 
+const char* balancing_name(model::MoeLoadBalancing b) {
+  switch (b) {
+    case model::MoeLoadBalancing::kAuxLoss:
+      return "aux_loss";
+    case model::MoeLoadBalancing::kSeqAuxLoss:
+      return "seq_aux_loss";
+    case model::MoeLoadBalancing::kNone:
+      return "none";
+  }
+  return "?";
+}
+
 nlohmann::json moe_to_json(const model::MoeConfig& m) {
   using model::MoeLoadBalancing;
   return {{"num_experts", m.num_experts},
@@ -26,9 +38,7 @@ nlohmann::json moe_to_json(const model::MoeConfig& m) {
           {"pre_softmax", m.pre_softmax},
           {"topk", m.topk},
           {"topk_scaling_factor", m.topk_scaling},
-          {"load_balancing_type", m.load_balancing == MoeLoadBalancing::kAuxLoss      ? "aux_loss"
-                                  : m.load_balancing == MoeLoadBalancing::kSeqAuxLoss ? "seq_aux_loss"
-                                                                                      : "none"},
+          {"load_balancing_type", balancing_name(m.load_balancing)},
           {"aux_loss_coeff", m.aux_loss_coeff},
           {"z_loss_coeff", m.z_loss_coeff},
           {"enable_expert_bias", m.expert_bias},
@@ -36,7 +46,9 @@ nlohmann::json moe_to_json(const model::MoeConfig& m) {
           {"expert_capacity_factor", m.capacity_factor},
           {"token_drop_policy",
            m.drop_policy == model::MoeTokenDropPolicy::kProbs ? "probs" : "position"},
-          {"pad_expert_input_to_capacity", m.pad_to_capacity}};
+          {"pad_expert_input_to_capacity", m.pad_to_capacity},
+          {"token_dispatcher_type",
+           m.dispatcher == moe::DispatcherType::kAllGather ? "allgather" : "alltoall"}};
 }
 
 model::MoeConfig moe_from_json(const nlohmann::json& j, const std::string& where) {
@@ -59,6 +71,8 @@ model::MoeConfig moe_from_json(const nlohmann::json& j, const std::string& where
   get(j, "expert_capacity_factor", m.capacity_factor, where);
   get(j, "token_drop_policy", drop, where);
   get(j, "pad_expert_input_to_capacity", m.pad_to_capacity, where);
+  std::string dispatcher = "alltoall";  // a layout choice: absent in older run states
+  if (j.contains("token_dispatcher_type")) get(j, "token_dispatcher_type", dispatcher, where);
   auto bad = [&](const char* key, const std::string& v, const char* expected) {
     throw Error(where + ": moe." + key + " '" + v + "': expected " + expected);
   };
@@ -67,6 +81,10 @@ model::MoeConfig moe_from_json(const nlohmann::json& j, const std::string& where
   if (balancing != "aux_loss" && balancing != "seq_aux_loss" && balancing != "none")
     bad("load_balancing_type", balancing, "aux_loss, seq_aux_loss or none");
   if (drop != "probs" && drop != "position") bad("token_drop_policy", drop, "probs or position");
+  if (dispatcher != "alltoall" && dispatcher != "allgather")
+    bad("token_dispatcher_type", dispatcher, "alltoall or allgather");
+  m.dispatcher = dispatcher == "allgather" ? moe::DispatcherType::kAllGather
+                                           : moe::DispatcherType::kAllToAll;
   m.router_fp64 = dtype == "fp64";
   m.score = score == "sigmoid" ? moe::ScoreFunction::kSigmoid : moe::ScoreFunction::kSoftmax;
   m.load_balancing = balancing == "aux_loss"       ? model::MoeLoadBalancing::kAuxLoss

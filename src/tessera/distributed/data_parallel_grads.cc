@@ -9,8 +9,10 @@ namespace tessera::distributed {
 
 DataParallelGrads::DataParallelGrads(model::ParameterSet& params,
                                      std::shared_ptr<comm::ProcessGroup> dp,
-                                     const ShardingPlan& plan, std::vector<FlatRange> buckets)
-    : params_(params), dp_(std::move(dp)), plan_(plan) {
+                                     const ShardingPlan& plan, std::vector<FlatRange> buckets,
+                                     std::shared_ptr<comm::ProcessGroup> expert_dp,
+                                     std::vector<FlatRange> expert_ranges)
+    : params_(params), dp_(std::move(dp)), expert_dp_(std::move(expert_dp)), plan_(plan) {
   const int64_t bucket_elems = plan.bucket_elems;
   if (dp_) {
     dp_size_ = dp_->size();
@@ -36,6 +38,34 @@ DataParallelGrads::DataParallelGrads(model::ParameterSet& params,
       end = begin;
     }
   }
+  // Expert ranges become buckets of their own (split off any bucket they fall into).
+  expert_bucket_.assign(buckets_.size(), 0);
+  if (!expert_ranges.empty()) {
+    std::vector<FlatRange> cut;
+    std::vector<char> expert;
+    for (const FlatRange& b : buckets_) {  // from the end of the buffer
+      std::vector<int64_t> edges = {b.begin, b.end};
+      for (const FlatRange& r : expert_ranges) {
+        if (r.begin > b.begin && r.begin < b.end) edges.push_back(r.begin);
+        if (r.end > b.begin && r.end < b.end) edges.push_back(r.end);
+      }
+      std::sort(edges.rbegin(), edges.rend());
+      for (size_t i = 0; i + 1 < edges.size(); ++i) {
+        const FlatRange piece{edges[i + 1], edges[i]};
+        const bool in_expert = std::any_of(expert_ranges.begin(), expert_ranges.end(),
+                                           [&](const FlatRange& r) {
+                                             return piece.begin >= r.begin && piece.end <= r.end;
+                                           });
+        cut.push_back(piece);
+        expert.push_back(in_expert ? 1 : 0);
+      }
+    }
+    buckets_ = std::move(cut);
+    expert_bucket_ = std::move(expert);
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      TESSERA_CHECK_MSG(buckets_[b].size() % size_of(b) == 0,
+                        "an expert bucket does not split over the expert-data-parallel group");
+  }
   if (sharded()) {
     for (size_t b = buckets_.size(); b-- > 0;) owned_.push_back(owned_part(b));
   } else {
@@ -46,7 +76,7 @@ DataParallelGrads::DataParallelGrads(model::ParameterSet& params,
 }
 
 void DataParallelGrads::start_iteration() {
-  if (!plan_.shards_gradients() || dp_size_ == 1) {
+  if (!plan_.shards_gradients() || (dp_size_ == 1 && !expert_dp_)) {
     params_.zero_grads();
     return;
   }
@@ -60,23 +90,24 @@ void DataParallelGrads::start_iteration() {
 }
 
 void DataParallelGrads::launch(size_t b) {
-  if (dp_size_ == 1) return;
+  comm::ProcessGroup* group = group_of(b);
+  if (size_of(b) == 1) return;
   const FlatRange r = buckets_[b];
   Tensor grads = params_.flat_grads().slice_rows(r.begin, r.end);
   if (!sharded()) {
-    work_[b] = dp_->all_reduce(grads, comm::ReduceOp::kSum);
+    work_[b] = group->all_reduce(grads, comm::ReduceOp::kSum);
     return;
   }
   // The output may not alias the input (MPI): this rank's part lands in a side buffer and is
   // copied into place by complete().
-  scatter_out_[b] = Tensor::empty({r.size() / dp_size_}, DType::kF32, MemoryCategory::kComm);
-  work_[b] = dp_->reduce_scatter(grads, scatter_out_[b], comm::ReduceOp::kSum);
+  scatter_out_[b] = Tensor::empty({r.size() / size_of(b)}, DType::kF32, MemoryCategory::kComm);
+  work_[b] = group->reduce_scatter(grads, scatter_out_[b], comm::ReduceOp::kSum);
 }
 
 void DataParallelGrads::complete(size_t b) {
   work_[b].wait();
   work_[b] = comm::Work();
-  if (!sharded() || dp_size_ == 1) return;
+  if (!sharded() || size_of(b) == 1) return;
   float* grads = params_.flat_grads().data<float>();
   const FlatRange mine = owned_part(b), bucket = buckets_[b];
   const float* src = scatter_out_[b].data<float>();
@@ -105,16 +136,19 @@ void DataParallelGrads::finish() {
 }
 
 void DataParallelGrads::gather_values() {
-  if (!sharded() || plan_.shards_parameters() || dp_size_ == 1) return;
+  if (!sharded()) return;
   Tensor& values = params_.flat_values();
   std::vector<comm::Work> works;
   std::vector<Tensor> parts;
   for (size_t b = 0; b < buckets_.size(); ++b) {
+    // ZeRO 3 gathers parameters per use (Zero3Params), except expert-parallel experts' units,
+    // which stay whole on their expert-data-parallel group.
+    if (size_of(b) == 1 || (plan_.shards_parameters() && !expert_bucket_[b])) continue;
     const FlatRange mine = owned_part(b);
     // The input may not alias the output.
     Tensor part = values.slice_rows(mine.begin, mine.end).clone(MemoryCategory::kComm);
     Tensor whole = values.slice_rows(buckets_[b].begin, buckets_[b].end);
-    works.push_back(dp_->all_gather(part, whole));
+    works.push_back(group_of(b)->all_gather(part, whole));
     parts.push_back(part);
   }
   for (const comm::Work& w : works) w.wait();
@@ -123,16 +157,19 @@ void DataParallelGrads::gather_values() {
 Tensor DataParallelGrads::gather_owned(const Tensor& local) const {
   const int64_t n = params_.numel();
   Tensor whole = Tensor::empty({n}, DType::kF32, MemoryCategory::kOther);
-  if (!sharded() || dp_size_ == 1) {
+  if (!sharded()) {
     TESSERA_CHECK(local.numel() == n);
     std::copy(local.data<float>(), local.data<float>() + n, whole.data<float>());
     return whole;
   }
   int64_t at = 0;
   for (size_t b = buckets_.size(); b-- > 0;) {  // owned_ is in increasing order
-    const int64_t part = buckets_[b].size() / dp_size_;
+    const int64_t part = buckets_[b].size() / size_of(b);
     Tensor out = whole.slice_rows(buckets_[b].begin, buckets_[b].end);
-    dp_->all_gather(local.slice_rows(at, at + part), out).wait();
+    if (size_of(b) == 1)
+      std::copy(local.data<float>() + at, local.data<float>() + at + part, out.data<float>());
+    else
+      group_of(b)->all_gather(local.slice_rows(at, at + part), out).wait();
     at += part;
   }
   return whole;

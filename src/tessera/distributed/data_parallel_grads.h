@@ -27,8 +27,15 @@
 //     pipeline schedule a reduction follows each micro-batch's last chunk instead: the buckets
 //     then hold whatever accumulated since the previous one, other micro-batches' chunks too.)
 //   stage 3: gradients as stage 2, with one bucket per model unit (GPTModel::units()), the same
-//     units whose parameters distributed::Zero3Params gathers; gather_values() does nothing
-//     (parameters are gathered when used).
+//     units whose parameters distributed::Zero3Params gathers; gather_values() gathers only
+//     expert-parallel experts' buckets (ZeRO 3 leaves those parameters whole; the rest are
+//     gathered when used).
+//
+// Expert parallelism: the flat ranges of this rank's MoE experts (GPTModel::expert_ranges())
+// hold parameters that only the ranks of this rank's expert-data-parallel group share, so the
+// buckets are cut at their edges and an expert bucket is reduced, sharded and gathered over that
+// group instead (Megatron's separate expert gradient buffers). Its size divides the DP size, so
+// buckets padded to multiples of DP split evenly over it too.
 #pragma once
 
 #include <memory>
@@ -59,8 +66,12 @@ class DataParallelGrads {
   // multiple of the DP size. The plan gives the stage, the bucket size and overlap. `buckets`:
   // explicit bucket ranges in increasing order covering the buffer, each a multiple of DP
   // (stage 3: the model's units); empty = cut by plan.bucket_elems. `params` must outlive this.
+  // `expert_dp` and `expert_ranges` (increasing, each a multiple of DP): the expert-data-parallel
+  // group and the flat ranges it reduces (none without expert parallelism).
   DataParallelGrads(model::ParameterSet& params, std::shared_ptr<comm::ProcessGroup> dp,
-                    const ShardingPlan& plan, std::vector<FlatRange> buckets = {});
+                    const ShardingPlan& plan, std::vector<FlatRange> buckets = {},
+                    std::shared_ptr<comm::ProcessGroup> expert_dp = nullptr,
+                    std::vector<FlatRange> expert_ranges = {});
 
   // Zeroes the gradients for a new iteration (stage 2: the owned parts; the rest is released).
   void start_iteration();
@@ -74,11 +85,13 @@ class DataParallelGrads {
   // After a reducing micro-batch's backward: reduces what is left and waits for every bucket.
   // After the last micro-batch the gradients of owned() are reduced.
   void finish();
-  // After the optimizer updated the values of owned(): all-gathers them (stages 1-2; a no-op
-  // otherwise). Collective over DP.
+  // After the optimizer updated the values of owned(): all-gathers them (stages 1-2, and at
+  // stage 3 the expert-parallel experts' buckets, which ZeRO 3 leaves whole; a no-op otherwise).
+  // Collective over DP (and the expert-DP group for expert buckets).
   void gather_values();
   // Gathers the fp32 elements `local` holds for owned() (packed in owned() order) into a whole
-  // flat fp32 tensor on every rank (for exports of sharded master weights). Collective.
+  // flat fp32 tensor on every rank (for exports of sharded master weights). Collective over DP
+  // (and the expert-DP group for expert buckets).
   Tensor gather_owned(const Tensor& local) const;
 
   // The elements whose reduced gradients (and, sharded, optimizer state) this rank holds, in
@@ -92,13 +105,20 @@ class DataParallelGrads {
  private:
   void launch(size_t bucket);
   void complete(size_t bucket);  // waits for it; copies its reduced part into place
+  // The group that reduces bucket b (nullptr: one rank), its size and this rank's index in it.
+  comm::ProcessGroup* group_of(size_t b) const {
+    return expert_bucket_[b] ? expert_dp_.get() : dp_.get();
+  }
+  int size_of(size_t b) const { return group_of(b) ? group_of(b)->size() : 1; }
+  int rank_of(size_t b) const { return group_of(b) ? group_of(b)->rank() : 0; }
   FlatRange owned_part(size_t bucket) const {
-    return part_of(buckets_[bucket], dp_size_, dp_rank_);
+    return part_of(buckets_[bucket], size_of(bucket), rank_of(bucket));
   }
 
   model::ParameterSet& params_;
-  std::shared_ptr<comm::ProcessGroup> dp_;
+  std::shared_ptr<comm::ProcessGroup> dp_, expert_dp_;
   int dp_size_ = 1, dp_rank_ = 0;
+  std::vector<char> expert_bucket_;  // per bucket: reduced over expert_dp_
   ShardingPlan plan_;
   std::vector<FlatRange> buckets_;  // from the end of the buffer to its start
   std::vector<FlatRange> owned_;

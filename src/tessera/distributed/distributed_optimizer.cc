@@ -25,6 +25,19 @@ DistributedOptimizer::DistributedOptimizer(
       model_group_(std::move(model_group)),
       policy_(policy) {}
 
+void DistributedOptimizer::set_experts(std::vector<FlatRange> ranges,
+                                       std::shared_ptr<comm::ProcessGroup> ep) {
+  expert_ranges_ = std::move(ranges);
+  ep_ = std::move(ep);
+  dense_ranges_.clear();
+  int64_t at = 0;
+  for (const FlatRange& r : expert_ranges_) {
+    if (r.begin > at) dense_ranges_.push_back({at, r.begin});
+    at = r.end;
+  }
+  if (params_.numel() > at) dense_ranges_.push_back({at, params_.numel()});
+}
+
 StepResult DistributedOptimizer::step(int64_t iteration, double loss_sum, double tokens,
                                       double global_tokens) {
   StepResult out;
@@ -38,8 +51,15 @@ StepResult DistributedOptimizer::step(int64_t iteration, double loss_sum, double
   if (iteration == policy_.inject_overflow_at) grads.data<float>()[0] = INFINITY;
   // Every element is counted by one rank of the model-parallel group (tensor x pipeline; a tied
   // embedding's copy not at all), and, sharded, by one data-parallel rank.
-  const double sum_sq = sum_over(sharded ? world_.get() : model_group_.get(),
-                                 {tp_grads_.local_sum_squares(owned)})[0];
+  double sum_sq = 0;
+  if (sharded || expert_ranges_.empty()) {
+    sum_sq = sum_over(sharded ? world_.get() : model_group_.get(),
+                      {tp_grads_.local_sum_squares(owned)})[0];
+  } else {  // replicated, with expert parallelism: each rank's experts are its own
+    const double dense = tp_grads_.local_sum_squares(&dense_ranges_);
+    const double experts = sum_over(ep_.get(), {tp_grads_.local_sum_squares(&expert_ranges_)})[0];
+    sum_sq = sum_over(model_group_.get(), {dense + experts})[0];
+  }
   const bool finite = std::isfinite(sum_sq) && std::isfinite(loss_sum);
   // The gradients are of loss_sum / global_tokens. With a loss mask (--eod-mask-loss) fewer
   // tokens count: rescale to the mean over the counted tokens of the global batch (Megatron's

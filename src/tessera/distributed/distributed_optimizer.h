@@ -55,6 +55,11 @@ class DistributedOptimizer {
                        Zero3Params* zero3, std::shared_ptr<comm::ProcessGroup> world,
                        std::shared_ptr<comm::ProcessGroup> model_group, StepPolicy policy);
 
+  // Expert parallelism: this rank's experts' flat ranges and the expert-parallel group. Unsharded
+  // (ZeRO 0), a rank holds only its experts, so their part of the norm is summed over that group
+  // as well as the model group.
+  void set_experts(std::vector<FlatRange> ranges, std::shared_ptr<comm::ProcessGroup> ep);
+
   // The factor the backward multiplies the loss by (1 unless fp16).
   double loss_scale() const { return scaler_->scale(); }
 
@@ -84,6 +89,8 @@ class DistributedOptimizer {
   Zero3Params* zero3_;
   std::shared_ptr<comm::ProcessGroup> world_, model_group_;
   StepPolicy policy_;
+  std::vector<FlatRange> expert_ranges_, dense_ranges_;  // set_experts()
+  std::shared_ptr<comm::ProcessGroup> ep_;
 };
 
 }  // namespace tessera::distributed

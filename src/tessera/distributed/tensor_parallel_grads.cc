@@ -44,7 +44,8 @@ TensorParallelGrads::TensorParallelGrads(model::ParameterSet& params,
   for (const model::Parameter& p : params.all()) {
     if (p.tied_copy) continue;  // counted by the stage that owns the original
     if (p.shard.tp_dim < 0) {
-      if (tp.sequence_parallel()) append(sequence_parallel_, p.offset, p.numel());
+      if (tp.sequence_parallel() && !p.tp_complete)
+        append(sequence_parallel_, p.offset, p.numel());
       if (first_rank) append(norm_ranges_, p.offset, p.numel());
       continue;
     }

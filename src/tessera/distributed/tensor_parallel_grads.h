@@ -4,7 +4,7 @@
 //   - split parameters (column/row weights, vocab rows): the exact gradient of its shard;
 //   - replicated parameters (norms, row-parallel biases, position embedding): the full gradient,
 //     identical on every rank, or, under --sequence-parallel, only the part from this rank's
-//     slice of the sequence;
+//     slice of the sequence (except those marked Parameter::tp_complete: whole everywhere);
 //   - key/value heads replicated because there are fewer query groups than ranks: the part from
 //     this rank's query heads only.
 // finalize() sums the partial ones (over TP for the sequence-parallel case, over each replica

@@ -18,7 +18,8 @@ bool persistent_unit(int64_t elems, int dp_size, int64_t persistence_threshold) 
 }  // namespace
 
 Zero3Params::Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::ProcessGroup> dp,
-                         std::vector<FlatRange> units, const ShardingPlan& plan)
+                         std::vector<FlatRange> units, const ShardingPlan& plan,
+                         std::vector<bool> whole)
     : params_(params),
       dp_(std::move(dp)),
       dp_size_(dp_ ? dp_->size() : 1),
@@ -29,6 +30,8 @@ Zero3Params::Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::Proc
   const int64_t persistence_threshold = plan.persistence_threshold;
   const size_t n = units_.size();
   persistent_.resize(n);
+  whole_ = whole.empty() ? std::vector<bool>(n, false) : std::move(whole);
+  TESSERA_CHECK(whole_.size() == n);
   state_.assign(n, State::kWhole);
   uses_.assign(n, 0);
   work_.resize(n);
@@ -36,7 +39,8 @@ Zero3Params::Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::Proc
   int64_t persistent_elems = 0, largest = 0;
   for (size_t u = 0; u < n; ++u) {
     TESSERA_CHECK(units_[u].size() % dp_size_ == 0);
-    persistent_[u] = persistent_unit(units_[u].size(), dp_size_, persistence_threshold);
+    persistent_[u] =
+        whole_[u] || persistent_unit(units_[u].size(), dp_size_, persistence_threshold);
     if (persistent_[u]) persistent_elems += units_[u].size();
     else largest = std::max(largest, units_[u].size());
   }
@@ -179,9 +183,9 @@ void Zero3Params::quiesce() {
 void Zero3Params::after_step() {
   if (dp_size_ == 1) return;
   for (size_t u = 0; u < units_.size(); ++u)
-    if (persistent_[u]) start_gather(static_cast<int>(u));
+    if (persistent_[u] && !whole_[u]) start_gather(static_cast<int>(u));
   for (size_t u = 0; u < units_.size(); ++u)
-    if (persistent_[u]) wait_gather(static_cast<int>(u));
+    if (persistent_[u] && !whole_[u]) wait_gather(static_cast<int>(u));
 }
 
 }  // namespace tessera::distributed

@@ -33,8 +33,13 @@ class Zero3Params : public model::ParamAccess {
   // unowned parts of every non-persistent unit at once (nothing to give back when the model was
   // built with resident_ranges()).
   // The plan's persistence_threshold, prefetch_elems and max_live_elems apply.
+  // `whole` (empty, or one flag per unit): units this object leaves whole and never gathers:
+  // expert-parallel experts, held only by their expert-data-parallel group, whose sharded
+  // optimizer updates DataParallelGrads::gather_values() all-gathers over that group (their
+  // gradients and optimizer state are sharded, their parameters not: ZeRO 2 for experts).
   Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::ProcessGroup> dp,
-              std::vector<FlatRange> units, const ShardingPlan& plan);
+              std::vector<FlatRange> units, const ShardingPlan& plan,
+              std::vector<bool> whole = {});
   ~Zero3Params() override;
 
   void begin_pass(const std::vector<int>& order) override;
@@ -74,6 +79,7 @@ class Zero3Params : public model::ParamAccess {
   int dp_size_, dp_rank_;
   std::vector<FlatRange> units_;
   std::vector<bool> persistent_;
+  std::vector<bool> whole_;  // never gathered here (persistent_ too)
   std::vector<State> state_;
   std::vector<int> uses_;
   std::vector<comm::Work> work_;

@@ -142,7 +142,8 @@ void ModelConfig::validate() const {
 }
 
 void ModelConfig::validate_moe() const {
-  if (moe.num_experts < 0) bad("--num-experts", "must be >= 0, got " + std::to_string(moe.num_experts));
+  if (moe.num_experts < 0)
+    bad("--num-experts", "must be >= 0, got " + std::to_string(moe.num_experts));
   if (!moe.enabled()) return;
   moe.router().validate();
   std::string why;
@@ -173,9 +174,12 @@ void ModelConfig::validate_tensor_parallel(int tp_size, bool sequence_parallel) 
                                   "there are fewer groups than ranks)");
   if (ffn() % tp_size != 0)
     bad("--ffn-hidden-size", std::to_string(ffn()) + " is not divisible by " + tp);
-  if (moe.enabled() && tp_size > 1)
-    bad("--num-experts", "MoE layers under " + tp +
-                             " are not implemented yet (experts run on one tensor-parallel rank)");
+  if (moe.enabled() && moe_ffn() % tp_size != 0)
+    bad("--moe-ffn-hidden-size", std::to_string(moe_ffn()) + " is not divisible by " + tp +
+                                     " (experts are split like the MLP)");
+  if (moe.enabled() && moe.shared_expert_size % tp_size != 0)
+    bad("--moe-shared-expert-intermediate-size",
+        std::to_string(moe.shared_expert_size) + " is not divisible by " + tp);
   if (sequence_parallel && seq_length % tp_size != 0)
     bad("--sequence-parallel", "--seq-length " + std::to_string(seq_length) +
                                    " is not divisible by " + tp);
@@ -209,6 +213,14 @@ int64_t count_parameters(const ModelConfig& c, int experts_counted) {
 }  // namespace
 
 int64_t ModelConfig::num_active_parameters() const { return count_parameters(*this, moe.topk); }
+
+void ModelConfig::validate_expert_parallel(int ep_size) const {
+  if (ep_size <= 1) return;
+  const std::string ep = "--expert-model-parallel-size " + std::to_string(ep_size);
+  if (!moe.enabled()) bad(ep, "needs an MoE model (--num-experts)");
+  if (moe.num_experts % ep_size != 0)
+    bad("--num-experts", std::to_string(moe.num_experts) + " is not divisible by " + ep);
+}
 
 int64_t ModelConfig::num_parameters() const { return count_parameters(*this, moe.num_experts); }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/moe/permute.h"
 #include "tessera/moe/router.h"
 
 namespace tessera::model {
@@ -41,6 +42,8 @@ struct MoeConfig {
   float capacity_factor = 0.0f;      // --moe-expert-capacity-factor (0: dropless)
   MoeTokenDropPolicy drop_policy = MoeTokenDropPolicy::kProbs;  // --moe-token-drop-policy
   bool pad_to_capacity = false;      // --moe-pad-expert-input-to-capacity
+  // --moe-token-dispatcher-type (expert parallelism): alltoall or allgather, the same results.
+  moe::DispatcherType dispatcher = moe::DispatcherType::kAllToAll;
 
   bool enabled() const { return num_experts > 0; }
   moe::RouterConfig router() const { return {num_experts, topk, score, pre_softmax, topk_scaling}; }
@@ -80,6 +83,9 @@ struct ModelConfig {
   // Throws tessera::Error naming the offending flag when the options are inconsistent.
   void validate() const;
   void validate_moe() const;  // the MoE part of validate()
+  // Throws tessera::Error naming the flags when the experts cannot be split over `ep_size`
+  // expert-parallel ranks (no MoE layers, or num_experts not divisible by it).
+  void validate_expert_parallel(int ep_size) const;
   // Throws tessera::Error (naming the flags and sizes) when the model cannot be split across
   // `tp_size` tensor-parallel ranks: heads, query groups (unless the groups divide tp_size and
   // are replicated) and ffn size must be divisible by it, and under sequence parallelism the

@@ -72,8 +72,17 @@ GPTModel::Layout GPTModel::declare(ParameterSet& params, const ModelConfig& cfg,
     out.chunk_begin.push_back(static_cast<int>(out.layer_offsets.size()));
     for (int l = first; l < end; ++l) {
       out.layer_offsets.push_back(params.numel());
-      TransformerLayer::declare(params, cfg, l);
+      const bool split_experts = part.ep_size > 1 && cfg.is_moe_layer(l);
+      TransformerLayer::declare(params, cfg, l, !split_experts);
       close_unit(out.layer_offsets.back(), out.layer_units);
+      if (split_experts) {  // this rank's experts: a unit of their own
+        const int64_t begin = params.numel();
+        MoeLayer::declare_experts(params, TransformerLayer::prefix(cfg, l), cfg, part.ep_size,
+                                  part.ep_rank);
+        std::vector<int> expert_unit;
+        close_unit(begin, expert_unit);
+        out.expert_ranges.push_back(out.units.back());
+      }
     }
   }
   out.chunk_begin.push_back(static_cast<int>(out.layer_offsets.size()));
@@ -119,10 +128,16 @@ ParameterSet GPTModel::declare_part(const ModelConfig& cfg, int tp_size, int tp_
 
 GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
                    const parallel::TensorParallel& tp, int64_t flat_multiple, ModelPart part,
-                   const ResidentRanges& resident)
-    : cfg_(cfg), tp_(tp), part_(std::move(part)), params_(tp.size(), tp.rank()) {
+                   const ResidentRanges& resident,
+                   std::shared_ptr<comm::ProcessGroup> expert_group)
+    : cfg_(cfg), tp_(tp), expert_group_(std::move(expert_group)), part_(std::move(part)),
+      params_(tp.size(), tp.rank()) {
   cfg_.validate();
   cfg_.validate_tensor_parallel(tp_.size(), tp_.sequence_parallel());
+  cfg_.validate_expert_parallel(part_.ep_size);
+  TESSERA_CHECK((part_.ep_size > 1) == (expert_group_ != nullptr));
+  TESSERA_CHECK(!expert_group_ || (expert_group_->size() == part_.ep_size &&
+                                   expert_group_->rank() == part_.ep_rank));
   padded_vocab_ = cfg_.padded_vocab_size(tp_.size());
   vocab_local_ = padded_vocab_ / tp_.size();
   vocab_start_ = tp_.rank() * vocab_local_;
@@ -131,7 +146,15 @@ GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
   layout_ = declare(params_, cfg_, part_, padded_vocab_, flat_multiple);
   partly_resident_ = static_cast<bool>(resident);
   if (resident) {
-    const auto ranges = resident(layout_.units);
+    // Expert-parallel experts stay whole (ZeRO 3 leaves them to their expert-DP group).
+    std::vector<std::pair<int64_t, int64_t>> sharded_units;
+    for (const auto& u : layout_.units)
+      if (std::find(layout_.expert_ranges.begin(), layout_.expert_ranges.end(), u) ==
+          layout_.expert_ranges.end())
+        sharded_units.push_back(u);
+    auto ranges = resident(sharded_units);
+    ranges.insert(ranges.end(), layout_.expert_ranges.begin(), layout_.expert_ranges.end());
+    std::sort(ranges.begin(), ranges.end());
     params_.allocate(compute_dtype, seed, flat_multiple, &ranges);
   } else {
     params_.allocate(compute_dtype, seed, flat_multiple);
@@ -147,7 +170,8 @@ GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
   }
   layers_.reserve(layout_.layer_offsets.size());
   for (const auto& [first, end] : part_.chunks)
-    for (int l = first; l < end; ++l) layers_.emplace_back(params_, cfg_, l, &tp_);
+    for (int l = first; l < end; ++l)
+      layers_.emplace_back(params_, cfg_, l, &tp_, expert_group_.get());
   layer_forwards_.assign(layers_.size(), 0);
   if (part_.head) {
     final_norm_ = std::make_unique<Norm>(params_, n.final_norm, cfg_);

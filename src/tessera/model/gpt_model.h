@@ -49,10 +49,14 @@ struct LossSum {
 // chunk order, see pipeline/schedule.h), whether its first chunk starts with the embeddings and
 // whether its last chunk ends with the final norm, output layer and loss. The default is the
 // whole model in one chunk.
+// Under expert parallelism (ep_size > 1) the rank holds experts [ep_rank * E/ep, (ep_rank + 1) *
+// E/ep) of every MoE layer, declared after the layer's other parameters as a unit of their own
+// (their gradients are reduced over the expert-data-parallel group).
 struct ModelPart {
   std::vector<std::pair<int, int>> chunks;  // [first layer, end layer) per chunk; empty: all
   bool embedding = true;
   bool head = true;
+  int ep_size = 1, ep_rank = 0;
 };
 
 class GPTModel {
@@ -63,12 +67,16 @@ class GPTModel {
   // is padded to a multiple of `flat_multiple` elements, so data-parallel shards can split each
   // unit evenly (and the tied embedding's parts line up on the first and last stage).
   // `resident` (when set) maps the units to the flat ranges this rank initialises; the rest is
-  // zero and not resident (ZeRO 3's parts, distributed::Zero3Params::resident_ranges).
+  // zero and not resident (ZeRO 3's parts, distributed::Zero3Params::resident_ranges). It is not
+  // asked about expert-parallel experts' units: they are initialised whole.
   using ResidentRanges = std::function<std::vector<std::pair<int64_t, int64_t>>(
       const std::vector<std::pair<int64_t, int64_t>>& units)>;
+  // `expert_group`: the expert-parallel group (part.ep_size ranks, this rank at part.ep_rank),
+  // through which MoE layers exchange tokens; nullptr when part.ep_size is 1.
   GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
            const parallel::TensorParallel& tp = {}, int64_t flat_multiple = 1, ModelPart part = {},
-           const ResidentRanges& resident = nullptr);
+           const ResidentRanges& resident = nullptr,
+           std::shared_ptr<comm::ProcessGroup> expert_group = nullptr);
   GPTModel(const GPTModel&) = delete;  // layers point at tp_
   GPTModel& operator=(const GPTModel&) = delete;
 
@@ -102,6 +110,11 @@ class GPTModel {
   const std::vector<int>& embed_units() const { return layout_.embed_units; }
   int layer_unit(int l) const { return layout_.layer_units[l]; }
   const std::vector<int>& head_units() const { return layout_.head_units; }
+  // Under expert parallelism: the flat ranges of this rank's experts (units of their own, in
+  // increasing order); empty otherwise.
+  const std::vector<std::pair<int64_t, int64_t>>& expert_ranges() const {
+    return layout_.expert_ranges;
+  }
   // Flat offset of local layer l's first parameter, and of the head's first unit: from there on
   // the gradients are final once that part's backward is done.
   int64_t layer_offset(int l) const { return layout_.layer_offsets[l]; }
@@ -155,6 +168,7 @@ class GPTModel {
     std::vector<int64_t> layer_offsets;  // flat offset of each local layer's first parameter
     int64_t head_offset = 0;             // flat offset of the head's first unit
     std::pair<int64_t, int64_t> tied_range{0, 0};  // tied_embedding_range()
+    std::vector<std::pair<int64_t, int64_t>> expert_ranges;  // expert_ranges()
   };
   // Declares the parameters of `part` into `params` and says where they went. An empty chunk
   // list means the whole model: `part` is completed to one chunk of every layer.
@@ -163,6 +177,7 @@ class GPTModel {
 
   ModelConfig cfg_;
   parallel::TensorParallel tp_;
+  std::shared_ptr<comm::ProcessGroup> expert_group_;
   ModelPart part_;
   Layout layout_;
   int64_t padded_vocab_, vocab_start_, vocab_local_;  // this rank's rows of the padded vocabulary

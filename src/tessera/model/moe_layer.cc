@@ -28,6 +28,27 @@ Mlp::Names shared_names(const std::string& block, const ModelConfig& cfg) {
   return Mlp::dense_names(block + ".shared_experts", cfg);
 }
 
+// The replicated parameters declared from index `first` on (the experts' biases after their
+// row-parallel projections) are computed whole on every TP rank: the block runs on the whole
+// micro-batch there.
+void mark_tp_complete(ParameterSet& params, size_t first) {
+  for (size_t i = first; i < params.all().size(); ++i)
+    if (params.all()[i].shard.tp_dim < 0) params.all()[i].tp_complete = true;
+}
+
+// Rows [seq_begin, seq_begin + seq_local) of each of the B samples of `full` (B * T rows): this
+// rank's sequence slice under --sequence-parallel (`sp`; the whole of `full` otherwise).
+Tensor sequence_slice(const Tensor& full, const StepContext& ctx, bool sp) {
+  if (!sp) return full;
+  const int64_t C = full.dim(1);
+  Tensor out = Tensor::empty({ctx.B * ctx.seq_local, C}, full.dtype());
+  for (int64_t b = 0; b < ctx.B; ++b)
+    out.slice_rows(b * ctx.seq_local, (b + 1) * ctx.seq_local)
+        .copy_from(full.slice_rows(b * ctx.T + ctx.seq_begin,
+                                   b * ctx.T + ctx.seq_begin + ctx.seq_local));
+  return out;
+}
+
 // The fp32 copy of a compute-dtype tensor (the tensor itself when it is fp32).
 Tensor as_f32(const Tensor& t) {
   if (t.dtype() == DType::kF32) return t;
@@ -50,25 +71,47 @@ std::string MoeLayer::block_prefix(const std::string& layer, const ModelConfig& 
   return layer + (mixtral_names(cfg) ? ".block_sparse_moe" : ".mlp");
 }
 
-void MoeLayer::declare(ParameterSet& params, const std::string& layer, const ModelConfig& cfg) {
+void MoeLayer::declare(ParameterSet& params, const std::string& layer, const ModelConfig& cfg,
+                       bool with_experts) {
   const std::string block = block_prefix(layer, cfg);
-  params.add(block + ".gate.weight", {cfg.moe.num_experts, cfg.hidden_size}, InitKind::kNormal,
-             cfg.init_method_std, true);
-  for (int e = 0; e < cfg.moe.num_experts; ++e)
-    Mlp::declare(params, expert_names(block, e, cfg), cfg.moe_ffn(), cfg);
-  if (cfg.moe.shared_expert_size > 0)
+  params
+      .add(block + ".gate.weight", {cfg.moe.num_experts, cfg.hidden_size}, InitKind::kNormal,
+           cfg.init_method_std, true)
+      .tp_complete = true;
+  if (with_experts) declare_experts(params, layer, cfg);
+  if (cfg.moe.shared_expert_size > 0) {
+    const size_t before = params.all().size();
     Mlp::declare(params, shared_names(block, cfg), cfg.moe.shared_expert_size, cfg);
+    mark_tp_complete(params, before);
+  }
+}
+
+void MoeLayer::declare_experts(ParameterSet& params, const std::string& layer,
+                               const ModelConfig& cfg, int ep_size, int ep_rank) {
+  const std::string block = block_prefix(layer, cfg);
+  const int local = cfg.moe.num_experts / ep_size;
+  for (int e = ep_rank * local; e < (ep_rank + 1) * local; ++e) {
+    const size_t before = params.all().size();
+    Mlp::declare(params, expert_names(block, e, cfg), cfg.moe_ffn(), cfg);
+    for (size_t i = before; i < params.all().size(); ++i) params.all()[i].expert = ep_size > 1;
+    mark_tp_complete(params, before);
+  }
 }
 
 MoeLayer::MoeLayer(ParameterSet& params, const std::string& layer, const ModelConfig& cfg,
-                   const parallel::TensorParallel* tp)
-    : moe_(cfg.moe), C_(cfg.hidden_size) {
-  TESSERA_CHECK_MSG(params.tp_size() == 1, "MoE layers run on one tensor-parallel rank");
+                   const parallel::TensorParallel* tp, comm::ProcessGroup* expert_group)
+    : moe_(cfg.moe), C_(cfg.hidden_size), tp_(tp), expert_group_(expert_group) {
+  TESSERA_CHECK(tp != nullptr);
+  expert_tp_ = std::make_unique<parallel::TensorParallel>(tp->group(), false);
+  tp = expert_tp_.get();  // the experts and the shared expert run on the whole micro-batch
   const std::string block = block_prefix(layer, cfg);
   router_name_ = block + ".gate.weight";
   router_w_ = params.get(router_name_).value;
   router_dw_ = params.get(router_name_).grad;
-  for (int e = 0; e < moe_.num_experts; ++e)
+  const int ep = expert_group_ ? expert_group_->size() : 1;
+  const int rank = expert_group_ ? expert_group_->rank() : 0;
+  const int local = moe_.num_experts / ep;
+  for (int e = rank * local; e < (rank + 1) * local; ++e)
     experts_.emplace_back(params, expert_names(block, e, cfg), cfg.moe_ffn(), cfg, tp);
   if (moe_.shared_expert_size > 0)
     shared_.emplace_back(params, shared_names(block, cfg), moe_.shared_expert_size, cfg, tp);
@@ -97,11 +140,22 @@ void MoeLayer::router_logits(const Tensor& x, std::vector<float>& logits) const 
     }
 }
 
-Tensor MoeLayer::forward(const Tensor& x, Saved& s, const StepContext& ctx) const {
+Tensor MoeLayer::forward(const Tensor& x_local, Saved& s, const StepContext& ctx) const {
+  TESSERA_CHECK(x_local.dim(1) == C_);
+  // Under --sequence-parallel: the whole micro-batch (every TP rank computes the same block).
+  const Tensor x = tp_->sequence_parallel() ? tp_->column_input_forward(x_local, ctx.B) : x_local;
   const int64_t N = x.dim(0), E = moe_.num_experts;
-  TESSERA_CHECK(x.dim(1) == C_);
   s.inp = x;
   router_logits(x, s.logits);
+  if (tp_->size() > 1 && !tp_->sequence_parallel()) {
+    // Every TP rank must route alike (they run the experts' collectives together), and without
+    // SP their copies of x come from an all-reduce, which MPI does not promise to be bitwise
+    // equal everywhere: TP rank 0's logits decide.
+    Tensor logits = Tensor::empty({N, E}, DType::kF32, MemoryCategory::kComm);
+    std::copy(s.logits.begin(), s.logits.end(), logits.data<float>());
+    tp_->group()->broadcast(logits, 0).wait();
+    std::copy(logits.data<float>(), logits.data<float>() + N * E, s.logits.begin());
+  }
   s.routing = moe::route(s.logits.data(), N, moe_.router(),
                          moe_.expert_bias ? expert_bias_.data() : nullptr);
   moe::CapacityOptions cap;
@@ -130,46 +184,54 @@ Tensor MoeLayer::forward(const Tensor& x, Saved& s, const StepContext& ctx) cons
 
   const int64_t R = s.perm.rows();
   Tensor rows_in = Tensor::empty({R, C_}, x.dtype());
-  s.rows_out = Tensor::empty({R, C_}, x.dtype());
-  s.experts.assign(experts_.size(), Mlp::Saved{});
   Tensor y = Tensor::empty({N, C_}, x.dtype());
   visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     moe::permute(rows_in.data<T>(), x.data<T>(), s.perm, C_);
-    // One MLP per expert over its contiguous rows: two GEMMs each, never a loop over tokens.
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t b = s.perm.expert_begin[e], end = s.perm.expert_begin[e + 1];
-      if (b == end) continue;
-      const Tensor out = experts_[e].forward(rows_in.slice_rows(b, end), s.experts[e], 1);
-      s.rows_out.slice_rows(b, end).copy_from(out);
-    }
+  });
+  if (expert_group_) {  // the rows travel to the ranks of their experts, and back
+    s.plan = moe::make_dispatch_plan(s.perm, moe_.num_experts, *expert_group_, moe_.dispatcher);
+    const Tensor local = moe::dispatch(rows_in, s.plan, *expert_group_);
+    s.rows_out = moe::combine(experts_forward(local, s.plan.expert_begin, s.experts), s.plan,
+                              *expert_group_);
+  } else {
+    s.rows_out = experts_forward(rows_in, s.perm.expert_begin, s.experts);
+  }
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
     moe::unpermute(y.data<T>(), s.rows_out.data<T>(), s.routing.weights.data(), s.perm, C_);
     if (!shared_.empty()) {
       const Tensor sh = shared_[0].forward(x, s.shared, 1);
       kernels::add(y.data<T>(), y.data<T>(), sh.data<T>(), N * C_);
     }
   });
-  return y;
+  return sequence_slice(y, ctx, tp_->sequence_parallel());
 }
 
-Tensor MoeLayer::backward(const Tensor& dy, const Saved& s, const StepContext& ctx) const {
+Tensor MoeLayer::backward(const Tensor& dy_local, const Saved& s, const StepContext& ctx) const {
+  const Tensor dy =
+      tp_->sequence_parallel() ? tp_->row_output_backward(dy_local, ctx.B) : dy_local;
   const int64_t N = dy.dim(0), E = moe_.num_experts, k = moe_.topk, R = s.perm.rows();
   std::vector<float> dweights(N * k), dlogits(N * E, 0.0f);
   std::vector<float> dx32(N * C_);
   Tensor dx = Tensor::empty({N, C_}, dy.dtype());
   const Tensor xf = as_f32(s.inp), wf = as_f32(router_w_);
+  Tensor drows = Tensor::empty({R, C_}, dy.dtype());
   visit_float(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    Tensor drows = Tensor::empty({R, C_}, dy.dtype());
     moe::unpermute_backward(drows.data<T>(), dweights.data(), dy.data<T>(), s.rows_out.data<T>(),
                             s.routing.weights.data(), s.perm, C_);
-    Tensor drows_in = Tensor::empty({R, C_}, dy.dtype());
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t b = s.perm.expert_begin[e], end = s.perm.expert_begin[e + 1];
-      if (b == end) continue;
-      const Tensor d = experts_[e].backward(drows.slice_rows(b, end), s.experts[e], 1);
-      drows_in.slice_rows(b, end).copy_from(d);
-    }
+  });
+  Tensor drows_in;
+  if (expert_group_) {
+    const Tensor local = moe::dispatch(drows, s.plan, *expert_group_);
+    drows_in = moe::combine(experts_backward(local, s.plan.expert_begin, s.experts), s.plan,
+                            *expert_group_);
+  } else {
+    drows_in = experts_backward(drows, s.perm.expert_begin, s.experts);
+  }
+  visit_float(dy.dtype(), [&](auto tag) {
+    using T = decltype(tag);
     moe::permute_backward_f32(dx32.data(), drows_in.data<T>(), s.perm, C_);
   });
 
@@ -218,7 +280,31 @@ Tensor MoeLayer::backward(const Tensor& dy, const Saved& s, const StepContext& c
   mb.dropped = s.perm.dropped;
   mb.expert_count = s.routing.expert_count;
   stats_.add(mb);
-  return dx;
+  return sequence_slice(dx, ctx, tp_->sequence_parallel());
+}
+
+Tensor MoeLayer::experts_forward(const Tensor& rows, const std::vector<int64_t>& expert_begin,
+                                 std::vector<Mlp::Saved>& saved) const {
+  Tensor out = Tensor::empty(rows.shape(), rows.dtype());
+  saved.assign(experts_.size(), Mlp::Saved{});
+  // One MLP per expert over its contiguous rows: two GEMMs each, never a loop over tokens.
+  for (size_t e = 0; e < experts_.size(); ++e) {
+    const int64_t b = expert_begin[e], end = expert_begin[e + 1];
+    if (b == end) continue;
+    out.slice_rows(b, end).copy_from(experts_[e].forward(rows.slice_rows(b, end), saved[e], 1));
+  }
+  return out;
+}
+
+Tensor MoeLayer::experts_backward(const Tensor& drows, const std::vector<int64_t>& expert_begin,
+                                  const std::vector<Mlp::Saved>& saved) const {
+  Tensor out = Tensor::empty(drows.shape(), drows.dtype());
+  for (size_t e = 0; e < experts_.size(); ++e) {
+    const int64_t b = expert_begin[e], end = expert_begin[e + 1];
+    if (b == end) continue;
+    out.slice_rows(b, end).copy_from(experts_[e].backward(drows.slice_rows(b, end), saved[e], 1));
+  }
+  return out;
 }
 
 MoeLayerStats MoeLayer::take_stats() const {

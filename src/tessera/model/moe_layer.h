@@ -22,9 +22,19 @@
 // models with softmax routing and no shared expert, DeepSeek-V3's (mlp.gate,
 // mlp.experts.N.gate_proj/up_proj/down_proj, mlp.shared_experts) for the other LLaMA-family
 // ones, GPT-2 style ones (mlp.gate, mlp.experts.N.c_fc/c_proj, mlp.shared_experts) otherwise.
-// One tensor-parallel rank only for now (GPTModel refuses TP > 1 with experts).
+// Expert parallelism: with an expert group of EP ranks, this rank holds experts
+// [r*E/EP, (r+1)*E/EP) and exchanges rows with the others through moe/token_dispatcher.h (the
+// routing, capacity and losses stay this rank's micro-batch's).
+// Tensor parallelism (expert tensor parallelism = TP, Megatron's default): every TP rank runs the
+// block on the whole micro-batch (gathered from the sequence slices under --sequence-parallel)
+// with the same routing (without SP, TP rank 0's router logits are broadcast: the replicated
+// input need not be bitwise equal on every rank); the experts and the shared expert are split like the dense MLP
+// (column/row parallel, their outputs all-reduced over TP), so every TP rank ends with the same
+// output and takes its rows. The router and the replicated biases get whole gradients on every
+// rank (Parameter::tp_complete).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +42,7 @@
 #include "tessera/model/context.h"
 #include "tessera/model/mlp.h"
 #include "tessera/moe/permute.h"
+#include "tessera/moe/token_dispatcher.h"
 
 namespace tessera::model {
 
@@ -50,11 +61,12 @@ struct MoeLayerStats {
 class MoeLayer {
  public:
   struct Saved {
-    Tensor inp;                  // (N, C) the block's input
+    Tensor inp;                  // (N, C) the block's input, the whole micro-batch
     std::vector<float> logits;   // (N, E) fp32 router logits
     moe::Routing routing;
     moe::Permutation perm;
-    Tensor rows_out;             // (rows, C) the experts' outputs, expert-major
+    moe::DispatchPlan plan;      // expert parallelism: the row exchange
+    Tensor rows_out;             // (rows, C) the experts' outputs, this rank's expert-major order
     std::vector<Mlp::Saved> experts;
     Mlp::Saved shared;
     double aux_loss = 0, z_loss = 0;  // this micro-batch's (coefficients included)
@@ -62,9 +74,16 @@ class MoeLayer {
 
   // The HF prefix of the MoE block of layer prefix `layer` ("...block_sparse_moe" or "...mlp").
   static std::string block_prefix(const std::string& layer, const ModelConfig& cfg);
-  static void declare(ParameterSet& params, const std::string& layer, const ModelConfig& cfg);
+  // The router and the shared expert, and with `with_experts` every expert.
+  static void declare(ParameterSet& params, const std::string& layer, const ModelConfig& cfg,
+                      bool with_experts = true);
+  // Experts [ep_rank * E/ep_size, (ep_rank + 1) * E/ep_size), marked Parameter::expert when
+  // ep_size > 1.
+  static void declare_experts(ParameterSet& params, const std::string& layer,
+                              const ModelConfig& cfg, int ep_size = 1, int ep_rank = 0);
+  // `expert_group` (may be nullptr: all experts here): the expert-parallel group.
   MoeLayer(ParameterSet& params, const std::string& layer, const ModelConfig& cfg,
-           const parallel::TensorParallel* tp);
+           const parallel::TensorParallel* tp, comm::ProcessGroup* expert_group = nullptr);
 
   // x: (N, C) rows of ctx.B samples -> (N, C).
   Tensor forward(const Tensor& x, Saved& s, const StepContext& ctx) const;
@@ -80,15 +99,24 @@ class MoeLayer {
   void set_expert_bias(const std::vector<float>& bias);
 
  private:
-  // logits (N, E) from x (N, C) in the router's dtype; xf receives x in fp32.
+  // logits (N, E) from x (N, C) in the router's dtype.
   void router_logits(const Tensor& x, std::vector<float>& logits) const;
+  // The local experts over their contiguous rows (expert_begin: El + 1 offsets) -> their outputs.
+  Tensor experts_forward(const Tensor& rows, const std::vector<int64_t>& expert_begin,
+                         std::vector<Mlp::Saved>& saved) const;
+  Tensor experts_backward(const Tensor& drows, const std::vector<int64_t>& expert_begin,
+                          const std::vector<Mlp::Saved>& saved) const;
 
   MoeConfig moe_;
   int64_t C_;
+  const parallel::TensorParallel* tp_ = nullptr;  // the model's (maybe sequence-parallel)
+  // The same group without sequence parallelism, for the experts (their rows are not a sequence).
+  std::unique_ptr<parallel::TensorParallel> expert_tp_;
   std::string router_name_;
   Tensor router_w_;            // (E, C) compute dtype
   mutable Tensor router_dw_;   // its fp32 grad (backward() is const but accumulates into it)
-  std::vector<Mlp> experts_;
+  std::vector<Mlp> experts_;  // the local ones
+  comm::ProcessGroup* expert_group_ = nullptr;
   std::vector<Mlp> shared_;  // zero or one
   std::vector<float> expert_bias_;
   mutable MoeLayerStats stats_;

@@ -37,6 +37,14 @@ struct Parameter {
   // last stage's output layer): same name and initial values, gradients summed with the
   // original's over the embedding group; counted once (by the original) in norms and exports.
   bool tied_copy = false;
+  // An MoE expert's parameter under expert parallelism: this rank holds it with the other ranks
+  // of its expert-data-parallel group (not the whole data-parallel group), which reduce its
+  // gradient and shard its optimizer state (model/moe_layer.h).
+  bool expert = false;
+  // A replicated parameter whose gradient every tensor-parallel rank computes whole even under
+  // --sequence-parallel (an MoE block runs on the gathered sequence: its router and its experts'
+  // and shared expert's replicated biases), so it is not summed over TP like the norms.
+  bool tp_complete = false;
   int64_t offset = 0;  // element offset of the shard in the flat buffers
   Tensor value;        // compute dtype, this rank's shard
   Tensor grad;         // fp32 view into the flat gradient buffer

@@ -22,25 +22,27 @@ std::string TransformerLayer::prefix(const ModelConfig& cfg, int index) {
          std::to_string(index);
 }
 
-void TransformerLayer::declare(ParameterSet& params, const ModelConfig& cfg, int index) {
+void TransformerLayer::declare(ParameterSet& params, const ModelConfig& cfg, int index,
+                               bool with_experts) {
   const LayerNames n = names(cfg, prefix(cfg, index));
   Norm::declare(params, n.norm1, cfg);
   Attention::declare(params, n.attn, cfg);
   Norm::declare(params, n.norm2, cfg);
   if (cfg.is_moe_layer(index))
-    MoeLayer::declare(params, prefix(cfg, index), cfg);
+    MoeLayer::declare(params, prefix(cfg, index), cfg, with_experts);
   else
     Mlp::declare(params, n.mlp, cfg);
 }
 
 TransformerLayer::TransformerLayer(ParameterSet& params, const ModelConfig& cfg, int index,
-                                   const parallel::TensorParallel* tp)
+                                   const parallel::TensorParallel* tp,
+                                   comm::ProcessGroup* expert_group)
     : index_(index), hidden_dropout_(cfg.hidden_dropout),
       norm1_(params, names(cfg, prefix(cfg, index)).norm1, cfg),
       norm2_(params, names(cfg, prefix(cfg, index)).norm2, cfg),
       attn_(params, names(cfg, prefix(cfg, index)).attn, cfg, index, tp) {
   if (cfg.is_moe_layer(index))
-    moe_.emplace_back(params, prefix(cfg, index), cfg, tp);
+    moe_.emplace_back(params, prefix(cfg, index), cfg, tp, expert_group);
   else
     mlp_.emplace_back(params, names(cfg, prefix(cfg, index)).mlp, cfg, tp);
 }

@@ -26,9 +26,14 @@ class TransformerLayer {
 
   // The HF prefix of layer `index`: "transformer.h.3" or "model.layers.3".
   static std::string prefix(const ModelConfig& cfg, int index);
-  static void declare(ParameterSet& params, const ModelConfig& cfg, int index);
+  // Without `with_experts`, an MoE layer's experts are left to the caller
+  // (MoeLayer::declare_experts: under expert parallelism they are a unit of their own).
+  static void declare(ParameterSet& params, const ModelConfig& cfg, int index,
+                      bool with_experts = true);
+  // `expert_group`: the expert-parallel group (nullptr: every expert on this rank).
   TransformerLayer(ParameterSet& params, const ModelConfig& cfg, int index,
-                   const parallel::TensorParallel* tp);
+                   const parallel::TensorParallel* tp,
+                   comm::ProcessGroup* expert_group = nullptr);
 
   // x (N, C) -> (N, C), N = ctx.local_N() residual-stream rows
   Tensor forward(const Tensor& x, Saved& s, const StepContext& ctx) const;

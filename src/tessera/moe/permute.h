@@ -18,6 +18,9 @@
 
 namespace tessera::moe {
 
+// How expert parallelism moves rows between ranks (moe/token_dispatcher.h).
+enum class DispatcherType { kAllToAll, kAllGather };
+
 enum class DropPolicy {
   kProbs,     // keep the choices with the largest weights (ties: lower token first)
   kPosition,  // keep the first choices in token order

@@ -34,7 +34,8 @@ void top_k(const std::vector<double>& key, int k, std::vector<int>& chosen) {
 }  // namespace
 
 void RouterConfig::validate() const {
-  if (num_experts < 1) throw Error("--num-experts must be >= 1, got " + std::to_string(num_experts));
+  if (num_experts < 1)
+    throw Error("--num-experts must be >= 1, got " + std::to_string(num_experts));
   if (topk < 1 || topk > num_experts)
     throw Error("--moe-router-topk " + std::to_string(topk) + " must be between 1 and " +
                 "--num-experts " + std::to_string(num_experts));

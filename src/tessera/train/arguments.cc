@@ -66,6 +66,11 @@ void add_moe_flags(FlagTable& t) {
                "which tokens an expert over capacity keeps: probs or position");
   t.model_flag("--moe-pad-expert-input-to-capacity", &ModelConfig::moe,
                &MoeConfig::pad_to_capacity, true, "pad every expert's rows to the capacity");
+  t.model_enum("--moe-token-dispatcher-type", &ModelConfig::moe, &MoeConfig::dispatcher,
+               std::map<std::string, moe::DispatcherType>{
+                   {"alltoall", moe::DispatcherType::kAllToAll},
+                   {"allgather", moe::DispatcherType::kAllGather}},
+               "expert parallelism's row exchange: alltoall or allgather (same results)");
 }
 
 void add_model_flags(FlagTable& t) {
@@ -225,7 +230,11 @@ void add_mesh_flags(FlagTable& t) {
       ->check(CLI::PositiveNumber);
   t.option("--context-parallel-size", &TrainArgs::context_parallel_size)
       ->check(CLI::PositiveNumber);
-  t.option("--expert-model-parallel-size", &TrainArgs::expert_model_parallel_size)
+  t.option("--expert-model-parallel-size", &TrainArgs::expert_model_parallel_size,
+           "split each MoE layer's experts over this many ranks")
+      ->check(CLI::PositiveNumber);
+  t.option("--expert-tensor-parallel-size", &TrainArgs::expert_tensor_parallel_size,
+           "tensor parallelism inside each expert (default and only value: the TP size)")
       ->check(CLI::PositiveNumber);
   t.flag("--print-mesh", &TrainArgs::print_mesh,
          "print every rank's coordinates and groups, then exit");

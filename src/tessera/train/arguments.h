@@ -93,6 +93,7 @@ struct TrainArgs {
   int recompute_num_layers = 0;            // --recompute-num-layers
   int context_parallel_size = 1;         // --context-parallel-size
   int expert_model_parallel_size = 1;    // --expert-model-parallel-size
+  int expert_tensor_parallel_size = 0;   // --expert-tensor-parallel-size (0: = TP)
   bool print_mesh = false;               // --print-mesh: print the layout and exit
 
   // Data parallel and ZeRO.

@@ -39,15 +39,23 @@ std::unique_ptr<comm::ParallelState> setup_distributed(const TrainArgs& args) {
   cfg.pipeline = args.pipeline_model_parallel_size;
   cfg.context = args.context_parallel_size;
   cfg.expert = args.expert_model_parallel_size;
+  if (args.expert_tensor_parallel_size > 0 &&
+      args.expert_tensor_parallel_size != args.tensor_model_parallel_size)
+    throw Error("--expert-tensor-parallel-size " +
+                std::to_string(args.expert_tensor_parallel_size) +
+                ": only the tensor-parallel size (" +
+                std::to_string(args.tensor_model_parallel_size) +
+                ") is implemented: experts are split like the dense MLP");
   const comm::MeshLayout layout(world->size(), cfg);  // tessera::Error on sizes that do not fit
   if (args.print_mesh) {
     if (world->rank() == 0) std::printf("%s", comm::format_mesh(layout).c_str());
     return nullptr;
   }
-  if (layout.context() > 1 || layout.expert() > 1)
+  if (layout.context() > 1)
     throw Error("world size " + std::to_string(world->size()) + " (" + layout.summary() +
-                "): this build trains tensor, pipeline and data parallel; context and expert "
-                "parallel training are not implemented yet");
+                "): this build trains tensor, pipeline, data and expert parallel; context "
+                "parallel training is not implemented yet");
+  if (layout.expert() > 1) args.model.validate_expert_parallel(layout.expert());
   return std::make_unique<comm::ParallelState>(world, layout);
 }
 
@@ -102,6 +110,10 @@ int train_main(int argc, const char* const* argv) {
       groups.embedding = state->group(comm::GroupKind::kEmbedding);
       groups.model = state->group(comm::GroupKind::kModel);
       groups.world = state->world();
+      if (state->layout().expert() > 1) {
+        groups.ep = state->group(comm::GroupKind::kExpert);
+        groups.edp = state->group(comm::GroupKind::kExpertData);
+      }
       for (int r = 0; r < state->layout().world_size(); ++r)
         groups.pp_rank_of.push_back(state->layout().coords(r).pp);
       Trainer trainer(args, groups);

@@ -51,6 +51,9 @@ struct TrainerGroups {
   std::shared_ptr<comm::ProcessGroup> embedding;  // first and last stage; nullptr: not in one
   std::shared_ptr<comm::ProcessGroup> model;      // tensor x pipeline; nullptr: one rank
   std::shared_ptr<comm::ProcessGroup> world;      // every rank; nullptr: one process
+  // Expert parallelism (EP > 1 only; nullptr otherwise): the expert-parallel group (MoE token
+  // exchange) and the expert-data-parallel group (expert gradient reduction).
+  std::shared_ptr<comm::ProcessGroup> ep, edp;
   // The pipeline stage of every world rank (comm::MeshLayout::coords(r).pp), labelling the
   // timeline's rows; empty: stage 0 for all (PP 1).
   std::vector<int> pp_rank_of;
@@ -134,6 +137,7 @@ class Trainer {
   void load_hf_weights();      // --load names a Hugging Face directory: weights only
   void after_master_loaded();  // compute values from the loaded master weights, on every rank
   nlohmann::json run_state(int64_t iteration) const;
+  void print_expert_memory(const distributed::ShardingPlan& sharding) const;
   // The wall-clock breakdown (--timing-log-level >= 1): this rank's time per phase, averaged
   // over the last `iterations`; resets the timers.
   void print_breakdown(int64_t iterations);
@@ -145,8 +149,9 @@ class Trainer {
   const TrainArgs args_;  // as given; never rewritten (the restored seed is seed_)
   uint64_t seed_ = 0;      // data order and dropout masks: --seed, or the resumed run's
   parallel::TensorParallel tp_;
-  std::shared_ptr<comm::ProcessGroup> dp_, pp_, embedding_, model_group_, world_;
+  std::shared_ptr<comm::ProcessGroup> dp_, pp_, embedding_, model_group_, world_, ep_, edp_;
   int dp_size_ = 1, dp_rank_ = 0, pp_size_ = 1, pp_rank_ = 0, world_size_ = 1;
+  int ep_size_ = 1, ep_rank_ = 0, edp_size_ = 1, edp_rank_ = 0;
   std::vector<int> pp_rank_of_;  // TrainerGroups::pp_rank_of
   bool reporting_rank_ = true;  // prints, writes metrics and exports
   int64_t train_iters_ = 0;

@@ -120,9 +120,11 @@ std::unique_ptr<model::GPTModel> Trainer::build_model(
                    const std::vector<std::pair<int64_t, int64_t>>& units) {
       return distributed::Zero3Params::resident_ranges(units, dp_size_, dp_rank_, threshold);
     };
-  auto model = std::make_unique<model::GPTModel>(
-      a.model, compute_dtype(), a.seed, tp_, dp_size_,
-      pipeline::part_of_rank(partition_, chunk_layers_, pp_rank_), resident);
+  model::ModelPart part = pipeline::part_of_rank(partition_, chunk_layers_, pp_rank_);
+  part.ep_size = ep_size_;
+  part.ep_rank = ep_rank_;
+  auto model = std::make_unique<model::GPTModel>(a.model, compute_dtype(), a.seed, tp_, dp_size_,
+                                                 part, resident, ep_);
   return model;
 }
 
@@ -141,12 +143,22 @@ void Trainer::build_gradient_sharding(const distributed::ShardingPlan& sharding)
     for (const auto& [b, e] : model_->units()) units.push_back({b, e});
   }
   const bool split_tied = model_->tied_embedding_range().second > 0;
+  std::vector<distributed::FlatRange> experts;
+  for (const auto& [b, e] : model_->expert_ranges()) experts.push_back({b, e});
   dp_grads_ = std::make_unique<distributed::DataParallelGrads>(
       model_->params(), dp_, sharding,
       !sharding.shards_parameters() && split_tied ? unit_buckets(*model_, sharding.bucket_elems)
-                                                  : units);
+                                                  : units,
+      edp_, experts);
   if (sharding.shards_parameters()) {
-    zero3_ = std::make_unique<distributed::Zero3Params>(model_->params(), dp_, units, sharding);
+    // Expert-parallel experts' units stay whole (their gradients and optimizer state are
+    // sharded over the expert-DP group, their parameters not).
+    std::vector<bool> whole;
+    for (const auto& u : model_->units())
+      whole.push_back(std::find(model_->expert_ranges().begin(), model_->expert_ranges().end(),
+                                u) != model_->expert_ranges().end());
+    zero3_ = std::make_unique<distributed::Zero3Params>(model_->params(), dp_, units, sharding,
+                                                        whole);
     runner_->set_param_access(zero3_.get());
   }
 }
@@ -177,14 +189,52 @@ std::unique_ptr<distributed::DistributedOptimizer> Trainer::build_optimizer(
     scaler = std::make_unique<optim::DynamicLossScaler>(
         optim::DynamicLossScaler::fixed(a.loss_scale > 0 ? a.loss_scale : 1.0));
   }
-  return std::make_unique<distributed::DistributedOptimizer>(
+  auto out = std::make_unique<distributed::DistributedOptimizer>(
       model_->params(), std::move(optimizer), std::move(schedule), std::move(scaler), *tp_grads_,
       *dp_grads_, zero3_.get(), world_, model_group_,
       distributed::StepPolicy{a.clip_grad, a.fp16, a.skip_nan_iterations, a.inject_overflow_at});
+  if (!model_->expert_ranges().empty()) {
+    std::vector<distributed::FlatRange> experts;
+    for (const auto& [b, e] : model_->expert_ranges()) experts.push_back({b, e});
+    out->set_experts(std::move(experts), ep_);
+  }
+  return out;
 }
 
 DType Trainer::compute_dtype() const {
   return args_.bf16 ? DType::kBF16 : args_.fp16 ? DType::kF16 : DType::kF32;
+}
+
+// Expert parallelism: what this rank holds of its stage's experts, measured (the parameters it
+// declared, the optimizer state it owns) against the formula (the stage's experts / EP, and
+// / EDP more for sharded optimizer state). Every expert-parallel rank holds the same amount.
+void Trainer::print_expert_memory(const distributed::ShardingPlan& sharding) const {
+  int64_t held = 0, owned_state = 0;
+  for (const model::Parameter& p : model_->params().all())
+    if (p.expert) held += p.numel();
+  for (const auto& [b, e] : model_->expert_ranges())
+    for (const auto& r : dp_grads_->owned())
+      owned_state += std::max<int64_t>(0, std::min(e, r.end) - std::max(b, r.begin));
+  const model::ParameterSet stage = model::GPTModel::declare_part(
+      args_.model, tp_.size(), 0, pipeline::part_of_rank(partition_, chunk_layers_, pp_rank_));
+  int64_t all = 0;
+  for (const model::Parameter& p : stage.all())
+    if (p.name.find(".experts.") != std::string::npos) all += p.numel();
+  if (all == 0) {
+    std::printf("> expert parallel: EP %d x EDP %d; no MoE layers on this pipeline stage\n",
+                ep_size_, edp_size_);
+    return;
+  }
+  const double params_formula = static_cast<double>(all) / ep_size_;
+  const double state_formula = params_formula / (sharding.shards_optimizer_state() ? edp_size_ : 1);
+  std::printf(
+      "> expert parallel: EP %d x EDP %d; this rank holds %d of %d experts per MoE layer: %lld "
+      "expert parameters and gradients (formula %.0f = %lld / EP, ratio %.4f), optimizer state "
+      "for %lld of them (formula %.0f, ratio %.4f)\n",
+      ep_size_, edp_size_, args_.model.moe.num_experts / ep_size_, args_.model.moe.num_experts,
+      static_cast<long long>(held), params_formula, static_cast<long long>(all),
+      static_cast<double>(held) / params_formula, static_cast<long long>(owned_state),
+      state_formula, static_cast<double>(owned_state) / state_formula);
 }
 
 void Trainer::print_setup(const distributed::ShardingPlan& sharding) const {
@@ -200,15 +250,17 @@ void Trainer::print_setup(const distributed::ShardingPlan& sharding) const {
   if (a.model.moe.enabled()) {
     int moe_layers = 0;
     for (int l = 0; l < a.model.num_layers; ++l) moe_layers += a.model.is_moe_layer(l);
-    std::printf("> moe: %d of %d layers with %d experts of ffn %d, top %d%s; %lld parameters active "
-                "per token\n",
+    const std::string shared =
+        a.model.moe.shared_expert_size > 0
+            ? ", a shared expert of ffn " + std::to_string(a.model.moe.shared_expert_size)
+            : "";
+    std::printf("> moe: %d of %d layers with %d experts of ffn %d, top %d%s; %lld parameters "
+                "active per token\n",
                 moe_layers, a.model.num_layers, a.model.moe.num_experts, a.model.moe_ffn(),
-                a.model.moe.topk,
-                a.model.moe.shared_expert_size > 0
-                    ? (", a shared expert of ffn " + std::to_string(a.model.moe.shared_expert_size)).c_str()
-                    : "",
+                a.model.moe.topk, shared.c_str(),
                 static_cast<long long>(a.model.num_active_parameters()));
   }
+  if (ep_size_ > 1) print_expert_memory(sharding);
   if (tp_.size() > 1)
     std::printf("> tensor parallel: %d ranks%s, %lld parameters (with padding) on each rank\n",
                 tp_.size(), tp_.sequence_parallel() ? " with sequence parallelism" : "",

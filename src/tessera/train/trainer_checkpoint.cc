@@ -6,7 +6,8 @@
 // over TP, the first replica of a replicated key/value head (saved_slice); the first pipeline
 // stage for a tied embedding (the last stage's copy is equal); under ZeRO >= 1 the data-parallel
 // rank that owns it, under ZeRO 0 data-parallel rank d writes part d of every parameter, so
-// every rank writes a share.
+// every rank writes a share. An expert-parallel expert is held by its expert-data-parallel group
+// only: the rank of that group that owns the element (ZeRO >= 1), or expert-DP rank d part d.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -80,6 +81,7 @@ nlohmann::json Trainer::run_state(int64_t iteration) const {
         {"pipeline_model_parallel_size", pp_size_},
         {"virtual_pipeline_stages", partition_.virtual_stages},
         {"data_parallel_size", dp_size_},
+        {"expert_model_parallel_size", ep_size_},
         {"zero_stage", dp_grads_->plan().zero_stage()}}},
       {"args",
        {{"micro_batch_size", a.micro_batch_size},
@@ -104,9 +106,11 @@ void Trainer::save_checkpoint(int64_t iteration) {
   for (const optim::Optimizer::StateRun& run : optimizer_->optimizer().state_runs()) {
     const model::Parameter& p = *run.param;
     int64_t begin = run.begin - p.offset, end = run.end - p.offset;
-    if (!optimizer_->optimizer().sharded() && dp_size_ > 1) {  // ZeRO 0: DP rank d writes part d
-      begin = p.numel() * dp_rank_ / dp_size_;
-      end = p.numel() * (dp_rank_ + 1) / dp_size_;
+    // ZeRO 0: DP rank d writes part d (an expert-parallel expert: its expert-DP rank's part).
+    const int parts = p.expert ? edp_size_ : dp_size_, part = p.expert ? edp_rank_ : dp_rank_;
+    if (!optimizer_->optimizer().sharded() && parts > 1) {
+      begin = p.numel() * part / parts;
+      end = p.numel() * (part + 1) / parts;
     }
     const std::optional<checkpoint::TensorSlice> slice = saved_slice(p, tp_.rank(), begin, end);
     if (begin == end || !slice) continue;
@@ -241,8 +245,11 @@ SavedRun parse_saved_run(const nlohmann::json& st, const std::string& where) {
     const nlohmann::json& l = st.at("layout");
     r.layout = "TP " + std::to_string(l.at("tensor_model_parallel_size").get<int>()) + " PP " +
                std::to_string(l.at("pipeline_model_parallel_size").get<int>()) + " DP " +
-               std::to_string(l.at("data_parallel_size").get<int>()) + " ZeRO " +
-               std::to_string(l.at("zero_stage").get<int>());
+               std::to_string(l.at("data_parallel_size").get<int>()) +
+               (l.value("expert_model_parallel_size", 1) > 1
+                    ? " EP " + std::to_string(l.at("expert_model_parallel_size").get<int>())
+                    : "") +
+               " ZeRO " + std::to_string(l.at("zero_stage").get<int>());
   } catch (const nlohmann::json::exception& e) {
     throw Error(where + ": invalid run state (" + e.what() + ")");
   }

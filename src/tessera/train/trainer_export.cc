@@ -16,23 +16,46 @@ void Trainer::export_weights() const {
   // first ranks then send theirs to the reporting rank (the first stage's), in the order of
   // their declarations, which that rank recomputes.
   std::map<std::string, Tensor> full;
+  // The first data-parallel rank of each expert-parallel position (its expert-DP rank 0) holds
+  // that position's experts whole; the stage reporter (EP rank 0 among them) collects them.
+  const bool expert_holder = tp_.rank() == 0 && edp_rank_ == 0;
   const bool stage_reporter = tp_.rank() == 0 && dp_rank_ == 0;
   const optim::Optimizer& optimizer = optimizer_->optimizer();
   Tensor flat_master;
   if (optimizer.sharded()) flat_master = dp_grads_->gather_owned(optimizer.owned_master());
-  std::vector<Tensor> mine;  // this stage's parameters, in declaration order (tied copy skipped)
+  std::vector<Tensor> mine_experts;  // this rank's experts, in declaration order
   for (const model::Parameter& p : model_->params().all()) {
     const Tensor master =
         optimizer.sharded()
             ? flat_master.slice_rows(p.offset, p.offset + p.numel()).view(p.local_shape)
             : optimizer.master(p);
     Tensor t = distributed::gather_parameter(p, master, tp_);
-    if (stage_reporter && !p.tied_copy) {
-      if (reporting_rank_) full[p.name] = t;
-      mine.push_back(t);
+    if (p.tied_copy) continue;
+    if (stage_reporter) full[p.name] = t;
+    if (p.expert && expert_holder) mine_experts.push_back(t);
+  }
+  model::ModelPart stage = pipeline::part_of_rank(partition_, chunk_layers_, pp_rank_);
+  if (ep_size_ > 1 && expert_holder) {  // the other expert-parallel ranks' experts
+    if (stage_reporter) {
+      for (int q = 1; q < ep_size_; ++q) {
+        model::ModelPart theirs = stage;
+        theirs.ep_size = ep_size_;
+        theirs.ep_rank = q;
+        const model::ParameterSet decl =
+            model::GPTModel::declare_part(args_.model, tp_.size(), 0, theirs);
+        for (const model::Parameter& p : decl.all()) {
+          if (!p.expert) continue;
+          Tensor t = Tensor::empty(p.global_shape, DType::kF32);
+          ep_->recv(t, q).wait();
+          full[p.name] = t;
+        }
+      }
+    } else {
+      for (const Tensor& t : mine_experts) ep_->send(t, 0).wait();
     }
   }
   if (stage_reporter && pp_size_ > 1) {
+    // Every stage's parameters in the order declare_part gives them with all experts.
     if (reporting_rank_) {
       for (int s = 1; s < pp_size_; ++s) {
         const model::ParameterSet decl = model::GPTModel::declare_part(
@@ -45,7 +68,10 @@ void Trainer::export_weights() const {
         }
       }
     } else {
-      for (const Tensor& t : mine) pp_->send(t, 0).wait();
+      const model::ParameterSet decl =
+          model::GPTModel::declare_part(args_.model, tp_.size(), 0, stage);
+      for (const model::Parameter& p : decl.all())
+        if (!p.tied_copy) pp_->send(full.at(p.name), 0).wait();
     }
   }
   if (!reporting_rank_) return;

@@ -142,7 +142,8 @@ struct Reference {
     // Capacity: per expert, keep the largest weights (ties to the lower token).
     std::vector<std::vector<bool>> kept(N, std::vector<bool>(k, true));
     if (cfg.moe.capacity_factor > 0) {
-      const int64_t cap = static_cast<int64_t>(std::ceil(double(N) * k / E * cfg.moe.capacity_factor));
+      const int64_t cap =
+          static_cast<int64_t>(std::ceil(double(N) * k / E * cfg.moe.capacity_factor));
       for (int e = 0; e < E; ++e) {
         std::vector<std::pair<int64_t, int>> mine;
         for (int64_t t = 0; t < N; ++t)
@@ -259,7 +260,8 @@ void check_against_reference(const ModelConfig& cfg, const char* what) {
     EXPECT_GT(max_grad, 0.0) << what << ": " << name;
   };
   check(xd, dx.data<float>(), N * C, "input");
-  for (const Parameter& p : blk.params.all()) check(ref.w[p.name], p.grad.data<float>(), p.numel(), p.name);
+  for (const Parameter& p : blk.params.all())
+    check(ref.w[p.name], p.grad.data<float>(), p.numel(), p.name);
 
   const MoeLayerStats st = blk.layer->take_stats();
   EXPECT_EQ(st.micro_batches, 1);
