@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
@@ -119,12 +120,14 @@ void remove_stale(const fs::path& dir, const std::string& weights_file,
 std::string mixtral_mismatch(const model::ModelConfig& cfg) {
   if (!cfg.moe.enabled()) return "not an MoE model";
   if (cfg.family() != model::Family::kLlama) return "GPT-2 layers (Mixtral's are LLaMA's)";
-  for (int l = 0; l < cfg.num_layers; ++l)
-    if (!cfg.is_moe_layer(l)) return "--moe-layer-freq: Mixtral's every layer is MoE";
+  const std::vector<bool> moe_layer = cfg.moe_layer_mask();
+  if (std::find(moe_layer.begin(), moe_layer.end(), false) != moe_layer.end())
+    return "--moe-layer-freq: Mixtral's every layer is MoE";
   if (cfg.moe.score != moe::ScoreFunction::kSoftmax || cfg.moe.pre_softmax)
     return "--moe-router-score-function: Mixtral takes a softmax over the top k";
   if (cfg.moe.topk_scaling != 1.0f) return "--moe-router-topk-scaling-factor: Mixtral's is 1";
-  if (cfg.moe.shared_expert_size > 0) return "--moe-shared-expert-intermediate-size: Mixtral has none";
+  if (cfg.moe.shared_expert_size > 0)
+    return "--moe-shared-expert-intermediate-size: Mixtral has none";
   if (cfg.moe.expert_bias) return "--moe-router-enable-expert-bias: Mixtral has none";
   if (cfg.moe_ffn() != cfg.ffn())
     return "--moe-ffn-hidden-size: Mixtral's experts are intermediate_size wide";

@@ -1,5 +1,7 @@
 #include "tessera/checkpoint/run_state.h"
 
+#include <map>
+
 #include "tessera/core/error.h"
 
 namespace tessera::checkpoint {
@@ -15,83 +17,70 @@ void get(const nlohmann::json& j, const char* key, T& field, const std::string& 
   }
 }
 
-const char* balancing_name(model::MoeLoadBalancing b) {
-  switch (b) {
-    case model::MoeLoadBalancing::kAuxLoss:
-      return "aux_loss";
-    case model::MoeLoadBalancing::kSeqAuxLoss:
-      return "seq_aux_loss";
-    case model::MoeLoadBalancing::kNone:
-      return "none";
-  }
+// The name of `value` in `names` (model/config.h's tables).
+template <typename E>
+std::string name_of(const std::map<std::string, E>& names, E value) {
+  for (const auto& [text, v] : names)
+    if (v == value) return text;
   return "?";
 }
 
+// Reads j[key], one of `names`; tessera::Error naming the key and the names otherwise.
+template <typename E>
+E named(const nlohmann::json& j, const char* key, const std::map<std::string, E>& names,
+        const std::string& where) {
+  std::string text;
+  get(j, key, text, where);
+  const auto it = names.find(text);
+  if (it != names.end()) return it->second;
+  std::string expected;
+  for (const auto& [name, value] : names) expected += (expected.empty() ? "" : " or ") + name;
+  throw Error(where + ": moe." + key + " '" + text + "': expected " + expected);
+}
+
 nlohmann::json moe_to_json(const model::MoeConfig& m) {
-  using model::MoeLoadBalancing;
   return {{"num_experts", m.num_experts},
           {"layer_freq", m.layer_freq},
           {"ffn_hidden_size", m.ffn_hidden_size},
           {"shared_expert_intermediate_size", m.shared_expert_size},
-          {"router_dtype", m.router_fp64 ? "fp64" : "fp32"},
-          {"score_function", m.score == moe::ScoreFunction::kSigmoid ? "sigmoid" : "softmax"},
+          {"router_dtype", name_of(model::moe_router_dtype_names(), m.router_fp64)},
+          {"score_function", name_of(model::moe_score_function_names(), m.score)},
           {"pre_softmax", m.pre_softmax},
           {"topk", m.topk},
           {"topk_scaling_factor", m.topk_scaling},
-          {"load_balancing_type", balancing_name(m.load_balancing)},
+          {"load_balancing_type", name_of(model::moe_load_balancing_names(), m.load_balancing)},
           {"aux_loss_coeff", m.aux_loss_coeff},
           {"z_loss_coeff", m.z_loss_coeff},
           {"enable_expert_bias", m.expert_bias},
           {"bias_update_rate", m.bias_update_rate},
           {"expert_capacity_factor", m.capacity_factor},
-          {"token_drop_policy",
-           m.drop_policy == model::MoeTokenDropPolicy::kProbs ? "probs" : "position"},
+          {"token_drop_policy", name_of(model::moe_drop_policy_names(), m.drop_policy)},
           {"pad_expert_input_to_capacity", m.pad_to_capacity},
-          {"token_dispatcher_type",
-           m.dispatcher == moe::DispatcherType::kAllGather ? "allgather" : "alltoall"}};
+          {"token_dispatcher_type", name_of(model::moe_dispatcher_names(), m.dispatcher)}};
 }
 
 model::MoeConfig moe_from_json(const nlohmann::json& j, const std::string& where) {
   model::MoeConfig m;
-  std::string dtype, score, balancing, drop;
   get(j, "num_experts", m.num_experts, where);
   get(j, "layer_freq", m.layer_freq, where);
   get(j, "ffn_hidden_size", m.ffn_hidden_size, where);
   get(j, "shared_expert_intermediate_size", m.shared_expert_size, where);
-  get(j, "router_dtype", dtype, where);
-  get(j, "score_function", score, where);
+  m.router_fp64 = named(j, "router_dtype", model::moe_router_dtype_names(), where);
+  m.score = named(j, "score_function", model::moe_score_function_names(), where);
   get(j, "pre_softmax", m.pre_softmax, where);
   get(j, "topk", m.topk, where);
   get(j, "topk_scaling_factor", m.topk_scaling, where);
-  get(j, "load_balancing_type", balancing, where);
+  m.load_balancing = named(j, "load_balancing_type", model::moe_load_balancing_names(), where);
   get(j, "aux_loss_coeff", m.aux_loss_coeff, where);
   get(j, "z_loss_coeff", m.z_loss_coeff, where);
   get(j, "enable_expert_bias", m.expert_bias, where);
   get(j, "bias_update_rate", m.bias_update_rate, where);
   get(j, "expert_capacity_factor", m.capacity_factor, where);
-  get(j, "token_drop_policy", drop, where);
+  m.drop_policy = named(j, "token_drop_policy", model::moe_drop_policy_names(), where);
   get(j, "pad_expert_input_to_capacity", m.pad_to_capacity, where);
-  std::string dispatcher = "alltoall";  // a layout choice: absent in older run states
-  if (j.contains("token_dispatcher_type")) get(j, "token_dispatcher_type", dispatcher, where);
-  auto bad = [&](const char* key, const std::string& v, const char* expected) {
-    throw Error(where + ": moe." + key + " '" + v + "': expected " + expected);
-  };
-  if (dtype != "fp32" && dtype != "fp64") bad("router_dtype", dtype, "fp32 or fp64");
-  if (score != "softmax" && score != "sigmoid") bad("score_function", score, "softmax or sigmoid");
-  if (balancing != "aux_loss" && balancing != "seq_aux_loss" && balancing != "none")
-    bad("load_balancing_type", balancing, "aux_loss, seq_aux_loss or none");
-  if (drop != "probs" && drop != "position") bad("token_drop_policy", drop, "probs or position");
-  if (dispatcher != "alltoall" && dispatcher != "allgather")
-    bad("token_dispatcher_type", dispatcher, "alltoall or allgather");
-  m.dispatcher = dispatcher == "allgather" ? moe::DispatcherType::kAllGather
-                                           : moe::DispatcherType::kAllToAll;
-  m.router_fp64 = dtype == "fp64";
-  m.score = score == "sigmoid" ? moe::ScoreFunction::kSigmoid : moe::ScoreFunction::kSoftmax;
-  m.load_balancing = balancing == "aux_loss"       ? model::MoeLoadBalancing::kAuxLoss
-                     : balancing == "seq_aux_loss" ? model::MoeLoadBalancing::kSeqAuxLoss
-                                                   : model::MoeLoadBalancing::kNone;
-  m.drop_policy = drop == "probs" ? model::MoeTokenDropPolicy::kProbs
-                                  : model::MoeTokenDropPolicy::kPosition;
+  // A layout choice, absent in the first MoE run states: alltoall then.
+  if (j.contains("token_dispatcher_type"))
+    m.dispatcher = named(j, "token_dispatcher_type", model::moe_dispatcher_names(), where);
   return m;
 }
 

@@ -19,6 +19,9 @@ namespace {
 template <typename T, typename TC>
 void gemm_16bit(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                 const T* A, int64_t lda, const T* B, int64_t ldb, float beta, TC* C, int64_t ldc) {
+  if constexpr (!std::is_same_v<TC, float>) {
+    TESSERA_CHECK_MSG(beta == 0.0f, "16-bit-output gemm accumulates only into fp32 outputs");
+  }
   const detail::GemmClock clock;
   const Bf16GemmPath path = bf16_gemm_path();
   if constexpr (std::is_same_v<T, bf16>) {
@@ -40,7 +43,6 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
           int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C, int64_t ldc) {
-  TESSERA_CHECK_MSG(beta == 0.0f, "bf16-output gemm accumulates only into fp32 outputs");
   gemm_16bit(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -51,7 +53,6 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const fp16* A,
           int64_t lda, const fp16* B, int64_t ldb, float beta, fp16* C, int64_t ldc) {
-  TESSERA_CHECK_MSG(beta == 0.0f, "fp16-output gemm accumulates only into fp32 outputs");
   gemm_16bit(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 

@@ -98,13 +98,15 @@ std::vector<int> moe_layer_pattern(const std::string& text, int layers, std::str
 
 }  // namespace
 
-bool ModelConfig::is_moe_layer(int layer) const {
-  if (!moe.enabled()) return false;
+std::vector<bool> ModelConfig::moe_layer_mask() const {
+  if (!moe.enabled()) return std::vector<bool>(num_layers, false);
   std::string why;
   const std::vector<int> pattern = moe_layer_pattern(moe.layer_freq, num_layers, &why);
   if (pattern.empty()) bad("--moe-layer-freq", "'" + moe.layer_freq + "': " + why);
-  return pattern.at(layer) == 1;
+  return std::vector<bool>(pattern.begin(), pattern.end());
 }
+
+bool ModelConfig::is_moe_layer(int layer) const { return moe_layer_mask().at(layer); }
 
 void ModelConfig::validate() const {
   if (num_layers < 1) bad("--num-layers", "must be >= 1, got " + std::to_string(num_layers));
@@ -198,8 +200,9 @@ int64_t count_parameters(const ModelConfig& c, int experts_counted) {
   const int64_t norm = c.normalization == Normalization::kLayerNorm ? 2 * C : C;
   const int64_t attn = C * (C + 2 * kv) + bias * (C + 2 * kv) + C * C + bias * C;
   int64_t total = L * (attn + 2 * norm) + norm + c.vocab_size * C;
+  const std::vector<bool> moe_layer = c.moe_layer_mask();
   for (int l = 0; l < L; ++l) {
-    if (!c.is_moe_layer(l)) {
+    if (!moe_layer[l]) {
       total += mlp_parameters(c, c.ffn());
       continue;
     }
@@ -223,6 +226,34 @@ void ModelConfig::validate_expert_parallel(int ep_size) const {
 }
 
 int64_t ModelConfig::num_parameters() const { return count_parameters(*this, moe.num_experts); }
+
+const std::map<std::string, bool>& moe_router_dtype_names() {
+  static const std::map<std::string, bool> names = {{"fp32", false}, {"fp64", true}};
+  return names;
+}
+const std::map<std::string, moe::ScoreFunction>& moe_score_function_names() {
+  static const std::map<std::string, moe::ScoreFunction> names = {
+      {"softmax", moe::ScoreFunction::kSoftmax}, {"sigmoid", moe::ScoreFunction::kSigmoid}};
+  return names;
+}
+const std::map<std::string, MoeLoadBalancing>& moe_load_balancing_names() {
+  static const std::map<std::string, MoeLoadBalancing> names = {
+      {"aux_loss", MoeLoadBalancing::kAuxLoss},
+      {"seq_aux_loss", MoeLoadBalancing::kSeqAuxLoss},
+      {"none", MoeLoadBalancing::kNone}};
+  return names;
+}
+const std::map<std::string, MoeTokenDropPolicy>& moe_drop_policy_names() {
+  static const std::map<std::string, MoeTokenDropPolicy> names = {
+      {"probs", MoeTokenDropPolicy::kProbs}, {"position", MoeTokenDropPolicy::kPosition}};
+  return names;
+}
+const std::map<std::string, moe::DispatcherType>& moe_dispatcher_names() {
+  static const std::map<std::string, moe::DispatcherType> names = {
+      {"alltoall", moe::DispatcherType::kAllToAll},
+      {"allgather", moe::DispatcherType::kAllGather}};
+  return names;
+}
 
 std::vector<std::string> preset_names() {
   return {"gpt2-tiny",  "gpt2-124m",    "gpt2-350m", "llama-tiny",

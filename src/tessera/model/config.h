@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -96,11 +97,20 @@ struct ModelConfig {
   // Parameters one token uses (MoE layers count the router, k experts and the shared expert;
   // the rest as num_parameters()): the "active parameters" of MoE reports and FLOP counts.
   int64_t num_active_parameters() const;
-  // Whether layer `layer` (global index) has an MoE block (false for every layer when dense).
-  bool is_moe_layer(int layer) const;
+  // Per layer (global index), whether it has an MoE block (all false when dense): parses
+  // --moe-layer-freq, so callers that visit every layer take the mask once.
+  std::vector<bool> moe_layer_mask() const;
+  bool is_moe_layer(int layer) const;  // moe_layer_mask()[layer]
   // The resolved expert ffn size (--moe-ffn-hidden-size, default the dense ffn()).
   int moe_ffn() const { return moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : ffn(); }
 };
+
+// How flags (--moe-router-score-function ...) and checkpoints spell the MoE options' values.
+const std::map<std::string, bool>& moe_router_dtype_names();  // fp64: true
+const std::map<std::string, moe::ScoreFunction>& moe_score_function_names();
+const std::map<std::string, MoeLoadBalancing>& moe_load_balancing_names();
+const std::map<std::string, MoeTokenDropPolicy>& moe_drop_policy_names();
+const std::map<std::string, moe::DispatcherType>& moe_dispatcher_names();
 
 // Preset names: gpt2-tiny, gpt2-124m, gpt2-350m, llama-tiny, llama-1b (TinyLlama-1.1B shape),
 // mixtral-tiny (LLaMA layers, 8 experts, top-2 softmax routing) and moe-tiny (DeepSeek-V3 style:

@@ -68,11 +68,12 @@ GPTModel::Layout GPTModel::declare(ParameterSet& params, const ModelConfig& cfg,
       params.add(n.wpe, {cfg.max_positions(), C}, InitKind::kNormal, cfg.init_method_std, true);
     close_unit(split_tied ? begin : 0, out.embed_units);
   }
+  const std::vector<bool> moe_layer = cfg.moe_layer_mask();
   for (const auto& [first, end] : part.chunks) {
     out.chunk_begin.push_back(static_cast<int>(out.layer_offsets.size()));
     for (int l = first; l < end; ++l) {
       out.layer_offsets.push_back(params.numel());
-      const bool split_experts = part.ep_size > 1 && cfg.is_moe_layer(l);
+      const bool split_experts = part.ep_size > 1 && moe_layer[l];
       TransformerLayer::declare(params, cfg, l, !split_experts);
       close_unit(out.layer_offsets.back(), out.layer_units);
       if (split_experts) {  // this rank's experts: a unit of their own

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 
 #include "tessera/core/error.h"
 #include "tessera/kernels/elementwise.h"
@@ -105,9 +106,8 @@ MoeLayer::MoeLayer(ParameterSet& params, const std::string& layer, const ModelCo
   expert_tp_ = std::make_unique<parallel::TensorParallel>(tp->group(), false);
   tp = expert_tp_.get();  // the experts and the shared expert run on the whole micro-batch
   const std::string block = block_prefix(layer, cfg);
-  router_name_ = block + ".gate.weight";
-  router_w_ = params.get(router_name_).value;
-  router_dw_ = params.get(router_name_).grad;
+  router_w_ = params.get(block + ".gate.weight").value;
+  router_dw_ = params.get(block + ".gate.weight").grad;
   const int ep = expert_group_ ? expert_group_->size() : 1;
   const int rank = expert_group_ ? expert_group_->rank() : 0;
   const int local = moe_.num_experts / ep;
@@ -168,19 +168,7 @@ Tensor MoeLayer::forward(const Tensor& x_local, Saved& s, const StepContext& ctx
   s.perm = moe::make_permutation(s.routing, moe_.num_experts, cap);
 
   // Auxiliary losses (values here; gradients in backward).
-  s.aux_loss = s.z_loss = 0;
-  const moe::RouterConfig rc = moe_.router();
-  if (moe_.load_balancing == MoeLoadBalancing::kAuxLoss && moe_.aux_loss_coeff > 0) {
-    s.aux_loss = moe::aux_loss(s.logits.data(), s.routing, rc, moe_.aux_loss_coeff);
-  } else if (moe_.load_balancing == MoeLoadBalancing::kSeqAuxLoss && moe_.aux_loss_coeff > 0) {
-    const int64_t T = N / ctx.B;
-    for (int64_t b = 0; b < ctx.B; ++b) {
-      const moe::Routing seq = moe::routing_slice(s.routing, b * T, (b + 1) * T, moe_.num_experts);
-      s.aux_loss += moe::aux_loss(s.logits.data() + b * T * E, seq, rc, moe_.aux_loss_coeff);
-    }
-    s.aux_loss /= static_cast<double>(ctx.B);
-  }
-  if (moe_.z_loss_coeff > 0) s.z_loss = moe::z_loss(s.logits.data(), N, E, moe_.z_loss_coeff);
+  std::tie(s.aux_loss, s.z_loss) = balancing_losses(s, ctx.B, 1.0, nullptr);
 
   const int64_t R = s.perm.rows();
   Tensor rows_in = Tensor::empty({R, C_}, x.dtype());
@@ -239,22 +227,7 @@ Tensor MoeLayer::backward(const Tensor& dy_local, const Saved& s, const StepCont
   // at their own scale.
   const moe::RouterConfig rc = moe_.router();
   moe::route_backward(dlogits.data(), s.logits.data(), s.routing, dweights.data(), rc);
-  const double aux_scale = ctx.moe_aux_loss_scale;
-  if (moe_.load_balancing == MoeLoadBalancing::kAuxLoss && moe_.aux_loss_coeff > 0) {
-    moe::aux_loss(s.logits.data(), s.routing, rc, moe_.aux_loss_coeff * aux_scale,
-                  dlogits.data());
-  } else if (moe_.load_balancing == MoeLoadBalancing::kSeqAuxLoss && moe_.aux_loss_coeff > 0) {
-    const int64_t T = N / ctx.B;
-    for (int64_t b = 0; b < ctx.B; ++b) {
-      const moe::Routing seq = moe::routing_slice(s.routing, b * T, (b + 1) * T, E);
-      moe::aux_loss(s.logits.data() + b * T * E, seq, rc,
-                    moe_.aux_loss_coeff * aux_scale / static_cast<double>(ctx.B),
-                    dlogits.data() + b * T * E);
-    }
-  }
-  if (moe_.z_loss_coeff > 0)
-    moe::z_loss(s.logits.data(), N, static_cast<int>(E), moe_.z_loss_coeff * aux_scale,
-                dlogits.data());
+  balancing_losses(s, ctx.B, ctx.moe_aux_loss_scale, dlogits.data());  // their own scale
   // dW_r += dlogits^T x;  dx += dlogits W_r (both in fp32).
   kernels::gemm(true, false, E, C_, N, 1.0f, dlogits.data(), E, xf.data<float>(), C_, 1.0f,
                 router_dw_.data<float>(), C_);
@@ -281,6 +254,25 @@ Tensor MoeLayer::backward(const Tensor& dy_local, const Saved& s, const StepCont
   mb.expert_count = s.routing.expert_count;
   stats_.add(mb);
   return sequence_slice(dx, ctx, tp_->sequence_parallel());
+}
+
+std::pair<double, double> MoeLayer::balancing_losses(const Saved& s, int64_t B, double scale,
+                                                     float* dlogits) const {
+  const int64_t N = s.routing.tokens, E = moe_.num_experts, T = N / B;
+  const moe::RouterConfig rc = moe_.router();
+  double aux = 0, z = 0;
+  if (moe_.load_balancing == MoeLoadBalancing::kAuxLoss && moe_.aux_loss_coeff > 0) {
+    aux = moe::aux_loss(s.logits.data(), s.routing, rc, moe_.aux_loss_coeff * scale, dlogits);
+  } else if (moe_.load_balancing == MoeLoadBalancing::kSeqAuxLoss && moe_.aux_loss_coeff > 0) {
+    for (int64_t b = 0; b < B; ++b)  // each sequence's loss, averaged over the B sequences
+      aux += moe::aux_loss(s.logits.data() + b * T * E,
+                           moe::routing_slice(s.routing, b * T, (b + 1) * T, moe_.num_experts),
+                           rc, moe_.aux_loss_coeff * scale / static_cast<double>(B),
+                           dlogits ? dlogits + b * T * E : nullptr);
+  }
+  if (moe_.z_loss_coeff > 0)
+    z = moe::z_loss(s.logits.data(), N, static_cast<int>(E), moe_.z_loss_coeff * scale, dlogits);
+  return {aux, z};
 }
 
 Tensor MoeLayer::experts_forward(const Tensor& rows, const std::vector<int64_t>& expert_begin,

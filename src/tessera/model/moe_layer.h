@@ -28,14 +28,15 @@
 // Tensor parallelism (expert tensor parallelism = TP, Megatron's default): every TP rank runs the
 // block on the whole micro-batch (gathered from the sequence slices under --sequence-parallel)
 // with the same routing (without SP, TP rank 0's router logits are broadcast: the replicated
-// input need not be bitwise equal on every rank); the experts and the shared expert are split like the dense MLP
-// (column/row parallel, their outputs all-reduced over TP), so every TP rank ends with the same
-// output and takes its rows. The router and the replicated biases get whole gradients on every
+// input need not be bitwise equal on every rank); the experts and the shared expert are split
+// like the dense MLP (column/row parallel, their outputs all-reduced over TP), so every TP rank
+// ends with the same output and takes its rows. The router and the replicated biases get whole gradients on every
 // rank (Parameter::tp_complete).
 #pragma once
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/model/config.h"
@@ -99,6 +100,10 @@ class MoeLayer {
   void set_expert_bias(const std::vector<float>& bias);
 
  private:
+  // The aux (or sequence aux) loss and the z-loss of s's routing, their coefficients times
+  // `scale`; with dlogits, += their gradients. B: sequences in the micro-batch.
+  std::pair<double, double> balancing_losses(const Saved& s, int64_t B, double scale,
+                                             float* dlogits) const;
   // logits (N, E) from x (N, C) in the router's dtype.
   void router_logits(const Tensor& x, std::vector<float>& logits) const;
   // The local experts over their contiguous rows (expert_begin: El + 1 offsets) -> their outputs.
@@ -112,7 +117,6 @@ class MoeLayer {
   const parallel::TensorParallel* tp_ = nullptr;  // the model's (maybe sequence-parallel)
   // The same group without sequence parallelism, for the experts (their rows are not a sequence).
   std::unique_ptr<parallel::TensorParallel> expert_tp_;
-  std::string router_name_;
   Tensor router_w_;            // (E, C) compute dtype
   mutable Tensor router_dw_;   // its fp32 grad (backward() is const but accumulates into it)
   std::vector<Mlp> experts_;  // the local ones

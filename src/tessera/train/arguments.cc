@@ -31,23 +31,16 @@ void add_moe_flags(FlagTable& t) {
   t.model_option("--moe-shared-expert-intermediate-size", &ModelConfig::moe,
                  &MoeConfig::shared_expert_size, "a shared expert of this size (0: none)");
   t.model_enum("--moe-router-dtype", &ModelConfig::moe, &MoeConfig::router_fp64,
-               std::map<std::string, bool>{{"fp32", false}, {"fp64", true}},
-               "router logits in fp32 or fp64");
+               model::moe_router_dtype_names(), "router logits in fp32 or fp64");
   t.model_enum("--moe-router-score-function", &ModelConfig::moe, &MoeConfig::score,
-               std::map<std::string, moe::ScoreFunction>{{"softmax", moe::ScoreFunction::kSoftmax},
-                                                         {"sigmoid", moe::ScoreFunction::kSigmoid}},
-               "softmax or sigmoid");
+               model::moe_score_function_names(), "softmax or sigmoid");
   t.model_flag("--moe-router-pre-softmax", &ModelConfig::moe, &MoeConfig::pre_softmax, true,
                "softmax over all experts before top-k (softmax scores)");
   t.model_option("--moe-router-topk", &ModelConfig::moe, &MoeConfig::topk, "experts per token");
   t.model_option("--moe-router-topk-scaling-factor", &ModelConfig::moe, &MoeConfig::topk_scaling,
                  "multiplies the routing weights");
   t.model_enum("--moe-router-load-balancing-type", &ModelConfig::moe, &MoeConfig::load_balancing,
-               std::map<std::string, model::MoeLoadBalancing>{
-                   {"aux_loss", model::MoeLoadBalancing::kAuxLoss},
-                   {"seq_aux_loss", model::MoeLoadBalancing::kSeqAuxLoss},
-                   {"none", model::MoeLoadBalancing::kNone}},
-               "aux_loss, seq_aux_loss or none");
+               model::moe_load_balancing_names(), "aux_loss, seq_aux_loss or none");
   t.model_option("--moe-aux-loss-coeff", &ModelConfig::moe, &MoeConfig::aux_loss_coeff,
                  "load-balancing loss coefficient");
   t.model_option("--moe-z-loss-coeff", &ModelConfig::moe, &MoeConfig::z_loss_coeff,
@@ -60,23 +53,19 @@ void add_moe_flags(FlagTable& t) {
                  "keep at most ceil(tokens*k/E*factor) tokens per expert (default: dropless)")
       ->check(CLI::PositiveNumber);
   t.model_enum("--moe-token-drop-policy", &ModelConfig::moe, &MoeConfig::drop_policy,
-               std::map<std::string, model::MoeTokenDropPolicy>{
-                   {"probs", model::MoeTokenDropPolicy::kProbs},
-                   {"position", model::MoeTokenDropPolicy::kPosition}},
+               model::moe_drop_policy_names(),
                "which tokens an expert over capacity keeps: probs or position");
   t.model_flag("--moe-pad-expert-input-to-capacity", &ModelConfig::moe,
                &MoeConfig::pad_to_capacity, true, "pad every expert's rows to the capacity");
   t.model_enum("--moe-token-dispatcher-type", &ModelConfig::moe, &MoeConfig::dispatcher,
-               std::map<std::string, moe::DispatcherType>{
-                   {"alltoall", moe::DispatcherType::kAllToAll},
-                   {"allgather", moe::DispatcherType::kAllGather}},
+               model::moe_dispatcher_names(),
                "expert parallelism's row exchange: alltoall or allgather (same results)");
 }
 
 void add_model_flags(FlagTable& t) {
   t.group(FlagGroup::kModel);
   t.option("--model", &TrainArgs::model_preset,
-           "preset: gpt2-tiny, gpt2-124m, gpt2-350m, llama-tiny, llama-1b");
+           "preset: gpt2-tiny, gpt2-124m, gpt2-350m, llama-tiny, llama-1b, mixtral-tiny, moe-tiny");
   t.model_option("--num-layers", &ModelConfig::num_layers, "transformer layers");
   t.model_option("--hidden-size", &ModelConfig::hidden_size, "hidden size C");
   t.model_option("--num-attention-heads", &ModelConfig::num_attention_heads, "attention heads");

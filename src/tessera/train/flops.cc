@@ -16,8 +16,8 @@ double model_flops(const model::ModelConfig& cfg, int64_t padded_vocab, int64_t 
                      mats * h * cfg.moe.shared_expert_size;
   const double attention = s * h;  // QK^T and PV: 2 s h, halved for the causal mask
   double per_token = padded_vocab * h;
-  for (int l = 0; l < cfg.num_layers; ++l)
-    per_token += qkv + proj + attention + (cfg.is_moe_layer(l) ? moe : mlp);
+  for (const bool moe_layer : cfg.moe_layer_mask())
+    per_token += qkv + proj + attention + (moe_layer ? moe : mlp);
   return 3.0 * 2.0 * per_token * s * static_cast<double>(sequences);
 }
 

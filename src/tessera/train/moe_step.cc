@@ -15,9 +15,14 @@ MoeStepReport finish_moe_step(model::GPTModel& model, comm::ProcessGroup* dp,
   if (!cfg.moe.enabled()) return report;
   report.enabled = true;
   const int E = cfg.moe.num_experts;
-  std::vector<int> moe_layers;  // global indices of every MoE layer of the model
+  // Every MoE layer of the model (global indices) and its row below.
+  std::vector<int> moe_layers, row_of(cfg.num_layers, -1);
+  const std::vector<bool> mask = cfg.moe_layer_mask();
   for (int l = 0; l < cfg.num_layers; ++l)
-    if (cfg.is_moe_layer(l)) moe_layers.push_back(l);
+    if (mask[l]) {
+      row_of[l] = static_cast<int>(moe_layers.size());
+      moe_layers.push_back(l);
+    }
   // Per MoE layer: micro-batches, aux, z, choices, dropped, E counts. Layers on other pipeline
   // stages contribute zeros, so the sum over both groups holds every layer's global figures
   // (counts are integers below 2^53: exact in double).
@@ -25,9 +30,7 @@ MoeStepReport finish_moe_step(model::GPTModel& model, comm::ProcessGroup* dp,
   std::vector<double> v(moe_layers.size() * width, 0.0);
   for (auto& [layer, block] : model.moe_layers()) {
     const model::MoeLayerStats s = block->take_stats();
-    const size_t i = std::lower_bound(moe_layers.begin(), moe_layers.end(), layer) -
-                     moe_layers.begin();
-    double* row = v.data() + i * width;
+    double* row = v.data() + row_of[layer] * width;
     row[0] = static_cast<double>(s.micro_batches);
     row[1] = s.aux_loss;
     row[2] = s.z_loss;
@@ -59,10 +62,9 @@ MoeStepReport finish_moe_step(model::GPTModel& model, comm::ProcessGroup* dp,
 
   if (update_bias) {
     for (auto& [layer, block] : model.moe_layers()) {
-      const size_t i = std::lower_bound(moe_layers.begin(), moe_layers.end(), layer) -
-                       moe_layers.begin();
+      const double* row = v.data() + row_of[layer] * width;
       std::vector<int64_t> counts(E);
-      for (int e = 0; e < E; ++e) counts[e] = static_cast<int64_t>(v[i * width + 5 + e]);
+      for (int e = 0; e < E; ++e) counts[e] = static_cast<int64_t>(row[5 + e]);
       block->update_expert_bias(counts);
     }
   }
@@ -79,8 +81,9 @@ nlohmann::json expert_bias_to_json(model::GPTModel& model, comm::ProcessGroup* p
     for (int e = 0; e < E; ++e) v[layer * E + e] = block->expert_bias()[e];
   v = distributed::sum_over(pp, v);
   nlohmann::json out = nlohmann::json::object();
+  const std::vector<bool> mask = cfg.moe_layer_mask();
   for (int l = 0; l < cfg.num_layers; ++l) {
-    if (!cfg.is_moe_layer(l)) continue;
+    if (!mask[l]) continue;
     std::vector<float> b(E);
     for (int e = 0; e < E; ++e) b[e] = static_cast<float>(v[l * E + e]);
     out[std::to_string(l)] = b;

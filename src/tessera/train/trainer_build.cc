@@ -248,8 +248,8 @@ void Trainer::print_setup(const distributed::ShardingPlan& sharding) const {
       static_cast<long long>(a.model.vocab_size), static_cast<long long>(model_->padded_vocab()),
       dtype_name(compute_dtype()), num_threads());
   if (a.model.moe.enabled()) {
-    int moe_layers = 0;
-    for (int l = 0; l < a.model.num_layers; ++l) moe_layers += a.model.is_moe_layer(l);
+    const std::vector<bool> mask = a.model.moe_layer_mask();
+    const int moe_layers = static_cast<int>(std::count(mask.begin(), mask.end(), true));
     const std::string shared =
         a.model.moe.shared_expert_size > 0
             ? ", a shared expert of ffn " + std::to_string(a.model.moe.shared_expert_size)
