@@ -225,7 +225,7 @@ void BM_DropoutForward(benchmark::State& state) {
   std::vector<T> out(z.N * z.C);
   const PhiloxKey key = philox_key(1, RngPurpose::kHiddenDropout, 0);
   const TokenCoords coords{
-      .sample_offset = 0, .seq_offset = 0, .local_seq = 1024, .global_seq = 1024};
+      .sample_offset = 0, .seq_offset = 0, .local_seq = 1024, .global_seq = 1024, .split = {}};
   for (auto _ : state) {
     dropout_forward(out.data(), x.data(), key, coords, z.N, z.C, 0.1f);
     benchmark::DoNotOptimize(out.data());

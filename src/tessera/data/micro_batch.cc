@@ -44,6 +44,34 @@ void load_micro_batch(const TokenSampler& sampler, int64_t first, int64_t count,
   }
 }
 
+namespace {
+
+// v (B, T) -> (B, T / N): each row's tokens of `split`, in the rank's order.
+template <typename V>
+void keep_chunks(std::vector<V>& v, int64_t B, int64_t T, SequenceSplit split) {
+  if (v.empty()) return;
+  const int64_t local = split.local(T);
+  std::vector<V> out(static_cast<size_t>(B * local));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t u = 0; u < local; ++u) out[b * local + u] = v[b * T + split.global(u, T)];
+  v = std::move(out);
+}
+
+}  // namespace
+
+void keep_context_chunks(MicroBatch& mb, SequenceSplit split) {
+  if (split.size == 1) return;
+  TESSERA_CHECK(mb.T % (2 * split.size) == 0);
+  const int64_t B = mb.B, T = mb.T;
+  mb.doc_start_global = mb.doc_start;
+  keep_chunks(mb.tokens, B, T, split);
+  keep_chunks(mb.targets, B, T, split);
+  keep_chunks(mb.loss_mask, B, T, split);
+  keep_chunks(mb.positions, B, T, split);
+  keep_chunks(mb.doc_start, B, T, split);
+  mb.T = split.local(T);
+}
+
 Prefetcher::Prefetcher(Fill fill, int64_t count, int depth)
     : fill_(std::move(fill)), count_(count), slots_(static_cast<size_t>(depth + 1)) {
   TESSERA_CHECK(depth >= 1 && count >= 0);

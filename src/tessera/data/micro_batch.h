@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "tessera/core/sequence_split.h"
 #include "tessera/data/sampler.h"
 
 namespace tessera::data {
@@ -44,6 +45,9 @@ struct MicroBatch {
   std::vector<float> loss_mask;    // (B, T) with eod_mask_loss, else empty (all count)
   std::vector<int32_t> positions;  // (B, T) with reset_position_ids, else empty (0..T-1)
   std::vector<int32_t> doc_start;  // (B, T) with reset_attention_mask, else empty (causal)
+  // Under context parallelism (keep_context_chunks) T is this rank's tokens per sample and
+  // doc_start holds global positions; the whole sequences' doc_start stays here, (B, T * N).
+  std::vector<int32_t> doc_start_global;
 };
 
 // Fills `out` with samples first, ..., first + count - 1 of `sampler`, each taken modulo
@@ -51,6 +55,12 @@ struct MicroBatch {
 // Throws what sampler.sample throws.
 void load_micro_batch(const TokenSampler& sampler, int64_t first, int64_t count,
                       const LtorOptions& options, MicroBatch& out);
+
+// Context parallelism: reduces a micro-batch of whole sequences to this rank's two chunks of
+// each (core/sequence_split.h; T must divide by 2 * split.size, checked): tokens, targets, loss
+// mask, positions and doc_start (its values stay global positions) of those tokens, in the
+// rank's order; the whole doc_start moves to doc_start_global. A no-op at size 1.
+void keep_context_chunks(MicroBatch& mb, SequenceSplit split);
 
 // The global index of the first sample of micro-batch m (of mbs samples) of data-parallel rank
 // `rank` of `dp` in the global batch starting at `consumed`: consumed + (m * dp + rank) * mbs.

@@ -40,240 +40,8 @@
 TESSERA_TARGET_BEGIN
 namespace {
 
-// Rows of a query block = columns of a key block. 64 keeps the per-thread tiles (a few 16 KiB
-// fp32 tiles at HD = 64) inside L1/L2 and is a whole number of register panels on every target
-// (16 * kTileVecs columns: one panel of four vectors on AVX-512).
-constexpr int kBlock = 64;
-static_assert(kBlock % (16 * kTileVecs) == 0 && kBlock % kLanes == 0);
 
-// Owning 64-byte aligned fp32 scratch (tiles are read with full-width vector loads).
-class Scratch {
- public:
-  explicit Scratch(size_t n)
-      : data_(static_cast<float*>(
-            ::operator new[](std::max<size_t>(n, 16) * sizeof(float), std::align_val_t(64)))) {}
-  ~Scratch() { ::operator delete[](data_, std::align_val_t(64)); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  float* get() const { return data_; }
-
- private:
-  float* data_;
-};
-
-inline int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
-
-// ---------------------------------------------------------------------------------------------
-// Tile products. C (M x N) = or += A (M x K) * B (K x N); B and C row-major; A's element (m, k)
-// is A[m * a_rs + k * a_cs], so A can be a transposed view of a row-major tile (a_rs = 1).
-
-// R rows by NV 16-lane vectors (16 * (NV - 1) < N <= 16 * NV): R * NV accumulators stay in
-// registers, each k-step loads NV vectors of B and broadcasts R scalars of A. Only the last
-// vector can be partial; with kTail its columns past N are loaded as 0 and never stored
-// (counted loads and stores), without it (N = 16 * NV, the usual case) the k loop has no lane
-// counts at all. (accumulate and kTail are template parameters and every loop over r, v is
-// unrolled: with a run-time branch in the epilogue GCC 12 keeps acc in memory and stores all of
-// it on every k-step, a 3x slowdown; a lane count in the k loop costs a compare and branch per
-// vector per step.)
-template <int R, int NV, bool kAccumulate, bool kTail>
-void panel(float* C, int64_t ldc, const float* A, int64_t a_rs, int64_t a_cs, const float* B,
-           int64_t ldb, int N, int K) {
-  const int tail = N - 16 * (NV - 1);  // lanes of the last vector
-  VecF acc[R][NV];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[r][v] = zero();
-  for (int k = 0; k < K; ++k) {
-    VecF b[NV];
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v)
-      b[v] = kTail && v == NV - 1 ? load(B + k * ldb + 16 * v, tail) : load(B + k * ldb + 16 * v);
-    const float* a = A + k * a_cs;
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const VecF ar = splat(a[r * a_rs]);
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[r][v] = fmadd(ar, b[v], acc[r][v]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      float* c = C + r * ldc + 16 * v;
-      const int n = kTail && v == NV - 1 ? tail : kLanes;
-      if constexpr (kAccumulate)
-        store(c, acc[r][v] + load(c, n), n);
-      else
-        store(c, acc[r][v], n);
-    }
-  }
-}
-
-// R rows of a panel at most 16 * NV columns wide: the narrowest panel that covers N. Only
-// NV <= kTileVecs is ever instantiated (tile_gemm_impl never passes wider panels).
-template <int R, int NV, bool kAccumulate>
-void panel_rows(float* C, int64_t ldc, const float* A, int64_t a_rs, int64_t a_cs, const float* B,
-                int64_t ldb, int N, int K) {
-  if constexpr (NV > 1) {
-    if (N <= 16 * (NV - 1))
-      return panel_rows<R, NV - 1, kAccumulate>(C, ldc, A, a_rs, a_cs, B, ldb, N, K);
-  }
-  if (N == 16 * NV)
-    panel<R, NV, kAccumulate, false>(C, ldc, A, a_rs, a_cs, B, ldb, N, K);
-  else
-    panel<R, NV, kAccumulate, true>(C, ldc, A, a_rs, a_cs, B, ldb, N, K);
-}
-
-// The last `rows` (< kTileRows) rows of a column panel, as one panel of exactly that height.
-template <int R, bool kAccumulate>
-void tail_rows(float* C, int64_t ldc, const float* A, int64_t a_rs, int64_t a_cs, const float* B,
-               int64_t ldb, int N, int K, int rows) {
-  if (rows == R) return panel_rows<R, kTileVecs, kAccumulate>(C, ldc, A, a_rs, a_cs, B, ldb, N, K);
-  if constexpr (R > 1) tail_rows<R - 1, kAccumulate>(C, ldc, A, a_rs, a_cs, B, ldb, N, K, rows);
-}
-
-template <bool kAccumulate>
-void tile_gemm_impl(float* C, int64_t ldc, const float* A, int64_t a_rs, int64_t a_cs,
-                    const float* B, int64_t ldb, int M, int N, int K) {
-  // The target's register blocking: kTileRows x kTileVecs accumulators plus kTileVecs B vectors
-  // and a broadcast fill its vector registers (AVX-512: 6 x 4 + 4 + 1 of the 32 zmm).
-  constexpr int kRows = kTileRows;
-  constexpr int kCols = 16 * kTileVecs;
-  static_assert(kRows >= 2);
-  for (int n0 = 0; n0 < N; n0 += kCols) {
-    const int nn = std::min(kCols, N - n0);
-    float* c = C + n0;
-    const float* b = B + n0;
-    int m = 0;
-    for (; m + kRows <= M; m += kRows)
-      panel_rows<kRows, kTileVecs, kAccumulate>(c + m * ldc, ldc, A + m * a_rs, a_rs, a_cs, b, ldb,
-                                                nn, K);
-    if (m < M)
-      tail_rows<kRows - 1, kAccumulate>(c + m * ldc, ldc, A + m * a_rs, a_rs, a_cs, b, ldb, nn, K,
-                                        M - m);
-  }
-}
-
-void tile_gemm(float* C, int64_t ldc, const float* A, int64_t a_rs, int64_t a_cs, const float* B,
-               int64_t ldb, int M, int N, int K, bool accumulate) {
-  if (accumulate)
-    tile_gemm_impl<true>(C, ldc, A, a_rs, a_cs, B, ldb, M, N, K);
-  else
-    tile_gemm_impl<false>(C, ldc, A, a_rs, a_cs, B, ldb, M, N, K);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Dropout mask: Philox4x32-10 (core/philox.h) evaluated on 16 counters at once, one per query.
-
-// keep[c][v] lane l is set iff the probability (query q0 + 16 v + l, key k0 + c) is kept, i.e.
-// uniform(key, row0 + 16 v + l, k0 + c) >= p, for queries < M and keys < N; row0 is the global
-// dropout row of query q0 and k0 % 4 == 0. Lane l of one Philox call is query 16 v + l and its
-// four output words are the keys 4 c4 .. 4 c4 + 3, so the masks come out already transposed.
-void fill_keep(Mask (*keep)[4], PhiloxKey key, uint64_t row0, uint64_t k0, int M, int N, float p) {
-  const VecI mul0 = splat_i(static_cast<int32_t>(0xD2511F53u));
-  const VecI mul1 = splat_i(static_cast<int32_t>(0xCD9E8D57u));
-  const VecF vp = splat(p);
-  const VecF unit = splat(1.0f / 16777216.0f);
-  for (int v = 0; 16 * v < M; ++v) {
-    // The 64-bit row counter of each lane, split into its 32-bit halves.
-    alignas(64) int32_t row_lo[16], row_hi[16];
-    for (int l = 0; l < 16; ++l) {
-      const uint64_t row = row0 + 16 * v + l;
-      row_lo[l] = static_cast<int32_t>(static_cast<uint32_t>(row));
-      row_hi[l] = static_cast<int32_t>(static_cast<uint32_t>(row >> 32));
-    }
-    const VecI r_lo = load_i(row_lo, 16), r_hi = load_i(row_hi, 16);
-    for (int c4 = 0; 4 * c4 < N; ++c4) {
-      const uint64_t col4 = k0 / 4 + c4;
-      VecI c0 = r_lo, c1 = r_hi;
-      VecI c2 = splat_i(static_cast<int32_t>(static_cast<uint32_t>(col4)));
-      VecI c3 = splat_i(static_cast<int32_t>(static_cast<uint32_t>(col4 >> 32)));
-      uint32_t key0 = key.k0, key1 = key.k1;
-      for (int round = 0; round < 10; ++round) {
-        VecI hi0, lo0, hi1, lo1;
-        mul_wide_u32(c0, mul0, &hi0, &lo0);
-        mul_wide_u32(c2, mul1, &hi1, &lo1);
-        c0 = hi1 ^ c1 ^ splat_i(static_cast<int32_t>(key0));
-        c1 = lo1;
-        c2 = hi0 ^ c3 ^ splat_i(static_cast<int32_t>(key1));
-        c3 = lo0;
-        key0 += 0x9E3779B9u;
-        key1 += 0xBB67AE85u;
-      }
-      // Same float as uint_to_unit_float: 24 bits times 2^-24 is exact.
-      const VecI words[4] = {c0, c1, c2, c3};
-      for (int w = 0; w < 4; ++w) {
-        const VecF u = to_float(shift_right(words[w], 8)) * unit;
-        keep[4 * c4 + w][v] = cmp_ge(u, vp);
-      }
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Loads into fp32 tiles.
-
-// Rows of one head are far apart in the packed buffers, a stride the hardware prefetcher does
-// not follow: loops over such rows fetch a few rows ahead.
-constexpr int64_t kPrefetchRows = 8;
-template <typename T>
-inline void prefetch_row(const T* row, int cols) {
-  const char* p = reinterpret_cast<const char*>(row);
-  for (size_t byte = 0; byte < cols * sizeof(T); byte += 64) prefetch(p + byte);
-}
-
-// dst[0, n) = src[0, n) * mul, converted from / rounded to the storage types: whole vectors,
-// then one counted tail (same arithmetic on every lane).
-template <typename D, typename S>
-inline void scale_row(D* dst, const S* src, int n, VecF mul) {
-  int c = 0;
-  for (; c + kLanes <= n; c += kLanes) store(dst + c, load(src + c) * mul);
-  if (c < n) store(dst + c, load(src + c, n - c) * mul, n - c);
-}
-
-// dst (rows x cols, ld_dst) = src (rows x cols, ld_src) * mul.
-template <typename T>
-void load_tile(float* dst, int64_t ld_dst, const T* src, int64_t ld_src, int64_t rows, int cols,
-               float mul) {
-  const VecF vmul = splat(mul);
-  for (int64_t r = 0; r < rows; ++r) {
-    if (r + kPrefetchRows < rows) prefetch_row(src + (r + kPrefetchRows) * ld_src, cols);
-    scale_row(dst + r * ld_dst, src + r * ld_src, cols, vmul);
-  }
-}
-
-// dst (cols x rows, ld_dst) = mul * src (rows x cols, ld_src)^T, 16 x 16 blocks at a time.
-template <typename T>
-void load_tile_transposed(float* dst, int64_t ld_dst, const T* src, int64_t ld_src, int64_t rows,
-                          int cols, float mul) {
-  const VecF vmul = splat(mul);
-  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
-    const int nr = lanes_left(r0, rows);
-    for (int64_t r = r0 + 16; r < std::min(rows, r0 + 32); ++r)
-      prefetch_row(src + r * ld_src, cols);
-    for (int c0 = 0; c0 < cols; c0 += 16) {
-      const int nc = lanes_left(c0, cols);
-      VecF x[16];
-#pragma GCC unroll 16
-      for (int k = 0; k < 16; ++k)
-        x[k] = k < nr ? load(src + (r0 + k) * ld_src + c0, nc) * vmul : zero();
-      transpose16(x);
-#pragma GCC unroll 16
-      for (int k = 0; k < 16; ++k)
-        if (k < nc) store(dst + (c0 + k) * ld_dst + r0, x[k], nr);
-    }
-  }
-}
-
-// dst (rows x cols, ld_dst) = src * mul, rounded to T (store(): nearest even).
-template <typename T>
-void store_tile(T* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows, int cols,
-                float mul) {
-  const VecF vmul = splat(mul);
-  for (int64_t r = 0; r < rows; ++r) scale_row(dst + r * ld_dst, src + r * ld_src, cols, vmul);
-}
+#include "tessera/kernels/attention_tiles.inc"
 
 // Everything a task needs to locate heads in the packed buffers.
 struct Geometry {
@@ -317,36 +85,6 @@ uint64_t dropout_row_base(const AttentionDropout& d, const Geometry& g, int64_t 
   return static_cast<uint64_t>(((d.sample_offset + b) * heads + d.head_offset + h) * g.T);
 }
 
-// Score tiles are held transposed, (keys, queries) with leading dimension kBlock, so every
-// per-query quantity (running max, sum, lse, rowsum(dO * O)) is a vector over 16 queries and
-// no tile ever needs a horizontal reduction or a per-block transpose.
-//
-// Lanes of query vector v that key c of a block may see: queries below M and, on the diagonal
-// block (same first index for queries and keys), queries 16 v + l >= c.
-inline Mask visible(int c, int v, int M, bool diagonal) {
-  const Mask in_range = first_n(M - 16 * v);
-  const int first = diagonal ? c - 16 * v : 0;
-  if (first <= 0) return in_range;
-  if (first >= 16) return from_bits(0);
-  return in_range & from_bits(0xFFFFu << first);
-}
-
-// Document masking (--reset-attention-mask): the first visible key of each query of a block, a
-// vector per 16 queries. Without doc_start every key passes.
-struct DocMask {
-  const int32_t* ds = nullptr;  // doc_start of query q0 of the block, or nullptr
-  int64_t k0 = 0;               // index of key 0 of the block
-  VecI first[kBlock / 16];
-  void load(int M) {
-    if (ds == nullptr) return;
-    for (int v = 0; 16 * v < M; ++v) first[v] = load_i(ds + 16 * v, M - 16 * v);
-  }
-  // Lanes of query vector v that may see key c of the block: doc_start <= k0 + c.
-  Mask sees(int c, int v) const {
-    if (ds == nullptr) return first_n(16);
-    return cmp_le_i(first[v], splat_i(static_cast<int32_t>(k0 + c)));
-  }
-};
 
 // True when no query of [q0, q0 + M) sees any key before k_end (the block can be skipped).
 inline bool block_hidden(const Geometry& g, int64_t b, int64_t q0, int M, int64_t k_end) {
@@ -372,45 +110,9 @@ struct ForwardTiles {
   Scratch v;                        // (T, ldh) values of the head, likewise
   Scratch st;                       // (Bc, Br) scores, then probabilities, transposed
   Scratch o;                        // (Br, ldh) output accumulator
-  alignas(64) float m[kBlock];      // running max per query
-  alignas(64) float l[kBlock];      // running sum per query
-  alignas(64) float alpha[kBlock];  // exp(m_old - m_new) of the last step
-  Mask keep[kBlock][4];             // dropout keep masks of the key block (fill_keep)
+  SoftmaxState s;                   // running max and sum per query
+  KeepMasks keep;                   // dropout keep masks of the key block (fill_keep)
 };
-
-// Online-softmax step over one key block: st (N keys x Br queries) holds scores of M queries.
-// Replaces them by exp(s - m_new) (zero where not visible; dropped and rescaled when
-// keep_scale > 0), updates the running max and sum (the sum taken before dropout, as
-// FlashAttention does) and leaves exp(m_old - m_new) in w.alpha.
-void softmax_step(ForwardTiles& w, int M, int N, bool diagonal, float keep_scale,
-                  const DocMask& doc) {
-  float* st = w.st.get();
-  for (int v = 0; 16 * v < M; ++v) {
-    const VecF m_old = load(w.m + 16 * v);
-    VecF m_new = m_old;
-    for (int c = 0; c < N; ++c)
-      m_new = select(visible(c, v, M, diagonal) & doc.sees(c, v),
-                     max(m_new, load(st + c * kBlock + 16 * v)), m_new);
-    // Causal: every query sees key 0 of the block, so m_new is finite (lanes beyond M are
-    // unused). With document masking a query may not have seen any key yet (m_new = -inf):
-    // subtract 0 there instead, so alpha = exp(-inf) = 0 rather than exp(-inf + inf) = NaN.
-    const Mask seen = cmp_neq(m_new, splat(-INFINITY));
-    const VecF m_sub = zero_unless(seen, m_new);
-    const VecF alpha = fast_exp(m_old - m_sub);  // exp(-inf) = 0 at start
-    VecF sum = zero();
-    for (int c = 0; c < N; ++c) {
-      float* s = st + c * kBlock + 16 * v;
-      const Mask vis = visible(c, v, M, diagonal) & doc.sees(c, v);
-      VecF p = zero_unless(vis, fast_exp(load(s) - m_sub));
-      sum = sum + p;
-      if (keep_scale > 0.0f) p = zero_unless(w.keep[c][v], p * splat(keep_scale));
-      store(s, p);
-    }
-    store(w.l + 16 * v, fmadd(load(w.l + 16 * v), alpha, sum));
-    store(w.m + 16 * v, m_new);
-    store(w.alpha + 16 * v, alpha);
-  }
-}
 
 template <typename T>
 void forward_block(T* out, float* lse, const T* qkv, const Geometry& g,
@@ -421,8 +123,8 @@ void forward_block(T* out, float* lse, const T* qkv, const Geometry& g,
   load_tile_transposed(w.qt.get(), kBlock, tok + q0 * g.width + g.q_col(h), g.width, M, g.HD,
                        g.scale);
   std::fill(w.o.get(), w.o.get() + kBlock * g.ldh, 0.0f);
-  std::fill(w.m, w.m + kBlock, -std::numeric_limits<float>::infinity());
-  std::fill(w.l, w.l + kBlock, 0.0f);
+  std::fill(w.s.m, w.s.m + kBlock, -std::numeric_limits<float>::infinity());
+  std::fill(w.s.l, w.s.l + kBlock, 0.0f);
   const bool drop = dropout.p > 0.0f;
   const float keep_scale = drop ? 1.0f / (1.0f - dropout.p) : 0.0f;
   const uint64_t row0 = drop ? dropout_row_base(dropout, g, b, h) + q0 : 0;
@@ -442,11 +144,12 @@ void forward_block(T* out, float* lse, const T* qkv, const Geometry& g,
     const float* v = w.v.get() + k0 * g.ldh;
     // S^T (N, M) = K (scale Q)^T.
     tile_gemm(w.st.get(), kBlock, k, g.ldh, 1, w.qt.get(), kBlock, N, M, g.HD, false);
+    // k0 is a multiple of kBlock here: the masks start at row 0.
     if (drop) fill_keep(w.keep, dropout.key, row0, static_cast<uint64_t>(k0), M, N, dropout.p);
-    softmax_step(w, M, N, j == i, keep_scale, doc);
+    softmax_step(w.st.get(), w.s, w.keep, M, N, j == i ? 0 : kAllVisible, keep_scale, doc);
     for (int r = 0; r < M; ++r) {
       float* o = w.o.get() + r * g.ldh;
-      for (int d = 0; d < g.HD; ++d) o[d] *= w.alpha[r];
+      for (int d = 0; d < g.HD; ++d) o[d] *= w.s.alpha[r];
     }
     // O (M, HD) += P V, with P (M, N) read as the transposed view of P^T.
     tile_gemm(w.o.get(), g.ldh, w.st.get(), 1, kBlock, v, g.ldh, M, g.HD, N, true);
@@ -455,8 +158,8 @@ void forward_block(T* out, float* lse, const T* qkv, const Geometry& g,
   T* dst = out + (b * g.T + q0) * g.NH * g.HD + g.q_col(h);
   float* lse_row = lse + (b * g.NH + h) * g.T + q0;
   for (int r = 0; r < M; ++r) {
-    store_tile(dst + r * g.NH * g.HD, 0, w.o.get() + r * g.ldh, 0, 1, g.HD, 1.0f / w.l[r]);
-    lse_row[r] = w.m[r] + std::log(w.l[r]);
+    store_tile(dst + r * g.NH * g.HD, 0, w.o.get() + r * g.ldh, 0, 1, g.HD, 1.0f / w.s.l[r]);
+    lse_row[r] = w.s.m[r] + std::log(w.s.l[r]);
   }
 }
 
@@ -504,35 +207,8 @@ struct BackwardTiles {
   Scratch dv;            // (Bc, ldh) dV accumulator of the key block
   Scratch pt;            // (Bc, Br) probabilities after dropout, transposed
   Scratch dst;           // (Bc, Br) dP, then dS, transposed
-  Mask keep[kBlock][4];  // dropout keep masks of the tile (fill_keep)
+  KeepMasks keep;        // dropout keep masks of the tile (fill_keep)
 };
-
-// For one (key block, query block) tile: from S^T (in w.pt) and dP^T (in w.dst) computes
-// P = exp(S - lse), leaves P after dropout in w.pt and dS = P (dP' - delta) in w.dst, where
-// dP' is dP through the dropout mask; zero where a query does not see a key.
-void backward_softmax_step(BackwardTiles& w, const float* lse, const float* delta, int M, int N,
-                           bool diagonal, float keep_scale, const DocMask& doc) {
-  const VecF ks = splat(keep_scale);
-  for (int v = 0; 16 * v < M; ++v) {
-    const int in_range = M - 16 * v;  // lanes of real queries (load clamps to 16)
-    const VecF vlse = load(lse + 16 * v, in_range);
-    const VecF vdelta = load(delta + 16 * v, in_range);
-    for (int c = 0; c < N; ++c) {
-      float* p_ptr = w.pt.get() + c * kBlock + 16 * v;
-      float* ds_ptr = w.dst.get() + c * kBlock + 16 * v;
-      const Mask vis = visible(c, v, M, diagonal) & doc.sees(c, v);
-      const VecF p = zero_unless(vis, fast_exp(load(p_ptr) - vlse));
-      VecF dp = load(ds_ptr);
-      VecF pd = p;
-      if (keep_scale > 0.0f) {
-        dp = zero_unless(w.keep[c][v], dp * ks);
-        pd = zero_unless(w.keep[c][v], p * ks);
-      }
-      store(p_ptr, pd);
-      store(ds_ptr, p * (dp - vdelta));
-    }
-  }
-}
 
 // dK and dV contributions of query head h of sample b. dk_dst/dv_dst point at key 0 of the
 // head's destination rows, ld_dst apart; D is float (GQA partials) or T (dqkv directly).
@@ -592,7 +268,8 @@ void backward_head(D* dk_dst, D* dv_dst, int64_t ld_dst, T* dq_dst, const T* dou
       tile_gemm(w.dst.get(), kBlock, v, g.ldh, 1, w.doutt.get() + q0, g.ldt, N, M, g.HD, false);
       if (drop)
         fill_keep(w.keep, dropout.key, row_base + q0, static_cast<uint64_t>(k0), M, N, dropout.p);
-      backward_softmax_step(w, lse_head + q0, w.delta.get() + q0, M, N, i == j, keep_scale, doc);
+      backward_softmax_step(w.pt.get(), w.dst.get(), w.keep, lse_head + q0, w.delta.get() + q0, M,
+                            N, i == j ? 0 : kAllVisible, keep_scale, doc);
       // dV += P^T dO; dK += dS^T (scale Q); dQ += dS K (dS read as the view of dS^T).
       tile_gemm(w.dv.get(), g.ldh, w.pt.get(), kBlock, 1, w.dout.get() + q0 * g.ldh, g.ldh, N, g.HD,
                 M, true);

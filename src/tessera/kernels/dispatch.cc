@@ -11,6 +11,7 @@
   X(activations)                \
   X(adamw)                      \
   X(attention)                  \
+  X(attention_block)            \
   X(cross_entropy)              \
   X(dropout)                    \
   X(elementwise)                \

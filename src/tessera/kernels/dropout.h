@@ -12,19 +12,24 @@
 #include <cstdint>
 
 #include "tessera/core/philox.h"
+#include "tessera/core/sequence_split.h"
 #include "tessera/kernels/dispatch.h"
 
 namespace tessera::kernels {
 
 // Maps local row n of a (B_local * T_local) buffer to its global token id:
-//   (sample_offset + n / local_seq) * global_seq + seq_offset + n % local_seq
+//   (sample_offset + n / local_seq) * global_seq + split.global(seq_offset + n % local_seq)
+// where seq_offset counts in the context-parallel rank's part of the sequence (its two chunks,
+// core/sequence_split.h; the whole sequence without context parallelism).
 struct TokenCoords {
   int64_t sample_offset = 0;  // global index of this buffer's first sample
-  int64_t seq_offset = 0;     // position of this buffer's first token in its sequence
+  int64_t seq_offset = 0;     // position of this buffer's first token in the rank's part
   int64_t local_seq = 1;      // tokens per sample held locally
   int64_t global_seq = 1;     // tokens per sample in the full sequence
+  SequenceSplit split;        // the context-parallel rank's chunks (identity by default)
   int64_t global_row(int64_t n) const {
-    return (sample_offset + n / local_seq) * global_seq + seq_offset + n % local_seq;
+    return (sample_offset + n / local_seq) * global_seq +
+           split.global(seq_offset + n % local_seq, global_seq);
   }
 };
 

@@ -51,21 +51,23 @@ void build_table(std::vector<float>& cos_t, std::vector<float>& sin_t, const int
 // -angle (sign = -1, the transpose).
 template <typename Float>
 void rotate(Float* qkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV, int HD,
-            float theta, float sign, bool per_sample) {
+            float theta, float sign, bool per_sample, int64_t max_position) {
   TESSERA_CHECK(B >= 0 && T >= 0 && NH > 0 && KV > 0 && HD > 0);
   TESSERA_CHECK_MSG(HD % 2 == 0, "rope: head dim must be even");
   TESSERA_CHECK_MSG(theta > 0.0f, "rope: theta must be positive");
   std::vector<float> cos_t, sin_t;
-  // Per-sample positions lie in [0, T) (they restart at document starts): a table of positions
-  // 0 .. T-1 serves every sample, indexed by each token's position.
-  build_table(cos_t, sin_t, per_sample ? nullptr : positions, T, HD, theta);
+  // Per-sample positions lie in [0, P) (they restart at document starts; P = T, or the whole
+  // sequence's length when these T tokens are a context-parallel rank's): a table of positions
+  // 0 .. P-1 serves every sample, indexed by each token's position.
+  const int64_t P = per_sample && max_position > 0 ? max_position : T;
+  build_table(cos_t, sin_t, per_sample ? nullptr : positions, P, HD, theta);
   const int half = HD / 2;
   const int64_t width = (int64_t{NH} + 2 * KV) * HD;
   const int rotated_heads = NH + KV;  // queries then keys; values follow and are left alone
 #pragma omp parallel for if (B * T * rotated_heads * HD >= kMinParallelWork)
   for (int64_t row = 0; row < B * T; ++row) {
     const int64_t t = per_sample ? positions[row] : row % T;
-    TESSERA_CHECK(t >= 0 && t < T);
+    TESSERA_CHECK(t >= 0 && t < P);
     const float* c = cos_t.data() + t * half;
     const float* s = sin_t.data() + t * half;
     Float* token = qkv + row * width;
@@ -86,14 +88,14 @@ void rotate(Float* qkv, const int32_t* positions, int64_t B, int64_t T, int NH, 
 
 template <typename Float>
 void rope_forward(Float* qkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV,
-                  int HD, float theta, bool per_sample) {
-  rotate(qkv, positions, B, T, NH, KV, HD, theta, 1.0f, per_sample);
+                  int HD, float theta, bool per_sample, int64_t max_position) {
+  rotate(qkv, positions, B, T, NH, KV, HD, theta, 1.0f, per_sample, max_position);
 }
 
 template <typename Float>
 void rope_backward(Float* dqkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV,
-                   int HD, float theta, bool per_sample) {
-  rotate(dqkv, positions, B, T, NH, KV, HD, theta, -1.0f, per_sample);
+                   int HD, float theta, bool per_sample, int64_t max_position) {
+  rotate(dqkv, positions, B, T, NH, KV, HD, theta, -1.0f, per_sample, max_position);
 }
 
 void register_rope() {

@@ -13,18 +13,22 @@ namespace tessera::kernels {
 // qkv (B, T, (NH + 2*KV) * HD): per token NH query heads, then KV key heads, then KV value
 // heads (values untouched). positions (T): the global position of each local token, the same
 // for every sample; with per_sample, positions (B, T) in [0, T) (checked): one row per sample
-// (Megatron's --reset-position-ids, positions restarting at each document).
+// (Megatron's --reset-position-ids, positions restarting at each document); with max_position
+// > 0 the per-sample positions lie in [0, max_position) instead (a context-parallel rank's T
+// tokens of a longer sequence).
 // (The storage type is named Float, not T, because T is the sequence length here.)
 template <typename Float>
 void rope_forward(Float* qkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV,
-                  int HD, float theta, bool per_sample = false) {
-  dispatch<&rope_forward<Float>>(qkv, positions, B, T, NH, KV, HD, theta, per_sample);
+                  int HD, float theta, bool per_sample = false, int64_t max_position = 0) {
+  dispatch<&rope_forward<Float>>(qkv, positions, B, T, NH, KV, HD, theta, per_sample,
+                                 max_position);
 }
 // The transpose (inverse rotation) applied in place to dqkv's query and key heads.
 template <typename Float>
 void rope_backward(Float* dqkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV,
-                   int HD, float theta, bool per_sample = false) {
-  dispatch<&rope_backward<Float>>(dqkv, positions, B, T, NH, KV, HD, theta, per_sample);
+                   int HD, float theta, bool per_sample = false, int64_t max_position = 0) {
+  dispatch<&rope_backward<Float>>(dqkv, positions, B, T, NH, KV, HD, theta, per_sample,
+                                  max_position);
 }
 
 }  // namespace tessera::kernels

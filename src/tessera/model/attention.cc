@@ -4,6 +4,7 @@
 
 #include "tessera/kernels/attention.h"
 #include "tessera/kernels/rope.h"
+#include "tessera/core/error.h"
 
 namespace tessera::model {
 
@@ -50,7 +51,8 @@ void Attention::declare(ParameterSet& params, const std::string& prefix, const M
 }
 
 Attention::Attention(ParameterSet& params, const std::string& prefix, const ModelConfig& cfg,
-                     int layer, const parallel::TensorParallel* tp)
+                     int layer, const parallel::TensorParallel* tp,
+                     const context::ContextParallel* cp)
     : NH_global_(cfg.num_attention_heads),
       HD_(cfg.head_dim()),
       layer_(layer),
@@ -73,6 +75,32 @@ Attention::Attention(ParameterSet& params, const std::string& prefix, const Mode
     out_dbias = params.get(out + ".bias").grad;
   }
   out_ = RowParallelLinear(Linear::bind(params, {out + ".weight"}, {}), out_bias, out_dbias, tp);
+  if (cp == nullptr || cp->size() == 1) return;
+  cp_size_ = cp->size();
+  const context::CommType type = cp->type_of(layer);
+  if (type == context::CommType::kP2P || type == context::CommType::kAllGather) {
+    mode_ = CpMode::kBlocks;
+    blocks_ = context::BlockAttention(cp->group(), type);
+    return;
+  }
+  // The all-to-all group: the whole CP group (a2a), or A consecutive CP ranks (a2a+p2p) whose
+  // ring runs over the CP ranks A apart.
+  const bool mixed = type == context::CommType::kA2AP2P;
+  mode_ = mixed ? CpMode::kA2AP2P : CpMode::kA2A;
+  const std::shared_ptr<comm::ProcessGroup>& group = mixed ? cp->a2a_group() : cp->group();
+  const int A = group->size();
+  a2a_rank_ = group->rank();
+  for (int a = 0; a < A; ++a) a2a_cp_ranks_.push_back(cp->rank() - a2a_rank_ + a);
+  exchange_ = context::HeadExchange(group);
+  qkv_cols_ = context::qkv_columns(NH_, KV_, HD_, A);
+  out_cols_ = context::head_columns(NH_, HD_, A);
+  cp_heads_ = NH_ / A;
+  cp_kv_ = static_cast<int>(qkv_cols_.heads_width / HD_ - cp_heads_) / 2;
+  if (mixed) {
+    std::vector<std::vector<int>> members(cp_size_ / A);
+    for (int r = 0; r < cp_size_; ++r) members[r / A].push_back(r);
+    blocks_ = context::BlockAttention(cp->ring_group(), cp_size_, members);
+  }
 }
 
 kernels::AttentionDropout Attention::dropout(const StepContext& ctx) const {
@@ -85,8 +113,73 @@ kernels::AttentionDropout Attention::dropout(const StepContext& ctx) const {
   return d;
 }
 
+// After the all-to-all a rank holds NH / A of the heads: the kernel's arguments are those of the
+// single process (a2a) or of the ring over all-to-all groups (a2a+p2p) for those heads, whose
+// dropout coordinates are their global head indices.
+kernels::AttentionDropout Attention::head_split_dropout(const StepContext& ctx) const {
+  kernels::AttentionDropout d = dropout(ctx);
+  d.head_offset += a2a_rank_ * cp_heads_;
+  return d;
+}
+
+context::BlockAttentionShape Attention::block_shape(const StepContext& ctx,
+                                                   std::vector<int32_t>* doc) const {
+  if (mode_ == CpMode::kBlocks)
+    return {ctx.B, ctx.T, ctx.seq_global, NH_, KV_, HD_, dropout(ctx), ctx.doc_start};
+  // a2a+p2p: the all-to-all group's tokens, member by member, and their document starts.
+  const int64_t A = static_cast<int64_t>(a2a_cp_ranks_.size()), rows = A * ctx.T;
+  if (ctx.doc_start_global != nullptr) {
+    doc->resize(ctx.B * rows);
+    for (int64_t b = 0; b < ctx.B; ++b)
+      for (int64_t a = 0; a < A; ++a)
+        for (int64_t u = 0; u < ctx.T; ++u)
+          (*doc)[b * rows + a * ctx.T + u] =
+              ctx.doc_start_global[b * ctx.seq_global +
+                                   SequenceSplit{cp_size_, a2a_cp_ranks_[a]}.global(
+                                       u, ctx.seq_global)];
+  }
+  return {ctx.B,   rows,    ctx.seq_global,          cp_heads_,
+          cp_kv_,  HD_,     head_split_dropout(ctx), doc->empty() ? nullptr : doc->data()};
+}
+
+void Attention::core_heads(Tensor& attn_heads, Tensor& lse, const Tensor& qkv_heads,
+                           const StepContext& ctx) const {
+  if (mode_ == CpMode::kA2AP2P) {
+    std::vector<int32_t> doc;
+    return blocks_.forward(attn_heads, lse, qkv_heads, block_shape(ctx, &doc));
+  }
+  const int64_t T = ctx.seq_global;
+  attn_heads = Tensor::empty({ctx.B * T, int64_t{cp_heads_} * HD_}, qkv_heads.dtype());
+  lse = Tensor::empty({ctx.B, cp_heads_, T}, DType::kF32);
+  visit_float(qkv_heads.dtype(), [&](auto tag) {
+    using F = decltype(tag);
+    kernels::attention_forward(attn_heads.data<F>(), lse.data<float>(), qkv_heads.data<F>(),
+                               ctx.B, T, cp_heads_, cp_kv_, HD_, head_split_dropout(ctx),
+                               ctx.doc_start_global);
+  });
+}
+
+Tensor Attention::core_heads_backward(const Tensor& dattn_heads, const Tensor& qkv_heads,
+                                      const Tensor& attn_heads, const Tensor& lse,
+                                      const StepContext& ctx) const {
+  if (mode_ == CpMode::kA2AP2P) {
+    std::vector<int32_t> doc;
+    return blocks_.backward(dattn_heads, qkv_heads, attn_heads, lse, block_shape(ctx, &doc));
+  }
+  Tensor dqkv_heads = Tensor::empty(qkv_heads.shape(), dattn_heads.dtype());
+  visit_float(dattn_heads.dtype(), [&](auto tag) {
+    using F = decltype(tag);
+    kernels::attention_backward(dqkv_heads.data<F>(), dattn_heads.data<F>(), qkv_heads.data<F>(),
+                                attn_heads.data<F>(), lse.data<float>(), ctx.B, ctx.seq_global,
+                                cp_heads_, cp_kv_, HD_, head_split_dropout(ctx),
+                                ctx.doc_start_global);
+  });
+  return dqkv_heads;
+}
+
 // The attention core: attn (N, NH*HD) and lse (B, NH, T) from the roped qkv.
 void Attention::core(Tensor& attn, Tensor& lse, const Tensor& qkv, const StepContext& ctx) const {
+  if (mode_ == CpMode::kBlocks) return blocks_.forward(attn, lse, qkv, block_shape(ctx, nullptr));
   attn = Tensor::empty({ctx.N(), static_cast<int64_t>(NH_) * HD_}, qkv.dtype());
   lse = Tensor::empty({ctx.B, NH_, ctx.T}, DType::kF32);
   visit_float(qkv.dtype(), [&](auto tag) {
@@ -104,30 +197,57 @@ Tensor Attention::forward(const Tensor& x, Saved& s, const StepContext& ctx) con
       const bool per_sample = ctx.sample_positions != nullptr;
       kernels::rope_forward(s.qkv.data<T>(),
                             per_sample ? ctx.sample_positions : ctx.positions.data(), ctx.B, ctx.T,
-                            NH_, KV_, HD_, rope_theta_, per_sample);
+                            NH_, KV_, HD_, rope_theta_, per_sample, ctx.seq_global);
     });
   }
-  core(s.attn, s.lse, s.qkv, ctx);
+  if (head_split()) {
+    const bool in_order = mode_ == CpMode::kA2A;
+    s.qkv = exchange_.to_heads(s.qkv, ctx.B, qkv_cols_, in_order);
+    core_heads(s.attn_heads, s.lse, s.qkv, ctx);
+    s.attn = exchange_.to_sequence(s.attn_heads, ctx.B, out_cols_, in_order);
+  } else {
+    core(s.attn, s.lse, s.qkv, ctx);
+  }
   Tensor y = out_.forward(s.attn, ctx.B);
-  if (recompute_core_) s.attn = s.lse = Tensor();
+  if (recompute_core_) s.attn = s.attn_heads = s.lse = Tensor();
   return y;
 }
 
 Tensor Attention::backward(const Tensor& dy, const Saved& s, const StepContext& ctx) const {
-  Tensor attn = s.attn, lse = s.lse;
-  if (!attn.defined()) core(attn, lse, s.qkv, ctx);  // selective recomputation
+  Tensor attn = s.attn, attn_heads = s.attn_heads, lse = s.lse;
+  const bool in_order = mode_ == CpMode::kA2A;
+  if (!attn.defined()) {  // selective recomputation
+    if (head_split()) {
+      core_heads(attn_heads, lse, s.qkv, ctx);
+      attn = exchange_.to_sequence(attn_heads, ctx.B, out_cols_, in_order);
+    } else {
+      core(attn, lse, s.qkv, ctx);
+    }
+  }
   Tensor dattn = out_.backward(dy, attn, ctx.B);
-  Tensor dqkv = Tensor::empty(s.qkv.shape(), dy.dtype());
+  Tensor dqkv;
+  if (head_split()) {
+    const Tensor dattn_heads = exchange_.to_heads(dattn, ctx.B, out_cols_, in_order);
+    const Tensor dqkv_heads = core_heads_backward(dattn_heads, s.qkv, attn_heads, lse, ctx);
+    dqkv = exchange_.to_sequence(dqkv_heads, ctx.B, qkv_cols_, in_order);
+  } else if (mode_ == CpMode::kBlocks) {
+    dqkv = blocks_.backward(dattn, s.qkv, attn, lse, block_shape(ctx, nullptr));
+  } else {
+    dqkv = Tensor::empty(s.qkv.shape(), dy.dtype());
+    visit_float(dy.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::attention_backward(dqkv.data<T>(), dattn.data<T>(), s.qkv.data<T>(),
+                                  attn.data<T>(), lse.data<float>(), ctx.B, ctx.T, NH_, KV_, HD_,
+                                  dropout(ctx), ctx.doc_start);
+    });
+  }
   visit_float(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    kernels::attention_backward(dqkv.data<T>(), dattn.data<T>(), s.qkv.data<T>(), attn.data<T>(),
-                                lse.data<float>(), ctx.B, ctx.T, NH_, KV_, HD_, dropout(ctx),
-                                ctx.doc_start);
     if (rope_) {
       const bool per_sample = ctx.sample_positions != nullptr;
       kernels::rope_backward(dqkv.data<T>(),
                              per_sample ? ctx.sample_positions : ctx.positions.data(), ctx.B, ctx.T,
-                             NH_, KV_, HD_, rope_theta_, per_sample);
+                             NH_, KV_, HD_, rope_theta_, per_sample, ctx.seq_global);
     }
   });
   return qkv_.backward(dqkv, s.inp, ctx.B);

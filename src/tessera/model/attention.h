@@ -8,11 +8,21 @@
 // when T divides KV; when KV divides T (fewer groups than ranks) the one group its query heads
 // use, replicated on T/KV ranks (whose gradients the trainer sums:
 // distributed/tensor_parallel_grads.h).
+//
+// Context parallel (context/context_parallel.h): the projections and RoPE work on this rank's
+// tokens; the core follows the layer's communication type. With a2a (Ulysses) q, k, v go to the
+// head split (whole sequences, 1/N of this rank's heads), the kernel runs on them as it would
+// without CP, and the output comes back to the sequence split (context/head_exchange.h). With
+// p2p and all_gather the queries stay and the other ranks' key/value blocks come to them
+// (context/block_attention.h).
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "tessera/context/block_attention.h"
+#include "tessera/context/context_parallel.h"
+#include "tessera/context/head_exchange.h"
 #include "tessera/kernels/attention.h"
 #include "tessera/model/config.h"
 #include "tessera/model/context.h"
@@ -25,14 +35,17 @@ class Attention {
  public:
   struct Saved {
     Tensor inp;   // (N, C) normalised input, whole sequence (gathered under SP)
-    Tensor qkv;   // (N, (NH+2KV)*HD) of this rank's heads, after RoPE
+    Tensor qkv;   // (N, (NH+2KV)*HD) of this rank's heads, after RoPE; under CP a2a the head
+                  // split (B * seq_global, columns of HeadColumns)
     Tensor attn;  // (N, NH*HD) of this rank's heads, attention output before the projection
-    Tensor lse;   // (B, NH, T) fp32, this rank's heads
+    Tensor attn_heads;  // under CP a2a: the kernel's output in the head split
+    Tensor lse;   // (B, NH, T) fp32, this rank's heads (a2a: (B, NH/N, seq_global))
   };
 
   static void declare(ParameterSet& params, const std::string& prefix, const ModelConfig& cfg);
+  // `cp`: the context-parallel group (nullptr or size 1: none).
   Attention(ParameterSet& params, const std::string& prefix, const ModelConfig& cfg, int layer,
-            const parallel::TensorParallel* tp);
+            const parallel::TensorParallel* tp, const context::ContextParallel* cp = nullptr);
 
   // x: residual-stream rows (ctx.local_N(), C) -> (ctx.local_N(), C).
   Tensor forward(const Tensor& x, Saved& s, const StepContext& ctx) const;
@@ -47,9 +60,34 @@ class Attention {
   static std::string out_name(const std::string& prefix, const ModelConfig& cfg);
   kernels::AttentionDropout dropout(const StepContext& ctx) const;
   void core(Tensor& attn, Tensor& lse, const Tensor& qkv, const StepContext& ctx) const;
+  // The core after the all-to-all (a2a, a2a+p2p): attn_heads and lse from the head-split qkv,
+  // and its backward.
+  void core_heads(Tensor& attn_heads, Tensor& lse, const Tensor& qkv_heads,
+                  const StepContext& ctx) const;
+  Tensor core_heads_backward(const Tensor& dattn_heads, const Tensor& qkv_heads,
+                             const Tensor& attn_heads, const Tensor& lse,
+                             const StepContext& ctx) const;
+  kernels::AttentionDropout head_split_dropout(const StepContext& ctx) const;
+  // The block attention's shape: of this rank's tokens (p2p, all_gather) or of its all-to-all
+  // group's tokens and heads (a2a+p2p, whose document starts go to `doc`).
+  context::BlockAttentionShape block_shape(const StepContext& ctx, std::vector<int32_t>* doc) const;
+  bool head_split() const { return mode_ == CpMode::kA2A || mode_ == CpMode::kA2AP2P; }
+
+  // How the core runs under context parallelism: the whole-sequence kernel on this rank's tokens
+  // (none), after an all-to-all over the CP group (a2a), block by block (p2p, all_gather), or
+  // block by block over a ring of all-to-all groups (a2a+p2p).
+  enum class CpMode { kNone, kA2A, kBlocks, kA2AP2P };
 
   int NH_global_;                           // query heads of the whole model (dropout coordinates)
   int NH_, KV_, HD_, head_offset_, layer_;  // this rank's heads, its first query head
+  CpMode mode_ = CpMode::kNone;
+  int cp_size_ = 1;                         // the context-parallel group
+  std::vector<int> a2a_cp_ranks_;           // a2a, a2a+p2p: CP ranks of the all-to-all group
+  int a2a_rank_ = 0;                        // this rank in it
+  int cp_heads_ = 0, cp_kv_ = 0;            // query heads and groups of the head split
+  context::HeadExchange exchange_;          // the all-to-all and its column layouts
+  context::HeadColumns qkv_cols_, out_cols_;
+  context::BlockAttention blocks_;          // p2p, all_gather, a2a+p2p
   bool rope_, recompute_core_ = false;
   float rope_theta_, dropout_p_;
   ColumnParallelLinear qkv_;

@@ -130,9 +130,9 @@ ParameterSet GPTModel::declare_part(const ModelConfig& cfg, int tp_size, int tp_
 GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
                    const parallel::TensorParallel& tp, int64_t flat_multiple, ModelPart part,
                    const ResidentRanges& resident,
-                   std::shared_ptr<comm::ProcessGroup> expert_group)
-    : cfg_(cfg), tp_(tp), expert_group_(std::move(expert_group)), part_(std::move(part)),
-      params_(tp.size(), tp.rank()) {
+                   std::shared_ptr<comm::ProcessGroup> expert_group, context::ContextParallel cp)
+    : cfg_(cfg), tp_(tp), cp_(std::move(cp)), expert_group_(std::move(expert_group)),
+      part_(std::move(part)), params_(tp.size(), tp.rank()) {
   cfg_.validate();
   cfg_.validate_tensor_parallel(tp_.size(), tp_.sequence_parallel());
   cfg_.validate_expert_parallel(part_.ep_size);
@@ -172,7 +172,7 @@ GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
   layers_.reserve(layout_.layer_offsets.size());
   for (const auto& [first, end] : part_.chunks)
     for (int l = first; l < end; ++l)
-      layers_.emplace_back(params_, cfg_, l, &tp_, expert_group_.get());
+      layers_.emplace_back(params_, cfg_, l, &tp_, expert_group_.get(), &cp_);
   layer_forwards_.assign(layers_.size(), 0);
   if (part_.head) {
     final_norm_ = std::make_unique<Norm>(params_, n.final_norm, cfg_);
@@ -208,7 +208,7 @@ Tensor GPTModel::layer_backward(int l, const Tensor& dy, TransformerLayer::Saved
 StepContext GPTModel::context(int64_t B, int64_t T, int64_t sample_offset, uint64_t seed,
                               int64_t iteration, bool training) const {
   return StepContext::make(B, T, sample_offset, seed, iteration, training, tp_.seq_begin(T),
-                           tp_.seq_local(T));
+                           tp_.seq_local(T), cp_.split());
 }
 
 // Vocab-parallel lookup (each rank adds its rows; the sum over TP is the embedding, reduced into

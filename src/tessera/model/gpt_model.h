@@ -73,10 +73,13 @@ class GPTModel {
       const std::vector<std::pair<int64_t, int64_t>>& units)>;
   // `expert_group`: the expert-parallel group (part.ep_size ranks, this rank at part.ep_rank),
   // through which MoE layers exchange tokens; nullptr when part.ep_size is 1.
+  // `cp`: the context-parallel group and each layer's communication type (default: none);
+  // micro-batches then hold this rank's chunks of every sequence (context() takes their T).
   GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
            const parallel::TensorParallel& tp = {}, int64_t flat_multiple = 1, ModelPart part = {},
            const ResidentRanges& resident = nullptr,
-           std::shared_ptr<comm::ProcessGroup> expert_group = nullptr);
+           std::shared_ptr<comm::ProcessGroup> expert_group = nullptr,
+           context::ContextParallel cp = {});
   GPTModel(const GPTModel&) = delete;  // layers point at tp_
   GPTModel& operator=(const GPTModel&) = delete;
 
@@ -90,7 +93,9 @@ class GPTModel {
   const ParameterSet& params() const { return params_; }
   int64_t padded_vocab() const { return padded_vocab_; }
   const parallel::TensorParallel& tensor_parallel() const { return tp_; }
-  // The step context of a micro-batch for this model's TP layout (its sequence slice under SP).
+  const context::ContextParallel& context_parallel() const { return cp_; }
+  // The step context of a micro-batch of B samples of T tokens (this rank's chunks of each
+  // sequence under CP) for this model's TP layout (its sequence slice under SP).
   StepContext context(int64_t B, int64_t T, int64_t sample_offset, uint64_t seed, int64_t iteration,
                       bool training) const;
 
@@ -177,6 +182,7 @@ class GPTModel {
 
   ModelConfig cfg_;
   parallel::TensorParallel tp_;
+  context::ContextParallel cp_;  // layers point at it
   std::shared_ptr<comm::ProcessGroup> expert_group_;
   ModelPart part_;
   Layout layout_;

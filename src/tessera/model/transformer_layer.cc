@@ -36,11 +36,12 @@ void TransformerLayer::declare(ParameterSet& params, const ModelConfig& cfg, int
 
 TransformerLayer::TransformerLayer(ParameterSet& params, const ModelConfig& cfg, int index,
                                    const parallel::TensorParallel* tp,
-                                   comm::ProcessGroup* expert_group)
+                                   comm::ProcessGroup* expert_group,
+                                   const context::ContextParallel* cp)
     : index_(index), hidden_dropout_(cfg.hidden_dropout),
       norm1_(params, names(cfg, prefix(cfg, index)).norm1, cfg),
       norm2_(params, names(cfg, prefix(cfg, index)).norm2, cfg),
-      attn_(params, names(cfg, prefix(cfg, index)).attn, cfg, index, tp) {
+      attn_(params, names(cfg, prefix(cfg, index)).attn, cfg, index, tp, cp) {
   if (cfg.is_moe_layer(index))
     moe_.emplace_back(params, prefix(cfg, index), cfg, tp, expert_group);
   else

@@ -30,10 +30,12 @@ class TransformerLayer {
   // (MoeLayer::declare_experts: under expert parallelism they are a unit of their own).
   static void declare(ParameterSet& params, const ModelConfig& cfg, int index,
                       bool with_experts = true);
-  // `expert_group`: the expert-parallel group (nullptr: every expert on this rank).
+  // `expert_group`: the expert-parallel group (nullptr: every expert on this rank); `cp`: the
+  // context-parallel group (nullptr: none).
   TransformerLayer(ParameterSet& params, const ModelConfig& cfg, int index,
                    const parallel::TensorParallel* tp,
-                   comm::ProcessGroup* expert_group = nullptr);
+                   comm::ProcessGroup* expert_group = nullptr,
+                   const context::ContextParallel* cp = nullptr);
 
   // x (N, C) -> (N, C), N = ctx.local_N() residual-stream rows
   Tensor forward(const Tensor& x, Saved& s, const StepContext& ctx) const;

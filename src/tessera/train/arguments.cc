@@ -217,7 +217,18 @@ void add_mesh_flags(FlagTable& t) {
   t.option("--recompute-num-layers", &TrainArgs::recompute_num_layers,
            "with full: layers per recompute group (uniform) or recomputed layers (block)")
       ->check(CLI::PositiveNumber);
-  t.option("--context-parallel-size", &TrainArgs::context_parallel_size)
+  t.option("--context-parallel-size", &TrainArgs::context_parallel_size,
+           "split every sequence over this many ranks (load-balanced chunks r and 2N-1-r)")
+      ->check(CLI::PositiveNumber);
+  t.option("--cp-comm-type", &TrainArgs::cp_comm_type,
+           "context-parallel attention: p2p (ring, the default), all_gather, a2a (Ulysses) or "
+           "a2a+p2p; one value, or one per layer")
+      ->check(CLI::IsMember({"p2p", "all_gather", "a2a", "a2a+p2p"}));
+  t.option("--hierarchical-context-parallel-sizes", &TrainArgs::hierarchical_cp_sizes,
+           "with a2a+p2p: the all-to-all size, then the ring size (product = CP)")
+      ->check(CLI::PositiveNumber);
+  t.option("--ds-sequence-parallel-size", &TrainArgs::ds_sequence_parallel_size,
+           "Megatron-DeepSpeed's Ulysses: --context-parallel-size N with --cp-comm-type a2a")
       ->check(CLI::PositiveNumber);
   t.option("--expert-model-parallel-size", &TrainArgs::expert_model_parallel_size,
            "split each MoE layer's experts over this many ranks")
@@ -368,6 +379,23 @@ int64_t TrainArgs::num_microbatches(int64_t data_parallel) const {
   return global_batch_size / (micro_batch_size * data_parallel);
 }
 
+// Megatron-DeepSpeed's --ds-sequence-parallel-size N is DeepSpeed Ulysses: context parallelism
+// of N ranks with the all-to-all exchange. Given before the mesh is built (it sizes CP).
+static void apply_ds_sequence_parallel(TrainArgs& args) {
+  const int n = args.ds_sequence_parallel_size;
+  if (!args.given(&TrainArgs::ds_sequence_parallel_size)) return;
+  if (args.given(&TrainArgs::context_parallel_size) && args.context_parallel_size != n)
+    throw Error("--ds-sequence-parallel-size " + std::to_string(n) +
+                " and --context-parallel-size " + std::to_string(args.context_parallel_size) +
+                " disagree (Ulysses is context parallelism with --cp-comm-type a2a): give one");
+  if (args.given(&TrainArgs::cp_comm_type) &&
+      (args.cp_comm_type.size() != 1 || args.cp_comm_type[0] != "a2a"))
+    throw Error("--ds-sequence-parallel-size is Ulysses (--cp-comm-type a2a); --cp-comm-type " +
+                args.cp_comm_type[0] + " contradicts it");
+  args.context_parallel_size = n;
+  args.cp_comm_type = {"a2a"};
+}
+
 bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   CLI::App app{"tessera-train: train a GPT/LLaMA-style language model", "tessera-train"};
   configure_app(app);
@@ -398,6 +426,7 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
     return false;
   }
   table.record_given();
+  apply_ds_sequence_parallel(args);
   if (args.deepspeed != !args.deepspeed_config.empty())
     throw Error("--deepspeed and --deepspeed_config FILE go together");
   if (!args.model_preset.empty()) {
@@ -470,10 +499,66 @@ std::array<double, 3> split_fractions(const std::string& split) {
   return w;
 }
 
+void validate_context_parallel(const TrainArgs& args) {
+  const int N = args.context_parallel_size, L = args.model.num_layers;
+  const auto& types = args.cp_comm_type;
+  if (types.empty() || (types.size() != 1 && static_cast<int>(types.size()) != L))
+    throw Error("--cp-comm-type: " + std::to_string(types.size()) +
+                " values; expected one, or one per layer (" + std::to_string(L) + ")");
+  const bool hierarchical = std::find(types.begin(), types.end(), "a2a+p2p") != types.end();
+  const auto& sizes = args.hierarchical_cp_sizes;
+  if (!sizes.empty() && !hierarchical)
+    throw Error("--hierarchical-context-parallel-sizes is for --cp-comm-type a2a+p2p");
+  if (hierarchical && N > 1) {
+    int64_t product = 1;
+    for (int s : sizes) product *= s;
+    if (sizes.size() != 2 || product != N)
+      throw Error("--hierarchical-context-parallel-sizes: expected two sizes (all-to-all, ring) "
+                  "whose product is --context-parallel-size " + std::to_string(N));
+  }
+  if (N == 1) return;
+  const int64_t T = args.model.seq_length, TP = args.tensor_model_parallel_size;
+  if (T % (2 * N) != 0)
+    throw Error("--seq-length " + std::to_string(T) + " is not divisible by 2 x " +
+                "--context-parallel-size = " + std::to_string(2 * N) +
+                " (each sequence is cut into 2N chunks, rank r holding chunks r and 2N-1-r)");
+  if (args.sequence_parallel && (T / N) % TP != 0)
+    throw Error("--seq-length " + std::to_string(T) + " / --context-parallel-size " +
+                std::to_string(N) + " = " + std::to_string(T / N) +
+                " tokens per rank do not split over --tensor-model-parallel-size " +
+                std::to_string(TP) + " with --sequence-parallel");
+  if (args.model.moe.num_experts > 0)
+    throw Error("--context-parallel-size " + std::to_string(N) +
+                " with --num-experts: MoE layers under context parallelism are not in this "
+                "build (their load-balancing statistics would need the whole sequence)");
+  // The all-to-all splits this rank's query heads (and key/value groups, or N by them) over its
+  // group: the CP group (a2a) or the first hierarchical size (a2a+p2p).
+  const int NH = args.model.num_attention_heads / static_cast<int>(TP);
+  const int KV_all = args.model.kv_heads();
+  const int KV = KV_all % TP == 0 ? KV_all / static_cast<int>(TP) : 1;
+  for (const std::string& t : {std::string("a2a"), std::string("a2a+p2p")}) {
+    if (std::find(types.begin(), types.end(), t) == types.end()) continue;
+    const int A = t == "a2a" ? N : sizes[0];
+    const std::string group = t == "a2a" ? "--context-parallel-size " + std::to_string(N)
+                                         : "--hierarchical-context-parallel-sizes[0] " +
+                                               std::to_string(A);
+    if (NH % A != 0)
+      throw Error("--cp-comm-type " + t + ": --num-attention-heads " +
+                  std::to_string(args.model.num_attention_heads) +
+                  " / --tensor-model-parallel-size " + std::to_string(TP) + " = " +
+                  std::to_string(NH) + " heads per rank are not divisible by " + group);
+    if (KV % A != 0 && A % KV != 0)
+      throw Error("--cp-comm-type " + t + ": " + std::to_string(KV) +
+                  " key/value groups per tensor-parallel rank (--num-query-groups " +
+                  std::to_string(KV_all) + ") neither split over nor divide " + group);
+  }
+}
+
 void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
   split_fractions(args.split);
   args.model.validate();
   args.model.validate_tensor_parallel(args.tensor_model_parallel_size, args.sequence_parallel);
+  validate_context_parallel(args);
   if (args.bf16 && args.fp16) throw Error("--fp16 and --bf16 are mutually exclusive: pick one");
   // With virtual stages the gradients are reduced after the last micro-batch (the default then
   // logs "overlap off"); an explicit request for overlap would not be honoured.

@@ -92,6 +92,9 @@ struct TrainArgs {
   std::string recompute_method;            // --recompute-method uniform|block
   int recompute_num_layers = 0;            // --recompute-num-layers
   int context_parallel_size = 1;         // --context-parallel-size
+  std::vector<std::string> cp_comm_type = {"p2p"};  // --cp-comm-type (one, or one per layer)
+  std::vector<int> hierarchical_cp_sizes;  // --hierarchical-context-parallel-sizes
+  int ds_sequence_parallel_size = 1;       // --ds-sequence-parallel-size (Ulysses: CP with a2a)
   int expert_model_parallel_size = 1;    // --expert-model-parallel-size
   int expert_tensor_parallel_size = 0;   // --expert-tensor-parallel-size (0: = TP)
   bool print_mesh = false;               // --print-mesh: print the layout and exit
@@ -198,5 +201,9 @@ std::array<double, 3> split_fractions(const std::string& split);
 // Checks combinations (fp16 with bf16, batch divisibility, required flags, the model's fit to
 // the tensor-parallel size); tessera::Error.
 void validate_arguments(const TrainArgs& args, int64_t data_parallel);
+// The context-parallel options (part of validate_arguments): --cp-comm-type's length, the
+// hierarchical sizes, the sequence length's split into 2N chunks (and over TP under SP), the
+// heads the all-to-all splits, model options CP cannot take. tessera::Error naming the flag.
+void validate_context_parallel(const TrainArgs& args);
 
 }  // namespace tessera::train

@@ -51,10 +51,6 @@ std::unique_ptr<comm::ParallelState> setup_distributed(const TrainArgs& args) {
     if (world->rank() == 0) std::printf("%s", comm::format_mesh(layout).c_str());
     return nullptr;
   }
-  if (layout.context() > 1)
-    throw Error("world size " + std::to_string(world->size()) + " (" + layout.summary() +
-                "): this build trains tensor, pipeline, data and expert parallel; context "
-                "parallel training is not implemented yet");
   if (layout.expert() > 1) args.model.validate_expert_parallel(layout.expert());
   return std::make_unique<comm::ParallelState>(world, layout);
 }
@@ -105,7 +101,9 @@ int train_main(int argc, const char* const* argv) {
       TrainerGroups groups;
       groups.tp =
           parallel::TensorParallel(state->group(comm::GroupKind::kTensor), args.sequence_parallel);
-      groups.dp = state->group(comm::GroupKind::kData);
+      // Gradients reduce over data x context parallel (= the data-parallel group at CP 1).
+      groups.dp = state->group(comm::GroupKind::kDataContext);
+      if (state->layout().context() > 1) groups.cp = state->group(comm::GroupKind::kContext);
       groups.pp = state->group(comm::GroupKind::kPipeline);
       groups.embedding = state->group(comm::GroupKind::kEmbedding);
       groups.model = state->group(comm::GroupKind::kModel);

@@ -27,6 +27,7 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
     : args_(args),
       tp_(groups.tp),
       dp_(groups.dp),
+      cp_(groups.cp),
       pp_(groups.pp),
       embedding_(groups.embedding),
       model_group_(groups.model),
@@ -35,6 +36,11 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
       edp_(groups.edp),
       dp_size_(groups.dp ? groups.dp->size() : 1),
       dp_rank_(groups.dp ? groups.dp->rank() : 0),
+      cp_size_(groups.cp ? groups.cp->size() : 1),
+      cp_rank_(groups.cp ? groups.cp->rank() : 0),
+      // The gradient group's ranks are ordered cp fastest (comm/parallel_state.h).
+      data_size_(dp_size_ / cp_size_),
+      data_rank_(dp_rank_ / cp_size_),
       pp_size_(groups.pp ? groups.pp->size() : 1),
       pp_rank_(groups.pp ? groups.pp->rank() : 0),
       world_size_(groups.world ? groups.world->size() : 1),
@@ -67,6 +73,12 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
 
 Trainer::~Trainer() = default;
 
+void Trainer::load_samples(const data::TokenSampler& sampler, int64_t first,
+                           data::MicroBatch& out) const {
+  data::load_micro_batch(sampler, first, args_.micro_batch_size, ltor_, out);
+  data::keep_context_chunks(out, {cp_size_, cp_rank_});
+}
+
 std::unique_ptr<pipeline::MicroBatch> Trainer::bind_micro_batch(data::MicroBatch data,
                                                                 int64_t iteration,
                                                                 bool training) const {
@@ -78,6 +90,7 @@ std::unique_ptr<pipeline::MicroBatch> Trainer::bind_micro_batch(data::MicroBatch
   mb->ctx = model_->context(d.B, d.T, d.first_sample, seed_, iteration, training);
   if (!d.positions.empty()) mb->ctx.sample_positions = d.positions.data();
   if (!d.doc_start.empty()) mb->ctx.doc_start = d.doc_start.data();
+  if (!d.doc_start_global.empty()) mb->ctx.doc_start_global = d.doc_start_global.data();
   // MoE auxiliary losses: averaged over the global batch's micro-batches (moe_layer.h).
   if (training)
     mb->ctx.moe_aux_loss_scale = optimizer_->loss_scale() *
@@ -105,7 +118,7 @@ void Trainer::sync_tied_embedding() {
 
 Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   const int64_t mbs = args_.micro_batch_size, T = args_.model.seq_length;
-  const int64_t num_micro = args_.num_microbatches(dp_size_);
+  const int64_t num_micro = args_.num_microbatches(data_size_);
   const double global_tokens = static_cast<double>(args_.global_batch_size) * T;
   const double loss_scale = optimizer_->loss_scale();
   // Gradients of the global mean loss, times the loss scale (1 unless fp16).
@@ -123,7 +136,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   auto load = [&](int m) {
     const data::MicroBatch& mb = prefetcher_->next();
     TESSERA_CHECK(mb.first_sample ==
-                  data::micro_batch_first_sample(consumed_samples_, m, dp_size_, dp_rank_, mbs));
+                  data::micro_batch_first_sample(consumed_samples_, m, data_size_, data_rank_, mbs));
     return bind_micro_batch(mb, iteration, true);  // a copy: the prefetcher reuses its slot
   };
   // Buckets are reduced in the last micro-batch (ZeRO 0-1) or in every one (ZeRO 2-3): while
@@ -201,7 +214,7 @@ double Trainer::evaluate(int64_t iteration, bool test) {
   const auto t0 = Clock::now();
   double next_progress = 5.0;
   // Each DP rank takes every DP-th micro-batch of the evaluation samples.
-  const int64_t batches = args_.eval_iters * args_.num_microbatches(dp_size_);
+  const int64_t batches = args_.eval_iters * args_.num_microbatches(data_size_);
   // The executor loads micro-batches 0, 1, ... in order: i of them are done when i is asked for.
   auto load = [&](int i) {
     // Progress only when evaluation is slow enough to wonder about, a line every 5 seconds.
@@ -212,9 +225,8 @@ double Trainer::evaluate(int64_t iteration, bool test) {
       next_progress += 5.0;
     }
     data::MicroBatch mb;
-    data::load_micro_batch(*sampler,
-                           data::micro_batch_first_sample(first, i, dp_size_, dp_rank_, mbs), mbs,
-                           ltor_, mb);
+    load_samples(*sampler, data::micro_batch_first_sample(first, i, data_size_, data_rank_, mbs),
+                 mb);
     return bind_micro_batch(std::move(mb), iteration, false);
   };
   const model::LossSum s = executor_->evaluate(load, static_cast<int>(batches));
@@ -276,14 +288,14 @@ struct LogWindow {
 void Trainer::start_prefetcher() {
   // The background thread loads this rank's micro-batches in the order train_step takes them:
   // micro-batch k is micro-batch k % num_micro of iteration start + 1 + k / num_micro.
-  const int64_t num_micro = args_.num_microbatches(dp_size_), mbs = args_.micro_batch_size;
+  const int64_t num_micro = args_.num_microbatches(data_size_), mbs = args_.micro_batch_size;
   const int64_t start_consumed = consumed_samples_;
   prefetcher_ = std::make_unique<data::Prefetcher>(
       [this, num_micro, mbs, start_consumed](int64_t k, data::MicroBatch& out) {
         const int64_t consumed = start_consumed + (k / num_micro) * args_.global_batch_size;
         const int64_t first =
-            data::micro_batch_first_sample(consumed, k % num_micro, dp_size_, dp_rank_, mbs);
-        data::load_micro_batch(*train_data_, first, mbs, ltor_, out);
+            data::micro_batch_first_sample(consumed, k % num_micro, data_size_, data_rank_, mbs);
+        load_samples(*train_data_, first, out);
       },
       std::max<int64_t>(train_iters_ - start_iteration_, 0) * num_micro);
 }

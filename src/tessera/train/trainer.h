@@ -46,7 +46,12 @@ namespace tessera::train {
 // The process groups a Trainer runs over. Default: one process.
 struct TrainerGroups {
   parallel::TensorParallel tp;
-  std::shared_ptr<comm::ProcessGroup> dp;         // data-parallel group; nullptr: DP 1
+  // The gradient group: data x context parallel (Megatron's dp_cp; the data-parallel group when
+  // CP is 1); nullptr: one rank. Samples are assigned over its data-parallel part.
+  std::shared_ptr<comm::ProcessGroup> dp;
+  // Context parallel (CP > 1 only; nullptr otherwise): the context-parallel group and each
+  // layer's communication type (--cp-comm-type).
+  std::shared_ptr<comm::ProcessGroup> cp;
   std::shared_ptr<comm::ProcessGroup> pp;         // pipeline group; nullptr: PP 1
   std::shared_ptr<comm::ProcessGroup> embedding;  // first and last stage; nullptr: not in one
   std::shared_ptr<comm::ProcessGroup> model;      // tensor x pipeline; nullptr: one rank
@@ -120,6 +125,9 @@ class Trainer {
   void build_data();
   // A loaded micro-batch bound to the model: it takes the arrays, the Batch and the step
   // context (positions, document starts) view them.
+  // Samples [first, first + micro_batch_size) of `sampler` with their masks, this rank's chunks
+  // of each under context parallelism.
+  void load_samples(const data::TokenSampler& sampler, int64_t first, data::MicroBatch& out) const;
   std::unique_ptr<pipeline::MicroBatch> bind_micro_batch(data::MicroBatch data, int64_t iteration,
                                                          bool training) const;
   // Sums the tied word embedding's gradient over the embedding group (pipelines only).
@@ -149,8 +157,12 @@ class Trainer {
   const TrainArgs args_;  // as given; never rewritten (the restored seed is seed_)
   uint64_t seed_ = 0;      // data order and dropout masks: --seed, or the resumed run's
   parallel::TensorParallel tp_;
-  std::shared_ptr<comm::ProcessGroup> dp_, pp_, embedding_, model_group_, world_, ep_, edp_;
-  int dp_size_ = 1, dp_rank_ = 0, pp_size_ = 1, pp_rank_ = 0, world_size_ = 1;
+  // dp_ is the gradient group (data x context parallel); samples are split over its data part
+  // (data_size_ ranks, this one data_rank_), each CP rank of a data rank taking its chunks.
+  std::shared_ptr<comm::ProcessGroup> dp_, cp_, pp_, embedding_, model_group_, world_, ep_, edp_;
+  int dp_size_ = 1, dp_rank_ = 0;
+  int cp_size_ = 1, cp_rank_ = 0, data_size_ = 1, data_rank_ = 0;
+  int pp_size_ = 1, pp_rank_ = 0, world_size_ = 1;
   int ep_size_ = 1, ep_rank_ = 0, edp_size_ = 1, edp_rank_ = 0;
   std::vector<int> pp_rank_of_;  // TrainerGroups::pp_rank_of
   bool reporting_rank_ = true;  // prints, writes metrics and exports

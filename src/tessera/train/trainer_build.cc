@@ -103,7 +103,7 @@ Trainer::PipelinePlan Trainer::plan_pipeline() {
   plan.kind = !a.pipeline_schedule.empty() ? pipeline::parse_schedule_kind(a.pipeline_schedule)
               : a.num_layers_per_virtual_stage > 0 ? pipeline::ScheduleKind::kInterleaved
                                                    : pipeline::ScheduleKind::kOneFOneB;
-  plan.shape = {pp_size_, static_cast<int>(a.num_microbatches(dp_size_)),
+  plan.shape = {pp_size_, static_cast<int>(a.num_microbatches(data_size_)),
                 partition_.virtual_stages};
   pipeline::validate_schedule(plan.kind, plan.shape);
   return plan;
@@ -123,8 +123,15 @@ std::unique_ptr<model::GPTModel> Trainer::build_model(
   model::ModelPart part = pipeline::part_of_rank(partition_, chunk_layers_, pp_rank_);
   part.ep_size = ep_size_;
   part.ep_rank = ep_rank_;
+  context::ContextParallel cp;
+  if (cp_size_ > 1) {
+    std::vector<context::CommType> types;
+    for (const std::string& t : a.cp_comm_type)
+      types.push_back(context::parse_comm_type(t, "--cp-comm-type"));
+    cp = context::ContextParallel(cp_, types, a.hierarchical_cp_sizes);
+  }
   auto model = std::make_unique<model::GPTModel>(a.model, compute_dtype(), a.seed, tp_, dp_size_,
-                                                 part, resident, ep_);
+                                                 part, resident, ep_, cp);
   return model;
 }
 
@@ -265,11 +272,21 @@ void Trainer::print_setup(const distributed::ShardingPlan& sharding) const {
     std::printf("> tensor parallel: %d ranks%s, %lld parameters (with padding) on each rank\n",
                 tp_.size(), tp_.sequence_parallel() ? " with sequence parallelism" : "",
                 static_cast<long long>(model_->params().numel()));
+  if (cp_size_ > 1) {
+    std::string types;
+    for (const std::string& t : a.cp_comm_type) types += (types.empty() ? "" : ",") + t;
+    std::printf(
+        "> context parallel: %d ranks, communication %s, %lld of %lld tokens per sequence on "
+        "each rank (chunks r and 2N-1-r of 2N)\n",
+        cp_size_, types.c_str(), static_cast<long long>(a.model.seq_length / cp_size_),
+        static_cast<long long>(a.model.seq_length));
+  }
   if (dp_size_ > 1)
     std::printf(
-        "> data parallel: %d ranks, %lld micro-batches of %lld per rank per iteration, "
+        "> data parallel: %d ranks%s, %lld micro-batches of %lld per rank per iteration, "
         "ZeRO stage %d, %d gradient bucket(s), overlap %s\n",
-        dp_size_, static_cast<long long>(a.num_microbatches(dp_size_)),
+        dp_size_, cp_size_ > 1 ? " (data x context: gradients reduced and sharded over all)" : "",
+        static_cast<long long>(a.num_microbatches(data_size_)),
         static_cast<long long>(a.micro_batch_size), sharding.zero_stage(), dp_grads_->num_buckets(),
         !a.overlap_grad_reduce          ? "off"
         : partition_.virtual_stages > 1 ? "off (virtual stages: after each micro-batch)"
@@ -284,7 +301,7 @@ void Trainer::print_setup(const distributed::ShardingPlan& sharding) const {
         "> pipeline parallel: %d stages, schedule %s, %d model chunk(s) per rank, layers "
         "per model chunk [%s], %lld micro-batches per iteration\n",
         pp_size_, pipeline::schedule_name(executor_->kind()), partition_.virtual_stages,
-        layers.c_str(), static_cast<long long>(a.num_microbatches(dp_size_)));
+        layers.c_str(), static_cast<long long>(a.num_microbatches(data_size_)));
   }
   if (a.recompute_granularity == "full")
     std::printf("> activation recomputation: full, %s, %d layer(s)\n", a.recompute_method.c_str(),

@@ -80,7 +80,8 @@ nlohmann::json Trainer::run_state(int64_t iteration) const {
         {"tensor_model_parallel_size", tp_.size()},
         {"pipeline_model_parallel_size", pp_size_},
         {"virtual_pipeline_stages", partition_.virtual_stages},
-        {"data_parallel_size", dp_size_},
+        {"data_parallel_size", data_size_},
+        {"context_parallel_size", cp_size_},
         {"expert_model_parallel_size", ep_size_},
         {"zero_stage", dp_grads_->plan().zero_stage()}}},
       {"args",
@@ -246,6 +247,9 @@ SavedRun parse_saved_run(const nlohmann::json& st, const std::string& where) {
     r.layout = "TP " + std::to_string(l.at("tensor_model_parallel_size").get<int>()) + " PP " +
                std::to_string(l.at("pipeline_model_parallel_size").get<int>()) + " DP " +
                std::to_string(l.at("data_parallel_size").get<int>()) +
+               (l.value("context_parallel_size", 1) > 1
+                    ? " CP " + std::to_string(l.at("context_parallel_size").get<int>())
+                    : "") +
                (l.value("expert_model_parallel_size", 1) > 1
                     ? " EP " + std::to_string(l.at("expert_model_parallel_size").get<int>())
                     : "") +
@@ -333,10 +337,12 @@ uint64_t Trainer::load_checkpoint() {
       distributed::sum_over(world_.get(), {static_cast<double>(elements) * sizeof(float)})[0];
   const double seconds = seconds_since(t0);
   std::printf(
-      "> loaded %s from %s (iteration %lld, saved under %s) into TP %d PP %d DP %d: %.3f GB in "
-      "%.2f s (%.2f GB/s)\n",
+      "> loaded %s from %s (iteration %lld, saved under %s) into TP %d PP %d DP %d%s: %.3f GB "
+      "in %.2f s (%.2f GB/s)\n",
       what.c_str(), dir->c_str(), static_cast<long long>(saved.iteration), saved.layout.c_str(),
-      tp_.size(), pp_size_, dp_size_, bytes / 1e9, seconds, bytes / 1e9 / seconds);
+      tp_.size(), pp_size_, data_size_,
+      cp_size_ > 1 ? (" CP " + std::to_string(cp_size_)).c_str() : "", bytes / 1e9, seconds,
+      bytes / 1e9 / seconds);
   std::fflush(stdout);
   return seed;
 }

@@ -29,7 +29,7 @@ TEST(DropoutForward, MatchesScalarPhiloxDefinition) {
   for (int64_t C : {1, 13, 64, 77, 200}) {
     SCOPED_TRACE(::testing::Message() << "C=" << C);
     const int64_t N = 6;
-    const TokenCoords coords{.sample_offset = 5, .seq_offset = 2, .local_seq = 3, .global_seq = 8};
+    const TokenCoords coords{.sample_offset = 5, .seq_offset = 2, .local_seq = 3, .global_seq = 8, .split = {}};
     const float p = 0.3f, scale = 1.0f / (1.0f - p);
     const auto x = random_normal(N * C, 1);
     std::vector<float> out(N * C);
@@ -55,7 +55,7 @@ TEST(DropoutForward, MatchesScalarPhiloxDefinition) {
 // far more.
 TEST(DropoutForward, DropsFractionPAndScalesKeptValues) {
   const int64_t N = 256, C = 333, M = N * C;
-  const TokenCoords coords{.sample_offset = 0, .seq_offset = 0, .local_seq = 64, .global_seq = 64};
+  const TokenCoords coords{.sample_offset = 0, .seq_offset = 0, .local_seq = 64, .global_seq = 64, .split = {}};
   const std::vector<float> ones(M, 1.0f);
   for (float p : {0.1f, 0.5f, 0.9f}) {
     SCOPED_TRACE(::testing::Message() << "p=" << p);
@@ -84,14 +84,15 @@ TEST(DropoutSharding, SliceMaskEqualsFullMask) {
   const auto x = random_normal(B * T * C, 2);
   std::vector<float> full(B * T * C);
   const TokenCoords full_coords{
-      .sample_offset = 0, .seq_offset = 0, .local_seq = T, .global_seq = T};
+      .sample_offset = 0, .seq_offset = 0, .local_seq = T, .global_seq = T, .split = {}};
   dropout_forward(full.data(), x.data(), kKey, full_coords, B * T, C, p);
 
   std::vector<float> xs(Bs * Ts * C), outs(Bs * Ts * C);
   for (int64_t b = 0; b < Bs; ++b)
     for (int64_t t = 0; t < Ts; ++t)
       for (int64_t c = 0; c < C; ++c) xs[(b * Ts + t) * C + c] = x[((b0 + b) * T + t0 + t) * C + c];
-  const TokenCoords shard{.sample_offset = b0, .seq_offset = t0, .local_seq = Ts, .global_seq = T};
+  const TokenCoords shard{
+      .sample_offset = b0, .seq_offset = t0, .local_seq = Ts, .global_seq = T, .split = {}};
   dropout_forward(outs.data(), xs.data(), kKey, shard, Bs * Ts, C, p);
   for (int64_t b = 0; b < Bs; ++b)
     for (int64_t t = 0; t < Ts; ++t)
@@ -99,9 +100,36 @@ TEST(DropoutSharding, SliceMaskEqualsFullMask) {
         EXPECT_EQ(outs[(b * Ts + t) * C + c], full[((b0 + b) * T + t0 + t) * C + c]);
 }
 
+// Context parallel: rank r of N holds chunks r and 2N-1-r of each sequence, and under SP a
+// slice of those T/N tokens that straddles the two chunks; its mask is the full one's rows.
+TEST(DropoutSharding, ContextParallelChunksMaskEqualsFullMask) {
+  const int64_t B = 2, T = 16, C = 20;
+  const float p = 0.3f;
+  const auto x = random_normal(B * T * C, 4);
+  std::vector<float> full(B * T * C);
+  const TokenCoords full_coords{
+      .sample_offset = 0, .seq_offset = 0, .local_seq = T, .global_seq = T, .split = {}};
+  dropout_forward(full.data(), x.data(), kKey, full_coords, B * T, C, p);
+  const SequenceSplit split{4, 1};  // chunks of 2: tokens 2,3 then 12,13
+  const int64_t t0 = 1, Ts = 2;     // local tokens 1, 2 = global 3 and 12
+  const int64_t global_of[2] = {3, 12};
+  std::vector<float> xs(B * Ts * C), outs(B * Ts * C);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < Ts; ++t)
+      for (int64_t c = 0; c < C; ++c)
+        xs[(b * Ts + t) * C + c] = x[(b * T + global_of[t]) * C + c];
+  const TokenCoords shard{
+      .sample_offset = 0, .seq_offset = t0, .local_seq = Ts, .global_seq = T, .split = split};
+  dropout_forward(outs.data(), xs.data(), kKey, shard, B * Ts, C, p);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < Ts; ++t)
+      for (int64_t c = 0; c < C; ++c)
+        EXPECT_EQ(outs[(b * Ts + t) * C + c], full[(b * T + global_of[t]) * C + c]);
+}
+
 TEST(DropoutBackward, AppliesTheForwardMask) {
   const int64_t N = 10, C = 53;
-  const TokenCoords coords{.sample_offset = 3, .seq_offset = 0, .local_seq = 5, .global_seq = 5};
+  const TokenCoords coords{.sample_offset = 3, .seq_offset = 0, .local_seq = 5, .global_seq = 5, .split = {}};
   const float p = 0.4f, scale = 1.0f / (1.0f - p);
   auto x = random_normal(N * C, 3);
   for (float& v : x) v = v == 0.0f ? 1.0f : v;  // a zero input would hide the mask
@@ -134,7 +162,7 @@ TEST(DropoutForward, ZeroProbabilityCopies) {
 // Each element depends only on its global coordinates, so the thread count cannot matter.
 TEST(DropoutForward, SameForAnyThreadCount) {
   const int64_t N = 128, C = 200;  // N * C above the parallel threshold
-  const TokenCoords coords{.sample_offset = 0, .seq_offset = 0, .local_seq = 32, .global_seq = 32};
+  const TokenCoords coords{.sample_offset = 0, .seq_offset = 0, .local_seq = 32, .global_seq = 32, .split = {}};
   const auto x = random_normal(N * C, 6);
   std::vector<float> out1(N * C), out3(N * C);
   const int saved = omp_get_max_threads();
@@ -148,7 +176,7 @@ TEST(DropoutForward, SameForAnyThreadCount) {
 
 TEST(DropoutBf16, MatchesFp32) {
   const int64_t N = 9, C = 75;
-  const TokenCoords coords{.sample_offset = 2, .seq_offset = 1, .local_seq = 3, .global_seq = 4};
+  const TokenCoords coords{.sample_offset = 2, .seq_offset = 1, .local_seq = 3, .global_seq = 4, .split = {}};
   const float p = 0.3f;
   const auto x = random_normal(N * C, 7);
   const auto xr = round_to_bf16(x);

@@ -94,7 +94,7 @@ TEST(Fp16Kernels, EmbeddingDropoutAddMatchFp32) {
   embedding_forward(out16.data(), tokens.data(), nullptr, wte16.data(), static_cast<const fp16*>(nullptr), N, C, 0, V);
   EXPECT_EQ(widen(out16), out);  // a lookup is exact
   const PhiloxKey key = philox_key(9, RngPurpose::kTest, 1);
-  const TokenCoords coords{0, 0, 3, 3};
+  const TokenCoords coords{0, 0, 3, 3, {}};
   std::vector<float> dropped(N * C);
   std::vector<fp16> dropped16(N * C);
   dropout_forward(dropped.data(), out.data(), key, coords, N, C, 0.25f);
