@@ -70,9 +70,9 @@ check "key/value groups the all-to-all cannot split" expect_error 4 \
   "--cp-comm-type a2a: 3 key/value groups per tensor-parallel rank (--num-query-groups 3) neither split over nor divide --context-parallel-size 4" \
   --num-attention-heads 12 --num-query-groups 3 --hidden-size 96 \
   --context-parallel-size 4 --cp-comm-type a2a
-check "CP with an MoE model" expect_error 2 \
-  "--context-parallel-size 2 with --num-experts: MoE layers under context parallelism are not in this build" \
-  --num-experts 4 --context-parallel-size 2 --cp-comm-type a2a
+check "CP with an MoE capacity" expect_error 2 \
+  "--context-parallel-size 2 with --moe-expert-capacity-factor: the capacity ranks tokens across the whole micro-batch" \
+  --num-experts 4 --moe-expert-capacity-factor 1.0 --context-parallel-size 2
 check "tokens per rank that SP cannot split" expect_error 8 \
   "--seq-length 12 / --context-parallel-size 2 = 6 tokens per rank do not split over --tensor-model-parallel-size 4 with --sequence-parallel" \
   --context-parallel-size 2 --cp-comm-type a2a --tensor-model-parallel-size 4 --sequence-parallel \

@@ -100,8 +100,10 @@ void MoeLayer::declare_experts(ParameterSet& params, const std::string& layer,
 }
 
 MoeLayer::MoeLayer(ParameterSet& params, const std::string& layer, const ModelConfig& cfg,
-                   const parallel::TensorParallel* tp, comm::ProcessGroup* expert_group)
-    : moe_(cfg.moe), C_(cfg.hidden_size), tp_(tp), expert_group_(expert_group) {
+                   const parallel::TensorParallel* tp, comm::ProcessGroup* expert_group,
+                   comm::ProcessGroup* cp_group)
+    : moe_(cfg.moe), C_(cfg.hidden_size), tp_(tp), expert_group_(expert_group),
+      cp_group_(cp_group != nullptr && cp_group->size() > 1 ? cp_group : nullptr) {
   TESSERA_CHECK(tp != nullptr);
   expert_tp_ = std::make_unique<parallel::TensorParallel>(tp->group(), false);
   tp = expert_tp_.get();  // the experts and the shared expert run on the whole micro-batch
@@ -167,6 +169,19 @@ Tensor MoeLayer::forward(const Tensor& x_local, Saved& s, const StepContext& ctx
   }
   s.perm = moe::make_permutation(s.routing, moe_.num_experts, cap);
 
+  // Context parallel: the whole micro-batch's counts for the balancing losses.
+  if (cp_group_ != nullptr && moe_.aux_loss_coeff > 0 &&
+      moe_.load_balancing != MoeLoadBalancing::kNone) {
+    const bool per_sequence = moe_.load_balancing == MoeLoadBalancing::kSeqAuxLoss;
+    const int64_t T = N / ctx.B, rows = per_sequence ? ctx.B : 1;
+    Tensor counts = Tensor::zeros({rows, E}, DType::kI64, MemoryCategory::kComm);
+    for (int64_t t = 0; t < N; ++t)
+      for (int j = 0; j < moe_.topk; ++j)
+        ++counts.data<int64_t>()[(per_sequence ? t / T : 0) * E +
+                                 s.routing.experts[t * moe_.topk + j]];
+    cp_group_->all_reduce(counts, comm::ReduceOp::kSum).wait();
+    s.cp_counts.assign(counts.data<int64_t>(), counts.data<int64_t>() + rows * E);
+  }
   // Auxiliary losses (values here; gradients in backward).
   std::tie(s.aux_loss, s.z_loss) = balancing_losses(s, ctx.B, 1.0, nullptr);
 
@@ -259,19 +274,25 @@ Tensor MoeLayer::backward(const Tensor& dy_local, const Saved& s, const StepCont
 std::pair<double, double> MoeLayer::balancing_losses(const Saved& s, int64_t B, double scale,
                                                      float* dlogits) const {
   const int64_t N = s.routing.tokens, E = moe_.num_experts, T = N / B;
+  // Under CP these N tokens are 1/cp of the micro-batch's: the losses are over all of them.
+  const int64_t cp = cp_group_ != nullptr ? cp_group_->size() : 1;
+  const int64_t* counts = s.cp_counts.empty() ? nullptr : s.cp_counts.data();
   const moe::RouterConfig rc = moe_.router();
   double aux = 0, z = 0;
   if (moe_.load_balancing == MoeLoadBalancing::kAuxLoss && moe_.aux_loss_coeff > 0) {
-    aux = moe::aux_loss(s.logits.data(), s.routing, rc, moe_.aux_loss_coeff * scale, dlogits);
+    aux = moe::aux_loss(s.logits.data(), s.routing, rc, moe_.aux_loss_coeff * scale, dlogits,
+                        counts, N * cp);
   } else if (moe_.load_balancing == MoeLoadBalancing::kSeqAuxLoss && moe_.aux_loss_coeff > 0) {
     for (int64_t b = 0; b < B; ++b)  // each sequence's loss, averaged over the B sequences
       aux += moe::aux_loss(s.logits.data() + b * T * E,
                            moe::routing_slice(s.routing, b * T, (b + 1) * T, moe_.num_experts),
                            rc, moe_.aux_loss_coeff * scale / static_cast<double>(B),
-                           dlogits ? dlogits + b * T * E : nullptr);
+                           dlogits ? dlogits + b * T * E : nullptr,
+                           counts != nullptr ? counts + b * E : nullptr, T * cp);
   }
   if (moe_.z_loss_coeff > 0)
-    z = moe::z_loss(s.logits.data(), N, static_cast<int>(E), moe_.z_loss_coeff * scale, dlogits);
+    z = moe::z_loss(s.logits.data(), N, static_cast<int>(E), moe_.z_loss_coeff * scale, dlogits,
+                    N * cp);
   return {aux, z};
 }
 

@@ -32,6 +32,11 @@
 // like the dense MLP (column/row parallel, their outputs all-reduced over TP), so every TP rank
 // ends with the same output and takes its rows. The router and the replicated biases get whole gradients on every
 // rank (Parameter::tp_complete).
+// Context parallelism: a rank's micro-batch is its chunks of every sequence; routing is per token
+// and stays local, while the balancing losses need the whole micro-batch's expert counts (per
+// sequence for seq_aux_loss), all-reduced over the CP group in forward, and its token count, so
+// each rank adds its tokens' share of the single process's losses and gradients. (Capacity,
+// which ranks tokens across the micro-batch, is refused with CP by the arguments.)
 #pragma once
 
 #include <memory>
@@ -71,6 +76,8 @@ class MoeLayer {
     std::vector<Mlp::Saved> experts;
     Mlp::Saved shared;
     double aux_loss = 0, z_loss = 0;  // this micro-batch's (coefficients included)
+    // Under CP: the whole micro-batch's expert counts, (E) or per sequence (B, E).
+    std::vector<int64_t> cp_counts;
   };
 
   // The HF prefix of the MoE block of layer prefix `layer` ("...block_sparse_moe" or "...mlp").
@@ -82,9 +89,11 @@ class MoeLayer {
   // ep_size > 1.
   static void declare_experts(ParameterSet& params, const std::string& layer,
                               const ModelConfig& cfg, int ep_size = 1, int ep_rank = 0);
-  // `expert_group` (may be nullptr: all experts here): the expert-parallel group.
+  // `expert_group` (may be nullptr: all experts here): the expert-parallel group; `cp_group`
+  // (may be nullptr): the context-parallel group the micro-batch's sequences are split over.
   MoeLayer(ParameterSet& params, const std::string& layer, const ModelConfig& cfg,
-           const parallel::TensorParallel* tp, comm::ProcessGroup* expert_group = nullptr);
+           const parallel::TensorParallel* tp, comm::ProcessGroup* expert_group = nullptr,
+           comm::ProcessGroup* cp_group = nullptr);
 
   // x: (N, C) rows of ctx.B samples -> (N, C).
   Tensor forward(const Tensor& x, Saved& s, const StepContext& ctx) const;
@@ -121,6 +130,7 @@ class MoeLayer {
   mutable Tensor router_dw_;   // its fp32 grad (backward() is const but accumulates into it)
   std::vector<Mlp> experts_;  // the local ones
   comm::ProcessGroup* expert_group_ = nullptr;
+  comm::ProcessGroup* cp_group_ = nullptr;  // size > 1 only
   std::vector<Mlp> shared_;  // zero or one
   std::vector<float> expert_bias_;
   mutable MoeLayerStats stats_;

@@ -43,7 +43,8 @@ TransformerLayer::TransformerLayer(ParameterSet& params, const ModelConfig& cfg,
       norm2_(params, names(cfg, prefix(cfg, index)).norm2, cfg),
       attn_(params, names(cfg, prefix(cfg, index)).attn, cfg, index, tp, cp) {
   if (cfg.is_moe_layer(index))
-    moe_.emplace_back(params, prefix(cfg, index), cfg, tp, expert_group);
+    moe_.emplace_back(params, prefix(cfg, index), cfg, tp, expert_group,
+                      cp != nullptr ? cp->group().get() : nullptr);
   else
     mlp_.emplace_back(params, names(cfg, prefix(cfg, index)).mlp, cfg, tp);
 }

@@ -138,11 +138,12 @@ void route_backward(float* dlogits, const float* logits, const Routing& r, const
 }
 
 double aux_loss(const float* logits, const Routing& r, const RouterConfig& cfg, double coeff,
-                float* dlogits) {
+                float* dlogits, const int64_t* counts, int64_t total_tokens) {
   const int E = cfg.num_experts, k = r.topk;
-  const int64_t T = r.tokens;
+  const int64_t T = r.tokens, Tall = total_tokens > 0 ? total_tokens : T;
+  const int64_t* n = counts != nullptr ? counts : r.expert_count.data();
   if (T == 0) return 0.0;
-  const double c = coeff * E / (static_cast<double>(k) * T * T);
+  const double c = coeff * E / (static_cast<double>(k) * Tall * Tall);
   std::vector<double> p(E);
   double loss = 0;
   for (int64_t t = 0; t < T; ++t) {
@@ -155,7 +156,7 @@ double aux_loss(const float* logits, const Routing& r, const RouterConfig& cfg, 
       softmax_row(l, E, p);
     }
     double np = 0;  // sum_i n_i P_i for this token
-    for (int e = 0; e < E; ++e) np += r.expert_count[e] * p[e];
+    for (int e = 0; e < E; ++e) np += n[e] * p[e];
     loss += np;
     if (!dlogits) continue;
     float* dl = dlogits + t * E;
@@ -163,19 +164,21 @@ double aux_loss(const float* logits, const Routing& r, const RouterConfig& cfg, 
       // P_i = sigma_i / S: dP_i/dl_j = sigma_j (1 - sigma_j) (delta_ij - P_i) / S.
       for (int j = 0; j < E; ++j) {
         const double sj = p[j] * S;
-        dl[j] += static_cast<float>(c * sj * (1.0 - sj) / S * (r.expert_count[j] - np));
+        dl[j] += static_cast<float>(c * sj * (1.0 - sj) / S * (n[j] - np));
       }
     } else {
       // dP_i/dl_j = P_i (delta_ij - P_j): d(sum_i n_i P_i)/dl_j = P_j (n_j - sum_i n_i P_i).
       for (int j = 0; j < E; ++j)
-        dl[j] += static_cast<float>(c * p[j] * (r.expert_count[j] - np));
+        dl[j] += static_cast<float>(c * p[j] * (n[j] - np));
     }
   }
   return c * loss;
 }
 
-double z_loss(const float* logits, int64_t T, int E, double coeff, float* dlogits) {
+double z_loss(const float* logits, int64_t T, int E, double coeff, float* dlogits,
+              int64_t total_tokens) {
   if (T == 0) return 0.0;
+  const int64_t Tall = total_tokens > 0 ? total_tokens : T;
   std::vector<double> p;
   double loss = 0;
   for (int64_t t = 0; t < T; ++t) {
@@ -189,9 +192,9 @@ double z_loss(const float* logits, int64_t T, int E, double coeff, float* dlogit
     if (!dlogits) continue;
     softmax_row(l, E, p);
     for (int e = 0; e < E; ++e)
-      dlogits[t * E + e] += static_cast<float>(coeff * 2.0 * lse * p[e] / T);
+      dlogits[t * E + e] += static_cast<float>(coeff * 2.0 * lse * p[e] / Tall);
   }
-  return coeff * loss / T;
+  return coeff * loss / Tall;
 }
 
 }  // namespace tessera::moe

@@ -56,10 +56,16 @@ void route_backward(float* dlogits, const float* logits, const Routing& r, const
 // Switch load-balancing loss coeff * E / (k T^2) * sum_i n_i * sum_x P(x, i), where P is the
 // softmax over all E of each token's logits (sigmoid: the sigmoids normalised per token) and
 // n_i the expert counts of `r`. Equals coeff at uniform routing. With dlogits, += its gradient
-// (the counts are constants, as in Megatron).
+// (the counts are constants, as in Megatron). When the T tokens of `r` are part of a larger set
+// (context parallelism: a rank's share of the micro-batch), `counts` (E) and `total_tokens` are
+// the whole set's n_i and T, and the result is this part's share of the loss (the parts' shares
+// sum to the whole set's loss; their gradients are the whole loss's).
 double aux_loss(const float* logits, const Routing& r, const RouterConfig& cfg, double coeff,
-                float* dlogits = nullptr);
+                float* dlogits = nullptr, const int64_t* counts = nullptr,
+                int64_t total_tokens = 0);
 // ST-MoE z-loss coeff * mean over tokens of logsumexp(logits)^2; with dlogits, += its gradient.
-double z_loss(const float* logits, int64_t T, int E, double coeff, float* dlogits = nullptr);
+// With total_tokens > 0 the mean is over that many tokens (these T being a share of them).
+double z_loss(const float* logits, int64_t T, int E, double coeff, float* dlogits = nullptr,
+              int64_t total_tokens = 0);
 
 }  // namespace tessera::moe

@@ -527,10 +527,11 @@ void validate_context_parallel(const TrainArgs& args) {
                 std::to_string(N) + " = " + std::to_string(T / N) +
                 " tokens per rank do not split over --tensor-model-parallel-size " +
                 std::to_string(TP) + " with --sequence-parallel");
-  if (args.model.moe.num_experts > 0)
+  if (args.model.moe.num_experts > 0 && args.model.moe.capacity_factor > 0)
     throw Error("--context-parallel-size " + std::to_string(N) +
-                " with --num-experts: MoE layers under context parallelism are not in this "
-                "build (their load-balancing statistics would need the whole sequence)");
+                " with --moe-expert-capacity-factor: the capacity ranks tokens across the whole "
+                "micro-batch, which context parallelism splits; drop the capacity (dropless MoE "
+                "trains under CP)");
   // The all-to-all splits this rank's query heads (and key/value groups, or N by them) over its
   // group: the CP group (a2a) or the first hierarchical size (a2a+p2p).
   const int NH = args.model.num_attention_heads / static_cast<int>(TP);
