@@ -118,6 +118,35 @@ TEST(MoeRouter, GradientsMatchFiniteDifferences) {
   check_gradients(RouterConfig{4, 1});
 }
 
+// Context parallelism: tokens split into parts, each part's aux loss and z-loss computed with
+// the whole set's expert counts and token count, sum to the whole set's losses, and each part's
+// gradients are the whole gradients' rows.
+TEST(MoeRouter, PartsWithTheWholeCountsSumToTheWholeLosses) {
+  const int E = 5;
+  const int64_t T = 12;
+  std::mt19937 gen(7);
+  std::normal_distribution<float> nd(0.0f, 1.5f);
+  std::vector<float> logits(T * E);
+  for (float& x : logits) x = nd(gen);
+  for (ScoreFunction score : {ScoreFunction::kSoftmax, ScoreFunction::kSigmoid}) {
+    RouterConfig cfg{E, 2, score};
+    const Routing whole = route(logits.data(), T, cfg);
+    std::vector<float> dwhole(T * E, 0.0f), dparts(T * E, 0.0f);
+    const double aux = aux_loss(logits.data(), whole, cfg, 0.1, dwhole.data());
+    const double z = z_loss(logits.data(), T, E, 0.01, dwhole.data());
+    double aux_sum = 0, z_sum = 0;
+    for (const auto& [begin, end] : {std::pair<int64_t, int64_t>{0, 5}, {5, 12}}) {
+      const Routing part = routing_slice(whole, begin, end, E);
+      aux_sum += aux_loss(logits.data() + begin * E, part, cfg, 0.1, dparts.data() + begin * E,
+                          whole.expert_count.data(), T);
+      z_sum += z_loss(logits.data() + begin * E, end - begin, E, 0.01, dparts.data() + begin * E, T);
+    }
+    EXPECT_NEAR(aux_sum, aux, 1e-12 * std::fabs(aux) + 1e-15);
+    EXPECT_NEAR(z_sum, z, 1e-12 * std::fabs(z) + 1e-15);
+    for (int64_t i = 0; i < T * E; ++i) EXPECT_NEAR(dparts[i], dwhole[i], 1e-7) << i;
+  }
+}
+
 TEST(MoeRouter, BadConfigurationsAreOneClearError) {
   EXPECT_THROW((RouterConfig{4, 5}.validate()), Error);
   EXPECT_THROW((RouterConfig{4, 0}.validate()), Error);
