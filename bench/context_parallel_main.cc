@@ -28,6 +28,7 @@
 #include "tessera/context/context_parallel.h"
 #include "tessera/context/head_exchange.h"
 #include "tessera/core/clock.h"
+#include "tessera/core/error.h"
 #include "tessera/core/memory.h"
 #include "tessera/core/threads.h"
 #include "tessera/kernels/attention.h"
@@ -85,8 +86,8 @@ void print_per_rank(const char* what, const std::vector<double>& v, const char* 
   std::printf("   spread (max-min)/max %.2f%%\n", *hi > 0 ? 100.0 * (*hi - *lo) / *hi : 0.0);
 }
 
-int attention(const std::shared_ptr<comm::ProcessGroup>& world, const std::string& type,
-              int64_t S, int steps) {
+int attention(const std::shared_ptr<comm::ProcessGroup>& world, const std::string& type, int64_t S,
+              int steps) {
   const int N = world ? world->size() : 1, r = world ? world->rank() : 0;
   const model::ModelConfig cfg = config(S);
   const int NH = cfg.num_attention_heads, KV = cfg.kv_heads(), HD = cfg.head_dim();
@@ -103,7 +104,8 @@ int attention(const std::shared_ptr<comm::ProcessGroup>& world, const std::strin
     qkv_cols = context::qkv_columns(NH, KV, HD, N);
     out_cols = context::head_columns(NH, HD, N);
   } else {
-    blocks = std::make_unique<context::BlockAttention>(world, context::parse_comm_type(type, "--type"));
+    blocks =
+        std::make_unique<context::BlockAttention>(world, context::parse_comm_type(type, "--type"));
   }
   const context::BlockAttentionShape shape{1, T, S, NH, KV, HD, d, nullptr};
   comm::CommStats stats;
@@ -143,9 +145,10 @@ int attention(const std::shared_ptr<comm::ProcessGroup>& world, const std::strin
   // The contiguous split: rank r's queries are [r T, (r + 1) T), forward and backward.
   const int64_t contiguous = 2 * int64_t{NH} * prefix_pairs(r * T, T);
   if (r == 0)
-    std::printf("context_parallel attention: CP %d, --cp-comm-type %s, S %lld, heads %d/%d of %d, "
-                "%d steps (median), %d thread(s) per rank\n",
-                N, type.c_str(), static_cast<long long>(S), NH, KV, HD, steps, num_threads());
+    std::printf(
+        "context_parallel attention: CP %d, --cp-comm-type %s, S %lld, heads %d/%d of %d, "
+        "%d steps (median), %d thread(s) per rank\n",
+        N, type.c_str(), static_cast<long long>(S), NH, KV, HD, steps, num_threads());
   const auto p = gather(world, static_cast<double>(pairs) / steps);
   const auto c = gather(world, static_cast<double>(contiguous));
   const auto tm = gather(world, times[times.size() / 2] * 1e3);
@@ -224,7 +227,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   set_num_threads(arg(argc, argv, "--threads", 1));
-  const int rc = what == "memory" ? memory(world, type, S) : attention(world, type, S, steps);
+  int rc = 0;
+  try {
+    if (type == "a2a+p2p")
+      throw Error("--type a2a+p2p: not measured here (its blocks are p2p's over groups of ranks)");
+    rc = what == "memory" ? memory(world, type, S) : attention(world, type, S, steps);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "context_parallel: %s\n", e.what());
+    if (N > 1) comm::abort_job(std::string("context_parallel: ") + e.what(), 2);
+    return 2;
+  }
   world.reset();
   if (N > 1) comm::shutdown();
   return rc;

@@ -18,6 +18,11 @@ done > "$TMP/docs.jsonl"
 "$BIN_DIR/tessera-preprocess" --input "$TMP/docs.jsonl" --output-prefix "$TMP/docs" \
   --append-eod >/dev/null
 DATA="$TMP/docs_text_document"
+# close A B: two printed numbers agree to 1e-5 relative (and are numbers).
+close() {
+  [ -n "$1" ] && [ -n "$2" ] &&
+    awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b + 0 != 0 && d <= 1e-5 * (b < 0 ? -b : b)) }'
+}
 
 FLAGS=(--model gpt2-tiny --mock-data --train-iters 1 --lr 1e-3 --micro-batch-size 1
        --global-batch-size 2 --eval-iters 0 --num-threads 1)
@@ -44,6 +49,22 @@ check "llama-tiny under all_gather" invariant llama-tiny all_gather
 check "llama-tiny under a2a+p2p (2 x 2)" invariant llama-tiny \
   "a2a+p2p --hierarchical-context-parallel-sizes 2 2"
 check "gpt2-tiny under a2a" invariant gpt2-tiny a2a
+
+# MoE under CP: each rank adds its share of the balancing losses; the reported aux and z losses
+# (metrics file) are the single process's.
+moe_metric() {  # moe_metric KEY: KEY of iteration 1 in the last run's metrics file
+  sed -n 's/.*"iteration":1,.*"'"$1"'":\([^,}]*\).*/\1/p' "$TMP/metrics.jsonl" | head -1
+}
+MOE=(--model mixtral-tiny --mock-data --train-iters 1 --lr 1e-3 --micro-batch-size 1
+     --global-batch-size 2 --eval-iters 0 --num-threads 1 --moe-z-loss-coeff 0.001
+     --metrics-file "$TMP/metrics.jsonl")
+check "mixtral-tiny trains in one process" run 1 "${MOE[@]}"
+aux1=$(moe_metric moe_aux_loss)
+z1=$(moe_metric moe_z_loss)
+rm -f "$TMP/metrics.jsonl"
+check "and at CP 2" run 2 "${MOE[@]}" --context-parallel-size 2
+check "  reporting the same aux loss ($aux1)" close "$aux1" "$(moe_metric moe_aux_loss)"
+check "  and the same z loss ($z1)" close "$z1" "$(moe_metric moe_z_loss)"
 
 # Bad input: one line, exit 2 on every rank.
 check "sequence length not divisible by 2N" expect_error 4 \

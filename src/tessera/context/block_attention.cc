@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -87,6 +88,20 @@ void merge(float* acc, float* L, const float* o, const float* lse, const BlockAt
       }
 }
 
+// Every pair of a query chunk of this rank (row qs * c, position q_pos[qs]) and a key chunk of
+// a block (row ks * c, position k_pos[ks]) in which some key is visible: fn(block, qs, ks).
+// Adds the pairs' causal query-key pairs to `pairs`.
+template <typename Fn>
+void each_pair(const BlockAttentionShape& s, int64_t c, const std::vector<int64_t>& q_pos,
+               const std::vector<int64_t>& k_pos, int64_t& pairs, Fn fn) {
+  for (int qs = 0; qs < static_cast<int>(q_pos.size()); ++qs)
+    for (int ks = 0; ks < static_cast<int>(k_pos.size()); ++ks) {
+      if (k_pos[ks] > q_pos[qs] + c - 1) continue;  // every key after every query
+      pairs += s.B * s.NH * causal_pairs(q_pos[qs], k_pos[ks], c);
+      fn(block_of(s, c, qs, q_pos[qs], k_pos[ks]), qs, ks);
+    }
+}
+
 }  // namespace
 
 BlockAttention::BlockAttention(std::shared_ptr<comm::ProcessGroup> group, CommType type)
@@ -99,7 +114,9 @@ BlockAttention::BlockAttention(std::shared_ptr<comm::ProcessGroup> group, CommTy
 
 BlockAttention::BlockAttention(std::shared_ptr<comm::ProcessGroup> ring, int cp_size,
                                std::vector<std::vector<int>> members)
-    : group_(std::move(ring)), type_(CommType::kP2P), cp_size_(cp_size),
+    : group_(std::move(ring)),
+      type_(CommType::kP2P),
+      cp_size_(cp_size),
       members_(std::move(members)) {
   TESSERA_CHECK(group_ && static_cast<int>(members_.size()) == group_->size());
 }
@@ -114,11 +131,46 @@ std::vector<int64_t> BlockAttention::chunk_positions(int m, int64_t seq) const {
   return pos;
 }
 
+void BlockAttention::wait(comm::Work& a, comm::Work& b) const {
+  const Clock::time_point t0 = Clock::now();
+  a.wait();
+  b.wait();
+  comm_seconds_ += seconds_since(t0);
+}
+
+void BlockAttention::each_block(const Tensor& mine,
+                                const std::function<void(const Tensor&, int)>& attend,
+                                const std::function<void()>& after_step) const {
+  const int N = group_->size(), r = group_->rank();
+  if (type_ == CommType::kAllGather) {
+    Tensor all = Tensor::empty({N * mine.dim(0), mine.dim(1)}, mine.dtype(), MemoryCategory::kComm);
+    comm::Work gathered = group_->all_gather(mine, all), none;
+    wait(gathered, none);
+    for (int h = 0; h < N; ++h) attend(all.slice_rows(h * mine.dim(0), (h + 1) * mine.dim(0)), h);
+    return;
+  }
+  // The ring: at step s this rank holds the block of rank r - s, and passes it on to r + 1
+  // while computing with it; the receive goes to the other buffer, whose send has completed.
+  Tensor cur = mine, next = Tensor::empty(mine.shape(), mine.dtype(), MemoryCategory::kComm);
+  for (int step = 0; step < N; ++step) {
+    comm::Work sent, received;
+    if (step + 1 < N) {
+      sent = group_->send(cur, (r + 1) % N, kKvTag);
+      received = group_->recv(next, (r + N - 1) % N, kKvTag);
+    }
+    attend(cur, (r + N - step) % N);
+    if (after_step) after_step();
+    if (step + 1 < N) {
+      wait(sent, received);
+      std::swap(cur, next);
+    }
+  }
+}
+
 void BlockAttention::forward(Tensor& attn, Tensor& lse, const Tensor& qkv,
                              const BlockAttentionShape& s) const {
-  const int N = group_->size(), r = group_->rank();
   const int64_t c = s.seq / (2 * cp_size_), O = int64_t{s.NH} * s.HD;
-  const std::vector<int64_t> q_pos = chunk_positions(r, s.seq);
+  const std::vector<int64_t> q_pos = chunk_positions(group_->rank(), s.seq);
   TESSERA_CHECK(qkv.dim(0) == s.B * s.T_local &&
                 s.T_local == static_cast<int64_t>(q_pos.size()) * c);
   Tensor acc = Tensor::zeros({s.B * s.T_local, O}, DType::kF32);
@@ -127,63 +179,34 @@ void BlockAttention::forward(Tensor& attn, Tensor& lse, const Tensor& qkv,
             -std::numeric_limits<float>::infinity());
   Tensor ob = Tensor::empty({s.B * s.T_local, O}, DType::kF32);
   Tensor lb = Tensor::empty({s.B, s.NH, s.T_local}, DType::kF32);
-  // This rank's queries against the block of `holder` (kv: its keys and values).
+  // This rank's queries against the block of `holder` (kv: its keys and values), merged.
   auto attend = [&](const Tensor& kv, int holder) {
     visit_float(qkv.dtype(), [&](auto tag) {
       using F = decltype(tag);
       const int64_t kvW = kv.dim(1);
-      const std::vector<int64_t> k_pos = chunk_positions(holder, s.seq);
-      for (int qs = 0; qs < static_cast<int>(q_pos.size()); ++qs)
-        for (int ks = 0; ks < static_cast<int>(k_pos.size()); ++ks) {
-          const kernels::AttentionBlock a = block_of(s, c, qs, q_pos[qs], k_pos[ks]);
-          if (a.k_pos > a.q_pos + c - 1) continue;  // every key after every query
-          pairs_ += s.B * s.NH * causal_pairs(a.q_pos, a.k_pos, c);
-          const F* k = kv.data<F>() + ks * c * kvW;
-          kernels::attention_block_forward(ob.data<float>() + qs * c * O, lb.data<float>() + qs * c,
-                                           qkv.data<F>() + qs * c * qkv.dim(1), k,
-                                           k + int64_t{s.KV} * s.HD, a, s.dropout);
-          merge(acc.data<float>(), lse.data<float>(), ob.data<float>(), lb.data<float>(), s,
-                qs * c, c);
-        }
+      each_pair(s, c, q_pos, chunk_positions(holder, s.seq), pairs_,
+                [&](const kernels::AttentionBlock& a, int qs, int ks) {
+                  const F* k = kv.data<F>() + ks * c * kvW;
+                  kernels::attention_block_forward(ob.data<float>() + qs * c * O,
+                                                   lb.data<float>() + qs * c,
+                                                   qkv.data<F>() + qs * c * qkv.dim(1), k,
+                                                   k + int64_t{s.KV} * s.HD, a, s.dropout);
+                  merge(acc.data<float>(), lse.data<float>(), ob.data<float>(), lb.data<float>(), s,
+                        qs * c, c);
+                });
     });
   };
-  Tensor mine = take_kv(qkv, s);
-  if (type_ == CommType::kAllGather) {
-    Tensor all = Tensor::empty({N * mine.dim(0), mine.dim(1)}, mine.dtype(), MemoryCategory::kComm);
-    const Clock::time_point t0 = Clock::now();
-    group_->all_gather(mine, all).wait();
-    comm_seconds_ += seconds_since(t0);
-    for (int h = 0; h < N; ++h) attend(all.slice_rows(h * mine.dim(0), (h + 1) * mine.dim(0)), h);
-  } else {
-    Tensor cur = mine, next = Tensor::empty(mine.shape(), mine.dtype(), MemoryCategory::kComm);
-    for (int step = 0; step < N; ++step) {
-      comm::Work sent, received;
-      if (step + 1 < N) {  // the block moves on while this rank computes with it
-        sent = group_->send(cur, (r + 1) % N, kKvTag);
-        received = group_->recv(next, (r + N - 1) % N, kKvTag);
-      }
-      attend(cur, (r + N - step) % N);
-      if (step + 1 < N) {
-        const Clock::time_point t0 = Clock::now();
-        sent.wait();
-        received.wait();
-        comm_seconds_ += seconds_since(t0);
-        std::swap(cur, next);
-      }
-    }
-  }
+  each_block(take_kv(qkv, s), attend, nullptr);
   attn = acc.to(qkv.dtype(), MemoryCategory::kActivations);
 }
 
-Tensor BlockAttention::backward(const Tensor& dattn, const Tensor& qkv, const Tensor& attn,
-                                const Tensor& lse, const BlockAttentionShape& s) const {
-  const int N = group_->size(), r = group_->rank();
-  const int64_t c = s.seq / (2 * cp_size_), O = int64_t{s.NH} * s.HD;
-  const int64_t rows = s.B * s.T_local;
-  const std::vector<int64_t> q_pos = chunk_positions(r, s.seq);
-  // delta = rowsum(dO * O) per (sample, head, query), from the whole attention's output.
+namespace {
+
+// delta (B, NH, T_local) = rowsum(dO * O) of every (sample, head, query).
+Tensor row_dots(const Tensor& dattn, const Tensor& attn, const BlockAttentionShape& s) {
+  const int64_t O = int64_t{s.NH} * s.HD;
   Tensor delta = Tensor::empty({s.B, s.NH, s.T_local}, DType::kF32);
-  visit_float(qkv.dtype(), [&](auto tag) {
+  visit_float(attn.dtype(), [&](auto tag) {
     using F = decltype(tag);
     const F* dout = dattn.data<F>();
     const F* out = attn.data<F>();
@@ -196,84 +219,78 @@ Tensor BlockAttention::backward(const Tensor& dattn, const Tensor& qkv, const Te
           delta.data<float>()[(b * s.NH + h) * s.T_local + t] = acc;
         }
   });
-  Tensor dq = Tensor::zeros({rows, O}, DType::kF32);
-  // This rank's queries' share of the gradients of `holder`'s block (kv), into dkv.
-  auto attend = [&](const Tensor& kv, Tensor& dkv, int holder) {
-    visit_float(qkv.dtype(), [&](auto tag) {
-      using F = decltype(tag);
-      const int64_t kvW = kv.dim(1), KVHD = int64_t{s.KV} * s.HD;
-      const std::vector<int64_t> k_pos = chunk_positions(holder, s.seq);
-      for (int qs = 0; qs < static_cast<int>(q_pos.size()); ++qs)
-        for (int ks = 0; ks < static_cast<int>(k_pos.size()); ++ks) {
-          const kernels::AttentionBlock a = block_of(s, c, qs, q_pos[qs], k_pos[ks]);
-          if (a.k_pos > a.q_pos + c - 1) continue;
-          pairs_ += s.B * s.NH * causal_pairs(a.q_pos, a.k_pos, c);
-          const F* k = kv.data<F>() + ks * c * kvW;
-          float* dk = dkv.data<float>() + ks * c * kvW;
-          kernels::attention_block_backward(
-              dq.data<float>() + qs * c * O, dk, dk + KVHD, dattn.data<F>() + qs * c * O,
-              qkv.data<F>() + qs * c * qkv.dim(1), k, k + KVHD, lse.data<float>() + qs * c,
-              delta.data<float>() + qs * c, a, s.dropout);
-        }
-    });
-  };
-  const Tensor mine = take_kv(qkv, s);
-  Tensor dkv_mine;
-  auto waited = [&](comm::Work& a, comm::Work& b) {
-    const Clock::time_point t0 = Clock::now();
-    a.wait();
-    b.wait();
-    comm_seconds_ += seconds_since(t0);
-  };
-  if (type_ == CommType::kAllGather) {
-    Tensor all = Tensor::empty({N * rows, mine.dim(1)}, mine.dtype(), MemoryCategory::kComm);
-    Tensor dall = Tensor::zeros({N * rows, mine.dim(1)}, DType::kF32, MemoryCategory::kComm);
-    Clock::time_point t0 = Clock::now();
-    group_->all_gather(mine, all).wait();
-    comm_seconds_ += seconds_since(t0);
-    for (int h = 0; h < N; ++h) {
-      Tensor dpart = dall.slice_rows(h * rows, (h + 1) * rows);
-      attend(all.slice_rows(h * rows, (h + 1) * rows), dpart, h);
-    }
-    dkv_mine = Tensor::empty({rows, mine.dim(1)}, DType::kF32, MemoryCategory::kComm);
-    t0 = Clock::now();
-    group_->reduce_scatter(dall, dkv_mine, comm::ReduceOp::kSum).wait();
-    comm_seconds_ += seconds_since(t0);
-  } else {
-    Tensor cur = mine, next = Tensor::empty(mine.shape(), mine.dtype(), MemoryCategory::kComm);
-    Tensor dcur = Tensor::zeros({rows, mine.dim(1)}, DType::kF32, MemoryCategory::kComm);
-    Tensor dnext = Tensor::empty(dcur.shape(), DType::kF32, MemoryCategory::kComm);
-    for (int step = 0; step < N; ++step) {
-      comm::Work sent, received;
-      if (step + 1 < N) {
-        sent = group_->send(cur, (r + 1) % N, kKvTag);
-        received = group_->recv(next, (r + N - 1) % N, kKvTag);
-      }
-      attend(cur, dcur, (r + N - step) % N);
-      if (N == 1) break;  // a ring of one (a2a+p2p with one group): the block is this rank's
-      // The block's gradient moves on with it; after the last step it reaches its owner.
-      comm::Work dsent = group_->send(dcur, (r + 1) % N, kDkvTag);
-      comm::Work dreceived = group_->recv(dnext, (r + N - 1) % N, kDkvTag);
-      if (step + 1 < N) waited(sent, received);
-      waited(dsent, dreceived);
-      std::swap(cur, next);
-      std::swap(dcur, dnext);
-    }
-    dkv_mine = dcur;
-  }
-  // dqkv = [dq | dk | dv] per row, in the storage type.
-  Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype());
-  visit_float(qkv.dtype(), [&](auto tag) {
+  return delta;
+}
+
+// dqkv (rows, W) in `dtype` = [dq | dk dv] per row, from fp32 dq (rows, O) and dkv (rows, 2 KV HD).
+Tensor pack_dqkv(const Tensor& dq, const Tensor& dkv, DType dtype) {
+  const int64_t rows = dq.dim(0), O = dq.dim(1), kvW = dkv.dim(1), W = O + kvW;
+  Tensor dqkv = Tensor::empty({rows, W}, dtype);
+  visit_float(dtype, [&](auto tag) {
     using F = decltype(tag);
-    const int64_t W = qkv.dim(1), kvW = dkv_mine.dim(1);
     F* out = dqkv.data<F>();
     for (int64_t row = 0; row < rows; ++row) {
       for (int64_t j = 0; j < O; ++j) out[row * W + j] = from_f32<F>(dq.data<float>()[row * O + j]);
       for (int64_t j = 0; j < kvW; ++j)
-        out[row * W + O + j] = from_f32<F>(dkv_mine.data<float>()[row * kvW + j]);
+        out[row * W + O + j] = from_f32<F>(dkv.data<float>()[row * kvW + j]);
     }
   });
   return dqkv;
+}
+
+}  // namespace
+
+Tensor BlockAttention::backward(const Tensor& dattn, const Tensor& qkv, const Tensor& attn,
+                                const Tensor& lse, const BlockAttentionShape& s) const {
+  const int N = group_->size(), r = group_->rank();
+  const int64_t c = s.seq / (2 * cp_size_), O = int64_t{s.NH} * s.HD;
+  const int64_t rows = s.B * s.T_local;
+  const std::vector<int64_t> q_pos = chunk_positions(r, s.seq);
+  const Tensor delta = row_dots(dattn, attn, s);
+  const Tensor mine = take_kv(qkv, s);
+  const int64_t kvW = mine.dim(1), KVHD = int64_t{s.KV} * s.HD;
+  Tensor dq = Tensor::zeros({rows, O}, DType::kF32);
+  // The dK/dV accumulator of the block in hand: all_gather keeps one per block (reduce-scattered
+  // at the end); the ring passes the block's along with it, home after N steps.
+  Tensor dall, dcur, dnext;
+  if (type_ == CommType::kAllGather) {
+    dall = Tensor::zeros({N * rows, kvW}, DType::kF32, MemoryCategory::kComm);
+  } else {
+    dcur = Tensor::zeros({rows, kvW}, DType::kF32, MemoryCategory::kComm);
+    dnext = Tensor::empty({rows, kvW}, DType::kF32, MemoryCategory::kComm);
+  }
+  auto attend = [&](const Tensor& kv, int holder) {
+    Tensor dkv = dall.defined() ? dall.slice_rows(holder * rows, (holder + 1) * rows) : dcur;
+    visit_float(qkv.dtype(), [&](auto tag) {
+      using F = decltype(tag);
+      each_pair(s, c, q_pos, chunk_positions(holder, s.seq), pairs_,
+                [&](const kernels::AttentionBlock& a, int qs, int ks) {
+                  const F* k = kv.data<F>() + ks * c * kvW;
+                  float* dk = dkv.data<float>() + ks * c * kvW;
+                  kernels::attention_block_backward(
+                      dq.data<float>() + qs * c * O, dk, dk + KVHD, dattn.data<F>() + qs * c * O,
+                      qkv.data<F>() + qs * c * qkv.dim(1), k, k + KVHD, lse.data<float>() + qs * c,
+                      delta.data<float>() + qs * c, a, s.dropout);
+                });
+    });
+  };
+  // Ring: after each step the accumulator moves on to r + 1 (after the last, to its owner).
+  auto pass_gradient = [&] {
+    if (N == 1) return;  // a ring of one (a2a+p2p with one group): the block is this rank's
+    comm::Work sent = group_->send(dcur, (r + 1) % N, kDkvTag);
+    comm::Work received = group_->recv(dnext, (r + N - 1) % N, kDkvTag);
+    wait(sent, received);
+    std::swap(dcur, dnext);
+  };
+  if (type_ == CommType::kAllGather) {
+    each_block(mine, attend, nullptr);
+    dcur = Tensor::empty({rows, kvW}, DType::kF32, MemoryCategory::kComm);
+    comm::Work scattered = group_->reduce_scatter(dall, dcur, comm::ReduceOp::kSum), none;
+    wait(scattered, none);
+  } else {
+    each_block(mine, attend, pass_gradient);
+  }
+  return pack_dqkv(dq, dcur, qkv.dtype());
 }
 
 }  // namespace tessera::context

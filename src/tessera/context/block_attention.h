@@ -8,17 +8,20 @@
 //     receive on the runtime's communication thread). Backward sends the blocks round again
 //     with their dK/dV accumulators, which reach their owner after N steps.
 //   all_gather: one all-gather of K/V before the blocks, one reduce-scatter of dK/dV after.
-// With the load-balanced split each step costs every rank the same: the diagonal pair of
-// chunks at step 0, two whole chunk pairs at every other step (docs/context_parallel.md).
+// With the load-balanced split each step costs every rank the same: at step 0 its own chunks
+// (two diagonal pairs and one whole pair), at every other step two whole chunk pairs
+// (docs/context_parallel.md).
 //
 // Under a2a+p2p the ring runs over groups of A context-parallel ranks whose tokens an
 // all-to-all has gathered (head_exchange.h): a rank's queries and a block are then the chunks of
 // A ranks, 2A chunks of T / (2N) each, in member order.
 //
 // Work per call is counted (visible query-key pairs, FLOPs) so the balance across ranks can be
-// checked; bytes are counted by the runtime per group (comm::CommStats).
+// checked; bytes are counted by the runtime per group (comm::CommStats). Not thread-safe (the
+// counters): one caller at a time, as the model's layers are.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -66,6 +69,12 @@ class BlockAttention {
  private:
   // Position of the first token of each chunk member m holds, in row order.
   std::vector<int64_t> chunk_positions(int m, int64_t seq) const;
+  // Calls attend(block, holder) for every member's key/value block, `mine` being this rank's:
+  // from one all-gather, or round the ring (after_step, if set, runs after each step's attend).
+  void each_block(const Tensor& mine, const std::function<void(const Tensor&, int)>& attend,
+                  const std::function<void()>& after_step) const;
+  // Waits for both, counting the time as communication.
+  void wait(comm::Work& a, comm::Work& b) const;
 
   std::shared_ptr<comm::ProcessGroup> group_;
   CommType type_ = CommType::kP2P;

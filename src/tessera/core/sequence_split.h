@@ -26,8 +26,6 @@ struct SequenceSplit {
     const int64_t c = chunk(seq);
     return u < c ? rank * c + u : (2 * size - 1 - rank) * c + (u - c);
   }
-  // The same rule for another rank of the group.
-  SequenceSplit of_rank(int r) const { return {size, r}; }
 };
 
 }  // namespace tessera

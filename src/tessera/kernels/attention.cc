@@ -40,7 +40,6 @@
 TESSERA_TARGET_BEGIN
 namespace {
 
-
 #include "tessera/kernels/attention_tiles.inc"
 
 // Everything a task needs to locate heads in the packed buffers.
@@ -81,18 +80,12 @@ Geometry make_geometry(int64_t B, int64_t T, int NH, int KV, int HD, const Atten
 
 // Global dropout row of (sample b, head h, query 0); query q adds q.
 uint64_t dropout_row_base(const AttentionDropout& d, const Geometry& g, int64_t b, int h) {
-  const int64_t heads = d.num_heads_global > 0 ? d.num_heads_global : g.NH;
-  return static_cast<uint64_t>(((d.sample_offset + b) * heads + d.head_offset + h) * g.T);
+  return dropout_row(d, b, h, g.NH, g.T);
 }
-
 
 // True when no query of [q0, q0 + M) sees any key before k_end (the block can be skipped).
 inline bool block_hidden(const Geometry& g, int64_t b, int64_t q0, int M, int64_t k_end) {
-  if (g.doc_start == nullptr) return false;
-  const int32_t* ds = g.doc_start + b * g.T + q0;
-  for (int r = 0; r < M; ++r)
-    if (ds[r] < k_end) return false;
-  return true;
+  return doc_hidden(g.doc_start == nullptr ? nullptr : g.doc_start + b * g.T + q0, M, k_end);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -105,13 +98,13 @@ struct ForwardTiles {
         v(g.T * g.ldh),
         st(kBlock * kBlock),
         o(kBlock * g.ldh) {}
-  Scratch qt;                       // (HD, Br) queries of the block times scale, transposed
-  Scratch k;                        // (T, ldh) keys of the head, as far as the task needs
-  Scratch v;                        // (T, ldh) values of the head, likewise
-  Scratch st;                       // (Bc, Br) scores, then probabilities, transposed
-  Scratch o;                        // (Br, ldh) output accumulator
-  SoftmaxState s;                   // running max and sum per query
-  KeepMasks keep;                   // dropout keep masks of the key block (fill_keep)
+  Scratch qt;      // (HD, Br) queries of the block times scale, transposed
+  Scratch k;       // (T, ldh) keys of the head, as far as the task needs
+  Scratch v;       // (T, ldh) values of the head, likewise
+  Scratch st;      // (Bc, Br) scores, then probabilities, transposed
+  Scratch o;       // (Br, ldh) output accumulator
+  SoftmaxState s;  // running max and sum per query
+  KeepMasks keep;  // dropout keep masks of the key block (fill_keep)
 };
 
 template <typename T>
@@ -195,19 +188,19 @@ struct BackwardTiles {
         dv(kBlock * g.ldh),
         pt(kBlock * kBlock),
         dst(kBlock * kBlock) {}
-  Scratch q;             // (T, ldh) the head's queries times scale
-  Scratch qt;            // (HD, ldt) the same, transposed
-  Scratch dout;          // (T, ldh) the head's output gradient
-  Scratch doutt;         // (HD, ldt) the same, transposed
-  Scratch dq;            // (T, ldh) dQ accumulator (divided by scale until written)
-  Scratch delta;         // (T) rowsum(dout * out)
-  Scratch k;             // (Bc, ldh) keys of the key block
-  Scratch v;             // (Bc, ldh) values of the key block
-  Scratch dk;            // (Bc, ldh) dK accumulator of the key block
-  Scratch dv;            // (Bc, ldh) dV accumulator of the key block
-  Scratch pt;            // (Bc, Br) probabilities after dropout, transposed
-  Scratch dst;           // (Bc, Br) dP, then dS, transposed
-  KeepMasks keep;        // dropout keep masks of the tile (fill_keep)
+  Scratch q;       // (T, ldh) the head's queries times scale
+  Scratch qt;      // (HD, ldt) the same, transposed
+  Scratch dout;    // (T, ldh) the head's output gradient
+  Scratch doutt;   // (HD, ldt) the same, transposed
+  Scratch dq;      // (T, ldh) dQ accumulator (divided by scale until written)
+  Scratch delta;   // (T) rowsum(dout * out)
+  Scratch k;       // (Bc, ldh) keys of the key block
+  Scratch v;       // (Bc, ldh) values of the key block
+  Scratch dk;      // (Bc, ldh) dK accumulator of the key block
+  Scratch dv;      // (Bc, ldh) dV accumulator of the key block
+  Scratch pt;      // (Bc, Br) probabilities after dropout, transposed
+  Scratch dst;     // (Bc, Br) dP, then dS, transposed
+  KeepMasks keep;  // dropout keep masks of the tile (fill_keep)
 };
 
 // dK and dV contributions of query head h of sample b. dk_dst/dv_dst point at key 0 of the

@@ -34,18 +34,8 @@ void check_block(const AttentionBlock& a, const AttentionDropout& d) {
 int64_t blocks_of(int64_t n) { return (n + kBlock - 1) / kBlock; }
 
 // Global dropout row of (sample b, head h, the block's query 0).
-uint64_t dropout_row(const AttentionDropout& d, const AttentionBlock& a, int64_t b, int h) {
-  const int64_t heads = d.num_heads_global > 0 ? d.num_heads_global : a.NH;
-  return static_cast<uint64_t>(((d.sample_offset + b) * heads + d.head_offset + h) * a.seq +
-                               a.q_pos);
-}
-
-// True when no query of the M rows at ds sees a key before position k_end.
-bool doc_hidden(const int32_t* ds, int M, int64_t k_end) {
-  if (ds == nullptr) return false;
-  for (int r = 0; r < M; ++r)
-    if (ds[r] < k_end) return false;
-  return true;
+uint64_t block_dropout_row(const AttentionDropout& d, const AttentionBlock& a, int64_t b, int h) {
+  return dropout_row(d, b, h, a.NH, a.seq) + static_cast<uint64_t>(a.q_pos);
 }
 
 struct ForwardScratch {
@@ -58,9 +48,9 @@ struct ForwardScratch {
 
 // Query blocks [i_begin, i_end) of head h of sample b.
 template <typename T>
-void forward_task(float* o, float* lse, const T* q, const T* k, const T* v,
-                  const AttentionBlock& a, const AttentionDropout& d, int64_t b, int h,
-                  int64_t i_begin, int64_t i_end, ForwardScratch& w) {
+void forward_task(float* o, float* lse, const T* q, const T* k, const T* v, const AttentionBlock& a,
+                  const AttentionDropout& d, int64_t b, int h, int64_t i_begin, int64_t i_end,
+                  ForwardScratch& w) {
   const int64_t ldh = round_up16(a.HD);
   const int g = h / (a.NH / a.KV);
   const float scale = 1.0f / std::sqrt(static_cast<float>(a.HD));
@@ -98,16 +88,15 @@ void forward_task(float* o, float* lse, const T* q, const T* k, const T* v,
                 false);
       int off = 0;
       if (drop)
-        off = fill_keep(w.keep, d.key, dropout_row(d, a, b, h) + q0, static_cast<uint64_t>(kp0),
-                        M, N, d.p);
+        off = fill_keep(w.keep, d.key, block_dropout_row(d, a, b, h) + q0,
+                        static_cast<uint64_t>(kp0), M, N, d.p);
       softmax_step(w.st.get(), w.s, w.keep + off, M, N, kp0 - qp0, keep_scale, doc);
       for (int r = 0; r < M; ++r) {
         float* orow = w.o.get() + r * ldh;
         for (int c = 0; c < a.HD; ++c) orow[c] *= w.s.alpha[r];
       }
       // O (M, HD) += P V, with P (M, N) read as the transposed view of P^T.
-      tile_gemm(w.o.get(), ldh, w.st.get(), 1, kBlock, w.v.get() + k0 * ldh, ldh, M, a.HD, N,
-                true);
+      tile_gemm(w.o.get(), ldh, w.st.get(), 1, kBlock, w.v.get() + k0 * ldh, ldh, M, a.HD, N, true);
     }
     float* lse_row = lse + (b * a.NH + h) * a.lse_ld + q0;
     for (int r = 0; r < M; ++r) {
@@ -122,9 +111,17 @@ void forward_task(float* o, float* lse, const T* q, const T* k, const T* v,
 
 struct BackwardScratch {
   BackwardScratch(int64_t q_len, int64_t ldh, int64_t ldt, int HD)
-      : q(q_len * ldh), qt(HD * ldt), dout(q_len * ldh), doutt(HD * ldt), dq(q_len * ldh),
-        k(kBlock * ldh), v(kBlock * ldh), dk(kBlock * ldh), dv(kBlock * ldh),
-        pt(kBlock * kBlock), dst(kBlock * kBlock) {}
+      : q(q_len * ldh),
+        qt(HD * ldt),
+        dout(q_len * ldh),
+        doutt(HD * ldt),
+        dq(q_len * ldh),
+        k(kBlock * ldh),
+        v(kBlock * ldh),
+        dk(kBlock * ldh),
+        dv(kBlock * ldh),
+        pt(kBlock * kBlock),
+        dst(kBlock * kBlock) {}
   Scratch q, qt, dout, doutt, dq, k, v, dk, dv, pt, dst;
   KeepMasks keep;
 };
@@ -141,8 +138,7 @@ void backward_task(float* dq, float* dk, float* dv, const T* dout, const T* q, c
   const float keep_scale = drop ? 1.0f / (1.0f - d.p) : 0.0f;
   const int64_t kv_off = b * a.kv_sample + int64_t{g} * a.HD;
   for (int h = g * group; h < (g + 1) * group; ++h) {
-    load_tile(w.q.get(), ldh, q + b * a.q_sample + int64_t{h} * a.HD, a.q_ld, a.q_len, a.HD,
-              scale);
+    load_tile(w.q.get(), ldh, q + b * a.q_sample + int64_t{h} * a.HD, a.q_ld, a.q_len, a.HD, scale);
     load_tile_transposed(w.qt.get(), ldt, w.q.get(), ldh, a.q_len, a.HD, 1.0f);
     load_tile(w.dout.get(), ldh, dout + b * a.o_sample + int64_t{h} * a.HD, a.o_ld, a.q_len, a.HD,
               1.0f);
@@ -150,7 +146,7 @@ void backward_task(float* dq, float* dk, float* dv, const T* dout, const T* q, c
     std::fill(w.dq.get(), w.dq.get() + a.q_len * ldh, 0.0f);
     const float* lse_h = lse + (b * a.NH + h) * a.lse_ld;
     const float* delta_h = delta + (b * a.NH + h) * a.lse_ld;
-    const uint64_t row_base = drop ? dropout_row(d, a, b, h) : 0;
+    const uint64_t row_base = drop ? block_dropout_row(d, a, b, h) : 0;
     for (int64_t k0 = 0; k0 < a.k_len; k0 += kBlock) {
       const int N = static_cast<int>(std::min<int64_t>(kBlock, a.k_len - k0));
       const int64_t kp0 = a.k_pos + k0;
@@ -177,11 +173,11 @@ void backward_task(float* dq, float* dk, float* dv, const T* dout, const T* q, c
         int off = 0;
         if (drop)
           off = fill_keep(w.keep, d.key, row_base + q0, static_cast<uint64_t>(kp0), M, N, d.p);
-        backward_softmax_step(w.pt.get(), w.dst.get(), w.keep + off, lse_h + q0, delta_h + q0, M,
-                              N, kp0 - qp0, keep_scale, doc);
+        backward_softmax_step(w.pt.get(), w.dst.get(), w.keep + off, lse_h + q0, delta_h + q0, M, N,
+                              kp0 - qp0, keep_scale, doc);
         // dV += P^T dO; dK += dS^T (scale Q); dQ += dS K (dS read as the view of dS^T).
-        tile_gemm(w.dv.get(), ldh, w.pt.get(), kBlock, 1, w.dout.get() + q0 * ldh, ldh, N, a.HD,
-                  M, true);
+        tile_gemm(w.dv.get(), ldh, w.pt.get(), kBlock, 1, w.dout.get() + q0 * ldh, ldh, N, a.HD, M,
+                  true);
         tile_gemm(w.dk.get(), ldh, w.dst.get(), kBlock, 1, w.q.get() + q0 * ldh, ldh, N, a.HD, M,
                   true);
         tile_gemm(w.dq.get() + q0 * ldh, ldh, w.dst.get(), 1, kBlock, w.k.get(), ldh, M, a.HD, N,
@@ -246,8 +242,7 @@ void attention_block_backward(float* dq, float* dk, float* dv, const Float* dout
 
 void register_attention_block() {
   for_each_storage_type([]<typename T>() {
-    register_kernel<&kernels::attention_block_forward<T>>(kThisTarget,
-                                                          &attention_block_forward<T>);
+    register_kernel<&kernels::attention_block_forward<T>>(kThisTarget, &attention_block_forward<T>);
     register_kernel<&kernels::attention_block_backward<T>>(kThisTarget,
                                                            &attention_block_backward<T>);
   });

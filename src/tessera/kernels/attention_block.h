@@ -11,8 +11,8 @@
 // delta = rowsum(dO * O) and adds the block's share of dQ, dK and dV (fp32). Threads: the
 // calling thread's OpenMP team, forward over (sample, head, query blocks), backward over
 // (sample, key/value group); every sum has a fixed order, so results do not depend on the
-// thread count. Scratch per thread: forward (k_len + 2 * 64) * HD fp32, backward about
-// 5 q_len * HD fp32.
+// thread count. Scratch per thread (fp32, HD rounded up to 16): forward 2 k_len * HD (the
+// head's keys and values) plus a few 64-row tiles, backward 5 q_len * HD plus tiles.
 #pragma once
 
 #include <cstdint>
@@ -24,11 +24,11 @@ namespace tessera::kernels {
 
 // Where a block's operands are. Element strides; heads at h * HD, key/value groups at g * HD.
 struct AttentionBlock {
-  int64_t B = 0;                  // samples
-  int64_t q_len = 0, k_len = 0;   // query and key rows per sample
-  int64_t q_pos = 0, k_pos = 0;   // positions of the first query and key in the sequence
-  int64_t seq = 0;                // whole sequence length (the dropout row coordinate)
-  int NH = 0, KV = 0, HD = 0;     // query heads (NH % KV == 0), key/value groups, head dim
+  int64_t B = 0;                     // samples
+  int64_t q_len = 0, k_len = 0;      // query and key rows per sample
+  int64_t q_pos = 0, k_pos = 0;      // positions of the first query and key in the sequence
+  int64_t seq = 0;                   // whole sequence length (the dropout row coordinate)
+  int NH = 0, KV = 0, HD = 0;        // query heads (NH % KV == 0), key/value groups, head dim
   int64_t q_sample = 0, q_ld = 0;    // q: row r of sample b at b * q_sample + r * q_ld
   int64_t o_sample = 0, o_ld = 0;    // o, dout, dq: likewise
   int64_t kv_sample = 0, kv_ld = 0;  // k, v, dk, dv: likewise

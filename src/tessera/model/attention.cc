@@ -2,9 +2,9 @@
 
 #include <cmath>
 
+#include "tessera/core/error.h"
 #include "tessera/kernels/attention.h"
 #include "tessera/kernels/rope.h"
-#include "tessera/core/error.h"
 
 namespace tessera::model {
 
@@ -123,9 +123,10 @@ kernels::AttentionDropout Attention::head_split_dropout(const StepContext& ctx) 
 }
 
 context::BlockAttentionShape Attention::block_shape(const StepContext& ctx,
-                                                   std::vector<int32_t>* doc) const {
+                                                    std::vector<int32_t>* doc) const {
   if (mode_ == CpMode::kBlocks)
     return {ctx.B, ctx.T, ctx.seq_global, NH_, KV_, HD_, dropout(ctx), ctx.doc_start};
+  TESSERA_CHECK(doc != nullptr);
   // a2a+p2p: the all-to-all group's tokens, member by member, and their document starts.
   const int64_t A = static_cast<int64_t>(a2a_cp_ranks_.size()), rows = A * ctx.T;
   if (ctx.doc_start_global != nullptr) {
@@ -134,59 +135,61 @@ context::BlockAttentionShape Attention::block_shape(const StepContext& ctx,
       for (int64_t a = 0; a < A; ++a)
         for (int64_t u = 0; u < ctx.T; ++u)
           (*doc)[b * rows + a * ctx.T + u] =
-              ctx.doc_start_global[b * ctx.seq_global +
-                                   SequenceSplit{cp_size_, a2a_cp_ranks_[a]}.global(
-                                       u, ctx.seq_global)];
+              ctx.doc_start_global[b * ctx.seq_global + SequenceSplit{cp_size_, a2a_cp_ranks_[a]}
+                                                            .global(u, ctx.seq_global)];
   }
-  return {ctx.B,   rows,    ctx.seq_global,          cp_heads_,
-          cp_kv_,  HD_,     head_split_dropout(ctx), doc->empty() ? nullptr : doc->data()};
+  return {ctx.B,  rows, ctx.seq_global,          cp_heads_,
+          cp_kv_, HD_,  head_split_dropout(ctx), doc->empty() ? nullptr : doc->data()};
 }
 
-void Attention::core_heads(Tensor& attn_heads, Tensor& lse, const Tensor& qkv_heads,
-                           const StepContext& ctx) const {
-  if (mode_ == CpMode::kA2AP2P) {
-    std::vector<int32_t> doc;
-    return blocks_.forward(attn_heads, lse, qkv_heads, block_shape(ctx, &doc));
+// The whole-sequence kernel of attention.h, forward and backward: the core without CP (this
+// rank's heads, ctx.T tokens) and under a2a (1/N of them, the whole sequence).
+struct Attention::Whole {
+  int64_t B, T;
+  int NH, KV, HD;
+  kernels::AttentionDropout dropout;
+  const int32_t* doc_start;
+  void forward(Tensor& attn, Tensor& lse, const Tensor& qkv) const {
+    attn = Tensor::empty({B * T, int64_t{NH} * HD}, qkv.dtype());
+    lse = Tensor::empty({B, NH, T}, DType::kF32);
+    visit_float(qkv.dtype(), [&](auto tag) {
+      using F = decltype(tag);
+      kernels::attention_forward(attn.data<F>(), lse.data<float>(), qkv.data<F>(), B, T, NH, KV, HD,
+                                 dropout, doc_start);
+    });
   }
-  const int64_t T = ctx.seq_global;
-  attn_heads = Tensor::empty({ctx.B * T, int64_t{cp_heads_} * HD_}, qkv_heads.dtype());
-  lse = Tensor::empty({ctx.B, cp_heads_, T}, DType::kF32);
-  visit_float(qkv_heads.dtype(), [&](auto tag) {
-    using F = decltype(tag);
-    kernels::attention_forward(attn_heads.data<F>(), lse.data<float>(), qkv_heads.data<F>(),
-                               ctx.B, T, cp_heads_, cp_kv_, HD_, head_split_dropout(ctx),
-                               ctx.doc_start_global);
-  });
+  Tensor backward(const Tensor& dattn, const Tensor& qkv, const Tensor& attn,
+                  const Tensor& lse) const {
+    Tensor dqkv = Tensor::empty(qkv.shape(), dattn.dtype());
+    visit_float(dattn.dtype(), [&](auto tag) {
+      using F = decltype(tag);
+      kernels::attention_backward(dqkv.data<F>(), dattn.data<F>(), qkv.data<F>(), attn.data<F>(),
+                                  lse.data<float>(), B, T, NH, KV, HD, dropout, doc_start);
+    });
+    return dqkv;
+  }
+};
+
+Attention::Whole Attention::whole(const StepContext& ctx) const {
+  if (mode_ == CpMode::kA2A)
+    return {ctx.B, ctx.seq_global,          cp_heads_,           cp_kv_,
+            HD_,   head_split_dropout(ctx), ctx.doc_start_global};
+  return {ctx.B, ctx.T, NH_, KV_, HD_, dropout(ctx), ctx.doc_start};
 }
 
-Tensor Attention::core_heads_backward(const Tensor& dattn_heads, const Tensor& qkv_heads,
-                                      const Tensor& attn_heads, const Tensor& lse,
-                                      const StepContext& ctx) const {
-  if (mode_ == CpMode::kA2AP2P) {
-    std::vector<int32_t> doc;
-    return blocks_.backward(dattn_heads, qkv_heads, attn_heads, lse, block_shape(ctx, &doc));
-  }
-  Tensor dqkv_heads = Tensor::empty(qkv_heads.shape(), dattn_heads.dtype());
-  visit_float(dattn_heads.dtype(), [&](auto tag) {
-    using F = decltype(tag);
-    kernels::attention_backward(dqkv_heads.data<F>(), dattn_heads.data<F>(), qkv_heads.data<F>(),
-                                attn_heads.data<F>(), lse.data<float>(), ctx.B, ctx.seq_global,
-                                cp_heads_, cp_kv_, HD_, head_split_dropout(ctx),
-                                ctx.doc_start_global);
-  });
-  return dqkv_heads;
-}
-
-// The attention core: attn (N, NH*HD) and lse (B, NH, T) from the roped qkv.
-void Attention::core(Tensor& attn, Tensor& lse, const Tensor& qkv, const StepContext& ctx) const {
-  if (mode_ == CpMode::kBlocks) return blocks_.forward(attn, lse, qkv, block_shape(ctx, nullptr));
-  attn = Tensor::empty({ctx.N(), static_cast<int64_t>(NH_) * HD_}, qkv.dtype());
-  lse = Tensor::empty({ctx.B, NH_, ctx.T}, DType::kF32);
-  visit_float(qkv.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    kernels::attention_forward(attn.data<T>(), lse.data<float>(), qkv.data<T>(), ctx.B, ctx.T, NH_,
-                               KV_, HD_, dropout(ctx), ctx.doc_start);
-  });
+// The attention core from the roped qkv (after the all-to-all in the head-split modes): attn
+// and lse, and in the head-split modes attn_heads (the kernel's output before the all-to-all
+// back).
+void Attention::core(Tensor& attn, Tensor& attn_heads, Tensor& lse, const Tensor& qkv,
+                     const StepContext& ctx) const {
+  std::vector<int32_t> doc;
+  Tensor& out = head_split() ? attn_heads : attn;
+  if (mode_ == CpMode::kBlocks || mode_ == CpMode::kA2AP2P)
+    blocks_.forward(out, lse, qkv, block_shape(ctx, &doc));
+  else
+    whole(ctx).forward(out, lse, qkv);
+  if (head_split())
+    attn = exchange_.to_sequence(attn_heads, ctx.B, out_cols_, mode_ == CpMode::kA2A);
 }
 
 Tensor Attention::forward(const Tensor& x, Saved& s, const StepContext& ctx) const {
@@ -200,14 +203,8 @@ Tensor Attention::forward(const Tensor& x, Saved& s, const StepContext& ctx) con
                             NH_, KV_, HD_, rope_theta_, per_sample, ctx.seq_global);
     });
   }
-  if (head_split()) {
-    const bool in_order = mode_ == CpMode::kA2A;
-    s.qkv = exchange_.to_heads(s.qkv, ctx.B, qkv_cols_, in_order);
-    core_heads(s.attn_heads, s.lse, s.qkv, ctx);
-    s.attn = exchange_.to_sequence(s.attn_heads, ctx.B, out_cols_, in_order);
-  } else {
-    core(s.attn, s.lse, s.qkv, ctx);
-  }
+  if (head_split()) s.qkv = exchange_.to_heads(s.qkv, ctx.B, qkv_cols_, mode_ == CpMode::kA2A);
+  core(s.attn, s.attn_heads, s.lse, s.qkv, ctx);
   Tensor y = out_.forward(s.attn, ctx.B);
   if (recompute_core_) s.attn = s.attn_heads = s.lse = Tensor();
   return y;
@@ -216,31 +213,16 @@ Tensor Attention::forward(const Tensor& x, Saved& s, const StepContext& ctx) con
 Tensor Attention::backward(const Tensor& dy, const Saved& s, const StepContext& ctx) const {
   Tensor attn = s.attn, attn_heads = s.attn_heads, lse = s.lse;
   const bool in_order = mode_ == CpMode::kA2A;
-  if (!attn.defined()) {  // selective recomputation
-    if (head_split()) {
-      core_heads(attn_heads, lse, s.qkv, ctx);
-      attn = exchange_.to_sequence(attn_heads, ctx.B, out_cols_, in_order);
-    } else {
-      core(attn, lse, s.qkv, ctx);
-    }
-  }
-  Tensor dattn = out_.backward(dy, attn, ctx.B);
-  Tensor dqkv;
-  if (head_split()) {
-    const Tensor dattn_heads = exchange_.to_heads(dattn, ctx.B, out_cols_, in_order);
-    const Tensor dqkv_heads = core_heads_backward(dattn_heads, s.qkv, attn_heads, lse, ctx);
-    dqkv = exchange_.to_sequence(dqkv_heads, ctx.B, qkv_cols_, in_order);
-  } else if (mode_ == CpMode::kBlocks) {
-    dqkv = blocks_.backward(dattn, s.qkv, attn, lse, block_shape(ctx, nullptr));
-  } else {
-    dqkv = Tensor::empty(s.qkv.shape(), dy.dtype());
-    visit_float(dy.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      kernels::attention_backward(dqkv.data<T>(), dattn.data<T>(), s.qkv.data<T>(),
-                                  attn.data<T>(), lse.data<float>(), ctx.B, ctx.T, NH_, KV_, HD_,
-                                  dropout(ctx), ctx.doc_start);
-    });
-  }
+  if (!attn.defined()) core(attn, attn_heads, lse, s.qkv, ctx);  // selective recomputation
+  const Tensor dattn = out_.backward(dy, attn, ctx.B);
+  // The core's backward (in the head split under a2a and a2a+p2p).
+  const Tensor dcore = head_split() ? exchange_.to_heads(dattn, ctx.B, out_cols_, in_order) : dattn;
+  const Tensor& core_out = head_split() ? attn_heads : attn;
+  std::vector<int32_t> doc;
+  Tensor dqkv = mode_ == CpMode::kBlocks || mode_ == CpMode::kA2AP2P
+                    ? blocks_.backward(dcore, s.qkv, core_out, lse, block_shape(ctx, &doc))
+                    : whole(ctx).backward(dcore, s.qkv, core_out, lse);
+  if (head_split()) dqkv = exchange_.to_sequence(dqkv, ctx.B, qkv_cols_, in_order);
   visit_float(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if (rope_) {

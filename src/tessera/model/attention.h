@@ -14,7 +14,8 @@
 // head split (whole sequences, 1/N of this rank's heads), the kernel runs on them as it would
 // without CP, and the output comes back to the sequence split (context/head_exchange.h). With
 // p2p and all_gather the queries stay and the other ranks' key/value blocks come to them
-// (context/block_attention.h).
+// (context/block_attention.h). With a2a+p2p the all-to-all runs inside groups of A ranks (each
+// then holds its group's tokens of 1/A of the heads) and the blocks go round the groups.
 #pragma once
 
 #include <string>
@@ -35,11 +36,11 @@ class Attention {
  public:
   struct Saved {
     Tensor inp;   // (N, C) normalised input, whole sequence (gathered under SP)
-    Tensor qkv;   // (N, (NH+2KV)*HD) of this rank's heads, after RoPE; under CP a2a the head
-                  // split (B * seq_global, columns of HeadColumns)
+    Tensor qkv;   // (N, (NH+2KV)*HD) of this rank's heads, after RoPE; under CP a2a and
+                  // a2a+p2p the head split (B * A * T rows, HeadColumns' columns; A = N for a2a)
     Tensor attn;  // (N, NH*HD) of this rank's heads, attention output before the projection
-    Tensor attn_heads;  // under CP a2a: the kernel's output in the head split
-    Tensor lse;   // (B, NH, T) fp32, this rank's heads (a2a: (B, NH/N, seq_global))
+    Tensor attn_heads;  // a2a and a2a+p2p: the core's output in the head split
+    Tensor lse;         // (B, NH, T) fp32, this rank's heads (head split: (B, NH/A, A * T))
   };
 
   static void declare(ParameterSet& params, const std::string& prefix, const ModelConfig& cfg);
@@ -59,14 +60,12 @@ class Attention {
                                             const char* suffix);
   static std::string out_name(const std::string& prefix, const ModelConfig& cfg);
   kernels::AttentionDropout dropout(const StepContext& ctx) const;
-  void core(Tensor& attn, Tensor& lse, const Tensor& qkv, const StepContext& ctx) const;
-  // The core after the all-to-all (a2a, a2a+p2p): attn_heads and lse from the head-split qkv,
-  // and its backward.
-  void core_heads(Tensor& attn_heads, Tensor& lse, const Tensor& qkv_heads,
-                  const StepContext& ctx) const;
-  Tensor core_heads_backward(const Tensor& dattn_heads, const Tensor& qkv_heads,
-                             const Tensor& attn_heads, const Tensor& lse,
-                             const StepContext& ctx) const;
+  // The attention core from the roped qkv (after the all-to-all in the head-split modes): attn
+  // (this rank's tokens, all its heads) and lse, and attn_heads in the head-split modes.
+  void core(Tensor& attn, Tensor& attn_heads, Tensor& lse, const Tensor& qkv,
+            const StepContext& ctx) const;
+  struct Whole;  // the whole-sequence kernel's arguments (attention.cc)
+  Whole whole(const StepContext& ctx) const;
   kernels::AttentionDropout head_split_dropout(const StepContext& ctx) const;
   // The block attention's shape: of this rank's tokens (p2p, all_gather) or of its all-to-all
   // group's tokens and heads (a2a+p2p, whose document starts go to `doc`).
@@ -81,13 +80,13 @@ class Attention {
   int NH_global_;                           // query heads of the whole model (dropout coordinates)
   int NH_, KV_, HD_, head_offset_, layer_;  // this rank's heads, its first query head
   CpMode mode_ = CpMode::kNone;
-  int cp_size_ = 1;                         // the context-parallel group
-  std::vector<int> a2a_cp_ranks_;           // a2a, a2a+p2p: CP ranks of the all-to-all group
-  int a2a_rank_ = 0;                        // this rank in it
-  int cp_heads_ = 0, cp_kv_ = 0;            // query heads and groups of the head split
-  context::HeadExchange exchange_;          // the all-to-all and its column layouts
+  int cp_size_ = 1;                 // the context-parallel group
+  std::vector<int> a2a_cp_ranks_;   // a2a, a2a+p2p: CP ranks of the all-to-all group
+  int a2a_rank_ = 0;                // this rank in it
+  int cp_heads_ = 0, cp_kv_ = 0;    // query heads and groups of the head split
+  context::HeadExchange exchange_;  // the all-to-all and its column layouts
   context::HeadColumns qkv_cols_, out_cols_;
-  context::BlockAttention blocks_;          // p2p, all_gather, a2a+p2p
+  context::BlockAttention blocks_;  // p2p, all_gather, a2a+p2p
   bool rope_, recompute_core_ = false;
   float rope_theta_, dropout_p_;
   ColumnParallelLinear qkv_;

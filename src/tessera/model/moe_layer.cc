@@ -45,8 +45,8 @@ Tensor sequence_slice(const Tensor& full, const StepContext& ctx, bool sp) {
   Tensor out = Tensor::empty({ctx.B * ctx.seq_local, C}, full.dtype());
   for (int64_t b = 0; b < ctx.B; ++b)
     out.slice_rows(b * ctx.seq_local, (b + 1) * ctx.seq_local)
-        .copy_from(full.slice_rows(b * ctx.T + ctx.seq_begin,
-                                   b * ctx.T + ctx.seq_begin + ctx.seq_local));
+        .copy_from(
+            full.slice_rows(b * ctx.T + ctx.seq_begin, b * ctx.T + ctx.seq_begin + ctx.seq_local));
   return out;
 }
 
@@ -102,7 +102,10 @@ void MoeLayer::declare_experts(ParameterSet& params, const std::string& layer,
 MoeLayer::MoeLayer(ParameterSet& params, const std::string& layer, const ModelConfig& cfg,
                    const parallel::TensorParallel* tp, comm::ProcessGroup* expert_group,
                    comm::ProcessGroup* cp_group)
-    : moe_(cfg.moe), C_(cfg.hidden_size), tp_(tp), expert_group_(expert_group),
+    : moe_(cfg.moe),
+      C_(cfg.hidden_size),
+      tp_(tp),
+      expert_group_(expert_group),
       cp_group_(cp_group != nullptr && cp_group->size() > 1 ? cp_group : nullptr) {
   TESSERA_CHECK(tp != nullptr);
   expert_tp_ = std::make_unique<parallel::TensorParallel>(tp->group(), false);
@@ -212,8 +215,7 @@ Tensor MoeLayer::forward(const Tensor& x_local, Saved& s, const StepContext& ctx
 }
 
 Tensor MoeLayer::backward(const Tensor& dy_local, const Saved& s, const StepContext& ctx) const {
-  const Tensor dy =
-      tp_->sequence_parallel() ? tp_->row_output_backward(dy_local, ctx.B) : dy_local;
+  const Tensor dy = tp_->sequence_parallel() ? tp_->row_output_backward(dy_local, ctx.B) : dy_local;
   const int64_t N = dy.dim(0), E = moe_.num_experts, k = moe_.topk, R = s.perm.rows();
   std::vector<float> dweights(N * k), dlogits(N * E, 0.0f);
   std::vector<float> dx32(N * C_);
@@ -261,7 +263,9 @@ Tensor MoeLayer::backward(const Tensor& dy_local, const Saved& s, const StepCont
   });
 
   MoeLayerStats mb;
-  mb.micro_batches = 1;
+  // Under CP each rank holds its share of the micro-batch's losses (the shares sum to them over
+  // the CP group): the micro-batch is counted once, on CP rank 0.
+  mb.micro_batches = cp_group_ == nullptr || cp_group_->rank() == 0 ? 1 : 0;
   mb.aux_loss = s.aux_loss;
   mb.z_loss = s.z_loss;
   mb.choices = N * k;
@@ -285,8 +289,8 @@ std::pair<double, double> MoeLayer::balancing_losses(const Saved& s, int64_t B, 
   } else if (moe_.load_balancing == MoeLoadBalancing::kSeqAuxLoss && moe_.aux_loss_coeff > 0) {
     for (int64_t b = 0; b < B; ++b)  // each sequence's loss, averaged over the B sequences
       aux += moe::aux_loss(s.logits.data() + b * T * E,
-                           moe::routing_slice(s.routing, b * T, (b + 1) * T, moe_.num_experts),
-                           rc, moe_.aux_loss_coeff * scale / static_cast<double>(B),
+                           moe::routing_slice(s.routing, b * T, (b + 1) * T, moe_.num_experts), rc,
+                           moe_.aux_loss_coeff * scale / static_cast<double>(B),
                            dlogits ? dlogits + b * T * E : nullptr,
                            counts != nullptr ? counts + b * E : nullptr, T * cp);
   }

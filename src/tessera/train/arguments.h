@@ -22,56 +22,56 @@ struct TrainArgs {
   std::string model_preset;  // --model
 
   // Batches and length of training.
-  int64_t micro_batch_size = 1;     // --micro-batch-size
-  int64_t global_batch_size = 0;    // --global-batch-size (0: micro batch x data parallel)
-  int64_t train_iters = 0;          // --train-iters
-  int64_t train_samples = 0;        // --train-samples (alternative to --train-iters)
-  int64_t exit_interval = 0;        // --exit-interval
-  double exit_duration_in_mins = 0; // --exit-duration-in-mins
-  int64_t eval_interval = 1000;     // --eval-interval
-  int64_t eval_iters = 100;         // --eval-iters
+  int64_t micro_batch_size = 1;      // --micro-batch-size
+  int64_t global_batch_size = 0;     // --global-batch-size (0: micro batch x data parallel)
+  int64_t train_iters = 0;           // --train-iters
+  int64_t train_samples = 0;         // --train-samples (alternative to --train-iters)
+  int64_t exit_interval = 0;         // --exit-interval
+  double exit_duration_in_mins = 0;  // --exit-duration-in-mins
+  int64_t eval_interval = 1000;      // --eval-interval
+  int64_t eval_iters = 100;          // --eval-iters
 
   // Optimizer and schedule.
-  std::string optimizer = "adam";   // --optimizer {adam, sgd}; adam is AdamW (decoupled decay)
-  double lr = -1;                   // --lr (required; negative = not given)
-  double min_lr = 0;                // --min-lr
+  std::string optimizer = "adam";  // --optimizer {adam, sgd}; adam is AdamW (decoupled decay)
+  double lr = -1;                  // --lr (required; negative = not given)
+  double min_lr = 0;               // --min-lr
   double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;
-  double sgd_momentum = 0.9;        // --sgd-momentum
-  double weight_decay = 0.01;       // --weight-decay
-  double clip_grad = 1.0;           // --clip-grad (0 disables)
-  int64_t lr_warmup_iters = 0;      // --lr-warmup-iters
-  double lr_warmup_fraction = -1;   // --lr-warmup-fraction (of the decay iterations)
-  int64_t lr_decay_iters = 0;       // --lr-decay-iters (0: the training iterations)
+  double sgd_momentum = 0.9;       // --sgd-momentum
+  double weight_decay = 0.01;      // --weight-decay
+  double clip_grad = 1.0;          // --clip-grad (0 disables)
+  int64_t lr_warmup_iters = 0;     // --lr-warmup-iters
+  double lr_warmup_fraction = -1;  // --lr-warmup-fraction (of the decay iterations)
+  int64_t lr_decay_iters = 0;      // --lr-decay-iters (0: the training iterations)
   std::string lr_decay_style = "linear";
-  int64_t lr_wsd_decay_iters = 0;   // --lr-wsd-decay-iters
+  int64_t lr_wsd_decay_iters = 0;  // --lr-wsd-decay-iters
   std::string lr_wsd_decay_style = "exponential";
 
   // Precision.
   bool bf16 = false, fp16 = false;
-  double loss_scale = 0;            // --loss-scale (> 0: static)
+  double loss_scale = 0;                     // --loss-scale (> 0: static)
   double initial_loss_scale = 4294967296.0;  // 2^32, Megatron's default
   double min_loss_scale = 1.0;
   int64_t loss_scale_window = 1000;
   int hysteresis = 2;
-  bool skip_nan_iterations = false; // --skip-nan-iterations
+  bool skip_nan_iterations = false;  // --skip-nan-iterations
 
   // Data.
-  bool mock_data = false;           // --mock-data
+  bool mock_data = false;              // --mock-data
   std::vector<std::string> data_path;  // --data-path PREFIX... or W1 PREFIX1 W2 PREFIX2...
   std::vector<std::string> train_data_path, valid_data_path, test_data_path;  // per split
-  std::string data_cache_path;      // --data-cache-path (default: PREFIX/cache/...)
-  std::string tokenizer_type;       // --tokenizer-type (data/tokenizer.h: tokenizer_types())
-  std::string vocab_file;           // --vocab-file (GPT2BPETokenizer: encoder.json)
-  std::string merge_file;           // --merge-file (GPT2BPETokenizer: vocab.bpe)
-  std::string tokenizer_model;      // --tokenizer-model (tokenizer.json or SentencePiece .model)
+  std::string data_cache_path;  // --data-cache-path (default: PREFIX/cache/...)
+  std::string tokenizer_type;   // --tokenizer-type (data/tokenizer.h: tokenizer_types())
+  std::string vocab_file;       // --vocab-file (GPT2BPETokenizer: encoder.json)
+  std::string merge_file;       // --merge-file (GPT2BPETokenizer: vocab.bpe)
+  std::string tokenizer_model;  // --tokenizer-model (tokenizer.json or SentencePiece .model)
   // The tokenizer's end-of-document id, recorded by resolve_argument_files when it loads the
   // tokenizer (for the vocabulary size) so that the trainer does not load it a second time. Unset
   // without a tokenizer, for a tokenizer that has no EOD, and in TrainArgs filled in by hand
   // (tests): the trainer then loads the tokenizer itself (and reports a missing EOD). Not a flag.
   std::optional<int32_t> tokenizer_eod;
-  std::string split = "969,30,1";   // --split (train, valid, test weights)
-  bool eod_mask_loss = false;       // --eod-mask-loss
-  bool reset_position_ids = false;  // --reset-position-ids
+  std::string split = "969,30,1";     // --split (train, valid, test weights)
+  bool eod_mask_loss = false;         // --eod-mask-loss
+  bool reset_position_ids = false;    // --reset-position-ids
   bool reset_attention_mask = false;  // --reset-attention-mask
 
   // Process mesh. Training runs tensor (+ sequence), pipeline and data parallel
@@ -81,61 +81,61 @@ struct TrainArgs {
   bool sequence_parallel = false;        // --sequence-parallel (off with a warning at TP 1)
   int pipeline_model_parallel_size = 1;  // --pipeline-model-parallel-size
   // Pipeline schedule and layer split (pipeline/schedule.h, pipeline/partition.h).
-  std::string pipeline_schedule;           // --pipeline-schedule (default 1f1b, or interleaved)
-  int num_layers_per_virtual_stage = 0;    // --num-layers-per-virtual-pipeline-stage (0: none)
+  std::string pipeline_schedule;               // --pipeline-schedule (default 1f1b, or interleaved)
+  int num_layers_per_virtual_stage = 0;        // --num-layers-per-virtual-pipeline-stage (0: none)
   int decoder_first_pipeline_num_layers = -1;  // --decoder-first-pipeline-num-layers
   int decoder_last_pipeline_num_layers = -1;   // --decoder-last-pipeline-num-layers
-  std::string timeline_file;               // --timeline-file F.json (Chrome trace)
-  int64_t timeline_iteration = 0;          // --timeline-iteration (0: the last)
+  std::string timeline_file;                   // --timeline-file F.json (Chrome trace)
+  int64_t timeline_iteration = 0;              // --timeline-iteration (0: the last)
   // Activation recomputation (model/chunk_runner.h RecomputePolicy).
-  std::string recompute_granularity;       // --recompute-granularity full|selective
-  std::string recompute_method;            // --recompute-method uniform|block
-  int recompute_num_layers = 0;            // --recompute-num-layers
-  int context_parallel_size = 1;         // --context-parallel-size
+  std::string recompute_granularity;                // --recompute-granularity full|selective
+  std::string recompute_method;                     // --recompute-method uniform|block
+  int recompute_num_layers = 0;                     // --recompute-num-layers
+  int context_parallel_size = 1;                    // --context-parallel-size
   std::vector<std::string> cp_comm_type = {"p2p"};  // --cp-comm-type (one, or one per layer)
-  std::vector<int> hierarchical_cp_sizes;  // --hierarchical-context-parallel-sizes
-  int ds_sequence_parallel_size = 1;       // --ds-sequence-parallel-size (Ulysses: CP with a2a)
-  int expert_model_parallel_size = 1;    // --expert-model-parallel-size
-  int expert_tensor_parallel_size = 0;   // --expert-tensor-parallel-size (0: = TP)
-  bool print_mesh = false;               // --print-mesh: print the layout and exit
+  std::vector<int> hierarchical_cp_sizes;           // --hierarchical-context-parallel-sizes
+  int ds_sequence_parallel_size = 1;    // --ds-sequence-parallel-size (Ulysses: CP with a2a)
+  int expert_model_parallel_size = 1;   // --expert-model-parallel-size
+  int expert_tensor_parallel_size = 0;  // --expert-tensor-parallel-size (0: = TP)
+  bool print_mesh = false;              // --print-mesh: print the layout and exit
 
   // Data parallel and ZeRO.
-  int zero_stage = 0;                    // --zero-stage (--use-distributed-optimizer means 1)
+  int zero_stage = 0;                      // --zero-stage (--use-distributed-optimizer means 1)
   bool use_distributed_optimizer = false;  // --use-distributed-optimizer
-  bool overlap_grad_reduce = true;       // --overlap-grad-reduce / --no-overlap-grad-reduce
-  int64_t ddp_bucket_size = 0;           // --ddp-bucket-size elements (0: max(40M, 1M x DP))
+  bool overlap_grad_reduce = true;         // --overlap-grad-reduce / --no-overlap-grad-reduce
+  int64_t ddp_bucket_size = 0;             // --ddp-bucket-size elements (0: max(40M, 1M x DP))
   // ZeRO 3 (DeepSpeed's zero_optimization keys and defaults).
-  int64_t stage3_prefetch_bucket_size = 50'000'000;        // elements
-  int64_t stage3_param_persistence_threshold = 100'000;    // elements
-  int64_t stage3_max_live_parameters = 1'000'000'000;      // elements
-  double distributed_timeout_minutes = 10;  // --distributed-timeout-minutes (watchdog)
-  bool check_collectives = false;        // --check-collectives
+  int64_t stage3_prefetch_bucket_size = 50'000'000;      // elements
+  int64_t stage3_param_persistence_threshold = 100'000;  // elements
+  int64_t stage3_max_live_parameters = 1'000'000'000;    // elements
+  double distributed_timeout_minutes = 10;               // --distributed-timeout-minutes (watchdog)
+  bool check_collectives = false;                        // --check-collectives
 
   // Run, output.
-  uint64_t seed = 1234;             // --seed
-  int64_t log_interval = 100;       // --log-interval
-  int timing_log_level = 0;         // --timing-log-level: 1 phase breakdown, 2 + min/max over ranks
+  uint64_t seed = 1234;        // --seed
+  int64_t log_interval = 100;  // --log-interval
+  int timing_log_level = 0;    // --timing-log-level: 1 phase breakdown, 2 + min/max over ranks
   bool moe_per_layer_logging = false;  // --moe-per-layer-logging
-  std::string metrics_file;         // --metrics-file
-  std::string export_weights;       // --export-weights F.safetensors
-  int num_threads = 0;              // --num-threads (0: cores / local ranks)
+  std::string metrics_file;            // --metrics-file
+  std::string export_weights;          // --export-weights F.safetensors
+  int num_threads = 0;                 // --num-threads (0: cores / local ranks)
 
   // Checkpoints (checkpoint/sharded_checkpoint.h).
-  std::string save;                 // --save DIR
-  int64_t save_interval = 0;        // --save-interval (0: only at the end)
-  bool async_save = false;          // --async-save
-  int keep_checkpoints = 0;         // --keep-checkpoints (0: all)
-  bool no_save_optim = false;       // --no-save-optim
-  std::string load;                 // --load DIR (a checkpoint or a Hugging Face model)
-  bool finetune = false;            // --finetune
-  bool no_load_optim = false;       // --no-load-optim
-  bool no_load_rng = false;         // --no-load-rng
-  int64_t kill_during_save_at = -1; // --kill-during-save-at-iteration (test hook)
-  int64_t inject_overflow_at = -1;  // --inject-overflow-at-iteration (test hook)
+  std::string save;                  // --save DIR
+  int64_t save_interval = 0;         // --save-interval (0: only at the end)
+  bool async_save = false;           // --async-save
+  int keep_checkpoints = 0;          // --keep-checkpoints (0: all)
+  bool no_save_optim = false;        // --no-save-optim
+  std::string load;                  // --load DIR (a checkpoint or a Hugging Face model)
+  bool finetune = false;             // --finetune
+  bool no_load_optim = false;        // --no-load-optim
+  bool no_load_rng = false;          // --no-load-rng
+  int64_t kill_during_save_at = -1;  // --kill-during-save-at-iteration (test hook)
+  int64_t inject_overflow_at = -1;   // --inject-overflow-at-iteration (test hook)
 
   // DeepSpeed configuration (train/deepspeed_config.h), applied once DP is known.
-  bool deepspeed = false;                // --deepspeed
-  std::string deepspeed_config;          // --deepspeed_config FILE (or --deepspeed-config)
+  bool deepspeed = false;        // --deepspeed
+  std::string deepspeed_config;  // --deepspeed_config FILE (or --deepspeed-config)
   std::optional<optim::DeepSpeedScheduleOptions> deepspeed_schedule;  // its "scheduler"
 
   // The fields a flag set, on the command line or in --config (FlagTable::record_given), as
@@ -201,9 +201,14 @@ std::array<double, 3> split_fractions(const std::string& split);
 // Checks combinations (fp16 with bf16, batch divisibility, required flags, the model's fit to
 // the tensor-parallel size); tessera::Error.
 void validate_arguments(const TrainArgs& args, int64_t data_parallel);
-// The context-parallel options (part of validate_arguments): --cp-comm-type's length, the
-// hierarchical sizes, the sequence length's split into 2N chunks (and over TP under SP), the
-// heads the all-to-all splits, model options CP cannot take. tessera::Error naming the flag.
+// Megatron-DeepSpeed's --ds-sequence-parallel-size N: --context-parallel-size N with
+// --cp-comm-type a2a (DeepSpeed Ulysses); tessera::Error when other given flags contradict it.
+// Called by parse_arguments, before the mesh is built.
+void apply_ds_sequence_parallel(TrainArgs& args);
+// The context-parallel options (part of validate_arguments; context_arguments.cc):
+// --cp-comm-type's length, the hierarchical sizes, the sequence length's split into 2N chunks
+// (and over TP under SP), the heads the all-to-all splits, model options CP cannot take.
+// tessera::Error naming the flag.
 void validate_context_parallel(const TrainArgs& args);
 
 }  // namespace tessera::train

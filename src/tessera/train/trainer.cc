@@ -12,16 +12,13 @@
 #include "tessera/core/clock.h"
 #include "tessera/core/threads.h"
 #include "tessera/distributed/sum_scalars.h"
-#include "tessera/train/sharding.h"
 #include "tessera/optim/deepspeed_lr_schedule.h"
 #include "tessera/train/deepspeed_config.h"
 #include "tessera/train/flops.h"
+#include "tessera/train/sharding.h"
 
 namespace tessera::train {
-namespace {
-
-
-}  // namespace
+namespace {}  // namespace
 
 Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
     : args_(args),
@@ -38,7 +35,8 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
       dp_rank_(groups.dp ? groups.dp->rank() : 0),
       cp_size_(groups.cp ? groups.cp->size() : 1),
       cp_rank_(groups.cp ? groups.cp->rank() : 0),
-      // The gradient group's ranks are ordered cp fastest (comm/parallel_state.h).
+      // The gradient group's ranks are ordered cp fastest (comm/parallel_state.h); its size is
+      // DP x CP (checked below).
       data_size_(dp_size_ / cp_size_),
       data_rank_(dp_rank_ / cp_size_),
       pp_size_(groups.pp ? groups.pp->size() : 1),
@@ -51,16 +49,17 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
       pp_rank_of_(groups.pp_rank_of),
       reporting_rank_(!groups.world || groups.world->rank() == 0),
       metrics_(reporting_rank_ ? args.metrics_file : std::string()) {
-  train_iters_ = args_.train_iters > 0 ? args_.train_iters
-                                       : args_.train_samples / args_.global_batch_size;
+  TESSERA_CHECK(dp_size_ % cp_size_ == 0 && data_size_ > 0);
+  train_iters_ =
+      args_.train_iters > 0 ? args_.train_iters : args_.train_samples / args_.global_batch_size;
   // Construction, step by step; each step takes what the earlier ones made.
   check_output_paths();
   const PipelinePlan pipeline = plan_pipeline();
   const distributed::ShardingPlan sharding = sharding_plan(args_, dp_size_);
   model_ = build_model(sharding);
   runner_ = build_runner();
-  executor_ = std::make_unique<pipeline::PipelineExecutor>(*runner_, pp_, pipeline.kind,
-                                                           pipeline.shape);
+  executor_ =
+      std::make_unique<pipeline::PipelineExecutor>(*runner_, pp_, pipeline.kind, pipeline.shape);
   timeline_.keep_totals(args_.timing_log_level >= 1);
   build_gradient_sharding(sharding);
   optimizer_ = build_optimizer(sharding);
@@ -135,8 +134,8 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   // The executor asks for micro-batches in increasing order (first forwards come in order).
   auto load = [&](int m) {
     const data::MicroBatch& mb = prefetcher_->next();
-    TESSERA_CHECK(mb.first_sample ==
-                  data::micro_batch_first_sample(consumed_samples_, m, data_size_, data_rank_, mbs));
+    TESSERA_CHECK(mb.first_sample == data::micro_batch_first_sample(consumed_samples_, m,
+                                                                    data_size_, data_rank_, mbs));
     return bind_micro_batch(mb, iteration, true);  // a copy: the prefetcher reuses its slot
   };
   // Buckets are reduced in the last micro-batch (ZeRO 0-1) or in every one (ZeRO 2-3): while
@@ -334,9 +333,9 @@ int64_t Trainer::train() {
     window.add(m, step.nan);
     if (iteration % a.log_interval == 0 || iteration == train_iters_) {
       const int64_t iters = window.iters;
-      std::printf("%s\n", format_log_line(window.take_average(m, tokens_per_iter, flops_per_iter,
-                                                               world_size_),
-                                           a.moe_per_layer_logging)
+      std::printf("%s\n", format_log_line(
+                              window.take_average(m, tokens_per_iter, flops_per_iter, world_size_),
+                              a.moe_per_layer_logging)
                               .c_str());
       if (a.timing_log_level >= 1) print_breakdown(iters);
       std::fflush(stdout);
@@ -414,8 +413,8 @@ void Trainer::print_breakdown(int64_t iterations) {
       double lo = per_rank[0][i], hi = per_rank[0][i];
       for (const auto& r : per_rank) lo = std::min(lo, r[i]), hi = std::max(hi, r[i]);
       char buf[80];
-      std::snprintf(buf, sizeof buf, " %s: %.1f/%.1f |",
-                    pipeline::Timeline::phase_name(phases[i]), lo, hi);
+      std::snprintf(buf, sizeof buf, " %s: %.1f/%.1f |", pipeline::Timeline::phase_name(phases[i]),
+                    lo, hi);
       line += buf;
     }
     std::printf("%s\n", line.c_str());

@@ -164,8 +164,8 @@ void Trainer::build_gradient_sharding(const distributed::ShardingPlan& sharding)
     for (const auto& u : model_->units())
       whole.push_back(std::find(model_->expert_ranges().begin(), model_->expert_ranges().end(),
                                 u) != model_->expert_ranges().end());
-    zero3_ = std::make_unique<distributed::Zero3Params>(model_->params(), dp_, units, sharding,
-                                                        whole);
+    zero3_ =
+        std::make_unique<distributed::Zero3Params>(model_->params(), dp_, units, sharding, whole);
     runner_->set_param_access(zero3_.get());
   }
 }
@@ -261,11 +261,11 @@ void Trainer::print_setup(const distributed::ShardingPlan& sharding) const {
         a.model.moe.shared_expert_size > 0
             ? ", a shared expert of ffn " + std::to_string(a.model.moe.shared_expert_size)
             : "";
-    std::printf("> moe: %d of %d layers with %d experts of ffn %d, top %d%s; %lld parameters "
-                "active per token\n",
-                moe_layers, a.model.num_layers, a.model.moe.num_experts, a.model.moe_ffn(),
-                a.model.moe.topk, shared.c_str(),
-                static_cast<long long>(a.model.num_active_parameters()));
+    std::printf(
+        "> moe: %d of %d layers with %d experts of ffn %d, top %d%s; %lld parameters "
+        "active per token\n",
+        moe_layers, a.model.num_layers, a.model.moe.num_experts, a.model.moe_ffn(),
+        a.model.moe.topk, shared.c_str(), static_cast<long long>(a.model.num_active_parameters()));
   }
   if (ep_size_ > 1) print_expert_memory(sharding);
   if (tp_.size() > 1)
@@ -285,7 +285,11 @@ void Trainer::print_setup(const distributed::ShardingPlan& sharding) const {
     std::printf(
         "> data parallel: %d ranks%s, %lld micro-batches of %lld per rank per iteration, "
         "ZeRO stage %d, %d gradient bucket(s), overlap %s\n",
-        dp_size_, cp_size_ > 1 ? " (data x context: gradients reduced and sharded over all)" : "",
+        data_size_,
+        cp_size_ > 1 ? (" (gradients reduced and sharded over data x context = " +
+                        std::to_string(dp_size_) + " ranks)")
+                           .c_str()
+                     : "",
         static_cast<long long>(a.num_microbatches(data_size_)),
         static_cast<long long>(a.micro_batch_size), sharding.zero_stage(), dp_grads_->num_buckets(),
         !a.overlap_grad_reduce          ? "off"

@@ -90,7 +90,9 @@ nlohmann::json Trainer::run_state(int64_t iteration) const {
         {"train_iters", train_iters_},
         {"weight_decay", a.weight_decay},
         {"clip_grad", a.clip_grad},
-        {"precision", a.bf16 ? "bf16" : a.fp16 ? "fp16" : "fp32"}}}};
+        {"precision", a.bf16   ? "bf16"
+                      : a.fp16 ? "fp16"
+                               : "fp32"}}}};
 }
 
 void Trainer::save_checkpoint(int64_t iteration) {
@@ -107,7 +109,8 @@ void Trainer::save_checkpoint(int64_t iteration) {
   for (const optim::Optimizer::StateRun& run : optimizer_->optimizer().state_runs()) {
     const model::Parameter& p = *run.param;
     int64_t begin = run.begin - p.offset, end = run.end - p.offset;
-    // ZeRO 0: DP rank d writes part d (an expert-parallel expert: its expert-DP rank's part).
+    // ZeRO 0: rank d of the gradient group (data x context) writes part d (an expert-parallel
+    // expert: its expert-DP rank's part).
     const int parts = p.expert ? edp_size_ : dp_size_, part = p.expert ? edp_rank_ : dp_rank_;
     if (!optimizer_->optimizer().sharded() && parts > 1) {
       begin = p.numel() * part / parts;
@@ -159,8 +162,7 @@ void Trainer::finish_pending_save(bool wait) {
   if (async) {
     // Every rank asks at the same iterations; the checkpoint is published once all are done.
     if (wait) pending.writer.wait();
-    const bool done =
-        pending.writer.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    const bool done = pending.writer.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
     if (distributed::sum_over(world_.get(), {done ? 0.0 : 1.0})[0] > 0) return;
     pending.writer.get();  // rethrows a write error of this rank
   }
@@ -198,15 +200,16 @@ void Trainer::load_hf_weights() {
   const auto t0 = Clock::now();
   // Every rank converts the whole model and keeps its slices (an HF model is one process's
   // files; its size is what a single device loads).
-  const std::map<std::string, Tensor> weights = checkpoint::read_hf_weights(args_.load, args_.model);
+  const std::map<std::string, Tensor> weights =
+      checkpoint::read_hf_weights(args_.load, args_.model);
   for (const optim::Optimizer::StateRun& run : optimizer_->optimizer().state_runs()) {
     const model::Parameter& p = *run.param;
     const Tensor& w = weights.at(p.name);
     const checkpoint::TensorSlice slice =
         checkpoint::TensorSlice::of(p, run.begin - p.offset, run.end - p.offset);
     const std::vector<checkpoint::Run> needed = checkpoint::runs(slice);
-    checkpoint::copy_overlap(checkpoint::runs(checkpoint::TensorSlice::whole(w.shape())),
-                             w.raw(), needed, run.master, sizeof(float));
+    checkpoint::copy_overlap(checkpoint::runs(checkpoint::TensorSlice::whole(w.shape())), w.raw(),
+                             needed, run.master, sizeof(float));
   }
   after_master_loaded();
   std::printf("> loaded Hugging Face weights from %s in %.2f s; training starts at iteration 1\n",
@@ -283,7 +286,8 @@ uint64_t Trainer::load_checkpoint() {
   const bool load_optim = !finetune && !a.no_load_optim;
   const std::string& kind = optimizer_->optimizer().kind();
   if (load_optim && !saved.saved_optim)
-    throw Error(*dir + " holds no optimizer state (saved with --no-save-optim): pass "
+    throw Error(*dir +
+                " holds no optimizer state (saved with --no-save-optim): pass "
                 "--no-load-optim or --finetune to load the weights only");
   if (load_optim && saved.optimizer_kind != kind)
     throw Error(*dir + " holds " + saved.optimizer_kind +

@@ -4,7 +4,10 @@
 // pair computed alone and merged by log-sum-exp, gives the whole attention's output and
 // log-sum-exp; the pairs' backward with the whole lse and delta sum to its dQ, dK and dV. With
 // GQA, dropout (keyed by whole-sequence coordinates) and document masks, fp32 and bf16 inputs.
+#include "tessera/kernels/attention_block.h"
+
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <limits>
@@ -13,7 +16,6 @@
 
 #include "tessera/core/dtype.h"
 #include "tessera/kernels/attention.h"
-#include "tessera/kernels/attention_block.h"
 #include "testing/numeric.h"
 #include "testing/qkv_shape.h"
 
@@ -150,8 +152,8 @@ void check_blocks_match_whole(bool documents, float dropout_p, double tol) {
       for (int64_t c = 0; c < W; ++c) {
         const int64_t i = (b * T + t) * W + c;
         const float got = c < O ? dq[(b * T + t) * O + c] : dkv[i];
-        ASSERT_NEAR(got, to_f32(dqkv[i]), tol * scale) << "dqkv sample " << b << " token " << t
-                                                       << " column " << c;
+        ASSERT_NEAR(got, to_f32(dqkv[i]), tol * scale)
+            << "dqkv sample " << b << " token " << t << " column " << c;
       }
 }
 
@@ -167,6 +169,58 @@ TEST(AttentionBlock, WithDropoutAndDocumentsGiveTheWholeAttention) {
 // bf16, so the tolerance is bf16's.
 TEST(AttentionBlock, Bf16InputsGiveTheWholeAttention) {
   check_blocks_match_whole<bf16>(true, 0.1f, 1e-2);
+}
+
+// Each task owns its outputs and sums in a fixed order: the same bits for 1 and 2 threads. A
+// query block at position 37 against a key block at 21 (neither a multiple of 4 nor of 64),
+// longer than one tile, with dropout.
+TEST(AttentionBlock, IndependentOfThreadCount) {
+  const Shape s{2, 200, 4, 2, 16};
+  const int64_t W = s.width(), O = int64_t{s.NH} * s.HD, q_len = 150, k_len = 90;
+  const std::vector<float> qkv = testing::random_normal(s.qkv_size(), 7);
+  const std::vector<float> dout = testing::random_normal(s.out_size(), 8);
+  const std::vector<float> lse_in = testing::random_normal(s.lse_size(), 9, 0.1f);
+  const std::vector<float> delta = testing::random_normal(s.lse_size(), 10, 0.1f);
+  std::vector<float> lse(lse_in);
+  for (float& x : lse) x += 6.0f;  // a plausible whole-attention log-sum-exp
+  AttentionBlock a;
+  a.B = s.B;
+  a.q_len = q_len;
+  a.k_len = k_len;
+  a.q_pos = 37;
+  a.k_pos = 21;
+  a.seq = 400;
+  a.NH = s.NH;
+  a.KV = s.KV;
+  a.HD = s.HD;
+  a.q_sample = a.kv_sample = s.T * W;
+  a.q_ld = a.kv_ld = W;
+  a.o_sample = s.T * O;
+  a.o_ld = O;
+  a.lse_ld = s.T;
+  AttentionDropout d;
+  d.p = 0.1f;
+  d.key = philox_key(2, RngPurpose::kAttentionDropout, 3);
+  auto run = [&](int threads) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    std::vector<float> o(s.out_size(), 0.0f), l(s.lse_size(), 0.0f), dq(s.out_size(), 0.0f),
+        dkv(s.qkv_size(), 0.0f);
+    const float* k = qkv.data() + s.NH * s.HD;
+    const float* v = qkv.data() + (s.NH + s.KV) * s.HD;
+    attention_block_forward(o.data(), l.data(), qkv.data(), k, v, a, d);
+    attention_block_backward(dq.data(), dkv.data() + s.NH * s.HD, dkv.data() + (s.NH + s.KV) * s.HD,
+                             dout.data(), qkv.data(), k, v, lse.data(), delta.data(), a, d);
+    omp_set_num_threads(saved);
+    std::vector<float> all = o;
+    for (const auto* part : {&l, &dq, &dkv}) all.insert(all.end(), part->begin(), part->end());
+    return all;
+  };
+  const std::vector<float> one = run(1), two = run(2);
+  EXPECT_EQ(one, two);
+  double sum = 0;
+  for (float x : one) sum += std::fabs(x);
+  EXPECT_GT(sum, 0.0);
 }
 
 }  // namespace
