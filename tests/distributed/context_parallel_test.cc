@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "dist_main.h"
@@ -93,23 +94,25 @@ void expect_close(const float* u, const float* v, int64_t n, const std::string& 
   EXPECT_GT(scale, 0.0) << what;
 }
 
-// Bytes handed to MPI per rank for one forward and one backward of an attention layer
-// (docs/context_parallel.md), fp32: K the rank's key/value block (and its dK/dV), S = B * T.
-int64_t analytic_bytes(context::CommType type, int N, int64_t rows_local, int NH, int KV, int HD) {
+// Bytes handed to MPI per rank by an attention layer's forward and by its backward
+// (docs/context_parallel.md's table), fp32: K the rank's key/value block (D, its dK/dV, the
+// same size), S = B * T. {-1, -1} for a2a+p2p, whose traffic is on two subgroups.
+std::pair<int64_t, int64_t> analytic_bytes(context::CommType type, int N, int64_t rows_local,
+                                           int NH, int KV, int HD) {
   const int64_t K = rows_local * 2 * KV * HD * 4, S = rows_local * N;
   switch (type) {
     case context::CommType::kP2P:
-      return 2 * (N - 1) * K + N * K;
+      return {(N - 1) * K, (N - 1) * K + N * K};
     case context::CommType::kAllGather:
-      return 2 * K + N * K;
+      return {K, K + N * K};
     case context::CommType::kA2A: {
       const int64_t w_qkv = (NH / N + 2 * (KV % N == 0 ? KV / N : 1)) * HD, w_out = NH / N * HD;
-      return 2 * S * (w_qkv + w_out) * 4;
+      return {S * (w_qkv + w_out) * 4, S * (w_qkv + w_out) * 4};
     }
     case context::CommType::kA2AP2P:
-      return -1;  // on two subgroups: not counted here
+      break;
   }
-  return -1;
+  return {-1, -1};
 }
 
 void attention_matches_whole_sequence(context::CommType type, bool documents) {
@@ -121,10 +124,9 @@ void attention_matches_whole_sequence(context::CommType type, bool documents) {
   const int64_t B = 2, T = 16 * N, C = cfg.hidden_size;
   const SequenceSplit split{N, r};
   const parallel::TensorParallel tp;
-  const context::ContextParallel cp(world, {type},
-                                    type == context::CommType::kA2AP2P
-                                        ? std::vector<int>{2, N / 2}
-                                        : std::vector<int>{});
+  const context::ContextParallel cp(
+      world, {type},
+      type == context::CommType::kA2AP2P ? std::vector<int>{2, N / 2} : std::vector<int>{});
   model::ParameterSet whole, mine;
   for (model::ParameterSet* ps : {&whole, &mine}) {
     model::Attention::declare(*ps, "attn", cfg);
@@ -148,8 +150,7 @@ void attention_matches_whole_sequence(context::CommType type, bool documents) {
       pos_local[b * split.local(T) + u] = pos[b * T + split.global(u, T)];
     }
   model::StepContext ref = model::StepContext::make(B, T, 7, 11, 3, true);
-  model::StepContext ctx =
-      model::StepContext::make(B, split.local(T), 7, 11, 3, true, 0, 0, split);
+  model::StepContext ctx = model::StepContext::make(B, split.local(T), 7, 11, 3, true, 0, 0, split);
   if (documents) {
     ref.doc_start = doc.data();
     ref.sample_positions = pos.data();
@@ -163,21 +164,23 @@ void attention_matches_whole_sequence(context::CommType type, bool documents) {
   const Tensor da = one.backward(dy, sa, ref);
   world->reset_stats();
   const Tensor yb = split_attention.forward(local_rows(x, B, split), sb, ctx);
+  const int64_t forward_bytes = world->stats().total_sent_bytes();
+  world->reset_stats();
   const Tensor db = split_attention.backward(local_rows(dy, B, split), sb, ctx);
-  const comm::CommStats stats = world->stats();
+  const int64_t backward_bytes = world->stats().total_sent_bytes();
   const int64_t n_local = B * split.local(T) * C;
   expect_close(local_rows(ya, B, split).data<float>(), yb.data<float>(), n_local, "output");
-  expect_close(local_rows(da, B, split).data<float>(), db.data<float>(), n_local,
-               "input gradient");
+  expect_close(local_rows(da, B, split).data<float>(), db.data<float>(), n_local, "input gradient");
   Tensor sum = mine.flat_grads().clone(MemoryCategory::kOther);
   world->all_reduce(sum, comm::ReduceOp::kSum).wait();
   for (const model::Parameter& p : whole.all())
     expect_close(p.grad.data<float>(), sum.data<float>() + mine.get(p.name).offset, p.numel(),
                  p.name);
-  const int64_t bytes = analytic_bytes(type, N, B * split.local(T), cfg.num_attention_heads,
-                                       cfg.kv_heads(), cfg.head_dim());
-  if (bytes >= 0) {
-    EXPECT_EQ(stats.total_sent_bytes(), bytes) << context::comm_type_name(type);
+  const auto [forward, backward] = analytic_bytes(
+      type, N, B * split.local(T), cfg.num_attention_heads, cfg.kv_heads(), cfg.head_dim());
+  if (forward >= 0) {
+    EXPECT_EQ(forward_bytes, forward) << context::comm_type_name(type) << " forward";
+    EXPECT_EQ(backward_bytes, backward) << context::comm_type_name(type) << " backward";
   }
 }
 
