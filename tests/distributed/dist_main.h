@@ -7,8 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
+#include <string>
 
 #include "tessera/comm/parallel_state.h"
 #include "tessera/comm/process_group.h"
@@ -35,6 +38,19 @@ inline std::unique_ptr<comm::ParallelState> tensor_parallel_world_mesh() {
   auto world = comm::ProcessGroup::world();
   return std::make_unique<comm::ParallelState>(
       world, comm::MeshLayout(world->size(), {.tensor = world->size()}));
+}
+
+// Two float arrays agree to rtol of the first's largest magnitude (plus 1e-6), and it is not all
+// zero (a comparison of zeros would pass blind). `what` names the quantity in failures.
+inline void expect_close_to_scale(const float* u, const float* v, int64_t n,
+                                  const std::string& what, double rtol) {
+  double worst = 0, scale = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    worst = std::max(worst, std::fabs(double(u[i]) - v[i]));
+    scale = std::max(scale, std::fabs(double(u[i])));
+  }
+  EXPECT_LE(worst, rtol * scale + 1e-6) << what << " (scale " << scale << ")";
+  EXPECT_GT(scale, 0.0) << what;
 }
 
 inline int run_distributed_tests(int argc, char** argv) {

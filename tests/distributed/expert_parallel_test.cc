@@ -70,13 +70,7 @@ void check_against_one_rank(const ModelConfig& cfg) {
   const comm::CommStats stats = world->stats();
 
   auto expect_close = [](const float* u, const float* v, int64_t n, const char* what) {
-    double worst = 0, scale = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      worst = std::max(worst, std::fabs(double(u[i]) - v[i]));
-      scale = std::max(scale, std::fabs(double(u[i])));
-    }
-    EXPECT_LE(worst, 1e-5 * scale + 1e-6) << what << " (scale " << scale << ")";
-    EXPECT_GT(scale, 0.0) << what;
+    testing::expect_close_to_scale(u, v, n, what, 1e-5);
   };
   expect_close(ya.data<float>(), yb.data<float>(), N * C, "output");
   expect_close(da.data<float>(), db.data<float>(), N * C, "input gradient");

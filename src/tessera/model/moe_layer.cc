@@ -175,13 +175,17 @@ Tensor MoeLayer::forward(const Tensor& x_local, Saved& s, const StepContext& ctx
   // Context parallel: the whole micro-batch's counts for the balancing losses.
   if (cp_group_ != nullptr && moe_.aux_loss_coeff > 0 &&
       moe_.load_balancing != MoeLoadBalancing::kNone) {
+    // This rank's counts, as the router made them: the micro-batch's, or each sequence's.
     const bool per_sequence = moe_.load_balancing == MoeLoadBalancing::kSeqAuxLoss;
     const int64_t T = N / ctx.B, rows = per_sequence ? ctx.B : 1;
-    Tensor counts = Tensor::zeros({rows, E}, DType::kI64, MemoryCategory::kComm);
-    for (int64_t t = 0; t < N; ++t)
-      for (int j = 0; j < moe_.topk; ++j)
-        ++counts.data<int64_t>()[(per_sequence ? t / T : 0) * E +
-                                 s.routing.experts[t * moe_.topk + j]];
+    Tensor counts = Tensor::empty({rows, E}, DType::kI64, MemoryCategory::kComm);
+    for (int64_t b = 0; b < rows; ++b) {
+      const std::vector<int64_t>& c =
+          per_sequence
+              ? moe::routing_slice(s.routing, b * T, (b + 1) * T, moe_.num_experts).expert_count
+              : s.routing.expert_count;
+      std::copy(c.begin(), c.end(), counts.data<int64_t>() + b * E);
+    }
     cp_group_->all_reduce(counts, comm::ReduceOp::kSum).wait();
     s.cp_counts.assign(counts.data<int64_t>(), counts.data<int64_t>() + rows * E);
   }
