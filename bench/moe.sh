@@ -5,7 +5,8 @@
 #     and bf16 (three runs);
 #  2. expert parallelism: the same block at EP 2 (mpirun -np 2 moe_layer --ep 2, one thread per
 #     rank), with the all-to-all exchange's share of the MoE step; and what each rank holds of
-#     the experts at EP 2, EP 2 x EDP 2 (ZeRO 1) and EP 4 x EDP 2 (ZeRO 2), against the formula
+#     the experts at EP 2, EP 2 x EDP 2 (ZeRO 1), EP 4 x EDP 2 (ZeRO 2), TP 2 x EP 2 (expert TP 2),
+#     TP 2 x EP 2 with expert TP 1 (ZeRO 1) and EP 2 x EDP 2 at ZeRO 3, against the formula
 #     (tessera-train's "> expert parallel:" line, mixtral-tiny, one iteration);
 #  3. learning: on the demo's data (scripts/demo-data.sh), the demo's dense LLaMA-style model
 #     (examples/demo_llama.json: ffn 352) and its MoE twin of equal active parameters per token
@@ -33,7 +34,10 @@ if [ "$what" = all ] || [ "$what" = ep ]; then
   done
   echo "== what each rank holds of the experts"
   for layout in "2|--expert-model-parallel-size 2" "4|--expert-model-parallel-size 2 --zero-stage 1" \
-                "8|--expert-model-parallel-size 4 --zero-stage 2"; do
+                "8|--expert-model-parallel-size 4 --zero-stage 2" \
+                "4|--tensor-model-parallel-size 2 --expert-model-parallel-size 2" \
+                "4|--tensor-model-parallel-size 2 --expert-model-parallel-size 2 --expert-tensor-parallel-size 1 --zero-stage 1" \
+                "4|--expert-model-parallel-size 2 --zero-stage 3 --stage3-param-persistence-threshold 0"; do
     np="${layout%%|*}"
     # shellcheck disable=SC2086
     mpirun --oversubscribe -np "$np" "$BIN/tessera-train" --model mixtral-tiny --mock-data --lr 1e-3 \

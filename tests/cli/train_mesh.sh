@@ -43,8 +43,11 @@ expect_mesh_error 2 "--expert-model-parallel-size 2: needs an MoE model (--num-e
 expect_mesh_error 4 "--num-experts: 6 is not divisible by --expert-model-parallel-size 4" \
   "${MOE[@]}" --model mixtral-tiny --num-experts 6 --expert-model-parallel-size 4
 expect_mesh_error 3 "--expert-model-parallel-size 2 does not divide DP\*CP = 3" "${MOE[@]}" --model mixtral-tiny --expert-model-parallel-size 2
-expect_mesh_error 4 "--expert-tensor-parallel-size 1: only the tensor-parallel size (2) is implemented" \
-  "${MOE[@]}" --model mixtral-tiny --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1
+expect_mesh_error 4 "--expert-tensor-parallel-size 4: only the tensor-parallel size (2, experts split like the dense MLP) or 1 (experts whole) is implemented" \
+  "${MOE[@]}" --model mixtral-tiny --tensor-model-parallel-size 2 --expert-tensor-parallel-size 4
+expect_mesh_error 2 "world size 2 is not divisible by ETP\*EP\*PP = 4" \
+  "${MOE[@]}" --model mixtral-tiny --tensor-model-parallel-size 2 --expert-model-parallel-size 4 \
+  --expert-tensor-parallel-size 1
 expect_mesh_error 2 "--moe-ffn-hidden-size: 175 is not divisible by --tensor-model-parallel-size 2" \
   "${MOE[@]}" --model mixtral-tiny --tensor-model-parallel-size 2 --moe-ffn-hidden-size 175
 

@@ -48,10 +48,11 @@ void check(bool tied, bool overlap) {
   for (int64_t s = 0; s < n; ++s) testing::small_model_micro_batch(ref, s, 1, scale);
 
   // Built as ZeRO 3 builds it: only this rank's parts initialised, nothing else resident.
-  model::GPTModel model(cfg, DType::kF32, 11, {}, n, {},
-                        [&](const std::vector<std::pair<int64_t, int64_t>>& u) {
-                          return Zero3Params::resident_ranges(u, n, d, 0);
-                        });
+  model::GPTModel model(
+      cfg, DType::kF32, 11, {}, n, {},
+      [&](const std::vector<std::pair<int64_t, int64_t>>& u, const std::vector<bool>&) {
+        return Zero3Params::resident_ranges(u, n, d, 0);
+      });
   std::vector<FlatRange> units;
   for (const auto& [b, e] : model.units()) units.push_back({b, e});
   DataParallelGrads grads(model.params(), dp, ShardingPlan::for_stage(3, 0, overlap), units);

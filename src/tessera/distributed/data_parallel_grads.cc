@@ -141,9 +141,8 @@ void DataParallelGrads::gather_values() {
   std::vector<comm::Work> works;
   std::vector<Tensor> parts;
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    // ZeRO 3 gathers parameters per use (Zero3Params), except expert-parallel experts' units,
-    // which stay whole on their expert-data-parallel group.
-    if (size_of(b) == 1 || (plan_.shards_parameters() && !expert_bucket_[b])) continue;
+    // ZeRO 3 gathers parameters per use (Zero3Params), experts' units included.
+    if (size_of(b) == 1 || plan_.shards_parameters()) continue;
     const FlatRange mine = owned_part(b);
     // The input may not alias the output.
     Tensor part = values.slice_rows(mine.begin, mine.end).clone(MemoryCategory::kComm);

@@ -27,9 +27,8 @@
 //     pipeline schedule a reduction follows each micro-batch's last chunk instead: the buckets
 //     then hold whatever accumulated since the previous one, other micro-batches' chunks too.)
 //   stage 3: gradients as stage 2, with one bucket per model unit (GPTModel::units()), the same
-//     units whose parameters distributed::Zero3Params gathers; gather_values() gathers only
-//     expert-parallel experts' buckets (ZeRO 3 leaves those parameters whole; the rest are
-//     gathered when used).
+//     units whose parameters distributed::Zero3Params gathers when used (experts' units over
+//     the expert-DP group); gather_values() has nothing to do.
 //
 // Expert parallelism: the flat ranges of this rank's MoE experts (GPTModel::expert_ranges())
 // hold parameters that only the ranks of this rank's expert-data-parallel group share, so the
@@ -85,9 +84,9 @@ class DataParallelGrads {
   // After a reducing micro-batch's backward: reduces what is left and waits for every bucket.
   // After the last micro-batch the gradients of owned() are reduced.
   void finish();
-  // After the optimizer updated the values of owned(): all-gathers them (stages 1-2, and at
-  // stage 3 the expert-parallel experts' buckets, which ZeRO 3 leaves whole; a no-op otherwise).
-  // Collective over DP (and the expert-DP group for expert buckets).
+  // After the optimizer updated the values of owned(): all-gathers them (stages 1-2; a no-op at
+  // stage 3, whose parameters Zero3Params gathers). Collective over DP (and the expert-DP group
+  // for expert buckets).
   void gather_values();
   // Gathers the fp32 elements `local` holds for owned() (packed in owned() order) into a whole
   // flat fp32 tensor on every rank (for exports of sharded master weights). Collective over DP

@@ -26,9 +26,11 @@ DistributedOptimizer::DistributedOptimizer(
       policy_(policy) {}
 
 void DistributedOptimizer::set_experts(std::vector<FlatRange> ranges,
-                                       std::shared_ptr<comm::ProcessGroup> ep) {
+                                       std::shared_ptr<comm::ProcessGroup> expert_model,
+                                       bool adds_stage_experts) {
   expert_ranges_ = std::move(ranges);
-  ep_ = std::move(ep);
+  expert_model_ = std::move(expert_model);
+  adds_stage_experts_ = adds_stage_experts;
   dense_ranges_.clear();
   int64_t at = 0;
   for (const FlatRange& r : expert_ranges_) {
@@ -57,8 +59,9 @@ StepResult DistributedOptimizer::step(int64_t iteration, double loss_sum, double
                       {tp_grads_.local_sum_squares(owned)})[0];
   } else {  // replicated, with expert parallelism: each rank's experts are its own
     const double dense = tp_grads_.local_sum_squares(&dense_ranges_);
-    const double experts = sum_over(ep_.get(), {tp_grads_.local_sum_squares(&expert_ranges_)})[0];
-    sum_sq = sum_over(model_group_.get(), {dense + experts})[0];
+    const double stage_experts =
+        sum_over(expert_model_.get(), {tp_grads_.local_sum_squares(&expert_ranges_)})[0];
+    sum_sq = sum_over(model_group_.get(), {dense + (adds_stage_experts_ ? stage_experts : 0.0)})[0];
   }
   const bool finite = std::isfinite(sum_sq) && std::isfinite(loss_sum);
   // The gradients are of loss_sum / global_tokens. With a loss mask (--eod-mask-loss) fewer

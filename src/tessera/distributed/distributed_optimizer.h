@@ -55,10 +55,14 @@ class DistributedOptimizer {
                        Zero3Params* zero3, std::shared_ptr<comm::ProcessGroup> world,
                        std::shared_ptr<comm::ProcessGroup> model_group, StepPolicy policy);
 
-  // Expert parallelism: this rank's experts' flat ranges and the expert-parallel group. Unsharded
-  // (ZeRO 0), a rank holds only its experts, so their part of the norm is summed over that group
-  // as well as the model group.
-  void set_experts(std::vector<FlatRange> ranges, std::shared_ptr<comm::ProcessGroup> ep);
+  // Expert parallelism: this rank's experts' flat ranges and the expert model group (expert
+  // tensor x expert parallel, within a pipeline stage: the ranks among which every expert
+  // element of the stage is held once; nullptr: one rank). Unsharded (ZeRO 0), the experts' part
+  // of the norm is summed over that group, and the model group (TP x PP) then adds it once per
+  // stage, from the rank given `adds_stage_experts` (its first TP rank), to the dense part.
+  // Every rank of a stage with MoE experts must call this (the others must not).
+  void set_experts(std::vector<FlatRange> ranges, std::shared_ptr<comm::ProcessGroup> expert_model,
+                   bool adds_stage_experts);
 
   // The factor the backward multiplies the loss by (1 unless fp16).
   double loss_scale() const { return scaler_->scale(); }
@@ -90,7 +94,8 @@ class DistributedOptimizer {
   std::shared_ptr<comm::ProcessGroup> world_, model_group_;
   StepPolicy policy_;
   std::vector<FlatRange> expert_ranges_, dense_ranges_;  // set_experts()
-  std::shared_ptr<comm::ProcessGroup> ep_;
+  std::shared_ptr<comm::ProcessGroup> expert_model_;
+  bool adds_stage_experts_ = false;
 };
 
 }  // namespace tessera::distributed

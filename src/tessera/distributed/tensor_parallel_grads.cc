@@ -46,7 +46,7 @@ TensorParallelGrads::TensorParallelGrads(model::ParameterSet& params,
     if (p.shard.tp_dim < 0) {
       if (tp.sequence_parallel() && !p.tp_complete)
         append(sequence_parallel_, p.offset, p.numel());
-      if (first_rank) append(norm_ranges_, p.offset, p.numel());
+      if (first_rank || p.tp_distinct) append(norm_ranges_, p.offset, p.numel());
       continue;
     }
     // A piece along the split dimension is a run of rows of a row-split matrix or of elements

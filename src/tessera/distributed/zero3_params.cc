@@ -9,40 +9,42 @@
 namespace tessera::distributed {
 namespace {
 
-// Whether a unit of `elems` elements stays whole between uses: at DP 1 there is nothing to
-// shard, and below the threshold a gather per use costs more than the memory it saves.
-bool persistent_unit(int64_t elems, int dp_size, int64_t persistence_threshold) {
-  return dp_size == 1 || elems < persistence_threshold;
+// Whether a unit of `elems` elements sharded `parts` ways stays whole between uses: in one part
+// there is nothing to shard, and below the threshold a gather per use costs more than the memory
+// it saves.
+bool persistent_unit(int64_t elems, int parts, int64_t persistence_threshold) {
+  return parts == 1 || elems < persistence_threshold;
 }
 
 }  // namespace
 
 Zero3Params::Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::ProcessGroup> dp,
                          std::vector<FlatRange> units, const ShardingPlan& plan,
-                         std::vector<bool> whole)
+                         std::shared_ptr<comm::ProcessGroup> expert_dp, std::vector<bool> expert)
     : params_(params),
       dp_(std::move(dp)),
-      dp_size_(dp_ ? dp_->size() : 1),
-      dp_rank_(dp_ ? dp_->rank() : 0),
+      expert_dp_(std::move(expert_dp)),
       units_(std::move(units)),
       prefetch_elems_(plan.prefetch_elems),
       max_live_elems_(plan.max_live_elems) {
   const int64_t persistence_threshold = plan.persistence_threshold;
   const size_t n = units_.size();
   persistent_.resize(n);
-  whole_ = whole.empty() ? std::vector<bool>(n, false) : std::move(whole);
-  TESSERA_CHECK(whole_.size() == n);
+  expert_ = expert.empty() ? std::vector<bool>(n, false) : std::move(expert);
+  TESSERA_CHECK(expert_.size() == n);
   state_.assign(n, State::kWhole);
   uses_.assign(n, 0);
   work_.resize(n);
   send_.resize(n);
   int64_t persistent_elems = 0, largest = 0;
   for (size_t u = 0; u < n; ++u) {
-    TESSERA_CHECK(units_[u].size() % dp_size_ == 0);
-    persistent_[u] =
-        whole_[u] || persistent_unit(units_[u].size(), dp_size_, persistence_threshold);
-    if (persistent_[u]) persistent_elems += units_[u].size();
-    else largest = std::max(largest, units_[u].size());
+    const int parts = size_of(static_cast<int>(u));
+    TESSERA_CHECK(units_[u].size() % parts == 0);
+    persistent_[u] = persistent_unit(units_[u].size(), parts, persistence_threshold);
+    if (persistent_[u])
+      persistent_elems += units_[u].size();
+    else
+      largest = std::max(largest, units_[u].size());
   }
   // The least a step needs live: the persistent units and the largest other one in use.
   if (largest > 0 && persistent_elems + largest > max_live_elems_)
@@ -55,14 +57,17 @@ Zero3Params::Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::Proc
 
 std::vector<std::pair<int64_t, int64_t>> Zero3Params::resident_ranges(
     const std::vector<std::pair<int64_t, int64_t>>& units, int dp_size, int dp_rank,
-    int64_t persistence_threshold) {
+    int64_t persistence_threshold, const std::vector<bool>& expert, int edp_size, int edp_rank) {
   std::vector<std::pair<int64_t, int64_t>> out;
-  for (const auto& [b, e] : units) {
-    if (persistent_unit(e - b, dp_size, persistence_threshold)) {
+  for (size_t u = 0; u < units.size(); ++u) {
+    const auto [b, e] = units[u];
+    const bool over_edp = !expert.empty() && expert[u];
+    const int parts = over_edp ? edp_size : dp_size, part = over_edp ? edp_rank : dp_rank;
+    if (persistent_unit(e - b, parts, persistence_threshold)) {
       out.push_back({b, e});
     } else {
-      const FlatRange part = part_of({b, e}, dp_size, dp_rank);
-      out.push_back({part.begin, part.end});
+      const FlatRange mine = part_of({b, e}, parts, part);
+      out.push_back({mine.begin, mine.end});
     }
   }
   return out;
@@ -85,7 +90,7 @@ void Zero3Params::start_gather(int u) {
   // The input may not alias the output: send a copy of the owned part.
   send_[u] = values.slice_rows(mine.begin, mine.end).clone(MemoryCategory::kComm);
   Tensor whole = values.slice_rows(units_[u].begin, units_[u].end);
-  work_[u] = dp_->all_gather(send_[u], whole);
+  work_[u] = group_of(u)->all_gather(send_[u], whole);
   state_[u] = State::kGathering;
 }
 
@@ -181,11 +186,14 @@ void Zero3Params::quiesce() {
 }
 
 void Zero3Params::after_step() {
-  if (dp_size_ == 1) return;
+  // Units sharded over a group of one are whole already.
+  const auto regather = [&](size_t u) {
+    return persistent_[u] && size_of(static_cast<int>(u)) > 1;
+  };
   for (size_t u = 0; u < units_.size(); ++u)
-    if (persistent_[u] && !whole_[u]) start_gather(static_cast<int>(u));
+    if (regather(u)) start_gather(static_cast<int>(u));
   for (size_t u = 0; u < units_.size(); ++u)
-    if (persistent_[u] && !whole_[u]) wait_gather(static_cast<int>(u));
+    if (regather(u)) wait_gather(static_cast<int>(u));
 }
 
 }  // namespace tessera::distributed

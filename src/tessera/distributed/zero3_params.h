@@ -33,13 +33,14 @@ class Zero3Params : public model::ParamAccess {
   // unowned parts of every non-persistent unit at once (nothing to give back when the model was
   // built with resident_ranges()).
   // The plan's persistence_threshold, prefetch_elems and max_live_elems apply.
-  // `whole` (empty, or one flag per unit): units this object leaves whole and never gathers:
-  // expert-parallel experts, held only by their expert-data-parallel group, whose sharded
-  // optimizer updates DataParallelGrads::gather_values() all-gathers over that group (their
-  // gradients and optimizer state are sharded, their parameters not: ZeRO 2 for experts).
+  // `expert` (empty, or one flag per unit): units of MoE experts held by an expert-data-parallel
+  // group (`expert_dp`, collective over it too) rather than the data-parallel one: sharded,
+  // gathered and kept persistent over that group, as DataParallelGrads shards their gradients
+  // and optimizer state.
   Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::ProcessGroup> dp,
               std::vector<FlatRange> units, const ShardingPlan& plan,
-              std::vector<bool> whole = {});
+              std::shared_ptr<comm::ProcessGroup> expert_dp = nullptr,
+              std::vector<bool> expert = {});
   ~Zero3Params() override;
 
   void begin_pass(const std::vector<int>& order) override;
@@ -52,14 +53,20 @@ class Zero3Params : public model::ParamAccess {
   void after_step();
 
   // What rank dp_rank of dp_size keeps resident between uses: the whole of every unit smaller
-  // than `persistence_threshold` (or every unit at DP 1), part dp_rank of the others. For
-  // building the model with only these initialised (GPTModel's `resident`).
+  // than `persistence_threshold` (or every unit at DP 1), part dp_rank of the others; for the
+  // units flagged in `expert` (empty: none) the same over the expert-DP group (edp_size,
+  // edp_rank). For building the model with only these initialised (GPTModel's `resident`).
   static std::vector<std::pair<int64_t, int64_t>> resident_ranges(
       const std::vector<std::pair<int64_t, int64_t>>& units, int dp_size, int dp_rank,
-      int64_t persistence_threshold);
+      int64_t persistence_threshold, const std::vector<bool>& expert = {}, int edp_size = 1,
+      int edp_rank = 0);
 
   // Elements of the units gathered right now (persistent ones included).
   int64_t live_elems() const;
+  // Elements of unit u this rank keeps between uses: all of a persistent unit, else its part.
+  int64_t kept_elems(int unit) const {
+    return persistent_[unit] ? units_[unit].size() : owned_part(unit).size();
+  }
 
  private:
   enum class State { kDropped, kGathering, kWhole };
@@ -72,14 +79,18 @@ class Zero3Params : public model::ParamAccess {
   void start_gather(int unit);
   void wait_gather(int unit);
   void drop(int unit);
-  FlatRange owned_part(int unit) const { return part_of(units_[unit], dp_size_, dp_rank_); }
+  // The group unit u is sharded over (nullptr: one rank), and its size and rank.
+  comm::ProcessGroup* group_of(int unit) const { return (expert_[unit] ? expert_dp_ : dp_).get(); }
+  int size_of(int unit) const { return group_of(unit) ? group_of(unit)->size() : 1; }
+  FlatRange owned_part(int unit) const {
+    return part_of(units_[unit], size_of(unit), group_of(unit) ? group_of(unit)->rank() : 0);
+  }
 
   model::ParameterSet& params_;
-  std::shared_ptr<comm::ProcessGroup> dp_;
-  int dp_size_, dp_rank_;
+  std::shared_ptr<comm::ProcessGroup> dp_, expert_dp_;
   std::vector<FlatRange> units_;
   std::vector<bool> persistent_;
-  std::vector<bool> whole_;  // never gathered here (persistent_ too)
+  std::vector<bool> expert_;  // sharded over expert_dp_
   std::vector<State> state_;
   std::vector<int> uses_;
   std::vector<comm::Work> work_;

@@ -7,23 +7,6 @@
 namespace tessera::model {
 namespace {
 
-// Holds a unit's parameters for its scope (ParamAccess).
-class UnitUse {
- public:
-  UnitUse(ParamAccess* access, int unit) : access_(access), unit_(unit) {
-    if (access_) access_->acquire(unit_);
-  }
-  ~UnitUse() {
-    if (access_) access_->release(unit_);
-  }
-  UnitUse(const UnitUse&) = delete;
-  UnitUse& operator=(const UnitUse&) = delete;
-
- private:
-  ParamAccess* access_;
-  int unit_;
-};
-
 // Holds a list of units' parameters for its scope: acquired in order, released in the same
 // order. `units` must outlive it. Without an access (no ZeRO 3) it does nothing.
 class UnitListUse {
@@ -51,14 +34,16 @@ ChunkRunner::ChunkRunner(GPTModel& model) : model_(model) {
     const GPTModel::ChunkShape c = model_.chunk_shape(chunk);
     PassOrders o;
     if (c.embeds) o.forward = model_.embed_units();
-    for (int l = c.first; l < c.end; ++l) o.forward.push_back(model_.layer_unit(l));
+    for (int l = c.first; l < c.end; ++l)
+      for (int u : model_.layer_units(l)) o.forward.push_back(u);
     o.evaluation = o.forward;
     if (c.head) {
       o.evaluation.insert(o.evaluation.end(), model_.head_units().begin(),
                           model_.head_units().end());
       o.backward = model_.head_units();
     }
-    for (int l = c.end; l-- > c.first;) o.backward.push_back(model_.layer_unit(l));
+    for (int l = c.end; l-- > c.first;)
+      for (int u : model_.layer_units(l)) o.backward.push_back(u);
     pass_orders_.push_back(std::move(o));
   }
 }
@@ -97,7 +82,7 @@ Tensor ChunkRunner::forward_chunk(int chunk, const Tensor& input, const Batch& b
     keep->inputs.assign(c.end - c.first, Tensor());
   }
   for (int l = c.first; l < c.end; ++l) {
-    UnitUse use(access_, model_.layer_unit(l));
+    UnitListUse use(access_, model_.layer_units(l));
     TransformerLayer::Saved scratch;  // evaluation, and recomputed layers, keep nothing
     const bool store = keep && !recomputed(chunk, l);
     // A recompute group keeps the input of its first layer only.
@@ -129,7 +114,7 @@ Tensor ChunkRunner::backward_chunk(int chunk, const Tensor& grad_output, const B
   for (int l = c.end; l-- > c.first;) {
     const int i = l - c.first;
     {
-      UnitUse use(access_, model_.layer_unit(l));
+      UnitListUse use(access_, model_.layer_units(l));
       if (recomputed(chunk, l) && !act.layers[i].residual.defined()) {
         // Rerun the forward of l's recompute group from its saved input, keeping everything;
         // the dropout masks depend only on coordinates, so they come out the same.
@@ -137,8 +122,8 @@ Tensor ChunkRunner::backward_chunk(int chunk, const Tensor& grad_output, const B
         Tensor x = act.inputs[g - c.first];
         act.inputs[g - c.first] = Tensor();
         for (int k = g; k <= l; ++k) {
-          std::optional<UnitUse> other;  // l itself is held already
-          if (k != l) other.emplace(access_, model_.layer_unit(k));
+          std::optional<UnitListUse> other;  // l itself is held already
+          if (k != l) other.emplace(access_, model_.layer_units(k));
           x = model_.layer_forward(k, x, act.layers[k - c.first], ctx);
         }
       }

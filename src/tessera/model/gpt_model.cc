@@ -73,15 +73,15 @@ GPTModel::Layout GPTModel::declare(ParameterSet& params, const ModelConfig& cfg,
     out.chunk_begin.push_back(static_cast<int>(out.layer_offsets.size()));
     for (int l = first; l < end; ++l) {
       out.layer_offsets.push_back(params.numel());
-      const bool split_experts = part.ep_size > 1 && moe_layer[l];
+      const bool split_experts = (part.ep_size > 1 || part.experts_whole) && moe_layer[l];
       TransformerLayer::declare(params, cfg, l, !split_experts);
-      close_unit(out.layer_offsets.back(), out.layer_units);
+      out.layer_units.emplace_back();
+      close_unit(out.layer_offsets.back(), out.layer_units.back());
       if (split_experts) {  // this rank's experts: a unit of their own
         const int64_t begin = params.numel();
         MoeLayer::declare_experts(params, TransformerLayer::prefix(cfg, l), cfg, part.ep_size,
-                                  part.ep_rank);
-        std::vector<int> expert_unit;
-        close_unit(begin, expert_unit);
+                                  part.ep_rank, part.experts_whole);
+        close_unit(begin, out.layer_units.back());
         out.expert_ranges.push_back(out.units.back());
       }
     }
@@ -147,15 +147,11 @@ GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
   layout_ = declare(params_, cfg_, part_, padded_vocab_, flat_multiple);
   partly_resident_ = static_cast<bool>(resident);
   if (resident) {
-    // Expert-parallel experts stay whole (ZeRO 3 leaves them to their expert-DP group).
-    std::vector<std::pair<int64_t, int64_t>> sharded_units;
+    std::vector<bool> expert;
     for (const auto& u : layout_.units)
-      if (std::find(layout_.expert_ranges.begin(), layout_.expert_ranges.end(), u) ==
-          layout_.expert_ranges.end())
-        sharded_units.push_back(u);
-    auto ranges = resident(sharded_units);
-    ranges.insert(ranges.end(), layout_.expert_ranges.begin(), layout_.expert_ranges.end());
-    std::sort(ranges.begin(), ranges.end());
+      expert.push_back(std::find(layout_.expert_ranges.begin(), layout_.expert_ranges.end(), u) !=
+                       layout_.expert_ranges.end());
+    const auto ranges = resident(layout_.units, expert);
     params_.allocate(compute_dtype, seed, flat_multiple, &ranges);
   } else {
     params_.allocate(compute_dtype, seed, flat_multiple);
@@ -172,7 +168,8 @@ GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
   layers_.reserve(layout_.layer_offsets.size());
   for (const auto& [first, end] : part_.chunks)
     for (int l = first; l < end; ++l)
-      layers_.emplace_back(params_, cfg_, l, &tp_, expert_group_.get(), &cp_);
+      layers_.emplace_back(params_, cfg_, l, &tp_, expert_group_.get(), &cp_,
+                           part_.experts_whole && tp_.size() > 1);
   layer_forwards_.assign(layers_.size(), 0);
   if (part_.head) {
     final_norm_ = std::make_unique<Norm>(params_, n.final_norm, cfg_);

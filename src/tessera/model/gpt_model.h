@@ -49,14 +49,19 @@ struct LossSum {
 // chunk order, see pipeline/schedule.h), whether its first chunk starts with the embeddings and
 // whether its last chunk ends with the final norm, output layer and loss. The default is the
 // whole model in one chunk.
-// Under expert parallelism (ep_size > 1) the rank holds experts [ep_rank * E/ep, (ep_rank + 1) *
-// E/ep) of every MoE layer, declared after the layer's other parameters as a unit of their own
-// (their gradients are reduced over the expert-data-parallel group).
+// Under expert parallelism (ep_size > 1; or experts_whole) the rank holds experts [ep_rank * E/ep,
+// (ep_rank + 1) * E/ep) of every MoE layer, declared after the layer's other parameters as a unit
+// of their own (their gradients are reduced over the expert-data-parallel group).
 struct ModelPart {
   std::vector<std::pair<int, int>> chunks;  // [first layer, end layer) per chunk; empty: all
   bool embedding = true;
   bool head = true;
   int ep_size = 1, ep_rank = 0;
+  // Expert tensor parallelism 1 (--expert-tensor-parallel-size 1): every expert whole on its
+  // rank, not split over TP, and (under TP > 1) the tensor-parallel ranks share the experts'
+  // rows (model/moe_layer.h). The experts are then a unit of their own even at EP 1: their
+  // gradients are reduced over the expert-data-parallel group, which spans the TP ranks.
+  bool experts_whole = false;
 };
 
 class GPTModel {
@@ -67,10 +72,11 @@ class GPTModel {
   // is padded to a multiple of `flat_multiple` elements, so data-parallel shards can split each
   // unit evenly (and the tied embedding's parts line up on the first and last stage).
   // `resident` (when set) maps the units to the flat ranges this rank initialises; the rest is
-  // zero and not resident (ZeRO 3's parts, distributed::Zero3Params::resident_ranges). It is not
-  // asked about expert-parallel experts' units: they are initialised whole.
+  // zero and not resident (ZeRO 3's parts, distributed::Zero3Params::resident_ranges). It is
+  // told which units are experts' (units of their own, which ZeRO 3 shards over the expert-data-
+  // parallel group instead of the data-parallel one).
   using ResidentRanges = std::function<std::vector<std::pair<int64_t, int64_t>>(
-      const std::vector<std::pair<int64_t, int64_t>>& units)>;
+      const std::vector<std::pair<int64_t, int64_t>>& units, const std::vector<bool>& expert)>;
   // `expert_group`: the expert-parallel group (part.ep_size ranks, this rank at part.ep_rank),
   // through which MoE layers exchange tokens; nullptr when part.ep_size is 1.
   // `cp`: the context-parallel group and each layer's communication type (default: none);
@@ -113,7 +119,8 @@ class GPTModel {
   // includes the word embedding when it is tied and on this rank).
   const std::vector<std::pair<int64_t, int64_t>>& units() const { return layout_.units; }
   const std::vector<int>& embed_units() const { return layout_.embed_units; }
-  int layer_unit(int l) const { return layout_.layer_units[l]; }
+  // Local layer l's units: its own, then its experts' when they are a unit of their own.
+  const std::vector<int>& layer_units(int l) const { return layout_.layer_units[l]; }
   const std::vector<int>& head_units() const { return layout_.head_units; }
   // Under expert parallelism: the flat ranges of this rank's experts (units of their own, in
   // increasing order); empty otherwise.
@@ -167,12 +174,13 @@ class GPTModel {
  private:
   // Where declare() put things: units and their roles, layer offsets, the tied embedding.
   struct Layout {
-    std::vector<std::pair<int64_t, int64_t>> units;         // flat range of every unit, in order
-    std::vector<int> embed_units, layer_units, head_units;  // the units each part acquires
+    std::vector<std::pair<int64_t, int64_t>> units;  // flat range of every unit, in order
+    std::vector<int> embed_units, head_units;        // the units each part acquires
+    std::vector<std::vector<int>> layer_units;       // per local layer
     std::vector<int> chunk_begin;        // index in layers_ of each chunk's first layer (+ the end)
     std::vector<int64_t> layer_offsets;  // flat offset of each local layer's first parameter
     int64_t head_offset = 0;             // flat offset of the head's first unit
-    std::pair<int64_t, int64_t> tied_range{0, 0};  // tied_embedding_range()
+    std::pair<int64_t, int64_t> tied_range{0, 0};            // tied_embedding_range()
     std::vector<std::pair<int64_t, int64_t>> expert_ranges;  // expert_ranges()
   };
   // Declares the parameters of `part` into `params` and says where they went. An empty chunk
@@ -190,7 +198,7 @@ class GPTModel {
   ParameterSet params_;
   std::vector<TransformerLayer> layers_;
   std::vector<int64_t> layer_forwards_;  // layer_forward_counts()
-  bool partly_resident_ = false;          // built with resident ranges (ZeRO 3)
+  bool partly_resident_ = false;         // built with resident ranges (ZeRO 3)
   std::unique_ptr<Norm> final_norm_;
   Tensor wte_, dwte_, wpe_, dwpe_, head_w_, dhead_w_;
 };

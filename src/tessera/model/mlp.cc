@@ -36,23 +36,26 @@ Mlp::Mlp(ParameterSet& params, const std::string& prefix, const ModelConfig& cfg
          const parallel::TensorParallel* tp)
     : Mlp(params, dense_names(prefix, cfg), cfg.ffn(), cfg, tp) {}
 
-void Mlp::declare(ParameterSet& params, const Names& names, int64_t ffn, const ModelConfig& cfg) {
+void Mlp::declare(ParameterSet& params, const Names& names, int64_t ffn, const ModelConfig& cfg,
+                  bool split) {
   const int64_t C = cfg.hidden_size, F = ffn;
   const float std = cfg.init_method_std;
   const float out_std = std / std::sqrt(2.0f * cfg.num_layers);
+  const ShardSpec columns = split ? ShardSpec::split(0) : ShardSpec{};
+  const ShardSpec rows = split ? ShardSpec::split(1) : ShardSpec{};
   for (const auto& name : names.up_weights)
-    params.add(name, {F, C}, InitKind::kNormal, std, true, ShardSpec::split(0));
+    params.add(name, {F, C}, InitKind::kNormal, std, true, columns);
   if (cfg.add_bias_linear) {
     for (const auto& name : names.up_biases)
-      params.add(name, {F}, InitKind::kZeros, 0.0f, false, ShardSpec::split(0));
+      params.add(name, {F}, InitKind::kZeros, 0.0f, false, columns);
   }
-  params.add(names.down_weight, {C, F}, InitKind::kNormal, out_std, true, ShardSpec::split(1));
+  params.add(names.down_weight, {C, F}, InitKind::kNormal, out_std, true, rows);
   if (cfg.add_bias_linear) params.add(names.down_bias, {C}, InitKind::kZeros, 0.0f, false);
 }
 
 Mlp::Mlp(ParameterSet& params, const Names& names, int64_t ffn, const ModelConfig& cfg,
          const parallel::TensorParallel* tp)
-    : swiglu_(cfg.swiglu), F_(ffn / params.tp_size()) {
+    : swiglu_(cfg.swiglu), F_(ffn / (tp != nullptr ? tp->size() : 1)) {
   const bool bias = cfg.add_bias_linear;
   up_ = ColumnParallelLinear(
       Linear::bind(params, names.up_weights, bias ? names.up_biases : std::vector<std::string>{}),

@@ -17,9 +17,9 @@ namespace tessera::model {
 class Mlp {
  public:
   struct Saved {  // F is this rank's F/T features
-    Tensor inp;  // (N, C) whole sequence (gathered under SP)
-    Tensor h;    // (N, F) or (N, 2F) for SwiGLU: the up projection's output
-    Tensor act;  // (N, F): activation output, input of the down projection
+    Tensor inp;   // (N, C) whole sequence (gathered under SP)
+    Tensor h;     // (N, F) or (N, 2F) for SwiGLU: the up projection's output
+    Tensor act;   // (N, F): activation output, input of the down projection
   };
 
   // The parameters' names: the up projection's weights (gate then up for SwiGLU, consecutive so
@@ -38,9 +38,11 @@ class Mlp {
   static void declare(ParameterSet& params, const std::string& prefix, const ModelConfig& cfg);
   Mlp(ParameterSet& params, const std::string& prefix, const ModelConfig& cfg,
       const parallel::TensorParallel* tp);
-  // An MLP of `ffn` features named `names` (biases only with cfg.add_bias_linear).
-  static void declare(ParameterSet& params, const Names& names, int64_t ffn,
-                      const ModelConfig& cfg);
+  // An MLP of `ffn` features named `names` (biases only with cfg.add_bias_linear); with
+  // `split` false its parameters are whole on every rank, not split over TP (an MoE expert under
+  // expert tensor parallelism 1), and the MLP must be given a TensorParallel of size 1.
+  static void declare(ParameterSet& params, const Names& names, int64_t ffn, const ModelConfig& cfg,
+                      bool split = true);
   Mlp(ParameterSet& params, const Names& names, int64_t ffn, const ModelConfig& cfg,
       const parallel::TensorParallel* tp);
 

@@ -50,6 +50,14 @@ Tensor sequence_slice(const Tensor& full, const StepContext& ctx, bool sp) {
   return out;
 }
 
+// v summed element-wise over `group` (every member gets the sum).
+void sum_over(comm::ProcessGroup& group, std::vector<float>& v) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kF32, MemoryCategory::kComm);
+  std::copy(v.begin(), v.end(), t.data<float>());
+  group.all_reduce(t, comm::ReduceOp::kSum).wait();
+  std::copy(t.data<float>(), t.data<float>() + v.size(), v.begin());
+}
+
 // The fp32 copy of a compute-dtype tensor (the tensor itself when it is fp32).
 Tensor as_f32(const Tensor& t) {
   if (t.dtype() == DType::kF32) return t;
@@ -88,28 +96,34 @@ void MoeLayer::declare(ParameterSet& params, const std::string& layer, const Mod
 }
 
 void MoeLayer::declare_experts(ParameterSet& params, const std::string& layer,
-                               const ModelConfig& cfg, int ep_size, int ep_rank) {
+                               const ModelConfig& cfg, int ep_size, int ep_rank, bool whole) {
   const std::string block = block_prefix(layer, cfg);
   const int local = cfg.moe.num_experts / ep_size;
   for (int e = ep_rank * local; e < (ep_rank + 1) * local; ++e) {
     const size_t before = params.all().size();
-    Mlp::declare(params, expert_names(block, e, cfg), cfg.moe_ffn(), cfg);
-    for (size_t i = before; i < params.all().size(); ++i) params.all()[i].expert = ep_size > 1;
+    Mlp::declare(params, expert_names(block, e, cfg), cfg.moe_ffn(), cfg, !whole);
+    for (size_t i = before; i < params.all().size(); ++i) {
+      params.all()[i].expert = ep_size > 1 || whole;
+      params.all()[i].tp_distinct = whole && params.tp_size() > 1;
+    }
     mark_tp_complete(params, before);
   }
 }
 
 MoeLayer::MoeLayer(ParameterSet& params, const std::string& layer, const ModelConfig& cfg,
                    const parallel::TensorParallel* tp, comm::ProcessGroup* expert_group,
-                   comm::ProcessGroup* cp_group)
+                   comm::ProcessGroup* cp_group, bool experts_whole)
     : moe_(cfg.moe),
       C_(cfg.hidden_size),
       tp_(tp),
       expert_group_(expert_group),
       cp_group_(cp_group != nullptr && cp_group->size() > 1 ? cp_group : nullptr) {
   TESSERA_CHECK(tp != nullptr);
-  expert_tp_ = std::make_unique<parallel::TensorParallel>(tp->group(), false);
-  tp = expert_tp_.get();  // the experts and the shared expert run on the whole micro-batch
+  fold_ = experts_whole && tp->size() > 1;
+  // The experts and the shared expert run on the whole micro-batch, not on a sequence slice.
+  shared_tp_ = std::make_unique<parallel::TensorParallel>(tp->group(), false);
+  expert_tp_ = experts_whole ? std::make_unique<parallel::TensorParallel>()
+                             : std::make_unique<parallel::TensorParallel>(tp->group(), false);
   const std::string block = block_prefix(layer, cfg);
   router_w_ = params.get(block + ".gate.weight").value;
   router_dw_ = params.get(block + ".gate.weight").grad;
@@ -117,11 +131,25 @@ MoeLayer::MoeLayer(ParameterSet& params, const std::string& layer, const ModelCo
   const int rank = expert_group_ ? expert_group_->rank() : 0;
   const int local = moe_.num_experts / ep;
   for (int e = rank * local; e < (rank + 1) * local; ++e)
-    experts_.emplace_back(params, expert_names(block, e, cfg), cfg.moe_ffn(), cfg, tp);
+    experts_.emplace_back(params, expert_names(block, e, cfg), cfg.moe_ffn(), cfg,
+                          expert_tp_.get());
   if (moe_.shared_expert_size > 0)
-    shared_.emplace_back(params, shared_names(block, cfg), moe_.shared_expert_size, cfg, tp);
+    shared_.emplace_back(params, shared_names(block, cfg), moe_.shared_expert_size, cfg,
+                         shared_tp_.get());
   expert_bias_.assign(moe_.num_experts, 0.0f);
   stats_.expert_count.assign(moe_.num_experts, 0);
+}
+
+std::vector<char> MoeLayer::owned_tokens(const StepContext& ctx, int64_t N) const {
+  std::vector<char> own(N, 0);
+  if (tp_->sequence_parallel()) {  // the rows this rank's residual stream holds
+    for (int64_t b = 0; b < ctx.B; ++b)
+      std::fill_n(own.begin() + b * ctx.T + ctx.seq_begin, ctx.seq_local, 1);
+  } else {  // a block of 1/TP of the rows
+    const int64_t n = tp_->size(), r = tp_->rank();
+    std::fill(own.begin() + N * r / n, own.begin() + N * (r + 1) / n, 1);
+  }
+  return own;
 }
 
 void MoeLayer::router_logits(const Tensor& x, std::vector<float>& logits) const {
@@ -171,6 +199,9 @@ Tensor MoeLayer::forward(const Tensor& x_local, Saved& s, const StepContext& ctx
     cap.pad = moe_.pad_to_capacity;
   }
   s.perm = moe::make_permutation(s.routing, moe_.num_experts, cap);
+  // Padding rows (computed, never read) go with TP rank 0's share.
+  if (fold_) s.own = moe::keep_tokens(s.perm, owned_tokens(ctx, N), tp_->rank() == 0);
+  const moe::Permutation& mine = rows_of(s);
 
   // Context parallel: the whole micro-batch's counts for the balancing losses.
   if (cp_group_ != nullptr && moe_.aux_loss_coeff > 0 &&
@@ -192,24 +223,28 @@ Tensor MoeLayer::forward(const Tensor& x_local, Saved& s, const StepContext& ctx
   // Auxiliary losses (values here; gradients in backward).
   std::tie(s.aux_loss, s.z_loss) = balancing_losses(s, ctx.B, 1.0, nullptr);
 
-  const int64_t R = s.perm.rows();
-  Tensor rows_in = Tensor::empty({R, C_}, x.dtype());
+  Tensor rows_in = Tensor::empty({mine.rows(), C_}, x.dtype());
   Tensor y = Tensor::empty({N, C_}, x.dtype());
   visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    moe::permute(rows_in.data<T>(), x.data<T>(), s.perm, C_);
+    moe::permute(rows_in.data<T>(), x.data<T>(), mine, C_);
   });
   if (expert_group_) {  // the rows travel to the ranks of their experts, and back
-    s.plan = moe::make_dispatch_plan(s.perm, moe_.num_experts, *expert_group_, moe_.dispatcher);
+    s.plan = moe::make_dispatch_plan(mine, moe_.num_experts, *expert_group_, moe_.dispatcher);
     const Tensor local = moe::dispatch(rows_in, s.plan, *expert_group_);
     s.rows_out = moe::combine(experts_forward(local, s.plan.expert_begin, s.experts), s.plan,
                               *expert_group_);
   } else {
-    s.rows_out = experts_forward(rows_in, s.perm.expert_begin, s.experts);
+    s.rows_out = experts_forward(rows_in, mine.expert_begin, s.experts);
   }
   visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    moe::unpermute(y.data<T>(), s.rows_out.data<T>(), s.routing.weights.data(), s.perm, C_);
+    moe::unpermute(y.data<T>(), s.rows_out.data<T>(), s.routing.weights.data(), mine, C_);
+  });
+  // Each TP rank holds its share's rows of y (zero elsewhere); under SP it keeps just those.
+  if (fold_ && !tp_->sequence_parallel()) tp_->group()->all_reduce(y, comm::ReduceOp::kSum).wait();
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
     if (!shared_.empty()) {
       const Tensor sh = shared_[0].forward(x, s.shared, 1);
       kernels::add(y.data<T>(), y.data<T>(), sh.data<T>(), N * C_);
@@ -220,7 +255,8 @@ Tensor MoeLayer::forward(const Tensor& x_local, Saved& s, const StepContext& ctx
 
 Tensor MoeLayer::backward(const Tensor& dy_local, const Saved& s, const StepContext& ctx) const {
   const Tensor dy = tp_->sequence_parallel() ? tp_->row_output_backward(dy_local, ctx.B) : dy_local;
-  const int64_t N = dy.dim(0), E = moe_.num_experts, k = moe_.topk, R = s.perm.rows();
+  const moe::Permutation& mine = rows_of(s);
+  const int64_t N = dy.dim(0), E = moe_.num_experts, k = moe_.topk, R = mine.rows();
   std::vector<float> dweights(N * k), dlogits(N * E, 0.0f);
   std::vector<float> dx32(N * C_);
   Tensor dx = Tensor::empty({N, C_}, dy.dtype());
@@ -229,7 +265,7 @@ Tensor MoeLayer::backward(const Tensor& dy_local, const Saved& s, const StepCont
   visit_float(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
     moe::unpermute_backward(drows.data<T>(), dweights.data(), dy.data<T>(), s.rows_out.data<T>(),
-                            s.routing.weights.data(), s.perm, C_);
+                            s.routing.weights.data(), mine, C_);
   });
   Tensor drows_in;
   if (expert_group_) {
@@ -237,17 +273,24 @@ Tensor MoeLayer::backward(const Tensor& dy_local, const Saved& s, const StepCont
     drows_in = moe::combine(experts_backward(local, s.plan.expert_begin, s.experts), s.plan,
                             *expert_group_);
   } else {
-    drows_in = experts_backward(drows, s.perm.expert_begin, s.experts);
+    drows_in = experts_backward(drows, mine.expert_begin, s.experts);
   }
   visit_float(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    moe::permute_backward_f32(dx32.data(), drows_in.data<T>(), s.perm, C_);
+    moe::permute_backward_f32(dx32.data(), drows_in.data<T>(), mine, C_);
   });
 
   // Router: the weights' gradient through the routing, plus the auxiliary losses' gradients
   // at their own scale.
   const moe::RouterConfig rc = moe_.router();
   moe::route_backward(dlogits.data(), s.logits.data(), s.routing, dweights.data(), rc);
+  if (fold_) {
+    // Each TP rank has its share's tokens' logit gradients (and input gradients), zero
+    // elsewhere: the sums are the whole micro-batch's, exactly, on every TP rank. Under SP the
+    // input gradients of the other ranks' tokens are not needed here.
+    sum_over(*tp_->group(), dlogits);
+    if (!tp_->sequence_parallel()) sum_over(*tp_->group(), dx32);
+  }
   balancing_losses(s, ctx.B, ctx.moe_aux_loss_scale, dlogits.data());  // their own scale
   // dW_r += dlogits^T x;  dx += dlogits W_r (both in fp32).
   kernels::gemm(true, false, E, C_, N, 1.0f, dlogits.data(), E, xf.data<float>(), C_, 1.0f,

@@ -30,8 +30,18 @@
 // with the same routing (without SP, TP rank 0's router logits are broadcast: the replicated
 // input need not be bitwise equal on every rank); the experts and the shared expert are split
 // like the dense MLP (column/row parallel, their outputs all-reduced over TP), so every TP rank
-// ends with the same output and takes its rows. The router and the replicated biases get whole gradients on every
-// rank (Parameter::tp_complete).
+// ends with the same output and takes its rows. The router and the replicated biases get whole
+// gradients on every rank (Parameter::tp_complete).
+//
+// Expert tensor parallelism 1 under TP > 1 (--expert-tensor-parallel-size 1, Megatron's
+// "parallel folding"): every expert is whole on its rank and the TP ranks fold into the expert
+// grid (expert-parallel groups may be made of TP ranks). The TP ranks still route the whole
+// micro-batch alike, but each computes the expert rows of its own share of the tokens only (its
+// sequence slice under SP, else a 1/TP block of rows; moe::keep_tokens) and exchanges them over
+// its expert-parallel group; the shares' outputs, router logit gradients and (without SP) input
+// gradients are summed over TP, where each element comes from one rank (the others add zero),
+// so the sum is exact. The shared expert stays split over TP like the dense MLP.
+//
 // Context parallelism: a rank's micro-batch is its chunks of every sequence; routing is per token
 // and stays local, while the balancing losses need the whole micro-batch's expert counts (per
 // sequence for seq_aux_loss), all-reduced over the CP group in forward, and its token count, so
@@ -56,10 +66,10 @@ namespace tessera::model {
 // per training micro-batch.
 struct MoeLayerStats {
   int64_t micro_batches = 0;
-  double aux_loss = 0;    // sum over micro-batches (coefficient included)
-  double z_loss = 0;      // likewise
-  int64_t choices = 0;    // routed (token, expert) pairs
-  int64_t dropped = 0;    // of them, dropped by the capacity
+  double aux_loss = 0;                // sum over micro-batches (coefficient included)
+  double z_loss = 0;                  // likewise
+  int64_t choices = 0;                // routed (token, expert) pairs
+  int64_t dropped = 0;                // of them, dropped by the capacity
   std::vector<int64_t> expert_count;  // (E) choices per expert before the capacity
   void add(const MoeLayerStats& o);
 };
@@ -67,12 +77,13 @@ struct MoeLayerStats {
 class MoeLayer {
  public:
   struct Saved {
-    Tensor inp;                  // (N, C) the block's input, the whole micro-batch
-    std::vector<float> logits;   // (N, E) fp32 router logits
+    Tensor inp;                 // (N, C) the block's input, the whole micro-batch
+    std::vector<float> logits;  // (N, E) fp32 router logits
     moe::Routing routing;
     moe::Permutation perm;
-    moe::DispatchPlan plan;      // expert parallelism: the row exchange
-    Tensor rows_out;             // (rows, C) the experts' outputs, this rank's expert-major order
+    moe::Permutation own;    // expert TP 1 under TP: this TP rank's share of perm's rows
+    moe::DispatchPlan plan;  // expert parallelism: the row exchange
+    Tensor rows_out;         // (rows, C) the experts' outputs, this rank's expert-major order
     std::vector<Mlp::Saved> experts;
     Mlp::Saved shared;
     double aux_loss = 0, z_loss = 0;  // this micro-batch's (coefficients included)
@@ -86,14 +97,17 @@ class MoeLayer {
   static void declare(ParameterSet& params, const std::string& layer, const ModelConfig& cfg,
                       bool with_experts = true);
   // Experts [ep_rank * E/ep_size, (ep_rank + 1) * E/ep_size), marked Parameter::expert when
-  // ep_size > 1.
+  // ep_size > 1 or `whole`; with `whole` (expert tensor parallelism 1) not split over TP and
+  // marked Parameter::tp_distinct.
   static void declare_experts(ParameterSet& params, const std::string& layer,
-                              const ModelConfig& cfg, int ep_size = 1, int ep_rank = 0);
+                              const ModelConfig& cfg, int ep_size = 1, int ep_rank = 0,
+                              bool whole = false);
   // `expert_group` (may be nullptr: all experts here): the expert-parallel group; `cp_group`
-  // (may be nullptr): the context-parallel group the micro-batch's sequences are split over.
+  // (may be nullptr): the context-parallel group the micro-batch's sequences are split over;
+  // `experts_whole`: expert tensor parallelism 1 under TP > 1 (the experts declared whole).
   MoeLayer(ParameterSet& params, const std::string& layer, const ModelConfig& cfg,
            const parallel::TensorParallel* tp, comm::ProcessGroup* expert_group = nullptr,
-           comm::ProcessGroup* cp_group = nullptr);
+           comm::ProcessGroup* cp_group = nullptr, bool experts_whole = false);
 
   // x: (N, C) rows of ctx.B samples -> (N, C).
   Tensor forward(const Tensor& x, Saved& s, const StepContext& ctx) const;
@@ -123,15 +137,26 @@ class MoeLayer {
 
   MoeConfig moe_;
   int64_t C_;
+  // This TP rank's share of the micro-batch's tokens (fold_ only): the rows of its experts'
+  // computation it sends, and the output rows it keeps.
+  std::vector<char> owned_tokens(const StepContext& ctx, int64_t N) const;
+  // The permutation whose rows this rank computes: its share under fold_, else all of them.
+  const moe::Permutation& rows_of(const Saved& s) const { return fold_ ? s.own : s.perm; }
+
   const parallel::TensorParallel* tp_ = nullptr;  // the model's (maybe sequence-parallel)
-  // The same group without sequence parallelism, for the experts (their rows are not a sequence).
-  std::unique_ptr<parallel::TensorParallel> expert_tp_;
-  Tensor router_w_;            // (E, C) compute dtype
-  mutable Tensor router_dw_;   // its fp32 grad (backward() is const but accumulates into it)
+  // The TP group without sequence parallelism, for the shared expert (its rows are the gathered
+  // micro-batch, not a sequence slice), and the experts' own: the same, or one rank when the
+  // experts are whole (expert tensor parallelism 1).
+  std::unique_ptr<parallel::TensorParallel> shared_tp_, expert_tp_;
+  // Expert tensor parallelism 1 under TP > 1: every TP rank routes the whole micro-batch alike
+  // but computes (and exchanges over EP) only its share of the tokens' expert rows.
+  bool fold_ = false;
+  Tensor router_w_;           // (E, C) compute dtype
+  mutable Tensor router_dw_;  // its fp32 grad (backward() is const but accumulates into it)
   std::vector<Mlp> experts_;  // the local ones
   comm::ProcessGroup* expert_group_ = nullptr;
   comm::ProcessGroup* cp_group_ = nullptr;  // size > 1 only
-  std::vector<Mlp> shared_;  // zero or one
+  std::vector<Mlp> shared_;                 // zero or one
   std::vector<float> expert_bias_;
   mutable MoeLayerStats stats_;
 };

@@ -37,14 +37,14 @@ void TransformerLayer::declare(ParameterSet& params, const ModelConfig& cfg, int
 TransformerLayer::TransformerLayer(ParameterSet& params, const ModelConfig& cfg, int index,
                                    const parallel::TensorParallel* tp,
                                    comm::ProcessGroup* expert_group,
-                                   const context::ContextParallel* cp)
+                                   const context::ContextParallel* cp, bool experts_whole)
     : index_(index), hidden_dropout_(cfg.hidden_dropout),
       norm1_(params, names(cfg, prefix(cfg, index)).norm1, cfg),
       norm2_(params, names(cfg, prefix(cfg, index)).norm2, cfg),
       attn_(params, names(cfg, prefix(cfg, index)).attn, cfg, index, tp, cp) {
   if (cfg.is_moe_layer(index))
     moe_.emplace_back(params, prefix(cfg, index), cfg, tp, expert_group,
-                      cp != nullptr ? cp->group().get() : nullptr);
+                      cp != nullptr ? cp->group().get() : nullptr, experts_whole);
   else
     mlp_.emplace_back(params, names(cfg, prefix(cfg, index)).mlp, cfg, tp);
 }

@@ -31,11 +31,12 @@ class TransformerLayer {
   static void declare(ParameterSet& params, const ModelConfig& cfg, int index,
                       bool with_experts = true);
   // `expert_group`: the expert-parallel group (nullptr: every expert on this rank); `cp`: the
-  // context-parallel group (nullptr: none).
+  // context-parallel group (nullptr: none); `experts_whole`: expert tensor parallelism 1 under
+  // TP > 1 (MoeLayer).
   TransformerLayer(ParameterSet& params, const ModelConfig& cfg, int index,
                    const parallel::TensorParallel* tp,
                    comm::ProcessGroup* expert_group = nullptr,
-                   const context::ContextParallel* cp = nullptr);
+                   const context::ContextParallel* cp = nullptr, bool experts_whole = false);
 
   // x (N, C) -> (N, C), N = ctx.local_N() residual-stream rows
   Tensor forward(const Tensor& x, Saved& s, const StepContext& ctx) const;

@@ -56,6 +56,28 @@ Permutation make_permutation(const Routing& r, int num_experts, const CapacityOp
   return p;
 }
 
+Permutation keep_tokens(const Permutation& p, const std::vector<char>& keep, bool keep_padding) {
+  TESSERA_CHECK(static_cast<int64_t>(keep.size()) == p.tokens);
+  Permutation out;
+  out.tokens = p.tokens;
+  out.topk = p.topk;
+  out.row_of.assign(p.row_of.size(), -1);
+  std::vector<int64_t> new_row(p.rows(), -1);
+  out.expert_begin.assign(p.expert_begin.size(), 0);
+  for (size_t e = 0; e + 1 < p.expert_begin.size(); ++e) {
+    for (int64_t row = p.expert_begin[e]; row < p.expert_begin[e + 1]; ++row) {
+      const int64_t t = p.token_of_row[row];
+      if (t < 0 ? !keep_padding : !keep[t]) continue;
+      new_row[row] = out.rows();
+      out.token_of_row.push_back(t);
+    }
+    out.expert_begin[e + 1] = out.rows();
+  }
+  for (size_t i = 0; i < p.row_of.size(); ++i)
+    if (p.row_of[i] >= 0) out.row_of[i] = new_row[p.row_of[i]];
+  return out;
+}
+
 template <typename T>
 void permute(T* out, const T* x, const Permutation& p, int64_t C) {
 #pragma omp parallel for schedule(static) if (p.rows() * C > (int64_t{1} << 16))

@@ -50,6 +50,15 @@ struct Permutation {
 
 Permutation make_permutation(const Routing& r, int num_experts, const CapacityOptions& cap = {});
 
+// The rows of `p` whose token has keep[token] != 0 (and the padding rows when keep_padding), in
+// p's order, numbered afresh: the same tokens and experts, a kept choice's new row in row_of,
+// -1 for the others (as if dropped: unpermute gives a token without rows a zero output, and
+// its weights no gradient). `dropped` is 0 (p's count stays p's). Over a partition of the tokens
+// (padding kept by one part) the parts' rows are p's rows, each once: how ranks that all hold
+// the same routed micro-batch share its rows (expert tensor parallelism 1 under TP, in
+// model/moe_layer.h).
+Permutation keep_tokens(const Permutation& p, const std::vector<char>& keep, bool keep_padding);
+
 // T: float, bf16 or fp16 (the row storage type); weights are fp32.
 // out (rows, C): out[row] = x[token_of_row[row]] (zero for padding).
 template <typename T>

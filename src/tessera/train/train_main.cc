@@ -39,13 +39,14 @@ std::unique_ptr<comm::ParallelState> setup_distributed(const TrainArgs& args) {
   cfg.pipeline = args.pipeline_model_parallel_size;
   cfg.context = args.context_parallel_size;
   cfg.expert = args.expert_model_parallel_size;
-  if (args.expert_tensor_parallel_size > 0 &&
+  cfg.expert_tensor = args.expert_tensor_parallel_size;
+  if (args.expert_tensor_parallel_size > 1 &&
       args.expert_tensor_parallel_size != args.tensor_model_parallel_size)
     throw Error("--expert-tensor-parallel-size " +
                 std::to_string(args.expert_tensor_parallel_size) +
                 ": only the tensor-parallel size (" +
                 std::to_string(args.tensor_model_parallel_size) +
-                ") is implemented: experts are split like the dense MLP");
+                ", experts split like the dense MLP) or 1 (experts whole) is implemented");
   const comm::MeshLayout layout(world->size(), cfg);  // tessera::Error on sizes that do not fit
   if (args.print_mesh) {
     if (world->rank() == 0) std::printf("%s", comm::format_mesh(layout).c_str());
@@ -108,9 +109,12 @@ int train_main(int argc, const char* const* argv) {
       groups.embedding = state->group(comm::GroupKind::kEmbedding);
       groups.model = state->group(comm::GroupKind::kModel);
       groups.world = state->world();
-      if (state->layout().expert() > 1) {
-        groups.ep = state->group(comm::GroupKind::kExpert);
+      // Expert TP 1 under TP > 1: the experts live in a grid of their own even at EP 1.
+      groups.experts_whole = state->layout().expert_tensor() == 1 && state->layout().tensor() > 1;
+      if (state->layout().expert() > 1 || groups.experts_whole) {
+        if (state->layout().expert() > 1) groups.ep = state->group(comm::GroupKind::kExpert);
         groups.edp = state->group(comm::GroupKind::kExpertData);
+        groups.expert_model = state->group(comm::GroupKind::kExpertTensorExpert);
       }
       for (int r = 0; r < state->layout().world_size(); ++r)
         groups.pp_rank_of.push_back(state->layout().coords(r).pp);

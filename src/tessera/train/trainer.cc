@@ -31,6 +31,7 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
       world_(groups.world),
       ep_(groups.ep),
       edp_(groups.edp),
+      expert_model_(groups.expert_model),
       dp_size_(groups.dp ? groups.dp->size() : 1),
       dp_rank_(groups.dp ? groups.dp->rank() : 0),
       cp_size_(groups.cp ? groups.cp->size() : 1),
@@ -46,6 +47,7 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
       ep_rank_(groups.ep ? groups.ep->rank() : 0),
       edp_size_(groups.edp ? groups.edp->size() : 1),
       edp_rank_(groups.edp ? groups.edp->rank() : 0),
+      experts_whole_(groups.experts_whole),
       pp_rank_of_(groups.pp_rank_of),
       reporting_rank_(!groups.world || groups.world->rank() == 0),
       metrics_(reporting_rank_ ? args.metrics_file : std::string()) {

@@ -18,7 +18,6 @@
 #include <chrono>
 #include <future>
 #include <memory>
-
 #include <nlohmann/json.hpp>
 
 #include "tessera/data/indexed_dataset.h"
@@ -56,9 +55,12 @@ struct TrainerGroups {
   std::shared_ptr<comm::ProcessGroup> embedding;  // first and last stage; nullptr: not in one
   std::shared_ptr<comm::ProcessGroup> model;      // tensor x pipeline; nullptr: one rank
   std::shared_ptr<comm::ProcessGroup> world;      // every rank; nullptr: one process
-  // Expert parallelism (EP > 1 only; nullptr otherwise): the expert-parallel group (MoE token
-  // exchange) and the expert-data-parallel group (expert gradient reduction).
-  std::shared_ptr<comm::ProcessGroup> ep, edp;
+  // Expert parallelism (EP > 1, or expert TP 1 under TP > 1; nullptr otherwise): the
+  // expert-parallel group (MoE token exchange; nullptr at EP 1), the expert-data-parallel group
+  // (expert gradient reduction) and the expert model group (expert TP x EP: the gradient norm).
+  std::shared_ptr<comm::ProcessGroup> ep, edp, expert_model;
+  // --expert-tensor-parallel-size 1 under TP > 1: experts whole, folded over the TP ranks.
+  bool experts_whole = false;
   // The pipeline stage of every world rank (comm::MeshLayout::coords(r).pp), labelling the
   // timeline's rows; empty: stage 0 for all (PP 1).
   std::vector<int> pp_rank_of;
@@ -155,17 +157,19 @@ class Trainer {
   std::vector<double> sum_losses(const std::vector<double>& v) const;
 
   const TrainArgs args_;  // as given; never rewritten (the restored seed is seed_)
-  uint64_t seed_ = 0;      // data order and dropout masks: --seed, or the resumed run's
+  uint64_t seed_ = 0;     // data order and dropout masks: --seed, or the resumed run's
   parallel::TensorParallel tp_;
   // dp_ is the gradient group (data x context parallel); samples are split over its data part
   // (data_size_ ranks, this one data_rank_), each CP rank of a data rank taking its chunks.
-  std::shared_ptr<comm::ProcessGroup> dp_, cp_, pp_, embedding_, model_group_, world_, ep_, edp_;
+  std::shared_ptr<comm::ProcessGroup> dp_, cp_, pp_, embedding_, model_group_, world_, ep_, edp_,
+      expert_model_;
   int dp_size_ = 1, dp_rank_ = 0;
   int cp_size_ = 1, cp_rank_ = 0, data_size_ = 1, data_rank_ = 0;
   int pp_size_ = 1, pp_rank_ = 0, world_size_ = 1;
   int ep_size_ = 1, ep_rank_ = 0, edp_size_ = 1, edp_rank_ = 0;
+  bool experts_whole_ = false;   // TrainerGroups::experts_whole
   std::vector<int> pp_rank_of_;  // TrainerGroups::pp_rank_of
-  bool reporting_rank_ = true;  // prints, writes metrics and exports
+  bool reporting_rank_ = true;   // prints, writes metrics and exports
   int64_t train_iters_ = 0;
   int64_t start_iteration_ = 0;  // iterations done before train() (resume_at)
   int64_t consumed_samples_ = 0;

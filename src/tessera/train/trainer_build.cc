@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 
 #include "tessera/checkpoint/hf_export.h"
 #include "tessera/checkpoint/sharded_checkpoint.h"
@@ -117,12 +118,15 @@ std::unique_ptr<model::GPTModel> Trainer::build_model(
   model::GPTModel::ResidentRanges resident;
   if (sharding.shards_parameters())
     resident = [this, threshold = sharding.persistence_threshold](
-                   const std::vector<std::pair<int64_t, int64_t>>& units) {
-      return distributed::Zero3Params::resident_ranges(units, dp_size_, dp_rank_, threshold);
+                   const std::vector<std::pair<int64_t, int64_t>>& units,
+                   const std::vector<bool>& expert) {
+      return distributed::Zero3Params::resident_ranges(units, dp_size_, dp_rank_, threshold, expert,
+                                                       edp_size_, edp_rank_);
     };
   model::ModelPart part = pipeline::part_of_rank(partition_, chunk_layers_, pp_rank_);
   part.ep_size = ep_size_;
   part.ep_rank = ep_rank_;
+  part.experts_whole = experts_whole_;
   context::ContextParallel cp;
   if (cp_size_ > 1) {
     std::vector<context::CommType> types;
@@ -130,8 +134,11 @@ std::unique_ptr<model::GPTModel> Trainer::build_model(
       types.push_back(context::parse_comm_type(t, "--cp-comm-type"));
     cp = context::ContextParallel(cp_, types, a.hierarchical_cp_sizes);
   }
-  auto model = std::make_unique<model::GPTModel>(a.model, compute_dtype(), a.seed, tp_, dp_size_,
-                                                 part, resident, ep_, cp);
+  // Units split evenly over the data-parallel group, and the experts' over the expert-DP group
+  // too (which under expert TP 1 is not a part of it).
+  const int64_t flat_multiple = std::lcm(int64_t{dp_size_}, int64_t{edp_size_});
+  auto model = std::make_unique<model::GPTModel>(a.model, compute_dtype(), a.seed, tp_,
+                                                 flat_multiple, part, resident, ep_, cp);
   return model;
 }
 
@@ -158,14 +165,14 @@ void Trainer::build_gradient_sharding(const distributed::ShardingPlan& sharding)
                                                   : units,
       edp_, experts);
   if (sharding.shards_parameters()) {
-    // Expert-parallel experts' units stay whole (their gradients and optimizer state are
-    // sharded over the expert-DP group, their parameters not).
-    std::vector<bool> whole;
+    // Experts' units are sharded over the expert-DP group (as their gradients and optimizer
+    // state), the others over DP.
+    std::vector<bool> expert;
     for (const auto& u : model_->units())
-      whole.push_back(std::find(model_->expert_ranges().begin(), model_->expert_ranges().end(),
-                                u) != model_->expert_ranges().end());
-    zero3_ =
-        std::make_unique<distributed::Zero3Params>(model_->params(), dp_, units, sharding, whole);
+      expert.push_back(std::find(model_->expert_ranges().begin(), model_->expert_ranges().end(),
+                                 u) != model_->expert_ranges().end());
+    zero3_ = std::make_unique<distributed::Zero3Params>(model_->params(), dp_, units, sharding,
+                                                        edp_, expert);
     runner_->set_param_access(zero3_.get());
   }
 }
@@ -203,7 +210,7 @@ std::unique_ptr<distributed::DistributedOptimizer> Trainer::build_optimizer(
   if (!model_->expert_ranges().empty()) {
     std::vector<distributed::FlatRange> experts;
     for (const auto& [b, e] : model_->expert_ranges()) experts.push_back({b, e});
-    out->set_experts(std::move(experts), ep_);
+    out->set_experts(std::move(experts), expert_model_, tp_.rank() == 0);
   }
   return out;
 }
@@ -213,8 +220,9 @@ DType Trainer::compute_dtype() const {
 }
 
 // Expert parallelism: what this rank holds of its stage's experts, measured (the parameters it
-// declared, the optimizer state it owns) against the formula (the stage's experts / EP, and
-// / EDP more for sharded optimizer state). Every expert-parallel rank holds the same amount.
+// declared, the optimizer state it owns) against the formula (the stage's experts / (EP x expert
+// TP), and / EDP more for sharded optimizer state). Every expert-parallel rank holds the same
+// amount.
 void Trainer::print_expert_memory(const distributed::ShardingPlan& sharding) const {
   int64_t held = 0, owned_state = 0;
   for (const model::Parameter& p : model_->params().all())
@@ -224,24 +232,42 @@ void Trainer::print_expert_memory(const distributed::ShardingPlan& sharding) con
       owned_state += std::max<int64_t>(0, std::min(e, r.end) - std::max(b, r.begin));
   const model::ParameterSet stage = model::GPTModel::declare_part(
       args_.model, tp_.size(), 0, pipeline::part_of_rank(partition_, chunk_layers_, pp_rank_));
-  int64_t all = 0;
+  int64_t all = 0;  // the stage's experts, whole
   for (const model::Parameter& p : stage.all())
-    if (p.name.find(".experts.") != std::string::npos) all += p.numel();
+    if (p.name.find(".experts.") != std::string::npos) all += p.global_numel();
   if (all == 0) {
     std::printf("> expert parallel: EP %d x EDP %d; no MoE layers on this pipeline stage\n",
                 ep_size_, edp_size_);
     return;
   }
-  const double params_formula = static_cast<double>(all) / ep_size_;
+  const int expert_tp = experts_whole_ ? 1 : tp_.size();
+  const double params_formula = static_cast<double>(all) / (ep_size_ * expert_tp);
   const double state_formula = params_formula / (sharding.shards_optimizer_state() ? edp_size_ : 1);
+  // ZeRO 3: what of the experts' parameters stays between uses (their units' owned parts).
+  std::string zero3;
+  if (zero3_) {
+    int64_t kept = 0;
+    for (size_t u = 0; u < model_->units().size(); ++u)
+      if (std::find(model_->expert_ranges().begin(), model_->expert_ranges().end(),
+                    model_->units()[u]) != model_->expert_ranges().end())
+        kept += zero3_->kept_elems(static_cast<int>(u));
+    const double formula = params_formula / edp_size_;
+    char line[160];
+    std::snprintf(line, sizeof line,
+                  "; ZeRO 3 keeps %lld of them between uses (formula %.0f = the above / EDP, "
+                  "ratio %.4f)",
+                  static_cast<long long>(kept), formula, static_cast<double>(kept) / formula);
+    zero3 = line;
+  }
   std::printf(
-      "> expert parallel: EP %d x EDP %d; this rank holds %d of %d experts per MoE layer: %lld "
-      "expert parameters and gradients (formula %.0f = %lld / EP, ratio %.4f), optimizer state "
-      "for %lld of them (formula %.0f, ratio %.4f)\n",
-      ep_size_, edp_size_, args_.model.moe.num_experts / ep_size_, args_.model.moe.num_experts,
-      static_cast<long long>(held), params_formula, static_cast<long long>(all),
-      static_cast<double>(held) / params_formula, static_cast<long long>(owned_state),
-      state_formula, static_cast<double>(owned_state) / state_formula);
+      "> expert parallel: EP %d x expert TP %d x EDP %d; this rank holds %d of %d experts per MoE "
+      "layer: %lld expert parameters and gradients (formula %.0f = %lld / (EP x expert TP), ratio "
+      "%.4f), optimizer state for %lld of them (formula %.0f, ratio %.4f)%s\n",
+      ep_size_, expert_tp, edp_size_, args_.model.moe.num_experts / ep_size_,
+      args_.model.moe.num_experts, static_cast<long long>(held), params_formula,
+      static_cast<long long>(all), static_cast<double>(held) / params_formula,
+      static_cast<long long>(owned_state), state_formula,
+      static_cast<double>(owned_state) / state_formula, zero3.c_str());
 }
 
 void Trainer::print_setup(const distributed::ShardingPlan& sharding) const {
@@ -267,7 +293,7 @@ void Trainer::print_setup(const distributed::ShardingPlan& sharding) const {
         moe_layers, a.model.num_layers, a.model.moe.num_experts, a.model.moe_ffn(),
         a.model.moe.topk, shared.c_str(), static_cast<long long>(a.model.num_active_parameters()));
   }
-  if (ep_size_ > 1) print_expert_memory(sharding);
+  if (ep_size_ > 1 || experts_whole_) print_expert_memory(sharding);
   if (tp_.size() > 1)
     std::printf("> tensor parallel: %d ranks%s, %lld parameters (with padding) on each rank\n",
                 tp_.size(), tp_.sequence_parallel() ? " with sequence parallelism" : "",

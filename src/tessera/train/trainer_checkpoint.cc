@@ -38,7 +38,7 @@ std::string state_tensor_name(const std::string& state, const std::string& param
 // Elements of dropped pieces map to no run, so they are neither written nor described.
 std::optional<checkpoint::TensorSlice> saved_slice(const model::Parameter& p, int tp_rank,
                                                    int64_t begin, int64_t end) {
-  if (p.tied_copy || (p.shard.tp_dim < 0 && tp_rank != 0)) return std::nullopt;
+  if (p.tied_copy || (p.shard.tp_dim < 0 && tp_rank != 0 && !p.tp_distinct)) return std::nullopt;
   checkpoint::TensorSlice s = checkpoint::TensorSlice::of(p, begin, end);
   if (p.shard.tp_dim >= 0) {
     s.pieces.clear();

@@ -17,8 +17,9 @@ void Trainer::export_weights() const {
   // their declarations, which that rank recomputes.
   std::map<std::string, Tensor> full;
   // The first data-parallel rank of each expert-parallel position (its expert-DP rank 0) holds
-  // that position's experts whole; the stage reporter (EP rank 0 among them) collects them.
-  const bool expert_holder = tp_.rank() == 0 && edp_rank_ == 0;
+  // that position's experts whole (gathered over TP, or whole anyway under expert TP 1); the
+  // stage reporter (EP rank 0 among them) collects them.
+  const bool expert_holder = (experts_whole_ || tp_.rank() == 0) && edp_rank_ == 0;
   const bool stage_reporter = tp_.rank() == 0 && dp_rank_ == 0;
   const optim::Optimizer& optimizer = optimizer_->optimizer();
   Tensor flat_master;
@@ -41,6 +42,7 @@ void Trainer::export_weights() const {
         model::ModelPart theirs = stage;
         theirs.ep_size = ep_size_;
         theirs.ep_rank = q;
+        theirs.experts_whole = experts_whole_;
         const model::ParameterSet decl =
             model::GPTModel::declare_part(args_.model, tp_.size(), 0, theirs);
         for (const model::Parameter& p : decl.all()) {

@@ -92,5 +92,47 @@ TEST(MoePermute, BackwardsAreTheAdjoints) {
   EXPECT_NEAR(w_term, ydy, 1e-4);
 }
 
+// keep_tokens over a partition of the tokens (three parts, padding with part 0, a capacity that
+// drops): each part's rows are the whole permutation's rows of its tokens, so the parts'
+// unpermuted outputs sum to the whole one bitwise, each token's from exactly one part.
+TEST(MoePermute, KeepTokensPartitionsTheRows) {
+  Case c;
+  const Permutation whole =
+      make_permutation(c.r, c.E, CapacityOptions{3, DropPolicy::kProbs, true});
+  ASSERT_GT(whole.dropped, 0);
+  std::vector<float> rows(whole.rows() * c.C), y(c.T * c.C), sum(c.T * c.C, 0.0f);
+  permute(rows.data(), c.x.data(), whole, c.C);
+  unpermute(y.data(), rows.data(), c.r.weights.data(), whole, c.C);
+  int64_t rows_seen = 0;
+  for (int part = 0; part < 3; ++part) {
+    std::vector<char> keep(c.T);
+    for (int64_t t = 0; t < c.T; ++t) keep[t] = t % 3 == part;
+    const Permutation mine = keep_tokens(whole, keep, part == 0);
+    EXPECT_EQ(mine.dropped, 0);
+    ASSERT_EQ(mine.expert_begin.size(), whole.expert_begin.size());
+    for (int64_t row = 0; row < mine.rows(); ++row) {
+      const int64_t t = mine.token_of_row[row];
+      EXPECT_TRUE(t < 0 ? part == 0 : keep[t] != 0);
+    }
+    for (size_t i = 0; i < whole.row_of.size(); ++i) {
+      const bool mine_token = keep[i / c.k] != 0;
+      EXPECT_EQ(mine.row_of[i] >= 0, mine_token && whole.row_of[i] >= 0) << i;
+    }
+    rows_seen += mine.rows();
+    std::vector<float> part_rows(mine.rows() * c.C), part_y(c.T * c.C);
+    permute(part_rows.data(), c.x.data(), mine, c.C);
+    unpermute(part_y.data(), part_rows.data(), c.r.weights.data(), mine, c.C);
+    for (int64_t t = 0; t < c.T; ++t)
+      for (int64_t j = 0; j < c.C; ++j) {
+        if (!keep[t]) {
+          EXPECT_EQ(part_y[t * c.C + j], 0.0f);
+        }
+        sum[t * c.C + j] += part_y[t * c.C + j];
+      }
+  }
+  EXPECT_EQ(rows_seen, whole.rows());
+  for (int64_t i = 0; i < c.T * c.C; ++i) EXPECT_EQ(sum[i], y[i]) << i;
+}
+
 }  // namespace
 }  // namespace tessera::moe
