@@ -13,11 +13,13 @@
 #     (8 experts of ffn 176, top 2, Mixtral's aux loss 0.01), trained for the same tokens with the
 #     same schedule; prints both validation losses.
 # Usage: bench/moe.sh [BUILD_BIN_DIR] [speed|ep|learning|all] [ITERATIONS (learning, default 600)]
+#                     [tessera-train flags for both learning runs, e.g. --hidden-dropout 0.1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="${1:-build/bin}"
 what="${2:-all}"
 iters="${3:-600}"
+extra=("${@:4}")
 
 if [ "$what" = all ] || [ "$what" = speed ]; then
   for run in 1 2 3; do
@@ -53,7 +55,7 @@ if [ "$what" = all ] || [ "$what" = learning ]; then
   common=(--config examples/demo_llama.json --data-path demo-run/fortunes_text_document
           --tokenizer-type HuggingFaceTokenizer --tokenizer-model demo-run/tokenizer.json
           --train-iters "$iters" --exit-duration-in-mins 0 --lr-decay-iters "$iters"
-          --eval-interval "$iters" --eval-iters 20 --log-interval 100 --seed 1234)
+          --eval-interval "$iters" --eval-iters 20 --log-interval 100 --seed 1234 "${extra[@]}")
   "$BIN/tessera-train" "${common[@]}" --metrics-file "$out/dense.jsonl" | tee "$out/dense.log" |
     grep -E '^> model|^ iteration .*(00|0)/'
   "$BIN/tessera-train" "${common[@]}" --num-experts 8 --moe-router-topk 2 \
@@ -61,5 +63,5 @@ if [ "$what" = all ] || [ "$what" = learning ]; then
     tee "$out/moe.log" | grep -E '^> model|^> moe|^ iteration .*(00|0)/'
   val() { grep -o '"val_loss":[0-9.eE+-]*' "$1" | tail -n 1 | cut -d: -f2; }
   tokens=$((iters * 32 * 128))
-  echo "learning, $iters iterations ($tokens tokens): validation loss dense $(val "$out/dense.jsonl"), MoE 8x top-2 $(val "$out/moe.jsonl") (nats/token)"
+  echo "learning, $iters iterations ($tokens tokens${extra[*]:+, ${extra[*]}}): validation loss dense $(val "$out/dense.jsonl"), MoE 8x top-2 $(val "$out/moe.jsonl") (nats/token)"
 fi

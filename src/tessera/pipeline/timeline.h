@@ -35,6 +35,9 @@ class Timeline {
   bool timing() const { return recording_ || totals_on_; }
   double total(Phase p) const { return totals_[static_cast<int>(p)]; }
   void reset_totals() { totals_.fill(0.0); }
+  // The same totals since the timeline was made, never reset: a second reader (the TensorBoard
+  // log) takes differences of these without disturbing the log line's.
+  double lifetime_total(Phase p) const { return lifetime_[static_cast<int>(p)]; }
   double now() const;
   void add(Phase phase, int microbatch, int chunk, double start, double end);
   void stop() { recording_ = false; }
@@ -49,7 +52,7 @@ class Timeline {
 
  private:
   bool recording_ = false, totals_on_ = false;
-  std::array<double, static_cast<int>(Phase::kCount)> totals_{};
+  std::array<double, static_cast<int>(Phase::kCount)> totals_{}, lifetime_{};
   std::chrono::steady_clock::time_point origin_ = std::chrono::steady_clock::now();
   std::vector<Event> events_;
 };

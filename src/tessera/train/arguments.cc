@@ -305,6 +305,24 @@ void add_logging_flags(FlagTable& t) {
            "phase's minimum and maximum over all ranks")
       ->check(CLI::Range(0, 2));
   t.option("--metrics-file", &TrainArgs::metrics_file, "JSON lines of per-iteration metrics");
+  t.option("--tensorboard-dir", &TrainArgs::tensorboard_dir,
+           "write TensorBoard event files here (the last rank, as Megatron)");
+  t.option("--tensorboard-log-interval", &TrainArgs::tensorboard_log_interval,
+           "iterations between TensorBoard scalars")
+      ->check(CLI::PositiveNumber);
+  t.option("--tensorboard-queue-size", &TrainArgs::tensorboard_queue_size,
+           "events waiting for the TensorBoard writer thread at most")
+      ->check(CLI::PositiveNumber);
+  t.flag("--log-validation-ppl-to-tensorboard", &TrainArgs::log_validation_ppl_to_tensorboard,
+         "also 'lm loss validation ppl'");
+  t.flag("--log-timers-to-tensorboard", &TrainArgs::log_timers_to_tensorboard,
+         "also 'iteration-time' and the per-phase times (forward-backward, optimizer, ...)");
+  t.flag("--log-memory-to-tensorboard", &TrainArgs::log_memory_to_tensorboard,
+         "also 'mem-allocated-bytes', 'mem-max-allocated-bytes' and 'mem-reserved-bytes' (RSS)");
+  t.flag("--log-throughput", &TrainArgs::log_throughput,
+         "also 'throughput' (TFLOP/s per rank) and 'tokens-per-second'");
+  t.flag("--log-world-size-to-tensorboard", &TrainArgs::log_world_size_to_tensorboard,
+         "also 'world-size'");
   t.option("--timeline-file", &TrainArgs::timeline_file,
            "write a Chrome trace (Perfetto) of every rank's phases for one iteration");
   t.option("--timeline-iteration", &TrainArgs::timeline_iteration,

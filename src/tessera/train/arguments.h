@@ -117,6 +117,15 @@ struct TrainArgs {
   int timing_log_level = 0;    // --timing-log-level: 1 phase breakdown, 2 + min/max over ranks
   bool moe_per_layer_logging = false;  // --moe-per-layer-logging
   std::string metrics_file;            // --metrics-file
+  // TensorBoard (train/tensorboard_log.h), Megatron's flags.
+  std::string tensorboard_dir;                // --tensorboard-dir (empty: none)
+  int64_t tensorboard_log_interval = 1;       // --tensorboard-log-interval
+  int tensorboard_queue_size = 1000;          // --tensorboard-queue-size
+  bool log_validation_ppl_to_tensorboard = false;
+  bool log_timers_to_tensorboard = false;
+  bool log_memory_to_tensorboard = false;
+  bool log_throughput = false;
+  bool log_world_size_to_tensorboard = false;
   std::string export_weights;          // --export-weights F.safetensors
   int num_threads = 0;                 // --num-threads (0: cores / local ranks)
 

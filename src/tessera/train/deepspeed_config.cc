@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -358,6 +359,23 @@ void apply_scheduler(Section& top, TrainArgs& args, std::vector<std::string>& wa
 
 }  // namespace
 
+// DeepSpeed's "tensorboard" block ({enabled, output_path, job_name}; its monitor writes to
+// output_path/job_name, job_name defaulting to "DeepSpeedJobName") selects the TensorBoard writer
+// --tensorboard-dir selects. A directory given by the flag wins only if the two agree.
+void apply_tensorboard(Section tb, TrainArgs& args, std::vector<std::string>& warnings,
+                       const std::string& file) {
+  const bool enabled = tb.boolean("enabled", false);
+  const std::string dir = (std::filesystem::path(tb.string("output_path", "")) /
+                           tb.string("job_name", "DeepSpeedJobName"))
+                              .string();
+  tb.report_unknown(warnings);
+  if (!enabled) return;
+  if (args.given(&TrainArgs::tensorboard_dir) && args.tensorboard_dir != dir)
+    throw Error(file + ": tensorboard.output_path/job_name " + dir + " contradicts " +
+                flag_name(&TrainArgs::tensorboard_dir) + " " + args.tensorboard_dir);
+  args.tensorboard_dir = dir;
+}
+
 std::vector<std::string> apply_deepspeed_config(TrainArgs& args, int64_t data_parallel) {
   const std::string& file = args.deepspeed_config;
   std::ifstream in(file);
@@ -390,6 +408,7 @@ std::vector<std::string> apply_deepspeed_config(TrainArgs& args, int64_t data_pa
                   flag_name(&TrainArgs::timing_log_level) + " 0");
     args.timing_log_level = std::max(args.timing_log_level, 1);
   }
+  apply_tensorboard(top.section("tensorboard"), args, warnings, file);
   top.report_unknown(warnings);
   return warnings;
 }

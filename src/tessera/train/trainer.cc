@@ -50,7 +50,9 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
       experts_whole_(groups.experts_whole),
       pp_rank_of_(groups.pp_rank_of),
       reporting_rank_(!groups.world || groups.world->rank() == 0),
-      metrics_(reporting_rank_ ? args.metrics_file : std::string()) {
+      metrics_(reporting_rank_ ? args.metrics_file : std::string()),
+      tensorboard_(args_, !groups.world || groups.world->rank() == groups.world->size() - 1,
+                   groups.world ? groups.world->size() : 1) {
   TESSERA_CHECK(dp_size_ % cp_size_ == 0 && data_size_ > 0);
   train_iters_ =
       args_.train_iters > 0 ? args_.train_iters : args_.train_samples / args_.global_batch_size;
@@ -62,7 +64,7 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
   runner_ = build_runner();
   executor_ =
       std::make_unique<pipeline::PipelineExecutor>(*runner_, pp_, pipeline.kind, pipeline.shape);
-  timeline_.keep_totals(args_.timing_log_level >= 1);
+  timeline_.keep_totals(args_.timing_log_level >= 1 || args_.log_timers_to_tensorboard);
   build_gradient_sharding(sharding);
   optimizer_ = build_optimizer(sharding);
   // Before the data: a resumed run continues with the checkpoint's seed, which orders the data
@@ -361,6 +363,8 @@ int64_t Trainer::train() {
       if (!std::isnan(val)) m.val_loss = val;
     }
     metrics_.write(m);
+    tensorboard_.iteration(m, timeline_);
+    if (m.val_loss) tensorboard_.validation(iteration, consumed_samples_, *m.val_loss);
     if (!a.save.empty() && a.save_interval > 0 && iteration % a.save_interval == 0) {
       save_checkpoint(iteration);
       last_saved_iteration_ = iteration;
@@ -390,6 +394,7 @@ void Trainer::finish_run(int64_t iteration) {
     save_checkpoint(iteration);
   finish_pending_save(true);
   if (!a.export_weights.empty()) export_weights();
+  tensorboard_.flush();
 }
 
 // Level 1: rank 0's time per phase. Level 2 adds the minimum and maximum over all ranks (as

@@ -39,6 +39,7 @@
 #include "tessera/pipeline/timeline.h"
 #include "tessera/train/arguments.h"
 #include "tessera/train/metrics.h"
+#include "tessera/train/tensorboard_log.h"
 
 namespace tessera::train {
 
@@ -192,6 +193,7 @@ class Trainer {
   data::LtorOptions ltor_;
   std::unique_ptr<data::Prefetcher> prefetcher_;  // training micro-batches, during train()
   MetricsWriter metrics_;
+  TensorBoardLog tensorboard_;  // the last rank writes, as Megatron's
   struct PendingSave {
     int64_t iteration = 0;
     nlohmann::json state;
