@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -135,12 +136,14 @@ void EventFileWriter::add_scalar(const std::string& tag, double value, int64_t s
   throw_if_failed();
   queue_.push_back(std::move(record));
   ++added_;
-  changed_.notify_all();
+  if (queue_.size() >= queue_size_) changed_.notify_all();  // full: the writer's turn
 }
 
 void EventFileWriter::flush() {
   std::unique_lock<std::mutex> lock(mutex_);
   const uint64_t target = added_;
+  flush_target_ = std::max(flush_target_, target);
+  changed_.notify_all();
   changed_.wait(lock, [&] { return written_ >= target || !error_.empty(); });
   throw_if_failed();
 }
@@ -148,8 +151,13 @@ void EventFileWriter::flush() {
 void EventFileWriter::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    changed_.wait(lock, [&] { return !queue_.empty() || stop_; });
-    if (queue_.empty()) return;  // stopping, everything written
+    changed_.wait_for(lock, std::chrono::duration<double>(kFlushSeconds), [&] {
+      return queue_.size() >= queue_size_ || written_ < flush_target_ || stop_;
+    });
+    if (queue_.empty()) {
+      if (stop_) return;  // everything written
+      continue;
+    }
     std::deque<std::string> batch;
     batch.swap(queue_);
     changed_.notify_all();  // room in the queue
@@ -157,7 +165,6 @@ void EventFileWriter::run() {
     bool ok = true;
     for (const std::string& r : batch)
       ok = ok && std::fwrite(r.data(), 1, r.size(), file_) == r.size();
-    // Flushed whenever the queue runs dry: TensorBoard sees each step soon after it is logged.
     ok = ok && std::fflush(file_) == 0;
     const int err = errno;
     lock.lock();

@@ -117,6 +117,9 @@ void add_training_flags(FlagTable& t) {
       ->check(CLI::NonNegativeNumber);
   t.option("--exit-duration-in-mins", &TrainArgs::exit_duration_in_mins)
       ->check(CLI::NonNegativeNumber);
+  t.flag("--exit-signal-handler", &TrainArgs::exit_signal_handler,
+         "on SIGTERM (any rank), finish the iteration, save a checkpoint (--save) and exit 0 on "
+         "every rank");
   t.option("--eval-interval", &TrainArgs::eval_interval)->check(CLI::NonNegativeNumber);
   t.option("--eval-iters", &TrainArgs::eval_iters)->check(CLI::NonNegativeNumber);
   t.option("--seed", &TrainArgs::seed, "initialisation, dropout and data order");
@@ -515,6 +518,8 @@ void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
         "stage: gradients are reduced after the last micro-batch's backward (drop the "
         "flag or give --no-overlap-grad-reduce)");
   if (args.lr < 0) throw Error("--lr is required (the peak learning rate)");
+  if (args.exit_signal_handler && args.save.empty())
+    throw Error("--exit-signal-handler saves a checkpoint on SIGTERM: it needs --save DIR");
   if (args.train_iters == 0 && args.train_samples == 0)
     throw Error("--train-iters or --train-samples is required");
   if (args.global_batch_size % (args.micro_batch_size * data_parallel) != 0)

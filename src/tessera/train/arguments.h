@@ -28,6 +28,7 @@ struct TrainArgs {
   int64_t train_samples = 0;         // --train-samples (alternative to --train-iters)
   int64_t exit_interval = 0;         // --exit-interval
   double exit_duration_in_mins = 0;  // --exit-duration-in-mins
+  bool exit_signal_handler = false;  // --exit-signal-handler: SIGTERM saves and exits
   int64_t eval_interval = 1000;      // --eval-interval
   int64_t eval_iters = 100;          // --eval-iters
 

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -56,11 +57,16 @@ TensorBoardLog::TensorBoardLog(const TrainArgs& args, bool writer, int world_siz
 void TensorBoardLog::scalar(const char* tag, double value, int64_t iteration, int64_t samples,
                             bool vs_samples) {
   file_->add_scalar(tag, value, iteration);
-  if (vs_samples) file_->add_scalar(std::string(tag) + " vs samples", value, samples);
+  ++scalars_;
+  if (vs_samples) {
+    file_->add_scalar(std::string(tag) + " vs samples", value, samples);
+    ++scalars_;
+  }
 }
 
 void TensorBoardLog::iteration(const IterationMetrics& m, const pipeline::Timeline& timeline) {
   if (!file_ || m.iteration % args_.tensorboard_log_interval != 0) return;
+  const auto t0 = std::chrono::steady_clock::now();
   const int64_t it = m.iteration, samples = m.consumed_samples;
   scalar("learning-rate", m.lr, it, samples, true);
   scalar("batch-size", static_cast<double>(m.global_batch_size), it, samples, true);
@@ -99,8 +105,10 @@ void TensorBoardLog::iteration(const IterationMetrics& m, const pipeline::Timeli
         file_->add_scalar("moe/load_balancing_loss_layer_" + n, l.aux_loss, it);
         file_->add_scalar("moe/z_loss_layer_" + n, l.z_loss, it);
         file_->add_scalar("moe/dropped_fraction_layer_" + n, l.dropped_fraction, it);
+        scalars_ += 3;
       }
   }
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void TensorBoardLog::validation(int64_t iteration, int64_t consumed_samples, double loss) {

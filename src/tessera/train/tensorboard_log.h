@@ -42,6 +42,10 @@ class TensorBoardLog {
   void validation(int64_t iteration, int64_t consumed_samples, double loss);
   // Everything logged so far reaches the file (the end of a run).
   void flush();
+  // What logging cost the training thread: scalars queued and seconds spent in iteration() and
+  // validation() (encoding and queueing; the writing is the writer thread's).
+  int64_t scalars() const { return scalars_; }
+  double seconds() const { return seconds_; }
 
  private:
   void scalar(const char* tag, double value, int64_t iteration, int64_t samples, bool vs_samples);
@@ -52,6 +56,8 @@ class TensorBoardLog {
   // Phase totals at the previous write and the iteration then.
   std::array<double, static_cast<int>(pipeline::Timeline::Phase::kCount)> last_phase_{};
   int64_t last_iteration_ = 0;
+  int64_t scalars_ = 0;
+  double seconds_ = 0;
 };
 
 }  // namespace tessera::train

@@ -1,6 +1,9 @@
 #include "tessera/train/trainer.h"
 
+#include <signal.h>
+
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -18,7 +21,23 @@
 #include "tessera/train/sharding.h"
 
 namespace tessera::train {
-namespace {}  // namespace
+namespace {
+
+// --exit-signal-handler: SIGTERM only raises this flag (the one thing a handler may safely do);
+// the training loop reads it after each iteration.
+volatile std::sig_atomic_t g_sigterm = 0;
+void on_sigterm(int) { g_sigterm = 1; }
+
+void install_sigterm_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_sigterm;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // MPI's and the file system's calls resume, not fail with EINTR
+  sigaction(SIGTERM, &sa, nullptr);
+}
+bool sigterm_received() { return g_sigterm != 0; }
+
+}  // namespace
 
 Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
     : args_(args),
@@ -305,6 +324,7 @@ void Trainer::start_prefetcher() {
 
 int64_t Trainer::train() {
   const auto& a = args_;
+  if (a.exit_signal_handler) install_sigterm_handler();
   const auto run_start = Clock::now();
   const double flops_per_iter = model_flops(a.model, model_->padded_vocab(), a.global_batch_size);
   const int64_t tokens_per_iter = a.global_batch_size * a.model.seq_length;
@@ -351,10 +371,18 @@ int64_t Trainer::train() {
     const bool exit_interval = a.exit_interval > 0 && iteration % a.exit_interval == 0;
     // Every rank must stop after the same iteration (their clocks differ): stop when any rank's
     // time is up, as Megatron does with an all-reduce of the flag.
-    bool exit_duration = false;
-    if (a.exit_duration_in_mins > 0) {
-      const double up = seconds_since(run_start) / 60.0 >= a.exit_duration_in_mins ? 1.0 : 0.0;
-      exit_duration = distributed::sum_over(world_.get(), {up})[0] > 0;
+    bool exit_duration = false, exit_signal = false;
+    if (a.exit_duration_in_mins > 0 || a.exit_signal_handler) {
+      const double up = a.exit_duration_in_mins > 0 &&
+                                seconds_since(run_start) / 60.0 >= a.exit_duration_in_mins
+                            ? 1.0
+                            : 0.0;
+      // Megatron's DistributedSignalHandler: a SIGTERM on any rank stops every rank after
+      // the same iteration (the flags are summed like the clocks above).
+      const double term = a.exit_signal_handler && sigterm_received() ? 1.0 : 0.0;
+      const std::vector<double> any = distributed::sum_over(world_.get(), {up, term});
+      exit_duration = any[0] > 0;
+      exit_signal = any[1] > 0;
     }
     const bool periodic_eval = a.eval_interval > 0 && iteration % a.eval_interval == 0;
     const bool final_eval = a.eval_interval > 0 && iteration == train_iters_;
@@ -371,14 +399,23 @@ int64_t Trainer::train() {
     } else {
       finish_pending_save(false);  // publishes a background save once every rank wrote it
     }
-    if (exit_interval || exit_duration) {
+    if (exit_interval || exit_duration || exit_signal) {
+      // finish_run() saves this iteration (Megatron saves on every exit).
       std::printf("> exiting after iteration %lld (%s)\n", static_cast<long long>(iteration),
-                  exit_interval ? "--exit-interval" : "--exit-duration-in-mins");
+                  exit_signal     ? "SIGTERM, --exit-signal-handler"
+                  : exit_interval ? "--exit-interval"
+                                  : "--exit-duration-in-mins");
       break;
     }
   }
   prefetcher_.reset();
+  const double train_seconds = seconds_since(run_start);
   finish_run(iteration);
+  if (tensorboard_.enabled())  // on the writing rank (the last; stdout is rank 0's)
+    std::printf("> tensorboard: %lld scalars, %.3f ms of the training loop's %.1f s (%.4f%%) "
+                "spent logging them\n",
+                static_cast<long long>(tensorboard_.scalars()), tensorboard_.seconds() * 1e3,
+                train_seconds, 100.0 * tensorboard_.seconds() / std::max(train_seconds, 1e-9));
   return std::min(iteration, train_iters_);
 }
 
