@@ -1,5 +1,8 @@
 #include "tessera/pipeline/executor.h"
 
+#include <chrono>
+#include <thread>
+
 #include "tessera/core/error.h"
 
 namespace tessera::pipeline {
@@ -88,6 +91,8 @@ model::LossSum PipelineExecutor::train(const MicroBatchLoader& load, float grad_
         Tensor x;
         if (j > 0) x = take(false, key);
         TimelineScope t(timeline, Phase::kForward, st.microbatch, st.chunk);
+        if (forward_delay_ > 0)
+          std::this_thread::sleep_for(std::chrono::duration<double>(forward_delay_));
         Tensor y = runner_.forward_chunk(st.chunk, x, mb.batch, mb.ctx, &acts[key]);
         if (j < shape_.pp_size * V - 1) outbound[0][key] = y;  // the last chunk keeps its own
         break;

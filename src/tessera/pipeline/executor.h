@@ -62,6 +62,9 @@ class PipelineExecutor {
   model::LossSum evaluate(const MicroBatchLoader& load, int count);
 
   ScheduleKind kind() const { return kind_; }
+  // Test hook: sleep `seconds` inside every forward chunk, timed as forward (a planted straggler
+  // for --log-straggler's test).
+  void set_forward_delay(double seconds) { forward_delay_ = seconds; }
 
  private:
   // The tag of the message into local chunk `chunk` of micro-batch m (activation or gradient).
@@ -75,6 +78,7 @@ class PipelineExecutor {
   ScheduleShape shape_;
   int rank_ = 0;
   std::vector<Step> steps_;
+  double forward_delay_ = 0;
 };
 
 }  // namespace tessera::pipeline

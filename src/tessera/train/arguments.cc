@@ -326,6 +326,9 @@ void add_logging_flags(FlagTable& t) {
          "also 'throughput' (TFLOP/s per rank) and 'tokens-per-second'");
   t.flag("--log-world-size-to-tensorboard", &TrainArgs::log_world_size_to_tensorboard,
          "also 'world-size'");
+  t.flag("--log-straggler", &TrainArgs::log_straggler,
+         "after each log line: every timer's minimum and maximum over the ranks with their ranks, "
+         "and the rank with the most compute time (forward + backward + optimizer)");
   t.option("--timeline-file", &TrainArgs::timeline_file,
            "write a Chrome trace (Perfetto) of every rank's phases for one iteration");
   t.option("--timeline-iteration", &TrainArgs::timeline_iteration,
@@ -344,6 +347,11 @@ void add_deepspeed_and_test_flags(FlagTable& t) {
            "test hook: the last rank kills itself in the middle of this iteration's save");
   t.option("--inject-overflow-at-iteration", &TrainArgs::inject_overflow_at,
            "test hook: make this iteration's gradients overflow");
+  t.option("--inject-slow-rank", &TrainArgs::inject_slow_rank,
+           "test hook: this world rank sleeps --inject-slow-forward-ms in every forward chunk");
+  t.option("--inject-slow-forward-ms", &TrainArgs::inject_slow_forward_ms,
+           "test hook: see --inject-slow-rank")
+      ->check(CLI::NonNegativeNumber);
 }
 
 // The whole table.

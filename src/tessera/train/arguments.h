@@ -127,6 +127,7 @@ struct TrainArgs {
   bool log_memory_to_tensorboard = false;
   bool log_throughput = false;
   bool log_world_size_to_tensorboard = false;
+  bool log_straggler = false;  // --log-straggler: per-rank min/max of the times, slowest named
   std::string export_weights;          // --export-weights F.safetensors
   int num_threads = 0;                 // --num-threads (0: cores / local ranks)
 
@@ -142,6 +143,8 @@ struct TrainArgs {
   bool no_load_rng = false;          // --no-load-rng
   int64_t kill_during_save_at = -1;  // --kill-during-save-at-iteration (test hook)
   int64_t inject_overflow_at = -1;   // --inject-overflow-at-iteration (test hook)
+  int inject_slow_rank = -1;         // --inject-slow-rank (test hook: a planted straggler)
+  double inject_slow_forward_ms = 0;  // --inject-slow-forward-ms
 
   // DeepSpeed configuration (train/deepspeed_config.h), applied once DP is known.
   bool deepspeed = false;        // --deepspeed

@@ -15,6 +15,7 @@
 #include "tessera/core/clock.h"
 #include "tessera/core/threads.h"
 #include "tessera/distributed/sum_scalars.h"
+#include "tessera/moe/token_dispatcher.h"
 #include "tessera/optim/deepspeed_lr_schedule.h"
 #include "tessera/train/deepspeed_config.h"
 #include "tessera/train/flops.h"
@@ -71,7 +72,8 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
       reporting_rank_(!groups.world || groups.world->rank() == 0),
       metrics_(reporting_rank_ ? args.metrics_file : std::string()),
       tensorboard_(args_, !groups.world || groups.world->rank() == groups.world->size() - 1,
-                   groups.world ? groups.world->size() : 1) {
+                   groups.world ? groups.world->size() : 1),
+      stragglers_(groups.world.get()) {
   TESSERA_CHECK(dp_size_ % cp_size_ == 0 && data_size_ > 0);
   train_iters_ =
       args_.train_iters > 0 ? args_.train_iters : args_.train_samples / args_.global_batch_size;
@@ -83,7 +85,10 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
   runner_ = build_runner();
   executor_ =
       std::make_unique<pipeline::PipelineExecutor>(*runner_, pp_, pipeline.kind, pipeline.shape);
-  timeline_.keep_totals(args_.timing_log_level >= 1 || args_.log_timers_to_tensorboard);
+  timeline_.keep_totals(args_.timing_log_level >= 1 || args_.log_timers_to_tensorboard ||
+                        args_.log_straggler);
+  if (args_.inject_slow_rank >= 0 && args_.inject_slow_rank == (world_ ? world_->rank() : 0))
+    executor_->set_forward_delay(args_.inject_slow_forward_ms / 1e3);
   build_gradient_sharding(sharding);
   optimizer_ = build_optimizer(sharding);
   // Before the data: a resumed run continues with the checkpoint's seed, which orders the data
@@ -355,12 +360,18 @@ int64_t Trainer::train() {
     m.data_wait_s = prefetcher_->take_wait_seconds();
     m.moe = step.moe;
     window.add(m, step.nan);
+    stragglers_.add_iteration(dt);
     if (iteration % a.log_interval == 0 || iteration == train_iters_) {
       const int64_t iters = window.iters;
       std::printf("%s\n", format_log_line(
                               window.take_average(m, tokens_per_iter, flops_per_iter, world_size_),
                               a.moe_per_layer_logging)
                               .c_str());
+      if (a.log_straggler) {
+        const double collectives =
+            model_->tensor_parallel().comm_seconds() + moe::exchange_seconds();
+        std::printf("%s\n", stragglers_.report(timeline_, collectives).line.c_str());
+      }
       if (a.timing_log_level >= 1) print_breakdown(iters);
       std::fflush(stdout);
     }

@@ -39,6 +39,7 @@
 #include "tessera/pipeline/timeline.h"
 #include "tessera/train/arguments.h"
 #include "tessera/train/metrics.h"
+#include "tessera/train/straggler_report.h"
 #include "tessera/train/tensorboard_log.h"
 
 namespace tessera::train {
@@ -194,6 +195,7 @@ class Trainer {
   std::unique_ptr<data::Prefetcher> prefetcher_;  // training micro-batches, during train()
   MetricsWriter metrics_;
   TensorBoardLog tensorboard_;  // the last rank writes, as Megatron's
+  StragglerReport stragglers_;  // --log-straggler
   struct PendingSave {
     int64_t iteration = 0;
     nlohmann::json state;
