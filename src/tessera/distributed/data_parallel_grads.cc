@@ -1,6 +1,7 @@
 #include "tessera/distributed/data_parallel_grads.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "tessera/core/error.h"
 #include "tessera/core/memory.h"
@@ -30,8 +31,13 @@ DataParallelGrads::DataParallelGrads(model::ParameterSet& params,
     TESSERA_CHECK(at == n);
     buckets_.assign(buckets.rbegin(), buckets.rend());
   } else {
-    // Bucket sizes: a multiple of DP, at least DP, at most about bucket_elems.
-    const int64_t step = std::max<int64_t>(dp_size_, bucket_elems / dp_size_ * dp_size_);
+    // Bucket sizes: a multiple of DP, at least DP, at most about bucket_elems. With experts, a
+    // multiple of the expert-DP size too (under expert TP 1 it need not divide DP): the cuts then
+    // split expert ranges (padded likewise) into parts that group can share.
+    const int64_t unit =
+        expert_dp_ && !expert_ranges.empty() ? std::lcm<int64_t>(dp_size_, expert_dp_->size())
+                                             : dp_size_;
+    const int64_t step = std::max<int64_t>(unit, bucket_elems / unit * unit);
     for (int64_t end = n; end > 0;) {
       const int64_t begin = std::max<int64_t>(0, end - step);
       buckets_.push_back({begin, end});

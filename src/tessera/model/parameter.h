@@ -45,9 +45,11 @@ struct Parameter {
   // --sequence-parallel (an MoE block runs on the gathered sequence: its router and its experts'
   // and shared expert's replicated biases), so it is not summed over TP like the norms.
   bool tp_complete = false;
-  // Not split over TP, yet each tensor-parallel rank holds a different one: an MoE expert under
-  // expert tensor parallelism 1, where the experts are dealt out over the TP ranks too. Counted
-  // on every TP rank (norms, checkpoints), never reduced over TP.
+  // Not split over TP, yet not a TP replica either: an MoE expert under expert tensor parallelism
+  // 1, whose copies are governed by the expert grid (different experts on different TP ranks
+  // when EP spans them, or expert-data-parallel copies, whose parts the norm and the checkpoint
+  // split over the expert-DP group). Counted on every TP rank (norms, checkpoints), never
+  // reduced over TP.
   bool tp_distinct = false;
   int64_t offset = 0;  // element offset of the shard in the flat buffers
   Tensor value;        // compute dtype, this rank's shard

@@ -3,8 +3,10 @@
 // receive, the gradient reduction, the optimizer step; pipeline::Timeline's totals) averaged
 // over the iterations since the previous report; rank 0 prints each figure's minimum and maximum
 // over the ranks with the rank that had it, and names the rank with the most compute time
-// (forward + backward + optimizer, less the time inside tensor-parallel collectives and the MoE
-// token exchange, which run within forward and backward). Compute, not iteration time,
+// (forward + backward + optimizer, less the time inside the model's tensor-parallel collectives
+// and the MoE token exchange, which run within forward and backward; not subtracted, so counted
+// as compute: an MoE block's own TP all-reduces and its expert-TP-1 sums, context-parallel
+// attention transfers and ZeRO 3 gathers). Compute, not iteration time,
 // identifies the straggler: the synchronous collectives make every rank's iteration as long as
 // the slowest one's, the others' extra time showing up as waiting (receive, gradient reduction,
 // a TP partner's all-reduce).

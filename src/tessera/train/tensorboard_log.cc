@@ -65,7 +65,9 @@ void TensorBoardLog::scalar(const char* tag, double value, int64_t iteration, in
 }
 
 void TensorBoardLog::iteration(const IterationMetrics& m, const pipeline::Timeline& timeline) {
-  if (!file_ || m.iteration % args_.tensorboard_log_interval != 0) return;
+  if (!file_) return;
+  ++iterations_since_write_;
+  if (m.iteration % args_.tensorboard_log_interval != 0) return;
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t it = m.iteration, samples = m.consumed_samples;
   scalar("learning-rate", m.lr, it, samples, true);
@@ -76,15 +78,15 @@ void TensorBoardLog::iteration(const IterationMetrics& m, const pipeline::Timeli
   scalar("grad-norm", m.grad_norm, it, samples, true);
   if (args_.log_timers_to_tensorboard) {
     scalar("iteration-time", m.iter_time_s, it, samples, false);
-    const double iters = static_cast<double>(std::max<int64_t>(it - last_iteration_, 1));
+    const double iters = static_cast<double>(std::max<int64_t>(iterations_since_write_, 1));
     for (int p = 0; p < static_cast<int>(last_phase_.size()); ++p) {
       const auto phase = static_cast<pipeline::Timeline::Phase>(p);
       const double total = timeline.lifetime_total(phase);
       scalar(timer_tag(phase), (total - last_phase_[p]) / iters, it, samples, false);
       last_phase_[p] = total;
     }
-    last_iteration_ = it;
   }
+  iterations_since_write_ = 0;
   if (args_.log_memory_to_tensorboard) {
     const MemorySnapshot mem = MemoryAccountant::instance().snapshot();
     scalar("mem-allocated-bytes", static_cast<double>(mem.total_current), it, samples, false);

@@ -53,9 +53,10 @@ class TensorBoardLog {
   const TrainArgs& args_;
   int world_size_;
   std::unique_ptr<tensorboard::EventFileWriter> file_;
-  // Phase totals at the previous write and the iteration then.
+  // Phase totals at the previous write, and the iterations since (a resumed run's timeline
+  // starts empty at its first iteration, so they are counted, not taken from iteration numbers).
   std::array<double, static_cast<int>(pipeline::Timeline::Phase::kCount)> last_phase_{};
-  int64_t last_iteration_ = 0;
+  int64_t iterations_since_write_ = 0;
   int64_t scalars_ = 0;
   double seconds_ = 0;
 };

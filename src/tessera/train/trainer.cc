@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cmath>
@@ -24,19 +25,23 @@
 namespace tessera::train {
 namespace {
 
-// --exit-signal-handler: SIGTERM only raises this flag (the one thing a handler may safely do);
-// the training loop reads it after each iteration.
-volatile std::sig_atomic_t g_sigterm = 0;
-void on_sigterm(int) { g_sigterm = 1; }
+// --exit-signal-handler: SIGTERM only raises this flag (the one thing a handler may safely do;
+// a lock-free atomic, since any of the process's threads may take the signal); the training
+// loop reads it after each iteration. Installed when the trainer is built (so a SIGTERM while
+// it loads a checkpoint stops the run after its first iteration) and removed when the loop
+// ends (a SIGTERM during the final save or export then ends the process, as without the flag).
+std::atomic<int> g_sigterm{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+void on_sigterm(int) { g_sigterm.store(1, std::memory_order_relaxed); }
 
-void install_sigterm_handler() {
+void set_sigterm_handler(bool on) {
   struct sigaction sa {};
-  sa.sa_handler = on_sigterm;
+  sa.sa_handler = on ? on_sigterm : SIG_DFL;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;  // MPI's and the file system's calls resume, not fail with EINTR
   sigaction(SIGTERM, &sa, nullptr);
 }
-bool sigterm_received() { return g_sigterm != 0; }
+bool sigterm_received() { return g_sigterm.load(std::memory_order_relaxed) != 0; }
 
 }  // namespace
 
@@ -75,6 +80,7 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
                    groups.world ? groups.world->size() : 1),
       stragglers_(groups.world.get()) {
   TESSERA_CHECK(dp_size_ % cp_size_ == 0 && data_size_ > 0);
+  if (args_.exit_signal_handler) set_sigterm_handler(true);
   train_iters_ =
       args_.train_iters > 0 ? args_.train_iters : args_.train_samples / args_.global_batch_size;
   // Construction, step by step; each step takes what the earlier ones made.
@@ -329,7 +335,7 @@ void Trainer::start_prefetcher() {
 
 int64_t Trainer::train() {
   const auto& a = args_;
-  if (a.exit_signal_handler) install_sigterm_handler();
+
   const auto run_start = Clock::now();
   const double flops_per_iter = model_flops(a.model, model_->padded_vocab(), a.global_batch_size);
   const int64_t tokens_per_iter = a.global_batch_size * a.model.seq_length;
@@ -420,13 +426,19 @@ int64_t Trainer::train() {
     }
   }
   prefetcher_.reset();
+  if (a.exit_signal_handler) set_sigterm_handler(false);
   const double train_seconds = seconds_since(run_start);
   finish_run(iteration);
-  if (tensorboard_.enabled())  // on the writing rank (the last; stdout is rank 0's)
-    std::printf("> tensorboard: %lld scalars, %.3f ms of the training loop's %.1f s (%.4f%%) "
-                "spent logging them\n",
-                static_cast<long long>(tensorboard_.scalars()), tensorboard_.seconds() * 1e3,
-                train_seconds, 100.0 * tensorboard_.seconds() / std::max(train_seconds, 1e-9));
+  if (!a.tensorboard_dir.empty()) {
+    // The writing rank's figures, brought to rank 0 (whose stdout is the job's); every rank
+    // takes part (the flag is the same everywhere), the others adding zeros.
+    const std::vector<double> tb = distributed::sum_over(
+        world_.get(), {static_cast<double>(tensorboard_.scalars()), tensorboard_.seconds(),
+                       tensorboard_.enabled() ? train_seconds : 0.0});
+    std::printf("> tensorboard: %.0f scalars, %.3f ms of the writing rank's training loop "
+                "(%.1f s, %.4f%%) spent logging them\n",
+                tb[0], tb[1] * 1e3, tb[2], 100.0 * tb[1] / std::max(tb[2], 1e-9));
+  }
   return std::min(iteration, train_iters_);
 }
 
