@@ -83,6 +83,8 @@ GPTModel::Layout GPTModel::declare(ParameterSet& params, const ModelConfig& cfg,
                                   part.ep_rank, part.experts_whole);
         close_unit(begin, out.layer_units.back());
         out.expert_ranges.push_back(out.units.back());
+        out.expert_units.resize(out.units.size(), false);
+        out.expert_units.back() = true;
       }
     }
   }
@@ -107,6 +109,7 @@ GPTModel::Layout GPTModel::declare(ParameterSet& params, const ModelConfig& cfg,
       out.head_units.push_back(out.embed_units.front());  // the output layer reads the embedding
     }
   }
+  out.expert_units.resize(out.units.size(), false);
   return out;
 }
 
@@ -147,11 +150,7 @@ GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
   layout_ = declare(params_, cfg_, part_, padded_vocab_, flat_multiple);
   partly_resident_ = static_cast<bool>(resident);
   if (resident) {
-    std::vector<bool> expert;
-    for (const auto& u : layout_.units)
-      expert.push_back(std::find(layout_.expert_ranges.begin(), layout_.expert_ranges.end(), u) !=
-                       layout_.expert_ranges.end());
-    const auto ranges = resident(layout_.units, expert);
+    const auto ranges = resident(layout_.units, layout_.expert_units);
     params_.allocate(compute_dtype, seed, flat_multiple, &ranges);
   } else {
     params_.allocate(compute_dtype, seed, flat_multiple);
@@ -168,8 +167,7 @@ GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
   layers_.reserve(layout_.layer_offsets.size());
   for (const auto& [first, end] : part_.chunks)
     for (int l = first; l < end; ++l)
-      layers_.emplace_back(params_, cfg_, l, &tp_, expert_group_.get(), &cp_,
-                           part_.experts_whole && tp_.size() > 1);
+      layers_.emplace_back(params_, cfg_, l, &tp_, expert_group_.get(), &cp_, part_.experts_whole);
   layer_forwards_.assign(layers_.size(), 0);
   if (part_.head) {
     final_norm_ = std::make_unique<Norm>(params_, n.final_norm, cfg_);

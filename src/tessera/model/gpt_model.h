@@ -127,6 +127,8 @@ class GPTModel {
   const std::vector<std::pair<int64_t, int64_t>>& expert_ranges() const {
     return layout_.expert_ranges;
   }
+  // One flag per unit (units()): whether it is one of those experts' units.
+  const std::vector<bool>& expert_units() const { return layout_.expert_units; }
   // Flat offset of local layer l's first parameter, and of the head's first unit: from there on
   // the gradients are final once that part's backward is done.
   int64_t layer_offset(int l) const { return layout_.layer_offsets[l]; }
@@ -182,6 +184,7 @@ class GPTModel {
     int64_t head_offset = 0;             // flat offset of the head's first unit
     std::pair<int64_t, int64_t> tied_range{0, 0};            // tied_embedding_range()
     std::vector<std::pair<int64_t, int64_t>> expert_ranges;  // expert_ranges()
+    std::vector<bool> expert_units;                          // expert_units()
   };
   // Declares the parameters of `part` into `params` and says where they went. An empty chunk
   // list means the whole model: `part` is completed to one chunk of every layer.

@@ -50,8 +50,8 @@ Tensor sequence_slice(const Tensor& full, const StepContext& ctx, bool sp) {
   return out;
 }
 
-// v summed element-wise over `group` (every member gets the sum).
-void sum_over(comm::ProcessGroup& group, std::vector<float>& v) {
+// v summed element-wise over `group` in place (every member gets the sum; fp32, in MPI's order).
+void all_reduce_sum(comm::ProcessGroup& group, std::vector<float>& v) {
   Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kF32, MemoryCategory::kComm);
   std::copy(v.begin(), v.end(), t.data<float>());
   group.all_reduce(t, comm::ReduceOp::kSum).wait();
@@ -288,8 +288,8 @@ Tensor MoeLayer::backward(const Tensor& dy_local, const Saved& s, const StepCont
     // Each TP rank has its share's tokens' logit gradients (and input gradients), zero
     // elsewhere: the sums are the whole micro-batch's, exactly, on every TP rank. Under SP the
     // input gradients of the other ranks' tokens are not needed here.
-    sum_over(*tp_->group(), dlogits);
-    if (!tp_->sequence_parallel()) sum_over(*tp_->group(), dx32);
+    all_reduce_sum(*tp_->group(), dlogits);
+    if (!tp_->sequence_parallel()) all_reduce_sum(*tp_->group(), dx32);
   }
   balancing_losses(s, ctx.B, ctx.moe_aux_loss_scale, dlogits.data());  // their own scale
   // dW_r += dlogits^T x;  dx += dlogits W_r (both in fp32).

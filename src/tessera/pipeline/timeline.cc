@@ -42,7 +42,6 @@ double Timeline::now() const {
 
 void Timeline::add(Phase phase, int microbatch, int chunk, double start, double end) {
   totals_[static_cast<int>(phase)] += end - start;
-  lifetime_[static_cast<int>(phase)] += end - start;
   if (recording_) events_.push_back({phase, microbatch, chunk, start, end});
 }
 

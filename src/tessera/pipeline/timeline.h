@@ -29,15 +29,12 @@ class Timeline {
   // agree to within the barrier's exit skew (and steady_clock is system-wide on one machine).
   void start();
   bool recording() const { return recording_; }
-  // Phase totals (seconds per phase, summed until reset) are kept whenever this is on, with or
-  // without recording events: the cheap timers behind the log's wall-clock breakdown.
+  // Phase totals (seconds per phase since the timeline was made) are kept whenever this is on,
+  // with or without recording events: the cheap timers behind the log's wall-clock breakdown,
+  // the straggler report and TensorBoard's timers (each reads them through a PhaseWindow).
   void keep_totals(bool on) { totals_on_ = on; }
   bool timing() const { return recording_ || totals_on_; }
   double total(Phase p) const { return totals_[static_cast<int>(p)]; }
-  void reset_totals() { totals_.fill(0.0); }
-  // The same totals since the timeline was made, never reset: a second reader (the TensorBoard
-  // log) takes differences of these without disturbing the log line's.
-  double lifetime_total(Phase p) const { return lifetime_[static_cast<int>(p)]; }
   double now() const;
   void add(Phase phase, int microbatch, int chunk, double start, double end);
   void stop() { recording_ = false; }
@@ -52,9 +49,28 @@ class Timeline {
 
  private:
   bool recording_ = false, totals_on_ = false;
-  std::array<double, static_cast<int>(Phase::kCount)> totals_{}, lifetime_{};
+  std::array<double, static_cast<int>(Phase::kCount)> totals_{};
   std::chrono::steady_clock::time_point origin_ = std::chrono::steady_clock::now();
   std::vector<Event> events_;
+};
+
+// The seconds per phase a timeline added since the previous take(): one reader's window over the
+// never-reset totals, so readers reporting at different intervals do not disturb each other.
+class PhaseWindow {
+ public:
+  static constexpr int kPhases = static_cast<int>(Timeline::Phase::kCount);
+  std::array<double, kPhases> take(const Timeline& t) {
+    std::array<double, kPhases> since{};
+    for (int p = 0; p < kPhases; ++p) {
+      const double total = t.total(static_cast<Timeline::Phase>(p));
+      since[p] = total - last_[p];
+      last_[p] = total;
+    }
+    return since;
+  }
+
+ private:
+  std::array<double, kPhases> last_{};
 };
 
 // Times a scope into a timeline (when it records).

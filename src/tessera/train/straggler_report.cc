@@ -14,11 +14,7 @@ StragglerReport::Result StragglerReport::report(const pipeline::Timeline& timeli
   const double n = static_cast<double>(std::max<int64_t>(iterations_, 1));
   // This rank's milliseconds per iteration: [iteration, phase 0 .. kPhases - 1].
   std::vector<double> mine = {iteration_seconds_ * 1e3 / n};
-  for (int p = 0; p < kPhases; ++p) {
-    const double total = timeline.lifetime_total(static_cast<Phase>(p));
-    mine.push_back((total - last_[p]) * 1e3 / n);
-    last_[p] = total;
-  }
+  for (double seconds : window_.take(timeline)) mine.push_back(seconds * 1e3 / n);
   mine.push_back((collective_seconds - last_collective_) * 1e3 / n);
   last_collective_ = collective_seconds;
   iteration_seconds_ = 0;

@@ -12,7 +12,6 @@
 // a TP partner's all-reduce).
 #pragma once
 
-#include <array>
 #include <string>
 
 #include "tessera/comm/process_group.h"
@@ -22,7 +21,7 @@ namespace tessera::train {
 
 class StragglerReport {
  public:
-  static constexpr int kPhases = static_cast<int>(pipeline::Timeline::Phase::kCount);
+  static constexpr int kPhases = pipeline::PhaseWindow::kPhases;
 
   // One line per report: " straggler (ms per iteration over N ranks) | iteration min A (rank r)
   // max B (rank q) | forward ... | ... | slowest: rank q, compute C ms, +P% over the fastest".
@@ -39,7 +38,7 @@ class StragglerReport {
     ++iterations_;
   }
   // Collective over the world: the report for the iterations since the previous one (from the
-  // timeline's lifetime totals, which this reads but never resets, and `collective_seconds`,
+  // timeline's phase totals, through a window of its own, and `collective_seconds`,
   // this rank's cumulative time inside the collectives within forward and backward). The same
   // on every rank.
   Result report(const pipeline::Timeline& timeline, double collective_seconds);
@@ -48,7 +47,7 @@ class StragglerReport {
   comm::ProcessGroup* world_;
   double iteration_seconds_ = 0;
   int64_t iterations_ = 0;
-  std::array<double, kPhases> last_{};  // lifetime totals at the previous report
+  pipeline::PhaseWindow window_;
   double last_collective_ = 0;
 };
 

@@ -79,12 +79,10 @@ void TensorBoardLog::iteration(const IterationMetrics& m, const pipeline::Timeli
   if (args_.log_timers_to_tensorboard) {
     scalar("iteration-time", m.iter_time_s, it, samples, false);
     const double iters = static_cast<double>(std::max<int64_t>(iterations_since_write_, 1));
-    for (int p = 0; p < static_cast<int>(last_phase_.size()); ++p) {
-      const auto phase = static_cast<pipeline::Timeline::Phase>(p);
-      const double total = timeline.lifetime_total(phase);
-      scalar(timer_tag(phase), (total - last_phase_[p]) / iters, it, samples, false);
-      last_phase_[p] = total;
-    }
+    const auto seconds = phases_.take(timeline);
+    for (int p = 0; p < pipeline::PhaseWindow::kPhases; ++p)
+      scalar(timer_tag(static_cast<pipeline::Timeline::Phase>(p)), seconds[p] / iters, it, samples,
+             false);
   }
   iterations_since_write_ = 0;
   if (args_.log_memory_to_tensorboard) {

@@ -20,7 +20,6 @@
 // --log-validation-ppl-to-tensorboard lm loss validation ppl (+ vs samples).
 #pragma once
 
-#include <array>
 #include <memory>
 
 #include "tessera/pipeline/timeline.h"
@@ -53,9 +52,9 @@ class TensorBoardLog {
   const TrainArgs& args_;
   int world_size_;
   std::unique_ptr<tensorboard::EventFileWriter> file_;
-  // Phase totals at the previous write, and the iterations since (a resumed run's timeline
+  // The phase times since the previous write, and the iterations since (a resumed run's timeline
   // starts empty at its first iteration, so they are counted, not taken from iteration numbers).
-  std::array<double, static_cast<int>(pipeline::Timeline::Phase::kCount)> last_phase_{};
+  pipeline::PhaseWindow phases_;
   int64_t iterations_since_write_ = 0;
   int64_t scalars_ = 0;
   double seconds_ = 0;

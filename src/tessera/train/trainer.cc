@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -335,7 +334,6 @@ void Trainer::start_prefetcher() {
 
 int64_t Trainer::train() {
   const auto& a = args_;
-
   const auto run_start = Clock::now();
   const double flops_per_iter = model_flops(a.model, model_->padded_vocab(), a.global_batch_size);
   const int64_t tokens_per_iter = a.global_batch_size * a.model.seq_length;
@@ -464,8 +462,10 @@ void Trainer::print_breakdown(int64_t iterations) {
   using Phase = pipeline::Timeline::Phase;
   const Phase phases[] = {Phase::kForward, Phase::kBackward, Phase::kRecv,
                           Phase::kSend,    Phase::kGradSync, Phase::kOptimizer};
+  const auto seconds = breakdown_window_.take(timeline_);
   std::vector<double> ms;
-  for (Phase p : phases) ms.push_back(timeline_.total(p) * 1e3 / static_cast<double>(iterations));
+  for (Phase p : phases)
+    ms.push_back(seconds[static_cast<int>(p)] * 1e3 / static_cast<double>(iterations));
   std::string line = " time (ms) per iteration on rank 0 |";
   for (size_t i = 0; i < ms.size(); ++i) {
     char buf[64];
@@ -486,7 +486,6 @@ void Trainer::print_breakdown(int64_t iterations) {
     }
     std::printf("%s\n", line.c_str());
   }
-  timeline_.reset_totals();
 }
 
 }  // namespace tessera::train

@@ -187,6 +187,7 @@ class Trainer {
   std::vector<int> chunk_layers_;  // layers per model chunk (pipeline/partition.h)
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
   pipeline::Timeline timeline_;
+  pipeline::PhaseWindow breakdown_window_;  // print_breakdown()'s
   // Owns the optimizer, the learning-rate schedule and the loss scaler; uses the gradient
   // reducers and ZeRO 3's parameters above (declared after them, so destroyed first).
   std::unique_ptr<distributed::DistributedOptimizer> optimizer_;

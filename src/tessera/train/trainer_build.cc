@@ -167,12 +167,8 @@ void Trainer::build_gradient_sharding(const distributed::ShardingPlan& sharding)
   if (sharding.shards_parameters()) {
     // Experts' units are sharded over the expert-DP group (as their gradients and optimizer
     // state), the others over DP.
-    std::vector<bool> expert;
-    for (const auto& u : model_->units())
-      expert.push_back(std::find(model_->expert_ranges().begin(), model_->expert_ranges().end(),
-                                 u) != model_->expert_ranges().end());
     zero3_ = std::make_unique<distributed::Zero3Params>(model_->params(), dp_, units, sharding,
-                                                        edp_, expert);
+                                                        edp_, model_->expert_units());
     runner_->set_param_access(zero3_.get());
   }
 }
@@ -248,9 +244,7 @@ void Trainer::print_expert_memory(const distributed::ShardingPlan& sharding) con
   if (zero3_) {
     int64_t kept = 0;
     for (size_t u = 0; u < model_->units().size(); ++u)
-      if (std::find(model_->expert_ranges().begin(), model_->expert_ranges().end(),
-                    model_->units()[u]) != model_->expert_ranges().end())
-        kept += zero3_->kept_elems(static_cast<int>(u));
+      if (model_->expert_units()[u]) kept += zero3_->kept_elems(static_cast<int>(u));
     const double formula = params_formula / edp_size_;
     char line[160];
     std::snprintf(line, sizeof line,
