@@ -54,6 +54,9 @@ for m in metrics:
     if opt_in:
         put("world-size", it, 2)
         put("world-size vs samples", samples, 2)
+        for tag, key in [("params-norm", "params_norm"), ("num-zeros", "num_zeros")]:
+            put(tag, it, m[key])
+            put(tag + " vs samples", samples, m[key])
         for layer in m["moe_layers"]:
             put(f"moe/load_balancing_loss_layer_{layer['layer']}", it, layer["aux_loss"])
 # Values only the writing rank knows (its times, memory, throughput; the metrics file is rank
@@ -86,7 +89,7 @@ PY
 run 2 "${FLAGS[@]}" --tensor-model-parallel-size 2 --tensorboard-dir "$TMP/tb1" \
   --metrics-file "$TMP/m1.jsonl" --log-validation-ppl-to-tensorboard --log-timers-to-tensorboard \
   --log-memory-to-tensorboard --log-throughput --log-world-size-to-tensorboard \
-  --moe-per-layer-logging
+  --log-params-norm --log-num-zeros-in-grad --moe-per-layer-logging
 check "every flag: exit 0" [ $? -eq 0 ]
 check "every flag: the reader gets every tag and value" check_run "$TMP/tb1" "$TMP/m1.jsonl" 1 1
 

@@ -40,6 +40,38 @@ void DistributedOptimizer::set_experts(std::vector<FlatRange> ranges,
   if (params_.numel() > at) dense_ranges_.push_back({at, params_.numel()});
 }
 
+namespace {
+
+// Elements of x (n) that are exactly zero (either sign).
+double count_zeros(const float* x, int64_t n) {
+  int64_t zeros = 0;
+#pragma omp parallel for reduction(+ : zeros) schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) zeros += x[i] == 0.0f ? 1 : 0;
+  return static_cast<double>(zeros);
+}
+
+}  // namespace
+
+double DistributedOptimizer::sum_counted(
+    const std::function<double(const std::vector<FlatRange>*)>& local) const {
+  // Every element is counted by one rank of the model-parallel group (tensor x pipeline; a tied
+  // embedding's copy not at all), and, sharded, by one data-parallel rank.
+  if (optimizer_->sharded()) return sum_over(world_.get(), {local(&dp_grads_.owned())})[0];
+  if (expert_ranges_.empty()) return sum_over(model_group_.get(), {local(nullptr)})[0];
+  // Replicated, with expert parallelism: each rank's experts are its own.
+  const double dense = local(&dense_ranges_);
+  const double stage_experts = sum_over(expert_model_.get(), {local(&expert_ranges_)})[0];
+  return sum_over(model_group_.get(), {dense + (adds_stage_experts_ ? stage_experts : 0.0)})[0];
+}
+
+double DistributedOptimizer::params_norm() const {
+  return std::sqrt(sum_counted([&](const std::vector<FlatRange>* only) {
+    optim::Optimizer::Ranges ranges;
+    for (const FlatRange& r : tp_grads_.counted_ranges(only)) ranges.emplace_back(r.begin, r.end);
+    return optimizer_->master_sum_squares(ranges);
+  }));
+}
+
 StepResult DistributedOptimizer::step(int64_t iteration, double loss_sum, double tokens,
                                       double global_tokens) {
   StepResult out;
@@ -51,18 +83,15 @@ StepResult DistributedOptimizer::step(int64_t iteration, double loss_sum, double
   tp_grads_.finalize(owned);
   Tensor& grads = params_.flat_grads();
   if (iteration == policy_.inject_overflow_at) grads.data<float>()[0] = INFINITY;
-  // Every element is counted by one rank of the model-parallel group (tensor x pipeline; a tied
-  // embedding's copy not at all), and, sharded, by one data-parallel rank.
-  double sum_sq = 0;
-  if (sharded || expert_ranges_.empty()) {
-    sum_sq = sum_over(sharded ? world_.get() : model_group_.get(),
-                      {tp_grads_.local_sum_squares(owned)})[0];
-  } else {  // replicated, with expert parallelism: each rank's experts are its own
-    const double dense = tp_grads_.local_sum_squares(&dense_ranges_);
-    const double stage_experts =
-        sum_over(expert_model_.get(), {tp_grads_.local_sum_squares(&expert_ranges_)})[0];
-    sum_sq = sum_over(model_group_.get(), {dense + (adds_stage_experts_ ? stage_experts : 0.0)})[0];
-  }
+  const double sum_sq = sum_counted(
+      [&](const std::vector<FlatRange>* only) { return tp_grads_.local_sum_squares(only); });
+  if (policy_.count_zeros_in_grad)
+    out.num_zeros = sum_counted([&](const std::vector<FlatRange>* only) {
+      double zeros = 0;
+      for (const FlatRange& r : tp_grads_.counted_ranges(only))
+        zeros += count_zeros(grads.data<float>() + r.begin, r.size());
+      return zeros;
+    });
   const bool finite = std::isfinite(sum_sq) && std::isfinite(loss_sum);
   // The gradients are of loss_sum / global_tokens. With a loss mask (--eod-mask-loss) fewer
   // tokens count: rescale to the mean over the counted tokens of the global batch (Megatron's

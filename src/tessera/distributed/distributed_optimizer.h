@@ -16,7 +16,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "tessera/comm/process_group.h"
 #include "tessera/distributed/data_parallel_grads.h"
@@ -34,6 +36,7 @@ struct StepPolicy {
   bool fp16 = false;                 // non-finite gradients skip the step (loss-scaler back-off)
   bool skip_nan_iterations = false;  // bf16/fp32: skip a non-finite step instead of stopping
   int64_t inject_overflow_at = -1;   // test hook: an Inf planted in the gradients at that step
+  bool count_zeros_in_grad = false;  // StepResult::num_zeros (Megatron's --log-num-zeros-in-grad)
 };
 
 // What one step did.
@@ -41,6 +44,9 @@ struct StepResult {
   double grad_norm = 0;  // of the global mean-loss gradient (unscaled, before clipping)
   bool skipped = false;  // no update (overflow with fp16, or a NaN step skipped)
   bool nan = false;      // the gradients or the loss were not finite (bf16/fp32)
+  // With StepPolicy::count_zeros_in_grad: the global gradient's elements that are exactly zero,
+  // each counted once whatever the layout (as its norm); else -1.
+  double num_zeros = -1;
 };
 
 class DistributedOptimizer {
@@ -73,6 +79,10 @@ class DistributedOptimizer {
   // over the world. `iteration` names the step in errors and the test hook.
   StepResult step(int64_t iteration, double loss_sum, double tokens, double global_tokens);
 
+  // The L2 norm of the global fp32 master weights (Megatron's --log-params-norm): every element
+  // counted once, as the gradient norm's. Collective over the world.
+  double params_norm() const;
+
   // After master weights were loaded (checkpoint): recompute the model's values from them and
   // make every rank's parameters whole, as after a step. Collective.
   void refresh_values();
@@ -84,6 +94,12 @@ class DistributedOptimizer {
   void set_scaler_state(const optim::LossScalerState& state);
 
  private:
+  // Sums local(only) over the ranks so that every global element is counted once: `only` is the
+  // rank's ZeRO shard when the optimizer is sharded (summed over the world), else null (summed
+  // over the model group), and with unsharded experts the dense and expert ranges are summed
+  // apart (set_experts()). Collective over the world.
+  double sum_counted(const std::function<double(const std::vector<FlatRange>*)>& local) const;
+
   model::ParameterSet& params_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRSchedule> schedule_;

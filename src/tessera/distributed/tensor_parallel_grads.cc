@@ -108,6 +108,11 @@ double TensorParallelGrads::local_sum_squares(const std::vector<FlatRange>* only
   return sum;
 }
 
+std::vector<FlatRange> TensorParallelGrads::counted_ranges(
+    const std::vector<FlatRange>* only) const {
+  return intersect(norm_ranges_, only);
+}
+
 double TensorParallelGrads::sum_squares() const {
   return sum_over(tp_.group().get(), {local_sum_squares()})[0];
 }

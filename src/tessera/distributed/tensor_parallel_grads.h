@@ -36,6 +36,10 @@ class TensorParallelGrads {
   // This rank's part of the squared global gradient norm: the elements it counts (every global
   // element is counted by exactly one TP rank), restricted to `only` when given. Local.
   double local_sum_squares(const std::vector<FlatRange>* only = nullptr) const;
+  // The flat ranges this rank counts (every global element by exactly one TP rank), restricted
+  // to `only` when given: where it sums anything else taken once per global element (the
+  // parameter norm, the gradient's zeros).
+  std::vector<FlatRange> counted_ranges(const std::vector<FlatRange>* only = nullptr) const;
   // The squared norm of the global gradient (after finalize()), summed over TP; identical on
   // every TP rank. Collective.
   double sum_squares() const;

@@ -63,13 +63,34 @@ Tensor Optimizer::owned_master() const {
   return out;
 }
 
+const float* Optimizer::master_at(int64_t flat, int64_t packed) const {
+  // With fp32 compute the master is the model's buffer itself.
+  return separate_master_ ? master_.data<float>() + packed
+                          : params_.flat_values().data<float>() + flat;
+}
+
+float* Optimizer::master_at(int64_t flat, int64_t packed) {
+  return const_cast<float*>(std::as_const(*this).master_at(flat, packed));
+}
+
+double Optimizer::master_sum_squares(const Ranges& within) const {
+  double sum = 0;
+  size_t w = 0;
+  for_each_owned_run([&](const model::Parameter&, int64_t b, int64_t e, int64_t packed) {
+    const float* master = master_at(b, packed);
+    while (w < within.size() && within[w].second <= b) ++w;
+    for (size_t k = w; k < within.size() && within[k].first < e; ++k) {
+      const int64_t lo = std::max(b, within[k].first), hi = std::min(e, within[k].second);
+      if (lo < hi) sum += kernels::sum_squares(master + (lo - b), hi - lo);
+    }
+  });
+  return sum;
+}
+
 std::vector<Optimizer::StateRun> Optimizer::state_runs() {
   std::vector<StateRun> out;
   for_each_owned_run([&](const model::Parameter& p, int64_t b, int64_t e, int64_t packed) {
-    StateRun run{&p, b, e,
-                 separate_master_ ? master_.data<float>() + packed
-                                  : params_.flat_values().data<float>() + b,
-                 {exp_avg_.data<float>() + packed}};
+    StateRun run{&p, b, e, master_at(b, packed), {exp_avg_.data<float>() + packed}};
     if (exp_avg_sq_.defined()) run.state.push_back(exp_avg_sq_.data<float>() + packed);
     out.push_back(std::move(run));
   });
@@ -104,8 +125,7 @@ void Optimizer::step(double lr, float grad_scale) {
       using T = decltype(tag);
       // With fp32 compute the master is the model's buffer: nothing to copy back.
       T* out = separate_master_ ? params_.flat_values().data<T>() + b : nullptr;
-      float* master = separate_master_ ? master_.data<float>() + packed
-                                       : params_.flat_values().data<float>() + b;
+      float* master = master_at(b, packed);
       if (options_.kind == "sgd") {
         kernels::sgd_step(master, m + packed, out, grads + b, n, static_cast<float>(lr),
                           static_cast<float>(options_.momentum), wd, steps_, grad_scale);

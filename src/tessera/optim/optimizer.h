@@ -44,6 +44,9 @@ class Optimizer {
   // The fp32 master values of the owned elements, packed in range order (a copy).
   Tensor owned_master() const;
   bool sharded() const { return sharded_; }
+  // The sum of squares (in double) of the fp32 master values of the owned elements inside
+  // `within` (flat ranges, increasing and disjoint): this rank's part of the parameter norm.
+  double master_sum_squares(const Ranges& within) const;
 
   // Checkpointing. One owned run of one parameter: flat-buffer elements [begin, end) and where
   // their fp32 state lives, indexed like the run (master[0] is element `begin`): the master
@@ -69,6 +72,9 @@ class Optimizer {
   // Calls fn(param, flat_begin, flat_end, packed_index) for every owned run of every parameter.
   template <typename Fn>
   void for_each_owned_run(Fn&& fn) const;
+  // The master value of flat element `flat`, whose packed index among the owned ones is `packed`.
+  const float* master_at(int64_t flat, int64_t packed) const;
+  float* master_at(int64_t flat, int64_t packed);
 
   model::ParameterSet& params_;
   OptimizerOptions options_;

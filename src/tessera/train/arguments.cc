@@ -326,6 +326,12 @@ void add_logging_flags(FlagTable& t) {
          "also 'throughput' (TFLOP/s per rank) and 'tokens-per-second'");
   t.flag("--log-world-size-to-tensorboard", &TrainArgs::log_world_size_to_tensorboard,
          "also 'world-size'");
+  t.flag("--log-params-norm", &TrainArgs::log_params_norm,
+         "the L2 norm of the fp32 master weights after each step: 'params norm' in the log line, "
+         "'params-norm' in TensorBoard, params_norm in the metrics file");
+  t.flag("--log-num-zeros-in-grad", &TrainArgs::log_num_zeros_in_grad,
+         "the global gradient's elements that are exactly zero: 'num zeros' in the log line, "
+         "'num-zeros' in TensorBoard, num_zeros in the metrics file");
   t.flag("--log-straggler", &TrainArgs::log_straggler,
          "after each log line: every timer's minimum and maximum over the ranks with their ranks, "
          "and the rank with the most compute time (forward + backward + optimizer)");

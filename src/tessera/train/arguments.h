@@ -127,6 +127,8 @@ struct TrainArgs {
   bool log_memory_to_tensorboard = false;
   bool log_throughput = false;
   bool log_world_size_to_tensorboard = false;
+  bool log_params_norm = false;        // --log-params-norm: the master weights' L2 norm
+  bool log_num_zeros_in_grad = false;  // --log-num-zeros-in-grad: the gradient's exact zeros
   bool log_straggler = false;  // --log-straggler: per-rank min/max of the times, slowest named
   std::string export_weights;          // --export-weights F.safetensors
   int num_threads = 0;                 // --num-threads (0: cores / local ranks)

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "tessera/core/error.h"
 
@@ -23,6 +24,8 @@ void MetricsWriter::write(const IterationMetrics& m) {
   j["lm_loss"] = m.lm_loss;
   j["lr"] = m.lr;
   j["grad_norm"] = m.grad_norm;
+  if (m.num_zeros) j["num_zeros"] = *m.num_zeros;
+  if (m.params_norm) j["params_norm"] = *m.params_norm;
   j["loss_scale"] = m.loss_scale;
   j["skipped"] = m.skipped;
   j["iter_time_s"] = m.iter_time_s;
@@ -51,20 +54,28 @@ void MetricsWriter::write(const IterationMetrics& m) {
 }
 
 std::string format_log_line(const IterationMetrics& m, bool moe_per_layer) {
-  char buf[640];
-  std::snprintf(buf, sizeof buf,
+  char head[400], norms[96] = "", tail[320];
+  std::snprintf(head, sizeof head,
                 " iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration "
                 "(ms): %.1f | learning rate: %.6E | global batch size: %5lld | lm loss: %.6E | "
-                "loss scale: %.1f | grad norm: %.3f | number of skipped iterations: %3lld | "
-                "number of nan iterations: %3lld | tokens/s: %.0f | TFLOP/s/rank: %.3f | "
-                "peak mem (MiB): %.1f | data wait (ms): %.1f |",
+                "loss scale: %.1f | grad norm: %.3f |",
                 static_cast<long long>(m.iteration), static_cast<long long>(m.train_iters),
                 static_cast<long long>(m.consumed_samples), m.iter_time_s * 1e3, m.lr,
-                static_cast<long long>(m.global_batch_size), m.lm_loss, m.loss_scale, m.grad_norm,
+                static_cast<long long>(m.global_batch_size), m.lm_loss, m.loss_scale, m.grad_norm);
+  // Megatron's order: grad norm, num zeros, params norm, then the skipped iterations.
+  if (m.num_zeros) std::snprintf(norms, sizeof norms, " num zeros: %.1f |", *m.num_zeros);
+  if (m.params_norm) {
+    const size_t used = std::strlen(norms);
+    std::snprintf(norms + used, sizeof norms - used, " params norm: %.3f |", *m.params_norm);
+  }
+  std::snprintf(tail, sizeof tail,
+                " number of skipped iterations: %3lld | number of nan iterations: %3lld | "
+                "tokens/s: %.0f | TFLOP/s/rank: %.3f | peak mem (MiB): %.1f | data wait (ms): "
+                "%.1f |",
                 static_cast<long long>(m.skipped_in_window), static_cast<long long>(m.nan_in_window),
                 m.tokens_per_s, m.tflops_per_rank, m.peak_mem_bytes / 1048576.0,
                 m.data_wait_s * 1e3);
-  return buf + format_moe_report(m.moe, moe_per_layer);
+  return std::string(head) + norms + tail + format_moe_report(m.moe, moe_per_layer);
 }
 
 }  // namespace tessera::train

@@ -18,6 +18,8 @@ struct IterationMetrics {
   double lm_loss = 0;          // mean over the global batch's counted tokens, before the update
   double lr = 0;
   double grad_norm = 0;        // global L2 norm before clipping (unscaled)
+  std::optional<double> num_zeros;    // --log-num-zeros-in-grad
+  std::optional<double> params_norm;  // --log-params-norm: after the step
   double loss_scale = 1;
   bool skipped = false;        // update skipped (overflow or NaN with --skip-nan-iterations)
   int64_t skipped_in_window = 0;  // log line: skipped iterations since the previous log line

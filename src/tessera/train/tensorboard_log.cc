@@ -76,6 +76,8 @@ void TensorBoardLog::iteration(const IterationMetrics& m, const pipeline::Timeli
   scalar("loss-scale", m.loss_scale, it, samples, true);
   if (args_.log_world_size_to_tensorboard) scalar("world-size", world_size_, it, samples, true);
   scalar("grad-norm", m.grad_norm, it, samples, true);
+  if (m.num_zeros) scalar("num-zeros", *m.num_zeros, it, samples, true);
+  if (m.params_norm) scalar("params-norm", *m.params_norm, it, samples, true);
   if (args_.log_timers_to_tensorboard) {
     scalar("iteration-time", m.iter_time_s, it, samples, false);
     const double iters = static_cast<double>(std::max<int64_t>(iterations_since_write_, 1));

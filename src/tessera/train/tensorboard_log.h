@@ -5,6 +5,7 @@
 // Every --tensorboard-log-interval iterations (step = iteration; each "X vs samples" repeats X
 // with step = consumed samples):
 //   learning-rate, batch-size, lm loss, loss-scale, grad-norm        (each also "vs samples")
+//   num-zeros, params-norm (each + vs samples)   --log-num-zeros-in-grad, --log-params-norm
 //   world-size (+ vs samples)              --log-world-size-to-tensorboard
 //   iteration-time, and per-phase seconds per iteration since the previous write:
 //     forward-time, backward-time, send-time, recv-time, grads-all-reduce-time, optimizer-time

@@ -201,6 +201,9 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
     const distributed::StepResult r =
         optimizer_->step(iteration, out.loss_sum, out.tokens, global_tokens);
     out.grad_norm = r.grad_norm;
+    if (r.num_zeros >= 0) out.num_zeros = r.num_zeros;
+    // After the update, as Megatron's calc_params_l2_norm (a skipped step: the unchanged norm).
+    if (args_.log_params_norm) out.params_norm = optimizer_->params_norm();
     out.skipped = r.skipped;
     out.nan = r.nan;
     // Router statistics of the step; the expert biases move only with an update.
@@ -355,6 +358,8 @@ int64_t Trainer::train() {
     m.lm_loss = step.loss_sum / step.tokens;
     m.lr = optimizer_->schedule().lr_at(std::max<int64_t>(optimizer_->optimizer().steps() - 1, 0));
     m.grad_norm = step.grad_norm;
+    m.num_zeros = step.num_zeros;
+    m.params_norm = step.params_norm;
     m.loss_scale = optimizer_->loss_scale();
     m.skipped = step.skipped;
     m.iter_time_s = dt;

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "tessera/data/indexed_dataset.h"
@@ -93,6 +94,7 @@ class Trainer {
  private:
   struct StepOutcome {
     double loss_sum = 0, tokens = 0, grad_norm = 0;
+    std::optional<double> num_zeros, params_norm;  // --log-num-zeros-in-grad, --log-params-norm
     bool skipped = false, nan = false;
     MoeStepReport moe;
   };

@@ -202,7 +202,8 @@ std::unique_ptr<distributed::DistributedOptimizer> Trainer::build_optimizer(
   auto out = std::make_unique<distributed::DistributedOptimizer>(
       model_->params(), std::move(optimizer), std::move(schedule), std::move(scaler), *tp_grads_,
       *dp_grads_, zero3_.get(), world_, model_group_,
-      distributed::StepPolicy{a.clip_grad, a.fp16, a.skip_nan_iterations, a.inject_overflow_at});
+      distributed::StepPolicy{a.clip_grad, a.fp16, a.skip_nan_iterations, a.inject_overflow_at,
+                              a.log_num_zeros_in_grad});
   if (!model_->expert_ranges().empty()) {
     std::vector<distributed::FlatRange> experts;
     for (const auto& [b, e] : model_->expert_ranges()) experts.push_back({b, e});
