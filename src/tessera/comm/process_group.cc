@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "tessera/comm/counted_mpi.h"
+#include "tessera/comm/flight_recorder.h"
 #include "tessera/comm/runtime.h"
 
 namespace tessera::comm {
@@ -213,6 +214,11 @@ void ProcessGroup::set_timeout(double seconds) {
   Runtime::get().timeout_seconds = seconds;
 }
 double ProcessGroup::timeout() { return Runtime::get().timeout_seconds; }
+void ProcessGroup::set_flight_recorder(const std::string& dir, int64_t entries) {
+  REQUIRE(entries >= 0, "flight recorder size must be >= 0, got " + std::to_string(entries));
+  Runtime& rt = Runtime::get();
+  detail::FlightRecorder::instance().configure(entries, dir, rt.world_rank(), rt.world_size());
+}
 
 CommStats ProcessGroup::stats() const {
   std::lock_guard<std::mutex> lock(impl_->counters->mu);

@@ -138,6 +138,10 @@ struct CommStats {
 // volumes.
 int64_t ring_bytes(OpType op, int n, int64_t full_bytes);
 
+// Entries the flight recorder keeps by default (PyTorch's flight recorder is commonly run with
+// TORCH_NCCL_TRACE_BUFFER_SIZE=2000).
+inline constexpr int64_t kDefaultFlightRecorderEntries = 2000;
+
 class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
  public:
   // The world group (all ranks of MPI_COMM_WORLD, named "world"). The first call initialises
@@ -214,6 +218,13 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // kWatchdogExitCode. TESSERA_DISTRIBUTED_TIMEOUT_SECONDS overrides the default.
   static void set_timeout(double seconds);
   static double timeout();
+  // Flight recorder (off by default): the process keeps its last `entries` operations (group,
+  // op, sequence number, elements, call site, issue/start/end times) and dumps them to
+  // DIR/flight_recorder.rank<R>.json when the watchdog ends the job (every rank it can reach
+  // dumps too) or on a fatal signal; tools/tessera-flight reads the dumps. An empty dir or 0
+  // entries turns it off. TESSERA_FLIGHT_RECORDER_DIR / TESSERA_FLIGHT_RECORDER_SIZE set it too.
+  static void set_flight_recorder(const std::string& dir,
+                                  int64_t entries = kDefaultFlightRecorderEntries);
 
   // Internal: groups are made by world() and new_subgroups(). The group's name, id and members
   // are impl's (one record, shared with the runtime's tasks).

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "tessera/comm/flight_recorder.h"
 #include "tessera/core/clock.h"
 #include "tessera/core/error.h"
 
@@ -22,6 +23,7 @@ namespace {
 // Control-channel messages (fixed size, sent as bytes between identical binaries).
 constexpr int kTagQuery = 101;
 constexpr int kTagReply = 102;
+
 // Progress id of the barrier in shutdown() (not a group's id: those come from splitmix64).
 constexpr uint64_t kShutdownBarrierId = 1;
 struct QueryMsg {
@@ -34,6 +36,7 @@ struct ReplyMsg {
   int32_t busy;     // 1 if its communication thread is inside an operation
   char doing[228];  // what its communication thread is doing right now
 };
+
 
 std::mutex g_instance_mu;
 std::unique_ptr<Runtime> g_instance;
@@ -92,6 +95,17 @@ Runtime::Runtime() {
   MPI_Comm_dup(MPI_COMM_WORLD, &control_comm_);
   if (const char* v = std::getenv("TESSERA_CHECK_COLLECTIVES")) {
     check_collectives = std::string(v) == "1";
+  }
+  if (const char* dir = std::getenv("TESSERA_FLIGHT_RECORDER_DIR")) {
+    int64_t entries = kDefaultFlightRecorderEntries;
+    if (const char* v = std::getenv("TESSERA_FLIGHT_RECORDER_SIZE")) {
+      char* end = nullptr;
+      entries = std::strtoll(v, &end, 10);
+      if (end == v || *end != '\0' || entries < 0)
+        throw Error(std::string("TESSERA_FLIGHT_RECORDER_SIZE='") + v +
+                    "' is not a number of entries (>= 0)");
+    }
+    FlightRecorder::instance().configure(entries, dir, world_rank_, world_size_);
   }
   if (const char* v = std::getenv("TESSERA_DISTRIBUTED_TIMEOUT_SECONDS")) {
     char* end = nullptr;
@@ -157,6 +171,7 @@ bool Runtime::need_wake_locked() {
 Work Runtime::submit(Task task) {
   auto state = std::make_shared<Work::State>();
   task.state = state;
+  task.flight_id = FlightRecorder::instance().issued(task.info);
   bool wake;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
@@ -173,6 +188,7 @@ void finish(Task& task, bool failed, const std::string& error) {
   task.run = nullptr;  // drops the tensor handles the task kept alive
   task.start_nonblocking = nullptr;
   task.on_complete = nullptr;
+  FlightRecorder::instance().ended(task.flight_id, failed);
   auto& st = *task.state;
   {
     std::lock_guard<std::mutex> lock(st.mu);
@@ -187,6 +203,7 @@ void finish(Task& task, bool failed, const std::string& error) {
 
 MPI_Request Runtime::execute(Task& task, bool& failed, std::string& error) {
   if (task.info.seq > 0) task.info.group->progress->started.store(task.info.seq);
+  FlightRecorder::instance().started(task.flight_id);
   {
     std::lock_guard<std::mutex> lock(current_mu_);
     current_running_ = true;
@@ -356,6 +373,16 @@ void Runtime::watchdog_loop() {
   Clock::time_point self_abort_at;
   std::string verdict;
 
+  FlightDumpExchange dumps(control_comm_, world_rank_, world_size_);
+  auto end_with_verdict = [&] {
+    if (FlightRecorder::instance().enabled())
+      verdict += " Flight recorder dumps in " + FlightRecorder::instance().dir() +
+                 " (read them with tessera-flight).";
+    dumps.dump_everywhere(verdict);
+    std::fprintf(stderr, "%s\n", verdict.c_str());
+    end_job(kWatchdogExitCode);
+  };
+
   auto doing_now = [this]() {
     std::lock_guard<std::mutex> lock(current_mu_);
     if (current_running_) {
@@ -370,6 +397,7 @@ void Runtime::watchdog_loop() {
   };
 
   while (!stop_watchdog_.load()) {
+    dumps.serve_requests();
     // Answer other ranks' queries.
     for (;;) {
       int flag = 0;
@@ -523,17 +551,13 @@ void Runtime::watchdog_loop() {
         if (!still_same) {
           verdict_given = false;  // it completed meanwhile: nothing to report
         } else if (printer == world_rank_ && !missing_rank_busy) {
-          std::fprintf(stderr, "%s\n", verdict.c_str());
-          end_job(kWatchdogExitCode);
+          end_with_verdict();
         } else {
           self_abort_at = Clock::now() + std::chrono::seconds(5);
         }
       }
     }
-    if (verdict_given && Clock::now() > self_abort_at) {
-      std::fprintf(stderr, "%s\n", verdict.c_str());
-      end_job(kWatchdogExitCode);
-    }
+    if (verdict_given && Clock::now() > self_abort_at) end_with_verdict();
     const double poll = std::clamp(timeout / 20, 0.001, 0.1);
     std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(poll * 1e6)));
   }

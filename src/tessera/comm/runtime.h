@@ -6,6 +6,9 @@
 //    over a private control communicator (nonblocking point-to-point, tags kTagQuery/kTagReply)
 //    how many collectives of that group they have started, prints one message naming the ranks
 //    that did not arrive and ends the job (end_job). It also answers such queries from other ranks.
+//    With the flight recorder on (flight_recorder.h), before ending the job it dumps this rank's
+//    record and asks every other rank to dump theirs (tags kTagDump/kTagDumpAck), waiting up to
+//    a few seconds for their acknowledgements; it answers such requests from other ranks.
 // Nothing outside comm/ includes this header.
 #pragma once
 
@@ -83,6 +86,7 @@ struct Task {
   // completed; a non-empty result fails the task with that message (checked receives).
   std::function<std::string()> on_complete;
   std::shared_ptr<Work::State> state;
+  uint64_t flight_id = 0;  // its flight-recorder entry (flight_recorder.h), 0: not recorded
 };
 
 class Runtime {

@@ -248,6 +248,13 @@ void add_mesh_flags(FlagTable& t) {
   t.flag("--check-collectives", &TrainArgs::check_collectives,
          "compare every rank's sequence of collectives; report the first mismatch "
          "(also on with TESSERA_CHECK_COLLECTIVES=1)");
+  t.option("--flight-recorder-dir", &TrainArgs::flight_recorder_dir,
+           "keep every rank's last --flight-recorder-size communication operations and dump them "
+           "to this directory when the watchdog ends the job or a rank crashes; read the dumps "
+           "with tessera-flight (also TESSERA_FLIGHT_RECORDER_DIR)");
+  t.option("--flight-recorder-size", &TrainArgs::flight_recorder_size,
+           "operations the flight recorder keeps per rank")
+      ->check(CLI::NonNegativeNumber);
 }
 
 void add_data_parallel_flags(FlagTable& t) {
@@ -355,6 +362,14 @@ void add_deepspeed_and_test_flags(FlagTable& t) {
            "test hook: make this iteration's gradients overflow");
   t.option("--inject-slow-rank", &TrainArgs::inject_slow_rank,
            "test hook: this world rank sleeps --inject-slow-forward-ms in every forward chunk");
+  t.option("--inject-stop-rank", &TrainArgs::inject_stop_rank,
+           "test hook: this world rank stops (sleeps until killed) at the start of "
+           "--inject-fault-iteration, before any of its collectives");
+  t.option("--inject-crash-rank", &TrainArgs::inject_crash_rank,
+           "test hook: this world rank crashes (SIGSEGV) at the start of --inject-fault-iteration");
+  t.option("--inject-fault-iteration", &TrainArgs::inject_fault_iteration,
+           "test hook: see --inject-stop-rank and --inject-crash-rank")
+      ->check(CLI::PositiveNumber);
   t.option("--inject-slow-forward-ms", &TrainArgs::inject_slow_forward_ms,
            "test hook: see --inject-slow-rank")
       ->check(CLI::NonNegativeNumber);

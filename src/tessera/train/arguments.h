@@ -111,6 +111,8 @@ struct TrainArgs {
   int64_t stage3_max_live_parameters = 1'000'000'000;    // elements
   double distributed_timeout_minutes = 10;               // --distributed-timeout-minutes (watchdog)
   bool check_collectives = false;                        // --check-collectives
+  std::string flight_recorder_dir;  // --flight-recorder-dir (empty: TESSERA_FLIGHT_RECORDER_DIR)
+  int64_t flight_recorder_size = 2000;  // --flight-recorder-size
 
   // Run, output.
   uint64_t seed = 1234;        // --seed
@@ -147,6 +149,9 @@ struct TrainArgs {
   int64_t inject_overflow_at = -1;   // --inject-overflow-at-iteration (test hook)
   int inject_slow_rank = -1;         // --inject-slow-rank (test hook: a planted straggler)
   double inject_slow_forward_ms = 0;  // --inject-slow-forward-ms
+  int inject_stop_rank = -1;           // --inject-stop-rank (test hook: a rank that stops)
+  int inject_crash_rank = -1;          // --inject-crash-rank (test hook: a rank that crashes)
+  int64_t inject_fault_iteration = 1;  // --inject-fault-iteration: when they do
 
   // DeepSpeed configuration (train/deepspeed_config.h), applied once DP is known.
   bool deepspeed = false;        // --deepspeed

@@ -34,6 +34,11 @@ std::unique_ptr<comm::ParallelState> setup_distributed(const TrainArgs& args) {
   if (args.given(&TrainArgs::distributed_timeout_minutes))
     comm::ProcessGroup::set_timeout(args.distributed_timeout_minutes * 60.0);
   if (args.check_collectives) comm::ProcessGroup::set_check_collectives(true);
+  const char* recorder_dir = std::getenv("TESSERA_FLIGHT_RECORDER_DIR");
+  if (!args.flight_recorder_dir.empty())
+    comm::ProcessGroup::set_flight_recorder(args.flight_recorder_dir, args.flight_recorder_size);
+  else if (recorder_dir != nullptr && args.given(&TrainArgs::flight_recorder_size))
+    comm::ProcessGroup::set_flight_recorder(recorder_dir, args.flight_recorder_size);
   comm::ParallelConfig cfg;
   cfg.tensor = args.tensor_model_parallel_size;
   cfg.pipeline = args.pipeline_model_parallel_size;

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "tessera/checkpoint/hf_export.h"
 #include "tessera/checkpoint/sharded_checkpoint.h"
@@ -155,6 +156,19 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   const double loss_scale = optimizer_->loss_scale();
   // Gradients of the global mean loss, times the loss scale (1 unless fp16).
   const float grad_scale = static_cast<float>(loss_scale / global_tokens);
+  if (iteration == args_.inject_fault_iteration) {
+    const int rank = world_ ? world_->rank() : 0;
+    if (args_.inject_crash_rank == rank) {
+      std::fprintf(stderr, "test hook: world rank %d crashes at iteration %lld\n", rank,
+                   static_cast<long long>(iteration));
+      raise(SIGSEGV);
+    }
+    if (args_.inject_stop_rank == rank) {
+      std::fprintf(stderr, "test hook: world rank %d stops at iteration %lld\n", rank,
+                   static_cast<long long>(iteration));
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));  // until the job is ended
+    }
+  }
   const int64_t timeline_at =
       args_.timeline_iteration > 0 ? args_.timeline_iteration : train_iters_;
   if (!args_.timeline_file.empty() && iteration == timeline_at) {
