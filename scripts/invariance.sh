@@ -113,3 +113,16 @@ echo "layout: -np $NP $LAYOUT ($DTYPE tolerances)"
 "$BIN/tessera-compare" --reference-metrics "$WORK/reference/metrics.jsonl" \
   --metrics "$METRICS" --reference-weights "$WORK/reference/model.safetensors" \
   --weights "$WORK/layout/model.safetensors" "${TOL[@]}"
+status=$?
+if [ "$status" -eq 1 ] && [ -z "$SAVE_NP" ]; then
+  # Where the layout parted: both runs again with --dump-numerics, and the first record that
+  # differs beyond the dtype's tolerance for one layer's figures (docs/observability.md).
+  echo "invariance.sh: the layout parted from the reference; where (tessera-compare --localize):"
+  # shellcheck disable=SC2086
+  train reference-numerics 1 "$@" $REFERENCE --dump-numerics "$WORK/reference-numerics/dump"
+  # shellcheck disable=SC2086
+  train layout-numerics "$NP" "$@" $LAYOUT --dump-numerics "$WORK/layout-numerics/dump"
+  "$BIN/tessera-compare" --localize "$WORK/layout-numerics/dump" \
+    "$WORK/reference-numerics/dump" --localize-rtol "$([ "$DTYPE" = fp32 ] && echo 1e-3 || echo 2e-2)"
+fi
+exit "$status"

@@ -19,6 +19,13 @@
 // where (relative for the metrics; relative and absolute for the weights, and the mean of the
 // worst tensor), then exits 0 when everything is within tolerance, 1 when not, 2 on bad input
 // (unreadable files, different iteration counts or tensor sets).
+//
+//   tessera-compare --localize A B [--localize-rtol 1e-3]
+//
+// Two --dump-numerics directories: prints the first (iteration, micro-batch, forward or backward,
+// layer, tensor) where the runs differ, exactly for runs of the same layout, else beyond the
+// relative tolerance (numerics/numerics_diff.h), with both runs' figures; exits 1 when they part,
+// 0 when they do not ("no divergence"), 2 on bad input.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -34,6 +41,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/tool_main.h"
 #include "tessera/kernels/build_info.h"
+#include "tessera/numerics/numerics_diff.h"
 
 namespace {
 
@@ -213,8 +221,17 @@ int main(int argc, char** argv) {
   double weight_mean_atol = 0;
   CLI::App app{"Compare a run's metrics and final weights with a reference run."};
   app.set_version_flag("--version", tessera::kernels::version_line);
-  app.add_option("--reference-metrics", ref_metrics, "reference --metrics-file")->required();
-  app.add_option("--metrics", metrics, "this run's --metrics-file")->required();
+  std::vector<std::string> localize;
+  double localize_rtol = 1e-3;
+  app.add_option("--reference-metrics", ref_metrics, "reference --metrics-file");
+  app.add_option("--metrics", metrics, "this run's --metrics-file");
+  app.add_option("--localize", localize,
+                 "two --dump-numerics directories A B: where the runs part")
+      ->expected(2);
+  app.add_option("--localize-rtol", localize_rtol,
+                 "--localize between different layouts: relative tolerance")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--reference-weights", ref_weights, "reference --export-weights file");
   app.add_option("--weights", weights, "this run's --export-weights file");
   app.add_option("--loss-rtol", loss_rtol)->capture_default_str()->check(CLI::NonNegativeNumber);
@@ -225,6 +242,24 @@ int main(int argc, char** argv) {
                  "bound on every tensor's mean |difference| (0: none)")
       ->check(CLI::NonNegativeNumber);
   return tessera::run_tool(app, argc, argv, "tessera-compare", [&] {
+    if (!localize.empty()) {
+      namespace nm = tessera::numerics;
+      const nm::NumericsRun a = nm::read_numerics(localize[0]), b = nm::read_numerics(localize[1]);
+      const nm::Divergence d = nm::localize(a, b, localize_rtol);
+      const std::string how = d.exact ? "exactly (same layout " + a.layout + ")"
+                                      : "within relative " + std::to_string(localize_rtol) +
+                                            " (layouts " + a.layout + " and " + b.layout + ")";
+      if (!d.found) {
+        std::printf("no divergence: %lld records compared %s\n",
+                    static_cast<long long>(d.compared), how.c_str());
+        return 0;
+      }
+      std::printf("first divergence: %s\n  %s\n(%lld records compared %s)\n", d.where.c_str(),
+                  d.detail.c_str(), static_cast<long long>(d.compared), how.c_str());
+      return 1;
+    }
+    if (ref_metrics.empty() || metrics.empty())
+      throw Error("--reference-metrics and --metrics are required (or --localize A B)");
     if (ref_weights.empty() != weights.empty())
       throw Error("--reference-weights and --weights go together");
     bool ok = compare_metrics(ref_metrics, metrics, loss_rtol, norm_rtol);

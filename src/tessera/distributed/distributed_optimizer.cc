@@ -1,5 +1,6 @@
 #include "tessera/distributed/distributed_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -70,6 +71,20 @@ double DistributedOptimizer::params_norm() const {
     for (const FlatRange& r : tp_grads_.counted_ranges(only)) ranges.emplace_back(r.begin, r.end);
     return optimizer_->master_sum_squares(ranges);
   }));
+}
+
+std::vector<FlatRange> DistributedOptimizer::reported_grad_ranges(bool dense_replica,
+                                                                 bool expert_replica) const {
+  if (optimizer_->sharded()) return tp_grads_.counted_ranges(&dp_grads_.owned());
+  if (expert_ranges_.empty())
+    return dense_replica ? tp_grads_.counted_ranges() : std::vector<FlatRange>{};
+  std::vector<FlatRange> out;
+  if (dense_replica) out = tp_grads_.counted_ranges(&dense_ranges_);
+  if (expert_replica)
+    for (const FlatRange& r : tp_grads_.counted_ranges(&expert_ranges_)) out.push_back(r);
+  std::sort(out.begin(), out.end(),
+            [](const FlatRange& x, const FlatRange& y) { return x.begin < y.begin; });
+  return out;
 }
 
 StepResult DistributedOptimizer::step(int64_t iteration, double loss_sum, double tokens,

@@ -82,6 +82,11 @@ class DistributedOptimizer {
   // The L2 norm of the global fp32 master weights (Megatron's --log-params-norm): every element
   // counted once, as the gradient norm's. Collective over the world.
   double params_norm() const;
+  // The flat gradient ranges this rank holds reduced and is the one rank to report for
+  // diagnostics (--dump-numerics): sharded, its shard's counted elements; replicated, the
+  // counted elements of the first data-parallel replica (`dense_replica`) and, of the experts,
+  // the first expert-data-parallel one (`expert_replica`), else none. Local.
+  std::vector<FlatRange> reported_grad_ranges(bool dense_replica, bool expert_replica) const;
 
   // After master weights were loaded (checkpoint): recompute the model's values from them and
   // make every rank's parameters whole, as after a step. Collective.

@@ -76,6 +76,7 @@ Tensor ChunkRunner::forward_chunk(int chunk, const Tensor& input, const Batch& b
   if (c.embeds) {
     UnitListUse use(access_, model_.embed_units());
     x = model_.embed(batch, ctx);
+    if (probe_ && keep) probe_->forward_output(-1, x, ctx);
   }
   if (keep) {
     keep->layers.assign(c.end - c.first, TransformerLayer::Saved());
@@ -88,6 +89,7 @@ Tensor ChunkRunner::forward_chunk(int chunk, const Tensor& input, const Batch& b
     // A recompute group keeps the input of its first layer only.
     if (keep && !store && group_begin(chunk, l) == l) keep->inputs[l - c.first] = x;
     x = model_.layer_forward(l, x, store ? keep->layers[l - c.first] : scratch, ctx);
+    if (probe_ && keep) probe_->forward_output(model_.global_layer(chunk, l), x, ctx);
   }
   if (keep && c.head) keep->output = x;
   return x;
@@ -109,6 +111,7 @@ Tensor ChunkRunner::backward_chunk(int chunk, const Tensor& grad_output, const B
       loss->loss_sum += s.loss_sum;
       loss->tokens += s.tokens;
     }
+    if (probe_) probe_->backward_input_grad(model_.config().num_layers, dx, ctx);
     if (report) grads_ready_(model_.head_offset());
   }
   for (int l = c.end; l-- > c.first;) {
@@ -128,6 +131,7 @@ Tensor ChunkRunner::backward_chunk(int chunk, const Tensor& grad_output, const B
         }
       }
       dx = model_.layer_backward(l, dx, act.layers[i], ctx);
+      if (probe_) probe_->backward_input_grad(model_.global_layer(chunk, l), dx, ctx);
     }
     act.layers[i] = TransformerLayer::Saved();  // free this layer's activations now
     if (report) grads_ready_(model_.layer_offset(l));

@@ -16,6 +16,7 @@
 #include <functional>
 #include <vector>
 
+#include "tessera/model/activation_probe.h"
 #include "tessera/model/gpt_model.h"
 #include "tessera/model/param_access.h"
 
@@ -57,6 +58,8 @@ class ChunkRunner {
   void set_recompute(const RecomputePolicy& policy);
   // Acquire/release calls around every use of a unit's parameters (nullptr: none). Not owned.
   void set_param_access(ParamAccess* access) { access_ = access; }
+  // Shown every training pass's residual-stream tensors (nullptr: none). Not owned.
+  void set_probe(ActivationProbe* probe) { probe_ = probe; }
   // Called during backward_chunk() (when set) each time the gradients at every flat offset
   // >= `offset` are final for this micro-batch, if this rank's part is one chunk: after the
   // output layer, after each layer's backward (its first parameter's offset), and 0 after the
@@ -95,6 +98,7 @@ class ChunkRunner {
   GPTModel& model_;
   RecomputePolicy recompute_;
   ParamAccess* access_ = nullptr;
+  ActivationProbe* probe_ = nullptr;
   std::function<void(int64_t)> grads_ready_;
   // The units each chunk's passes acquire, in order (ParamAccess::begin_pass): per chunk, its
   // training forward, its evaluation forward (the last chunk's goes on to the head) and its

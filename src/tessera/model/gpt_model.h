@@ -113,6 +113,10 @@ class GPTModel {
     bool embeds = false, head = false;
   };
   ChunkShape chunk_shape(int chunk) const;
+  // The model's index of local layer l (in chunk `chunk`): its position in the whole model.
+  int global_layer(int chunk, int l) const {
+    return part_.chunks[chunk].first + (l - chunk_shape(chunk).first);
+  }
 
   // The flat range [first, second) of every unit (see ParamAccess, chunk_runner.h), in order,
   // and the units each part of the model reads: the embeddings, local layer l, the head (which

@@ -339,6 +339,10 @@ void add_logging_flags(FlagTable& t) {
   t.flag("--log-num-zeros-in-grad", &TrainArgs::log_num_zeros_in_grad,
          "the global gradient's elements that are exactly zero: 'num zeros' in the log line, "
          "'num-zeros' in TensorBoard, num_zeros in the metrics file");
+  t.option("--dump-numerics", &TrainArgs::dump_numerics,
+           "record every micro-batch's layer outputs and input gradients and every step's "
+           "parameter gradients (norm, max, mean, checksum) to DIR/numerics.rank<R>.jsonl; "
+           "tessera-compare --localize A B finds where two runs part");
   t.flag("--log-straggler", &TrainArgs::log_straggler,
          "after each log line: every timer's minimum and maximum over the ranks with their ranks, "
          "and the rank with the most compute time (forward + backward + optimizer)");
@@ -362,6 +366,9 @@ void add_deepspeed_and_test_flags(FlagTable& t) {
            "test hook: make this iteration's gradients overflow");
   t.option("--inject-slow-rank", &TrainArgs::inject_slow_rank,
            "test hook: this world rank sleeps --inject-slow-forward-ms in every forward chunk");
+  t.option("--inject-grad-ulp-layer", &TrainArgs::inject_grad_ulp_layer,
+           "test hook, with --dump-numerics: TP rank 0 adds one ulp to the first element of "
+           "this layer's input gradient in the first micro-batch of the first iteration");
   t.option("--inject-stop-rank", &TrainArgs::inject_stop_rank,
            "test hook: this world rank stops (sleeps until killed) at the start of "
            "--inject-fault-iteration, before any of its collectives");

@@ -149,6 +149,8 @@ struct TrainArgs {
   int64_t inject_overflow_at = -1;   // --inject-overflow-at-iteration (test hook)
   int inject_slow_rank = -1;         // --inject-slow-rank (test hook: a planted straggler)
   double inject_slow_forward_ms = 0;  // --inject-slow-forward-ms
+  std::string dump_numerics;        // --dump-numerics DIR (numerics/numerics_dump.h)
+  int inject_grad_ulp_layer = -1;   // --inject-grad-ulp-layer (test hook for the diff)
   int inject_stop_rank = -1;           // --inject-stop-rank (test hook: a rank that stops)
   int inject_crash_rank = -1;          // --inject-crash-rank (test hook: a rank that crashes)
   int64_t inject_fault_iteration = 1;  // --inject-fault-iteration: when they do

@@ -169,6 +169,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));  // until the job is ended
     }
   }
+  if (numerics_) numerics_->begin_iteration(iteration);
   const int64_t timeline_at =
       args_.timeline_iteration > 0 ? args_.timeline_iteration : train_iters_;
   if (!args_.timeline_file.empty() && iteration == timeline_at) {
@@ -222,6 +223,14 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
     out.nan = r.nan;
     // Router statistics of the step; the expert biases move only with an update.
     out.moe = finish_moe_step(*model_, dp_.get(), pp_.get(), !r.skipped);
+  }
+  if (numerics_) {
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (const distributed::FlatRange& f :
+         optimizer_->reported_grad_ranges(dp_rank_ == 0, edp_rank_ == 0))
+      ranges.emplace_back(f.begin, f.end);
+    numerics_->parameter_grads(model_->params(), ranges);
+    numerics_->end_iteration();
   }
   if (timeline_.recording()) {
     timeline_.stop();
@@ -455,6 +464,14 @@ int64_t Trainer::train() {
     std::printf("> tensorboard: %.0f scalars, %.3f ms of the writing rank's training loop "
                 "(%.1f s, %.4f%%) spent logging them\n",
                 tb[0], tb[1] * 1e3, tb[2], 100.0 * tb[1] / std::max(tb[2], 1e-9));
+  }
+  if (numerics_) {
+    const std::vector<double> spent = distributed::sum_over(
+        world_.get(), {numerics_->seconds(), train_seconds});
+    std::printf("> numerics dump: %.3f s of %.1f s of the ranks' training loops (%.2f%%) spent "
+                "recording, in %s\n",
+                spent[0], spent[1], 100.0 * spent[0] / std::max(spent[1], 1e-9),
+                args_.dump_numerics.c_str());
   }
   return std::min(iteration, train_iters_);
 }

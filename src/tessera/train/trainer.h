@@ -31,6 +31,7 @@
 #include "tessera/distributed/zero3_params.h"
 #include "tessera/model/chunk_runner.h"
 #include "tessera/model/gpt_model.h"
+#include "tessera/numerics/numerics_dump.h"
 #include "tessera/optim/loss_scaler.h"
 #include "tessera/optim/lr_schedule.h"
 #include "tessera/optim/optimizer.h"
@@ -185,6 +186,7 @@ class Trainer {
   // Runs model_ with this run's policies: recomputation, ZeRO 3 access (zero3_), the DP
   // grads-ready hook (dp_grads_); declared after them, so destroyed first.
   std::unique_ptr<model::ChunkRunner> runner_;
+  std::unique_ptr<numerics::NumericsDump> numerics_;  // --dump-numerics (runner_'s probe)
   pipeline::PartitionOptions partition_;
   std::vector<int> chunk_layers_;  // layers per model chunk (pipeline/partition.h)
   std::unique_ptr<pipeline::PipelineExecutor> executor_;

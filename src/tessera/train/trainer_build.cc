@@ -171,6 +171,25 @@ void Trainer::build_gradient_sharding(const distributed::ShardingPlan& sharding)
                                                         edp_, model_->expert_units());
     runner_->set_param_access(zero3_.get());
   }
+  const auto& a = args_;
+  if (!a.dump_numerics.empty()) {
+    numerics::NumericsDumpOptions o;
+    o.dir = a.dump_numerics;
+    o.world_rank = world_ ? world_->rank() : 0;
+    o.world_size = world_size_;
+    // Without sequence parallelism every TP rank holds the same residual-stream rows.
+    o.writes_rows = a.sequence_parallel || tp_.rank() == 0;
+    o.layout = "tp" + std::to_string(tp_.size()) + ".pp" + std::to_string(pp_size_) + ".vp" +
+               std::to_string(model_->num_chunks()) + ".cp" + std::to_string(cp_size_) + ".dp" +
+               std::to_string(data_size_) + ".ep" + std::to_string(ep_size_) + ".sp" +
+               (a.sequence_parallel ? "1" : "0") + ".mbs" + std::to_string(a.micro_batch_size) +
+               ".zero" + std::to_string(static_cast<int>(sharding.stage)) + "." +
+               dtype_name(model_->params().compute_dtype());
+    o.fault_layer = a.inject_grad_ulp_layer;
+    o.num_layers = a.model.num_layers;
+    numerics_ = std::make_unique<numerics::NumericsDump>(std::move(o));
+    runner_->set_probe(numerics_.get());
+  }
 }
 
 std::unique_ptr<distributed::DistributedOptimizer> Trainer::build_optimizer(

@@ -1,0 +1,146 @@
+#include "tessera/numerics/numerics_diff.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tessera/core/error.h"
+
+namespace tessera::numerics {
+namespace {
+
+int pass_rank(const std::string& pass) {
+  if (pass == "forward") return 0;
+  if (pass == "backward") return 1;
+  if (pass == "grads") return 2;
+  throw Error("unknown pass '" + pass + "'");
+}
+
+std::string describe(const NumericsKey& k) {
+  const auto& [it, pass, mb, order, tensor] = k;
+  std::string s = "iteration " + std::to_string(it) + ", ";
+  if (pass == 2) return s + "parameter gradient " + tensor;
+  s += "micro-batch (first sample " + std::to_string(mb) + "), ";
+  s += pass == 0 ? "forward, " : "backward, ";
+  // order: forward layer + 1 (embedding 0); backward: -(layer), the head's gradient first.
+  const int64_t layer = pass == 0 ? order - 1 : -order;
+  if (pass == 0 && layer < 0) return s + "embedding output";
+  if (tensor == "head input-grad")
+    return s + "the head's input gradient (after layer " + std::to_string(layer - 1) + ")";
+  return s + "layer " + std::to_string(layer) + " " + tensor;
+}
+
+double norm(const NumericsRecord& r) { return std::sqrt(r.sum_sq); }
+double mean(const NumericsRecord& r) { return r.count ? r.sum / r.count : 0.0; }
+
+std::string figures(const NumericsRecord& r) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf,
+                "norm %.9g, max|x| %.9g, mean %.9g, %" PRId64 " elements, checksum %016" PRIx64,
+                norm(r), r.max_abs, mean(r), r.count, r.checksum);
+  return buf;
+}
+
+}  // namespace
+
+NumericsRun read_numerics(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(dir)) throw Error(dir + ": not a --dump-numerics directory");
+  std::map<int, std::string> files;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    int rank = -1;
+    if (std::sscanf(name.c_str(), "numerics.rank%d.jsonl", &rank) == 1 &&
+        name == "numerics.rank" + std::to_string(rank) + ".jsonl")
+      files[rank] = e.path().string();
+  }
+  if (files.empty()) throw Error(dir + ": no numerics.rank<R>.jsonl files");
+  NumericsRun run;
+  for (const auto& [rank, path] : files) {  // rank order: the same merge order every time
+    std::ifstream in(path);
+    std::string line;
+    int64_t line_no = 0;
+    try {
+      while (std::getline(in, line)) {
+        ++line_no;
+        const nlohmann::json j = nlohmann::json::parse(line);
+        if (line_no == 1) {
+          if (j.value("format", "") != "tessera-numerics-1")
+            throw Error(
+                "not a Tessera numerics dump (expected \"format\": \"tessera-numerics-1\")");
+          const std::string layout = j.at("layout").get<std::string>();
+          const int world = j.at("world_size").get<int>();
+          if (run.world_size == 0) {
+            run.layout = layout;
+            run.world_size = world;
+          } else if (layout != run.layout || world != run.world_size) {
+            throw Error("another run's file (layout " + layout + ", not " + run.layout + ")");
+          }
+          continue;
+        }
+        const int pass = pass_rank(j.at("pass").get<std::string>());
+        const int layer = j.at("layer").get<int>();
+        const int64_t order = pass == 0 ? layer + 1 : pass == 1 ? -layer : 0;
+        const NumericsKey key{j.at("it").get<int64_t>(), pass, j.at("mb").get<int64_t>(), order,
+                              j.at("tensor").get<std::string>()};
+        NumericsRecord& r = run.records[key];
+        r.sum_sq += j.at("sum_sq").get<double>();
+        r.sum += j.at("sum").get<double>();
+        r.max_abs = std::max(r.max_abs, j.at("max_abs").get<double>());
+        r.count += j.at("count").get<int64_t>();
+        r.checksum += std::stoull(j.at("checksum").get<std::string>(), nullptr, 16);
+        ++r.parts;
+      }
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(path + ":" + std::to_string(line_no) + ": malformed record: " + e.what());
+    } catch (const Error& e) {
+      throw Error(path + ":" + std::to_string(line_no) + ": " + e.what());
+    } catch (const std::logic_error& e) {  // stoull
+      throw Error(path + ":" + std::to_string(line_no) + ": malformed checksum");
+    }
+    if (line_no == 0) throw Error(path + ": empty");
+  }
+  if (static_cast<int>(files.size()) != run.world_size)
+    throw Error(dir + ": " + std::to_string(files.size()) + " rank files of a " +
+                std::to_string(run.world_size) + "-rank run");
+  return run;
+}
+
+Divergence localize(const NumericsRun& a, const NumericsRun& b, double rtol) {
+  Divergence d;
+  d.exact = a.layout == b.layout;
+  for (const auto& [key, ra] : a.records) {
+    const auto it = b.records.find(key);
+    if (it == b.records.end()) continue;
+    const NumericsRecord& rb = it->second;
+    ++d.compared;
+    bool differs;
+    if (d.exact) {
+      differs = ra.sum_sq != rb.sum_sq || ra.sum != rb.sum || ra.max_abs != rb.max_abs ||
+                ra.count != rb.count || ra.checksum != rb.checksum;
+    } else {
+      // The sum against its natural scale, norm x sqrt(elements) (so near-zero sums do not
+      // divide by zero). Element counts are not compared: layouts pad the vocabulary
+      // differently, and the padded rows' gradients are zeros.
+      const double sum_scale =
+          norm(rb) * std::sqrt(static_cast<double>(std::max(ra.count, rb.count)));
+      const auto off = [&](double x, double y, double scale) {
+        return std::fabs(x - y) > rtol * std::max(scale, 1e-30);
+      };
+      differs = off(norm(ra), norm(rb), norm(rb)) || off(ra.max_abs, rb.max_abs, rb.max_abs) ||
+                off(ra.sum, rb.sum, sum_scale);
+    }
+    if (!differs) continue;
+    d.found = true;
+    d.where = describe(key);
+    d.detail = "A: " + figures(ra) + "\n  B: " + figures(rb);
+    return d;
+  }
+  return d;
+}
+
+}  // namespace tessera::numerics
