@@ -393,6 +393,7 @@ int64_t Trainer::train() {
     m.moe = step.moe;
     window.add(m, step.nan);
     stragglers_.add_iteration(dt);
+    if (iteration == start_iteration_ + 1) report_memory();  // Megatron's, at its first log
     if (iteration % a.log_interval == 0 || iteration == train_iters_) {
       const int64_t iters = window.iters;
       std::printf("%s\n", format_log_line(

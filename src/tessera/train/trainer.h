@@ -125,6 +125,8 @@ class Trainer {
   std::unique_ptr<distributed::DistributedOptimizer> build_optimizer(
       const distributed::ShardingPlan& sharding);
   void print_setup(const distributed::ShardingPlan& sharding) const;
+  // The memory report after the first iteration (trainer_memory.cc). Collective.
+  void report_memory();
   DType compute_dtype() const;
   // The loss over eval_iters global batches of the validation split (the next ones each pass),
   // or with `test` of the test split's first ones; NaN when there are none. Printed.

@@ -1,0 +1,126 @@
+#include "tessera/train/memory_report.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace tessera::train {
+namespace {
+
+// Elements of one rank's share of an MLP of hidden size F under tensor parallelism tp: the up
+// (and gate) and down matrices split, their biases too except the down projection's, which every
+// rank holds whole (a row-parallel layer's bias).
+double mlp_elements(const model::ModelConfig& c, double F, int tp) {
+  const double C = c.hidden_size, bias = c.add_bias_linear ? 1 : 0;
+  const double up = c.swiglu ? 2 * F : F;
+  return C * up / tp + F / tp * C + bias * (up / tp + C);
+}
+
+// One rank's share of a layer's attention: q split by heads, k and v by query groups (a group
+// replicated when there are fewer groups than ranks), the output projection split by its input.
+double attention_elements(const model::ModelConfig& c, int tp) {
+  const double C = c.hidden_size, HD = c.head_dim(), bias = c.add_bias_linear ? 1 : 0;
+  const double q = C / tp, kv = std::max(1, c.kv_heads() / tp) * HD;
+  return C * (q + 2 * kv) + bias * (q + 2 * kv) + C / tp * C + bias * C;
+}
+
+double norm_elements(const model::ModelConfig& c) {
+  return c.normalization == model::Normalization::kLayerNorm ? 2.0 * c.hidden_size
+                                                             : 1.0 * c.hidden_size;
+}
+
+// The rank's units (ZeRO 3's granularity: the embeddings, each layer, a layer's experts, the
+// head) with their elements and whether they are experts'.
+struct Unit {
+  double elements;
+  bool experts;
+};
+
+std::vector<Unit> rank_units(const model::ModelConfig& c, const RankLayout& r) {
+  const double C = c.hidden_size;
+  const double vocab_local = static_cast<double>(c.padded_vocab_size(r.tp)) / r.tp;
+  std::vector<Unit> units;
+  if (r.first_stage) {
+    double e = vocab_local * C;
+    if (c.position_embedding == model::PositionEmbedding::kLearnedAbsolute)
+      e += static_cast<double>(c.max_positions()) * C;
+    units.push_back({e, false});
+  }
+  for (int l : r.layers) {
+    double dense = attention_elements(c, r.tp) + 2 * norm_elements(c);
+    if (!c.is_moe_layer(l)) {
+      units.push_back({dense + mlp_elements(c, c.ffn(), r.tp), false});
+      continue;
+    }
+    dense += C * c.moe.num_experts;  // the router, whole on every rank
+    if (c.moe.shared_expert_size > 0) dense += mlp_elements(c, c.moe.shared_expert_size, r.tp);
+    units.push_back({dense, false});
+    units.push_back(
+        {static_cast<double>(c.moe.num_experts / r.ep) * mlp_elements(c, c.moe_ffn(), r.expert_tp),
+         true});
+  }
+  if (r.last_stage) {
+    double h = norm_elements(c);
+    // An untied output layer, or under a pipeline the last stage's copy of the tied embedding.
+    if (c.untie_embeddings_and_output_weights || r.pipeline) h += vocab_local * C;
+    units.push_back({h, false});
+  }
+  return units;
+}
+
+std::string mib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", bytes / (1 << 20));
+  return buf;
+}
+
+}  // namespace
+
+ModelStateBytes theoretical_model_states(const model::ModelConfig& c, const RankLayout& r) {
+  ModelStateBytes out;
+  double dense = 0, experts = 0, resident_params = 0;
+  for (const Unit& u : rank_units(c, r)) {
+    (u.experts ? experts : dense) += u.elements;
+    const int sharers = u.experts ? r.expert_dp : r.dp;
+    // ZeRO 3: a unit below the persistence threshold stays whole (DeepSpeed's rule).
+    const bool sharded = r.zero_stage == 3 && u.elements >= r.persistence_threshold;
+    resident_params += sharded ? u.elements / sharers : u.elements;
+  }
+  out.parameter_elements = dense + experts;
+  const double sharded_share = dense / r.dp + experts / r.expert_dp;
+  out.parameters = resident_params * dtype_size(r.compute);
+  out.gradients = 4.0 * (r.zero_stage >= 2 ? sharded_share : out.parameter_elements);
+  const double owned = r.zero_stage >= 1 ? sharded_share : out.parameter_elements;
+  const double per_owned = (r.compute == DType::kF32 ? 0.0 : 4.0) + (r.sgd ? 4.0 : 8.0);
+  out.optimizer = owned * per_owned;
+  return out;
+}
+
+double RankMemory::measured_total() const {
+  double t = 0;
+  for (double m : measured) t += m;
+  return t;
+}
+
+std::string format_memory_report(const RankMemory& worst, int rank, int world) {
+  std::string out = "> memory report, rank " + std::to_string(rank) + " of " +
+                    std::to_string(world) +
+                    " (the largest measured total), MiB: theory (the layout's arithmetic) | "
+                    "measured (after the first step; activations, buffers, other: their peak)\n";
+  for (int k = 0; k < kReportCategories; ++k) {
+    char line[160];
+    const double t = worst.theory[k], m = worst.measured[k];
+    if (t >= 0) {
+      const double diff = t > 0 ? 100.0 * (m - t) / t : 0.0;
+      std::snprintf(line, sizeof line, ">   %-22s %10s | %10s | %+.1f%%\n", kReportCategoryNames[k],
+                    mib(t).c_str(), mib(m).c_str(), diff);
+    } else {
+      std::snprintf(line, sizeof line, ">   %-22s %10s | %10s |\n", kReportCategoryNames[k], "-",
+                    mib(m).c_str());
+    }
+    out += line;
+  }
+  out += ">   peak resident set of the process: " + mib(worst.peak_rss) + "\n";
+  return out;
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,68 @@
+// The memory report (Megatron's report_theoretical_memory and report_memory, printed with the
+// first log line): per category, what one rank should hold by the layout's arithmetic beside what
+// it holds, for the rank with the largest measured total.
+//
+// Theory, from the model configuration and the layout alone (never from Tessera's buffers):
+//   parameters   P x bytes of the compute dtype, P this rank's elements: its layers' and (first
+//                stage) embeddings' and (last stage) final norm's and output layer's, the
+//                tensor-parallel matrices and vocabulary divided by TP, an MoE layer's experts by
+//                EP (and by the expert TP size); ZeRO 3 keeps 1/DP of each unit at or above the
+//                persistence threshold (experts' units 1/expert-DP) and the smaller ones whole
+//   gradients    4 P (fp32), ZeRO 2-3: 4 P / DP (experts / expert-DP)
+//   optimizer    per owned element, fp32 master weights unless the compute dtype is fp32 (then
+//                the parameters are the master copy) plus AdamW's two moments (SGD's one);
+//                ZeRO 1-3 own 1/DP (experts 1/expert-DP)
+// Measured: parameters and gradients as the resident bytes of the flat buffers (ZeRO gives the
+// pages of unowned parts back to the system, which allocation counts would not show), the
+// optimizer state by the memory accountant, after the first step; activations, communication
+// buffers and other (kernel scratch) as the accountant's peak of that iteration, and the
+// process's peak resident set. Activations are measured only: their theory (per layer,
+// model/activation_memory.h, times the pipeline's micro-batches in flight, plus the output
+// layer's working set) is not extended to tensor parallelism yet.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessera/core/dtype.h"
+#include "tessera/model/config.h"
+
+namespace tessera::train {
+
+// What the theory needs to know about one rank's place in the layout.
+struct RankLayout {
+  int tp = 1, dp = 1, ep = 1, expert_tp = 1, expert_dp = 1;
+  bool first_stage = true, last_stage = true, pipeline = false;  // pipeline: PP > 1
+  std::vector<int> layers;  // the global indices of this rank's layers
+  int zero_stage = 0;
+  int64_t persistence_threshold = 100'000;  // ZeRO 3
+  DType compute = DType::kF32;
+  bool sgd = false;
+};
+
+struct ModelStateBytes {
+  double parameter_elements = 0;  // P
+  double parameters = 0, gradients = 0, optimizer = 0;
+};
+
+ModelStateBytes theoretical_model_states(const model::ModelConfig& cfg, const RankLayout& r);
+
+// The categories of the report, in print order.
+inline constexpr int kReportCategories = 6;
+inline constexpr const char* kReportCategoryNames[kReportCategories] = {
+    "parameters", "gradients", "optimizer state", "activations", "communication buffers", "other"};
+
+// One rank's figures: theory (negative: not predicted) and measured bytes per category, and the
+// process's peak resident set.
+struct RankMemory {
+  std::array<double, kReportCategories> theory{}, measured{};
+  double peak_rss = 0;
+  double measured_total() const;
+};
+
+// The report's lines for `worst` (world rank `rank` of `world`).
+std::string format_memory_report(const RankMemory& worst, int rank, int world);
+
+}  // namespace tessera::train
