@@ -49,7 +49,10 @@ layout "TP 2 + SP" 2 "${GPT[@]}" --tensor-model-parallel-size 2 --sequence-paral
 layout "full recomputation" 1 "${GPT[@]}" --recompute-granularity full \
   --recompute-method uniform --recompute-num-layers 1
 layout "selective recomputation" 1 "${GPT[@]}" --recompute-granularity selective
+layout "PP 2 x DP 2, ZeRO 3 (the split tied embedding's units)" 4 "${GPT[@]}" \
+  --pipeline-model-parallel-size 2 --zero-stage 3
 layout "MoE EP 2, ZeRO 3" 2 "${MOE[@]}" --expert-model-parallel-size 2 --zero-stage 3
+layout "MoE EP 1 x DP 2, ZeRO 3 (experts inside the layer's unit)" 2 "${MOE[@]}" --zero-stage 3
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

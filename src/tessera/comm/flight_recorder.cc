@@ -214,7 +214,8 @@ void FlightDumpExchange::serve_requests() {
   }
 }
 
-void FlightDumpExchange::dump_everywhere(const std::string& why) {
+void FlightDumpExchange::dump_everywhere(const std::string& why,
+                                         const std::function<void()>& meanwhile) {
   FlightRecorder& recorder = FlightRecorder::instance();
   if (!recorder.enabled()) return;
   recorder.dump("watchdog timeout on world rank " + std::to_string(world_rank_) + ": " + why);
@@ -234,6 +235,7 @@ void FlightDumpExchange::dump_everywhere(const std::string& why) {
                         std::chrono::milliseconds(static_cast<int>(kWaitSeconds * 1000));
   while (std::chrono::steady_clock::now() < deadline) {
     serve_requests();
+    meanwhile();
     int all = 0;
     MPI_Testall(static_cast<int>(receives.size()), receives.data(), &all, MPI_STATUSES_IGNORE);
     if (all) return;

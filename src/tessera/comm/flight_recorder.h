@@ -13,13 +13,16 @@
 //    read by tools/tessera-flight.cc through comm/flight_report.h): at most once per process, the
 //    first reason wins. The runtime's watchdog dumps before it ends the job and asks every
 //    other rank to dump too (runtime.cc); a fatal signal (SIGSEGV, SIGBUS, SIGFPE, SIGILL,
-//    SIGABRT) dumps from its handler, best effort, then the signal takes its previous course.
+//    SIGABRT) and SIGTERM (how a launcher ends the other ranks after one died) dump from their
+//    handler, best effort (it allocates and writes JSON: not async-signal-safe, as PyTorch's
+//    dump on a crash is not), then the signal takes its previous course.
 #pragma once
 
 #include <mpi.h>
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -83,7 +86,8 @@ class FlightDumpExchange {
   FlightDumpExchange(MPI_Comm control, int world_rank, int world_size);
   ~FlightDumpExchange();  // cancels the posted receive, completes the acknowledgements
   void serve_requests();
-  void dump_everywhere(const std::string& why);
+  // `meanwhile` runs at every poll of the wait (the watchdog answers its status queries there).
+  void dump_everywhere(const std::string& why, const std::function<void()>& meanwhile);
 
  private:
   struct Request {

@@ -2,13 +2,14 @@
 //  - MPI initialisation (MPI_THREAD_MULTIPLE) and finalisation.
 //  - The communication thread: one FIFO queue of tasks, executed in issue order. A waiter whose
 //    task is at the head of an idle queue runs it itself (try_run_inline).
-//  - The watchdog thread: times the running task; on a timeout asks the task's group members
-//    over a private control communicator (nonblocking point-to-point, tags kTagQuery/kTagReply)
-//    how many collectives of that group they have started, prints one message naming the ranks
-//    that did not arrive and ends the job (end_job). It also answers such queries from other ranks.
-//    With the flight recorder on (flight_recorder.h), before ending the job it dumps this rank's
-//    record and asks every other rank to dump theirs (tags kTagDump/kTagDumpAck), waiting up to
-//    a few seconds for their acknowledgements; it answers such requests from other ranks.
+//  - The watchdog thread (watchdog.cc): times the running task; on a timeout asks the task's
+//    group members over a private control communicator (nonblocking point-to-point, tags
+//    kTagQuery/kTagReply) how many collectives of that group they have started, prints one
+//    message naming the ranks that did not arrive and ends the job (end_job). It also answers
+//    such queries from other ranks. With the flight recorder on (flight_recorder.h), before
+//    ending the job it dumps this rank's record and asks every other rank to dump theirs (tags
+//    kTagDump/kTagDumpAck), waiting a few seconds for their acknowledgements while it keeps
+//    answering queries and such requests.
 // Nothing outside comm/ includes this header.
 #pragma once
 

@@ -35,6 +35,16 @@ std::string describe(const NumericsKey& k) {
 }
 
 double norm(const NumericsRecord& r) { return std::sqrt(r.sum_sq); }
+
+// A figure of a record: JSON has no NaN or Inf, so a non-finite one is written as null (an fp16
+// step whose gradients overflowed) and read back as NaN.
+double number(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  return v.is_null() ? NAN : v.get<double>();
+}
+
+// Equal, NaN included (the same layout's runs overflow alike).
+bool same(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
 double mean(const NumericsRecord& r) { return r.count ? r.sum / r.count : 0.0; }
 
 std::string figures(const NumericsRecord& r) {
@@ -88,9 +98,10 @@ NumericsRun read_numerics(const std::string& dir) {
         const NumericsKey key{j.at("it").get<int64_t>(), pass, j.at("mb").get<int64_t>(), order,
                               j.at("tensor").get<std::string>()};
         NumericsRecord& r = run.records[key];
-        r.sum_sq += j.at("sum_sq").get<double>();
-        r.sum += j.at("sum").get<double>();
-        r.max_abs = std::max(r.max_abs, j.at("max_abs").get<double>());
+        r.sum_sq += number(j, "sum_sq");
+        r.sum += number(j, "sum");
+        const double m = number(j, "max_abs");
+        r.max_abs = std::isnan(m) || std::isnan(r.max_abs) ? NAN : std::max(r.max_abs, m);
         r.count += j.at("count").get<int64_t>();
         r.checksum += std::stoull(j.at("checksum").get<std::string>(), nullptr, 16);
         ++r.parts;
@@ -110,7 +121,22 @@ NumericsRun read_numerics(const std::string& dir) {
   return run;
 }
 
+namespace {
+// The micro-batch size in a layout string ("...mbs2..."), "" if absent.
+std::string micro_batch_size(const std::string& layout) {
+  const size_t at = layout.find(".mbs");
+  if (at == std::string::npos) return "";
+  return layout.substr(at + 4, layout.find('.', at + 4) - (at + 4));
+}
+}  // namespace
+
 Divergence localize(const NumericsRun& a, const NumericsRun& b, double rtol) {
+  // A micro-batch is named by its first sample: with other micro-batch sizes the same name
+  // would stand for other samples.
+  if (micro_batch_size(a.layout) != micro_batch_size(b.layout))
+    throw Error("the runs' micro-batch sizes differ (layouts " + a.layout + " and " + b.layout +
+                "): their records hold different samples; dump both with the same "
+                "--micro-batch-size");
   Divergence d;
   d.exact = a.layout == b.layout;
   for (const auto& [key, ra] : a.records) {
@@ -120,8 +146,8 @@ Divergence localize(const NumericsRun& a, const NumericsRun& b, double rtol) {
     ++d.compared;
     bool differs;
     if (d.exact) {
-      differs = ra.sum_sq != rb.sum_sq || ra.sum != rb.sum || ra.max_abs != rb.max_abs ||
-                ra.count != rb.count || ra.checksum != rb.checksum;
+      differs = !same(ra.sum_sq, rb.sum_sq) || !same(ra.sum, rb.sum) ||
+                !same(ra.max_abs, rb.max_abs) || ra.count != rb.count || ra.checksum != rb.checksum;
     } else {
       // The sum against its natural scale, norm x sqrt(elements) (so near-zero sums do not
       // divide by zero). Element counts are not compared: layouts pad the vocabulary
@@ -129,7 +155,8 @@ Divergence localize(const NumericsRun& a, const NumericsRun& b, double rtol) {
       const double sum_scale =
           norm(rb) * std::sqrt(static_cast<double>(std::max(ra.count, rb.count)));
       const auto off = [&](double x, double y, double scale) {
-        return std::fabs(x - y) > rtol * std::max(scale, 1e-30);
+        if (std::isnan(x) || std::isnan(y)) return !same(x, y);
+        return !(std::fabs(x - y) <= rtol * std::max(scale, 1e-30));
       };
       differs = off(norm(ra), norm(rb), norm(rb)) || off(ra.max_abs, rb.max_abs, rb.max_abs) ||
                 off(ra.sum, rb.sum, sum_scale);

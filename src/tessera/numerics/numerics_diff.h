@@ -51,7 +51,8 @@ struct Divergence {
 };
 
 // The first record of `a` and `b` (in the order above) that differs: exactly when the layouts
-// are equal, else beyond `rtol`. Records in one run only (another micro-batch size) are skipped.
+// are equal, else beyond `rtol`. Records in one run only are skipped. Throws tessera::Error when
+// the runs' micro-batch sizes differ (their micro-batches would hold different samples).
 Divergence localize(const NumericsRun& a, const NumericsRun& b, double rtol);
 
 }  // namespace tessera::numerics

@@ -68,7 +68,8 @@ void NumericsDump::forward_output(int layer, const Tensor& x, const model::StepC
 
 void NumericsDump::backward_input_grad(int layer, Tensor& dx, const model::StepContext& ctx) {
   if (!options_.writes_rows) return;
-  if (layer == options_.fault_layer && !fault_planted_ && dx.numel() > 0) {
+  if (layer == options_.fault_layer && options_.plants_fault && !fault_planted_ &&
+      ctx.coords.sample_offset == 0 && dx.numel() > 0) {
     fault_planted_ = true;
     visit_float(dx.dtype(), [&](auto tag) {
       using T = decltype(tag);

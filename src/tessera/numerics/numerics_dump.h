@@ -14,9 +14,9 @@
 // XXH3 of each part's bytes, add modulo 2^64, so they compare only runs of the same layout) and
 // finds where two runs part. Nothing is communicated: every figure is merged offline.
 //
-// Test hook: with `fault_layer` >= 0, TP rank 0 (of the first pipeline stage holding that layer)
-// adds one ulp to the first element of that layer's input gradient in the first micro-batch of
-// the first iteration, before recording it.
+// Test hook: with `fault_layer` >= 0, the rank holding that layer at TP rank 0 and CP rank 0 adds
+// one ulp to the first element of that layer's input gradient in the run's first micro-batch
+// (its first sample is global sample 0: one data-parallel rank), before recording it.
 #pragma once
 
 #include <chrono>
@@ -38,7 +38,8 @@ struct NumericsDumpOptions {
   // parallelism (their rows are TP rank 0's).
   bool writes_rows = true;
   std::string layout;    // e.g. "tp2.pp1.cp1.dp1.ep1.sp0.mbs1.zero0.bf16"
-  int fault_layer = -1;  // test hook (see above)
+  int fault_layer = -1;        // test hook (see above)
+  bool plants_fault = false;   // this rank plants it: TP rank 0 and CP rank 0
   int num_layers = 0;    // the model's: backward_input_grad's layer for the head's gradient
 };
 

@@ -367,8 +367,9 @@ void add_deepspeed_and_test_flags(FlagTable& t) {
   t.option("--inject-slow-rank", &TrainArgs::inject_slow_rank,
            "test hook: this world rank sleeps --inject-slow-forward-ms in every forward chunk");
   t.option("--inject-grad-ulp-layer", &TrainArgs::inject_grad_ulp_layer,
-           "test hook, with --dump-numerics: TP rank 0 adds one ulp to the first element of "
-           "this layer's input gradient in the first micro-batch of the first iteration");
+           "test hook, with --dump-numerics: the rank holding this layer at TP and CP rank 0 "
+           "adds one ulp to the first element of its input gradient in the run's first "
+           "micro-batch");
   t.option("--inject-stop-rank", &TrainArgs::inject_stop_rank,
            "test hook: this world rank stops (sleeps until killed) at the start of "
            "--inject-fault-iteration, before any of its collectives");

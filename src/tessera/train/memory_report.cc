@@ -28,8 +28,10 @@ double norm_elements(const model::ModelConfig& c) {
                                                              : 1.0 * c.hidden_size;
 }
 
-// The rank's units (ZeRO 3's granularity: the embeddings, each layer, a layer's experts, the
-// head) with their elements and whether they are experts'.
+// The rank's units (ZeRO 3's granularity) with their elements and whether they are experts', as
+// GPTModel forms them: the embeddings, each layer, a layer's experts when they are split apart
+// (EP > 1 or experts whole under TP), the head; a tied embedding split over a pipeline (first and
+// last stage on different ranks) makes the word embedding and its copy units of their own.
 struct Unit {
   double elements;
   bool experts;
@@ -38,12 +40,18 @@ struct Unit {
 std::vector<Unit> rank_units(const model::ModelConfig& c, const RankLayout& r) {
   const double C = c.hidden_size;
   const double vocab_local = static_cast<double>(c.padded_vocab_size(r.tp)) / r.tp;
+  const bool split_tied = !c.untie_embeddings_and_output_weights && r.first_stage != r.last_stage;
   std::vector<Unit> units;
   if (r.first_stage) {
-    double e = vocab_local * C;
-    if (c.position_embedding == model::PositionEmbedding::kLearnedAbsolute)
-      e += static_cast<double>(c.max_positions()) * C;
-    units.push_back({e, false});
+    const double positions = c.position_embedding == model::PositionEmbedding::kLearnedAbsolute
+                                 ? static_cast<double>(c.max_positions()) * C
+                                 : 0.0;
+    if (split_tied) {
+      units.push_back({vocab_local * C, false});
+      if (positions > 0) units.push_back({positions, false});
+    } else {
+      units.push_back({vocab_local * C + positions, false});
+    }
   }
   for (int l : r.layers) {
     double dense = attention_elements(c, r.tp) + 2 * norm_elements(c);
@@ -53,16 +61,20 @@ std::vector<Unit> rank_units(const model::ModelConfig& c, const RankLayout& r) {
     }
     dense += C * c.moe.num_experts;  // the router, whole on every rank
     if (c.moe.shared_expert_size > 0) dense += mlp_elements(c, c.moe.shared_expert_size, r.tp);
-    units.push_back({dense, false});
-    units.push_back(
-        {static_cast<double>(c.moe.num_experts / r.ep) * mlp_elements(c, c.moe_ffn(), r.expert_tp),
-         true});
+    const double experts =
+        static_cast<double>(c.moe.num_experts / r.ep) * mlp_elements(c, c.moe_ffn(), r.expert_tp);
+    if (r.ep > 1 || r.experts_whole) {
+      units.push_back({dense, false});
+      units.push_back({experts, true});
+    } else {  // one unit, reduced and sharded over data parallelism like the rest
+      units.push_back({dense + experts, false});
+    }
   }
   if (r.last_stage) {
-    double h = norm_elements(c);
-    // An untied output layer, or under a pipeline the last stage's copy of the tied embedding.
-    if (c.untie_embeddings_and_output_weights || r.pipeline) h += vocab_local * C;
-    units.push_back({h, false});
+    const double head =
+        norm_elements(c) + (c.untie_embeddings_and_output_weights ? vocab_local * C : 0);
+    units.push_back({head, false});
+    if (split_tied) units.push_back({vocab_local * C, false});  // the copy of the embedding
   }
   return units;
 }

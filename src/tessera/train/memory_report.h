@@ -34,7 +34,8 @@ namespace tessera::train {
 // What the theory needs to know about one rank's place in the layout.
 struct RankLayout {
   int tp = 1, dp = 1, ep = 1, expert_tp = 1, expert_dp = 1;
-  bool first_stage = true, last_stage = true, pipeline = false;  // pipeline: PP > 1
+  bool experts_whole = false;  // --expert-tensor-parallel-size 1 under TP
+  bool first_stage = true, last_stage = true;  // holds the embeddings / the head
   std::vector<int> layers;  // the global indices of this rank's layers
   int zero_stage = 0;
   int64_t persistence_threshold = 100'000;  // ZeRO 3

@@ -29,17 +29,23 @@ namespace {
 // a lock-free atomic, since any of the process's threads may take the signal); the training
 // loop reads it after each iteration. Installed when the trainer is built (so a SIGTERM while
 // it loads a checkpoint stops the run after its first iteration) and removed when the loop
-// ends (a SIGTERM during the final save or export then ends the process, as without the flag).
+// ends, putting back the handler it replaced (a SIGTERM during the final save or export then
+// takes its course as without the flag: the default, or the flight recorder's dump).
 std::atomic<int> g_sigterm{0};
 static_assert(std::atomic<int>::is_always_lock_free);
 void on_sigterm(int) { g_sigterm.store(1, std::memory_order_relaxed); }
+struct sigaction g_sigterm_before {};
 
 void set_sigterm_handler(bool on) {
+  if (!on) {
+    sigaction(SIGTERM, &g_sigterm_before, nullptr);
+    return;
+  }
   struct sigaction sa {};
-  sa.sa_handler = on ? on_sigterm : SIG_DFL;
+  sa.sa_handler = on_sigterm;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;  // MPI's and the file system's calls resume, not fail with EINTR
-  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGTERM, &sa, &g_sigterm_before);
 }
 bool sigterm_received() { return g_sigterm.load(std::memory_order_relaxed) != 0; }
 

@@ -186,6 +186,7 @@ void Trainer::build_gradient_sharding(const distributed::ShardingPlan& sharding)
                ".zero" + std::to_string(static_cast<int>(sharding.stage)) + "." +
                dtype_name(model_->params().compute_dtype());
     o.fault_layer = a.inject_grad_ulp_layer;
+    o.plants_fault = tp_.rank() == 0 && cp_rank_ == 0;
     o.num_layers = a.model.num_layers;
     numerics_ = std::make_unique<numerics::NumericsDump>(std::move(o));
     runner_->set_probe(numerics_.get());

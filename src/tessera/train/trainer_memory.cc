@@ -23,7 +23,7 @@ void Trainer::report_memory() {
   r.expert_dp = edp_size_;
   r.first_stage = model_->chunk_shape(0).embeds;
   r.last_stage = model_->chunk_shape(model_->num_chunks() - 1).head;
-  r.pipeline = pp_size_ > 1;
+  r.experts_whole = experts_whole_;
   for (int chunk = 0; chunk < model_->num_chunks(); ++chunk) {
     const model::GPTModel::ChunkShape c = model_->chunk_shape(chunk);
     for (int l = c.first; l < c.end; ++l) r.layers.push_back(model_->global_layer(chunk, l));
