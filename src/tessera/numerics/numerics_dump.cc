@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/dtype.h"
@@ -15,13 +16,31 @@
 namespace tessera::numerics {
 namespace {
 
+// Elements per partial sum: chunks are summed by the threads and combined in chunk order, so
+// the figures do not depend on the thread count (runs of one layout compare exactly).
+constexpr int64_t kChunk = int64_t{1} << 16;
+
 template <typename T>
 void accumulate(const T* x, int64_t n, double& sum_sq, double& max_abs, double& sum) {
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = to_f32(x[i]);
-    sum_sq += v * v;
-    sum += v;
-    max_abs = std::max(max_abs, std::fabs(v));
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> sq(chunks), su(chunks), mx(chunks);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double s2 = 0, s1 = 0, m = 0;
+    for (int64_t i = c * kChunk, end = std::min(n, (c + 1) * kChunk); i < end; ++i) {
+      const double v = to_f32(x[i]);
+      s2 += v * v;
+      s1 += v;
+      m = std::max(m, std::fabs(v));
+    }
+    sq[c] = s2;
+    su[c] = s1;
+    mx[c] = m;
+  }
+  for (int64_t c = 0; c < chunks; ++c) {
+    sum_sq += sq[c];
+    sum += su[c];
+    max_abs = std::max(max_abs, mx[c]);
   }
 }
 
