@@ -56,6 +56,7 @@ class ChunkRunner {
   // so this also switches the model's layers (GPTModel::set_selective_recompute), which stays
   // in effect for any other runner of the same model.
   void set_recompute(const RecomputePolicy& policy);
+  const RecomputePolicy& recompute() const { return recompute_; }
   // Acquire/release calls around every use of a unit's parameters (nullptr: none). Not owned.
   void set_param_access(ParamAccess* access) { access_ = access; }
   // Shown every training pass's residual-stream tensors (nullptr: none). Not owned.

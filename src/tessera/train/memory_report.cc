@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "tessera/model/activation_memory.h"
+
 namespace tessera::train {
 namespace {
 
@@ -105,6 +107,60 @@ ModelStateBytes theoretical_model_states(const model::ModelConfig& c, const Rank
   const double per_owned = (r.compute == DType::kF32 ? 0.0 : 4.0) + (r.sgd ? 4.0 : 8.0);
   out.optimizer = owned * per_owned;
   return out;
+}
+
+double theoretical_activations(const model::ModelConfig& c, const RankLayout& r) {
+  using G = model::RecomputePolicy::Granularity;
+  if (c.moe.enabled() || r.context_parallel || r.chunk_layers.empty()) return -1;
+  const int64_t N = r.tokens;
+  const double full =
+      model::layer_activation_bytes(c, N, r.compute, G::kNone, r.tp, r.sequence_parallel);
+  const double input =
+      model::layer_activation_bytes(c, N, r.compute, G::kFull, r.tp, r.sequence_parallel);
+  const double kept =
+      r.recompute.granularity == G::kSelective
+          ? model::layer_activation_bytes(c, N, r.compute, G::kSelective, r.tp, r.sequence_parallel)
+          : full;
+  // Per model chunk: what one micro-batch keeps, and at the chunk's first backward (the last
+  // layer's recompute group rerun whole).
+  const int V = static_cast<int>(r.chunk_layers.size());
+  double chunk_kept = 0, chunk_at_backward = 0;
+  for (const std::vector<int>& layers : r.chunk_layers) {
+    const int n = static_cast<int>(layers.size());
+    double k = 0, at_backward = 0;
+    if (r.recompute.granularity != G::kFull) {
+      k = at_backward = n * kept;
+    } else if (r.recompute.method == model::RecomputePolicy::Method::kBlock) {
+      const int recomputed = std::min(n, r.recompute.num_layers);
+      k = at_backward = recomputed * input + (n - recomputed) * full;
+    } else {  // uniform groups of num_layers, each keeping its first layer's input
+      const int g = r.recompute.num_layers, groups = (n + g - 1) / g;
+      const int last_group = n - (groups - 1) * g;
+      k = groups * input;
+      at_backward = (groups - 1) * input + last_group * full;
+    }
+    chunk_kept = std::max(chunk_kept, k);
+    chunk_at_backward = std::max(chunk_at_backward, at_backward);
+  }
+  // Model-chunk micro-batches in flight when the first backward starts (pipeline/schedule.cc's
+  // warm-up counts, Megatron's).
+  const int64_t P = r.pp, M = r.micro_batches, total = M * V, s = r.pp_rank;
+  int64_t warmup = 0;
+  if (P > 1 && V == 1) warmup = std::min(P - s - 1, M);
+  if (P > 1 && V > 1) warmup = M == P ? total : std::min(2 * (P - s - 1) + (V - 1) * P, total);
+  const int64_t in_flight = std::min(warmup + 1, total);
+  double bytes = (in_flight - 1) * chunk_kept + chunk_at_backward;
+  // The larger working set: a layer's backward, or (last stage) the output layer's: its input,
+  // the final norm's output, this rank's logits (their own gradient), the norm's input gradient
+  // and the layer's (residual rows; the column-parallel input whole).
+  const double elem = dtype_size(r.compute), C = c.hidden_size;
+  const double rows = r.sequence_parallel ? static_cast<double>(N) / r.tp : N;
+  double working = model::layer_backward_working_bytes(c, N, r.compute, r.tp, r.sequence_parallel);
+  if (r.last_stage) {
+    const double logits = static_cast<double>(c.padded_vocab_size(r.tp)) / r.tp;
+    working = std::max(working, elem * (3 * rows * C + N * C + N * logits));
+  }
+  return bytes + working;
 }
 
 double RankMemory::measured_total() const {

@@ -16,9 +16,8 @@
 // pages of unowned parts back to the system, which allocation counts would not show), the
 // optimizer state by the memory accountant, after the first step; activations, communication
 // buffers and other (kernel scratch) as the accountant's peak of that iteration, and the
-// process's peak resident set. Activations are measured only: their theory (per layer,
-// model/activation_memory.h, times the pipeline's micro-batches in flight, plus the output
-// layer's working set) is not extended to tensor parallelism yet.
+// process's peak resident set. Communication buffers and other (kernel scratch) are measured
+// only.
 #pragma once
 
 #include <array>
@@ -27,6 +26,7 @@
 #include <vector>
 
 #include "tessera/core/dtype.h"
+#include "tessera/model/chunk_runner.h"
 #include "tessera/model/config.h"
 
 namespace tessera::train {
@@ -34,13 +34,20 @@ namespace tessera::train {
 // What the theory needs to know about one rank's place in the layout.
 struct RankLayout {
   int tp = 1, dp = 1, ep = 1, expert_tp = 1, expert_dp = 1;
-  bool experts_whole = false;  // --expert-tensor-parallel-size 1 under TP
+  bool experts_whole = false;                  // --expert-tensor-parallel-size 1 under TP
   bool first_stage = true, last_stage = true;  // holds the embeddings / the head
-  std::vector<int> layers;  // the global indices of this rank's layers
+  std::vector<int> layers;                     // the global indices of this rank's layers
   int zero_stage = 0;
   int64_t persistence_threshold = 100'000;  // ZeRO 3
   DType compute = DType::kF32;
   bool sgd = false;
+  // Activations: the pipeline (stage pp_rank of pp, `chunks` model chunks, each chunk's global
+  // layers in `chunk_layers`), micro-batches per iteration and tokens per micro-batch.
+  int pp = 1, pp_rank = 0;
+  std::vector<std::vector<int>> chunk_layers;
+  int64_t micro_batches = 1, tokens = 0;
+  bool sequence_parallel = false, context_parallel = false;
+  model::RecomputePolicy recompute;
 };
 
 struct ModelStateBytes {
@@ -49,6 +56,14 @@ struct ModelStateBytes {
 };
 
 ModelStateBytes theoretical_model_states(const model::ModelConfig& cfg, const RankLayout& r);
+
+// The activations' peak of an iteration: the layers' kept activations of the micro-batches in
+// flight when the first backward starts (all of them without a pipeline: one micro-batch; 1F1B
+// stage s: min(P - s, M); interleaved: Megatron's warm-up count + 1 model-chunk micro-batches),
+// recomputation's kept inputs and the group being recomputed, plus the larger of a layer
+// backward's and the output layer's working set (model/activation_memory.h). Negative (not
+// predicted) for MoE models and context parallelism.
+double theoretical_activations(const model::ModelConfig& cfg, const RankLayout& r);
 
 // The categories of the report, in print order.
 inline constexpr int kReportCategories = 6;

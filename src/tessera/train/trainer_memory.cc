@@ -26,8 +26,19 @@ void Trainer::report_memory() {
   r.experts_whole = experts_whole_;
   for (int chunk = 0; chunk < model_->num_chunks(); ++chunk) {
     const model::GPTModel::ChunkShape c = model_->chunk_shape(chunk);
-    for (int l = c.first; l < c.end; ++l) r.layers.push_back(model_->global_layer(chunk, l));
+    r.chunk_layers.emplace_back();
+    for (int l = c.first; l < c.end; ++l) {
+      r.layers.push_back(model_->global_layer(chunk, l));
+      r.chunk_layers.back().push_back(r.layers.back());
+    }
   }
+  r.pp = pp_size_;
+  r.pp_rank = pp_rank_;
+  r.micro_batches = args_.num_microbatches(data_size_);
+  r.tokens = args_.micro_batch_size * args_.model.seq_length;
+  r.sequence_parallel = args_.sequence_parallel && tp_.size() > 1;
+  r.context_parallel = cp_size_ > 1;
+  r.recompute = runner_->recompute();
   r.zero_stage = static_cast<int>(sharding.stage);
   r.persistence_threshold = sharding.persistence_threshold;
   r.compute = model_->params().compute_dtype();
@@ -35,7 +46,12 @@ void Trainer::report_memory() {
   const ModelStateBytes theory = theoretical_model_states(model_->config(), r);
 
   RankMemory mine;
-  mine.theory = {theory.parameters, theory.gradients, theory.optimizer, -1, -1, -1};
+  mine.theory = {theory.parameters,
+                 theory.gradients,
+                 theory.optimizer,
+                 theoretical_activations(model_->config(), r),
+                 -1,
+                 -1};
   const MemorySnapshot s = MemoryAccountant::instance().snapshot();
   const auto at = [&](MemoryCategory c) { return static_cast<double>(s.current[int(c)]); };
   const auto peak = [&](MemoryCategory c) { return static_cast<double>(s.peak[int(c)]); };
