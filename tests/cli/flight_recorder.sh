@@ -4,7 +4,8 @@
 #    the watchdog ends the job (exit 124) well within the guard, every rank writes a dump, and
 #    tessera-flight names the stopped rank, the all-reduce its TP partner waited in and the
 #    group, and the DP collective its DP partner waited in;
-#  - the same at DP 2 with rank 0 stopped;
+#  - the same at DP 2 with rank 0 stopped, and at PP 2 with stage 1 stopped (named by the
+#    pipeline send that waited for it);
 #  - a rank that crashes (SIGSEGV, --inject-crash-rank) dumps from its signal handler, the rank
 #    the launcher then terminates dumps too, and the verdict says which crashed;
 #  - without the flag nothing is written; bad input to tessera-flight is one line and exit 2.
@@ -51,6 +52,14 @@ check "DP 2, rank 0 stopped: exit 124" [ $? -eq 124 ]
 check "DP 2: the report names rank 0 and the gradient all-reduce" \
   report_has "$TMP/dp" "verdict: world rank 0 stopped outside communication: it did not reach" \
   "at data_parallel_grads.cc:" "on group 'dp-cp' (world ranks [0,1]), where world ranks [1] waited"
+
+guarded 2 "${FLAGS[@]}" --pipeline-model-parallel-size 2 --flight-recorder-dir "$TMP/pp" \
+  --inject-stop-rank 1
+check "PP 2, stage 1 stopped: exit 124" [ $? -eq 124 ]
+check "PP 2: the report names rank 1 by the send that waited for it" \
+  report_has "$TMP/pp" "point-to-point transfers not completed:" \
+  "verdict: world rank 1 stopped outside communication: it did not take part in send to world rank 1" \
+  "at executor.cc:"
 
 guarded 2 "${FLAGS[@]}" --flight-recorder-dir "$TMP/crash" --inject-crash-rank 1
 check "DP 2, rank 1 crashed: the job ends on the signal (139)" [ $? -eq 139 ]

@@ -1,6 +1,7 @@
 #include "tessera/comm/flight_report.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -131,7 +132,9 @@ std::string analyze_flight_dumps(std::vector<FlightDump> dumps) {
   for (const FlightDump& d : dumps) {
     for (const FlightEntry& e : d.entries) {
       last_of_rank[d.rank] = &e;
-      if (!e.done()) waiting_ranks.insert(d.rank);
+      // Waiting: inside a collective it started. A posted point-to-point receive (a pipeline's
+      // next activation) or an issued, unstarted operation does not make a rank a victim.
+      if (!e.done() && e.seq > 0 && e.started_us != 0) waiting_ranks.insert(d.rank);
       if (e.seq <= 0) continue;
       group_sample.emplace(e.group_id, &e);
       collectives[{e.group_id, d.rank}][e.seq] = &e;
@@ -161,7 +164,11 @@ std::string analyze_flight_dumps(std::vector<FlightDump> dumps) {
     stuck.push_back(s);
   }
   std::sort(stuck.begin(), stuck.end(), [](const StuckCollective& a, const StuckCollective& b) {
-    return a.waiting_since_us < b.waiting_since_us;
+    // Collectives nobody has started (no wait time) last.
+    const auto key = [](const StuckCollective& s) {
+      return s.waiting_since_us == 0 ? INT64_MAX : s.waiting_since_us;
+    };
+    return key(a) < key(b);
   });
 
   // Ranks that did not reach a collective others waited in, and those that waited.
@@ -256,8 +263,32 @@ std::string analyze_flight_dumps(std::vector<FlightDump> dumps) {
     verdicts.push_back("every member entered " + stuck.front().sample->describe() + " on " +
                        group_text(*stuck.front().sample) +
                        ": the transfer itself did not complete (network, MPI)");
-  if (verdicts.empty() && !p2p.empty())
-    verdicts.push_back("a point-to-point transfer above did not complete");
+  // A point-to-point transfer waits for its peer: a peer that has nothing pending towards the
+  // waiting rank and is inside no collective stopped outside communication.
+  if (verdicts.empty() && !p2p.empty()) {
+    std::set<std::pair<int, int>> pending;  // (rank, peer) with a transfer not completed
+    for (const FlightDump& d : dumps)
+      for (const FlightEntry& e : d.entries)
+        if (e.seq == 0 && !e.done() && e.peer >= 0) pending.insert({d.rank, e.peer});
+    std::map<int, std::string> stopped;  // peer -> the first transfer that waited for it
+    for (const FlightDump& d : dumps)
+      for (const FlightEntry& e : d.entries) {
+        if (e.seq != 0 || e.done() || e.peer < 0 || stopped.count(e.peer) ||
+            !by_rank.count(e.peer) || pending.count({e.peer, d.rank}) ||
+            waiting_ranks.count(e.peer))
+          continue;
+        stopped[e.peer] = e.describe() + " of world rank " + std::to_string(d.rank);
+      }
+    for (const auto& [r, what] : stopped) {
+      std::string v = "world rank " + std::to_string(r) +
+                      " stopped outside communication: it did not take part in " + what;
+      if (const FlightEntry* last = last_of_rank.count(r) ? last_of_rank[r] : nullptr)
+        v += "; its last operation: " + last->describe() + " on " + group_text(*last) + ", " +
+             last->state;
+      verdicts.push_back(v);
+    }
+    if (verdicts.empty()) verdicts.push_back("a point-to-point transfer above did not complete");
+  }
   if (verdicts.empty()) verdicts.push_back("no operation was waiting at the dumps");
   for (const std::string& v : verdicts) out += "verdict: " + v + ".\n";
   return out;

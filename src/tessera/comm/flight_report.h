@@ -45,7 +45,10 @@ FlightDump parse_flight_dump(const std::string& json_text, const std::string& wh
 
 // The report: which ranks dumped (and which did not), every group's first collective that not
 // all members completed with each member's state at it, pending point-to-point transfers, and
-// a verdict line starting "verdict: ". `dumps` may come in any order; at least one.
+// a verdict line starting "verdict: ": a rank that did not reach a collective others waited in,
+// while it was inside no started collective itself, stopped outside communication (or crashed,
+// if its dump came from a crash signal); a rank waiting in another collective is a victim.
+// `dumps` may come in any order; at least one.
 std::string analyze_flight_dumps(std::vector<FlightDump> dumps);
 
 }  // namespace tessera::comm
