@@ -83,8 +83,14 @@ std::vector<Unit> rank_units(const model::ModelConfig& c, const RankLayout& r) {
 
 std::string mib(double bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", bytes / (1 << 20));
+  std::snprintf(buf, sizeof buf, "%.3f", bytes / (1 << 20));
   return buf;
+}
+
+// Elements of one residual-stream tensor of a micro-batch on this rank (rows x C).
+double residual_elements(const model::ModelConfig& c, const RankLayout& r) {
+  const double rows = r.sequence_parallel ? static_cast<double>(r.tokens) / r.tp : r.tokens;
+  return rows * c.hidden_size;
 }
 
 }  // namespace
@@ -150,6 +156,32 @@ double theoretical_activations(const model::ModelConfig& c, const RankLayout& r)
   if (P > 1 && V > 1) warmup = M == P ? total : std::min(2 * (P - s - 1) + (V - 1) * P, total);
   const int64_t in_flight = std::min(warmup + 1, total);
   double bytes = (in_flight - 1) * chunk_kept + chunk_at_backward;
+  // The pipeline's transfer buffers (residual rows each) when the first backward runs: the
+  // receives posted and not yet consumed, besides the gradient that backward takes (counted in its
+  // working set below), and the outputs sent so far, each held until its send completes (taken
+  // as not yet: this is the bound the measured peak reaches when the next stage is slow to
+  // receive).
+  const double rows_bytes = dtype_size(r.compute) * residual_elements(c, r);
+  if (P > 1) {
+    const pipeline::ScheduleShape shape{r.pp, static_cast<int>(M), V};
+    int buffers = 0;
+    for (const pipeline::Step& st : pipeline::build_schedule(r.schedule, shape, r.pp_rank)) {
+      const int j = pipeline::model_chunk(shape, r.pp_rank, st.chunk);
+      const bool last_chunk = j == r.pp * V - 1;
+      if (st.action == pipeline::Action::kRecvActivation ||
+          st.action == pipeline::Action::kRecvGrad)
+        ++buffers;
+      if (st.action == pipeline::Action::kForward) {
+        if (j > 0) --buffers;        // consumed its input
+        if (!last_chunk) ++buffers;  // its output, until sent
+      }
+      if (st.action == pipeline::Action::kBackward) {
+        if (!last_chunk) --buffers;  // its own gradient
+        break;
+      }
+    }
+    bytes += buffers * rows_bytes;
+  }
   // The larger working set: a layer's backward, or (last stage) the output layer's: its input,
   // the final norm's output, this rank's logits (their own gradient), the norm's input gradient
   // and the layer's (residual rows; the column-parallel input whole).
@@ -161,6 +193,29 @@ double theoretical_activations(const model::ModelConfig& c, const RankLayout& r)
     working = std::max(working, elem * (3 * rows * C + N * C + N * logits));
   }
   return bytes + working;
+}
+
+double theoretical_comm_buffers(const model::ModelConfig& c, const RankLayout& r) {
+  if (c.moe.enabled() || r.context_parallel) return -1;
+  double dense = 0;
+  for (const Unit& u : rank_units(c, r)) dense += u.elements;
+  const double zero = r.zero_stage >= 1 && r.dp > 1 ? 4.0 * dense / r.dp : 0.0;
+  if (r.tp == 1) return zero;
+  const double N = static_cast<double>(r.tokens), C = c.hidden_size;
+  const bool half = r.compute != DType::kF32;
+  double collective = half ? 4 * N * C * (r.sequence_parallel ? 1.0 + 1.0 / r.tp : 1.0) : 0.0;
+  if (r.sequence_parallel && r.micro_batch_size > 1) collective += dtype_size(r.compute) * N * C;
+  double replicated_sum = 0;
+  if (r.sequence_parallel) {
+    const double bias = c.add_bias_linear ? 2 * C : 0;  // attention and MLP output biases
+    double replicated = r.layers.size() * (2 * norm_elements(c) + bias);
+    if (r.first_stage && c.position_embedding == model::PositionEmbedding::kLearnedAbsolute)
+      replicated += static_cast<double>(c.max_positions()) * C;
+    if (r.last_stage) replicated += norm_elements(c);
+    // Sharded optimizer: only the owned parts are summed.
+    replicated_sum = 4 * replicated / (r.zero_stage >= 1 ? r.dp : 1);
+  }
+  return zero + std::max(collective, replicated_sum);
 }
 
 double RankMemory::measured_total() const {
@@ -177,10 +232,12 @@ std::string format_memory_report(const RankMemory& worst, int rank, int world) {
   for (int k = 0; k < kReportCategories; ++k) {
     char line[160];
     const double t = worst.theory[k], m = worst.measured[k];
-    if (t >= 0) {
-      const double diff = t > 0 ? 100.0 * (m - t) / t : 0.0;
+    if (t > 0) {
       std::snprintf(line, sizeof line, ">   %-22s %10s | %10s | %+.1f%%\n", kReportCategoryNames[k],
-                    mib(t).c_str(), mib(m).c_str(), diff);
+                    mib(t).c_str(), mib(m).c_str(), 100.0 * (m - t) / t);
+    } else if (t == 0) {  // nothing expected: the measured bytes say what there was
+      std::snprintf(line, sizeof line, ">   %-22s %10s | %10s | %.0f bytes\n",
+                    kReportCategoryNames[k], mib(t).c_str(), mib(m).c_str(), m);
     } else {
       std::snprintf(line, sizeof line, ">   %-22s %10s | %10s |\n", kReportCategoryNames[k], "-",
                     mib(m).c_str());

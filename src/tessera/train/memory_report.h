@@ -16,7 +16,7 @@
 // pages of unowned parts back to the system, which allocation counts would not show), the
 // optimizer state by the memory accountant, after the first step; activations, communication
 // buffers and other (kernel scratch) as the accountant's peak of that iteration, and the
-// process's peak resident set. Communication buffers and other (kernel scratch) are measured
+// process's peak resident set. Other (kernel scratch: GEMM packing, norm workspaces) is measured
 // only.
 #pragma once
 
@@ -28,6 +28,7 @@
 #include "tessera/core/dtype.h"
 #include "tessera/model/chunk_runner.h"
 #include "tessera/model/config.h"
+#include "tessera/pipeline/schedule.h"
 
 namespace tessera::train {
 
@@ -44,8 +45,9 @@ struct RankLayout {
   // Activations: the pipeline (stage pp_rank of pp, `chunks` model chunks, each chunk's global
   // layers in `chunk_layers`), micro-batches per iteration and tokens per micro-batch.
   int pp = 1, pp_rank = 0;
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::kOneFOneB;
   std::vector<std::vector<int>> chunk_layers;
-  int64_t micro_batches = 1, tokens = 0;
+  int64_t micro_batches = 1, tokens = 0, micro_batch_size = 1;
   bool sequence_parallel = false, context_parallel = false;
   model::RecomputePolicy recompute;
 };
@@ -60,10 +62,20 @@ ModelStateBytes theoretical_model_states(const model::ModelConfig& cfg, const Ra
 // The activations' peak of an iteration: the layers' kept activations of the micro-batches in
 // flight when the first backward starts (all of them without a pipeline: one micro-batch; 1F1B
 // stage s: min(P - s, M); interleaved: Megatron's warm-up count + 1 model-chunk micro-batches),
-// recomputation's kept inputs and the group being recomputed, plus the larger of a layer
-// backward's and the output layer's working set (model/activation_memory.h). Negative (not
-// predicted) for MoE models and context parallelism.
+// recomputation's kept inputs and the group being recomputed, the pipeline's receive buffers
+// posted by then (the schedule's steps up to that backward, pipeline/schedule.h; sends are taken
+// as completed), plus the larger of a layer backward's and the output layer's working set
+// (model/activation_memory.h). Negative (not predicted) for MoE models and context parallelism.
 double theoretical_activations(const model::ModelConfig& cfg, const RankLayout& r);
+
+// The communication buffers' peak: ZeRO 1-3's reduce-scattered gradient parts (4 P / DP, held
+// until the step) plus the larger of a tensor-parallel collective's staging (16-bit activations
+// are reduced in fp32 copies: 4 N C for an all-reduce, 4 N C (1 + 1/TP) for a sequence-parallel
+// reduce-scatter; with several samples a micro-batch, the sequence-parallel permutation's copy)
+// and, under sequence parallelism, the fp32 sum of the replicated parameters' gradients (norms,
+// row-parallel biases, position embedding). Negative (not predicted) for MoE models and context
+// parallelism.
+double theoretical_comm_buffers(const model::ModelConfig& cfg, const RankLayout& r);
 
 // The categories of the report, in print order.
 inline constexpr int kReportCategories = 6;

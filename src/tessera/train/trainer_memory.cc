@@ -34,8 +34,10 @@ void Trainer::report_memory() {
   }
   r.pp = pp_size_;
   r.pp_rank = pp_rank_;
+  if (executor_) r.schedule = executor_->kind();
   r.micro_batches = args_.num_microbatches(data_size_);
   r.tokens = args_.micro_batch_size * args_.model.seq_length;
+  r.micro_batch_size = args_.micro_batch_size;
   r.sequence_parallel = args_.sequence_parallel && tp_.size() > 1;
   r.context_parallel = cp_size_ > 1;
   r.recompute = runner_->recompute();
@@ -50,7 +52,7 @@ void Trainer::report_memory() {
                  theory.gradients,
                  theory.optimizer,
                  theoretical_activations(model_->config(), r),
-                 -1,
+                 theoretical_comm_buffers(model_->config(), r),
                  -1};
   const MemorySnapshot s = MemoryAccountant::instance().snapshot();
   const auto at = [&](MemoryCategory c) { return static_cast<double>(s.current[int(c)]); };
