@@ -54,6 +54,7 @@ layout() {  # layout NAME NP FLAGS...: one run, its report checked (activations 
 }
 
 for stage in 0 1 2 3; do layout "DP 2, ZeRO $stage" 2 "${GPT[@]}" --zero-stage "$stage"; done
+layout "PP 2, GPipe" 2 "${GPT[@]}" --pipeline-model-parallel-size 2 --pipeline-schedule gpipe
 layout "PP 2, 1F1B" 2 "${GPT[@]}" --pipeline-model-parallel-size 2
 layout "PP 2, interleaved (V 2)" 2 "${GPT[@]}" --pipeline-model-parallel-size 2 \
   --num-layers-per-virtual-pipeline-stage 1

@@ -152,8 +152,10 @@ double theoretical_activations(const model::ModelConfig& c, const RankLayout& r)
   // warm-up counts, Megatron's).
   const int64_t P = r.pp, M = r.micro_batches, total = M * V, s = r.pp_rank;
   int64_t warmup = 0;
-  if (P > 1 && V == 1) warmup = std::min(P - s - 1, M);
-  if (P > 1 && V > 1) warmup = M == P ? total : std::min(2 * (P - s - 1) + (V - 1) * P, total);
+  if (P > 1 && r.schedule == pipeline::ScheduleKind::kGPipe) warmup = total;  // all forwards first
+  if (P > 1 && r.schedule == pipeline::ScheduleKind::kOneFOneB) warmup = std::min(P - s - 1, M);
+  if (P > 1 && r.schedule == pipeline::ScheduleKind::kInterleaved)
+    warmup = M == P ? total : std::min(2 * (P - s - 1) + (V - 1) * P, total);
   const int64_t in_flight = std::min(warmup + 1, total);
   double bytes = (in_flight - 1) * chunk_kept + chunk_at_backward;
   // The pipeline's transfer buffers (residual rows each) when the first backward runs: the

@@ -60,7 +60,7 @@ struct ModelStateBytes {
 ModelStateBytes theoretical_model_states(const model::ModelConfig& cfg, const RankLayout& r);
 
 // The activations' peak of an iteration: the layers' kept activations of the micro-batches in
-// flight when the first backward starts (all of them without a pipeline: one micro-batch; 1F1B
+// flight when the first backward starts (without a pipeline one micro-batch; GPipe all M; 1F1B
 // stage s: min(P - s, M); interleaved: Megatron's warm-up count + 1 model-chunk micro-batches),
 // recomputation's kept inputs and the group being recomputed, the pipeline's receive buffers
 // posted by then (the schedule's steps up to that backward, pipeline/schedule.h; sends are taken
