@@ -12,15 +12,6 @@
 namespace tessera::comm {
 namespace {
 
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s = "[";
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (i > 0) s += ',';
-    s += std::to_string(ranks[i]);
-  }
-  return s + "]";
-}
-
 std::string seconds(int64_t us) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f s", us / 1e6);
@@ -48,6 +39,15 @@ struct StuckCollective {
 };
 
 }  // namespace
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(ranks[i]);
+  }
+  return s + "]";
+}
 
 std::string FlightEntry::describe() const {
   std::string s = op;

@@ -40,6 +40,9 @@ struct FlightDump {
   std::vector<FlightEntry> entries;  // oldest first
 };
 
+// "[0,1,3]": world ranks as the watchdog and the report print them.
+std::string rank_list(const std::vector<int>& ranks);
+
 // Parses one dump; `where` (a file name) prefixes the tessera::Error a malformed dump throws.
 FlightDump parse_flight_dump(const std::string& json_text, const std::string& where);
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tessera/comm/flight_recorder.h"
+#include "tessera/comm/flight_report.h"
 #include "tessera/comm/runtime.h"
 #include "tessera/core/clock.h"
 
@@ -39,12 +40,6 @@ void copy_str(char* dst, size_t cap, const std::string& s) {
   size_t n = std::min(cap - 1, s.size());
   std::memcpy(dst, s.data(), n);
   dst[n] = '\0';
-}
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s = "[";
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
-  return s + "]";
 }
 
 }  // namespace

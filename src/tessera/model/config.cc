@@ -187,27 +187,34 @@ void ModelConfig::validate_tensor_parallel(int tp_size, bool sequence_parallel) 
                                    " is not divisible by " + tp);
 }
 
-namespace {
-// One MLP of F features.
-int64_t mlp_parameters(const ModelConfig& c, int64_t F) {
-  const int64_t C = c.hidden_size, bias = c.add_bias_linear ? 1 : 0;
-  return c.swiglu ? 3 * C * F + bias * (2 * F + C) : 2 * C * F + bias * (F + C);
+double ModelConfig::attention_parameters(int tp) const {
+  const double C = hidden_size, HD = head_dim(), bias = add_bias_linear ? 1 : 0;
+  const double q = C / tp, kv = std::max(1, kv_heads() / tp) * HD;
+  return C * (q + 2 * kv) + bias * (q + 2 * kv) + C / tp * C + bias * C;
 }
+
+double ModelConfig::mlp_parameters(double F, int tp) const {
+  const double C = hidden_size, bias = add_bias_linear ? 1 : 0;
+  const double up = swiglu ? 2 * F : F;
+  return C * up / tp + F / tp * C + bias * (up / tp + C);
+}
+
+namespace {
 int64_t count_parameters(const ModelConfig& c, int experts_counted) {
   const int64_t C = c.hidden_size, L = c.num_layers;
-  const int64_t kv = static_cast<int64_t>(c.kv_heads()) * c.head_dim();
-  const int64_t bias = c.add_bias_linear ? 1 : 0;
   const int64_t norm = c.normalization == Normalization::kLayerNorm ? 2 * C : C;
-  const int64_t attn = C * (C + 2 * kv) + bias * (C + 2 * kv) + C * C + bias * C;
+  // The per-layer counts are whole numbers at tp 1, exact in a double.
+  const auto mlp = [&](int64_t F) { return static_cast<int64_t>(c.mlp_parameters(F)); };
+  const int64_t attn = static_cast<int64_t>(c.attention_parameters());
   int64_t total = L * (attn + 2 * norm) + norm + c.vocab_size * C;
   const std::vector<bool> moe_layer = c.moe_layer_mask();
   for (int l = 0; l < L; ++l) {
     if (!moe_layer[l]) {
-      total += mlp_parameters(c, c.ffn());
+      total += mlp(c.ffn());
       continue;
     }
-    total += C * c.moe.num_experts + experts_counted * mlp_parameters(c, c.moe_ffn());
-    if (c.moe.shared_expert_size > 0) total += mlp_parameters(c, c.moe.shared_expert_size);
+    total += C * c.moe.num_experts + experts_counted * mlp(c.moe_ffn());
+    if (c.moe.shared_expert_size > 0) total += mlp(c.moe.shared_expert_size);
   }
   if (c.position_embedding == PositionEmbedding::kLearnedAbsolute) total += c.max_positions() * C;
   if (c.untie_embeddings_and_output_weights) total += c.vocab_size * C;

@@ -97,6 +97,13 @@ struct ModelConfig {
   // Parameters one token uses (MoE layers count the router, k experts and the shared expert;
   // the rest as num_parameters()): the "active parameters" of MoE reports and FLOP counts.
   int64_t num_active_parameters() const;
+  // Elements of one of `tp` tensor-parallel ranks' share of a layer's attention (q split by
+  // heads, k and v by query groups, a group replicated when there are fewer than the ranks, the
+  // output projection split by its input, its bias whole) and of an MLP of F features (the up
+  // and gate matrices and biases split, the down projection split by its input, its bias whole).
+  // At tp 1 the whole layer's: num_parameters() sums them.
+  double attention_parameters(int tp = 1) const;
+  double mlp_parameters(double F, int tp = 1) const;
   // Per layer (global index), whether it has an MoE block (all false when dense): parses
   // --moe-layer-freq, so callers that visit every layer take the mask once.
   std::vector<bool> moe_layer_mask() const;

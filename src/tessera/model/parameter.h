@@ -10,10 +10,12 @@
 // a rank's q, k and v shards are consecutive, so its fused QKV is its heads' rows.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/core/tensor.h"
@@ -89,6 +91,21 @@ class ParameterSet {
   bool contains(const std::string& name) const { return index_.count(name) > 0; }
   std::vector<Parameter>& all() { return params_; }
   const std::vector<Parameter>& all() const { return params_; }
+  // Calls fn(param, begin, end, k) for every run [begin, end) where range k of `ranges` (flat
+  // [first, second), increasing and disjoint) meets a parameter, in offset order: one merge pass
+  // (the parameters are in offset order too).
+  template <typename Fn>
+  void for_each_run(const std::vector<std::pair<int64_t, int64_t>>& ranges, Fn&& fn) const {
+    size_t r = 0;
+    for (const Parameter& p : params_) {
+      const int64_t begin = p.offset, end = p.offset + p.numel();
+      while (r < ranges.size() && ranges[r].second <= begin) ++r;
+      for (size_t k = r; k < ranges.size() && ranges[k].first < end; ++k) {
+        const int64_t lo = std::max(begin, ranges[k].first), hi = std::min(end, ranges[k].second);
+        if (lo < hi) fn(p, lo, hi, k);
+      }
+    }
+  }
 
   // A (rows, cols) view of the value (or grad) spanning `names`, which must be consecutive in
   // registration order and have the same number of columns: the fused q/k/v or gate/up weight.

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <vector>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
@@ -110,16 +110,10 @@ void NumericsDump::backward_input_grad(int layer, Tensor& dx, const model::StepC
 void NumericsDump::parameter_grads(model::ParameterSet& params,
                                    const std::vector<std::pair<int64_t, int64_t>>& ranges) {
   const float* grads = params.flat_grads().data<float>();
-  size_t r = 0;
-  for (const model::Parameter& p : params.all()) {
-    const int64_t begin = p.offset, end = p.offset + p.numel();
-    while (r < ranges.size() && ranges[r].second <= begin) ++r;
-    // A parameter's elements in the ranges, as one part per run (usually one).
-    for (size_t k = r; k < ranges.size() && ranges[k].first < end; ++k) {
-      const int64_t lo = std::max(begin, ranges[k].first), hi = std::min(end, ranges[k].second);
-      if (lo < hi) record("grads", -1, -1, p.name, grads + lo, DType::kF32, hi - lo);
-    }
-  }
+  // A parameter's elements in the ranges, as one part per run (usually one).
+  params.for_each_run(ranges, [&](const model::Parameter& p, int64_t lo, int64_t hi, size_t) {
+    record("grads", -1, -1, p.name, grads + lo, DType::kF32, hi - lo);
+  });
 }
 
 void NumericsDump::end_iteration() { file_.flush(); }

@@ -33,16 +33,9 @@ Optimizer::Optimizer(model::ParameterSet& params, const OptimizerOptions& option
 
 template <typename Fn>
 void Optimizer::for_each_owned_run(Fn&& fn) const {
-  // Parameters are in offset order and so are the ranges: one merge pass.
-  size_t r = 0;
-  for (const model::Parameter& p : params_.all()) {
-    const int64_t p_begin = p.offset, p_end = p.offset + p.numel();
-    while (r < owned_.size() && owned_[r].second <= p_begin) ++r;
-    for (size_t k = r; k < owned_.size() && owned_[k].first < p_end; ++k) {
-      const int64_t b = std::max(p_begin, owned_[k].first), e = std::min(p_end, owned_[k].second);
-      if (b < e) fn(p, b, e, packed_start_[k] + (b - owned_[k].first));
-    }
-  }
+  params_.for_each_run(owned_, [&](const model::Parameter& p, int64_t b, int64_t e, size_t k) {
+    fn(p, b, e, packed_start_[k] + (b - owned_[k].first));
+  });
 }
 
 Tensor Optimizer::master(const model::Parameter& p) const {

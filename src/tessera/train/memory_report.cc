@@ -8,23 +8,6 @@
 namespace tessera::train {
 namespace {
 
-// Elements of one rank's share of an MLP of hidden size F under tensor parallelism tp: the up
-// (and gate) and down matrices split, their biases too except the down projection's, which every
-// rank holds whole (a row-parallel layer's bias).
-double mlp_elements(const model::ModelConfig& c, double F, int tp) {
-  const double C = c.hidden_size, bias = c.add_bias_linear ? 1 : 0;
-  const double up = c.swiglu ? 2 * F : F;
-  return C * up / tp + F / tp * C + bias * (up / tp + C);
-}
-
-// One rank's share of a layer's attention: q split by heads, k and v by query groups (a group
-// replicated when there are fewer groups than ranks), the output projection split by its input.
-double attention_elements(const model::ModelConfig& c, int tp) {
-  const double C = c.hidden_size, HD = c.head_dim(), bias = c.add_bias_linear ? 1 : 0;
-  const double q = C / tp, kv = std::max(1, c.kv_heads() / tp) * HD;
-  return C * (q + 2 * kv) + bias * (q + 2 * kv) + C / tp * C + bias * C;
-}
-
 double norm_elements(const model::ModelConfig& c) {
   return c.normalization == model::Normalization::kLayerNorm ? 2.0 * c.hidden_size
                                                              : 1.0 * c.hidden_size;
@@ -56,15 +39,15 @@ std::vector<Unit> rank_units(const model::ModelConfig& c, const RankLayout& r) {
     }
   }
   for (int l : r.layers) {
-    double dense = attention_elements(c, r.tp) + 2 * norm_elements(c);
+    double dense = c.attention_parameters(r.tp) + 2 * norm_elements(c);
     if (!c.is_moe_layer(l)) {
-      units.push_back({dense + mlp_elements(c, c.ffn(), r.tp), false});
+      units.push_back({dense + c.mlp_parameters(c.ffn(), r.tp), false});
       continue;
     }
     dense += C * c.moe.num_experts;  // the router, whole on every rank
-    if (c.moe.shared_expert_size > 0) dense += mlp_elements(c, c.moe.shared_expert_size, r.tp);
+    if (c.moe.shared_expert_size > 0) dense += c.mlp_parameters(c.moe.shared_expert_size, r.tp);
     const double experts =
-        static_cast<double>(c.moe.num_experts / r.ep) * mlp_elements(c, c.moe_ffn(), r.expert_tp);
+        static_cast<double>(c.moe.num_experts / r.ep) * c.mlp_parameters(c.moe_ffn(), r.expert_tp);
     if (r.ep > 1 || r.experts_whole) {
       units.push_back({dense, false});
       units.push_back({experts, true});
