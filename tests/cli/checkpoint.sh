@@ -244,7 +244,7 @@ check "weights-only checkpoint without --no-load-optim" \
 check "SGD loading Adam state" expect_error 1 ".*holds adam optimizer state but this run uses --optimizer sgd" \
   --load "$TMP/fp32.ckpt" --optimizer sgd
 check "--save-interval without --save" expect_error 1 "--save-interval needs --save" --save-interval 2
-check "--finetune without --load" expect_error 1 "--finetune, --no-load-optim and --no-load-rng need --load" --finetune
+check "--finetune without --load" expect_error 1 "--finetune needs --load DIR" --finetune
 check "the original still loads" run 1 "${FLAGS[@]}" --load "$TMP/fp32.ckpt"
 
 echo "checkpoint: $passed passed, $failed failed"

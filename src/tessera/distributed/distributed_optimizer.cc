@@ -88,7 +88,7 @@ std::vector<FlatRange> DistributedOptimizer::reported_grad_ranges(bool dense_rep
 }
 
 StepResult DistributedOptimizer::step(int64_t iteration, double loss_sum, double tokens,
-                                      double global_tokens) {
+                                      double global_tokens, int64_t schedule_increment) {
   StepResult out;
   const double loss_scale = scaler_->scale();
   // Sharded: this rank holds reduced gradients for its part only, and the norm sums the parts
@@ -140,7 +140,9 @@ StepResult DistributedOptimizer::step(int64_t iteration, double loss_sum, double
     if (coeff < 1.0) step_scale *= static_cast<float>(coeff);
   }
   if (zero3_) zero3_->quiesce();
-  optimizer_->step(schedule_->lr_at(optimizer_->steps()), step_scale);
+  last_lr_ = schedule_->lr_at(schedule_position_);
+  optimizer_->step(last_lr_, step_scale, schedule_->decoupled_lr_at(schedule_position_));
+  schedule_position_ += schedule_increment;
   dp_grads_.gather_values();  // ZeRO 1-2: every rank's parameters whole again
   if (zero3_) zero3_->after_step();
   return out;

@@ -77,7 +77,15 @@ class DistributedOptimizer {
   // `loss_sum` and `tokens` are the global batch's (summed over every rank); `global_tokens` is
   // global batch x sequence length (the gradients are of loss_sum / global_tokens). Collective
   // over the world. `iteration` names the step in errors and the test hook.
-  StepResult step(int64_t iteration, double loss_sum, double tokens, double global_tokens);
+  // The schedule's position advances by `schedule_increment` with an applied update: 1 (it
+  // counts updates) or the iteration's global batch (a sample-based schedule, Megatron's).
+  StepResult step(int64_t iteration, double loss_sum, double tokens, double global_tokens,
+                  int64_t schedule_increment = 1);
+  // Where the learning-rate schedule stands (updates or samples applied), for checkpoints.
+  int64_t schedule_position() const { return schedule_position_; }
+  void set_schedule_position(int64_t position) { schedule_position_ = position; }
+  // The learning rate of the last update (before any: of the first).
+  double last_lr() const { return last_lr_ >= 0 ? last_lr_ : schedule_->lr_at(schedule_position_); }
 
   // The L2 norm of the global fp32 master weights (Megatron's --log-params-norm): every element
   // counted once, as the gradient norm's. Collective over the world.
@@ -108,6 +116,8 @@ class DistributedOptimizer {
   model::ParameterSet& params_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRSchedule> schedule_;
+  int64_t schedule_position_ = 0;
+  double last_lr_ = -1;
   std::unique_ptr<optim::DynamicLossScaler> scaler_;
   TensorParallelGrads& tp_grads_;
   DataParallelGrads& dp_grads_;

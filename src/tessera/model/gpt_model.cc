@@ -57,8 +57,9 @@ GPTModel::Layout GPTModel::declare(ParameterSet& params, const ModelConfig& cfg,
     out.units.push_back({begin, params.numel()});
   };
   if (part.embedding) {
-    params.add(n.wte, {padded_vocab, C}, InitKind::kNormal, cfg.init_method_std, true,
-               vocab_parallel);
+    params
+        .add(n.wte, {padded_vocab, C}, InitKind::kNormal, cfg.init_method_std, true, vocab_parallel)
+        .embedding_or_output = true;
     if (split_tied) {
       close_unit(0, out.embed_units);
       out.tied_range = out.units.back();
@@ -93,16 +94,18 @@ GPTModel::Layout GPTModel::declare(ParameterSet& params, const ModelConfig& cfg,
     out.head_offset = params.numel();
     Norm::declare(params, n.final_norm, cfg);
     if (!tied)
-      params.add(n.head, {padded_vocab, C}, InitKind::kNormal, cfg.init_method_std, true,
-                 vocab_parallel);
+      params
+          .add(n.head, {padded_vocab, C}, InitKind::kNormal, cfg.init_method_std, true,
+               vocab_parallel)
+          .embedding_or_output = true;
     close_unit(out.head_offset, out.head_units);
     if (split_tied) {
       // The same name, so the same initial values as the first stage's embedding.
       const int64_t begin = params.numel();
-      params
-          .add(n.wte, {padded_vocab, C}, InitKind::kNormal, cfg.init_method_std, true,
-               vocab_parallel)
-          .tied_copy = true;
+      Parameter& copy = params.add(n.wte, {padded_vocab, C}, InitKind::kNormal, cfg.init_method_std,
+                                   true, vocab_parallel);
+      copy.tied_copy = true;
+      copy.embedding_or_output = true;
       close_unit(begin, out.head_units);
       out.tied_range = out.units.back();
     } else if (tied) {

@@ -35,6 +35,9 @@ struct Parameter {
   InitKind init = InitKind::kNormal;
   float init_std = 0.0f;
   bool weight_decay = true;  // false for biases and norm weights
+  // The word embedding and the output layer (Megatron's is_embedding_or_output_parameter): they
+  // take --decoupled-lr when it is given.
+  bool embedding_or_output = false;
   // A second copy of a parameter another pipeline stage owns (the tied word embedding as the
   // last stage's output layer): same name and initial values, gradients summed with the
   // original's over the embedding group; counted once (by the original) in norms and exports.

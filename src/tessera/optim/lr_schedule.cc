@@ -98,6 +98,11 @@ LRScheduler::LRScheduler(const LRScheduleOptions& o) : options_(o) {
                                         ", expected 0 <= warmup < --lr-decay-iters (" +
                                         std::to_string(o.decay_iters) + ")");
   }
+  if (o.decoupled_lr >= 0 &&
+      !(o.decoupled_lr >= (o.decoupled_min_lr >= 0 ? o.decoupled_min_lr : o.min_lr))) {
+    bad_option("--decoupled-lr", "got " + to_string(o.decoupled_lr) +
+                                     ", expected >= --decoupled-min-lr (or --min-lr)");
+  }
   if (o.decay_style == LRDecayStyle::kWSD && o.wsd_decay_iters < 0) {
     bad_option("--lr-wsd-decay-iters",
                "got " + std::to_string(o.wsd_decay_iters) + ", expected >= 0 with WSD");
@@ -105,21 +110,31 @@ LRScheduler::LRScheduler(const LRScheduleOptions& o) : options_(o) {
 }
 
 double LRScheduler::lr_at(int64_t step_count) const {
+  return lr_between(step_count, options_.lr, options_.min_lr);
+}
+
+double LRScheduler::decoupled_lr_at(int64_t step_count) const {
+  if (options_.decoupled_lr < 0) return -1;
+  return lr_between(step_count, options_.decoupled_lr,
+                    options_.decoupled_min_lr >= 0 ? options_.decoupled_min_lr : options_.min_lr);
+}
+
+double LRScheduler::lr_between(int64_t step_count, double peak, double min_lr) const {
   TESSERA_CHECK(step_count >= 0);
   const LRScheduleOptions& o = options_;
   const double step = static_cast<double>(step_count);
   const double decay = static_cast<double>(o.decay_iters);
 
   if (o.warmup_iters > 0.0 && step <= o.warmup_iters) {
-    return o.init_lr + (o.lr - o.init_lr) * step / o.warmup_iters;
+    return o.init_lr + (peak - o.init_lr) * step / o.warmup_iters;
   }
   // Megatron checks constant before the end of decay: a constant schedule never drops to min_lr.
-  if (o.decay_style == LRDecayStyle::kConstant) return o.lr;
-  if (step > decay) return o.min_lr;
+  if (o.decay_style == LRDecayStyle::kConstant) return peak;
+  if (step > decay) return min_lr;
   if (o.decay_style == LRDecayStyle::kInverseSquareRoot) {
     const double lr =
-        o.lr * std::sqrt(std::max(o.warmup_iters, 1.0)) / std::sqrt(std::max(step, 1.0));
-    return std::max(o.min_lr, lr);
+        peak * std::sqrt(std::max(o.warmup_iters, 1.0)) / std::sqrt(std::max(step, 1.0));
+    return std::max(min_lr, lr);
   }
 
   const double ratio = (step - o.warmup_iters) / (decay - o.warmup_iters);
@@ -157,7 +172,7 @@ double LRScheduler::lr_at(int64_t step_count) const {
     case LRDecayStyle::kInverseSquareRoot:
       TESSERA_CHECK(false);
   }
-  return o.min_lr + coeff * (o.lr - o.min_lr);
+  return min_lr + coeff * (peak - min_lr);
 }
 
 }  // namespace tessera::optim

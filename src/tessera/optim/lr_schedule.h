@@ -35,6 +35,9 @@ struct LRScheduleOptions {
   LRDecayStyle decay_style = LRDecayStyle::kLinear;             // --lr-decay-style (default linear)
   int64_t wsd_decay_iters = 0;                                  // --lr-wsd-decay-iters (WSD only)
   WSDDecayStyle wsd_decay_style = WSDDecayStyle::kExponential;  // --lr-wsd-decay-style
+  // --decoupled-lr / --decoupled-min-lr: the input embedding's and the output layer's peak and
+  // minimum (negative: not given; the minimum then is min_lr), on the same schedule.
+  double decoupled_lr = -1, decoupled_min_lr = -1;
 };
 
 // A learning-rate schedule as a pure function of the number of updates applied so far, so it
@@ -45,6 +48,9 @@ class LRSchedule {
   virtual ~LRSchedule() = default;
   // Learning rate of the update that follows `step` applied updates (0: the first update).
   virtual double lr_at(int64_t step) const = 0;
+  // The same for the input embedding and the output layer under Megatron's --decoupled-lr;
+  // negative when they follow lr_at.
+  virtual double decoupled_lr_at(int64_t /*step*/) const { return -1; }
 };
 
 // Megatron's schedule.
@@ -72,10 +78,15 @@ class LRScheduler : public LRSchedule {
   //          minus_sqrt 1 - sqrt(w).
   // Requires step >= 0 (a negative step is a bug: checked).
   double lr_at(int64_t step) const override;
+  // lr_at with decoupled_lr and decoupled_min_lr (or min_lr) in place of lr and min_lr: Megatron
+  // gives that parameter group its own max_lr and min_lr on the same schedule.
+  double decoupled_lr_at(int64_t step) const override;
 
   const LRScheduleOptions& options() const { return options_; }
 
  private:
+  double lr_between(int64_t step, double peak, double min_lr) const;
+
   LRScheduleOptions options_;
 };
 

@@ -106,7 +106,7 @@ void Optimizer::refresh_compute_values() {
   });
 }
 
-void Optimizer::step(double lr, float grad_scale) {
+void Optimizer::step(double lr_all, float grad_scale, double decoupled_lr) {
   ++steps_;
   const float* grads = params_.flat_grads().data<float>();
   float* m = exp_avg_.data<float>();
@@ -114,6 +114,7 @@ void Optimizer::step(double lr, float grad_scale) {
   for_each_owned_run([&](const model::Parameter& p, int64_t b, int64_t e, int64_t packed) {
     const int64_t n = e - b;
     const float wd = p.weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f;
+    const double lr = decoupled_lr >= 0 && p.embedding_or_output ? decoupled_lr : lr_all;
     visit_float(params_.compute_dtype(), [&](auto tag) {
       using T = decltype(tag);
       // With fp32 compute the master is the model's buffer: nothing to copy back.

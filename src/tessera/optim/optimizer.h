@@ -35,7 +35,9 @@ class Optimizer {
 
   // One update with learning rate `lr` of the owned elements; the gradients used are
   // flat_grads * grad_scale (grad_scale folds in 1/loss_scale and the clipping coefficient).
-  void step(double lr, float grad_scale);
+  // `decoupled_lr` >= 0 is the learning rate of the parameters marked embedding_or_output
+  // (Megatron's --decoupled-lr); negative: they take `lr` too.
+  void step(double lr, float grad_scale, double decoupled_lr = -1);
   int64_t steps() const { return steps_; }
   const std::string& kind() const { return options_.kind; }  // "adam" or "sgd"
 

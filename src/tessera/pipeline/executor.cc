@@ -32,6 +32,13 @@ PipelineExecutor::PipelineExecutor(model::ChunkRunner& runner,
   steps_ = build_schedule(kind_, shape_, rank_);
 }
 
+void PipelineExecutor::set_num_microbatches(int num_microbatches) {
+  if (num_microbatches == shape_.num_microbatches) return;
+  shape_.num_microbatches = num_microbatches;
+  validate_schedule(kind_, shape_);
+  steps_ = build_schedule(kind_, shape_, rank_);
+}
+
 int PipelineExecutor::tag(bool gradient, int m, int receiving_model_chunk) const {
   // Unique within an iteration up to 16383 (micro-batch, chunk) pairs; beyond, messages with
   // equal tags are far apart in time (at most ~P*V transfers are in flight per pair of ranks).

@@ -62,6 +62,9 @@ class PipelineExecutor {
   model::LossSum evaluate(const MicroBatchLoader& load, int count);
 
   ScheduleKind kind() const { return kind_; }
+  // The micro-batches of the following iterations (a global batch that changes with Megatron's
+  // --rampup-batch-size): rebuilds the schedule; validate_schedule() must accept the new shape.
+  void set_num_microbatches(int num_microbatches);
   // Test hook: sleep `seconds` inside every forward chunk, timed as forward (a planted straggler
   // for --log-straggler's test).
   void set_forward_delay(double seconds) { forward_delay_ = seconds; }

@@ -1,6 +1,7 @@
 #include "tessera/train/arguments.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -267,6 +268,10 @@ void add_data_parallel_flags(FlagTable& t) {
          "shard optimizer state over data parallel ranks (ZeRO stage 1)");
   t.flag("--overlap-grad-reduce,!--no-overlap-grad-reduce", &TrainArgs::overlap_grad_reduce,
          "reduce gradient buckets during the last micro-batch's backward (default on)");
+  t.note("--overlap-grad-reduce",
+         "Megatron's default is off, Tessera's on: the buckets are reduced while backward runs, "
+         "with the same sums (the bits do not change), so there is no reason to wait; "
+         "--no-overlap-grad-reduce turns it off");
   t.option("--ddp-bucket-size", &TrainArgs::ddp_bucket_size,
            "gradient bucket size in elements (default: max(40M, 1M x data-parallel size))")
       ->check(CLI::NonNegativeNumber);
@@ -317,6 +322,7 @@ void declare_flags(FlagTable& t) {
   add_checkpoint_flags(t);
   add_logging_flags(t);
   add_deepspeed_and_test_flags(t);
+  add_megatron_flags(t);
 }
 
 // The app's global options (not fields of TrainArgs): --config, --version, --list-flags.
@@ -346,11 +352,42 @@ const Catalogue& catalogue() {
     FlagTable table(app, probe);
     declare_flags(table);
     c.rows = table.rows();
-    for (const FlagInfo& row : c.rows) c.names.emplace(row.offset, row.name);
+    for (const FlagInfo& row : c.rows)
+      if (row.offset >= 0) c.names.emplace(row.offset, row.name);
     c.model_copies = table.model_copies();
     return c;
   }();
   return catalogue;
+}
+
+// argparse keeps the last occurrence of a flag given twice; CLI11 appends a list flag's values
+// (--data-path A --data-path B would be [A, B]). Drops the earlier occurrences of list flags
+// (each with the values that follow it, up to the next "--" token) before CLI11 parses.
+std::vector<std::string> keep_last_list_occurrences(int argc, const char* const* argv,
+                                                    const CLI::App& app) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  const auto name_of = [](const std::string& token) {
+    return token.rfind("--", 0) == 0 ? token.substr(0, token.find('=')) : std::string();
+  };
+  std::map<std::string, size_t> last;  // list flag -> index of its last occurrence
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string name = name_of(args[i]);
+    if (name.size() <= 2) continue;
+    const CLI::Option* o = app.get_option_no_throw(name);
+    if (o != nullptr && o->get_items_expected_max() > 1) last[name] = i;
+  }
+  std::vector<std::string> kept;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string name = name_of(args[i]);
+    const auto it = last.find(name);
+    if (it == last.end() || it->second == i) {
+      kept.push_back(args[i]);
+      continue;
+    }
+    if (args[i].find('=') != std::string::npos) continue;
+    while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) ++i;
+  }
+  return kept;
 }
 
 }  // namespace
@@ -362,13 +399,18 @@ int64_t TrainArgs::num_microbatches(int64_t data_parallel) const {
 bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   CLI::App app{"tessera-train: train a GPT/LLaMA-style language model", "tessera-train"};
   configure_app(app);
-  bool list_flags = false;
+  bool list_flags = false, migration = false;
   app.add_flag("--list-flags", list_flags, "print every flag with its group and default, then exit")
+      ->configurable(false);
+  app.add_flag("--migration-table", migration,
+               "print docs/migration.md's generated tables (Megatron flags by class), then exit")
       ->configurable(false);
   FlagTable table(app, args);
   declare_flags(table);
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> kept = keep_last_list_occurrences(argc, argv, app);
+    std::reverse(kept.begin(), kept.end());  // CLI11 takes the arguments last first
+    app.parse(kept);
   } catch (const CLI::CallForHelp&) {
     std::printf("%s", app.help().c_str());
     return false;
@@ -384,11 +426,12 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   } catch (const CLI::ParseError& e) {
     throw Error(one_line(e.what()));
   }
-  if (list_flags) {
-    std::printf("%s", flag_list().c_str());
+  if (list_flags || migration) {
+    std::printf("%s", (list_flags ? flag_list() : migration_table()).c_str());
     return false;
   }
   table.record_given();
+  apply_megatron_flags(args);
   apply_ds_sequence_parallel(args);
   if (args.deepspeed != !args.deepspeed_config.empty())
     throw Error("--deepspeed and --deepspeed_config FILE go together");
@@ -410,6 +453,8 @@ std::string flag_name_at(std::ptrdiff_t offset) {
   const auto it = names.find(offset);
   return it == names.end() ? std::string("(no flag)") : it->second;
 }
+
+const std::vector<FlagInfo>& flag_rows() { return catalogue().rows; }
 
 std::string flag_list() {
   std::string out = "| group | flag | default | description |\n| --- | --- | --- | --- |\n";
@@ -434,7 +479,13 @@ data::TokenizerOptions tokenizer_options(const TrainArgs& args) {
   return t;
 }
 
-std::array<double, 3> split_fractions(const std::string& split) {
+std::array<double, 3> split_fractions(const std::string& given) {
+  // Megatron's example scripts pass "--split '99,1,0'" as one array element, so the quotes reach
+  // the program; Megatron reads the numbers out of it, and so does this.
+  std::string split = given;
+  if (split.size() >= 2 && (split.front() == '\'' || split.front() == '"') &&
+      split.back() == split.front())
+    split = split.substr(1, split.size() - 2);
   const auto bad = [&](const std::string& why) {
     return Error("--split '" + split + "': " + why +
                  " (expected up to three comma-separated weights, e.g. 969,30,1)");
@@ -465,6 +516,7 @@ std::array<double, 3> split_fractions(const std::string& split) {
 void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
   split_fractions(args.split);
   args.model.validate();
+  check_megatron_model_flags(args);
   args.model.validate_tensor_parallel(args.tensor_model_parallel_size, args.sequence_parallel);
   validate_context_parallel(args);
   if (args.bf16 && args.fp16) throw Error("--fp16 and --bf16 are mutually exclusive: pick one");
@@ -481,11 +533,18 @@ void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
     throw Error("--exit-signal-handler saves a checkpoint on SIGTERM: it needs --save DIR");
   if (args.train_iters == 0 && args.train_samples == 0)
     throw Error("--train-iters or --train-samples is required");
-  if (args.global_batch_size % (args.micro_batch_size * data_parallel) != 0)
-    throw Error("--global-batch-size " + std::to_string(args.global_batch_size) +
-                " is not divisible by --micro-batch-size " + std::to_string(args.micro_batch_size) +
-                " x data-parallel size " + std::to_string(data_parallel));
-  if (args.train_samples > 0 && args.train_samples % args.global_batch_size != 0)
+  const BatchSchedule batches = batch_schedule_of(args);
+  for (int64_t batch : batches.batches())
+    if (batch % (args.micro_batch_size * data_parallel) != 0)
+      throw Error(std::string(batch == args.global_batch_size ? "--global-batch-size "
+                              : args.rampup_batch_size.empty()
+                                  ? "a batch of --step-batch-size-schedule, "
+                                  : "a batch of --rampup-batch-size, ") +
+                  std::to_string(batch) + " is not divisible by --micro-batch-size " +
+                  std::to_string(args.micro_batch_size) + " x data-parallel size " +
+                  std::to_string(data_parallel));
+  if (batches.is_constant() && args.train_samples > 0 &&
+      args.train_samples % args.global_batch_size != 0)
     throw Error("--train-samples " + std::to_string(args.train_samples) +
                 " is not a multiple of --global-batch-size " +
                 std::to_string(args.global_batch_size));
@@ -513,7 +572,7 @@ void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
         "id: give --tokenizer-type");
   if (args.timeline_iteration > 0) {
     const int64_t iters =
-        args.train_iters > 0 ? args.train_iters : args.train_samples / args.global_batch_size;
+        args.train_iters > 0 ? args.train_iters : batches.iterations_for(args.train_samples);
     if (args.timeline_iteration > iters)
       throw Error("--timeline-iteration " + std::to_string(args.timeline_iteration) +
                   " is after the last iteration (" + std::to_string(iters) + ")");
@@ -533,8 +592,10 @@ void validate_arguments(const TrainArgs& args, int64_t data_parallel) {
   if (args.save_interval > 0 && args.save.empty()) throw Error("--save-interval needs --save DIR");
   if ((args.async_save || args.keep_checkpoints > 0 || args.no_save_optim) && args.save.empty())
     throw Error("--async-save, --keep-checkpoints and --no-save-optim need --save DIR");
-  if ((args.finetune || args.no_load_optim || args.no_load_rng) && args.load.empty())
-    throw Error("--finetune, --no-load-optim and --no-load-rng need --load DIR");
+  if (args.finetune && args.load.empty() && args.pretrained_checkpoint.empty())
+    throw Error("--finetune needs --load DIR (or --pretrained-checkpoint DIR)");
+  if (args.exit_on_missing_checkpoint && args.load.empty())
+    throw Error("--exit-on-missing-checkpoint needs --load DIR");
 }
 
 }  // namespace tessera::train

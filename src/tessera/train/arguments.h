@@ -14,12 +14,33 @@
 #include "tessera/data/tokenizer.h"
 #include "tessera/model/config.h"
 #include "tessera/optim/deepspeed_lr_schedule.h"
+#include "tessera/train/batch_schedule.h"
 
 namespace tessera::train {
+
+// How tessera-train honours a flag (docs/migration.md): with its meaning (Megatron's where the
+// flag is Megatron's), accepted and logged once at start because it configures something this
+// backend does not have (GPU kernels, fusions, external services), or refused with one line
+// naming the missing feature. Flags outside the table are errors.
+enum class FlagEffect { kImplemented, kNoEffect, kRefused };
+
+// A given flag of the no-effect or refused kind, with why (FlagTable::accepted).
+struct AcceptedFlag {
+  std::string name;
+  FlagEffect effect;
+  std::string reason;
+};
 
 struct TrainArgs {
   model::ModelConfig model;
   std::string model_preset;  // --model
+  // Megatron model flags checked against what they restate (megatron_flags.cc): --kv-channels
+  // (the head size: hidden / heads), --rotary-percent (1.0: every dimension rotates),
+  // --no-position-embedding (no learned position table: rope), --apply-layernorm-1p.
+  int kv_channels = 0;
+  double rotary_percent = 1.0;
+  bool no_position_embedding = false;
+  bool apply_layernorm_1p = false;
 
   // Batches and length of training.
   int64_t micro_batch_size = 1;      // --micro-batch-size
@@ -31,6 +52,10 @@ struct TrainArgs {
   bool exit_signal_handler = false;  // --exit-signal-handler: SIGTERM saves and exits
   int64_t eval_interval = 1000;      // --eval-interval
   int64_t eval_iters = 100;          // --eval-iters
+  // The global batch size as a function of consumed samples (train/batch_schedule.h): Megatron's
+  // --rampup-batch-size START INCREMENT SAMPLES and --step-batch-size-schedule "T0:B0 T1:B1 ...".
+  std::vector<int64_t> rampup_batch_size;
+  std::string step_batch_size_schedule;
 
   // Optimizer and schedule.
   std::string optimizer = "adam";  // --optimizer {adam, sgd}; adam is AdamW (decoupled decay)
@@ -46,6 +71,14 @@ struct TrainArgs {
   std::string lr_decay_style = "linear";
   int64_t lr_wsd_decay_iters = 0;  // --lr-wsd-decay-iters
   std::string lr_wsd_decay_style = "exponential";
+  // The schedule in samples (Megatron's sample-based training): set any of these and the
+  // schedule advances by the samples of each applied update.
+  int64_t lr_warmup_samples = 0;     // --lr-warmup-samples
+  int64_t lr_decay_samples = 0;      // --lr-decay-samples (0: the training samples)
+  int64_t lr_wsd_decay_samples = 0;  // --lr-wsd-decay-samples
+  // Megatron's --decoupled-lr / --decoupled-min-lr: the input embedding and the output layer
+  // follow the same schedule between these (negative: not given).
+  double decoupled_lr = -1, decoupled_min_lr = -1;
 
   // Precision.
   bool bf16 = false, fp16 = false;
@@ -74,6 +107,7 @@ struct TrainArgs {
   bool eod_mask_loss = false;         // --eod-mask-loss
   bool reset_position_ids = false;    // --reset-position-ids
   bool reset_attention_mask = false;  // --reset-attention-mask
+  std::string data_args_path;         // --data-args-path FILE: the --data-path list, in a file
 
   // Process mesh. Training runs tensor (+ sequence), pipeline and data parallel
   // (DP = world / (TP x PP)); context and expert sizes are validated and printed by
@@ -88,10 +122,15 @@ struct TrainArgs {
   int decoder_last_pipeline_num_layers = -1;   // --decoder-last-pipeline-num-layers
   std::string timeline_file;                   // --timeline-file F.json (Chrome trace)
   int64_t timeline_iteration = 0;              // --timeline-iteration (0: the last)
+  // Megatron's --profile: the timeline of the iterations after --profile-step-start completed
+  // ones up to --profile-step-end completed (Megatron's steps [start, end)).
+  bool profile = false;
+  int64_t profile_step_start = 10, profile_step_end = 12;
   // Activation recomputation (model/chunk_runner.h RecomputePolicy).
   std::string recompute_granularity;                // --recompute-granularity full|selective
   std::string recompute_method;                     // --recompute-method uniform|block
   int recompute_num_layers = 0;                     // --recompute-num-layers
+  bool recompute_activations = false;  // --recompute-activations: granularity selective
   int context_parallel_size = 1;                    // --context-parallel-size
   std::vector<std::string> cp_comm_type = {"p2p"};  // --cp-comm-type (one, or one per layer)
   std::vector<int> hierarchical_cp_sizes;           // --hierarchical-context-parallel-sizes
@@ -116,6 +155,9 @@ struct TrainArgs {
 
   // Run, output.
   uint64_t seed = 1234;        // --seed
+  // Megatron's --deterministic-mode and --calculate-per-token-loss: what Tessera always does
+  // (accepted as implemented; docs/migration.md).
+  bool deterministic_mode = false, calculate_per_token_loss = false;
   int64_t log_interval = 100;  // --log-interval
   int timing_log_level = 0;    // --timing-log-level: 1 phase breakdown, 2 + min/max over ranks
   bool moe_per_layer_logging = false;  // --moe-per-layer-logging
@@ -145,6 +187,9 @@ struct TrainArgs {
   bool finetune = false;             // --finetune
   bool no_load_optim = false;        // --no-load-optim
   bool no_load_rng = false;          // --no-load-rng
+  bool exit_on_missing_checkpoint = false;    // --exit-on-missing-checkpoint
+  bool override_opt_param_scheduler = false;  // what a resumed run always does (migration.md)
+  std::string pretrained_checkpoint;  // --pretrained-checkpoint DIR (finetune from it)
   int64_t kill_during_save_at = -1;  // --kill-during-save-at-iteration (test hook)
   int64_t inject_overflow_at = -1;   // --inject-overflow-at-iteration (test hook)
   int inject_slow_rank = -1;         // --inject-slow-rank (test hook: a planted straggler)
@@ -159,6 +204,12 @@ struct TrainArgs {
   bool deepspeed = false;        // --deepspeed
   std::string deepspeed_config;  // --deepspeed_config FILE (or --deepspeed-config)
   std::optional<optim::DeepSpeedScheduleOptions> deepspeed_schedule;  // its "scheduler"
+
+  // Megatron flags given that Tessera accepts without effect (or refuses): logged at start.
+  std::vector<AcceptedFlag> accepted_flags_given;
+  // One line each, printed once at start on rank 0 ("note: ..."): flags given that change nothing
+  // here, and Megatron aliases resolved.
+  std::vector<std::string> notices;
 
   // The fields a flag set, on the command line or in --config (FlagTable::record_given), as
   // byte offsets within this struct. Ask by field, not by a flag's spelling:
@@ -212,6 +263,13 @@ std::string flag_name(T TrainArgs::*field) {
 // Every flag, by group, with its default and help: the text of `tessera-train --list-flags`
 // (one Markdown table).
 std::string flag_list();
+// The same rows, for generated documentation.
+struct FlagInfo;
+const std::vector<FlagInfo>& flag_rows();
+// docs/migration.md's generated part (`tessera-train --migration-table`, migration_table.cc):
+// Megatron's flags by class (implemented, no effect, refused) with the counts, and Tessera's own
+// flags. tests/cli/migration_table.sh keeps the document equal to it.
+std::string migration_table();
 
 // The tokenizer flags (--tokenizer-type, --vocab-file, --merge-file, --tokenizer-model).
 data::TokenizerOptions tokenizer_options(const TrainArgs& args);
@@ -219,6 +277,13 @@ data::TokenizerOptions tokenizer_options(const TrainArgs& args);
 // The --split weights normalised to {train, valid, test} fractions. Throws tessera::Error for
 // anything but up to three non-negative numbers separated by ',' or '/' with a positive sum.
 std::array<double, 3> split_fractions(const std::string& split);
+
+// The global batch of every iteration from --global-batch-size, --rampup-batch-size or
+// --step-batch-size-schedule (megatron_flags.cc). tessera::Error for a malformed schedule.
+BatchSchedule batch_schedule_of(const TrainArgs& args);
+// With --step-batch-size-schedule the global batch size is the schedule's last (Megatron
+// refuses both); called before the default global batch is set. tessera::Error.
+void apply_step_batch_size_schedule(TrainArgs& args);
 
 // Checks combinations (fp16 with bf16, batch divisibility, required flags, the model's fit to
 // the tensor-parallel size); tessera::Error.

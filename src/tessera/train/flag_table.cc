@@ -24,13 +24,50 @@ const char* flag_group_name(FlagGroup group) {
       return "deepspeed";
     case FlagGroup::kTestHooks:
       return "test hooks";
+    case FlagGroup::kMegatronNoEffect:
+      return "megatron, no effect";
+    case FlagGroup::kMegatronRefused:
+      return "megatron, refused";
   }
   return "?";
 }
 
+const char* flag_effect_name(FlagEffect effect) {
+  switch (effect) {
+    case FlagEffect::kImplemented:
+      return "implemented";
+    case FlagEffect::kNoEffect:
+      return "no effect";
+    case FlagEffect::kRefused:
+      return "refused";
+  }
+  return "?";
+}
+
+CLI::Option* FlagTable::accepted(const std::string& name, int values, FlagEffect effect,
+                                 const std::string& reason) {
+  auto storage = std::make_shared<std::vector<std::string>>();
+  accepted_storage_.push_back(storage);
+  CLI::Option* option = nullptr;
+  if (values == 0) {
+    option = app_.add_flag(name);
+  } else {
+    option = app_.add_option(name, *storage, "");
+    option->expected(1, values == 1 ? 1 : CLI::detail::expected_max_vector_size);
+    if (values == 1) option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  }
+  option->group(flag_group_name(group_));
+  entries_.push_back({option, group_, -1, effect, reason});
+  return option;
+}
+
 CLI::Option* FlagTable::declare(CLI::Option* option, const void* field) {
   option->group(flag_group_name(group_));
-  entries_.push_back({option, group_, args_.offset_of(field)});
+  // A flag given twice: the last wins, as with argparse (lists: parse_arguments drops the
+  // earlier occurrences before CLI11 sees them).
+  if (option->get_items_expected_max() <= 1)
+    option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  entries_.push_back({option, group_, args_.offset_of(field), FlagEffect::kImplemented, {}});
   return option;
 }
 
@@ -53,8 +90,14 @@ CLI::Option* FlagTable::model_flag_at(const std::string& name, const Accessor<bo
 
 void FlagTable::record_given() {
   for (const auto& assign : deferred_) assign();
-  for (const Entry& e : entries_)
-    if (e.option->count() > 0) args_.given_fields.insert(e.offset);
+  for (const Entry& e : entries_) {
+    if (e.option->count() == 0) continue;
+    if (e.offset >= 0)
+      args_.given_fields.insert(e.offset);
+    else
+      args_.accepted_flags_given.push_back(
+          {"--" + e.option->get_lnames().front(), e.effect, e.reason});
+  }
 }
 
 std::vector<FlagInfo> FlagTable::rows() const {
@@ -71,6 +114,10 @@ std::vector<FlagInfo> FlagTable::rows() const {
     row.default_value = e.option->get_default_str();
     row.help = e.option->get_description();
     row.offset = e.offset;
+    row.effect = e.effect;
+    if (e.offset < 0) row.help = e.reason;
+    const auto note = notes_.find(row.name);
+    row.note = e.offset < 0 ? e.reason : note == notes_.end() ? "" : note->second;
     rows.push_back(std::move(row));
   }
   return rows;

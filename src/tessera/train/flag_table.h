@@ -22,18 +22,22 @@
 namespace tessera::train {
 
 enum class FlagGroup {
-  kModel,       // architecture: sizes, norms, positions, dropout, initialisation
-  kTraining,    // batches, length of training, evaluation
-  kOptimizer,   // optimizer, learning-rate schedule, clipping
-  kPrecision,   // bf16/fp16 and loss scaling
-  kData,        // datasets, blends, splits, tokenizer
-  kParallel,    // the process mesh, pipeline schedule, recomputation, DP/ZeRO, the runtime
-  kCheckpoint,  // save, load, export
-  kLogging,     // progress lines, timers, metrics and timeline files
-  kDeepSpeed,   // a DeepSpeed JSON config in place of flags
-  kTestHooks,   // fault injection for the test suite
+  kModel,             // architecture: sizes, norms, positions, dropout, initialisation
+  kTraining,          // batches, length of training, evaluation
+  kOptimizer,         // optimizer, learning-rate schedule, clipping
+  kPrecision,         // bf16/fp16 and loss scaling
+  kData,              // datasets, blends, splits, tokenizer
+  kParallel,          // the process mesh, pipeline schedule, recomputation, DP/ZeRO, the runtime
+  kCheckpoint,        // save, load, export
+  kLogging,           // progress lines, timers, metrics and timeline files
+  kDeepSpeed,         // a DeepSpeed JSON config in place of flags
+  kTestHooks,         // fault injection for the test suite
+  kMegatronNoEffect,  // Megatron flags accepted with no effect on this backend (logged)
+  kMegatronRefused,   // Megatron flags refused with the missing feature named
 };
 const char* flag_group_name(FlagGroup group);
+
+const char* flag_effect_name(FlagEffect effect);
 
 // One row of the table: what `--list-flags` prints.
 struct FlagInfo {
@@ -42,7 +46,9 @@ struct FlagInfo {
   FlagGroup group;
   std::string default_value;  // the field's initial value as text ("" for none)
   std::string help;
-  std::ptrdiff_t offset = 0;  // of the field it sets within TrainArgs (TrainArgs::given)
+  std::ptrdiff_t offset = 0;  // of the field it sets within TrainArgs (-1: none)
+  FlagEffect effect = FlagEffect::kImplemented;
+  std::string note;  // no effect / refused: why; implemented: how it differs from Megatron
 };
 
 // Copies one model field from `src` to `dst`, for laying given model flags over another config.
@@ -110,6 +116,14 @@ class FlagTable {
     return model_enum_at(name, accessor(outer, inner), names, help);
   }
 
+  // A Megatron flag accepted without a TrainArgs field: `values` 0 for a switch, 1 for one value,
+  // -1 for one or more. After parsing, a given one is listed in args.accepted_flags_given
+  // (name, effect); apply_megatron_flags logs or refuses it with `reason`.
+  CLI::Option* accepted(const std::string& name, int values, FlagEffect effect,
+                        const std::string& reason);
+  // How a declared flag differs from Megatron's (its default, its scope): the table's note.
+  void note(const std::string& name, const std::string& text) { notes_[name] = text; }
+
   // After app.parse(): runs the deferred assignments of model_flag() and model_enum() and records
   // in args.given_fields every field a flag set.
   void record_given();
@@ -169,7 +183,9 @@ class FlagTable {
   struct Entry {
     CLI::Option* option;
     FlagGroup group;
-    std::ptrdiff_t offset;  // of the field within TrainArgs
+    std::ptrdiff_t offset;  // of the field within TrainArgs (-1: an accepted() flag)
+    FlagEffect effect = FlagEffect::kImplemented;
+    std::string reason;  // accepted(): why it has no effect or is refused
   };
   CLI::App& app_;
   TrainArgs& args_;
@@ -179,6 +195,8 @@ class FlagTable {
   std::vector<std::function<void()>> deferred_;             // model_flag()'s assignments
   std::vector<std::shared_ptr<bool>> flag_storage_;         // what CLI11 writes model_flag()s into
   std::vector<std::shared_ptr<std::string>> text_storage_;  // and model_enum()s
+  std::vector<std::shared_ptr<std::vector<std::string>>> accepted_storage_;  // accepted()'s values
+  std::map<std::string, std::string> notes_;                                 // by flag name
 };
 
 }  // namespace tessera::train

@@ -92,6 +92,7 @@ int train_main(int argc, const char* const* argv) {
       if (state->rank() == 0)
         for (const std::string& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
     }
+    apply_step_batch_size_schedule(args);
     if (args.global_batch_size == 0) args.global_batch_size = args.micro_batch_size * dp;
     validate_arguments(args, dp);
     set_num_threads(args.num_threads);
@@ -100,6 +101,7 @@ int train_main(int argc, const char* const* argv) {
     if (state->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
       throw Error("cannot silence stdout on rank " + std::to_string(state->rank()));
     std::printf("%s\n", version.c_str());
+    for (const std::string& notice : args.notices) std::printf("note: %s\n", notice.c_str());
     std::printf("distributed: watchdog timeout %g s, collective consistency checks %s\n",
                 comm::ProcessGroup::timeout(),
                 comm::ProcessGroup::check_collectives() ? "on" : "off");

@@ -87,8 +87,14 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
       stragglers_(groups.world.get()) {
   TESSERA_CHECK(dp_size_ % cp_size_ == 0 && data_size_ > 0);
   if (args_.exit_signal_handler) set_sigterm_handler(true);
+  batches_ = batch_schedule_of(args_);
+  // (A DeepSpeed config's scheduler counts updates, as DeepSpeed's do.)
+  samples_schedule_ =
+      !args_.deepspeed_schedule && (!batches_.is_constant() || args_.lr_warmup_samples > 0 ||
+                                    args_.lr_decay_samples > 0 || args_.lr_wsd_decay_samples > 0);
   train_iters_ =
-      args_.train_iters > 0 ? args_.train_iters : args_.train_samples / args_.global_batch_size;
+      args_.train_iters > 0 ? args_.train_iters : batches_.iterations_for(args_.train_samples);
+  current_batch_ = batches_.at(0);
   // Construction, step by step; each step takes what the earlier ones made.
   check_output_paths();
   const PipelinePlan pipeline = plan_pipeline();
@@ -105,7 +111,8 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
   optimizer_ = build_optimizer(sharding);
   // Before the data: a resumed run continues with the checkpoint's seed, which orders the data
   // and draws the dropout masks.
-  seed_ = args_.load.empty() ? args_.seed : load_checkpoint();
+  seed_ =
+      args_.load.empty() && args_.pretrained_checkpoint.empty() ? args_.seed : load_checkpoint();
   build_data();
   print_setup(sharding);
 }
@@ -134,7 +141,7 @@ std::unique_ptr<pipeline::MicroBatch> Trainer::bind_micro_batch(data::MicroBatch
   if (training)
     mb->ctx.moe_aux_loss_scale = optimizer_->loss_scale() *
                                  static_cast<double>(args_.micro_batch_size) /
-                                 static_cast<double>(args_.global_batch_size);
+                                 static_cast<double>(current_batch_);
   return mb;
 }
 
@@ -157,8 +164,10 @@ void Trainer::sync_tied_embedding() {
 
 Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   const int64_t mbs = args_.micro_batch_size, T = args_.model.seq_length;
-  const int64_t num_micro = args_.num_microbatches(data_size_);
-  const double global_tokens = static_cast<double>(args_.global_batch_size) * T;
+  current_batch_ = batches_.at(consumed_samples_);
+  const int64_t num_micro = current_batch_ / (mbs * data_size_);
+  executor_->set_num_microbatches(static_cast<int>(num_micro));
+  const double global_tokens = static_cast<double>(current_batch_) * T;
   const double loss_scale = optimizer_->loss_scale();
   // Gradients of the global mean loss, times the loss scale (1 unless fp16).
   const float grad_scale = static_cast<float>(loss_scale / global_tokens);
@@ -176,9 +185,14 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
     }
   }
   if (numerics_) numerics_->begin_iteration(iteration);
-  const int64_t timeline_at =
-      args_.timeline_iteration > 0 ? args_.timeline_iteration : train_iters_;
-  if (!args_.timeline_file.empty() && iteration == timeline_at) {
+  // --timeline-iteration N (default the last) or Megatron's --profile window: the iterations
+  // after profile_step_start completed ones, up to profile_step_end completed.
+  const int64_t timeline_first = args_.profile                  ? args_.profile_step_start + 1
+                                 : args_.timeline_iteration > 0 ? args_.timeline_iteration
+                                                                : train_iters_;
+  const int64_t timeline_last =
+      args_.profile ? std::min(args_.profile_step_end, train_iters_) : timeline_first;
+  if (!args_.timeline_file.empty() && iteration == timeline_first) {
     if (world_) world_->barrier().wait();  // a common origin for every rank's clock
     timeline_.start();
   }
@@ -219,8 +233,9 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
     // The norm, the overflow policy and clipping are counted here with the update, as
     // Megatron's optimizer timer does.
     pipeline::TimelineScope t(&timeline_, pipeline::Timeline::Phase::kOptimizer);
-    const distributed::StepResult r =
-        optimizer_->step(iteration, out.loss_sum, out.tokens, global_tokens);
+    // The schedule counts updates, or with a sample-based schedule their samples (Megatron).
+    const distributed::StepResult r = optimizer_->step(
+        iteration, out.loss_sum, out.tokens, global_tokens, samples_schedule_ ? current_batch_ : 1);
     out.grad_norm = r.grad_norm;
     if (r.num_zeros >= 0) out.num_zeros = r.num_zeros;
     // After the update, as Megatron's calc_params_l2_norm (a skipped step: the unchanged norm).
@@ -238,7 +253,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
     numerics_->parameter_grads(model_->params(), ranges);
     numerics_->end_iteration();
   }
-  if (timeline_.recording()) {
+  if (timeline_.recording() && iteration >= timeline_last) {
     timeline_.stop();
     const std::vector<double> idle =
         timeline_.write_chrome_trace(args_.timeline_file, world_.get(), pp_rank_of_);
@@ -249,8 +264,9 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
       shares += buf;
     }
     std::printf(
-        "> timeline of iteration %lld written to %s; idle share of the pipeline phase "
+        "> timeline of iteration%s %lld written to %s; idle share of the pipeline phase "
         "per rank:%s; peak activation memory on rank 0: %.2f MiB\n",
+        timeline_first == iteration ? "" : ("s " + std::to_string(timeline_first) + " to").c_str(),
         static_cast<long long>(iteration), args_.timeline_file.c_str(), shares.c_str(),
         static_cast<double>(MemoryAccountant::instance().snapshot().peak[static_cast<int>(
             MemoryCategory::kActivations)]) /
@@ -269,7 +285,7 @@ double Trainer::evaluate(int64_t iteration, bool test) {
     first = 0;
   } else if (args_.mock_data) {
     sampler = train_data_.get();
-    first += train_iters_ * args_.global_batch_size;  // held out: after the training samples
+    first += batches_.samples_after(train_iters_);  // held out: after the training samples
   }
   if (sampler == nullptr || args_.eval_iters == 0) return NAN;
   if (!test) ++evaluations_;
@@ -317,10 +333,14 @@ namespace {
 // Megatron's logging window: time averaged over every iteration, loss over the iterations that
 // updated, skipped and NaN iterations counted within the window.
 struct LogWindow {
-  double time = 0, loss = 0, wait = 0;
+  double time = 0, loss = 0, wait = 0, tokens = 0, flops = 0;
   int64_t iters = 0, updates = 0, skipped = 0, nan = 0;
 
-  void add(const IterationMetrics& m, bool was_nan) {
+  // `tokens` and `flops` of the iteration (its global batch may differ from the others').
+  void add(const IterationMetrics& m, bool was_nan, double iteration_tokens,
+           double iteration_flops) {
+    tokens += iteration_tokens;
+    flops += iteration_flops;
     time += m.iter_time_s;
     wait += m.data_wait_s;
     ++iters;
@@ -332,16 +352,15 @@ struct LogWindow {
     }
   }
   // The window's averages, the other fields from the last iteration `m`. Then starts afresh.
-  IterationMetrics take_average(const IterationMetrics& m, double tokens_per_iter,
-                                double flops_per_iter, int world_size) {
+  IterationMetrics take_average(const IterationMetrics& m, int world_size) {
     IterationMetrics avg = m;
     avg.iter_time_s = time / iters;
     avg.lm_loss = updates > 0 ? loss / updates : m.lm_loss;
     avg.skipped_in_window = skipped;
     avg.nan_in_window = nan;
     avg.data_wait_s = wait / iters;
-    avg.tokens_per_s = tokens_per_iter / avg.iter_time_s;
-    avg.tflops_per_rank = flops_per_iter / world_size / avg.iter_time_s / 1e12;
+    avg.tokens_per_s = tokens / time;
+    avg.tflops_per_rank = flops / world_size / time / 1e12;
     *this = LogWindow();
     return avg;
   }
@@ -350,25 +369,47 @@ struct LogWindow {
 }  // namespace
 
 void Trainer::start_prefetcher() {
-  // The background thread loads this rank's micro-batches in the order train_step takes them:
-  // micro-batch k is micro-batch k % num_micro of iteration start + 1 + k / num_micro.
-  const int64_t num_micro = args_.num_microbatches(data_size_), mbs = args_.micro_batch_size;
-  const int64_t start_consumed = consumed_samples_;
+  // The background thread loads this rank's micro-batches in the order train_step takes them,
+  // iteration after iteration, each iteration's count from its global batch. It asks for k in
+  // increasing order, so a cursor (the iteration holding micro-batch k) only moves forward.
+  const int64_t mbs = args_.micro_batch_size;
+  struct Cursor {
+    int64_t first_k = 0, consumed = 0, num_micro = 0;
+  };
+  auto cursor = std::make_shared<Cursor>();
+  cursor->consumed = consumed_samples_;
+  cursor->num_micro = batches_.at(consumed_samples_) / (mbs * data_size_);
+  int64_t total = 0;
+  for (int64_t it = start_iteration_, consumed = consumed_samples_; it < train_iters_; ++it) {
+    const int64_t batch = batches_.at(consumed);
+    total += batch / (mbs * data_size_);
+    consumed += batch;
+    if (batches_.is_constant()) {  // the rest are alike
+      total += (train_iters_ - it - 1) * (batch / (mbs * data_size_));
+      break;
+    }
+  }
   prefetcher_ = std::make_unique<data::Prefetcher>(
-      [this, num_micro, mbs, start_consumed](int64_t k, data::MicroBatch& out) {
-        const int64_t consumed = start_consumed + (k / num_micro) * args_.global_batch_size;
-        const int64_t first =
-            data::micro_batch_first_sample(consumed, k % num_micro, data_size_, data_rank_, mbs);
+      [this, mbs, cursor](int64_t k, data::MicroBatch& out) {
+        TESSERA_CHECK(k >= cursor->first_k);
+        while (k >= cursor->first_k + cursor->num_micro) {
+          cursor->first_k += cursor->num_micro;
+          cursor->consumed += cursor->num_micro * mbs * data_size_;
+          cursor->num_micro = batches_.at(cursor->consumed) / (mbs * data_size_);
+        }
+        const int64_t first = data::micro_batch_first_sample(cursor->consumed, k - cursor->first_k,
+                                                             data_size_, data_rank_, mbs);
         load_samples(*train_data_, first, out);
       },
-      std::max<int64_t>(train_iters_ - start_iteration_, 0) * num_micro);
+      std::max<int64_t>(total, 0));
 }
 
 int64_t Trainer::train() {
   const auto& a = args_;
   const auto run_start = Clock::now();
-  const double flops_per_iter = model_flops(a.model, model_->padded_vocab(), a.global_batch_size);
-  const int64_t tokens_per_iter = a.global_batch_size * a.model.seq_length;
+  const auto flops_of = [&](int64_t batch) {
+    return model_flops(a.model, model_->padded_vocab(), batch);
+  };
   LogWindow window;
   start_prefetcher();
   int64_t iteration = 0;
@@ -377,15 +418,17 @@ int64_t Trainer::train() {
     const auto t0 = Clock::now();
     const StepOutcome step = train_step(iteration);
     const double dt = seconds_since(t0);
-    consumed_samples_ += a.global_batch_size;
+    consumed_samples_ += current_batch_;
+    const double flops_per_iter = flops_of(current_batch_);
+    const int64_t tokens_per_iter = current_batch_ * a.model.seq_length;
 
     IterationMetrics m;
     m.iteration = iteration;
     m.train_iters = train_iters_;
     m.consumed_samples = consumed_samples_;
-    m.global_batch_size = a.global_batch_size;
+    m.global_batch_size = current_batch_;
     m.lm_loss = step.loss_sum / step.tokens;
-    m.lr = optimizer_->schedule().lr_at(std::max<int64_t>(optimizer_->optimizer().steps() - 1, 0));
+    m.lr = optimizer_->last_lr();
     m.grad_norm = step.grad_norm;
     m.num_zeros = step.num_zeros;
     m.params_norm = step.params_norm;
@@ -397,15 +440,14 @@ int64_t Trainer::train() {
     m.peak_mem_bytes = MemoryAccountant::instance().snapshot().total_peak;
     m.data_wait_s = prefetcher_->take_wait_seconds();
     m.moe = step.moe;
-    window.add(m, step.nan);
+    window.add(m, step.nan, static_cast<double>(tokens_per_iter), flops_per_iter);
     stragglers_.add_iteration(dt);
     if (iteration == start_iteration_ + 1) report_memory();  // Megatron's, at its first log
     if (iteration % a.log_interval == 0 || iteration == train_iters_) {
       const int64_t iters = window.iters;
-      std::printf("%s\n", format_log_line(
-                              window.take_average(m, tokens_per_iter, flops_per_iter, world_size_),
-                              a.moe_per_layer_logging)
-                              .c_str());
+      std::printf(
+          "%s\n",
+          format_log_line(window.take_average(m, world_size_), a.moe_per_layer_logging).c_str());
       if (a.log_straggler) {
         const double collectives =
             model_->tensor_parallel().comm_seconds() + moe::exchange_seconds();

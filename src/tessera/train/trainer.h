@@ -18,8 +18,8 @@
 #include <chrono>
 #include <future>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "tessera/data/indexed_dataset.h"
 #include "tessera/data/micro_batch.h"
@@ -40,6 +40,7 @@
 #include "tessera/pipeline/partition.h"
 #include "tessera/pipeline/timeline.h"
 #include "tessera/train/arguments.h"
+#include "tessera/train/batch_schedule.h"
 #include "tessera/train/metrics.h"
 #include "tessera/train/straggler_report.h"
 #include "tessera/train/tensorboard_log.h"
@@ -178,6 +179,12 @@ class Trainer {
   std::vector<int> pp_rank_of_;  // TrainerGroups::pp_rank_of
   bool reporting_rank_ = true;   // prints, writes metrics and exports
   int64_t train_iters_ = 0;
+  // The global batch of each iteration (Megatron's rampup and step schedules; else constant).
+  BatchSchedule batches_;
+  int64_t current_batch_ = 0;  // this iteration's global batch (train_step)
+  // The learning-rate schedule counts samples (Megatron's sample-based flags, or a changing
+  // global batch), not updates.
+  bool samples_schedule_ = false;
   int64_t start_iteration_ = 0;  // iterations done before train() (resume_at)
   int64_t consumed_samples_ = 0;
   int64_t evaluations_ = 0;  // validation passes so far: each takes the next samples

@@ -17,16 +17,28 @@
 namespace tessera::train {
 namespace {
 
-optim::LRScheduleOptions schedule_options(const TrainArgs& a, int64_t train_iters) {
+// Megatron's OptimizerParamScheduler options, counted in updates, or with `samples` in samples:
+// then the sample flags as given and the iteration flags times the (final) global batch, as
+// Megatron converts them (get_optimizer_param_scheduler).
+optim::LRScheduleOptions schedule_options(const TrainArgs& a, int64_t train_iters, bool samples,
+                                          int64_t train_samples) {
   optim::LRScheduleOptions o;
   o.lr = a.lr;
   o.min_lr = a.min_lr;
-  o.decay_iters = a.lr_decay_iters > 0 ? a.lr_decay_iters : train_iters;
+  o.decoupled_lr = a.decoupled_lr;
+  o.decoupled_min_lr = a.decoupled_min_lr;
+  const int64_t unit = samples ? a.global_batch_size : 1;
+  o.decay_iters = a.lr_decay_samples > 0           ? a.lr_decay_samples
+                  : a.lr_decay_iters > 0           ? a.lr_decay_iters * unit
+                  : samples && a.train_samples > 0 ? train_samples
+                                                   : train_iters * unit;
   o.warmup_iters = a.lr_warmup_fraction >= 0
                        ? optim::warmup_iters_from_fraction(a.lr_warmup_fraction, o.decay_iters)
-                       : static_cast<double>(a.lr_warmup_iters);
+                   : a.lr_warmup_samples > 0 ? static_cast<double>(a.lr_warmup_samples)
+                                             : static_cast<double>(a.lr_warmup_iters * unit);
   o.decay_style = optim::parse_lr_decay_style(a.lr_decay_style);
-  o.wsd_decay_iters = a.lr_wsd_decay_iters;
+  o.wsd_decay_iters =
+      a.lr_wsd_decay_samples > 0 ? a.lr_wsd_decay_samples : a.lr_wsd_decay_iters * unit;
   o.wsd_decay_style = optim::parse_wsd_decay_style(a.lr_wsd_decay_style);
   return o;
 }
@@ -104,8 +116,14 @@ Trainer::PipelinePlan Trainer::plan_pipeline() {
   plan.kind = !a.pipeline_schedule.empty() ? pipeline::parse_schedule_kind(a.pipeline_schedule)
               : a.num_layers_per_virtual_stage > 0 ? pipeline::ScheduleKind::kInterleaved
                                                    : pipeline::ScheduleKind::kOneFOneB;
-  plan.shape = {pp_size_, static_cast<int>(a.num_microbatches(data_size_)),
+  plan.shape = {pp_size_, static_cast<int>(batches_.at(0) / (a.micro_batch_size * data_size_)),
                 partition_.virtual_stages};
+  // Every global batch a ramp or step schedule will take must suit the schedule too.
+  for (int64_t batch : batches_.batches()) {
+    pipeline::ScheduleShape shape = plan.shape;
+    shape.num_microbatches = static_cast<int>(batch / (a.micro_batch_size * data_size_));
+    pipeline::validate_schedule(plan.kind, shape);
+  }
   pipeline::validate_schedule(plan.kind, plan.shape);
   return plan;
 }
@@ -208,7 +226,8 @@ std::unique_ptr<distributed::DistributedOptimizer> Trainer::build_optimizer(
   if (a.deepspeed_schedule) {
     schedule = std::make_unique<optim::DeepSpeedLRSchedule>(*a.deepspeed_schedule);
   } else {
-    schedule = std::make_unique<optim::LRScheduler>(schedule_options(a, train_iters_));
+    schedule = std::make_unique<optim::LRScheduler>(
+        schedule_options(a, train_iters_, samples_schedule_, a.train_samples));
   }
   std::unique_ptr<optim::DynamicLossScaler> scaler;
   if (a.fp16 && a.loss_scale <= 0) {

@@ -62,11 +62,13 @@ nlohmann::json Trainer::run_state(int64_t iteration) const {
       {"optimizer",
        {{"kind", optimizer_->optimizer().kind()},
         {"steps", optimizer_->optimizer().steps()},
+        {"schedule_position", optimizer_->schedule_position()},
+        {"schedule_unit", samples_schedule_ ? "samples" : "updates"},
         {"saved", !a.no_save_optim}}},
       // The schedule is a function of the step count and this run's flags (a resumed run takes
       // its flags, as Megatron with --override-opt_param-scheduler); where it stood is recorded.
       {"lr_scheduler",
-       {{"next_lr", optimizer_->schedule().lr_at(optimizer_->optimizer().steps())},
+       {{"next_lr", optimizer_->schedule().lr_at(optimizer_->schedule_position())},
         {"lr", a.lr},
         {"min_lr", a.min_lr},
         {"decay_style", a.lr_decay_style},
@@ -224,6 +226,10 @@ struct SavedRun {
   bool saved_optim = false;
   std::string optimizer_kind;
   int64_t steps = 0, iteration = 0, consumed_samples = 0, evaluations = 0;
+  // Where the learning-rate schedule stood, in its unit ("updates" or "samples"); absent in
+  // checkpoints from before sample-based schedules (-1: the updates).
+  int64_t schedule_position = -1;
+  std::string schedule_unit = "updates";
   uint64_t seed = 0;
   nlohmann::json loss_scaler;
   std::string layout;  // "TP 2 PP 2 DP 2 ZeRO 1", for the log line
@@ -239,6 +245,8 @@ SavedRun parse_saved_run(const nlohmann::json& st, const std::string& where) {
     r.saved_optim = optimizer.at("saved").get<bool>();
     r.optimizer_kind = optimizer.at("kind").get<std::string>();
     r.steps = optimizer.at("steps").get<int64_t>();
+    r.schedule_position = optimizer.value("schedule_position", int64_t{-1});
+    r.schedule_unit = optimizer.value("schedule_unit", std::string("updates"));
     r.iteration = st.at("iteration").get<int64_t>();
     if (!r.release) {
       r.consumed_samples = st.at("consumed_samples").get<int64_t>();
@@ -274,15 +282,29 @@ uint64_t Trainer::load_checkpoint() {
     return a.seed;
   }
   const auto t0 = Clock::now();
-  const std::optional<std::string> dir = checkpoint::find_checkpoint(a.load);
+  std::optional<std::string> dir =
+      a.load.empty() ? std::nullopt : checkpoint::find_checkpoint(a.load);
+  bool from_pretrained = false;
+  if (!dir && !a.pretrained_checkpoint.empty()) {
+    // Megatron: with nothing in --load, finetune from --pretrained-checkpoint.
+    dir = checkpoint::find_checkpoint(a.pretrained_checkpoint);
+    if (!dir)
+      throw Error("no checkpoint in --load " + a.load + " nor in --pretrained-checkpoint " +
+                  a.pretrained_checkpoint);
+    std::printf("> no checkpoint in --load %s: finetuning from --pretrained-checkpoint %s\n",
+                a.load.c_str(), a.pretrained_checkpoint.c_str());
+    from_pretrained = true;
+  }
   if (!dir) {
+    if (a.exit_on_missing_checkpoint)
+      throw Error("--load " + a.load + " holds no checkpoint (--exit-on-missing-checkpoint)");
     std::printf("> no checkpoint in --load %s: starting from scratch\n", a.load.c_str());
     return a.seed;
   }
   checkpoint::CheckpointReader reader(*dir);
   const std::string where = *dir + "/metadata.json";
   const SavedRun saved = parse_saved_run(reader.state(), where);
-  const bool finetune = a.finetune || saved.release;
+  const bool finetune = a.finetune || saved.release || from_pretrained;
   const bool load_optim = !finetune && !a.no_load_optim;
   const std::string& kind = optimizer_->optimizer().kind();
   if (load_optim && !saved.saved_optim)
@@ -314,6 +336,13 @@ uint64_t Trainer::load_checkpoint() {
     expert_bias_from_json(*model_, reader.state().at("moe_expert_bias"), where);
   if (load_optim) {
     optimizer_->optimizer().set_steps(saved.steps);
+    // The schedule continues where it stood; saved in the other unit, the updates' samples are
+    // the consumed samples (exact unless updates were skipped).
+    const bool same_unit = saved.schedule_unit == (samples_schedule_ ? "samples" : "updates");
+    optimizer_->set_schedule_position(same_unit && saved.schedule_position >= 0
+                                          ? saved.schedule_position
+                                      : samples_schedule_ ? saved.consumed_samples
+                                                          : saved.steps);
     if (optimizer_->scaler().is_dynamic()) {
       const optim::LossScalerState s0 = checkpoint::loss_scaler_from_json(saved.loss_scaler, where);
       if (s0.dynamic) {

@@ -35,7 +35,7 @@ void Trainer::report_memory() {
   r.pp = pp_size_;
   r.pp_rank = pp_rank_;
   if (executor_) r.schedule = executor_->kind();
-  r.micro_batches = args_.num_microbatches(data_size_);
+  r.micro_batches = current_batch_ / (args_.micro_batch_size * data_size_);
   r.tokens = args_.micro_batch_size * args_.model.seq_length;
   r.micro_batch_size = args_.micro_batch_size;
   r.sequence_parallel = args_.sequence_parallel && tp_.size() > 1;

@@ -33,6 +33,25 @@ void expect_warmup(const LRScheduler& s) {
   EXPECT_NEAR(s.lr_at(100), kMax, kTol);      // step <= warmup still warms up: lr * 100/100
 }
 
+TEST(LRSchedule, DecoupledLrFollowsTheSameScheduleBetweenItsOwnBounds) {
+  // Megatron's --decoupled-lr 1e-3 --decoupled-min-lr 1e-4: the same warmup and cosine shape,
+  // peak and floor of their own. Step 550 is halfway through the decay: coeff (cos(pi/2)+1)/2.
+  LRScheduleOptions o = base(LRDecayStyle::kCosine);
+  o.decoupled_lr = 1e-3;
+  o.decoupled_min_lr = 1e-4;
+  const LRScheduler s(o);
+  EXPECT_NEAR(s.decoupled_lr_at(50), 1e-3 * 50 / 100, kTol);
+  EXPECT_NEAR(s.decoupled_lr_at(550), 1e-4 + 0.5 * (1e-3 - 1e-4), kTol);
+  EXPECT_NEAR(s.lr_at(550), kMin + 0.5 * (kMax - kMin), kTol);
+  EXPECT_EQ(s.decoupled_lr_at(1001), 1e-4);
+  // Without --decoupled-min-lr the floor is --min-lr; without --decoupled-lr there is none.
+  o.decoupled_min_lr = -1;
+  EXPECT_EQ(LRScheduler(o).decoupled_lr_at(1001), kMin);
+  EXPECT_LT(LRScheduler(base(LRDecayStyle::kCosine)).decoupled_lr_at(10), 0.0);
+  o.decoupled_lr = kMin / 2;  // below its floor
+  EXPECT_THROW(LRScheduler{o}, Error);
+}
+
 TEST(LRSchedule, Linear) {
   const LRScheduler s(base(LRDecayStyle::kLinear));
   expect_warmup(s);

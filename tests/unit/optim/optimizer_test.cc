@@ -35,6 +35,32 @@ TEST(Optimizer, WeightDecaySkipsBiasesAndNormWeights) {
   EXPECT_GT(kept, 0);
 }
 
+TEST(Optimizer, DecoupledLrMovesOnlyTheEmbeddingAndOutputLayer) {
+  // Megatron's --decoupled-lr: the word embedding and the output layer (untied here) take their
+  // own learning rate. With zero gradients AdamW's update is decay alone, w (1 - lr wd), so each
+  // parameter shows which rate it took.
+  model::ModelConfig cfg = model::preset("gpt2-tiny");
+  cfg.untie_embeddings_and_output_weights = true;
+  model::GPTModel m(cfg, DType::kF32, 1);
+  std::vector<float> before(m.params().flat_values().data<float>(),
+                            m.params().flat_values().data<float>() + m.params().numel());
+  Optimizer opt(m.params(), {"adam", 0.9, 0.999, 1e-8, 0.9, /*weight_decay=*/0.5});
+  m.params().zero_grads();
+  opt.step(/*lr=*/0.1, 1.0f, /*decoupled_lr=*/0.4);
+  int decoupled = 0;
+  for (const model::Parameter& p : m.params().all()) {
+    if (!p.weight_decay) continue;
+    const bool outer = p.name == "transformer.wte.weight" || p.name == "lm_head.weight";
+    EXPECT_EQ(p.embedding_or_output, outer) << p.name;
+    decoupled += outer ? 1 : 0;
+    const float factor = 1.0f - (outer ? 0.4f : 0.1f) * 0.5f;
+    const float w0 = before[p.offset + 3];
+    EXPECT_NEAR(p.value.data<float>()[3], w0 * factor, 1e-7f * std::max(1.0f, std::fabs(w0)))
+        << p.name;
+  }
+  EXPECT_EQ(decoupled, 2);
+}
+
 TEST(Optimizer, Bf16ComputeKeepsExactFp32Masters) {
   model::ModelConfig cfg = model::preset("llama-tiny");
   model::GPTModel m(cfg, DType::kBF16, 3);
