@@ -148,7 +148,11 @@ TEST(NullTokenizer, IdsAsText) {
   EXPECT_EQ(tok.vocab_size(), 101);
   EXPECT_EQ(tok.eod(), 100);
   EXPECT_EQ(tok.encode("5 17 0 99"), (std::vector<int32_t>{5, 17, 0, 99}));
-  EXPECT_EQ(tok.encode(" 7\n"), (std::vector<int32_t>{7}));
+  // Fields are split at single spaces, as Python's split(' '); each may carry whitespace, as
+  // int() allows, but an empty field (a leading or double space) is an error.
+  EXPECT_EQ(tok.encode("7\n"), (std::vector<int32_t>{7}));
+  EXPECT_NE(error_of([&] { tok.encode(" 7"); }).find("field 1 ('') is not an integer"),
+            std::string::npos);
   EXPECT_TRUE(tok.encode("").empty());
   EXPECT_EQ(tok.decode(std::vector<int32_t>{5, 17, 100}), "5 17 100");
   EXPECT_NE(error_of([&] { tok.encode("5  3"); }).find("field 2 ('') is not an integer"),
