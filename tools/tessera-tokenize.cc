@@ -62,13 +62,23 @@ int main(int argc, char** argv) {
   CLI::App app{"Encode (or decode) lines of stdin with a tokenizer."};
   app.set_version_flag("--version", tessera::kernels::version_line);
   app.add_option("--tokenizer-type", topt.type,
-                 "ByteLevel, GPT2BPETokenizer, "
-                 "HuggingFaceTokenizer or SentencePieceTokenizer")
+                 "ByteLevel, GPT2BPETokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, "
+                 "Llama2Tokenizer, TikTokenizer, Llama3Tokenizer or NullTokenizer")
       ->capture_default_str();
   app.add_option("--vocab-file", topt.vocab_file, "GPT2BPETokenizer: encoder.json");
   app.add_option("--merge-file", topt.merge_file, "GPT2BPETokenizer: vocab.bpe");
   app.add_option("--tokenizer-model", topt.tokenizer_model,
-                 "HuggingFaceTokenizer: tokenizer.json; SentencePieceTokenizer: .model");
+                 "HuggingFaceTokenizer: tokenizer.json; SentencePieceTokenizer, Llama2Tokenizer: "
+                 ".model; TikTokenizer, Llama3Tokenizer: tiktoken ranks (.json: Megatron's)");
+  app.add_option("--vocab-size", topt.vocab_size,
+                 "NullTokenizer: ids are below it; TikTokenizer: the whole vocabulary");
+  app.add_option("--tiktoken-pattern", topt.tiktoken_pattern, "TikTokenizer: v1 or v2")
+      ->check(CLI::IsMember({"v1", "v2"}));
+  app.add_option("--tiktoken-num-special-tokens", topt.tiktoken_num_special_tokens,
+                 "TikTokenizer: ids below this are special tokens")
+      ->capture_default_str();
+  app.add_option("--tiktoken-special-tokens", topt.tiktoken_special_tokens,
+                 "TikTokenizer: the special tokens (must hold <unk> <s> </s>)");
   app.add_flag("--hex", hex, "text lines are hex-encoded bytes");
   app.add_flag("--decode", decode, "input lines are ids: print the decoded text");
   app.add_option("--save-tokenizer-json", save_json,

@@ -10,6 +10,10 @@
 #    65500 tokens, int32 above.
 #  - tokenizer.json styles (GPT-2, LLaMA-2, LLaMA-3, Qwen-2, Digits): ids equal those of
 #    tokenizers.js, Hugging Face's JavaScript implementation (fetched from npm).
+#  - Llama2Tokenizer: spm_encode's ids after the model's BOS. TikTokenizer (Megatron's; .json and
+#    tiktoken rank files, patterns v1 and v2) and Llama3Tokenizer on ranks made from a BPE
+#    trained here: ids equal js-tiktoken's (tests/data/tokenizer/tiktoken_js.mjs); tessera-train
+#    takes the tiktoken flags. NullTokenizer: preprocess and train with --vocab-size.
 #  - Bad tokenizer files and flags: exit code 2 and one line naming the file and what is expected.
 BIN="${1:?usage: tokenizers.sh BUILD_BIN_DIR}"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -62,6 +66,11 @@ if spm_train --input="$TMP/spm.txt" --model_prefix="$TMP/spm" --vocab_size=400 \
   "$TOK" "${S[@]}" --hex < "$TMP/random.hex" > "$TMP/spm_random.ids"
   check "SentencePiece encodes 200 random byte strings (exit 0, one line each)" \
     test "$?" -eq 0 -a "$(wc -l < "$TMP/spm_random.ids")" -eq 200
+  # Llama2Tokenizer: the same model with Megatron's _Llama2Tokenizer BOS (spm_train's bos_id 1).
+  "$TOK" --tokenizer-type Llama2Tokenizer --tokenizer-model "$TMP/spm.model" < "$TMP/spm_in.txt" \
+    > "$TMP/l2.ids"
+  sed 's/^/1 /; s/ $//' "$TMP/spm_expected.ids" > "$TMP/l2_expected.ids"
+  check "Llama2Tokenizer ids are <s> then spm_encode's" same "$TMP/l2_expected.ids" "$TMP/l2.ids"
 else
   check "spm_train trains a model (scripts/setup.sh installs sentencepiece)" false
   cat "$TMP/spm_train.log" | tail -n 3 >&2
@@ -106,6 +115,19 @@ check "int32 storage for a 70001-token vocabulary" [ "$(stat -c %s "$TMP/big_tex
 "$PRE" --input "$TMP/corpus.jsonl" --output-prefix "$TMP/g" "${G[@]}" > "$TMP/g.out" 2>&1
 check "GPT-2's 50257 tokens are stored as uint16" grep -q "vocab 50257, stored as uint16" "$TMP/g.out"
 
+# NullTokenizer end to end: ids as text, EOD = --vocab-size, the model's vocabulary one more.
+awk 'BEGIN { srand(3); for (l = 0; l < 40; ++l) { s = int(rand() * 10);
+             for (i = 0; i < 30; ++i) s = s " " int(rand() * 10); print "{\"text\": \"" s "\"}" } }' \
+  > "$TMP/ids.jsonl"
+"$PRE" --input "$TMP/ids.jsonl" --output-prefix "$TMP/null" --tokenizer-type NullTokenizer \
+  --vocab-size 10 --append-eod > /dev/null 2>&1
+"$BIN/tessera-train" --model gpt2-tiny --data-path "$TMP/null_text_document" \
+  --tokenizer-type NullTokenizer --vocab-size 10 --train-iters 2 --micro-batch-size 2 \
+  --global-batch-size 2 --lr 1e-3 --num-threads 1 --seq-length 32 --max-position-embeddings 32 \
+  --eod-mask-loss > "$TMP/train_null.out" 2>&1
+check "tessera-train with NullTokenizer --vocab-size 10: vocab 11 (EOD 10)" \
+  grep -q "vocab 11 padded to 128" "$TMP/train_null.out"
+
 # --- tokenizer.json styles against tokenizers.js (Hugging Face's own JavaScript implementation) --
 # A BPE trained here on English text, then the same vocabulary and merges as GPT-2, LLaMA-3
 # (Split regex, ignore_merges), Qwen-2 (NFC, Split), Digits and LLaMA-2 (metaspace + byte
@@ -134,6 +156,45 @@ else
     "$TOK" "${G[@]}" --hex < "$TMP/js/english.hex" > "$TMP/js/english_gpt2.ours"
     check "GPT-2 ids equal js-tiktoken's on 200 English paragraphs" \
       test -s "$TMP/js/english_gpt2.js" -a "$(cmp -s "$TMP/js/english_gpt2.js" "$TMP/js/english_gpt2.ours"; echo $?)" -eq 0
+    # TikTokenizer (Megatron's; both rank file formats, both patterns) and Llama3Tokenizer on
+    # ranks made from the BPE trained above, against js-tiktoken (tiktoken_js.mjs).
+    node "$ROOT/tests/data/tokenizer/tiktoken_js.mjs" convert "$TMP/js/tokenizer.json" "$TMP/js"
+    nranks=$(wc -l < "$TMP/js/ranks.tiktoken")
+    tik_check() {  # tik_check WHAT REFERENCE OURS
+      local differ compared
+      differ=$(paste -d'|' "$2" "$3" | awk -F'|' '$1 != "skip" && $1 != $2 { n++ } END { print n + 0 }')
+      compared=$(grep -vc skip "$2")
+      check "$1: ids equal js-tiktoken's ($differ of $compared lines differ)" \
+        test "$differ" -eq 0 -a "$compared" -ge 220
+    }
+    for pat in v1 v2; do
+      NODE_PATH="$TMP/js/modules" node "$ROOT/tests/data/tokenizer/tiktoken_js.mjs" encode \
+        "$TMP/js/ranks.tiktoken" "$pat" 1000 -1 < "$TMP/js/in.hex" > "$TMP/js/tik_$pat.js"
+      for fmt in tiktoken json; do
+        "$TOK" --tokenizer-type TikTokenizer --tokenizer-model "$TMP/js/ranks.$fmt" \
+          --tiktoken-pattern "$pat" --vocab-size $((nranks + 1000)) --hex \
+          < "$TMP/js/in.hex" > "$TMP/js/tik_${pat}_$fmt.ours"
+        tik_check "TikTokenizer --tiktoken-pattern $pat, .$fmt ranks" "$TMP/js/tik_$pat.js" \
+          "$TMP/js/tik_${pat}_$fmt.ours"
+      done
+    done
+    NODE_PATH="$TMP/js/modules" node "$ROOT/tests/data/tokenizer/tiktoken_js.mjs" encode \
+      "$TMP/js/ranks.tiktoken" llama3 0 "$nranks" < "$TMP/js/in.hex" > "$TMP/js/llama3_tik.js"
+    "$TOK" --tokenizer-type Llama3Tokenizer --tokenizer-model "$TMP/js/ranks.tiktoken" --hex \
+      < "$TMP/js/in.hex" > "$TMP/js/llama3_tik.ours"
+    tik_check "Llama3Tokenizer (BOS first)" "$TMP/js/llama3_tik.js" "$TMP/js/llama3_tik.ours"
+    "$TOK" --tokenizer-type Llama3Tokenizer --tokenizer-model "$TMP/js/ranks.tiktoken" --hex \
+      < "$TMP/js/in.hex" | "$TOK" --tokenizer-type Llama3Tokenizer \
+      --tokenizer-model "$TMP/js/ranks.tiktoken" --hex --decode > "$TMP/js/llama3_rt.hex"
+    check "Llama3Tokenizer: decode(encode(x)) == x (BOS decodes to its text)" \
+      test "$(sed 's/^3c7c626567696e5f6f665f746578747c3e//' "$TMP/js/llama3_rt.hex" | cmp -s - "$TMP/js/in.hex"; echo $?)" -eq 0
+    # tessera-train takes the tiktoken flags; the vocabulary is --vocab-size.
+    "$BIN/tessera-train" --model gpt2-tiny --mock-data --train-iters 1 --lr 1e-3 --micro-batch-size 2 \
+      --global-batch-size 2 --num-threads 1 --seq-length 32 --max-position-embeddings 32 \
+      --tokenizer-type TikTokenizer --tokenizer-model "$TMP/js/ranks.json" --tiktoken-pattern v2 \
+      --tiktoken-num-special-tokens 1000 --vocab-size $((nranks + 1000)) > "$TMP/train_tik.out" 2>&1
+    check "tessera-train with TikTokenizer: vocab $((nranks + 1000))" \
+      grep -q "vocab $((nranks + 1000)) padded to" "$TMP/train_tik.out"
   else
     check "fetch js-tiktoken: $(cat "$TMP/fetch.err")" false
   fi

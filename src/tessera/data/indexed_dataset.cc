@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cmath>
@@ -165,6 +166,7 @@ IndexedDatasetWriter::IndexedDatasetWriter(IndexedDatasetWriter&& other) noexcep
       bin_(std::exchange(other.bin_, nullptr)),
       lengths_(std::move(other.lengths_)),
       pointers_(std::move(other.pointers_)),
+      doc_ends_(std::move(other.doc_ends_)),
       buffer_(std::move(other.buffer_)),
       num_tokens_(other.num_tokens_),
       finalized_(std::exchange(other.finalized_, true)) {}
@@ -177,6 +179,7 @@ IndexedDatasetWriter& IndexedDatasetWriter::operator=(IndexedDatasetWriter&& oth
     bin_ = std::exchange(other.bin_, nullptr);
     lengths_ = std::move(other.lengths_);
     pointers_ = std::move(other.pointers_);
+    doc_ends_ = std::move(other.doc_ends_);
     buffer_ = std::move(other.buffer_);
     num_tokens_ = other.num_tokens_;
     finalized_ = std::exchange(other.finalized_, true);
@@ -196,17 +199,30 @@ void IndexedDatasetWriter::close_and_remove_temporaries() {
 }
 
 void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  add_document(tokens, std::span<const int64_t>(&n, 1));
+}
+
+void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens,
+                                        std::span<const int64_t> sequence_lengths) {
   TESSERA_CHECK_MSG(!finalized_ && bin_ != nullptr, "add_document after finalize");
-  if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-    throw Error(data_file_path(prefix_) + ": document " + std::to_string(lengths_.size()) +
-                " has " + std::to_string(tokens.size()) +
-                " tokens: the .idx stores lengths as int32, expected < 2^31");
+  int64_t sum = 0;
+  for (int64_t len : sequence_lengths) {
+    TESSERA_CHECK_MSG(len >= 0, "negative sequence length");
+    if (len > std::numeric_limits<int32_t>::max()) {
+      throw Error(data_file_path(prefix_) + ": document " + std::to_string(doc_ends_.size()) +
+                  " has a sequence of " + std::to_string(len) +
+                  " tokens: the .idx stores lengths as int32, expected < 2^31");
+    }
+    sum += len;
   }
+  TESSERA_CHECK_MSG(sum == static_cast<int64_t>(tokens.size()),
+                    "sequence lengths do not add up to the document's tokens");
   const IdRange range = id_range(dtype_);
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < range.lo || tokens[i] > range.hi) {
       throw Error(data_file_path(prefix_) + ": token id " + std::to_string(tokens[i]) +
-                  " (document " + std::to_string(lengths_.size()) + ", position " +
+                  " (document " + std::to_string(doc_ends_.size()) + ", position " +
                   std::to_string(i) + ") does not fit dtype " + index_dtype_name(dtype_) +
                   ": expected ids in [" + std::to_string(range.lo) + ", " +
                   std::to_string(range.hi) + "]");
@@ -243,9 +259,51 @@ void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
   if (!buffer_.empty() && std::fwrite(buffer_.data(), 1, buffer_.size(), bin_) != buffer_.size()) {
     throw Error(data_file_path(prefix_) + ".tmp: write failed: " + errno_text());
   }
-  pointers_.push_back(num_tokens_ * static_cast<int64_t>(elem));
-  lengths_.push_back(static_cast<int32_t>(tokens.size()));
-  num_tokens_ += static_cast<int64_t>(tokens.size());
+  for (int64_t len : sequence_lengths) {
+    pointers_.push_back(num_tokens_ * static_cast<int64_t>(elem));
+    lengths_.push_back(static_cast<int32_t>(len));
+    num_tokens_ += len;
+  }
+  doc_ends_.push_back(static_cast<int64_t>(lengths_.size()));
+}
+
+void IndexedDatasetWriter::add_dataset(const std::string& prefix) {
+  TESSERA_CHECK_MSG(!finalized_ && bin_ != nullptr, "add_dataset after finalize");
+  const IndexedDataset other(prefix);
+  if (other.dtype() != dtype_)
+    throw Error(other.idx_path() + " stores " + index_dtype_name(other.dtype()) + ": expected " +
+                index_dtype_name(dtype_) + " to append it to " + prefix_);
+  const int64_t elem = static_cast<int64_t>(index_dtype_size(dtype_));
+  int64_t bytes = 0;
+  for (int64_t i = 0; i < other.num_sequences(); ++i) {
+    if (other.sequence_pointer(i) != bytes)
+      throw Error(other.idx_path() + ": sequence " + std::to_string(i) +
+                  " is not right after the one before: expected a contiguous .bin to append");
+    bytes += other.sequence_length(i) * elem;
+  }
+  std::FILE* in = std::fopen(other.bin_path().c_str(), "rb");
+  if (in == nullptr) throw Error("cannot open " + other.bin_path() + ": " + errno_text());
+  std::vector<char> chunk(1 << 20);
+  int64_t copied = 0;
+  while (copied < bytes) {
+    const size_t want = static_cast<size_t>(std::min<int64_t>(bytes - copied, chunk.size()));
+    const size_t got = std::fread(chunk.data(), 1, want, in);
+    if (got != want || std::fwrite(chunk.data(), 1, got, bin_) != got) {
+      std::fclose(in);
+      throw Error(data_file_path(prefix_) + ".tmp: copying " + other.bin_path() +
+                  " failed: " + errno_text());
+    }
+    copied += static_cast<int64_t>(got);
+  }
+  std::fclose(in);
+  const int64_t base = static_cast<int64_t>(lengths_.size());
+  for (int64_t i = 0; i < other.num_sequences(); ++i) {
+    pointers_.push_back(num_tokens_ * elem);
+    lengths_.push_back(static_cast<int32_t>(other.sequence_length(i)));
+    num_tokens_ += other.sequence_length(i);
+  }
+  const auto docs = other.document_indices();
+  for (size_t d = 1; d < docs.size(); ++d) doc_ends_.push_back(base + docs[d]);
 }
 
 void IndexedDatasetWriter::finalize() {
@@ -261,15 +319,17 @@ void IndexedDatasetWriter::finalize() {
 
   const uint64_t n = lengths_.size();
   std::vector<unsigned char> idx;
-  idx.reserve(kIndexHeaderBytes + n * 12 + (n + 1) * 8);
+  const uint64_t docs = doc_ends_.size();
+  idx.reserve(kIndexHeaderBytes + n * 12 + (docs + 1) * 8);
   idx.insert(idx.end(), kIndexMagic, kIndexMagic + sizeof(kIndexMagic));
   append<uint64_t>(idx, kIndexVersion);
   append<uint8_t>(idx, static_cast<uint8_t>(dtype_));
-  append<uint64_t>(idx, n);      // sequence_count
-  append<uint64_t>(idx, n + 1);  // document_count: one sequence per document
+  append<uint64_t>(idx, n);         // sequence_count
+  append<uint64_t>(idx, docs + 1);  // document_count: documents + 1
   for (int32_t len : lengths_) append<int32_t>(idx, len);
   for (int64_t ptr : pointers_) append<int64_t>(idx, ptr);
-  for (uint64_t d = 0; d <= n; ++d) append<int64_t>(idx, static_cast<int64_t>(d));
+  append<int64_t>(idx, 0);
+  for (int64_t end : doc_ends_) append<int64_t>(idx, end);
 
   std::FILE* f = std::fopen(idx_tmp.c_str(), "wb");
   if (f == nullptr) throw Error(idx_tmp + ": cannot create: " + errno_text());

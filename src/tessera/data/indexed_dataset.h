@@ -11,8 +11,9 @@
 //   [sequence_modes    int8[sequence_count]]   (optional, multimodal; accepted and ignored)
 // The arrays start at byte 34 and so are not naturally aligned: all reads go through memcpy.
 //
-// Tessera writes one sequence per document (document_indices = 0, 1, ..., n), which is what
-// Megatron's preprocess_data.py writes without --split-sentences.
+// add_document(tokens) writes one sequence per document (document_indices = 0, 1, ..., n), which
+// is what Megatron's preprocess_data.py writes without --split-sentences; with it, each sentence
+// is a sequence and a document's sequences are its sentences (add_document(tokens, lengths)).
 #pragma once
 
 #include <cstddef>
@@ -76,12 +77,21 @@ class IndexedDatasetWriter {
   // length 0). Throws tessera::Error if a token id is not exactly representable in the dtype
   // (e.g. 70000 in uint16, a negative id in uint8, > 2^24 in float32) or on a write error.
   void add_document(std::span<const int32_t> tokens);
+  // Appends one document made of sequences of the given lengths (their sum must be
+  // tokens.size(); none is allowed: a document without sequences, as Megatron writes for a
+  // document whose sentences are all empty). Errors as above, and for a length >= 2^31.
+  void add_document(std::span<const int32_t> tokens, std::span<const int64_t> sequence_lengths);
+  // Appends every document of the dataset PREFIX (Megatron's add_index): its .bin bytes as they
+  // are, its sequences and document boundaries. Throws tessera::Error if it cannot be read, is
+  // malformed, stores another dtype, or its sequences are not contiguous in its .bin.
+  void add_dataset(const std::string& prefix);
 
   // Flushes and writes PREFIX.bin then PREFIX.idx (atomically, see above). Throws
   // tessera::Error on an I/O error. Calling anything but the accessors afterwards is a bug.
   void finalize();
 
-  int64_t num_documents() const { return static_cast<int64_t>(lengths_.size()); }
+  int64_t num_documents() const { return static_cast<int64_t>(doc_ends_.size()); }
+  int64_t num_sequences() const { return static_cast<int64_t>(lengths_.size()); }
   int64_t num_tokens() const { return num_tokens_; }
   IndexDType dtype() const { return dtype_; }
 
@@ -93,6 +103,7 @@ class IndexedDatasetWriter {
   std::FILE* bin_ = nullptr;
   std::vector<int32_t> lengths_;
   std::vector<int64_t> pointers_;
+  std::vector<int64_t> doc_ends_;      // document_indices after the leading 0
   std::vector<unsigned char> buffer_;  // one document converted to the dtype
   int64_t num_tokens_ = 0;
   bool finalized_ = false;

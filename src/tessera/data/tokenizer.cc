@@ -4,14 +4,21 @@
 #include "tessera/data/byte_tokenizer.h"
 #include "tessera/data/tokenizer/gpt2_tokenizer.h"
 #include "tessera/data/tokenizer/hf_tokenizer.h"
+#include "tessera/data/tokenizer/null_tokenizer.h"
 #include "tessera/data/tokenizer/sentencepiece_tokenizer.h"
+#include "tessera/data/tokenizer/tiktoken_tokenizer.h"
 
 namespace tessera::data {
 
 const std::vector<std::string>& tokenizer_types() {
-  static const std::vector<std::string> types{"ByteLevel", "GPT2BPETokenizer",
-                                              "HuggingFaceTokenizer", "SentencePieceTokenizer"};
+  static const std::vector<std::string> types{
+      "ByteLevel",       "GPT2BPETokenizer", "HuggingFaceTokenizer", "SentencePieceTokenizer",
+      "Llama2Tokenizer", "TikTokenizer",     "Llama3Tokenizer",      "NullTokenizer"};
   return types;
+}
+
+bool tokenizer_takes_vocab_size(const std::string& type) {
+  return type == "NullTokenizer" || type == "TikTokenizer";
 }
 
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerOptions& o) {
@@ -31,6 +38,26 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerOptions& o) {
   if (o.type == "SentencePieceTokenizer") {
     need(o.tokenizer_model, "--tokenizer-model", "(a SentencePiece .model file)");
     return std::make_unique<SentencePieceTokenizer>(o.tokenizer_model);
+  }
+  if (o.type == "Llama2Tokenizer") {
+    need(o.tokenizer_model, "--tokenizer-model", "(Llama 2's SentencePiece tokenizer.model)");
+    return std::make_unique<SentencePieceTokenizer>(o.tokenizer_model, /*llama2=*/true);
+  }
+  if (o.type == "TikTokenizer") {
+    need(o.tokenizer_model, "--tokenizer-model",
+         "(tiktoken ranks: Megatron's .json or base64 lines)");
+    return make_megatron_tiktokenizer(o.tokenizer_model, o.tiktoken_pattern, o.vocab_size,
+                                      o.tiktoken_num_special_tokens, o.tiktoken_special_tokens);
+  }
+  if (o.type == "Llama3Tokenizer") {
+    need(o.tokenizer_model, "--tokenizer-model", "(Llama 3's tiktoken tokenizer.model)");
+    return make_llama3_tokenizer(o.tokenizer_model);
+  }
+  if (o.type == "NullTokenizer") {
+    if (o.vocab_size <= 0)
+      throw Error(
+          "--tokenizer-type NullTokenizer needs --vocab-size V (ids of the text are below V)");
+    return std::make_unique<NullTokenizer>(o.vocab_size);
   }
   std::string known;
   for (const auto& t : tokenizer_types()) known += (known.empty() ? "" : ", ") + t;

@@ -1,7 +1,8 @@
 // Tokenizer interface: text <-> token ids, selected with Megatron's flags. Implementations:
 // ByteLevel (byte_tokenizer.h), GPT2BPETokenizer (tokenizer/gpt2_tokenizer.h),
-// HuggingFaceTokenizer (tokenizer/hf_tokenizer.h), SentencePieceTokenizer
-// (tokenizer/sentencepiece_tokenizer.h).
+// HuggingFaceTokenizer (tokenizer/hf_tokenizer.h), SentencePieceTokenizer and Llama2Tokenizer
+// (tokenizer/sentencepiece_tokenizer.h), TikTokenizer and Llama3Tokenizer
+// (tokenizer/tiktoken_tokenizer.h), NullTokenizer (tokenizer/null_tokenizer.h).
 #pragma once
 
 #include <cstdint>
@@ -38,8 +39,19 @@ struct TokenizerOptions {
   std::string type = "ByteLevel";  // --tokenizer-type
   std::string vocab_file;          // --vocab-file (GPT2BPETokenizer: encoder.json)
   std::string merge_file;          // --merge-file (GPT2BPETokenizer: vocab.bpe)
-  std::string tokenizer_model;     // --tokenizer-model (tokenizer.json or SentencePiece .model)
+  std::string tokenizer_model;     // --tokenizer-model (tokenizer.json, SentencePiece .model or
+                                   // tiktoken ranks)
+  // --vocab-size: NullTokenizer's V (ids below it, EOD = V) and TikTokenizer's whole vocabulary
+  // (0: Megatron's default 131072). The other types take their size from their file.
+  int64_t vocab_size = 0;
+  std::string tiktoken_pattern;                      // --tiktoken-pattern v1 | v2 (TikTokenizer)
+  int64_t tiktoken_num_special_tokens = 1000;        // --tiktoken-num-special-tokens
+  std::vector<std::string> tiktoken_special_tokens;  // --tiktoken-special-tokens (default
+                                                     // <unk> <s> </s>)
 };
+
+// True for the types that read --vocab-size (NullTokenizer, TikTokenizer).
+bool tokenizer_takes_vocab_size(const std::string& type);
 
 // The names --tokenizer-type accepts.
 const std::vector<std::string>& tokenizer_types();

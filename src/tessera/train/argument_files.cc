@@ -31,7 +31,11 @@ void resolve_argument_files(TrainArgs& args) {
   if (args.tokenizer_type.empty()) return;
   const auto tokenizer = data::make_tokenizer(tokenizer_options(args));
   // (A Hugging Face model's vocabulary is its embedding's rows, whatever its tokenizer says.)
-  if (!args.given(&model::ModelConfig::vocab_size) && !hf_load)
+  // NullTokenizer and TikTokenizer take --vocab-size as their own parameter, and the model's
+  // vocabulary is then the tokenizer's (NullTokenizer's V + 1, its EOD), as in Megatron.
+  if ((!args.given(&model::ModelConfig::vocab_size) ||
+       data::tokenizer_takes_vocab_size(args.tokenizer_type)) &&
+      !hf_load)
     args.model.vocab_size = tokenizer->vocab_size();
   // A tokenizer without an EOD is not an error yet: the trainer's own load reports it where it
   // always has (after the runtime is up), so the id is simply left unrecorded.

@@ -191,6 +191,13 @@ void add_data_flags(FlagTable& t) {
   t.option("--merge-file", &TrainArgs::merge_file, "GPT2BPETokenizer: vocab.bpe");
   t.option("--tokenizer-model", &TrainArgs::tokenizer_model,
            "HuggingFaceTokenizer: tokenizer.json; SentencePieceTokenizer: .model");
+  t.option("--tiktoken-pattern", &TrainArgs::tiktoken_pattern,
+           "TikTokenizer's pre-tokenizer regex: v1 or v2 (Megatron's)")
+      ->check(CLI::IsMember({"v1", "v2"}));
+  t.option("--tiktoken-num-special-tokens", &TrainArgs::tiktoken_num_special_tokens,
+           "TikTokenizer: ids below this are special tokens");
+  t.option("--tiktoken-special-tokens", &TrainArgs::tiktoken_special_tokens,
+           "TikTokenizer: the special tokens (must hold <unk> <s> </s>)");
 }
 
 void add_mesh_flags(FlagTable& t) {
@@ -476,6 +483,11 @@ data::TokenizerOptions tokenizer_options(const TrainArgs& args) {
   t.vocab_file = args.vocab_file;
   t.merge_file = args.merge_file;
   t.tokenizer_model = args.tokenizer_model;
+  t.tiktoken_pattern = args.tiktoken_pattern;
+  t.tiktoken_num_special_tokens = args.tiktoken_num_special_tokens;
+  t.tiktoken_special_tokens = args.tiktoken_special_tokens;
+  // Megatron's --vocab-size is NullTokenizer's and TikTokenizer's parameter.
+  if (args.given(&model::ModelConfig::vocab_size)) t.vocab_size = args.model.vocab_size;
   return t;
 }
 

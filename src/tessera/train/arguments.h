@@ -98,6 +98,9 @@ struct TrainArgs {
   std::string vocab_file;       // --vocab-file (GPT2BPETokenizer: encoder.json)
   std::string merge_file;       // --merge-file (GPT2BPETokenizer: vocab.bpe)
   std::string tokenizer_model;  // --tokenizer-model (tokenizer.json or SentencePiece .model)
+  std::string tiktoken_pattern;                      // --tiktoken-pattern (TikTokenizer: v1 | v2)
+  int64_t tiktoken_num_special_tokens = 1000;        // --tiktoken-num-special-tokens
+  std::vector<std::string> tiktoken_special_tokens;  // --tiktoken-special-tokens
   // The tokenizer's end-of-document id, recorded by resolve_argument_files when it loads the
   // tokenizer (for the vocabulary size) so that the trainer does not load it a second time. Unset
   // without a tokenizer, for a tokenizer that has no EOD, and in TrainArgs filled in by hand

@@ -82,7 +82,7 @@ std::optional<MergePair> parse_merge(std::string_view text) {
 }
 
 BpeModel::BpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
-                   std::span<const MergePair> merges, const std::string& source)
+                   std::span<const MergePair> merges, const std::string& source, MergeRank rank)
     : uid_(next_uid.fetch_add(1)) {
   int32_t max_id = -1;
   for (const auto& [tok, id] : vocab) {
@@ -128,7 +128,8 @@ BpeModel::BpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
     const uint64_t key = pair_key(ia, ib);
     size_t i = (key * 0x9E3779B97F4A7C15ull) >> merge_shift_;
     while (merge_slots_[i].key != kNoPair && merge_slots_[i].key != key) i = (i + 1) & merge_mask_;
-    if (merge_slots_[i].key == kNoPair) merge_slots_[i] = {key, Merge{static_cast<int32_t>(r), ir}};
+    const int32_t merge_rank = rank == MergeRank::kResultId ? ir : static_cast<int32_t>(r);
+    if (merge_slots_[i].key == kNoPair) merge_slots_[i] = {key, Merge{merge_rank, ir}};
   }
 }
 

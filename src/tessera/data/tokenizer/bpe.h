@@ -42,12 +42,20 @@ class BpeModel {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
 
+  // How merges are ranked. kListOrder: a merge's rank is its index in `merges` (GPT-2's
+  // vocab.bpe, tokenizer.json). kResultId: its rank is the id of the token it makes, so several
+  // merges making one token share a rank and the leftmost applies first: tiktoken's rule (merge
+  // the adjacent pair whose concatenation has the lowest rank), when ids are the ranks.
+  enum class MergeRank { kListOrder, kResultId };
+
   // `vocab`: (token, id) pairs; ids need not be dense (holes decode as errors) but must be
-  // in [0, kMaxVocabId) and distinct, tokens distinct. `merges` in rank order (rank = index).
+  // in [0, kMaxVocabId) and distinct, tokens distinct. `merges` in rank order (rank = index),
+  // or in any order with MergeRank::kResultId.
   // `source` names the file for error messages. Throws tessera::Error for a duplicate id or token,
   // a merge naming a token that is not in the vocabulary, or a merge whose result is not in it.
   BpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
-           std::span<const MergePair> merges, const std::string& source);
+           std::span<const MergePair> merges, const std::string& source,
+           MergeRank rank = MergeRank::kListOrder);
 
   // Id of a token string, or -1.
   int32_t id(std::string_view token) const {

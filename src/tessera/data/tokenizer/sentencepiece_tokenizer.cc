@@ -10,7 +10,7 @@
 
 namespace tessera::data {
 
-SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_file)
+SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_file, bool llama2)
     : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
   struct stat st {};
   if (::stat(model_file.c_str(), &st) != 0)
@@ -24,15 +24,26 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_file)
   if (eod_ < 0)
     throw Error("--tokenizer-model '" + model_file +
                 "' has no end-of-sentence piece: expected a model trained with eos_id >= 0");
+  if (llama2) {
+    bos_ = sp_->bos_id();
+    if (bos_ < 0)
+      throw Error("--tokenizer-model '" + model_file +
+                  "' has no beginning-of-sentence piece, which Llama2Tokenizer puts first: "
+                  "expected a model trained with bos_id >= 0");
+  }
 }
 
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
 std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view text) const {
-  std::vector<int> ids;
+  std::vector<int> ids;  // Encode() clears it, so the BOS goes in afterwards
   const auto status = sp_->Encode(absl::string_view(text.data(), text.size()), &ids);
   if (!status.ok()) throw Error("SentencePieceTokenizer: cannot encode: " + status.ToString());
-  return std::vector<int32_t>(ids.begin(), ids.end());
+  std::vector<int32_t> out;
+  out.reserve(ids.size() + 1);
+  if (bos_ >= 0) out.push_back(bos_);
+  out.insert(out.end(), ids.begin(), ids.end());
+  return out;
 }
 
 std::string SentencePieceTokenizer::decode(std::span<const int32_t> ids) const {
