@@ -140,6 +140,8 @@ StepResult DistributedOptimizer::step(int64_t iteration, double loss_sum, double
     if (coeff < 1.0) step_scale *= static_cast<float>(coeff);
   }
   if (zero3_) zero3_->quiesce();
+  if (const auto betas = schedule_->betas_at(optimizer_->steps()))
+    optimizer_->set_betas(betas->first, betas->second);
   optimizer_->step(schedule_->lr_at(optimizer_->steps()), step_scale);
   dp_grads_.gather_values();  // ZeRO 1-2: every rank's parameters whole again
   if (zero3_) zero3_->after_step();

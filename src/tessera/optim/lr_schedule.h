@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 
 namespace tessera::optim {
 
@@ -45,6 +47,11 @@ class LRSchedule {
   virtual ~LRSchedule() = default;
   // Learning rate of the update that follows `step` applied updates (0: the first update).
   virtual double lr_at(int64_t step) const = 0;
+  // Adam's (beta1, beta2) for that update when the schedule sets them (DeepSpeed's OneCycle
+  // cycles the momentum); nullopt: the optimizer keeps its own.
+  virtual std::optional<std::pair<double, double>> betas_at(int64_t /*step*/) const {
+    return std::nullopt;
+  }
 };
 
 // Megatron's schedule.

@@ -37,6 +37,9 @@ class Optimizer {
   // flat_grads * grad_scale (grad_scale folds in 1/loss_scale and the clipping coefficient).
   void step(double lr, float grad_scale);
   int64_t steps() const { return steps_; }
+  // Adam's betas from the next step on (a schedule that cycles momentum: DeepSpeed's OneCycle).
+  // The bias corrections use the betas of the step, as torch.optim.AdamW's do. Adam only.
+  void set_betas(double beta1, double beta2);
   const std::string& kind() const { return options_.kind; }  // "adam" or "sgd"
 
   // The fp32 master value of a parameter (a view; for export). Unsharded optimizers only.
