@@ -8,6 +8,7 @@
 #include "tessera/data/gpt_dataset.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/kernels/build_info.h"
+#include "tessera/train/deepspeed_keys.h"
 #include "tessera/train/flag_groups.h"
 #include "tessera/train/flag_table.h"
 #include "tessera/train/json_config.h"
@@ -319,7 +320,8 @@ void declare_flags(FlagTable& t) {
   add_deepspeed_and_test_flags(t);
 }
 
-// The app's global options (not fields of TrainArgs): --config, --version, --list-flags.
+// The app's global options (not fields of TrainArgs): --config, --version, --list-flags
+// (and --print-deepspeed-keys, declared in parse_arguments).
 void configure_app(CLI::App& app) {
   app.set_version_flag("--version", kernels::version_line);
   app.option_defaults()->always_capture_default();
@@ -365,6 +367,10 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   bool list_flags = false;
   app.add_flag("--list-flags", list_flags, "print every flag with its group and default, then exit")
       ->configurable(false);
+  bool print_deepspeed_keys = false;
+  app.add_flag("--print-deepspeed-keys", print_deepspeed_keys,
+               "print every DeepSpeed config key (implemented / no effect / refused), then exit")
+      ->configurable(false);
   FlagTable table(app, args);
   declare_flags(table);
   try {
@@ -386,6 +392,10 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   }
   if (list_flags) {
     std::printf("%s", flag_list().c_str());
+    return false;
+  }
+  if (print_deepspeed_keys) {
+    std::printf("%s", deepspeed_key_markdown().c_str());
     return false;
   }
   table.record_given();
