@@ -386,6 +386,7 @@ int64_t Trainer::train() {
     m.global_batch_size = a.global_batch_size;
     m.lm_loss = step.loss_sum / step.tokens;
     m.lr = optimizer_->schedule().lr_at(std::max<int64_t>(optimizer_->optimizer().steps() - 1, 0));
+    m.precision = dtype_name(compute_dtype());
     m.grad_norm = step.grad_norm;
     m.num_zeros = step.num_zeros;
     m.params_norm = step.params_norm;
