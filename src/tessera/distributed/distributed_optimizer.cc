@@ -140,6 +140,8 @@ StepResult DistributedOptimizer::step(int64_t iteration, double loss_sum, double
     if (coeff < 1.0) step_scale *= static_cast<float>(coeff);
   }
   if (zero3_) zero3_->quiesce();
+  if (const auto betas = schedule_->betas_at(schedule_position_))
+    optimizer_->set_betas(betas->first, betas->second);
   last_lr_ = schedule_->lr_at(schedule_position_);
   optimizer_->step(last_lr_, step_scale, schedule_->decoupled_lr_at(schedule_position_));
   schedule_position_ += schedule_increment;

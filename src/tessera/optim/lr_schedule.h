@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 
 namespace tessera::optim {
 
@@ -51,6 +53,11 @@ class LRSchedule {
   // The same for the input embedding and the output layer under Megatron's --decoupled-lr;
   // negative when they follow lr_at.
   virtual double decoupled_lr_at(int64_t /*step*/) const { return -1; }
+  // Adam's (beta1, beta2) for that update when the schedule sets them (DeepSpeed's OneCycle
+  // cycles the momentum); nullopt: the optimizer keeps its own.
+  virtual std::optional<std::pair<double, double>> betas_at(int64_t /*step*/) const {
+    return std::nullopt;
+  }
 };
 
 // Megatron's schedule.

@@ -106,6 +106,12 @@ void Optimizer::refresh_compute_values() {
   });
 }
 
+void Optimizer::set_betas(double beta1, double beta2) {
+  TESSERA_CHECK(options_.kind != "sgd");
+  options_.beta1 = beta1;
+  options_.beta2 = beta2;
+}
+
 void Optimizer::step(double lr_all, float grad_scale, double decoupled_lr) {
   ++steps_;
   const float* grads = params_.flat_grads().data<float>();

@@ -39,6 +39,9 @@ class Optimizer {
   // (Megatron's --decoupled-lr); negative: they take `lr` too.
   void step(double lr, float grad_scale, double decoupled_lr = -1);
   int64_t steps() const { return steps_; }
+  // Adam's betas from the next step on (a schedule that cycles momentum: DeepSpeed's OneCycle).
+  // The bias corrections use the betas of the step, as torch.optim.AdamW's do. Adam only.
+  void set_betas(double beta1, double beta2);
   const std::string& kind() const { return options_.kind; }  // "adam" or "sgd"
 
   // The fp32 master value of a parameter (a view; for export). Unsharded optimizers only.

@@ -9,6 +9,7 @@
 #include "tessera/data/gpt_dataset.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/kernels/build_info.h"
+#include "tessera/train/deepspeed_keys.h"
 #include "tessera/train/flag_groups.h"
 #include "tessera/train/flag_table.h"
 #include "tessera/train/json_config.h"
@@ -332,7 +333,8 @@ void declare_flags(FlagTable& t) {
   add_megatron_flags(t);
 }
 
-// The app's global options (not fields of TrainArgs): --config, --version, --list-flags.
+// The app's global options (not fields of TrainArgs): --config, --version, --list-flags
+// (and --print-deepspeed-keys, declared in parse_arguments).
 void configure_app(CLI::App& app) {
   app.set_version_flag("--version", kernels::version_line);
   app.option_defaults()->always_capture_default();
@@ -412,6 +414,10 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   app.add_flag("--migration-table", migration,
                "print docs/migration.md's generated tables (Megatron flags by class), then exit")
       ->configurable(false);
+  bool print_deepspeed_keys = false;
+  app.add_flag("--print-deepspeed-keys", print_deepspeed_keys,
+               "print every DeepSpeed config key (implemented / no effect / refused), then exit")
+      ->configurable(false);
   FlagTable table(app, args);
   declare_flags(table);
   try {
@@ -435,6 +441,10 @@ bool parse_arguments(int argc, const char* const* argv, TrainArgs& args) {
   }
   if (list_flags || migration) {
     std::printf("%s", (list_flags ? flag_list() : migration_table()).c_str());
+    return false;
+  }
+  if (print_deepspeed_keys) {
+    std::printf("%s", deepspeed_key_markdown().c_str());
     return false;
   }
   table.record_given();

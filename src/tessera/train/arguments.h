@@ -238,8 +238,8 @@ struct TrainArgs {
 
 // Parses argv into `args`: flags and --config only, no other file is read. args.model becomes
 // the --model preset with the given model flags laid over it (without --model: args.model as
-// passed in, usually the defaults, with the given flags set). Returns false when
-// the run should stop successfully (--help, --version or --list-flags printed). Throws
+// passed in, usually the defaults, with the given flags set). Returns false when the run should
+// stop successfully (--help, --version, --list-flags or --print-deepspeed-keys printed). Throws
 // tessera::Error with one line (naming the flag or config key) on any bad input.
 bool parse_arguments(int argc, const char* const* argv, TrainArgs& args);
 

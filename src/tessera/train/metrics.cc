@@ -23,6 +23,7 @@ void MetricsWriter::write(const IterationMetrics& m) {
   j["consumed_samples"] = m.consumed_samples;
   j["lm_loss"] = m.lm_loss;
   j["lr"] = m.lr;
+  j["precision"] = m.precision;
   j["grad_norm"] = m.grad_norm;
   if (m.num_zeros) j["num_zeros"] = *m.num_zeros;
   if (m.params_norm) j["params_norm"] = *m.params_norm;

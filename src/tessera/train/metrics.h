@@ -17,6 +17,7 @@ struct IterationMetrics {
   int64_t global_batch_size = 0;
   double lm_loss = 0;          // mean over the global batch's counted tokens, before the update
   double lr = 0;
+  const char* precision = "fp32";  // the compute dtype (dtype_name): fp32, bf16 or fp16
   double grad_norm = 0;        // global L2 norm before clipping (unscaled)
   std::optional<double> num_zeros;    // --log-num-zeros-in-grad
   std::optional<double> params_norm;  // --log-params-norm: after the step

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "tessera/train/arguments.h"
+#include "tessera/train/deepspeed_keys.h"
 #include "tessera/train/flag_table.h"
 
 namespace tessera::train {
@@ -88,7 +89,8 @@ std::string migration_table() {
          "\n### Accepted, no effect on this backend (logged once at start)\n\n"
          "| flag | why |\n| --- | --- |\n" +
          no_effect_rows + "\n### Refused (one line, exit 2)\n\n| flag | why |\n| --- | --- |\n" +
-         refused_rows + "\n### Tessera's own\n\n| flag | what |\n| --- | --- |\n" + own_rows;
+         refused_rows + "\n### Tessera's own\n\n| flag | what |\n| --- | --- |\n" + own_rows +
+         "\n## DeepSpeed config keys\n\n" + deepspeed_key_markdown();
 }
 
 }  // namespace tessera::train

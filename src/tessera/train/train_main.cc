@@ -88,9 +88,8 @@ int train_main(int argc, const char* const* argv) {
     }
     const int dp = state->layout().data();
     if (args.deepspeed) {
-      const std::vector<std::string> warnings = apply_deepspeed_config(args, dp);
-      if (state->rank() == 0)
-        for (const std::string& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+      const DeepSpeedApplied applied = apply_deepspeed_config(args, dp);
+      if (state->rank() == 0) print_deepspeed_report(applied);
     }
     apply_step_batch_size_schedule(args);
     if (args.global_batch_size == 0) args.global_batch_size = args.micro_batch_size * dp;

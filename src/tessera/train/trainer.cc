@@ -429,6 +429,7 @@ int64_t Trainer::train() {
     m.global_batch_size = current_batch_;
     m.lm_loss = step.loss_sum / step.tokens;
     m.lr = optimizer_->last_lr();
+    m.precision = dtype_name(compute_dtype());
     m.grad_norm = step.grad_norm;
     m.num_zeros = step.num_zeros;
     m.params_norm = step.params_norm;
