@@ -7,18 +7,13 @@
 #include <fstream>
 
 #include "tessera/core/error.h"
+#include "testing/parse_flags.h"
 #include "testing/temp_dir.h"
 
 namespace tessera::train {
 namespace {
 
-TrainArgs parse(std::vector<std::string> flags) {
-  std::vector<const char*> argv = {"tessera-train"};
-  for (const auto& f : flags) argv.push_back(f.c_str());
-  TrainArgs args;
-  EXPECT_TRUE(parse_arguments(static_cast<int>(argv.size()), argv.data(), args));
-  return args;
-}
+TrainArgs parse(const std::vector<std::string>& flags) { return testing::parse_flags(flags); }
 
 TEST(Arguments, GivenIsTrackedByFieldNotBySpelling) {
   const TrainArgs a =

@@ -8,22 +8,17 @@
 #include "tessera/core/error.h"
 #include "tessera/train/arguments.h"
 #include "tessera/train/batch_schedule.h"
+#include "testing/parse_flags.h"
 #include "testing/temp_dir.h"
 
 namespace tessera::train {
 namespace {
 
-TrainArgs parse(std::vector<std::string> flags) {
-  std::vector<const char*> argv = {"tessera-train"};
-  for (const auto& f : flags) argv.push_back(f.c_str());
-  TrainArgs args;
-  EXPECT_TRUE(parse_arguments(static_cast<int>(argv.size()), argv.data(), args));
-  return args;
-}
+TrainArgs parse(const std::vector<std::string>& flags) { return testing::parse_flags(flags); }
 
 std::string parse_error(std::vector<std::string> flags) {
   try {
-    parse(std::move(flags));
+    parse(flags);
   } catch (const Error& e) {
     return e.what();
   }
