@@ -8,7 +8,8 @@
 #    (rope scaling, q/k/v biases, the window of 4 tokens);
 #  - hf -> tessera -> hf keeps every tensor's bytes; a second round trip gives byte-identical
 #    config.json and model.safetensors, and the same logits bit for bit;
-#  - tessera-train --load trains the Mistral directory two iterations (window < --seq-length).
+#  - tessera-train --load trains the Mistral directory two iterations (window < --seq-length),
+#    with the same losses and grad norms under context parallelism a2a (2 ranks).
 # Usage: hf_families.sh BUILD_BIN_DIR
 BIN_DIR="${1:?usage: hf_families.sh BUILD_BIN_DIR}"
 BIN="$BIN_DIR/tessera-train"
@@ -53,11 +54,18 @@ grep -q '"model_type": "qwen2"' "$TMP/qwen2-tiny/out2/config.json" &&
   grep -q '"rope_type": "llama3"' "$TMP/llama3-tiny/out2/config.json"
 check "each export says its family" test $? -eq 0
 
-FLAGS=(--mock-data --lr 1e-3 --micro-batch-size 1 --global-batch-size 2 --eval-interval 0
+FLAGS=(--mock-data --lr 1e-3 --micro-batch-size 1 --global-batch-size 1 --eval-interval 0
        --log-interval 1 --num-threads 1 --train-iters 2 --seq-length 16)
 check "mistral: tessera-train --load trains with the window" \
   run 1 "${FLAGS[@]}" --load "$TMP/mistral-tiny/hf"
 check "  from the Hugging Face weights" grep -q "loaded Hugging Face weights" "$TMP/out"
+losses() { grep -o "lm loss: [^|]*| loss scale: [^|]*| grad norm: [^|]*" "$1"; }
+losses "$TMP/out" >"$TMP/np1.losses"
+check "mistral: the same under --context-parallel-size 2 --cp-comm-type a2a" \
+  run 2 "${FLAGS[@]}" --load "$TMP/mistral-tiny/hf" --context-parallel-size 2 --cp-comm-type a2a
+losses "$TMP/out" >"$TMP/a2a.losses"
+check "  equal losses and grad norms" cmp "$TMP/np1.losses" "$TMP/a2a.losses"
+check "  (two iterations logged)" test "$(wc -l <"$TMP/np1.losses")" -eq 2
 
 echo "hf_families: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
