@@ -143,8 +143,9 @@ void check_hf_exportable(const model::ModelConfig& cfg) {
   }
   // A window goes to MistralForCausalLM (no biases at all) or Qwen2ForCausalLM (q/k/v biases).
   if (cfg.sliding_window > 0 && cfg.add_bias_linear && !cfg.moe.enabled())
-    refuse("sliding_window", "with linear biases: MistralForCausalLM has none and "
-                             "Qwen2ForCausalLM only q/k/v biases (--add-qkv-bias)");
+    refuse("sliding_window",
+           "with linear biases: MistralForCausalLM has none and "
+           "Qwen2ForCausalLM only q/k/v biases (--add-qkv-bias)");
   // LLaMA naming was chosen because one LLaMA feature is on; LlamaForCausalLM needs all three.
   if (cfg.normalization != model::Normalization::kRMSNorm)
     refuse("--normalization", "a LLaMA-family model (RoPE/SwiGLU) must use RMSNorm to be loadable by LlamaForCausalLM");

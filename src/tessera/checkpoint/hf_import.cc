@@ -236,23 +236,24 @@ model::ModelConfig qwen2_config(const ConfigKeys& k) {
       k.fail("layer_types", "expected a list of num_hidden_layers entries, got " + types.dump());
     for (const json& t : types) {
       if (t != "full_attention" && t != "sliding_attention")
-        k.fail("layer_types", "expected \"full_attention\" or \"sliding_attention\", got " +
-                                  t.dump());
+        k.fail("layer_types",
+               "expected \"full_attention\" or \"sliding_attention\", got " + t.dump());
       sliding += t == "sliding_attention";
     }
     if (sliding != 0 && sliding != c.num_layers)
-      k.fail("layer_types", "sliding windows on some layers only are not supported: Tessera's "
-                            "window is every layer's");
+      k.fail("layer_types",
+             "sliding windows on some layers only are not supported: Tessera's "
+             "window is every layer's");
     c.sliding_window = sliding > 0 ? window : 0;
     return c;
   }
-  const int first_sliding = static_cast<int>(
-      k.integer("max_window_layers", 28, 0, INT_MAX));
+  const int first_sliding = static_cast<int>(k.integer("max_window_layers", 28, 0, INT_MAX));
   if (window > 0 && first_sliding > 0 && first_sliding < c.num_layers)
     k.fail("max_window_layers",
-           std::to_string(first_sliding) + " (with use_sliding_window): sliding windows on "
-           "layers from it on only are not supported: expected 0 (every layer) or >= "
-           "num_hidden_layers (none)");
+           std::to_string(first_sliding) +
+               " (with use_sliding_window): sliding windows on "
+               "layers from it on only are not supported: expected 0 (every layer) or >= "
+               "num_hidden_layers (none)");
   c.sliding_window = first_sliding == 0 ? window : 0;
   return c;
 }
@@ -281,8 +282,9 @@ model::ModelConfig mixtral_config(const ConfigKeys& k, const json& j) {
       "bos_token_id", "eos_token_id", "pad_token_id", "use_cache"};
   for (const auto& [key, value] : j.items())
     if (!known.count(key))
-      k.fail(key.c_str(), "unknown MixtralConfig key: it may change the model's math, so it is "
-                          "refused (remove it if it does not)");
+      k.fail(key.c_str(),
+             "unknown MixtralConfig key: it may change the model's math, so it is "
+             "refused (remove it if it does not)");
   if (k.number("router_jitter_noise", 0.0, 0.0, 1.0, true) != 0.0f)
     k.fail("router_jitter_noise", "router noise is not supported: expected 0");
   model::ModelConfig c = llama_layers(k, kLlamaDefaults);
@@ -422,8 +424,7 @@ model::ModelConfig read_hf_config(const std::string& dir) {
   }
   if (!j.is_object()) throw Error(path + ": expected a JSON object");
   const ConfigKeys k(path, j);
-  if (!k.has("model_type"))
-    k.fail("model_type", std::string("missing: expected ") + kModelTypes);
+  if (!k.has("model_type")) k.fail("model_type", std::string("missing: expected ") + kModelTypes);
   const std::string type = k.text("model_type", "");
   model::ModelConfig cfg;
   if (type == "gpt2")

@@ -333,8 +333,7 @@ void attention_forward(Float* out, float* lse, const Float* qkv, int64_t B, int6
 template <typename Float>
 void attention_backward(Float* dqkv, const Float* dout, const Float* qkv, const Float* out,
                         const float* lse, int64_t B, int64_t T, int NH, int KV, int HD,
-                        const AttentionDropout& dropout, const int32_t* doc_start,
-                        int64_t window) {
+                        const AttentionDropout& dropout, const int32_t* doc_start, int64_t window) {
   Geometry g = make_geometry(B, T, NH, KV, HD, dropout);
   std::vector<int32_t> first_keys;  // doc_start was checked by the forward pass that made lse
   g.doc_start = visible_from(doc_start, B, T, window, first_keys);

@@ -43,8 +43,7 @@ template <typename Float>
 void attention_forward(Float* out, float* lse, const Float* qkv, int64_t B, int64_t T, int NH,
                        int KV, int HD, const AttentionDropout& dropout,
                        const int32_t* doc_start = nullptr, int64_t window = 0) {
-  dispatch<&attention_forward<Float>>(out, lse, qkv, B, T, NH, KV, HD, dropout, doc_start,
-                                      window);
+  dispatch<&attention_forward<Float>>(out, lse, qkv, B, T, NH, KV, HD, dropout, doc_start, window);
 }
 
 // dqkv (B, T, (NH + 2*KV) * HD) overwritten; dout, out (B, T, NH*HD); lse from forward;

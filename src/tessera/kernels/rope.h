@@ -23,8 +23,8 @@ template <typename Float>
 void rope_forward(Float* qkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV,
                   int HD, float theta, bool per_sample = false, int64_t max_position = 0,
                   const RopeScaling& scaling = {}) {
-  dispatch<&rope_forward<Float>>(qkv, positions, B, T, NH, KV, HD, theta, per_sample,
-                                 max_position, scaling);
+  dispatch<&rope_forward<Float>>(qkv, positions, B, T, NH, KV, HD, theta, per_sample, max_position,
+                                 scaling);
 }
 // The transpose (inverse rotation) applied in place to dqkv's query and key heads.
 template <typename Float>

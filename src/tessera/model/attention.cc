@@ -181,8 +181,14 @@ struct Attention::Whole {
 
 Attention::Whole Attention::whole(const StepContext& ctx) const {
   if (mode_ == CpMode::kA2A)
-    return {ctx.B, ctx.seq_global,          cp_heads_,           cp_kv_,
-            HD_,   head_split_dropout(ctx), ctx.doc_start_global, window_};
+    return {ctx.B,
+            ctx.seq_global,
+            cp_heads_,
+            cp_kv_,
+            HD_,
+            head_split_dropout(ctx),
+            ctx.doc_start_global,
+            window_};
   // Without CP a sample's T tokens are the whole sequence: row t is position t.
   return {ctx.B, ctx.T, NH_, KV_, HD_, dropout(ctx), ctx.doc_start, window_};
 }
@@ -239,8 +245,7 @@ Tensor Attention::backward(const Tensor& dy, const Saved& s, const StepContext& 
       const bool per_sample = ctx.sample_positions != nullptr;
       kernels::rope_backward(dqkv.data<T>(),
                              per_sample ? ctx.sample_positions : ctx.positions.data(), ctx.B, ctx.T,
-                             NH_, KV_, HD_, rope_theta_, per_sample, ctx.seq_global,
-                             rope_scaling_);
+                             NH_, KV_, HD_, rope_theta_, per_sample, ctx.seq_global, rope_scaling_);
     }
   });
   return qkv_.backward(dqkv, s.inp, ctx.B);
