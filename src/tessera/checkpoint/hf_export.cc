@@ -3,12 +3,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <set>
 #include <span>
 
+#include "tessera/checkpoint/hf_rope.h"
 #include "tessera/checkpoint/run_state.h"
 #include "tessera/checkpoint/safetensors.h"
 #include "tessera/core/error.h"
@@ -24,16 +24,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The shortest decimal that reads back as f, as a double: config.json then says 1e-05 rather
-// than 9.999999747378752e-06 (1e-5f widened), and reading it back as a float gives f again.
-// (to_chars/from_chars, unlike strtod, ignore the locale.)
-double decimal(float f) {
-  char buf[64];
-  const char* end = std::to_chars(buf, buf + sizeof(buf), f).ptr;
-  double d = f;
-  std::from_chars(buf, end, d);
-  return d;
-}
+double decimal(float f) { return shortest_decimal(f); }  // hf_rope.h
 
 // "<stem>-00003-of-00007.safetensors", save_pretrained's shard names (1-based).
 std::string shard_name(const std::string& stem, size_t index, size_t count) {
@@ -131,7 +122,7 @@ std::string mixtral_mismatch(const model::ModelConfig& cfg) {
   if (cfg.moe.expert_bias) return "--moe-router-enable-expert-bias: Mixtral has none";
   if (cfg.moe_ffn() != cfg.ffn())
     return "--moe-ffn-hidden-size: Mixtral's experts are intermediate_size wide";
-  if (cfg.add_bias_linear) return "linear biases: Mixtral has none";
+  if (cfg.qkv_bias()) return "linear biases: Mixtral has none";
   return "";
 }
 
@@ -144,8 +135,17 @@ void check_hf_exportable(const model::ModelConfig& cfg) {
   if (cfg.family() == model::Family::kGpt2) {
     if (cfg.group_query_attention && cfg.kv_heads() != cfg.num_attention_heads)
       refuse("--group-query-attention", "GPT-2 (GPT2LMHeadModel) has no grouped-query attention");
+    if (cfg.add_qkv_bias && !cfg.add_bias_linear)
+      refuse("--add-qkv-bias", "GPT-2 (GPT2LMHeadModel) has biases on every linear layer");
+    if (cfg.sliding_window > 0)
+      refuse("sliding_window", "GPT-2 (GPT2LMHeadModel) has no sliding-window attention");
     return;
   }
+  // A window goes to MistralForCausalLM (no biases at all) or Qwen2ForCausalLM (q/k/v biases).
+  if (cfg.sliding_window > 0 && cfg.add_bias_linear && !cfg.moe.enabled())
+    refuse("sliding_window",
+           "with linear biases: MistralForCausalLM has none and "
+           "Qwen2ForCausalLM only q/k/v biases (--add-qkv-bias)");
   // LLaMA naming was chosen because one LLaMA feature is on; LlamaForCausalLM needs all three.
   if (cfg.normalization != model::Normalization::kRMSNorm)
     refuse("--normalization", "a LLaMA-family model (RoPE/SwiGLU) must use RMSNorm to be loadable by LlamaForCausalLM");
@@ -154,6 +154,15 @@ void check_hf_exportable(const model::ModelConfig& cfg) {
   if (!cfg.swiglu)
     refuse("--swiglu", "a LLaMA-family model (RMSNorm/RoPE) must use SwiGLU to be loadable by LlamaForCausalLM");
   // Biases map onto LlamaConfig's attention_bias (q/k/v/o) and mlp_bias (gate/up/down).
+}
+
+std::string hf_model_type(const model::ModelConfig& cfg) {
+  if (cfg.moe.enabled() && !mixtral_mismatch(cfg).empty()) return "tessera";
+  if (cfg.family() == model::Family::kGpt2) return "gpt2";
+  if (cfg.moe.enabled()) return "mixtral";
+  if (cfg.add_qkv_bias && !cfg.add_bias_linear) return "qwen2";
+  if (cfg.sliding_window > 0) return "mistral";
+  return "llama";
 }
 
 bool is_hf_conv1d(const model::ModelConfig& cfg, const std::string& name) {
@@ -198,9 +207,13 @@ std::string hf_config_json(const model::ModelConfig& cfg) {
     j["initializer_range"] = decimal(cfg.init_method_std);
     j["tie_word_embeddings"] = !cfg.untie_embeddings_and_output_weights;
   } else {
-    const bool mixtral = cfg.moe.enabled();
-    j["architectures"] = {mixtral ? "MixtralForCausalLM" : "LlamaForCausalLM"};
-    j["model_type"] = mixtral ? "mixtral" : "llama";
+    const std::string type = hf_model_type(cfg);
+    const bool mixtral = type == "mixtral", qwen2 = type == "qwen2", mistral = type == "mistral";
+    j["architectures"] = {mixtral   ? "MixtralForCausalLM"
+                          : qwen2   ? "Qwen2ForCausalLM"
+                          : mistral ? "MistralForCausalLM"
+                                    : "LlamaForCausalLM"};
+    j["model_type"] = type;
     j["vocab_size"] = cfg.vocab_size;
     j["hidden_size"] = cfg.hidden_size;
     j["intermediate_size"] = cfg.ffn();
@@ -211,14 +224,23 @@ std::string hf_config_json(const model::ModelConfig& cfg) {
     j["max_position_embeddings"] = cfg.max_positions();
     j["rms_norm_eps"] = decimal(cfg.norm_epsilon);
     j["rope_theta"] = decimal(cfg.rotary_base);
+    if (cfg.rope_scaling.llama3) j["rope_scaling"] = hf_rope_scaling_json(cfg.rope_scaling);
     j["hidden_act"] = "silu";
+    const nlohmann::json window =
+        cfg.sliding_window > 0 ? nlohmann::json(cfg.sliding_window) : nlohmann::json(nullptr);
     if (mixtral) {  // MixtralConfig: no biases; routing keys, dropless top-k softmax
       j["num_local_experts"] = cfg.moe.num_experts;
       j["num_experts_per_tok"] = cfg.moe.topk;
       j["router_aux_loss_coef"] = decimal(cfg.moe.aux_loss_coeff);
       j["output_router_logits"] = false;
       j["router_jitter_noise"] = 0.0;
-      j["sliding_window"] = nullptr;
+      j["sliding_window"] = window;
+    } else if (qwen2) {  // Qwen2Config: q/k/v biases are implied; every layer or none slides
+      j["use_sliding_window"] = cfg.sliding_window > 0;
+      j["sliding_window"] = window;
+      j["max_window_layers"] = cfg.sliding_window > 0 ? 0 : cfg.num_layers;
+    } else if (mistral) {  // MistralConfig: no biases
+      j["sliding_window"] = window;
     } else {
       j["attention_bias"] = cfg.add_bias_linear;
       j["mlp_bias"] = cfg.add_bias_linear;

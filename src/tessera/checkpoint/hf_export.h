@@ -1,7 +1,8 @@
 // Export to a Hugging Face model directory: `model.safetensors` (fp32, the family's tensor
 // names and layouts), or shards plus `model.safetensors.index.json` when the weights exceed the
-// shard size, and `config.json` (GPT2Config or LlamaConfig fields), loadable by Transformers'
-// from_pretrained. hf_import.h reads such a directory back.
+// shard size, and `config.json` (GPT2Config, LlamaConfig, Qwen2Config, MistralConfig or
+// MixtralConfig fields, hf_model_type), loadable by Transformers' from_pretrained. hf_import.h
+// reads such a directory back.
 //
 // Layout conversions: GPT-2's Conv1D weights (c_attn, c_proj, c_fc) are stored [in, out] by
 // Transformers, so they are transposed; padded vocabulary rows are stripped; a tied output
@@ -55,6 +56,13 @@ void check_hf_exportable(const model::ModelConfig& cfg);
 // Why an MoE config is not a MixtralForCausalLM ("" when it is): such models are exported with
 // model_type "tessera" (config.json holds Tessera's model config), which only Tessera reads.
 std::string mixtral_mismatch(const model::ModelConfig& cfg);
+
+// The model_type config.json gets: "gpt2" for the GPT-2 family; for LLaMA-named models
+// "mixtral" (MoE, when mixtral_mismatch is ""), "qwen2" (q/k/v biases only, --add-qkv-bias
+// with --disable-bias-linear), "mistral" (a sliding window, no biases) or "llama"; "tessera" for
+// an MoE model no Transformers class represents. Llama 3.x's RoPE scaling is written as a
+// rope_scaling block in any LLaMA-named family.
+std::string hf_model_type(const model::ModelConfig& cfg);
 
 // The config.json text for cfg.
 std::string hf_config_json(const model::ModelConfig& cfg);

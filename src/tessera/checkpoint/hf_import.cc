@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tessera/checkpoint/hf_export.h"
+#include "tessera/checkpoint/hf_rope.h"
 #include "tessera/checkpoint/run_state.h"
 #include "tessera/checkpoint/safetensors.h"
 #include "tessera/core/error.h"
@@ -25,6 +26,9 @@ using nlohmann::json;
 constexpr const char* kConfigFile = "config.json";
 constexpr const char* kWeightsFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
+constexpr const char* kModelTypes =
+    "\"gpt2\" (GPT2LMHeadModel), \"llama\" (LlamaForCausalLM), \"qwen2\" (Qwen2ForCausalLM), "
+    "\"mistral\" (MistralForCausalLM) or \"mixtral\" (MixtralForCausalLM)";
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
@@ -41,6 +45,8 @@ class ConfigKeys {
   ConfigKeys(std::string path, const json& j) : path_(std::move(path)), j_(j) {}
 
   bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+  bool present(const char* key) const { return j_.contains(key); }  // null included
+  const std::string& path() const { return path_; }
   const json& at(const char* key) const { return j_[key]; }
 
   [[noreturn]] void fail(const char* key, const std::string& what) const {
@@ -51,8 +57,13 @@ class ConfigKeys {
     if (!has(key)) return fallback;
     const json& v = j_[key];
     if (!v.is_number_integer()) fail(key, "expected an integer, got " + v.dump());
-    if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(hi)
-                               : (v.get<int64_t>() < lo || v.get<int64_t>() > hi))
+    // JSON parses non-negative integers as unsigned: the lower bound applies to them too.
+    const bool out_of_range =
+        v.is_number_unsigned()
+            ? (v.get<uint64_t>() > static_cast<uint64_t>(hi) ||
+               v.get<uint64_t>() < static_cast<uint64_t>(std::max<int64_t>(lo, 0)))
+            : (v.get<int64_t>() < lo || v.get<int64_t>() > hi);
+    if (out_of_range)
       fail(key, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
                     "], got " + v.dump());
     return v.get<int64_t>();
@@ -135,39 +146,37 @@ model::ModelConfig gpt2_config(const ConfigKeys& k) {
   return c;
 }
 
-// Only unscaled RoPE ("default") is supported; returns the theta a rope_parameters /
-// rope_scaling object carries, if any.
-std::optional<float> plain_rope(const ConfigKeys& k, const char* key) {
-  if (!k.has(key)) return std::nullopt;
-  const json& v = k.at(key);
-  if (!v.is_object()) k.fail(key, "expected an object or null, got " + v.dump());
-  const char* type_key = v.contains("rope_type") ? "rope_type" : "type";
-  const std::string type =
-      v.contains(type_key) && v[type_key].is_string() ? v[type_key].get<std::string>() : "";
-  if (type != "default")
-    k.fail(key, "scaled RoPE " + v.dump() + " is not supported: expected null (plain RoPE)");
-  if (!v.contains("rope_theta")) return std::nullopt;
-  if (!v["rope_theta"].is_number() || !(v["rope_theta"].get<double>() > 0))
-    k.fail(key, "rope_theta must be a positive number, got " + v["rope_theta"].dump());
-  return static_cast<float>(v["rope_theta"].get<double>());
-}
+// The defaults of the LLaMA-shaped config classes for the keys they share (each class's
+// __init__ / dataclass fields).
+struct LlamaDefaults {
+  int64_t vocab;
+  int hidden, ffn, layers, heads;
+  int kv;  // 0: = heads
+  int max_positions;
+  double eps, theta;
+};
+constexpr LlamaDefaults kLlamaDefaults{32000, 4096, 11008, 32, 32, 0, 2048, 1e-6, 10000.0};
+constexpr LlamaDefaults kQwen2Defaults{151936, 4096, 22016, 32, 32, 32, 32768, 1e-6, 10000.0};
+constexpr LlamaDefaults kMistralDefaults{32000, 4096, 14336, 32, 32, 8, 131072, 1e-6, 10000.0};
 
-// LlamaConfig (configuration_llama.py) onto LLaMA options: RMSNorm, RoPE, SwiGLU.
-model::ModelConfig llama_config(const ConfigKeys& k) {
+// The layers LlamaConfig, Qwen2Config, MistralConfig and MixtralConfig describe alike: RMSNorm,
+// RoPE (plain or Llama 3.x-scaled), SwiGLU, GQA; no biases (the caller adds its family's).
+model::ModelConfig llama_layers(const ConfigKeys& k, const LlamaDefaults& d) {
   model::ModelConfig c;
   c.normalization = model::Normalization::kRMSNorm;
   c.position_embedding = model::PositionEmbedding::kRope;
   c.swiglu = true;
-  c.vocab_size = k.integer("vocab_size", 32000, 2, INT_MAX);
-  c.hidden_size = k.size("hidden_size", 4096);
-  c.ffn_hidden_size = k.size("intermediate_size", 11008);
-  c.num_layers = k.size("num_hidden_layers", 32);
-  c.num_attention_heads = k.size("num_attention_heads", 32);
+  c.add_bias_linear = false;
+  c.vocab_size = k.integer("vocab_size", d.vocab, 2, INT_MAX);
+  c.hidden_size = k.size("hidden_size", d.hidden);
+  c.ffn_hidden_size = k.size("intermediate_size", d.ffn);
+  c.num_layers = k.size("num_hidden_layers", d.layers);
+  c.num_attention_heads = k.size("num_attention_heads", d.heads);
   if (c.hidden_size % c.num_attention_heads != 0)
     k.fail("num_attention_heads", std::to_string(c.num_attention_heads) +
                                       " does not divide hidden_size " +
                                       std::to_string(c.hidden_size));
-  const int kv = k.size("num_key_value_heads", c.num_attention_heads);
+  const int kv = k.size("num_key_value_heads", d.kv > 0 ? d.kv : c.num_attention_heads);
   if (c.num_attention_heads % kv != 0)
     k.fail("num_key_value_heads", std::to_string(kv) + " does not divide num_attention_heads " +
                                       std::to_string(c.num_attention_heads));
@@ -176,22 +185,85 @@ model::ModelConfig llama_config(const ConfigKeys& k) {
   if (k.has("head_dim") && k.size("head_dim", 0) != c.head_dim())
     k.fail("head_dim", k.at("head_dim").dump() + " is not supported: Tessera's head dim is " +
                            "hidden_size / num_attention_heads = " + std::to_string(c.head_dim()));
-  c.max_position_embeddings = k.size("max_position_embeddings", 2048);
-  c.norm_epsilon = k.positive("rms_norm_eps", 1e-6);
-  c.rotary_base = k.positive("rope_theta", 10000.0);
-  // Newer Transformers keep theta in rope_parameters; older ones may spell "default" scaling.
-  if (const auto theta = plain_rope(k, "rope_parameters")) c.rotary_base = *theta;
-  if (const auto theta = plain_rope(k, "rope_scaling")) c.rotary_base = *theta;
+  c.max_position_embeddings = k.size("max_position_embeddings", d.max_positions);
+  c.norm_epsilon = k.positive("rms_norm_eps", d.eps);
+  c.rotary_base = k.positive("rope_theta", d.theta);
+  // Newer Transformers keep theta and the scaling in rope_parameters; 4.x in rope_theta and
+  // rope_scaling. A scaling in either applies (rope_scaling's if both have one).
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (!k.has(key)) continue;
+    const HfRope rope = read_hf_rope(k.at(key), k.path(), key);
+    if (rope.theta) c.rotary_base = *rope.theta;
+    if (rope.scaling.llama3) c.rope_scaling = rope.scaling;
+  }
   const std::string act = k.text("hidden_act", "silu");
   if (act != "silu") k.fail("hidden_act", "'" + act + "' is not supported: expected silu");
+  c.attention_dropout = k.probability("attention_dropout", 0.0);
+  c.hidden_dropout = 0.0f;  // these configs have no hidden dropout
+  c.init_method_std = k.positive("initializer_range", 0.02);
+  c.untie_embeddings_and_output_weights = !k.boolean("tie_word_embeddings", false);
+  return c;
+}
+
+// A sliding_window key: null is none (full attention); absent is the class's default.
+int sliding_window(const ConfigKeys& k, int fallback) {
+  if (!k.present("sliding_window")) return fallback;
+  return k.has("sliding_window") ? k.size("sliding_window", 0) : 0;
+}
+
+// LlamaConfig (configuration_llama.py): biases on all four attention projections with
+// attention_bias and on the MLP's with mlp_bias, which Tessera's one switch needs equal.
+model::ModelConfig llama_config(const ConfigKeys& k) {
+  model::ModelConfig c = llama_layers(k, kLlamaDefaults);
   const bool attention_bias = k.boolean("attention_bias", false);
   if (k.boolean("mlp_bias", false) != attention_bias)
     k.fail("mlp_bias", "must equal attention_bias: Tessera has one --disable-bias-linear");
   c.add_bias_linear = attention_bias;
-  c.attention_dropout = k.probability("attention_dropout", 0.0);
-  c.hidden_dropout = 0.0f;  // LlamaConfig has no hidden dropout
-  c.init_method_std = k.positive("initializer_range", 0.02);
-  c.untie_embeddings_and_output_weights = !k.boolean("tie_word_embeddings", false);
+  return c;
+}
+
+// Qwen2Config (configuration_qwen2.py), Qwen2 and Qwen2.5: biases on q/k/v only. Its sliding
+// window covers the layers from max_window_layers on (with use_sliding_window); Tessera's window
+// is every layer's, so only none or all of them may slide.
+model::ModelConfig qwen2_config(const ConfigKeys& k) {
+  model::ModelConfig c = llama_layers(k, kQwen2Defaults);
+  c.add_qkv_bias = true;
+  const int window = k.boolean("use_sliding_window", false) ? sliding_window(k, 4096) : 0;
+  if (k.has("layer_types")) {  // newer Transformers: one entry per layer, which rules
+    const json& types = k.at("layer_types");
+    int sliding = 0;
+    if (!types.is_array() || static_cast<int>(types.size()) != c.num_layers)
+      k.fail("layer_types", "expected a list of num_hidden_layers entries, got " + types.dump());
+    for (const json& t : types) {
+      if (t != "full_attention" && t != "sliding_attention")
+        k.fail("layer_types",
+               "expected \"full_attention\" or \"sliding_attention\", got " + t.dump());
+      sliding += t == "sliding_attention";
+    }
+    if (sliding != 0 && sliding != c.num_layers)
+      k.fail("layer_types",
+             "sliding windows on some layers only are not supported: Tessera's "
+             "window is every layer's");
+    c.sliding_window = sliding > 0 ? window : 0;
+    return c;
+  }
+  const int first_sliding = static_cast<int>(k.integer("max_window_layers", 28, 0, INT_MAX));
+  if (window > 0 && first_sliding > 0 && first_sliding < c.num_layers)
+    k.fail("max_window_layers",
+           std::to_string(first_sliding) +
+               " (with use_sliding_window): sliding windows on "
+               "layers from it on only are not supported: expected 0 (every layer) or >= "
+               "num_hidden_layers (none)");
+  c.sliding_window = first_sliding == 0 ? window : 0;
+  return c;
+}
+
+// MistralConfig (configuration_mistral.py): LLaMA's layers without biases, a sliding window
+// (default 4096; null for none) on every layer. Its layer_types key, if any, is not read, as
+// MistralModel does not read it.
+model::ModelConfig mistral_config(const ConfigKeys& k) {
+  model::ModelConfig c = llama_layers(k, kMistralDefaults);
+  c.sliding_window = sliding_window(k, 4096);
   return c;
 }
 
@@ -210,14 +282,13 @@ model::ModelConfig mixtral_config(const ConfigKeys& k, const json& j) {
       "bos_token_id", "eos_token_id", "pad_token_id", "use_cache"};
   for (const auto& [key, value] : j.items())
     if (!known.count(key))
-      k.fail(key.c_str(), "unknown MixtralConfig key: it may change the model's math, so it is "
-                          "refused (remove it if it does not)");
-  if (k.has("sliding_window"))
-    k.fail("sliding_window", "sliding-window attention is not supported: expected null");
+      k.fail(key.c_str(),
+             "unknown MixtralConfig key: it may change the model's math, so it is "
+             "refused (remove it if it does not)");
   if (k.number("router_jitter_noise", 0.0, 0.0, 1.0, true) != 0.0f)
     k.fail("router_jitter_noise", "router noise is not supported: expected 0");
-  model::ModelConfig c = llama_config(k);
-  c.add_bias_linear = false;
+  model::ModelConfig c = llama_layers(k, kLlamaDefaults);
+  c.sliding_window = sliding_window(k, 0);  // MixtralConfig's default: none
   c.moe.num_experts = k.size("num_local_experts", 8);
   c.moe.topk = k.size("num_experts_per_tok", 2);
   if (c.moe.topk > c.moe.num_experts)
@@ -353,24 +424,23 @@ model::ModelConfig read_hf_config(const std::string& dir) {
   }
   if (!j.is_object()) throw Error(path + ": expected a JSON object");
   const ConfigKeys k(path, j);
-  if (!k.has("model_type"))
-    k.fail("model_type",
-           "missing: expected \"gpt2\" (GPT2LMHeadModel), \"llama\" (LlamaForCausalLM) or "
-           "\"mixtral\" (MixtralForCausalLM)");
+  if (!k.has("model_type")) k.fail("model_type", std::string("missing: expected ") + kModelTypes);
   const std::string type = k.text("model_type", "");
   model::ModelConfig cfg;
   if (type == "gpt2")
     cfg = gpt2_config(k);
   else if (type == "llama")
     cfg = llama_config(k);
+  else if (type == "qwen2")
+    cfg = qwen2_config(k);
+  else if (type == "mistral")
+    cfg = mistral_config(k);
   else if (type == "mixtral")
     cfg = mixtral_config(k, j);
   else if (type == "tessera" && k.has("tessera_model"))  // hf_export.h: Tessera's own layout
     cfg = model_config_from_json(k.at("tessera_model"), path + ": tessera_model");
   else
-    k.fail("model_type", "'" + type +
-                             "' is not supported: expected \"gpt2\" (GPT2LMHeadModel), "
-                             "\"llama\" (LlamaForCausalLM) or \"mixtral\" (MixtralForCausalLM)");
+    k.fail("model_type", "'" + type + "' is not supported: expected " + kModelTypes);
   // The HF config has no training sequence length; the model's context is the natural one.
   cfg.seq_length = cfg.max_position_embeddings;
   try {

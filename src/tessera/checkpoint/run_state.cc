@@ -84,6 +84,30 @@ model::MoeConfig moe_from_json(const nlohmann::json& j, const std::string& where
   return m;
 }
 
+// Llama 3.x's RoPE rescaling: null when off, else its four settings.
+nlohmann::json rope_scaling_to_json(const kernels::RopeScaling& r) {
+  if (!r.llama3) return nullptr;
+  return {{"rope_type", "llama3"},
+          {"factor", r.factor},
+          {"low_freq_factor", r.low_freq_factor},
+          {"high_freq_factor", r.high_freq_factor},
+          {"original_max_position_embeddings", r.original_max_position_embeddings}};
+}
+
+kernels::RopeScaling rope_scaling_from_json(const nlohmann::json& j, const std::string& where) {
+  kernels::RopeScaling r;
+  if (j.is_null()) return r;
+  std::string type;
+  get(j, "rope_type", type, where);
+  if (type != "llama3") throw Error(where + ": rope_scaling type '" + type + "': expected llama3");
+  r.llama3 = true;
+  get(j, "factor", r.factor, where);
+  get(j, "low_freq_factor", r.low_freq_factor, where);
+  get(j, "high_freq_factor", r.high_freq_factor, where);
+  get(j, "original_max_position_embeddings", r.original_max_position_embeddings, where);
+  return r;
+}
+
 }  // namespace
 
 nlohmann::json model_config_to_json(const model::ModelConfig& c) {
@@ -106,6 +130,9 @@ nlohmann::json model_config_to_json(const model::ModelConfig& c) {
           {"num_query_groups", c.num_query_groups},
           {"untie_embeddings_and_output_weights", c.untie_embeddings_and_output_weights},
           {"add_bias_linear", c.add_bias_linear},
+          {"add_qkv_bias", c.add_qkv_bias},
+          {"sliding_window", c.sliding_window},
+          {"rope_scaling", rope_scaling_to_json(c.rope_scaling)},
           {"attention_dropout", c.attention_dropout},
           {"hidden_dropout", c.hidden_dropout},
           {"init_method_std", c.init_method_std},
@@ -141,6 +168,10 @@ model::ModelConfig model_config_from_json(const nlohmann::json& j, const std::st
   get(j, "num_query_groups", c.num_query_groups, where);
   get(j, "untie_embeddings_and_output_weights", c.untie_embeddings_and_output_weights, where);
   get(j, "add_bias_linear", c.add_bias_linear, where);
+  // Absent in run states written before Qwen2, Mistral and Llama 3.x: the defaults then.
+  if (j.contains("add_qkv_bias")) get(j, "add_qkv_bias", c.add_qkv_bias, where);
+  if (j.contains("sliding_window")) get(j, "sliding_window", c.sliding_window, where);
+  if (j.contains("rope_scaling")) c.rope_scaling = rope_scaling_from_json(j["rope_scaling"], where);
   get(j, "attention_dropout", c.attention_dropout, where);
   get(j, "hidden_dropout", c.hidden_dropout, where);
   get(j, "init_method_std", c.init_method_std, where);

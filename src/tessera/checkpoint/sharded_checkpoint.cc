@@ -7,11 +7,12 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
+#include "tessera/checkpoint/megatron_format.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
 
@@ -89,6 +90,7 @@ std::string latest_file(const std::string& save) {
 }
 
 std::optional<std::string> find_checkpoint(const std::string& load) {
+  refuse_megatron_checkpoint(load);  // Megatron's tracker file has the same name
   if (fs::exists(fs::path(load) / "metadata.json")) return load;
   const std::string pointer = latest_file(load);
   if (!fs::exists(pointer)) return std::nullopt;

@@ -43,7 +43,9 @@ std::string latest_file(const std::string& save);
 // The checkpoint directory `load` names: `load` itself when it holds metadata.json, else the
 // iteration the pointer file names. nullopt when `load` holds no checkpoint at all (no pointer:
 // a fresh run, as Megatron starts from scratch). Throws tessera::Error naming the file when the
-// pointer is malformed or names a directory without metadata.json.
+// pointer is malformed or names a directory without metadata.json, and when `load` is a
+// Megatron-LM checkpoint (megatron_format.h: the error names the format and the way through
+// Hugging Face).
 std::optional<std::string> find_checkpoint(const std::string& load);
 
 // One rank's part of a checkpoint, copied out of the training state (the snapshot: training may

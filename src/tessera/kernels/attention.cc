@@ -78,6 +78,24 @@ Geometry make_geometry(int64_t B, int64_t T, int NH, int KV, int HD, const Atten
   return g;
 }
 
+// The first key each query may see, (B, T), or nullptr when every query sees keys from 0
+// (plain causal). A sliding window is a per-query lower bound like a document start, so it
+// rides on the document mask (and its skipping of hidden key blocks): the bound is
+// max(doc_start, t - window + 1), materialised in `storage`.
+const int32_t* visible_from(const int32_t* doc_start, int64_t B, int64_t T, int64_t window,
+                            std::vector<int32_t>& storage) {
+  TESSERA_CHECK_MSG(window >= 0, "attention: window must be >= 0");
+  if (window == 0 || window >= T) return doc_start;
+  storage.resize(static_cast<size_t>(B * T));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t in_window = std::max<int64_t>(0, t - window + 1);
+      const int64_t doc = doc_start == nullptr ? 0 : doc_start[b * T + t];
+      storage[b * T + t] = static_cast<int32_t>(std::max(in_window, doc));
+    }
+  return storage.data();
+}
+
 // Global dropout row of (sample b, head h, query 0); query q adds q.
 uint64_t dropout_row_base(const AttentionDropout& d, const Geometry& g, int64_t b, int h) {
   return dropout_row(d, b, h, g.NH, g.T);
@@ -280,14 +298,16 @@ void backward_head(D* dk_dst, D* dv_dst, int64_t ld_dst, T* dq_dst, const T* dou
 
 template <typename Float>
 void attention_forward(Float* out, float* lse, const Float* qkv, int64_t B, int64_t T, int NH,
-                       int KV, int HD, const AttentionDropout& dropout, const int32_t* doc_start) {
+                       int KV, int HD, const AttentionDropout& dropout, const int32_t* doc_start,
+                       int64_t window) {
   Geometry g = make_geometry(B, T, NH, KV, HD, dropout);
   if (doc_start != nullptr) {
     for (int64_t i = 0; i < B * T; ++i)
       TESSERA_CHECK_MSG(doc_start[i] >= 0 && doc_start[i] <= i % T,
                         "attention: doc_start[t] must be in [0, t]");
-    g.doc_start = doc_start;
   }
+  std::vector<int32_t> first_keys;
+  g.doc_start = visible_from(doc_start, B, T, window, first_keys);
   // A task is a run of query blocks of one head, so the head's keys and values are loaded once
   // per task; heads are split into chunks only when there are too few heads to keep every
   // thread busy (about four tasks per thread).
@@ -313,9 +333,10 @@ void attention_forward(Float* out, float* lse, const Float* qkv, int64_t B, int6
 template <typename Float>
 void attention_backward(Float* dqkv, const Float* dout, const Float* qkv, const Float* out,
                         const float* lse, int64_t B, int64_t T, int NH, int KV, int HD,
-                        const AttentionDropout& dropout, const int32_t* doc_start) {
+                        const AttentionDropout& dropout, const int32_t* doc_start, int64_t window) {
   Geometry g = make_geometry(B, T, NH, KV, HD, dropout);
-  g.doc_start = doc_start;  // checked by the forward pass that made lse
+  std::vector<int32_t> first_keys;  // doc_start was checked by the forward pass that made lse
+  g.doc_start = visible_from(doc_start, B, T, window, first_keys);
   const int group = g.group();
   // GQA: per-query-head dK/dV partials (B, NH, T, HD) each, summed below in head order.
   std::vector<float> partial_k, partial_v;

@@ -34,23 +34,27 @@ struct AttentionDropout {
 // qkv (B, T, (NH + 2*KV) * HD) packed as in rope.h. scale = 1/sqrt(HD).
 // doc_start (B, T) or nullptr: with it, query t of sample b attends to keys
 // [doc_start[b*T + t], t] only (document masking, Megatron's --reset-attention-mask); each value
-// must be in [0, t] (checked). Key blocks no query of a block can see are skipped.
+// must be in [0, t] (checked). window > 0: sliding-window attention, query t attends to keys
+// t - window < j <= t only (Transformers' Mistral mask: `kv_idx > q_idx - sliding_window`, so
+// `window` keys including its own), within its document when doc_start is given; window 0 or
+// >= T is plain causal attention. Key blocks no query of a block can see are skipped.
 // (The storage type is named Float, not T, because T is the sequence length here.)
 template <typename Float>
 void attention_forward(Float* out, float* lse, const Float* qkv, int64_t B, int64_t T, int NH,
                        int KV, int HD, const AttentionDropout& dropout,
-                       const int32_t* doc_start = nullptr) {
-  dispatch<&attention_forward<Float>>(out, lse, qkv, B, T, NH, KV, HD, dropout, doc_start);
+                       const int32_t* doc_start = nullptr, int64_t window = 0) {
+  dispatch<&attention_forward<Float>>(out, lse, qkv, B, T, NH, KV, HD, dropout, doc_start, window);
 }
 
 // dqkv (B, T, (NH + 2*KV) * HD) overwritten; dout, out (B, T, NH*HD); lse from forward;
-// doc_start as given to the forward pass.
+// doc_start and window as given to the forward pass.
 template <typename Float>
 void attention_backward(Float* dqkv, const Float* dout, const Float* qkv, const Float* out,
                         const float* lse, int64_t B, int64_t T, int NH, int KV, int HD,
-                        const AttentionDropout& dropout, const int32_t* doc_start = nullptr) {
+                        const AttentionDropout& dropout, const int32_t* doc_start = nullptr,
+                        int64_t window = 0) {
   dispatch<&attention_backward<Float>>(dqkv, dout, qkv, out, lse, B, T, NH, KV, HD, dropout,
-                                       doc_start);
+                                       doc_start, window);
 }
 
 }  // namespace tessera::kernels

@@ -24,16 +24,12 @@ namespace {
 constexpr int64_t kMinParallelWork = 1 << 15;
 
 // cos_t, sin_t (T, HD/2): row t for position positions[t] (nullptr: position t), angle =
-// float(position) * inv_freq[i] in fp32, with inv_freq[i] = 1 / theta^(float(2i) / HD) in fp32,
-// as Transformers' LLaMA rotary embedding.
+// float(position) * inv_freq[i] in fp32, inv_freq from rope_inv_freq (rope_frequencies.h), as
+// Transformers' LLaMA rotary embedding.
 void build_table(std::vector<float>& cos_t, std::vector<float>& sin_t, const int32_t* positions,
-                 int64_t T, int HD, float theta) {
+                 int64_t T, int HD, float theta, const RopeScaling& scaling) {
   const int half = HD / 2;
-  std::vector<float> inv_freq(half);
-  for (int i = 0; i < half; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(HD);
-    inv_freq[i] = 1.0f / std::pow(theta, exponent);
-  }
+  const std::vector<float> inv_freq = rope_inv_freq(HD, theta, scaling);
   cos_t.resize(static_cast<size_t>(T * half));
   sin_t.resize(cos_t.size());
 #pragma omp parallel for if (T * half >= kMinParallelWork / 16)
@@ -51,7 +47,8 @@ void build_table(std::vector<float>& cos_t, std::vector<float>& sin_t, const int
 // -angle (sign = -1, the transpose).
 template <typename Float>
 void rotate(Float* qkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV, int HD,
-            float theta, float sign, bool per_sample, int64_t max_position) {
+            float theta, float sign, bool per_sample, int64_t max_position,
+            const RopeScaling& scaling) {
   TESSERA_CHECK(B >= 0 && T >= 0 && NH > 0 && KV > 0 && HD > 0);
   TESSERA_CHECK_MSG(HD % 2 == 0, "rope: head dim must be even");
   TESSERA_CHECK_MSG(theta > 0.0f, "rope: theta must be positive");
@@ -60,7 +57,7 @@ void rotate(Float* qkv, const int32_t* positions, int64_t B, int64_t T, int NH, 
   // sequence's length when these T tokens are a context-parallel rank's): a table of positions
   // 0 .. P-1 serves every sample, indexed by each token's position.
   const int64_t P = per_sample && max_position > 0 ? max_position : T;
-  build_table(cos_t, sin_t, per_sample ? nullptr : positions, P, HD, theta);
+  build_table(cos_t, sin_t, per_sample ? nullptr : positions, P, HD, theta, scaling);
   const int half = HD / 2;
   const int64_t width = (int64_t{NH} + 2 * KV) * HD;
   const int rotated_heads = NH + KV;  // queries then keys; values follow and are left alone
@@ -88,14 +85,16 @@ void rotate(Float* qkv, const int32_t* positions, int64_t B, int64_t T, int NH, 
 
 template <typename Float>
 void rope_forward(Float* qkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV,
-                  int HD, float theta, bool per_sample, int64_t max_position) {
-  rotate(qkv, positions, B, T, NH, KV, HD, theta, 1.0f, per_sample, max_position);
+                  int HD, float theta, bool per_sample, int64_t max_position,
+                  const RopeScaling& scaling) {
+  rotate(qkv, positions, B, T, NH, KV, HD, theta, 1.0f, per_sample, max_position, scaling);
 }
 
 template <typename Float>
 void rope_backward(Float* dqkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV,
-                   int HD, float theta, bool per_sample, int64_t max_position) {
-  rotate(dqkv, positions, B, T, NH, KV, HD, theta, -1.0f, per_sample, max_position);
+                   int HD, float theta, bool per_sample, int64_t max_position,
+                   const RopeScaling& scaling) {
+  rotate(dqkv, positions, B, T, NH, KV, HD, theta, -1.0f, per_sample, max_position, scaling);
 }
 
 void register_rope() {

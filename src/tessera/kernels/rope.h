@@ -1,11 +1,13 @@
 // Rotary position embedding, Hugging Face LLaMA's rotate-half convention: within each head,
-// dimension i (< HD/2) pairs with i + HD/2, angle = position * theta^(-2i/HD) computed in fp32
-// as Transformers does (inv_freq in fp32, then position * inv_freq in fp32).
+// dimension i (< HD/2) pairs with i + HD/2, angle = position * inv_freq[i] computed in fp32
+// as Transformers does (inv_freq = theta^(-2i/HD) in fp32, rescaled as Llama 3.x does when
+// `scaling` says so (rope_frequencies.h), then position * inv_freq in fp32).
 #pragma once
 
 #include <cstdint>
 
 #include "tessera/kernels/dispatch.h"
+#include "tessera/kernels/rope_frequencies.h"
 
 namespace tessera::kernels {
 
@@ -15,20 +17,22 @@ namespace tessera::kernels {
 // for every sample; with per_sample, positions (B, T) in [0, T) (checked): one row per sample
 // (Megatron's --reset-position-ids, positions restarting at each document); with max_position
 // > 0 the per-sample positions lie in [0, max_position) instead (a context-parallel rank's T
-// tokens of a longer sequence).
+// tokens of a longer sequence). `scaling`: Llama 3.x's frequency rescaling (default: none).
 // (The storage type is named Float, not T, because T is the sequence length here.)
 template <typename Float>
 void rope_forward(Float* qkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV,
-                  int HD, float theta, bool per_sample = false, int64_t max_position = 0) {
-  dispatch<&rope_forward<Float>>(qkv, positions, B, T, NH, KV, HD, theta, per_sample,
-                                 max_position);
+                  int HD, float theta, bool per_sample = false, int64_t max_position = 0,
+                  const RopeScaling& scaling = {}) {
+  dispatch<&rope_forward<Float>>(qkv, positions, B, T, NH, KV, HD, theta, per_sample, max_position,
+                                 scaling);
 }
 // The transpose (inverse rotation) applied in place to dqkv's query and key heads.
 template <typename Float>
 void rope_backward(Float* dqkv, const int32_t* positions, int64_t B, int64_t T, int NH, int KV,
-                   int HD, float theta, bool per_sample = false, int64_t max_position = 0) {
+                   int HD, float theta, bool per_sample = false, int64_t max_position = 0,
+                   const RopeScaling& scaling = {}) {
   dispatch<&rope_backward<Float>>(dqkv, positions, B, T, NH, KV, HD, theta, per_sample,
-                                  max_position);
+                                  max_position, scaling);
 }
 
 }  // namespace tessera::kernels

@@ -31,14 +31,14 @@ void Attention::declare(ParameterSet& params, const std::string& prefix, const M
   if (w.size() == 1) {  // GPT-2's fused c_attn: [q; k; v] rows
     const ShardSpec fused = ShardSpec::split(0, {q, kv, kv});
     params.add(w[0], {q_rows + 2 * kv_rows, C}, InitKind::kNormal, std, true, fused);
-    if (cfg.add_bias_linear)
+    if (cfg.qkv_bias())
       params.add(b[0], {q_rows + 2 * kv_rows}, InitKind::kZeros, 0.0f, false, fused);
   } else {
     const ShardSpec qs = ShardSpec::split(0, {q}), kvs = ShardSpec::split(0, {kv});
     params.add(w[0], {q_rows, C}, InitKind::kNormal, std, true, qs);
     params.add(w[1], {kv_rows, C}, InitKind::kNormal, std, true, kvs);
     params.add(w[2], {kv_rows, C}, InitKind::kNormal, std, true, kvs);
-    if (cfg.add_bias_linear) {
+    if (cfg.qkv_bias()) {  // Qwen2 (--add-qkv-bias) has these without the others
       params.add(b[0], {q_rows}, InitKind::kZeros, 0.0f, false, qs);
       params.add(b[1], {kv_rows}, InitKind::kZeros, 0.0f, false, kvs);
       params.add(b[2], {kv_rows}, InitKind::kZeros, 0.0f, false, kvs);
@@ -58,6 +58,8 @@ Attention::Attention(ParameterSet& params, const std::string& prefix, const Mode
       layer_(layer),
       rope_(cfg.position_embedding == PositionEmbedding::kRope),
       rope_theta_(cfg.rotary_base),
+      rope_scaling_(cfg.rope_scaling),
+      window_(cfg.sliding_window),
       dropout_p_(cfg.attention_dropout) {
   const int T = params.tp_size(), KV = cfg.kv_heads();
   NH_ = NH_global_ / T;
@@ -67,7 +69,7 @@ Attention::Attention(ParameterSet& params, const std::string& prefix, const Mode
   const bool bias = cfg.add_bias_linear;
   qkv_ = ColumnParallelLinear(
       Linear::bind(params, qkv_names(prefix, cfg, ".weight"),
-                   bias ? qkv_names(prefix, cfg, ".bias") : std::vector<std::string>{}),
+                   cfg.qkv_bias() ? qkv_names(prefix, cfg, ".bias") : std::vector<std::string>{}),
       tp);
   Tensor out_bias, out_dbias;
   if (bias) {
@@ -78,6 +80,12 @@ Attention::Attention(ParameterSet& params, const std::string& prefix, const Mode
   if (cp == nullptr || cp->size() == 1) return;
   cp_size_ = cp->size();
   const context::CommType type = cp->type_of(layer);
+  // The block kernels take per-query first keys too, but a window there is not built or tested.
+  if (window_ > 0 && window_ < cfg.seq_length && type != context::CommType::kA2A)
+    throw Error("sliding_window " + std::to_string(window_) + " (< --seq-length " +
+                std::to_string(cfg.seq_length) + ") with --context-parallel-size " +
+                std::to_string(cp->size()) +
+                ": only --cp-comm-type a2a supports sliding-window attention");
   if (type == context::CommType::kP2P || type == context::CommType::kAllGather) {
     mode_ = CpMode::kBlocks;
     blocks_ = context::BlockAttention(cp->group(), type);
@@ -149,13 +157,14 @@ struct Attention::Whole {
   int NH, KV, HD;
   kernels::AttentionDropout dropout;
   const int32_t* doc_start;
+  int64_t window;
   void forward(Tensor& attn, Tensor& lse, const Tensor& qkv) const {
     attn = Tensor::empty({B * T, int64_t{NH} * HD}, qkv.dtype());
     lse = Tensor::empty({B, NH, T}, DType::kF32);
     visit_float(qkv.dtype(), [&](auto tag) {
       using F = decltype(tag);
       kernels::attention_forward(attn.data<F>(), lse.data<float>(), qkv.data<F>(), B, T, NH, KV, HD,
-                                 dropout, doc_start);
+                                 dropout, doc_start, window);
     });
   }
   Tensor backward(const Tensor& dattn, const Tensor& qkv, const Tensor& attn,
@@ -164,7 +173,7 @@ struct Attention::Whole {
     visit_float(dattn.dtype(), [&](auto tag) {
       using F = decltype(tag);
       kernels::attention_backward(dqkv.data<F>(), dattn.data<F>(), qkv.data<F>(), attn.data<F>(),
-                                  lse.data<float>(), B, T, NH, KV, HD, dropout, doc_start);
+                                  lse.data<float>(), B, T, NH, KV, HD, dropout, doc_start, window);
     });
     return dqkv;
   }
@@ -172,9 +181,16 @@ struct Attention::Whole {
 
 Attention::Whole Attention::whole(const StepContext& ctx) const {
   if (mode_ == CpMode::kA2A)
-    return {ctx.B, ctx.seq_global,          cp_heads_,           cp_kv_,
-            HD_,   head_split_dropout(ctx), ctx.doc_start_global};
-  return {ctx.B, ctx.T, NH_, KV_, HD_, dropout(ctx), ctx.doc_start};
+    return {ctx.B,
+            ctx.seq_global,
+            cp_heads_,
+            cp_kv_,
+            HD_,
+            head_split_dropout(ctx),
+            ctx.doc_start_global,
+            window_};
+  // Without CP a sample's T tokens are the whole sequence: row t is position t.
+  return {ctx.B, ctx.T, NH_, KV_, HD_, dropout(ctx), ctx.doc_start, window_};
 }
 
 // The attention core from the roped qkv (after the all-to-all in the head-split modes): attn
@@ -200,7 +216,7 @@ Tensor Attention::forward(const Tensor& x, Saved& s, const StepContext& ctx) con
       const bool per_sample = ctx.sample_positions != nullptr;
       kernels::rope_forward(s.qkv.data<T>(),
                             per_sample ? ctx.sample_positions : ctx.positions.data(), ctx.B, ctx.T,
-                            NH_, KV_, HD_, rope_theta_, per_sample, ctx.seq_global);
+                            NH_, KV_, HD_, rope_theta_, per_sample, ctx.seq_global, rope_scaling_);
     });
   }
   if (head_split()) s.qkv = exchange_.to_heads(s.qkv, ctx.B, qkv_cols_, mode_ == CpMode::kA2A);
@@ -229,7 +245,7 @@ Tensor Attention::backward(const Tensor& dy, const Saved& s, const StepContext& 
       const bool per_sample = ctx.sample_positions != nullptr;
       kernels::rope_backward(dqkv.data<T>(),
                              per_sample ? ctx.sample_positions : ctx.positions.data(), ctx.B, ctx.T,
-                             NH_, KV_, HD_, rope_theta_, per_sample, ctx.seq_global);
+                             NH_, KV_, HD_, rope_theta_, per_sample, ctx.seq_global, rope_scaling_);
     }
   });
   return qkv_.backward(dqkv, s.inp, ctx.B);

@@ -1,7 +1,9 @@
-// Self-attention block: fused QKV projection, RoPE (optional), causal flash attention (MHA or
-// GQA), output projection. The Q, K and V weights are separate parameters in LLaMA naming and
-// one (c_attn) in GPT-2 naming; either way they are contiguous, so the projection is one GEMM
-// producing the packed (N, (NH + 2KV) * HD) buffer the attention kernel reads.
+// Self-attention block: fused QKV projection, RoPE (optional, Llama 3.x-scaled or not), causal
+// flash attention (MHA or GQA; a sliding window optional), output projection. The Q, K and V
+// weights are separate parameters in LLaMA naming and one (c_attn) in GPT-2 naming; either way
+// they are contiguous, so the projection is one GEMM producing the packed (N, (NH + 2KV) * HD)
+// buffer the attention kernel reads. Their biases: all linear biases (add_bias_linear) or q/k/v
+// only (add_qkv_bias, Qwen2's).
 //
 // Tensor parallel (T ranks): QKV is column-parallel and the output projection row-parallel, by
 // heads. Rank r holds query heads [r*NH/T, (r+1)*NH/T) and their key/value groups: KV/T groups
@@ -15,7 +17,9 @@
 // without CP, and the output comes back to the sequence split (context/head_exchange.h). With
 // p2p and all_gather the queries stay and the other ranks' key/value blocks come to them
 // (context/block_attention.h). With a2a+p2p the all-to-all runs inside groups of A ranks (each
-// then holds its group's tokens of 1/A of the heads) and the blocks go round the groups.
+// then holds its group's tokens of 1/A of the heads) and the blocks go round the groups. A
+// sliding window shorter than --seq-length runs without CP and under a2a only (the constructor
+// refuses the other types with a tessera::Error).
 #pragma once
 
 #include <string>
@@ -88,7 +92,10 @@ class Attention {
   context::HeadColumns qkv_cols_, out_cols_;
   context::BlockAttention blocks_;  // p2p, all_gather, a2a+p2p
   bool rope_, recompute_core_ = false;
-  float rope_theta_, dropout_p_;
+  float rope_theta_;
+  kernels::RopeScaling rope_scaling_;
+  int64_t window_;  // sliding window (0: none; the kernel ignores one >= the sequence)
+  float dropout_p_;
   ColumnParallelLinear qkv_;
   RowParallelLinear out_;
 };

@@ -140,6 +140,17 @@ void ModelConfig::validate() const {
   if (!(hidden_dropout >= 0 && hidden_dropout < 1)) bad("--hidden-dropout", "must be in [0, 1)");
   if (!(init_method_std > 0)) bad("--init-method-std", "must be > 0");
   if (!(rotary_base > 0)) bad("--rotary-base", "must be > 0");
+  if (rope_scaling.llama3) {
+    if (position_embedding != PositionEmbedding::kRope)
+      bad("--use-rope-scaling", "needs --position-embedding-type rope");
+    if (!(rope_scaling.factor > 0)) bad("--rope-scaling-factor", "must be > 0");
+    if (!(rope_scaling.low_freq_factor > 0) ||
+        !(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor))
+      bad("--use-rope-scaling", "needs 0 < low_freq_factor < high_freq_factor");
+    if (rope_scaling.original_max_position_embeddings < 1)
+      bad("--use-rope-scaling", "original_max_position_embeddings must be >= 1");
+  }
+  if (sliding_window < 0) bad("sliding_window", "must be >= 0 (0: full attention)");
   validate_moe();
 }
 
@@ -190,7 +201,7 @@ void ModelConfig::validate_tensor_parallel(int tp_size, bool sequence_parallel) 
 double ModelConfig::attention_parameters(int tp) const {
   const double C = hidden_size, HD = head_dim(), bias = add_bias_linear ? 1 : 0;
   const double q = C / tp, kv = std::max(1, kv_heads() / tp) * HD;
-  return C * (q + 2 * kv) + bias * (q + 2 * kv) + C / tp * C + bias * C;
+  return C * (q + 2 * kv) + (qkv_bias() ? 1 : 0) * (q + 2 * kv) + C / tp * C + bias * C;
 }
 
 double ModelConfig::mlp_parameters(double F, int tp) const {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/kernels/rope_frequencies.h"
 #include "tessera/moe/permute.h"
 #include "tessera/moe/router.h"
 
@@ -64,10 +65,16 @@ struct ModelConfig {
   bool swiglu = false;                // --swiglu
   PositionEmbedding position_embedding = PositionEmbedding::kLearnedAbsolute;
   float rotary_base = 10000.0f;       // --rotary-base
+  // Llama 3.x's RoPE frequency rescaling: --use-rope-scaling (Llama 3.1's constants),
+  // --rope-scaling-factor; a Hugging Face rope_scaling of rope_type "llama3" sets every field.
+  kernels::RopeScaling rope_scaling;
   bool group_query_attention = false; // --group-query-attention
   int num_query_groups = 0;           // --num-query-groups (0: = heads)
   bool untie_embeddings_and_output_weights = false;
   bool add_bias_linear = true;        // false with --disable-bias-linear
+  bool add_qkv_bias = false;          // --add-qkv-bias: q/k/v biases without the others (Qwen2)
+  // Sliding-window attention (Mistral): token t attends to keys t - W < j <= t; 0 = full causal.
+  int sliding_window = 0;
   float attention_dropout = 0.1f;     // --attention-dropout (Megatron's default)
   float hidden_dropout = 0.1f;        // --hidden-dropout (Megatron's default)
   float init_method_std = 0.02f;      // --init-method-std
@@ -75,6 +82,7 @@ struct ModelConfig {
 
   int head_dim() const { return hidden_size / num_attention_heads; }
   int kv_heads() const { return group_query_attention ? num_query_groups : num_attention_heads; }
+  bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }  // biases on q, k and v
   int ffn() const;                    // resolved ffn hidden size
   int max_positions() const { return max_position_embeddings > 0 ? max_position_embeddings : seq_length; }
   // Vocabulary padded to a multiple of make_vocab_size_divisible_by * tp_size (Megatron).

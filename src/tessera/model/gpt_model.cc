@@ -290,6 +290,14 @@ LossSum GPTModel::head(const Tensor& x, const Batch& batch, float grad_scale, Te
   return sum;
 }
 
+Tensor GPTModel::logits(const Tensor& x, int64_t B) const {
+  Norm::Saved ns;
+  const Tensor h = final_norm_->forward(x, ns);
+  const ColumnParallelLinear out(Linear(head_w_, dhead_w_, Tensor(), Tensor()), &tp_);
+  Tensor h_full;
+  return out.forward(h, B, &h_full);
+}
+
 LossSum GPTModel::forward_backward(const Batch& batch, const StepContext& ctx, float grad_scale) {
   TESSERA_CHECK_MSG(!partly_resident_, "a ZeRO 3 model runs through a ChunkRunner with its access");
   return ChunkRunner(*this).forward_backward(batch, ctx, grad_scale);

@@ -156,6 +156,11 @@ class GPTModel {
                         const StepContext& ctx);
   // Final norm, logits and cross-entropy. With dx (grad_scale > 0) also the gradient of x.
   LossSum head(const Tensor& x, const Batch& batch, float grad_scale, Tensor* dx);
+  // The head without the loss: final norm and output layer of x (N, C), the last chunk's
+  // forward output, for B samples -> logits (N, V) in the compute dtype, V this rank's padded
+  // vocabulary columns (all of them in one process). For inspection and comparisons with other
+  // implementations (tessera-logits); no gradients, nothing kept.
+  Tensor logits(const Tensor& x, int64_t B) const;
   // Selective recomputation: every layer drops its attention core's output and log-sum-exp and
   // recomputes them in backward (RecomputePolicy, chunk_runner.h).
   void set_selective_recompute(bool on);

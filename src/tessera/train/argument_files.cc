@@ -2,6 +2,7 @@
 #include <filesystem>
 
 #include "tessera/checkpoint/hf_import.h"
+#include "tessera/checkpoint/megatron_format.h"
 #include "tessera/core/error.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/train/arguments.h"
@@ -13,6 +14,8 @@ void resolve_argument_files(TrainArgs& args) {
   // preset (given model flags apply on top either way; a mismatch fails at load, by tensor);
   // its tokenizer.json is the tokenizer unless one is given.
   const bool hf_load = !args.load.empty() && checkpoint::is_hf_directory(args.load);
+  // A Megatron-LM checkpoint is refused here, before any work, naming the way through HF.
+  if (!args.load.empty() && !hf_load) checkpoint::refuse_megatron_checkpoint(args.load);
   if (hf_load && args.model_preset.empty()) {
     model::ModelConfig hf = checkpoint::read_hf_config(args.load);
     copy_given_model_flags(args, hf);

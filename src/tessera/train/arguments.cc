@@ -93,11 +93,19 @@ void add_model_flags(FlagTable& t) {
                    {"rope", model::PositionEmbedding::kRope}},
                "learned_absolute or rope");
   t.model_option("--rotary-base", &ModelConfig::rotary_base, "RoPE theta");
+  t.model_flag("--use-rope-scaling", &ModelConfig::rope_scaling, &kernels::RopeScaling::llama3,
+               true,
+               "Llama 3.x RoPE frequency rescaling (low/high freq factors 1 and 4, original "
+               "context 8192)");
+  t.model_option("--rope-scaling-factor", &ModelConfig::rope_scaling, &kernels::RopeScaling::factor,
+                 "Llama 3.x RoPE scaling factor");
   t.model_flag("--group-query-attention", &ModelConfig::group_query_attention, true, "use GQA");
   t.model_option("--num-query-groups", &ModelConfig::num_query_groups, "key/value groups for GQA");
   t.model_flag("--untie-embeddings-and-output-weights",
                &ModelConfig::untie_embeddings_and_output_weights, true, "separate output layer");
   t.model_flag("--disable-bias-linear", &ModelConfig::add_bias_linear, false, "no linear biases");
+  t.model_flag("--add-qkv-bias", &ModelConfig::add_qkv_bias, true,
+               "biases on the q/k/v projections even with --disable-bias-linear (Qwen2)");
   t.model_option("--attention-dropout", &ModelConfig::attention_dropout,
                  "attention dropout probability");
   t.model_option("--hidden-dropout", &ModelConfig::hidden_dropout, "hidden dropout probability");

@@ -247,7 +247,7 @@ TEST_F(HfImportErrors, ConfigRefusalsNameFileAndKey) {
       {R"({"model_type": "gpt2", "scale_attn_by_inverse_layer_idx": true})",
        "key 'scale_attn_by_inverse_layer_idx'"},
       {R"({"model_type": "llama", "rope_scaling": {"rope_type": "linear", "factor": 2.0}})",
-       "key 'rope_scaling': scaled RoPE"},
+       "key 'rope_scaling': rope_type 'linear' is not supported"},
       {R"({"model_type": "llama", "hidden_act": "gelu"})", "key 'hidden_act'"},
       {R"({"model_type": "llama", "head_dim": 64})", "key 'head_dim'"},
       {R"({"model_type": "llama", "num_key_value_heads": 5})", "key 'num_key_value_heads'"},

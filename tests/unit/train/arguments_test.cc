@@ -77,6 +77,21 @@ TEST(Arguments, PresetUnderGivenModelFlags) {
   EXPECT_EQ(b.model.position_embedding, model::preset("llama-tiny").position_embedding);
 }
 
+TEST(Arguments, Llama3AndQwen2ModelFlags) {
+  // Megatron's --use-rope-scaling: Llama 3.1's constants, --rope-scaling-factor's factor (8).
+  const TrainArgs a = parse({"--model", "llama-tiny", "--use-rope-scaling"});
+  EXPECT_EQ(a.model.rope_scaling, (kernels::RopeScaling{true, 8.0f, 1.0f, 4.0f, 8192}));
+  EXPECT_FALSE(model::preset("llama-tiny").rope_scaling.llama3);
+  const TrainArgs b =
+      parse({"--model", "llama-tiny", "--use-rope-scaling", "--rope-scaling-factor", "32"});
+  EXPECT_EQ(b.model.rope_scaling.factor, 32.0f);
+  // --add-qkv-bias with --disable-bias-linear: Qwen2's biases.
+  const TrainArgs c = parse({"--model", "llama-tiny", "--add-qkv-bias"});
+  EXPECT_TRUE(c.model.add_qkv_bias);
+  EXPECT_FALSE(c.model.add_bias_linear);  // the preset's
+  EXPECT_TRUE(c.model.qkv_bias());
+}
+
 TEST(Arguments, EnumFlagsTakeNamesOnly) {
   const auto error_of = [](std::vector<std::string> flags) {
     std::vector<const char*> argv = {"tessera-train"};
