@@ -78,7 +78,7 @@ void Trainer::build_data() {
   // Megatron's sample counts: every training sample; every validation pass takes the next
   // eval_iters global batches ((train_iters / eval_interval + 1) passes at most); test: one pass.
   const int64_t gbs = a.global_batch_size;
-  const int64_t train_samples = train_iters_ * gbs;
+  const int64_t train_samples = batches_.samples_after(train_iters_);  // ramps and steps too
   const int64_t passes = a.eval_interval > 0 ? train_iters_ / a.eval_interval + 1 : 1;
   const int64_t valid_samples = passes * a.eval_iters * gbs;
   ltor_ = ltor_options(a);
