@@ -10,14 +10,16 @@
 namespace tessera::train {
 namespace {
 
-// Accepted, with nothing to do on a CPU backend: GPU kernels and fusions, allocator and
-// garbage-collector tuning, external services. Each is logged once at start.
-struct NoEffect {
+// A Megatron flag without a field of its own (FlagTable::accepted).
+struct AcceptedMegatronFlag {
   const char* name;
   int values;  // 0: a switch; 1: one value; -1: one or more
   const char* reason;
 };
-constexpr NoEffect kNoEffect[] = {
+
+// Accepted, with nothing to do on a CPU backend: GPU kernels and fusions, allocator and
+// garbage-collector tuning, external services. Each is logged once at start.
+constexpr AcceptedMegatronFlag kNoEffect[] = {
     {"--use-mcore-models", 0, "Tessera has one model implementation"},
     {"--use-legacy-models", 0, "Tessera has one model implementation"},
     {"--transformer-impl", 1, "Transformer Engine and local layers are CUDA implementations"},
@@ -90,12 +92,7 @@ constexpr NoEffect kNoEffect[] = {
 
 // Refused: a feature Tessera does not have yet, named, with what to use instead where there is
 // something.
-struct Refused {
-  const char* name;
-  int values;
-  const char* reason;
-};
-constexpr Refused kRefused[] = {
+constexpr AcceptedMegatronFlag kRefused[] = {
     {"--qk-layernorm", 0, "normalisation of queries and keys is not implemented"},
     {"--non-persistent-save-interval", 1,
      "non-persistent checkpoints are not implemented; use --save-interval with "
@@ -184,9 +181,9 @@ void add_megatron_flags(FlagTable& t) {
   t.option("--profile-step-end", &TrainArgs::profile_step_end)->check(CLI::NonNegativeNumber);
 
   t.group(FlagGroup::kMegatronNoEffect);
-  for (const NoEffect& f : kNoEffect) t.accepted(f.name, f.values, FlagEffect::kNoEffect, f.reason);
+  for (const AcceptedMegatronFlag& f : kNoEffect) t.accepted(f.name, f.values, FlagEffect::kNoEffect, f.reason);
   t.group(FlagGroup::kMegatronRefused);
-  for (const Refused& f : kRefused) t.accepted(f.name, f.values, FlagEffect::kRefused, f.reason);
+  for (const AcceptedMegatronFlag& f : kRefused) t.accepted(f.name, f.values, FlagEffect::kRefused, f.reason);
 }
 
 void apply_megatron_flags(TrainArgs& args) {
