@@ -109,23 +109,11 @@ TEST(AttentionDocMask, BackwardMatchesFiniteDifferences) {
                      s.KV, s.HD, {}, ds.data());
   // Every 7th element (odd stride: reaches q, k and v of every token) keeps the test fast.
   const int64_t stride = 7;
-  std::vector<float> x, grad;
-  for (int64_t i = 0; i < s.qkv_size(); i += stride) {
-    x.push_back(qkv[i]);
-    grad.push_back(dqkv[i]);
-  }
-  const std::vector<double> fd = testing::finite_difference(
-      x,
-      [&] {
-        for (size_t j = 0; j < x.size(); ++j) qkv[j * stride] = x[j];
-        const std::vector<double> o = reference_forward(qkv, s, ds);
-        double loss = 0;
-        for (size_t i = 0; i < o.size(); ++i) loss += o[i] * probe[i];
-        return loss;
-      },
-      1e-2);
   // As attention_test.cc: FD of the double reference is good to ~1e-5 of the gradient's scale.
-  EXPECT_LT(testing::max_scaled_error(grad, fd), 5e-5);
+  EXPECT_LT(testing::strided_fd_error(
+                qkv, dqkv, probe, stride,
+                [&](const std::vector<float>& x) { return reference_forward(x, s, ds); }),
+            5e-5);
 }
 
 TEST(AttentionDocMask, Bf16MatchesFp32OnTheSameInputs) {

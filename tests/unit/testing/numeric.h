@@ -75,6 +75,32 @@ inline std::vector<double> finite_difference(std::vector<float>& x,
   return grad;
 }
 
+// The scaled error (max_scaled_error) between a kernel's gradient `dx` of loss = <out, probe>
+// and central differences (step 1e-2) of the double reference `forward(x)` -> out, on every
+// stride-th element of x (an odd stride still reaches every part of a packed tensor, e.g. q, k
+// and v of every token). x is perturbed in place and restored.
+template <typename Forward>
+double strided_fd_error(std::vector<float>& x, const std::vector<float>& dx,
+                        const std::vector<float>& probe, int64_t stride, Forward&& forward) {
+  std::vector<float> picked, grad;
+  for (int64_t i = 0; i < static_cast<int64_t>(x.size()); i += stride) {
+    picked.push_back(x[i]);
+    grad.push_back(dx[i]);
+  }
+  const std::vector<double> fd = finite_difference(
+      picked,
+      [&] {
+        for (size_t j = 0; j < picked.size(); ++j) x[j * stride] = picked[j];
+        const std::vector<double> out = forward(x);
+        double loss = 0.0;
+        for (size_t i = 0; i < out.size(); ++i) loss += out[i] * probe[i];
+        return loss;
+      },
+      1e-2);
+  for (size_t j = 0; j < picked.size(); ++j) x[j * stride] = picked[j];
+  return max_scaled_error(grad, fd);
+}
+
 // Dot product in double: the usual way to turn a tensor output into a scalar loss for a
 // gradient check (loss = <out, probe> gives dloss/dout = probe).
 template <typename A>
