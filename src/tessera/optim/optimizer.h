@@ -9,13 +9,22 @@
 // Sharded (ZeRO stage 1, the distributed optimizer): the optimizer owns only some ranges of the
 // flat buffers; master weights and moments exist for those elements only (packed in range
 // order), and a step updates only their values. The data-parallel layer gathers the rest.
+//
+// The fp32 state (separate master weights, moments) lives in a StateStorage (state_storage.h):
+// in memory by default, or on NVMe (offload/nvme_state_storage.h), where a step visits it one
+// sub-group at a time. Every element's update is the same whatever the storage and however the
+// runs are cut into windows (the kernels are elementwise), so offloaded runs equal in-memory
+// runs bitwise.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "tessera/model/parameter.h"
+#include "tessera/optim/state_storage.h"
 
 namespace tessera::optim {
 
@@ -31,7 +40,9 @@ class Optimizer {
   // Ranges [begin, end) of flat-buffer elements this optimizer owns, increasing and disjoint;
   // empty = the whole buffer.
   using Ranges = std::vector<std::pair<int64_t, int64_t>>;
-  Optimizer(model::ParameterSet& params, const OptimizerOptions& options, Ranges owned = {});
+  // `storage`: where the fp32 state lives (nullptr: in memory). It is initialised here.
+  Optimizer(model::ParameterSet& params, const OptimizerOptions& options, Ranges owned = {},
+            std::unique_ptr<StateStorage> storage = nullptr);
 
   // One update with learning rate `lr` of the owned elements; the gradients used are
   // flat_grads * grad_scale (grad_scale folds in 1/loss_scale and the clipping coefficient).
@@ -44,7 +55,7 @@ class Optimizer {
   void set_betas(double beta1, double beta2);
   const std::string& kind() const { return options_.kind; }  // "adam" or "sgd"
 
-  // The fp32 master value of a parameter (a view; for export). Unsharded optimizers only.
+  // The fp32 master value of a parameter (a copy; for export). Unsharded optimizers only.
   Tensor master(const model::Parameter& p) const;
   // The fp32 master values of the owned elements, packed in range order (a copy).
   Tensor owned_master() const;
@@ -54,16 +65,26 @@ class Optimizer {
   double master_sum_squares(const Ranges& within) const;
 
   // Checkpointing. One owned run of one parameter: flat-buffer elements [begin, end) and where
-  // their fp32 state lives, indexed like the run (master[0] is element `begin`): the master
+  // their fp32 state is, indexed like the run (master[0] is element `begin`): the master
   // weights (the model's buffer itself with fp32 compute) and one array per entry of
-  // state_names(). Valid for the optimizer's life.
+  // state_names().
   struct StateRun {
     const model::Parameter* param;
     int64_t begin, end;
     float* master;
     std::vector<float*> state;
   };
-  std::vector<StateRun> state_runs();
+  // Calls fn for every owned run, in flat order, with its state resident for the call only. With
+  // the state in memory each run comes whole; on NVMe a run may come in several consecutive
+  // pieces (cut at sub-group boundaries). kRead: fn must not change the state.
+  void visit_state_runs(StateAccess access, const std::function<void(const StateRun&)>& fn);
+  // The owned runs, whole (flat [begin, end) of `param`), without their state.
+  struct OwnedRun {
+    const model::Parameter* param;
+    int64_t begin, end;
+  };
+  const std::vector<OwnedRun>& owned_runs() const { return runs_; }
+  const StateStorage& storage() const { return *storage_; }
   // The per-element state's names, as PyTorch's optimizers call them: {"exp_avg", "exp_avg_sq"}
   // for AdamW, {"momentum_buffer"} for SGD.
   std::vector<std::string> state_names() const;
@@ -74,12 +95,8 @@ class Optimizer {
   void refresh_compute_values();
 
  private:
-  // Calls fn(param, flat_begin, flat_end, packed_index) for every owned run of every parameter.
-  template <typename Fn>
-  void for_each_owned_run(Fn&& fn) const;
-  // The master value of flat element `flat`, whose packed index among the owned ones is `packed`.
-  const float* master_at(int64_t flat, int64_t packed) const;
-  float* master_at(int64_t flat, int64_t packed);
+  // Calls fn(run) for the resident pieces of the owned runs, window by window (StateRun above).
+  void visit_pieces(StateAccess access, const std::function<void(const StateRun&)>& fn) const;
 
   model::ParameterSet& params_;
   OptimizerOptions options_;
@@ -87,8 +104,9 @@ class Optimizer {
   bool sharded_;
   bool separate_master_;
   int64_t owned_numel_ = 0;
-  std::vector<int64_t> packed_start_;     // packed index of each owned range's first element
-  Tensor master_, exp_avg_, exp_avg_sq_;  // packed over the owned elements (master: see above)
+  std::vector<OwnedRun> runs_;             // in flat order
+  std::vector<int64_t> run_packed_;        // packed index of each run's first element
+  std::unique_ptr<StateStorage> storage_;  // [master if separate_master_], exp_avg, [exp_avg_sq]
   int64_t steps_ = 0;
 };
 

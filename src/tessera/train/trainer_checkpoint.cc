@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -108,24 +109,26 @@ void Trainer::save_checkpoint(int64_t iteration) {
   // The snapshot: copies of this rank's slices, taken before training changes them.
   auto snapshot = std::make_shared<checkpoint::RankSnapshot>();
   const std::vector<std::string> state_names = optimizer_->optimizer().state_names();
-  for (const optim::Optimizer::StateRun& run : optimizer_->optimizer().state_runs()) {
+  optim::Optimizer& optimizer = optimizer_->optimizer();
+  optimizer.visit_state_runs(optim::StateAccess::kRead, [&](const optim::Optimizer::StateRun& run) {
     const model::Parameter& p = *run.param;
     int64_t begin = run.begin - p.offset, end = run.end - p.offset;
     // ZeRO 0: rank d of the gradient group (data x context) writes part d (an expert-parallel
     // expert: its expert-DP rank's part).
     const int parts = p.expert ? edp_size_ : dp_size_, part = p.expert ? edp_rank_ : dp_rank_;
-    if (!optimizer_->optimizer().sharded() && parts > 1) {
-      begin = p.numel() * part / parts;
-      end = p.numel() * (part + 1) / parts;
+    if (!optimizer.sharded() && parts > 1) {
+      begin = std::max(begin, p.numel() * part / parts);
+      end = std::min(end, p.numel() * (part + 1) / parts);
     }
+    if (begin >= end) return;
     const std::optional<checkpoint::TensorSlice> slice = saved_slice(p, tp_.rank(), begin, end);
-    if (begin == end || !slice) continue;
+    if (!slice) return;
     const int64_t skip = begin - (run.begin - p.offset);
     snapshot->add(p.name, *slice, run.master + skip);
     if (!a.no_save_optim)
       for (size_t k = 0; k < state_names.size(); ++k)
         snapshot->add(state_tensor_name(state_names[k], p.name), *slice, run.state[k] + skip);
-  }
+  });
   const double snapshot_s = seconds_since(t0);
   pending_save_ = std::make_unique<PendingSave>();
   PendingSave& pending = *pending_save_;
@@ -204,15 +207,16 @@ void Trainer::load_hf_weights() {
   // files; its size is what a single device loads).
   const std::map<std::string, Tensor> weights =
       checkpoint::read_hf_weights(args_.load, args_.model);
-  for (const optim::Optimizer::StateRun& run : optimizer_->optimizer().state_runs()) {
-    const model::Parameter& p = *run.param;
-    const Tensor& w = weights.at(p.name);
-    const checkpoint::TensorSlice slice =
-        checkpoint::TensorSlice::of(p, run.begin - p.offset, run.end - p.offset);
-    const std::vector<checkpoint::Run> needed = checkpoint::runs(slice);
-    checkpoint::copy_overlap(checkpoint::runs(checkpoint::TensorSlice::whole(w.shape())), w.raw(),
-                             needed, run.master, sizeof(float));
-  }
+  optimizer_->optimizer().visit_state_runs(
+      optim::StateAccess::kReadWrite, [&](const optim::Optimizer::StateRun& run) {
+        const model::Parameter& p = *run.param;
+        const Tensor& w = weights.at(p.name);
+        const checkpoint::TensorSlice slice =
+            checkpoint::TensorSlice::of(p, run.begin - p.offset, run.end - p.offset);
+        const std::vector<checkpoint::Run> needed = checkpoint::runs(slice);
+        checkpoint::copy_overlap(checkpoint::runs(checkpoint::TensorSlice::whole(w.shape())),
+                                 w.raw(), needed, run.master, sizeof(float));
+      });
   after_master_loaded();
   std::printf("> loaded Hugging Face weights from %s in %.2f s; training starts at iteration 1\n",
               args_.load.c_str(), seconds_since(t0));
@@ -318,18 +322,19 @@ uint64_t Trainer::load_checkpoint() {
 
   const std::vector<std::string> state_names = optimizer_->optimizer().state_names();
   int64_t elements = 0;
-  for (const optim::Optimizer::StateRun& run : optimizer_->optimizer().state_runs()) {
-    const model::Parameter& p = *run.param;
-    const checkpoint::TensorSlice slice =
-        checkpoint::TensorSlice::of(p, run.begin - p.offset, run.end - p.offset);
-    reader.read(p.name, slice, run.master);
-    elements += slice.numel();
-    if (load_optim)
-      for (size_t k = 0; k < state_names.size(); ++k) {
-        reader.read(state_tensor_name(state_names[k], p.name), slice, run.state[k]);
+  optimizer_->optimizer().visit_state_runs(
+      optim::StateAccess::kReadWrite, [&](const optim::Optimizer::StateRun& run) {
+        const model::Parameter& p = *run.param;
+        const checkpoint::TensorSlice slice =
+            checkpoint::TensorSlice::of(p, run.begin - p.offset, run.end - p.offset);
+        reader.read(p.name, slice, run.master);
         elements += slice.numel();
-      }
-  }
+        if (load_optim)
+          for (size_t k = 0; k < state_names.size(); ++k) {
+            reader.read(state_tensor_name(state_names[k], p.name), slice, run.state[k]);
+            elements += slice.numel();
+          }
+      });
   after_master_loaded();
   // The expert biases are model state outside the optimizer: loaded with the weights.
   if (model_->config().moe.expert_bias && reader.state().contains("moe_expert_bias"))

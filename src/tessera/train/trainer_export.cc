@@ -22,14 +22,13 @@ void Trainer::export_weights() const {
   const bool expert_holder = (experts_whole_ || tp_.rank() == 0) && edp_rank_ == 0;
   const bool stage_reporter = tp_.rank() == 0 && dp_rank_ == 0;
   const optim::Optimizer& optimizer = optimizer_->optimizer();
-  Tensor flat_master;
-  if (optimizer.sharded()) flat_master = dp_grads_->gather_owned(optimizer.owned_master());
+  // Unsharded, the owned master is the whole flat buffer.
+  Tensor flat_master = optimizer.owned_master();
+  if (optimizer.sharded()) flat_master = dp_grads_->gather_owned(flat_master);
   std::vector<Tensor> mine_experts;  // this rank's experts, in declaration order
   for (const model::Parameter& p : model_->params().all()) {
     const Tensor master =
-        optimizer.sharded()
-            ? flat_master.slice_rows(p.offset, p.offset + p.numel()).view(p.local_shape)
-            : optimizer.master(p);
+        flat_master.slice_rows(p.offset, p.offset + p.numel()).view(p.local_shape);
     Tensor t = distributed::gather_parameter(p, master, tp_);
     if (p.tied_copy) continue;
     if (stage_reporter) full[p.name] = t;

@@ -1,0 +1,20 @@
+#include "tessera/optim/state_storage.h"
+
+namespace tessera::optim {
+
+void InMemoryStateStorage::initialize(int64_t numel, int arrays, const Initializer& init) {
+  numel_ = numel;
+  arrays_.clear();
+  for (int k = 0; k < arrays; ++k)
+    arrays_.push_back(Tensor::zeros({numel}, DType::kF32, MemoryCategory::kOptimizer));
+  for_each_window(StateAccess::kReadWrite, init);
+}
+
+void InMemoryStateStorage::for_each_window(StateAccess,
+                                           const std::function<void(const Window&)>& fn) {
+  Window w{0, numel_, {}};
+  for (Tensor& a : arrays_) w.arrays.push_back(a.data<float>());
+  fn(w);
+}
+
+}  // namespace tessera::optim
