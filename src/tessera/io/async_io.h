@@ -94,6 +94,10 @@ class AsyncIo {
   // (lowest ticket) and says how many others failed.
   virtual void wait_all() = 0;
   virtual const char* name() const = 0;  // "io_uring" or "threads"
+  // Wall time since construction during which at least one piece was queued or in flight
+  // (the engine was busy), in seconds: with the caller's own waiting time, the share of I/O
+  // that overlapped other work.
+  virtual double busy_seconds() = 0;
 
   // Bytes moved by completed system calls since construction (a failed piece counts what it
   // moved before failing); complete for a request once wait() for it has returned.

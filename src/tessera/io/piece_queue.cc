@@ -103,6 +103,7 @@ AsyncIo::Ticket PieceQueue::submit(const IoRequest& request) {
     queued_.push_back(piece);
     ++state.pending;
   }
+  if (pending_pieces_ == 0) busy_since_ = std::chrono::steady_clock::now();
   pending_pieces_ += state.pending;
   work_cv_.notify_all();
   return ticket;
@@ -127,7 +128,9 @@ bool PieceQueue::take(int max, bool block, std::vector<Piece>* out) {
 void PieceQueue::complete(const PieceProgress& progress) {
   std::lock_guard<std::mutex> lock(mutex_);
   --in_flight_;
-  --pending_pieces_;
+  if (--pending_pieces_ == 0)
+    busy_s_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - busy_since_).count();
   auto it = requests_.find(progress.piece().ticket);
   TESSERA_CHECK(it != requests_.end());
   RequestState& state = it->second;
@@ -168,6 +171,15 @@ void PieceQueue::wait_all() {
   requests_.clear();
   if (others > 0) first += " (and " + std::to_string(others) + " other requests failed)";
   if (!first.empty()) throw Error(first);
+}
+
+double PieceQueue::busy_seconds() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const double open =
+      pending_pieces_ > 0
+          ? std::chrono::duration<double>(std::chrono::steady_clock::now() - busy_since_).count()
+          : 0.0;
+  return busy_s_ + open;
 }
 
 void PieceQueue::stop() {

@@ -3,6 +3,7 @@
 // counts its outstanding pieces and keeps the error of its failed piece at the lowest offset.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -75,6 +76,9 @@ class PieceQueue {
   // Drops the pieces not started and makes take() return false: for the backends' destructors,
   // which then let the started pieces finish.
   void stop();
+  // Wall time during which at least one piece was queued or in flight, in seconds: the time
+  // the engine was busy, measured at each submit and completion.
+  double busy_seconds();
 
  private:
   struct RequestState {
@@ -94,6 +98,8 @@ class PieceQueue {
   int64_t pending_pieces_ = 0;  // over all requests
   int in_flight_ = 0;
   bool stopping_ = false;
+  std::chrono::steady_clock::time_point busy_since_;  // when pending_pieces_ left 0
+  double busy_s_ = 0;                                 // closed busy intervals
 };
 
 }  // namespace tessera::io

@@ -47,6 +47,7 @@ class ThreadPoolIo final : public AsyncIo {
   void wait(Ticket ticket) override { queue_.wait(ticket); }
   void wait_all() override { queue_.wait_all(); }
   const char* name() const override { return "threads"; }
+  double busy_seconds() override { return queue_.busy_seconds(); }
 
  private:
   void work() {

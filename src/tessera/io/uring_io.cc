@@ -72,6 +72,7 @@ class UringIo final : public AsyncIo {
   void wait(Ticket ticket) override { queue_.wait(ticket); }
   void wait_all() override { queue_.wait_all(); }
   const char* name() const override { return "io_uring"; }
+  double busy_seconds() override { return queue_.busy_seconds(); }
 
  private:
   // The ring's thread. Blocks in the queue when nothing is in flight, in the ring otherwise.

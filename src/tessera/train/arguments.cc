@@ -335,6 +335,7 @@ void declare_flags(FlagTable& t) {
   add_data_flags(t);
   add_mesh_flags(t);
   add_data_parallel_flags(t);
+  add_offload_flags(t);
   add_checkpoint_flags(t);
   add_logging_flags(t);
   add_deepspeed_and_test_flags(t);

@@ -151,6 +151,27 @@ struct TrainArgs {
   int64_t stage3_prefetch_bucket_size = 50'000'000;      // elements
   int64_t stage3_param_persistence_threshold = 100'000;  // elements
   int64_t stage3_max_live_parameters = 1'000'000'000;    // elements
+  // ZeRO-Offload / ZeRO-Infinity (offload/; docs/offload.md): DeepSpeed's offload_optimizer,
+  // offload_param, sub_group_size and aio keys, with DeepSpeed's defaults.
+  std::string offload_optimizer_device = "none";  // none | cpu (in memory) | nvme
+  std::string offload_optimizer_nvme_path;        // --offload-optimizer-nvme-path (device nvme)
+  int offload_optimizer_buffer_count = 4;         // --offload-buffer-count
+  bool offload_pipeline_read = false, offload_pipeline_write = false;
+  bool offload_pipeline = false;                     // --offload-pipeline: both of the above
+  bool optimizer_cpu_offload = false;                // Megatron's --optimizer-cpu-offload
+  bool offload_fast_init = false;                    // --offload-fast-init
+  double optimizer_offload_fraction = 1.0;           // Megatron's --optimizer-offload-fraction
+  std::string offload_param_device = "none";         // none | cpu | nvme (ZeRO 3)
+  std::string offload_param_nvme_path;               // --offload-param-nvme-path (device nvme)
+  int offload_param_buffer_count = 5;                // offload_param.buffer_count
+  int64_t offload_param_buffer_size = 100'000'000;   // offload_param.buffer_size (elements)
+  int64_t offload_param_max_in_cpu = 1'000'000'000;  // offload_param.max_in_cpu (elements)
+  int64_t offload_sub_group_size = 1'000'000'000;    // --offload-sub-group-size (elements)
+  int64_t aio_block_size = 1 << 20;                  // --aio-block-size (bytes)
+  int aio_queue_depth = 8;                           // --aio-queue-depth
+  int aio_intra_op_parallelism = 1;                  // --aio-intra-op-parallelism
+  bool aio_single_submit = false, aio_overlap_events = true;
+  std::string aio_backend = "auto";                      // --aio-backend auto|io_uring|threads
   double distributed_timeout_minutes = 10;               // --distributed-timeout-minutes (watchdog)
   bool check_collectives = false;                        // --check-collectives
   std::string flight_recorder_dir;  // --flight-recorder-dir (empty: TESSERA_FLIGHT_RECORDER_DIR)
@@ -201,6 +222,7 @@ struct TrainArgs {
   int inject_grad_ulp_layer = -1;   // --inject-grad-ulp-layer (test hook for the diff)
   int inject_stop_rank = -1;           // --inject-stop-rank (test hook: a rank that stops)
   int inject_crash_rank = -1;          // --inject-crash-rank (test hook: a rank that crashes)
+  int64_t inject_kill_in_optimizer_step = -1;  // --inject-kill-in-optimizer-step (test hook)
   int64_t inject_fault_iteration = 1;  // --inject-fault-iteration: when they do
 
   // DeepSpeed configuration (train/deepspeed_config.h), applied once DP is known.

@@ -76,7 +76,7 @@ void apply_batch(Section& top, TrainArgs& args, int64_t dp, const std::string& f
   set_unless_given(args, &TrainArgs::global_batch_size, tbs, file, "train_batch_size", file_tbs);
 }
 
-void apply_zero(Section z, TrainArgs& args, const std::string& file) {
+void apply_zero(Section z, Section& top, TrainArgs& args, const std::string& file) {
   // The stage the flags chose (--use-distributed-optimizer is stage 1); the file's, if it has one,
   // must agree with explicit flags.
   const int flags_stage = effective_zero_stage(args);
@@ -128,19 +128,6 @@ void apply_zero(Section z, TrainArgs& args, const std::string& file) {
   } else {
     z.has("allgather_bucket_size");
   }
-  // ZeRO-Offload / ZeRO-Infinity: not in this build. A device other than "none" would change
-  // where state lives and how fast the run is; running without it would misreport both.
-  for (const char* key : {"offload_optimizer", "offload_param"}) {
-    if (!z.contains(key)) continue;
-    Section offload = z.section(key);
-    const std::string device = offload.string("device", "none");
-    if (device != "none")
-      offload.fail(offload.name("device"),
-                   "\"" + device + "\": offload is not implemented in this build (only \"none\")");
-    // With device "none" DeepSpeed ignores the block's other keys (nvme_path, pin_memory, ...):
-    // the key table lists them as having no effect.
-    offload.check_read();
-  }
   const auto stage3 = [&](const char* key, int64_t TrainArgs::*field) {
     const int64_t v = z.integer(key, args.*field);
     if (v < 0) z.fail(z.name(key), "must be >= 0");
@@ -149,6 +136,7 @@ void apply_zero(Section z, TrainArgs& args, const std::string& file) {
   stage3("stage3_prefetch_bucket_size", &TrainArgs::stage3_prefetch_bucket_size);
   stage3("stage3_param_persistence_threshold", &TrainArgs::stage3_param_persistence_threshold);
   stage3("stage3_max_live_parameters", &TrainArgs::stage3_max_live_parameters);
+  deepspeed::apply_offload(z, top, args);
   z.check_read();
 }
 
@@ -283,7 +271,7 @@ DeepSpeedApplied apply_deepspeed_config(TrainArgs& args, int64_t data_parallel) 
   out.warnings = classify_deepspeed_keys(j, file);
   Section top(file, "", j);
   apply_batch(top, args, data_parallel, file);
-  apply_zero(top.section("zero_optimization"), args, file);
+  apply_zero(top.section("zero_optimization"), top, args, file);
   apply_precision(top, args, file);
   apply_gradient_dtypes(top);
   deepspeed::apply_optimizer(top, args);  // before the scheduler: WarmupCosineLR uses lr

@@ -8,7 +8,10 @@
 //       must agree; one alone sets the other two as DeepSpeed does (accumulation 1)
 //   zero_optimization: stage, reduce_bucket_size (5e8), allgather_bucket_size (5e8),
 //       overlap_comm (DeepSpeed's code: on for stage 3 only), contiguous_gradients (true),
-//       offload_optimizer/offload_param.device ("none" only), stage3_prefetch_bucket_size (5e7),
+//       offload_optimizer (device none|cpu|nvme, nvme_path, buffer_count 4, pipeline_read,
+//       pipeline_write, fast_init), offload_param (device, nvme_path, buffer_count 5,
+//       buffer_size 1e8, max_in_cpu 1e9), sub_group_size (1e9) (deepspeed_offload.cc),
+//       stage3_prefetch_bucket_size (5e7),
 //       stage3_param_persistence_threshold (1e5), stage3_max_live_parameters (1e9)
 //   fp16: enabled, loss_scale (0 = dynamic), initial_scale_power (16), loss_scale_window (1000),
 //       hysteresis (2), min_loss_scale (1);  bf16.enabled, or its legacy spelling
@@ -24,6 +27,8 @@
 //       calls; Tessera's model calls it on every layer, so the block means --recompute-granularity
 //       full --recompute-method uniform with --recompute-num-layers ceil(layers per pipeline rank
 //       / number_checkpoints) (1 without number_checkpoints); its other keys have no effect
+//   aio: block_size (1 MiB), queue_depth (8), intra_op_parallelism (1), single_submit (false),
+//       overlap_events (true): the NVMe swap I/O
 //   gradient_clipping (0.0), steps_per_print (10), wall_clock_breakdown (false; true means
 //       --timing-log-level 1), tensorboard (enabled, output_path, job_name)
 // Defaults in parentheses are DeepSpeed's code defaults; they apply to anything the file leaves

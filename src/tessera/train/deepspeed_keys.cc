@@ -17,7 +17,8 @@ constexpr std::string_view kOneBit =
     "a parameter of DeepSpeed's 1-bit Adam / 0/1 Adam / (1-bit) LAMB, which are not implemented";
 constexpr std::string_view kLrRange = "LRRangeTest (a learning-rate range test) is not implemented";
 constexpr std::string_view kOffloadRest =
-    "with device \"none\" (the only one accepted) DeepSpeed ignores the block's other keys";
+    "tunes a split of the state between GPU and CPU memory (e.g. ratio), which this backend, "
+    "whose device memory is host memory, does not have";
 constexpr std::string_view kTorchImpl =
     "a choice of PyTorch kernel; Tessera's optimizer is one fused pass with torch.optim's "
     "arithmetic";
@@ -191,11 +192,30 @@ const std::vector<DeepSpeedKey> kTable = {
     {"zero_optimization.round_robin_gradients", kNone,
      "orders gradient copies to CPU under offload, which is not used"},
     {"zero_optimization.offload_param.device", kImpl,
-     "\"none\" only: offload is not implemented and a run that silently kept its state in memory "
-     "would misreport memory and speed, so \"cpu\" and \"nvme\" are refused"},
+     "--offload-param-nvme-path (\"nvme\", ZeRO 3); \"cpu\" is host memory, where the "
+     "parameters are anyway (logged)"},
+    {"zero_optimization.offload_param.nvme_path", kImpl, "--offload-param-nvme-path"},
+    {"zero_optimization.offload_param.buffer_count", kImpl, "buffers of the parameter swap (5)"},
+    {"zero_optimization.offload_param.buffer_size", kImpl,
+     "elements per parameter swap buffer (1e8)"},
+    {"zero_optimization.offload_param.max_in_cpu", kImpl, "--offload-param-max-in-cpu (1e9)"},
+    {"zero_optimization.offload_param.pin_memory", kNone,
+     "page-locking host buffers speeds GPU copies; there are none"},
     {"zero_optimization.offload_param.*", kNone, kOffloadRest},
     {"zero_optimization.offload_optimizer.device", kImpl,
-     "\"none\" only (see offload_param.device)"},
+     "--offload-optimizer-nvme-path (\"nvme\", ZeRO 1-3); \"cpu\" is host memory, where the "
+     "state is anyway (logged, as --optimizer-cpu-offload)"},
+    {"zero_optimization.offload_optimizer.nvme_path", kImpl, "--offload-optimizer-nvme-path"},
+    {"zero_optimization.offload_optimizer.buffer_count", kImpl,
+     "--offload-buffer-count (4): buffers of one sub-group each"},
+    {"zero_optimization.offload_optimizer.pipeline_read", kImpl,
+     "read the next sub-group while one is updated (--offload-pipeline)"},
+    {"zero_optimization.offload_optimizer.pipeline_write", kImpl,
+     "write the last sub-group while one is updated (--offload-pipeline)"},
+    {"zero_optimization.offload_optimizer.fast_init", kImpl,
+     "--offload-fast-init: the initial state is made when first needed, not written"},
+    {"zero_optimization.offload_optimizer.pin_memory", kNone,
+     "page-locking host buffers speeds GPU copies; there are none"},
     {"zero_optimization.offload_optimizer.*", kNone, kOffloadRest},
     {"zero_optimization.stage3_max_live_parameters", kImpl, "--stage3-max-live-parameters (1e9)"},
     {"zero_optimization.stage3_max_reuse_distance", kNone,
@@ -215,8 +235,9 @@ const std::vector<DeepSpeedKey> kTable = {
      "Tessera's checkpoints and --export-weights always hold whole parameters"},
     {"zero_optimization.stage3_gather_fp16_weights_on_model_save", kNone,
      "Tessera's checkpoints and --export-weights always hold whole parameters"},
-    {"zero_optimization.sub_group_size", kNone,
-     "the optimizer steps the owned elements in one fused pass; the grouping is a memory knob"},
+    {"zero_optimization.sub_group_size", kImpl,
+     "--offload-sub-group-size (1e9): the swap unit of optimizer state on NVMe; in memory the "
+     "optimizer steps the owned elements in one pass (the values are the same)"},
     {"zero_optimization.elastic_checkpoint", kNone,
      "any checkpoint loads under any layout (checkpoints.md)"},
     {"zero_optimization.ignore_unused_parameters", kNone, "every parameter is used"},
@@ -226,10 +247,18 @@ const std::vector<DeepSpeedKey> kTable = {
      "ZeRO++ quantized weights are not implemented (they change the values)", "false"},
     {"zero_optimization.zero_quantized_gradients", kRefuse,
      "ZeRO++ quantized gradients are not implemented (they change the values)", "false"},
-    {"zero_optimization.cpu_offload", kRefuse,
-     "offload is not implemented (the deprecated spelling of offload_optimizer)", "false"},
-    // Asynchronous I/O (NVMe offload).
-    {"aio.*", kNone, "configures NVMe offload I/O; offload is refused"},
+    {"zero_optimization.cpu_offload", kNone,
+     "the deprecated spelling of offload_optimizer device \"cpu\": host memory, where the "
+     "state is anyway"},
+    // Asynchronous I/O (NVMe offload; io/async_io.h).
+    {"aio.block_size", kImpl, "--aio-block-size (1 MiB)"},
+    {"aio.queue_depth", kImpl, "--aio-queue-depth (8)"},
+    {"aio.intra_op_parallelism", kImpl, "--aio-intra-op-parallelism (1)"},
+    {"aio.thread_count", kImpl, "the older spelling of intra_op_parallelism"},
+    {"aio.single_submit", kImpl, "submit requests one at a time (false)"},
+    {"aio.overlap_events", kImpl, "keep submitting while earlier requests complete (true)"},
+    {"aio.use_gds", kImpl, "false only: GPUDirect Storage needs a GPU"},
+    {"aio.*", kNone, "not a setting of Tessera's swap I/O"},
     // Logging.
     {"steps_per_print", kImpl, "--log-interval (10)"},
     {"wall_clock_breakdown", kImpl, "true: --timing-log-level 1 (time per phase)"},

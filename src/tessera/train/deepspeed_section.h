@@ -80,4 +80,8 @@ void apply_optimizer(Section& top, TrainArgs& args);
 void apply_scheduler(Section& top, TrainArgs& args, const std::set<std::string>& autos,
                      std::vector<std::string>& warnings);
 
+// zero_optimization's offload_optimizer, offload_param and sub_group_size, and the top-level
+// "aio" block (deepspeed_offload.cc).
+void apply_offload(Section& zero, Section& top, TrainArgs& args);
+
 }  // namespace tessera::train::deepspeed

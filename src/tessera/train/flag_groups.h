@@ -6,6 +6,8 @@
 
 namespace tessera::train {
 
+// ZeRO-Offload / ZeRO-Infinity (offload_flags.cc; docs/offload.md).
+void add_offload_flags(FlagTable& t);
 // Logging, metrics, TensorBoard, diagnostics (logging_flags.cc; docs/observability.md).
 void add_logging_flags(FlagTable& t);
 // DeepSpeed's launcher flags and the test hooks (logging_flags.cc).

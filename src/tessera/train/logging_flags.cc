@@ -76,6 +76,9 @@ void add_deepspeed_and_test_flags(FlagTable& t) {
   t.option("--inject-stop-rank", &TrainArgs::inject_stop_rank,
            "test hook: this world rank stops (sleeps until killed) at the start of "
            "--inject-fault-iteration, before any of its collectives");
+  t.option("--inject-kill-in-optimizer-step", &TrainArgs::inject_kill_in_optimizer_step,
+           "test hook, with optimizer state on NVMe: the last rank kills itself (SIGKILL) in the "
+           "middle of this iteration's optimizer step, half its sub-groups written");
   t.option("--inject-crash-rank", &TrainArgs::inject_crash_rank,
            "test hook: this world rank crashes (SIGSEGV) at the start of --inject-fault-iteration");
   t.option("--inject-fault-iteration", &TrainArgs::inject_fault_iteration,

@@ -35,6 +35,12 @@ void MetricsWriter::write(const IterationMetrics& m) {
   j["peak_mem_bytes"] = m.peak_mem_bytes;
   j["data_wait_s"] = m.data_wait_s;
   if (m.val_loss) j["val_loss"] = *m.val_loss;
+  if (m.io.enabled) {
+    j["io_read_bytes"] = m.io.read_bytes;
+    j["io_write_bytes"] = m.io.write_bytes;
+    j["io_busy_s"] = m.io.busy_s;
+    j["io_hidden_fraction"] = m.io.hidden_fraction();
+  }
   if (m.moe.enabled) {
     j["moe_aux_loss"] = m.moe.aux_loss;
     j["moe_z_loss"] = m.moe.z_loss;
@@ -76,7 +82,13 @@ std::string format_log_line(const IterationMetrics& m, bool moe_per_layer) {
                 static_cast<long long>(m.skipped_in_window), static_cast<long long>(m.nan_in_window),
                 m.tokens_per_s, m.tflops_per_rank, m.peak_mem_bytes / 1048576.0,
                 m.data_wait_s * 1e3);
-  return std::string(head) + norms + tail + format_moe_report(m.moe, moe_per_layer);
+  char io[160] = "";
+  if (m.io.enabled)
+    std::snprintf(io, sizeof io, " io: %.3f GB read, %.3f GB written, %.2f GB/s, %.0f%% hidden |",
+                  m.io.read_bytes / 1e9, m.io.write_bytes / 1e9,
+                  m.io.busy_s > 0 ? (m.io.read_bytes + m.io.write_bytes) / 1e9 / m.io.busy_s : 0.0,
+                  100.0 * m.io.hidden_fraction());
+  return std::string(head) + norms + tail + io + format_moe_report(m.moe, moe_per_layer);
 }
 
 }  // namespace tessera::train

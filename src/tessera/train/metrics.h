@@ -1,6 +1,7 @@
 // Per-iteration metrics: the Megatron-style log line on stdout and `--metrics-file` JSON lines.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <optional>
@@ -9,6 +10,18 @@
 #include "tessera/train/moe_step.h"
 
 namespace tessera::train {
+
+// This rank's swap I/O of offloaded state during one iteration (or a log window's sum).
+struct IoStepReport {
+  bool enabled = false;  // the run offloads to NVMe
+  int64_t read_bytes = 0, write_bytes = 0;
+  double busy_s = 0;     // wall time with I/O in flight
+  double exposed_s = 0;  // of it, time training waited for I/O
+  // The share of I/O time overlapped with compute.
+  double hidden_fraction() const {
+    return busy_s > 0 ? std::max(0.0, 1.0 - exposed_s / busy_s) : 0.0;
+  }
+};
 
 struct IterationMetrics {
   int64_t iteration = 0;
@@ -32,6 +45,7 @@ struct IterationMetrics {
   double data_wait_s = 0;      // time the step waited for its micro-batches (the prefetcher)
   std::optional<double> val_loss;
   MoeStepReport moe;           // MoE models: the step's router statistics (moe_step.h)
+  IoStepReport io;             // offloaded state: the iteration's swap I/O
 };
 
 class MetricsWriter {

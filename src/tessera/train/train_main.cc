@@ -10,6 +10,8 @@
 #include "tessera/core/tool_main.h"
 #include "tessera/kernels/build_info.h"
 #include "tessera/train/deepspeed_config.h"
+#include "tessera/train/offload_setup.h"
+#include "tessera/train/sharding.h"
 #include "tessera/train/trainer.h"
 
 namespace tessera::train {
@@ -94,6 +96,9 @@ int train_main(int argc, const char* const* argv) {
     apply_step_batch_size_schedule(args);
     if (args.global_batch_size == 0) args.global_batch_size = args.micro_batch_size * dp;
     validate_arguments(args, dp);
+    // Bad offload settings are refused before anything is built; "cpu" devices are noted.
+    offload_plan(args, effective_zero_stage(args));
+    for (const std::string& notice : offload_notices(args)) args.notices.push_back(notice);
     set_num_threads(args.num_threads);
     // Rank 0 reports for the job (Megatron's print_rank_0); the others' progress lines would
     // repeat it. Errors still reach stderr from every rank.

@@ -99,6 +99,7 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
   check_output_paths();
   const PipelinePlan pipeline = plan_pipeline();
   const distributed::ShardingPlan sharding = sharding_plan(args_, dp_size_);
+  offload_ = make_offload_runtime(offload_plan(args_, static_cast<int>(sharding.stage)));
   model_ = build_model(sharding);
   runner_ = build_runner();
   executor_ =
@@ -233,6 +234,9 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
     // The norm, the overflow policy and clipping are counted here with the update, as
     // Megatron's optimizer timer does.
     pipeline::TimelineScope t(&timeline_, pipeline::Timeline::Phase::kOptimizer);
+    if (optimizer_nvme_ && iteration == args_.inject_kill_in_optimizer_step &&
+        (world_ ? world_->rank() : 0) == world_size_ - 1)
+      optimizer_nvme_->kill_after_windows(optimizer_nvme_->sub_groups() / 2);
     // The schedule counts updates, or with a sample-based schedule their samples (Megatron).
     const distributed::StepResult r = optimizer_->step(
         iteration, out.loss_sum, out.tokens, global_tokens, samples_schedule_ ? current_batch_ : 1);
@@ -335,6 +339,7 @@ namespace {
 struct LogWindow {
   double time = 0, loss = 0, wait = 0, tokens = 0, flops = 0;
   int64_t iters = 0, updates = 0, skipped = 0, nan = 0;
+  IoStepReport io;  // summed
 
   // `tokens` and `flops` of the iteration (its global batch may differ from the others').
   void add(const IterationMetrics& m, bool was_nan, double iteration_tokens,
@@ -343,6 +348,11 @@ struct LogWindow {
     flops += iteration_flops;
     time += m.iter_time_s;
     wait += m.data_wait_s;
+    io.enabled = m.io.enabled;
+    io.read_bytes += m.io.read_bytes;
+    io.write_bytes += m.io.write_bytes;
+    io.busy_s += m.io.busy_s;
+    io.exposed_s += m.io.exposed_s;
     ++iters;
     skipped += m.skipped ? 1 : 0;
     nan += was_nan ? 1 : 0;
@@ -359,6 +369,7 @@ struct LogWindow {
     avg.skipped_in_window = skipped;
     avg.nan_in_window = nan;
     avg.data_wait_s = wait / iters;
+    avg.io = io;  // the window's I/O, summed
     avg.tokens_per_s = tokens / time;
     avg.tflops_per_rank = flops / world_size / time / 1e12;
     *this = LogWindow();
@@ -412,6 +423,8 @@ int64_t Trainer::train() {
   };
   LogWindow window;
   start_prefetcher();
+  // The first iteration's I/O excludes the initial state's writes and a checkpoint's reads.
+  if (offload_->io) io_last_ = offload_->io->counters();
   int64_t iteration = 0;
   for (iteration = start_iteration_ + 1; iteration <= train_iters_; ++iteration) {
     MemoryAccountant::instance().reset_peaks();
@@ -441,6 +454,12 @@ int64_t Trainer::train() {
     m.peak_mem_bytes = MemoryAccountant::instance().snapshot().total_peak;
     m.data_wait_s = prefetcher_->take_wait_seconds();
     m.moe = step.moe;
+    if (offload_->io) {
+      const offload::SwapIo::Counters now = offload_->io->counters();
+      m.io = {true, now.read_bytes - io_last_.read_bytes, now.write_bytes - io_last_.write_bytes,
+              now.busy_s - io_last_.busy_s, now.exposed_s - io_last_.exposed_s};
+      io_last_ = now;
+    }
     window.add(m, step.nan, static_cast<double>(tokens_per_iter), flops_per_iter);
     stragglers_.add_iteration(dt);
     if (iteration == start_iteration_ + 1) report_memory();  // Megatron's, at its first log

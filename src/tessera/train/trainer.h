@@ -42,6 +42,7 @@
 #include "tessera/train/arguments.h"
 #include "tessera/train/batch_schedule.h"
 #include "tessera/train/metrics.h"
+#include "tessera/train/offload_setup.h"
 #include "tessera/train/straggler_report.h"
 #include "tessera/train/tensorboard_log.h"
 
@@ -126,6 +127,8 @@ class Trainer {
   std::unique_ptr<distributed::DistributedOptimizer> build_optimizer(
       const distributed::ShardingPlan& sharding);
   void print_setup(const distributed::ShardingPlan& sharding) const;
+  // "> offload: ..." for the optimizer state on NVMe: where, how big, how it moves.
+  void print_optimizer_offload(const offload::NvmeStateStorage& state) const;
   // The memory report after the first iteration (trainer_memory.cc). Collective.
   void report_memory();
   DType compute_dtype() const;
@@ -188,6 +191,11 @@ class Trainer {
   int64_t start_iteration_ = 0;  // iterations done before train() (resume_at)
   int64_t consumed_samples_ = 0;
   int64_t evaluations_ = 0;  // validation passes so far: each takes the next samples
+  // Swap I/O and directories of offloaded state (none without offload); declared before the
+  // optimizer and ZeRO 3, whose swap files live in them, so destroyed after them.
+  std::unique_ptr<OffloadRuntime> offload_;
+  offload::SwapIo::Counters io_last_;  // the counters at the end of the previous iteration
+  offload::NvmeStateStorage* optimizer_nvme_ = nullptr;  // the optimizer's, when on NVMe
   std::unique_ptr<model::GPTModel> model_;
   std::unique_ptr<distributed::TensorParallelGrads> tp_grads_;
   std::unique_ptr<distributed::DataParallelGrads> dp_grads_;

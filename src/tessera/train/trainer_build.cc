@@ -217,11 +217,21 @@ std::unique_ptr<distributed::DistributedOptimizer> Trainer::build_optimizer(
   optim::Optimizer::Ranges owned;
   if (sharding.shards_optimizer_state())
     for (const auto& r : dp_grads_->owned()) owned.push_back({r.begin, r.end});
+  std::unique_ptr<optim::StateStorage> storage;
+  offload::NvmeStateStorage* nvme = nullptr;
+  if (offload_->plan.optimizer_nvme) {
+    auto s = std::make_unique<offload::NvmeStateStorage>(
+        *offload_->optimizer_dir, *offload_->io, "optimizer_state.swp", offload_->plan.state);
+    nvme = s.get();
+    storage = std::move(s);
+  }
   auto optimizer = std::make_unique<optim::Optimizer>(
       model_->params(),
       optim::OptimizerOptions{a.optimizer == "sgd" ? "sgd" : "adam", a.adam_beta1, a.adam_beta2,
                               a.adam_eps, a.sgd_momentum, a.weight_decay},
-      owned);
+      owned, std::move(storage));
+  if (nvme) print_optimizer_offload(*nvme);
+  optimizer_nvme_ = nvme;
   std::unique_ptr<optim::LRSchedule> schedule;
   if (a.deepspeed_schedule) {
     schedule = std::make_unique<optim::DeepSpeedLRSchedule>(*a.deepspeed_schedule);
@@ -249,6 +259,21 @@ std::unique_ptr<distributed::DistributedOptimizer> Trainer::build_optimizer(
     out->set_experts(std::move(experts), expert_model_, tp_.rank() == 0);
   }
   return out;
+}
+
+void Trainer::print_optimizer_offload(const offload::NvmeStateStorage& state) const {
+  const OffloadRuntime& rt = *offload_;
+  const std::string& why = rt.io->fallback_reason();
+  std::printf(
+      "> offload: optimizer state on NVMe under %s: %.3f GB swap file per rank (this rank: %lld "
+      "elements in %lld sub-groups of %lld), %d buffers (%.3f MB), pipeline read %s / write %s, "
+      "%s I/O%s%s\n",
+      rt.plan.optimizer_path.c_str(), state.file_bytes() / 1e9,
+      static_cast<long long>(state.numel()), static_cast<long long>(state.sub_groups()),
+      static_cast<long long>(state.sub_group_elems()), rt.plan.state.buffer_count,
+      state.buffer_bytes() / 1e6, rt.plan.state.pipeline_read ? "on" : "off",
+      rt.plan.state.pipeline_write ? "on" : "off", rt.io->backend(),
+      why.empty() ? "" : " (fell back: ", why.empty() ? "" : (why + ")").c_str());
 }
 
 DType Trainer::compute_dtype() const {

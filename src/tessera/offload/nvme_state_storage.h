@@ -1,0 +1,104 @@
+// Optimizer state on NVMe (DeepSpeed's ZeRO-Infinity offload_optimizer with device "nvme"): a
+// StateStorage (optim/state_storage.h) whose arrays live in one swap file of this rank's
+// partition and pass through a few aligned buffers, one sub-group of `sub_group_size` elements
+// at a time (DeepSpeed's sub_group_size, the swap unit).
+//
+// File layout: sub-group i (elements [i*G, min(n, (i+1)*G)) of every array, G = the sub-group
+// size rounded up to the O_DIRECT alignment) is one contiguous block at offset i * arrays * G * 4:
+// array 0's elements, then array 1's, each padded to the alignment. One request moves a whole
+// sub-group.
+//
+// Buffers: `buffer_count` (>= 2) buffers of one sub-group each (all its arrays: DeepSpeed counts
+// one buffer per tensor; here a buffer holds a sub-group's tensors together). A visit reads
+// sub-group i, calls the visitor, writes it back (kReadWrite). pipeline_read reads the next
+// sub-groups ahead into free buffers while the visitor runs; pipeline_write lets writes complete
+// in the background (a buffer is reused once its write is done): with both, sub-group i+1 is read
+// while i is updated and i-1 written, DeepSpeed's pipelined swapper.
+//
+// fast_init: the initial state is not written at construction; a sub-group never written is
+// produced by the initialiser when first visited (one full write and read fewer). Errors of the
+// I/O (tessera::Error naming the file, offset and errno) propagate from the visit; buffers are
+// not reused until every request on them has completed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/io/aligned_buffer.h"
+#include "tessera/io/direct_file.h"
+#include "tessera/offload/swap_directory.h"
+#include "tessera/offload/swap_io.h"
+#include "tessera/optim/state_storage.h"
+
+namespace tessera::offload {
+
+struct NvmeStateOptions {
+  int64_t sub_group_size = 1'000'000'000;  // elements (DeepSpeed's default 1e9)
+  int buffer_count = 4;
+  bool pipeline_read = false, pipeline_write = false;
+  bool fast_init = false;
+};
+
+class NvmeStateStorage final : public optim::StateStorage {
+ public:
+  // The swap file is `name` in `dir`; `io` is the rank's engine. Both must outlive the storage.
+  NvmeStateStorage(SwapDirectory& dir, SwapIo& io, const std::string& name,
+                   const NvmeStateOptions& options);
+  // Waits for requests still in flight (their errors are dropped: the run is ending).
+  ~NvmeStateStorage() override;
+
+  void initialize(int64_t numel, int arrays, const Initializer& init) override;
+  void for_each_window(optim::StateAccess access,
+                       const std::function<void(const Window&)>& fn) override;
+  int64_t numel() const override { return numel_; }
+  bool resident() const override { return false; }
+
+  // Test hook: the process kills itself (SIGKILL) once `windows` windows of the next
+  // read-write visit were written back, the rest not: a crash in the middle of a step.
+  void kill_after_windows(int64_t windows) { kill_after_ = windows; }
+
+  int64_t sub_groups() const { return sub_groups_; }
+  int64_t sub_group_elems() const { return group_; }
+  // Bytes of the swap file and of the buffers (for the memory report and the space check).
+  int64_t file_bytes() const { return sub_groups_ * slot_bytes_; }
+  int64_t buffer_bytes() const { return options_.buffer_count * slot_bytes_; }
+
+  // The bytes the swap file of `numel` elements x `arrays` will take with `options` on a file
+  // system of O_DIRECT alignment `alignment` (for the up-front space check).
+  static int64_t file_bytes_for(int64_t numel, int arrays, const NvmeStateOptions& options,
+                                int64_t alignment);
+
+ private:
+  struct Slot {
+    io::AlignedBuffer buffer;
+    int64_t group = -1;                // the sub-group it holds (or is reading), -1: none
+    io::AsyncIo::Ticket pending = -1;  // an in-flight read or write on it
+    bool writing = false;
+  };
+  int64_t length_of(int64_t group) const;  // elements of sub-group `group`
+  int64_t padded_of(int64_t group) const;  // its per-array stride in the slot, aligned
+  int64_t io_bytes_of(int64_t group) const { return padded_of(group) * arrays_ * 4; }
+  int64_t offset_of(int64_t group) const { return group * slot_bytes_; }
+  Window window_of(Slot& slot);
+  // A slot with no request in flight, waiting for the oldest write if all are busy; -1 when
+  // every slot holds a sub-group still to be visited (reads ahead).
+  int free_slot(bool may_wait);
+  void start_read(int slot, int64_t group);
+  void finish(int slot);  // waits for the slot's request, if any
+
+  SwapDirectory& dir_;
+  SwapIo& io_;
+  std::string name_;
+  NvmeStateOptions options_;
+  int64_t numel_ = 0, group_ = 0, sub_groups_ = 0, slot_bytes_ = 0, align_elems_ = 1;
+  int arrays_ = 0;
+  io::DirectFile file_;
+  std::vector<Slot> slots_;
+  std::vector<bool> written_;  // sub-groups holding state on disk (fast_init: not yet)
+  Initializer init_;
+  int64_t kill_after_ = -1;
+};
+
+}  // namespace tessera::offload

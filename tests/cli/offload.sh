@@ -1,0 +1,197 @@
+#!/bin/bash
+# ZeRO-Offload / ZeRO-Infinity (docs/offload.md): optimizer state (ZeRO 1-3) and parameters
+# (ZeRO 3) in swap files, bitwise equal to the same run in memory; exact resume; a checkpoint of
+# an offloaded run loaded without offload under another layout; swap files removed at exit and
+# after a crash; bad settings one line and exit 2 on every rank; a full disk refused up front.
+# The swap directory is under the build tree (the repository's file system): tmpfs accepts
+# unaligned direct I/O and would hide alignment bugs.
+# Usage: offload.sh BUILD_BIN_DIR
+set -u
+BIN_DIR="${1:?usage: offload.sh BUILD_BIN_DIR}"
+BIN="$BIN_DIR/tessera-train"
+source "$(dirname "$0")/lib.bash" offload
+NVME="$(mktemp -d "$BIN_DIR/../tessera-offload-test.XXXXXX")"
+MOUNTS=()
+cleanup() {
+  for m in "${MOUNTS[@]}"; do umount "$m" 2>/dev/null; done
+  rm -rf "$TMP" "$NVME"
+}
+trap cleanup EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+FLAGS=(--model gpt2-tiny --mock-data --eval-iters 0 --num-threads 1 --micro-batch-size 2
+       --lr 1e-3 --adam-eps 1e-4)
+
+# field FILE KEY: KEY of every line of a metrics file, one per line, as written (exact text).
+fields() {
+  python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    print(repr(json.loads(l)[sys.argv[2]]))' "$1" "$2"
+}
+# same_run A B: the metrics (loss and grad norm, every iteration) and exported weights of runs
+# A and B ($TMP/A.jsonl, $TMP/A.safetensors) are equal bit for bit.
+same_run() {
+  for key in lm_loss grad_norm; do
+    diff <(fields "$TMP/$1.jsonl" $key) <(fields "$TMP/$2.jsonl" $key) >&2 || return 1
+  done
+  cmp "$TMP/$1.safetensors" "$TMP/$2.safetensors" >&2
+}
+# train NAME NP FLAGS...: trains, metrics and weights named NAME.
+train() {
+  local name="$1" np="$2"
+  shift 2
+  run "$np" "${FLAGS[@]}" --metrics-file "$TMP/$name.jsonl" \
+    --export-weights "$TMP/$name.safetensors" "$@" || {
+    echo "  $name failed:" >&2
+    tail -3 "$TMP/err" >&2
+    return 1
+  }
+}
+# Optimizer state in sub-groups of 1000 elements (rounded up to the alignment): runs are cut at
+# many points, a sub-group straddles parameters, the last one is short.
+OPT=(--offload-optimizer-nvme-path "$NVME" --offload-sub-group-size 1000)
+
+# equal NAME NP BACKEND OFFLOAD-FLAGS -- LAYOUT-FLAGS: the offloaded run equals the in-memory
+# one; it moved bytes through the swap files, reported them, and left no swap file behind.
+equal() {
+  local name="$1" np="$2" backend="$3"
+  shift 3
+  local offload=()
+  while [ "$1" != "--" ]; do offload+=("$1"); shift; done
+  shift
+  train "$name.mem" "$np" --train-iters 3 "$@" || return 1
+  train "$name.nvme" "$np" --train-iters 3 "$@" "${offload[@]}" --aio-backend "$backend" ||
+    return 1
+  same_run "$name.mem" "$name.nvme" || return 1
+  grep -q "^> offload: optimizer state on NVMe under $NVME" "$TMP/out" &&
+    grep -q " io: [0-9.]* GB read, [0-9.]* GB written, .* hidden |" "$TMP/out" &&
+    [ "$(fields "$TMP/$name.nvme.jsonl" io_write_bytes | tail -1)" -gt 0 ] &&
+    [ "$(fields "$TMP/$name.nvme.jsonl" io_read_bytes | tail -1)" -gt 0 ] &&
+    [ -z "$(ls -A "$NVME")" ]
+}
+check "ZeRO 1, DP 1, fp32, io_uring: offloaded = in memory, bitwise" \
+  equal z1dp1 1 io_uring "${OPT[@]}" -- --zero-stage 1
+check "ZeRO 1, DP 2, bf16, threads, pipelined, 2 buffers" \
+  equal z1dp2 2 threads "${OPT[@]}" --offload-pipeline --offload-buffer-count 2 -- \
+  --zero-stage 1 --bf16
+check "ZeRO 2, DP 1, bf16, io_uring, pipelined, fast init" \
+  equal z2dp1 1 io_uring "${OPT[@]}" --offload-pipeline --offload-fast-init -- \
+  --zero-stage 2 --bf16
+check "ZeRO 2, DP 2, fp32, threads" \
+  equal z2dp2 2 threads "${OPT[@]}" --offload-buffer-count 3 -- --zero-stage 2
+
+# Exact resume: an offloaded run saves at iteration 4 and goes on to 8; a new job loads
+# iteration 4 and continues, bitwise as the first; the same checkpoint loads without offload in
+# another layout (DP 1, ZeRO 0) and its first loss (before any update: the loaded weights) is the
+# same to rounding (the sums run in another order).
+resume() {
+  local ds=("${OPT[@]}" --zero-stage 1 --bf16 --offload-pipeline)
+  train full 2 --train-iters 8 --save "$TMP/ckpt" --save-interval 4 "${ds[@]}" || return 1
+  rm -rf "$TMP/ckpt/iter_0000008"
+  echo 4 >"$TMP/ckpt/latest_checkpointed_iteration.txt"
+  train resumed 2 --train-iters 8 --load "$TMP/ckpt" "${ds[@]}" || return 1
+  python3 - "$TMP/full.jsonl" "$TMP/resumed.jsonl" <<'PY' || return 1
+import json, sys
+full = {r["iteration"]: r for r in map(json.loads, open(sys.argv[1]))}
+resumed = [json.loads(l) for l in open(sys.argv[2])]
+assert [r["iteration"] for r in resumed] == [5, 6, 7, 8], resumed
+for r in resumed:
+    for k in ("lm_loss", "grad_norm"):
+        assert r[k] == full[r["iteration"]][k], (r["iteration"], k, r[k], full[r["iteration"]][k])
+PY
+  cmp "$TMP/full.safetensors" "$TMP/resumed.safetensors" >&2 || return 1
+  train other 1 --train-iters 5 --load "$TMP/ckpt" --bf16 --global-batch-size 4 || return 1
+  python3 - "$TMP/full.jsonl" "$TMP/other.jsonl" <<'PY'
+import json, sys
+full = {r["iteration"]: r for r in map(json.loads, open(sys.argv[1]))}
+other = [json.loads(l) for l in open(sys.argv[2])]
+assert other[0]["iteration"] == 5
+assert abs(other[0]["lm_loss"] - full[5]["lm_loss"]) <= 1e-5 * full[5]["lm_loss"], other[0]
+PY
+}
+check "exact resume of an offloaded run; its checkpoint loads in memory at DP 1" resume
+
+# A run killed during its optimizer step (the swap files half updated) leaves its swap
+# directory behind; the next run removes it, resumes from the last checkpoint and continues
+# exactly as a run never killed.
+killed() {
+  local ds=("${OPT[@]}" --zero-stage 2)
+  train ref 2 --train-iters 4 "${ds[@]}" || return 1
+  run 2 "${FLAGS[@]}" --train-iters 4 --save "$TMP/kckpt" --save-interval 2 "${ds[@]}" \
+    --inject-kill-in-optimizer-step 3
+  [ -n "$(ls -A "$NVME")" ] || { echo "  the killed run left no swap directory" >&2; return 1; }
+  train after 2 --train-iters 4 --load "$TMP/kckpt" "${ds[@]}" || return 1
+  [ -z "$(ls -A "$NVME")" ] || { echo "  a stale swap directory survived" >&2; return 1; }
+  diff <(fields "$TMP/ref.jsonl" lm_loss | tail -2) <(fields "$TMP/after.jsonl" lm_loss) >&2 &&
+    cmp "$TMP/ref.safetensors" "$TMP/after.safetensors" >&2
+}
+check "a kill during the optimizer step: swap files cleaned, resume exact" killed
+
+# Bad settings: one line naming the key, exit 2 on every rank.
+check "parameter offload below ZeRO 3" expect_error 2 \
+  ".*zero_optimization.offload_param (--offload-param-nvme-path) needs ZeRO stage 3: the run is at stage 2" \
+  --train-iters 1 --zero-stage 2 --offload-param-nvme-path "$NVME"
+check "optimizer offload without ZeRO" expect_error 2 \
+  ".*offload_optimizer .* needs ZeRO stage 1, 2 or 3: the run is at stage 0" \
+  --train-iters 1 --offload-optimizer-nvme-path "$NVME"
+check "a missing nvme_path" expect_error 2 \
+  ".*--offload-optimizer-nvme-path) \"$TMP/nowhere\" does not exist" \
+  --train-iters 1 --zero-stage 1 --offload-optimizer-nvme-path "$TMP/nowhere"
+check "buffer_count 1" expect_error 2 \
+  ".*offload_optimizer.buffer_count (--offload-buffer-count) is 1: expected at least 2" \
+  --train-iters 1 --zero-stage 1 "${OPT[@]}" --offload-buffer-count 1
+check "an aio queue depth out of range" expect_error 2 \
+  ".*aio.queue_depth is 0: expected an integer from 1 to 1024" \
+  --train-iters 1 --zero-stage 1 "${OPT[@]}" --aio-queue-depth 0
+echo '{"train_batch_size": 4, "zero_optimization": {"stage": 3, "offload_param":
+  {"device": "nvme"}}}' >"$TMP/nopath.json"
+check "a DeepSpeed config: device nvme without nvme_path" expect_error 2 \
+  ".*zero_optimization.offload_param.nvme_path is not set" \
+  --train-iters 1 --deepspeed --deepspeed_config "$TMP/nopath.json"
+echo '{"train_batch_size": 4, "zero_optimization": {"stage": 1, "offload_optimizer":
+  {"device": "nvme", "nvme_path": "'"$NVME"'", "buffer_count": 1}}}' >"$TMP/buffers.json"
+check "a DeepSpeed config: buffer_count 1" expect_error 2 \
+  ".*zero_optimization.offload_optimizer.buffer_count is 1: expected at least 2" \
+  --train-iters 1 --deepspeed --deepspeed_config "$TMP/buffers.json"
+echo '{"train_batch_size": 4, "aio": {"block_size": 1000}}' >"$TMP/aio.json"
+check "a DeepSpeed config: an aio block size that is not a multiple of 4096" expect_error 2 \
+  ".*aio.block_size is 1000" --train-iters 1 --deepspeed --deepspeed_config "$TMP/aio.json" \
+  --zero-stage 1 "${OPT[@]}"
+
+# A DeepSpeed config with DeepSpeed's names trains offloaded; device "cpu" is noted.
+deepspeed_json() {
+  cat >"$TMP/ds.json" <<JSON
+{"train_batch_size": 4, "zero_optimization": {"stage": 2, "sub_group_size": 5000,
+  "offload_optimizer": {"device": "nvme", "nvme_path": "$NVME", "buffer_count": 3,
+                        "pipeline_read": true, "pipeline_write": true, "pin_memory": true}},
+ "aio": {"block_size": 65536, "queue_depth": 4, "intra_op_parallelism": 2,
+         "single_submit": false, "overlap_events": true}}
+JSON
+  run 2 "${FLAGS[@]}" --train-iters 2 --deepspeed --deepspeed_config "$TMP/ds.json" || return 1
+  grep -q "^> offload: optimizer state on NVMe under $NVME.*3 buffers.*pipeline read on / write on" \
+    "$TMP/out" || return 1
+  echo '{"train_batch_size": 4, "zero_optimization": {"stage": 1, "offload_optimizer":
+    {"device": "cpu"}}}' >"$TMP/cpu.json"
+  run 2 "${FLAGS[@]}" --train-iters 1 --deepspeed --deepspeed_config "$TMP/cpu.json" &&
+    grep -q '^note: offload_optimizer device "cpu" .*stays in host memory' "$TMP/out"
+}
+check "a DeepSpeed config's offload and aio blocks; device cpu is noted" deepspeed_json
+
+# Root only (mounts): a read-only nvme_path, and a file system too small for the swap files,
+# each refused before training starts. Skipped (and said so) without the privilege.
+if [ "$(id -u)" -eq 0 ] && mkdir -p "$TMP/ro" "$TMP/small" &&
+  mount --bind "$TMP/ro" "$TMP/ro" 2>/dev/null; then
+  MOUNTS+=("$TMP/ro")
+  mount -o remount,ro,bind "$TMP/ro"
+  check "a read-only nvme_path" expect_error 2 \
+    ".*--offload-optimizer-nvme-path) \"$TMP/ro\" is not writable (Read-only file system)" \
+    --train-iters 1 --zero-stage 1 --offload-optimizer-nvme-path "$TMP/ro"
+  mount -t tmpfs -o size=64k tmpfs "$TMP/small" && MOUNTS+=("$TMP/small")
+  check "a file system too small for the swap files" expect_error 2 \
+    ".*\"$TMP/small\" has [0-9]* bytes free but the swap files need [0-9]*" \
+    --train-iters 1 --zero-stage 1 --offload-optimizer-nvme-path "$TMP/small"
+else
+  echo "SKIPPED: read-only and full file systems (mounting needs root)"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,237 @@
+// Optimizer state on NVMe: the storage against a plain vector (every combination of sub-group
+// size, buffers, pipelining, fast init and I/O backend), the optimizer with its state on NVMe
+// against the same optimizer in memory (bitwise), I/O errors surfacing with the file named, and
+// the swap directory's life (removed at exit, a dead run's removed by the next, a live one kept).
+// The swap files are on the repository's file system (the test's working directory), not tmpfs,
+// which accepts unaligned direct I/O.
+#include "tessera/offload/nvme_state_storage.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "tessera/core/error.h"
+#include "tessera/model/gpt_model.h"
+#include "tessera/optim/optimizer.h"
+
+namespace tessera::offload {
+namespace {
+namespace fs = std::filesystem;
+
+// A fresh directory under the working directory, removed at the end.
+struct ScratchDir {
+  std::string path;
+  ScratchDir() {
+    path = (fs::current_path() / ("offload-test." + std::to_string(::getpid()))).string();
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~ScratchDir() { fs::remove_all(path); }
+};
+
+// The value array k of element i starts from.
+float initial(int k, int64_t i) { return static_cast<float>(k * 1000003 + i) * 0.25f; }
+
+struct Case {
+  int64_t sub_group;
+  int buffers;
+  bool pipeline_read, pipeline_write, fast_init;
+  io::IoBackend backend;
+};
+
+class NvmeStateStorageTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(NvmeStateStorageTest, VisitsEqualAVectorInMemory) {
+  const Case c = GetParam();
+  ScratchDir scratch;
+  SwapDirectory dir(scratch.path, "test", "nvme_path");
+  SwapIo io(io::AioConfig{4096 * 4, 3, 2, false, true}, c.backend);
+  NvmeStateOptions o{c.sub_group, c.buffers, c.pipeline_read, c.pipeline_write, c.fast_init};
+  NvmeStateStorage storage(dir, io, "state.swp", o);
+  // An odd size: the last sub-group is short and not a multiple of the alignment.
+  const int64_t n = 10'001;
+  const int arrays = 3;
+  int64_t init_calls = 0;
+  storage.initialize(n, arrays, [&](const optim::StateStorage::Window& w) {
+    ++init_calls;
+    for (int k = 0; k < arrays; ++k)
+      for (int64_t i = w.begin; i < w.end; ++i) w.arrays[k][i - w.begin] = initial(k, i);
+  });
+  EXPECT_EQ(init_calls, c.fast_init ? 0 : storage.sub_groups());
+  std::vector<std::vector<float>> ref(arrays, std::vector<float>(n));
+  for (int k = 0; k < arrays; ++k)
+    for (int64_t i = 0; i < n; ++i) ref[k][i] = initial(k, i);
+
+  std::mt19937 rng(7);
+  for (int pass = 0; pass < 3; ++pass) {
+    const float add = static_cast<float>(rng() % 100) - 50.0f;
+    int64_t next = 0;
+    storage.for_each_window(optim::StateAccess::kReadWrite,
+                            [&](const optim::StateStorage::Window& w) {
+                              ASSERT_EQ(w.begin, next);  // consecutive, in order
+                              ASSERT_LE(w.end - w.begin, storage.sub_group_elems());
+                              next = w.end;
+                              for (int k = 0; k < arrays; ++k)
+                                for (int64_t i = w.begin; i < w.end; ++i) {
+                                  ASSERT_EQ(w.arrays[k][i - w.begin], ref[k][i])
+                                      << "pass " << pass << " array " << k << " element " << i;
+                                  w.arrays[k][i - w.begin] += add * (k + 1);
+                                }
+                            });
+    ASSERT_EQ(next, n);
+    for (int k = 0; k < arrays; ++k)
+      for (int64_t i = 0; i < n; ++i) ref[k][i] += add * (k + 1);
+  }
+  // A read-only visit changes nothing on disk.
+  storage.for_each_window(optim::StateAccess::kRead, [&](const optim::StateStorage::Window& w) {
+    for (int64_t i = w.begin; i < w.end; ++i) w.arrays[0][i - w.begin] = -1.0f;
+  });
+  storage.for_each_window(optim::StateAccess::kRead, [&](const optim::StateStorage::Window& w) {
+    for (int k = 0; k < arrays; ++k)
+      for (int64_t i = w.begin; i < w.end; ++i) ASSERT_EQ(w.arrays[k][i - w.begin], ref[k][i]);
+  });
+  const SwapIo::Counters counters = io.counters();
+  EXPECT_GT(counters.read_bytes, 0);
+  EXPECT_GT(counters.write_bytes, 0);
+  EXPECT_GE(counters.busy_s, counters.exposed_s);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configurations, NvmeStateStorageTest,
+    ::testing::Values(Case{1000, 2, false, false, false, io::IoBackend::kThreads},
+                      Case{1000, 2, true, true, false, io::IoBackend::kUring},
+                      Case{3000, 3, true, false, true, io::IoBackend::kThreads},
+                      Case{3000, 4, false, true, false, io::IoBackend::kUring},
+                      Case{1000, 4, true, true, true, io::IoBackend::kThreads},
+                      Case{1'000'000'000, 2, true, true, false, io::IoBackend::kUring}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      const Case& c = info.param;
+      return "group" + std::to_string(c.sub_group) + "_buffers" + std::to_string(c.buffers) +
+             (c.pipeline_read ? "_read" : "") + (c.pipeline_write ? "_write" : "") +
+             (c.fast_init ? "_fastinit" : "") +
+             (c.backend == io::IoBackend::kUring ? "_uring" : "_threads");
+    });
+
+// The optimizer with its state on NVMe takes the same steps as in memory, bit for bit: bf16
+// compute (separate master weights) and fp32 (the master is the model's buffer), sharded over
+// ranges that cut parameters, with sub-groups far smaller than a parameter.
+void expect_same_steps(DType dtype, const std::string& kind) {
+  ScratchDir scratch;
+  model::ModelConfig cfg = model::preset("gpt2-tiny");
+  model::GPTModel a(cfg, dtype, 1), b(cfg, dtype, 1);
+  const int64_t n = a.params().numel();
+  const optim::Optimizer::Ranges owned = {{5, n / 3}, {n / 2 + 7, n - 3}};
+  optim::OptimizerOptions options{kind, 0.9, 0.95, 1e-8, 0.9, 0.1};
+  optim::Optimizer in_memory(a.params(), options, owned);
+  SwapDirectory dir(scratch.path, "opt", "nvme_path");
+  SwapIo io(io::AioConfig{}, io::IoBackend::kAuto);
+  optim::Optimizer on_nvme(b.params(), options, owned,
+                           std::make_unique<NvmeStateStorage>(
+                               dir, io, "opt.swp", NvmeStateOptions{1500, 3, true, true, false}));
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int step = 0; step < 3; ++step) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = normal(rng);
+      a.params().flat_grads().data<float>()[i] = g;
+      b.params().flat_grads().data<float>()[i] = g;
+    }
+    in_memory.step(1e-2, 0.5f);
+    on_nvme.step(1e-2, 0.5f);
+  }
+  const size_t bytes = n * dtype_size(dtype);
+  EXPECT_EQ(std::memcmp(a.params().flat_values().raw(), b.params().flat_values().raw(), bytes), 0);
+  const Tensor ma = in_memory.owned_master(), mb = on_nvme.owned_master();
+  EXPECT_EQ(std::memcmp(ma.raw(), mb.raw(), ma.numel() * 4), 0);
+  // The parameter norm's sum of squares runs per piece on NVMe (the sum's order, not its terms,
+  // differs): equal to double rounding.
+  const double ssq = in_memory.master_sum_squares({{0, n}});
+  EXPECT_NEAR(on_nvme.master_sum_squares({{0, n}}), ssq, 1e-13 * ssq);
+}
+
+TEST(NvmeOptimizer, AdamWBf16EqualsInMemoryBitwise) { expect_same_steps(DType::kBF16, "adam"); }
+TEST(NvmeOptimizer, AdamWFp32EqualsInMemoryBitwise) { expect_same_steps(DType::kF32, "adam"); }
+TEST(NvmeOptimizer, SgdBf16EqualsInMemoryBitwise) { expect_same_steps(DType::kBF16, "sgd"); }
+
+TEST(NvmeStateStorage, AnIoErrorNamesTheFileAndLeavesTheStorageUsable) {
+  ScratchDir scratch;
+  SwapDirectory dir(scratch.path, "err", "nvme_path");
+  SwapIo io(io::AioConfig{}, io::IoBackend::kThreads);
+  NvmeStateStorage storage(dir, io, "state.swp", NvmeStateOptions{1024, 2, true, true, false});
+  storage.initialize(5000, 2, [](const optim::StateStorage::Window& w) {
+    for (float* a : w.arrays) std::fill(a, a + (w.end - w.begin), 1.0f);
+  });
+  io::set_thread_io_fault_injector([](const io::IoRequest& piece) {
+    return !piece.write && piece.offset > 0 ? EIO : 0;  // reads past the first sub-group fail
+  });
+  try {
+    storage.for_each_window(optim::StateAccess::kReadWrite, [](const auto&) {});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(dir.file("state.swp")), std::string::npos) << what;
+    EXPECT_NE(what.find("Input/output error"), std::string::npos) << what;
+  }
+  io::set_thread_io_fault_injector(nullptr);
+  float sum = 0;
+  storage.for_each_window(optim::StateAccess::kRead, [&](const optim::StateStorage::Window& w) {
+    for (int64_t i = w.begin; i < w.end; ++i) sum += w.arrays[1][i - w.begin];
+  });
+  EXPECT_EQ(sum, 5000.0f);
+}
+
+TEST(SwapDirectory, RemovedAtExitAndADeadRunsRemovedByTheNext) {
+  ScratchDir scratch;
+  std::string mine;
+  {
+    SwapDirectory dir(scratch.path, "a", "nvme_path");
+    mine = dir.path();
+    EXPECT_TRUE(fs::is_directory(mine));
+    // A live run's directory survives another run's scan.
+    EXPECT_EQ(SwapDirectory::remove_stale(scratch.path), 0);
+    EXPECT_TRUE(fs::is_directory(mine));
+  }
+  EXPECT_FALSE(fs::exists(mine));
+  // A child makes its directory and dies without cleaning up (as a killed run).
+  const pid_t child = fork();
+  if (child == 0) {
+    SwapDirectory dir(scratch.path, "dead", "nvme_path");
+    std::ofstream(dir.file("x.swp")) << "state";
+    _exit(0);  // no destructors
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  int leftovers = 0;
+  for (const auto& e : fs::directory_iterator(scratch.path)) leftovers += e.is_directory();
+  ASSERT_EQ(leftovers, 1);
+  SwapDirectory next(scratch.path, "b", "nvme_path");
+  int left = 0;
+  for (const auto& e : fs::directory_iterator(scratch.path)) left += e.is_directory();
+  EXPECT_EQ(left, 1);  // only `next`
+  EXPECT_TRUE(fs::is_directory(next.path()));
+}
+
+TEST(SwapDirectory, BadPathsAreOneLineNamingTheSetting) {
+  ScratchDir scratch;
+  try {
+    SwapDirectory dir(scratch.path + "/missing", "a", "offload_optimizer.nvme_path");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("offload_optimizer.nvme_path \"" + scratch.path +
+                                         "/missing\" does not exist"),
+              std::string::npos)
+        << e.what();
+  }
+  SwapDirectory dir(scratch.path, "a", "nvme_path");
+  EXPECT_THROW(dir.check_space(int64_t{1} << 62, "the swap files"), Error);
+  EXPECT_NO_THROW(dir.check_space(4096, "the swap files"));
+}
+
+}  // namespace
+}  // namespace tessera::offload
