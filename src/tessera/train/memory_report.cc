@@ -94,7 +94,8 @@ ModelStateBytes theoretical_model_states(const model::ModelConfig& c, const Rank
   out.gradients = 4.0 * (r.zero_stage >= 2 ? sharded_share : out.parameter_elements);
   const double owned = r.zero_stage >= 1 ? sharded_share : out.parameter_elements;
   const double per_owned = (r.compute == DType::kF32 ? 0.0 : 4.0) + (r.sgd ? 4.0 : 8.0);
-  out.optimizer = owned * per_owned;
+  out.optimizer = r.optimizer_offload_buffer_bytes >= 0 ? r.optimizer_offload_buffer_bytes
+                                                       : owned * per_owned;
   return out;
 }
 

@@ -42,6 +42,9 @@ struct RankLayout {
   int64_t persistence_threshold = 100'000;  // ZeRO 3
   DType compute = DType::kF32;
   bool sgd = false;
+  // Optimizer state on NVMe (offload/nvme_state_storage.h): the bytes of its buffers, which are
+  // all of it that is in memory; negative: the state is in memory.
+  double optimizer_offload_buffer_bytes = -1;
   // Activations: the pipeline (stage pp_rank of pp, `chunks` model chunks, each chunk's global
   // layers in `chunk_layers`), micro-batches per iteration and tokens per micro-batch.
   int pp = 1, pp_rank = 0;

@@ -1,0 +1,105 @@
+#!/bin/bash
+# ZeRO-Infinity on this machine (docs/offload.md), on the file system of DIR (default: the build
+# tree's parent, i.e. the repository's disk; never tmpfs):
+#  1. fio's sequential O_DIRECT write and read rates (1 MiB blocks, queue depth 8, io_uring),
+#     and the optimizer-state streaming rate of Tessera's own code path (bench/offload_stream:
+#     NvmeStateStorage's initial write, read-only visit and step visit) on the same file system,
+#     with the share of fio's rate it reaches.
+#  2. Larger than memory, for real: a LLaMA-style model of 1.78 B parameters, whose model states
+#     (bf16 weights 2 B + fp32 gradients 4 B + fp32 master weights, Adam's two moments 12 B per
+#     parameter: 32 GB) exceed this machine's 24 GiB of RAM, trains a few iterations on one
+#     process with its optimizer state on NVMe (ZeRO 1, DP 1). Prints the trainer's own memory
+#     report (theory beside measurement), the peak resident set (/usr/bin/time) beside RAM, the
+#     seconds per iteration, the I/O rate and the hidden share of I/O (from the metrics file).
+# Needs ~45 GB free on DIR (the 21 GB swap file, fio's 4 GB file) and ~10 minutes.
+#   bash bench/offload.sh [BUILD_BIN_DIR] [DIR] [--iters N] [--skip-model]
+set -eu
+BIN="${1:-build/bin}"
+DIR="${2:-$(cd "$BIN/../.." && pwd)}"
+shift 2 || shift $# || true
+ITERS=3
+SKIP_MODEL=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --iters) ITERS="$2"; shift 2 ;;
+    --skip-model) SKIP_MODEL=1; shift ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+WORK="$(mktemp -d "$DIR/tessera-offload-bench.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+echo "file system of $DIR: $(stat -f -c %T "$DIR"), $(df -h --output=avail "$DIR" | tail -1 | tr -d ' ') free"
+[ "$(stat -f -c %T "$DIR")" = tmpfs ] && echo "warning: tmpfs is not a disk; pass another DIR"
+
+# fio_rate RW: fio's sequential O_DIRECT rate (GB/s) over a 4 GB file in $WORK. Writes
+# overwrite the file (--overwrite=1: fio writes it once first, untimed), which is faster here
+# than extending a new file: the stricter reference.
+fio_rate() {
+  fio --name=seq --directory="$WORK" --filename=fio.dat --rw="$1" --bs=1M --size=4G --direct=1 \
+    --ioengine=io_uring --iodepth=8 --numjobs=1 --overwrite=1 --output-format=json 2>/dev/null |
+    python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; d=j["write" if sys.argv[1]=="write" else "read"]; print("%.2f" % (d["bw_bytes"]/1e9))' "$1"
+}
+echo "== 1. streaming rate against fio (same file system, same run) =="
+# The disk's rate drifts (a shared virtual disk here): three rounds, each fio write, fio read
+# and Tessera's three phases back to back; the medians are compared.
+for round in 1 2 3; do
+  echo "fio_write $(fio_rate write)" >>"$WORK/rates.txt"
+  echo "fio_read $(fio_rate read)" >>"$WORK/rates.txt"
+  "$BIN/offload_stream" --dir "$WORK" --gb 4 --sub-group-size 5e7 --buffers 4 --pipeline \
+    --queue-depth 8 | tee -a "$WORK/stream.txt" | sed "s/^/round $round: /"
+done
+rm -f "$WORK/fio.dat"
+python3 - "$WORK/stream.txt" "$WORK/rates.txt" <<'PY'
+import re, statistics, sys
+text = open(sys.argv[1]).read()
+rates = [l.split() for l in open(sys.argv[2])]
+med = lambda xs: statistics.median(xs)
+fw = med([float(v) for k, v in rates if k == "fio_write"])
+fr = med([float(v) for k, v in rates if k == "fio_read"])
+w = med([float(x) for x in re.findall(r"write \(initial state\): ([0-9.]+)", text)])
+r = med([float(x) for x in re.findall(r"read \(read-only visit\): ([0-9.]+)", text)])
+s = med([float(x) for x in re.findall(r"\(step visit\): ([0-9.]+)", text)])
+print(f"fio sequential O_DIRECT (1 MiB blocks, queue depth 8, io_uring), median of 3: "
+      f"write {fw:.2f} GB/s, read {fr:.2f} GB/s")
+print(f"optimizer-state streaming / fio, medians: write {w:.2f}/{fw:.2f} = {100*w/fw:.0f} %, "
+      f"read {r:.2f}/{fr:.2f} = {100*r/fr:.0f} %; a step's visit moves {s:.2f} GB/s each way")
+PY
+[ "$SKIP_MODEL" -eq 1 ] && exit 0
+
+echo "== 2. a model whose model states exceed RAM, trained with its optimizer state on NVMe =="
+MODEL=(--model llama-tiny --num-layers 32 --hidden-size 2048 --num-attention-heads 16
+       --num-query-groups 16 --ffn-hidden-size 5632 --vocab-size 32000 --seq-length 256
+       --max-position-embeddings 256)
+ram=$(awk '/MemTotal/ { printf "%.1f", $2 / 1048576 }' /proc/meminfo)
+/usr/bin/time -v "$BIN/tessera-train" "${MODEL[@]}" --mock-data --bf16 --zero-stage 1 \
+  --micro-batch-size 1 --global-batch-size 1 --train-iters "$ITERS" --eval-iters 0 \
+  --lr 1e-4 --log-interval 1 --num-threads "$(nproc)" \
+  --offload-optimizer-nvme-path "$WORK" --offload-sub-group-size 50000000 \
+  --offload-buffer-count 4 --offload-pipeline --offload-fast-init \
+  --metrics-file "$WORK/metrics.jsonl" >"$WORK/train.out" 2>"$WORK/time.txt"
+grep -E '^> (model|offload|memory report|  )' "$WORK/train.out"
+grep '^ iteration' "$WORK/train.out" | sed 's/ | number of skipped.*tokens/ | ... tokens/'
+python3 - "$WORK/metrics.jsonl" "$WORK/time.txt" "$WORK/train.out" "$ram" <<'PY'
+import json, re, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(sys.argv[2]).read()).group(1))
+out = open(sys.argv[3]).read()
+params = float(re.search(r"model: .*?, (\d+) parameters", out).group(1))
+theory = sum(float(m) for m in re.findall(r"^>   (?:parameters|gradients|optimizer state|activations|communication buffers)\s+([0-9.]+) \|", out, re.M))
+ram_gib = float(sys.argv[4])
+states = params * 18
+print(f"parameters: {params/1e9:.3f} B; model states (18 B/parameter): {states/2**30:.1f} GiB "
+      f"against {ram_gib} GiB of RAM")
+print(f"predicted bound (memory report theory, all categories but 'other'): {theory/1024:.2f} GiB; "
+      f"peak resident set (/usr/bin/time): {rss_kb/2**20:.2f} GiB = {100*rss_kb/2**20/ram_gib:.0f} % of RAM")
+steady = rows[1:] if len(rows) > 1 else rows
+for r in rows:
+    moved = r["io_read_bytes"] + r["io_write_bytes"]
+    print(f"iteration {r['iteration']}: {r['iter_time_s']:.1f} s, I/O {r['io_read_bytes']/1e9:.1f} GB read + "
+          f"{r['io_write_bytes']/1e9:.1f} GB written in {r['io_busy_s']:.1f} s busy "
+          f"({moved/1e9/r['io_busy_s']:.2f} GB/s), hidden {100*r['io_hidden_fraction']:.0f} %, "
+          f"loss {r['lm_loss']:.4f}")
+mean = lambda k: sum(r[k] for r in steady) / len(steady)
+print(f"steady state (iterations {steady[0]['iteration']}-{steady[-1]['iteration']}): "
+      f"{mean('iter_time_s'):.1f} s/iteration, hidden I/O {100*mean('io_hidden_fraction'):.0f} %")
+PY
