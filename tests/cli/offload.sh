@@ -172,7 +172,11 @@ JSON
   echo '{"train_batch_size": 4, "zero_optimization": {"stage": 1, "offload_optimizer":
     {"device": "cpu"}}}' >"$TMP/cpu.json"
   run 2 "${FLAGS[@]}" --train-iters 1 --deepspeed --deepspeed_config "$TMP/cpu.json" &&
-    grep -q '^note: offload_optimizer device "cpu" .*stays in host memory' "$TMP/out"
+    grep -q '^note: offload_optimizer device "cpu" .*stays in host memory' "$TMP/out" || return 1
+  # Megatron's flag means the same.
+  run 2 "${FLAGS[@]}" --train-iters 1 --zero-stage 1 --optimizer-cpu-offload \
+    --optimizer-offload-fraction 0.5 &&
+    grep -q '^note: offload_optimizer device "cpu" (--optimizer-cpu-offload)' "$TMP/out"
 }
 check "a DeepSpeed config's offload and aio blocks; device cpu is noted" deepspeed_json
 
