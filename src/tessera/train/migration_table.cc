@@ -34,7 +34,18 @@ const std::set<std::string>& tessera_own() {
                                             "--deepspeed",
                                             "--deepspeed_config",
                                             "--ds-sequence-parallel-size",
-                                            "--skip-nan-iterations"};
+                                            "--skip-nan-iterations",
+                                            "--offload-optimizer-nvme-path",
+                                            "--offload-buffer-count",
+                                            "--offload-pipeline",
+                                            "--offload-fast-init",
+                                            "--offload-sub-group-size",
+                                            "--offload-param-nvme-path",
+                                            "--offload-param-max-in-cpu",
+                                            "--aio-backend",
+                                            "--aio-block-size",
+                                            "--aio-queue-depth",
+                                            "--aio-intra-op-parallelism"};
   return own;
 }
 
