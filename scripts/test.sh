@@ -8,4 +8,6 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON >/dev/null
 cmake --build build -j"$(nproc)"
 # mpirun refuses to run as root unless told; CI runs as root.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-cd build && ctest --output-on-failure --timeout 600 "$@"
+# One test per core at a time: many tests spend much of their time waiting (process start-up,
+# mpirun, watchdog and signal timeouts), so two at once on two cores measured 18-39 % faster.
+cd build && ctest --output-on-failure --timeout 600 -j"$(nproc)" "$@"
