@@ -91,6 +91,7 @@ void NvmeStateStorage::finish(int s) {
   const io::AsyncIo::Ticket ticket = slot.pending;
   slot.pending = -1;
   slot.writing = false;
+  slot.writing_group = -1;
   io_.wait(ticket);
 }
 
@@ -115,27 +116,52 @@ void NvmeStateStorage::start_read(int s, int64_t group) {
     slot.pending = io_.read(file_, slot.buffer.data(), io_bytes_of(group), offset_of(group));
 }
 
+void NvmeStateStorage::prefetch() {
+  if (numel_ == 0) return;
+  const int64_t ahead = std::min<int64_t>(sub_groups_, static_cast<int64_t>(slots_.size()) - 1);
+  for (int64_t g = 0; g < ahead; ++g) {
+    if (slot_of(g) >= 0) continue;
+    // A read must not pass a write of the same sub-group still in flight; the slots keep a
+    // prefix of the sub-groups, so stop there.
+    bool written_now = false;
+    for (const Slot& slot : slots_) written_now |= slot.writing && slot.writing_group == g;
+    if (written_now) break;
+    const int free = free_slot(false);
+    if (free < 0) break;
+    start_read(free, g);
+  }
+}
+
+int NvmeStateStorage::slot_of(int64_t group) const {
+  for (size_t k = 0; k < slots_.size(); ++k)
+    if (slots_[k].group == group) return static_cast<int>(k);
+  return -1;
+}
+
 void NvmeStateStorage::for_each_window(optim::StateAccess access,
                                        const std::function<void(const Window&)>& fn) {
   if (numel_ == 0) return;
   // Writes of the last visit may still be in flight (pipeline_write): finish them, so a read
-  // of the same sub-group sees the new state.
-  for (size_t s = 0; s < slots_.size(); ++s) finish(static_cast<int>(s));
+  // of the same sub-group sees the new state. Reads started by prefetch() are kept.
+  for (size_t s = 0; s < slots_.size(); ++s)
+    if (slots_[s].writing) finish(static_cast<int>(s));
   try {
     int64_t next_read = 0;
     for (int64_t g = 0; g < sub_groups_; ++g) {
-      int s = -1;
-      for (size_t k = 0; k < slots_.size(); ++k)
-        if (slots_[k].group == g) s = static_cast<int>(k);
+      int s = slot_of(g);
       if (s < 0) {
         s = free_slot(true);
         TESSERA_CHECK(s >= 0);
         start_read(s, g);
-        next_read = g + 1;
       }
+      next_read = std::max(next_read, g + 1);
       if (options_.pipeline_read)
-        for (int f; next_read < sub_groups_ && (f = free_slot(true)) >= 0; ++next_read)
+        for (; next_read < sub_groups_; ++next_read) {
+          if (slot_of(next_read) >= 0) continue;  // read ahead already (prefetch())
+          const int f = free_slot(true);
+          if (f < 0) break;
           start_read(f, next_read);
+        }
       finish(s);
       Slot& slot = slots_[s];
       const Window w = window_of(slot);
@@ -144,6 +170,7 @@ void NvmeStateStorage::for_each_window(optim::StateAccess access,
       if (access == optim::StateAccess::kReadWrite) {
         slot.pending = io_.write(file_, slot.buffer.data(), io_bytes_of(g), offset_of(g));
         slot.writing = true;
+        slot.writing_group = g;
         written_[g] = true;
         if (!options_.pipeline_write) finish(s);
         if (kill_after_ >= 0 && g + 1 >= kill_after_) {

@@ -55,6 +55,12 @@ class NvmeStateStorage final : public optim::StateStorage {
   int64_t numel() const override { return numel_; }
   bool resident() const override { return false; }
 
+  // Starts reading the first sub-groups into the free buffers (all but one; none whose write
+  // is still in flight): called when the state will not change before the next visit (the
+  // trainer, before the forward pass), so the step finds them read while the model computed.
+  // Writes of the last visit go on meanwhile.
+  void prefetch();
+
   // Test hook: the process kills itself (SIGKILL) once `windows` windows of the next
   // read-write visit were written back, the rest not: a crash in the middle of a step.
   void kill_after_windows(int64_t windows) { kill_after_ = windows; }
@@ -76,6 +82,7 @@ class NvmeStateStorage final : public optim::StateStorage {
     int64_t group = -1;                // the sub-group it holds (or is reading), -1: none
     io::AsyncIo::Ticket pending = -1;  // an in-flight read or write on it
     bool writing = false;
+    int64_t writing_group = -1;  // the sub-group its in-flight write holds
   };
   int64_t length_of(int64_t group) const;  // elements of sub-group `group`
   int64_t padded_of(int64_t group) const;  // its per-array stride in the slot, aligned
@@ -86,6 +93,7 @@ class NvmeStateStorage final : public optim::StateStorage {
   // every slot holds a sub-group still to be visited (reads ahead).
   int free_slot(bool may_wait);
   void start_read(int slot, int64_t group);
+  int slot_of(int64_t group) const;  // the slot holding (or reading) `group`, or -1
   void finish(int slot);  // waits for the slot's request, if any
 
   SwapDirectory& dir_;

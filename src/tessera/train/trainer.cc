@@ -164,6 +164,9 @@ void Trainer::sync_tied_embedding() {
 }
 
 Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
+  // The optimizer state does not change before this step's update: its first sub-groups are
+  // read while the model computes.
+  if (optimizer_nvme_) optimizer_nvme_->prefetch();
   const int64_t mbs = args_.micro_batch_size, T = args_.model.seq_length;
   current_batch_ = batches_.at(consumed_samples_);
   const int64_t num_micro = current_batch_ / (mbs * data_size_);
