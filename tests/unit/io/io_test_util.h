@@ -16,31 +16,15 @@
 #include <system_error>
 #include <vector>
 
+#include "testing/temp_dir.h"
+
 namespace tessera::io::testing {
 
-// A fresh directory under the current directory, removed with its contents by the destructor.
-class ScratchDir {
+// A fresh directory under the current directory (the build tree: a real disk, not tmpfs),
+// removed with its contents by the destructor.
+class ScratchDir : public tessera::testing::TempDir {
  public:
-  ScratchDir() {
-    std::string tmpl = (std::filesystem::current_path() / "io-test-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) {
-      ADD_FAILURE() << "mkdtemp failed for " << tmpl;
-      return;
-    }
-    path_ = tmpl;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
+  ScratchDir() : TempDir(std::filesystem::current_path().string(), "io-test") {}
 };
 
 // Reproducible random bytes.

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <random>
 
+#include "io/io_test_util.h"
 #include "tessera/core/error.h"
 #include "tessera/model/gpt_model.h"
 #include "tessera/optim/optimizer.h"
@@ -23,17 +24,7 @@
 namespace tessera::offload {
 namespace {
 namespace fs = std::filesystem;
-
-// A fresh directory under the working directory, removed at the end.
-struct ScratchDir {
-  std::string path;
-  ScratchDir() {
-    path = (fs::current_path() / ("offload-test." + std::to_string(::getpid()))).string();
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~ScratchDir() { fs::remove_all(path); }
-};
+using io::testing::ScratchDir;
 
 // The value array k of element i starts from.
 float initial(int k, int64_t i) { return static_cast<float>(k * 1000003 + i) * 0.25f; }
@@ -50,7 +41,7 @@ class NvmeStateStorageTest : public ::testing::TestWithParam<Case> {};
 TEST_P(NvmeStateStorageTest, VisitsEqualAVectorInMemory) {
   const Case c = GetParam();
   ScratchDir scratch;
-  SwapDirectory dir(scratch.path, "test", "nvme_path");
+  SwapDirectory dir(scratch.path(), "test", "nvme_path");
   SwapIo io(io::AioConfig{4096 * 4, 3, 2, false, true}, c.backend);
   NvmeStateOptions o{c.sub_group, c.buffers, c.pipeline_read, c.pipeline_write, c.fast_init};
   NvmeStateStorage storage(dir, io, "state.swp", o);
@@ -132,7 +123,7 @@ void expect_same_steps(DType dtype, const std::string& kind) {
   const optim::Optimizer::Ranges owned = {{5, n / 3}, {n / 2 + 7, n - 3}};
   optim::OptimizerOptions options{kind, 0.9, 0.95, 1e-8, 0.9, 0.1};
   optim::Optimizer in_memory(a.params(), options, owned);
-  SwapDirectory dir(scratch.path, "opt", "nvme_path");
+  SwapDirectory dir(scratch.path(), "opt", "nvme_path");
   SwapIo io(io::AioConfig{}, io::IoBackend::kAuto);
   optim::Optimizer on_nvme(b.params(), options, owned,
                            std::make_unique<NvmeStateStorage>(
@@ -164,7 +155,7 @@ TEST(NvmeOptimizer, SgdBf16EqualsInMemoryBitwise) { expect_same_steps(DType::kBF
 
 TEST(NvmeStateStorage, AnIoErrorNamesTheFileAndLeavesTheStorageUsable) {
   ScratchDir scratch;
-  SwapDirectory dir(scratch.path, "err", "nvme_path");
+  SwapDirectory dir(scratch.path(), "err", "nvme_path");
   SwapIo io(io::AioConfig{}, io::IoBackend::kThreads);
   NvmeStateStorage storage(dir, io, "state.swp", NvmeStateOptions{1024, 2, true, true, false});
   storage.initialize(5000, 2, [](const optim::StateStorage::Window& w) {
@@ -193,29 +184,29 @@ TEST(SwapDirectory, RemovedAtExitAndADeadRunsRemovedByTheNext) {
   ScratchDir scratch;
   std::string mine;
   {
-    SwapDirectory dir(scratch.path, "a", "nvme_path");
+    SwapDirectory dir(scratch.path(), "a", "nvme_path");
     mine = dir.path();
     EXPECT_TRUE(fs::is_directory(mine));
     // A live run's directory survives another run's scan.
-    EXPECT_EQ(SwapDirectory::remove_stale(scratch.path), 0);
+    EXPECT_EQ(SwapDirectory::remove_stale(scratch.path()), 0);
     EXPECT_TRUE(fs::is_directory(mine));
   }
   EXPECT_FALSE(fs::exists(mine));
   // A child makes its directory and dies without cleaning up (as a killed run).
   const pid_t child = fork();
   if (child == 0) {
-    SwapDirectory dir(scratch.path, "dead", "nvme_path");
+    SwapDirectory dir(scratch.path(), "dead", "nvme_path");
     std::ofstream(dir.file("x.swp")) << "state";
     _exit(0);  // no destructors
   }
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   int leftovers = 0;
-  for (const auto& e : fs::directory_iterator(scratch.path)) leftovers += e.is_directory();
+  for (const auto& e : fs::directory_iterator(scratch.path())) leftovers += e.is_directory();
   ASSERT_EQ(leftovers, 1);
-  SwapDirectory next(scratch.path, "b", "nvme_path");
+  SwapDirectory next(scratch.path(), "b", "nvme_path");
   int left = 0;
-  for (const auto& e : fs::directory_iterator(scratch.path)) left += e.is_directory();
+  for (const auto& e : fs::directory_iterator(scratch.path())) left += e.is_directory();
   EXPECT_EQ(left, 1);  // only `next`
   EXPECT_TRUE(fs::is_directory(next.path()));
 }
@@ -223,15 +214,15 @@ TEST(SwapDirectory, RemovedAtExitAndADeadRunsRemovedByTheNext) {
 TEST(SwapDirectory, BadPathsAreOneLineNamingTheSetting) {
   ScratchDir scratch;
   try {
-    SwapDirectory dir(scratch.path + "/missing", "a", "offload_optimizer.nvme_path");
+    SwapDirectory dir(scratch.path() + "/missing", "a", "offload_optimizer.nvme_path");
     ADD_FAILURE();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("offload_optimizer.nvme_path \"" + scratch.path +
+    EXPECT_NE(std::string(e.what()).find("offload_optimizer.nvme_path \"" + scratch.path() +
                                          "/missing\" does not exist"),
               std::string::npos)
         << e.what();
   }
-  SwapDirectory dir(scratch.path, "a", "nvme_path");
+  SwapDirectory dir(scratch.path(), "a", "nvme_path");
   EXPECT_THROW(dir.check_space(int64_t{1} << 62, "the swap files"), Error);
   EXPECT_NO_THROW(dir.check_space(4096, "the swap files"));
 }

@@ -1,5 +1,7 @@
-// A fresh directory under $TMPDIR (default /tmp) for tests that write files; removed with
-// everything in it when the object goes out of scope.
+// A fresh directory under $TMPDIR (default /tmp), or under `base`, for tests that write files;
+// removed with everything in it when the object goes out of scope. Tests of direct I/O pass the
+// working directory (the build tree, on the repository's disk): tmpfs accepts unaligned
+// O_DIRECT and would hide alignment errors.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -15,10 +17,10 @@ namespace tessera::testing {
 
 class TempDir {
  public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl =
-        std::string(base != nullptr && *base ? base : "/tmp") + "/tessera-test-XXXXXX";
+  explicit TempDir(std::string base = "", const std::string& prefix = "tessera-test") {
+    const char* env = std::getenv("TMPDIR");
+    if (base.empty()) base = env != nullptr && *env ? env : "/tmp";
+    std::string tmpl = base + "/" + prefix + "-XXXXXX";
     char* made = ::mkdtemp(tmpl.data());
     if (made == nullptr) {
       ADD_FAILURE() << "mkdtemp failed for " << tmpl;
