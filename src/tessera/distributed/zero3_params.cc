@@ -21,7 +21,7 @@ bool persistent_unit(int64_t elems, int parts, int64_t persistence_threshold, bo
 Zero3Params::Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::ProcessGroup> dp,
                          std::vector<FlatRange> units, const ShardingPlan& plan,
                          std::shared_ptr<comm::ProcessGroup> expert_dp, std::vector<bool> expert,
-                         offload::ParamSwap* swap)
+                         PartSwap* swap)
     : params_(params),
       dp_(std::move(dp)),
       expert_dp_(std::move(expert_dp)),
@@ -56,7 +56,7 @@ Zero3Params::Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::Proc
                 " persistent + " + std::to_string(largest) + " of the largest unit");
   if (swap_) {
     // The initial owned parts go to disk first (drop() only releases a part read back).
-    std::vector<offload::ParamSwap::Range> parts(n, {0, 0});
+    std::vector<PartSwap::Range> parts(n, {0, 0});
     for (size_t u = 0; u < n; ++u) {
       const FlatRange mine = owned_part(static_cast<int>(u));
       if (!persistent_[u]) parts[u] = {mine.begin, mine.end};

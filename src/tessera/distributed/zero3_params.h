@@ -16,13 +16,14 @@
 // (stage3_param_persistence_threshold) stay whole: they are gathered once after each optimizer
 // step (after_step()) instead of around every use. The three sizes come from the ShardingPlan.
 //
-// Parameter offload (ZeRO-Infinity's offload_param, offload/param_swap.h): with a ParamSwap the
-// owned parts of the sharded units live on NVMe between uses. A unit's owned part is read back
-// before its gather (its read started ahead along the pass, as far as the swap's buffers allow,
-// so that it overlaps the compute of the units before it), and dropped with the rest of the
-// unit after use (the file still holds it). The optimizer step writes every owned part into the
-// buffer; after_step() writes them out and gives their pages back. Units are then persistent by
-// the threshold only, so a run at DP 1 (where each unit's part is the whole unit) offloads too.
+// Parameter offload (ZeRO-Infinity's offload_param): with a PartSwap (part_swap.h; on NVMe,
+// offload/param_swap.h) the owned parts of the sharded units live outside memory between uses.
+// A unit's owned part is read back before its gather (its read started ahead along the pass, as
+// far as the swap's buffers allow, so that it overlaps the compute of the units before it), and
+// dropped with the rest of the unit after use (the store still holds it). The optimizer step
+// writes every owned part into the buffer; after_step() writes them out and gives their pages
+// back. Units are then persistent by the threshold only, so a run at DP 1 (where each unit's part
+// is the whole unit) offloads too.
 #pragma once
 
 #include <memory>
@@ -30,9 +31,9 @@
 
 #include "tessera/comm/process_group.h"
 #include "tessera/distributed/data_parallel_grads.h"
+#include "tessera/distributed/part_swap.h"
 #include "tessera/distributed/sharding_plan.h"
 #include "tessera/model/param_access.h"
-#include "tessera/offload/param_swap.h"
 
 namespace tessera::distributed {
 
@@ -51,7 +52,7 @@ class Zero3Params : public model::ParamAccess {
   Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::ProcessGroup> dp,
               std::vector<FlatRange> units, const ShardingPlan& plan,
               std::shared_ptr<comm::ProcessGroup> expert_dp = nullptr,
-              std::vector<bool> expert = {}, offload::ParamSwap* swap = nullptr);
+              std::vector<bool> expert = {}, PartSwap* swap = nullptr);
   ~Zero3Params() override;
 
   void begin_pass(const std::vector<int>& order) override;
@@ -97,7 +98,7 @@ class Zero3Params : public model::ParamAccess {
   // one the unit is whole at once).
   void start_gather(int unit);
   void wait_gather(int unit);
-  // Drops the unowned parts of unit u (and, with offload, its owned part: it is on disk).
+  // Drops the unowned parts of unit u (and, with offload, its owned part: the store has it).
   void drop(int unit);
   // Offload: starts reading the owned parts of the pass's next dropped units, in order, while
   // the swap has free buffers.
@@ -121,7 +122,7 @@ class Zero3Params : public model::ParamAccess {
   int64_t prefetch_elems_, max_live_elems_;
   std::vector<int> order_;    // the units the current pass acquires, in order (a copy)
   size_t next_in_order_ = 0;  // the index in order_ of the next one
-  offload::ParamSwap* swap_;  // parameter offload, or nullptr
+  PartSwap* swap_;            // parameter offload, or nullptr
 };
 
 }  // namespace tessera::distributed

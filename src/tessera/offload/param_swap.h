@@ -2,7 +2,9 @@
 // parts of the flat parameter buffer this rank owns (its part of every sharded model unit,
 // distributed/zero3_params.h) live in one swap file between uses; a part is read back just
 // before its unit is gathered and given back (its pages released) after, and written out once
-// per step, after the optimizer updated it. Values move in the compute dtype, bit for bit.
+// per step, after the optimizer updated it. Values move in the compute dtype, bit for bit. The
+// contract of the calls is distributed::PartSwap's (distributed/part_swap.h); below, what the
+// NVMe store adds to it.
 //
 // Which parts are swapped: every part handed to initialize(), except the longest run of them in
 // flat order that fits in `max_in_cpu` elements (DeepSpeed's offload_param.max_in_cpu): those
@@ -32,6 +34,7 @@
 #include <vector>
 
 #include "tessera/core/tensor.h"
+#include "tessera/distributed/part_swap.h"
 #include "tessera/io/aligned_buffer.h"
 #include "tessera/io/direct_file.h"
 #include "tessera/offload/swap_directory.h"
@@ -45,42 +48,35 @@ struct ParamSwapOptions {
   int64_t max_in_cpu = 1'000'000'000;  // elements of parts kept in memory, >= 0
 };
 
-class ParamSwap {
+class ParamSwap final : public distributed::PartSwap {
  public:
-  // [begin, end) elements of the flat buffer; an empty range: nothing of that unit is swapped.
-  using Range = std::pair<int64_t, int64_t>;
-
   // The swap file is `name` in `dir`; `io` is the rank's engine. Both must outlive the swap.
   ParamSwap(SwapDirectory& dir, SwapIo& io, const std::string& name,
             const ParamSwapOptions& options);
   // Waits for requests still in flight (their errors are dropped: the run is ending).
-  ~ParamSwap();
+  ~ParamSwap() override;
   ParamSwap(const ParamSwap&) = delete;
   ParamSwap& operator=(const ParamSwap&) = delete;
 
-  // Once, before anything else: `values` is the flat parameter buffer (kept by reference; it
-  // must outlive the swap and never move), `parts[u]` unit u's owned part (disjoint ranges).
-  // Chooses the parts kept in memory, checks the free space and creates the swap file; writes
-  // nothing (write_out_all() does). tessera::Error when the file system lacks the space.
-  void initialize(Tensor& values, std::vector<Range> parts);
-
-  // Whether unit u's part is swapped (false for empty parts and those kept by max_in_cpu).
-  bool swapped(int unit) const { return unit_part_[unit] >= 0; }
-  // Starts reading unit u's part (piece by piece, into free buffers) if it is swapped and not in
-  // memory nor on its way. Returns false when a piece could not start for want of a free buffer
-  // (a caller reading ahead stops there), true otherwise.
-  bool start_read(int unit);
-  // Returns once unit u's part is in its place in the flat buffer (at once when it is not
-  // swapped or already there), reading what start_read() did not start. Blocks on the I/O.
-  void wait_read(int unit);
-  // Unit u's part is no longer needed in memory: its pages are given back (it reads as zeros).
-  // The file holds its values already: nothing is written. No-op unless swapped and in memory.
-  void release(int unit);
-  // Waits for every read in flight and forgets what it read (before the parts change).
-  void cancel_reads();
-  // After the optimizer wrote every swapped part into the flat buffer: writes them all out,
-  // releasing each part's pages once copied, and waits for the writes. Cancels reads first.
-  void write_out_all();
+  // Chooses the parts kept in memory (max_in_cpu), checks the free space and creates the swap
+  // file; writes nothing (write_out_all() does). tessera::Error when the file system lacks the
+  // space.
+  void initialize(Tensor& values, std::vector<Range> parts) override;
+  // False for empty parts and those kept by max_in_cpu.
+  bool swapped(int unit) const override { return unit_part_[unit] >= 0; }
+  // Starts the reads of the part's pieces not yet on their way, into free buffers; false when a
+  // piece found no free buffer.
+  bool start_read(int unit) override;
+  // Reads what start_read() did not start (cancelling the latest read ahead if every buffer
+  // holds one), copying each piece into place as it arrives. Blocks on the I/O.
+  void wait_read(int unit) override;
+  // Gives the part's pages back (it reads as zeros); writes nothing.
+  void release(int unit) override;
+  // Waits for every read in flight and forgets what it read.
+  void cancel_reads() override;
+  // Writes every swapped part out through the buffers, releasing each part's pages once it is
+  // copied, and waits for the writes. Cancels reads first.
+  void write_out_all() override;
 
   // Figures for the log: the swap file's bytes, the buffers' bytes, the units swapped and their
   // elements, and the elements of parts kept in memory (max_in_cpu).
