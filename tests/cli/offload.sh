@@ -1,8 +1,9 @@
 #!/bin/bash
 # ZeRO-Offload / ZeRO-Infinity (docs/offload.md): optimizer state (ZeRO 1-3) and parameters
-# (ZeRO 3) in swap files, bitwise equal to the same run in memory; exact resume; a checkpoint of
-# an offloaded run loaded without offload under another layout; swap files removed at exit and
-# after a crash; bad settings one line and exit 2 on every rank; a full disk refused up front.
+# (ZeRO 3, DP 1 and 2, with TP) in swap files, bitwise equal to the same run in memory; exact
+# resume (with and without parameter offload); a checkpoint of an offloaded run loaded without
+# offload under another layout; swap files removed at exit and after a crash; bad settings one
+# line and exit 2 on every rank; a full disk refused up front.
 # The swap directory is under the build tree (the repository's file system): tmpfs accepts
 # unaligned direct I/O and would hide alignment bugs.
 # Usage: offload.sh BUILD_BIN_DIR
@@ -50,8 +51,14 @@ train() {
 # many points, a sub-group straddles parameters, the last one is short.
 OPT=(--offload-optimizer-nvme-path "$NVME" --offload-sub-group-size 1000)
 
+# Parameters (ZeRO 3) all on NVMe: gpt2-tiny is far below the default max_in_cpu of 1e9.
+PARAM=(--offload-param-nvme-path "$NVME" --offload-param-max-in-cpu 0)
+# ZeRO 3 with every unit sharded (gpt2-tiny's are below the default persistence threshold).
+Z3=(--zero-stage 3 --stage3-param-persistence-threshold 0)
+
 # equal NAME NP BACKEND OFFLOAD-FLAGS -- LAYOUT-FLAGS: the offloaded run equals the in-memory
-# one; it moved bytes through the swap files, reported them, and left no swap file behind.
+# one; it moved bytes through the swap files, reported them (each offload its line; parameters:
+# some units swapped), and left no swap file behind.
 equal() {
   local name="$1" np="$2" backend="$3"
   shift 3
@@ -62,8 +69,14 @@ equal() {
   train "$name.nvme" "$np" --train-iters 3 "$@" "${offload[@]}" --aio-backend "$backend" ||
     return 1
   same_run "$name.mem" "$name.nvme" || return 1
-  grep -q "^> offload: optimizer state on NVMe under $NVME" "$TMP/out" &&
-    grep -q " io: [0-9.]* GB read, [0-9.]* GB written, .* hidden |" "$TMP/out" &&
+  case " ${offload[*]} " in *" --offload-optimizer-nvme-path "*)
+    grep -q "^> offload: optimizer state on NVMe under $NVME" "$TMP/out" || return 1 ;;
+  esac
+  case " ${offload[*]} " in *" --offload-param-nvme-path "*)
+    grep -q "^> offload: parameters on NVMe under $NVME: .*this rank: [1-9][0-9]* units swapped" \
+      "$TMP/out" || return 1 ;;
+  esac
+  grep -q " io: [0-9.]* GB read, [0-9.]* GB written, .* hidden |" "$TMP/out" &&
     [ "$(fields "$TMP/$name.nvme.jsonl" io_write_bytes | tail -1)" -gt 0 ] &&
     [ "$(fields "$TMP/$name.nvme.jsonl" io_read_bytes | tail -1)" -gt 0 ] &&
     [ -z "$(ls -A "$NVME")" ]
@@ -78,6 +91,33 @@ check "ZeRO 2, DP 1, bf16, io_uring, pipelined, fast init" \
   --zero-stage 2 --bf16
 check "ZeRO 2, DP 2, fp32, threads" \
   equal z2dp2 2 threads "${OPT[@]}" --offload-buffer-count 3 -- --zero-stage 2
+check "ZeRO 3, DP 2, bf16, io_uring: optimizer state and parameters offloaded" \
+  equal z3dp2 2 io_uring "${OPT[@]}" "${PARAM[@]}" -- "${Z3[@]}" --bf16
+check "ZeRO 3, TP 2 x DP 2, fp32, threads: optimizer state and parameters offloaded" \
+  equal z3tp2dp2 4 threads "${OPT[@]}" "${PARAM[@]}" -- "${Z3[@]}" --tensor-model-parallel-size 2
+# DP 1: each unit's part is the whole unit; the embeddings stay in memory (max_in_cpu), the
+# layers are swapped through two buffers of 3000 elements (keys of a DeepSpeed config, against
+# the same config without offload_param).
+dp1_params() {
+  local zero='"stage": 3, "stage3_param_persistence_threshold": 0'
+  echo "{\"train_batch_size\": 2, \"zero_optimization\": {$zero}}" >"$TMP/mem.json"
+  cat >"$TMP/param.json" <<JSON
+{"train_batch_size": 2, "zero_optimization": {$zero,
+  "offload_param": {"device": "nvme", "nvme_path": "$NVME", "buffer_count": 2,
+                    "buffer_size": 3000, "max_in_cpu": $1}}}
+JSON
+  train z3dp1.mem 1 --train-iters 3 --deepspeed --deepspeed_config "$TMP/mem.json" || return 1
+  train z3dp1.nvme 1 --train-iters 3 --deepspeed --deepspeed_config "$TMP/param.json" ||
+    return 1
+  same_run z3dp1.mem z3dp1.nvme &&
+    grep -q "^> offload: parameters on NVMe .*, $1 elements resident (max_in_cpu $1), 2 buffers" \
+      "$TMP/out" &&
+    [ "$(fields "$TMP/z3dp1.nvme.jsonl" io_read_bytes | tail -1)" -gt 0 ] &&
+    [ -z "$(ls -A "$NVME")" ]
+}
+# gpt2-tiny's embeddings: (vocab 257 padded to 384 + 128 positions) x hidden 64.
+check "ZeRO 3, DP 1, fp32, a DeepSpeed config: embeddings kept by max_in_cpu, layers swapped" \
+  dp1_params 32768
 
 # Exact resume: an offloaded run saves at iteration 4 and goes on to 8; a new job loads
 # iteration 4 and continues, bitwise as the first; the same checkpoint loads without offload in
@@ -109,6 +149,21 @@ assert abs(other[0]["lm_loss"] - full[5]["lm_loss"]) <= 1e-5 * full[5]["lm_loss"
 PY
 }
 check "exact resume of an offloaded run; its checkpoint loads in memory at DP 1" resume
+
+# The same with the parameters on NVMe too (ZeRO 3): save at 2, load, continue bitwise.
+resume_params() {
+  local ds=("${OPT[@]}" "${PARAM[@]}" "${Z3[@]}" --bf16)
+  train z3full 2 --train-iters 4 --save "$TMP/z3ckpt" --save-interval 2 "${ds[@]}" || return 1
+  rm -rf "$TMP/z3ckpt/iter_0000004"
+  echo 2 >"$TMP/z3ckpt/latest_checkpointed_iteration.txt"
+  train z3resumed 2 --train-iters 4 --load "$TMP/z3ckpt" "${ds[@]}" || return 1
+  for key in lm_loss grad_norm; do
+    diff <(fields "$TMP/z3full.jsonl" $key | tail -2) <(fields "$TMP/z3resumed.jsonl" $key) >&2 ||
+      return 1
+  done
+  cmp "$TMP/z3full.safetensors" "$TMP/z3resumed.safetensors" >&2
+}
+check "exact resume of a run with its parameters offloaded (ZeRO 3)" resume_params
 
 # A run killed during its optimizer step (the swap files half updated) leaves its swap
 # directory behind; the next run removes it, resumes from the last checkpoint and continues

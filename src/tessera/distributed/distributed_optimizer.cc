@@ -151,6 +151,8 @@ StepResult DistributedOptimizer::step(int64_t iteration, double loss_sum, double
 }
 
 void DistributedOptimizer::refresh_values() {
+  // As around a step: nothing gathered or read ahead survives the new values.
+  if (zero3_) zero3_->quiesce();
   optimizer_->refresh_compute_values();
   // Every rank's parameters whole again, as after a step (ZeRO 1-2 gather, ZeRO 3 re-gathers
   // its persistent units).

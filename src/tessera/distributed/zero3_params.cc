@@ -10,23 +10,25 @@ namespace tessera::distributed {
 namespace {
 
 // Whether a unit of `elems` elements sharded `parts` ways stays whole between uses: in one part
-// there is nothing to shard, and below the threshold a gather per use costs more than the memory
-// it saves.
-bool persistent_unit(int64_t elems, int parts, int64_t persistence_threshold) {
-  return parts == 1 || elems < persistence_threshold;
+// there is nothing to shard (unless it is offloaded: then the part, the whole unit, goes to
+// disk), and below the threshold a gather per use costs more than the memory it saves.
+bool persistent_unit(int64_t elems, int parts, int64_t persistence_threshold, bool offload) {
+  return (parts == 1 && !offload) || elems < persistence_threshold;
 }
 
 }  // namespace
 
 Zero3Params::Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::ProcessGroup> dp,
                          std::vector<FlatRange> units, const ShardingPlan& plan,
-                         std::shared_ptr<comm::ProcessGroup> expert_dp, std::vector<bool> expert)
+                         std::shared_ptr<comm::ProcessGroup> expert_dp, std::vector<bool> expert,
+                         PartSwap* swap)
     : params_(params),
       dp_(std::move(dp)),
       expert_dp_(std::move(expert_dp)),
       units_(std::move(units)),
       prefetch_elems_(plan.prefetch_elems),
-      max_live_elems_(plan.max_live_elems) {
+      max_live_elems_(plan.max_live_elems),
+      swap_(swap) {
   const int64_t persistence_threshold = plan.persistence_threshold;
   const size_t n = units_.size();
   persistent_.resize(n);
@@ -40,7 +42,8 @@ Zero3Params::Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::Proc
   for (size_t u = 0; u < n; ++u) {
     const int parts = size_of(static_cast<int>(u));
     TESSERA_CHECK(units_[u].size() % parts == 0);
-    persistent_[u] = persistent_unit(units_[u].size(), parts, persistence_threshold);
+    persistent_[u] =
+        persistent_unit(units_[u].size(), parts, persistence_threshold, swap_ != nullptr);
     if (persistent_[u])
       persistent_elems += units_[u].size();
     else
@@ -51,6 +54,16 @@ Zero3Params::Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::Proc
     throw Error("--stage3-max-live-parameters " + std::to_string(max_live_elems_) +
                 " is below what one step needs live: " + std::to_string(persistent_elems) +
                 " persistent + " + std::to_string(largest) + " of the largest unit");
+  if (swap_) {
+    // The initial owned parts go to disk first (drop() only releases a part read back).
+    std::vector<PartSwap::Range> parts(n, {0, 0});
+    for (size_t u = 0; u < n; ++u) {
+      const FlatRange mine = owned_part(static_cast<int>(u));
+      if (!persistent_[u]) parts[u] = {mine.begin, mine.end};
+    }
+    swap_->initialize(params_.flat_values(), std::move(parts));
+    swap_->write_out_all();
+  }
   for (size_t u = 0; u < n; ++u)
     if (!persistent_[u]) drop(static_cast<int>(u));
 }
@@ -63,7 +76,7 @@ std::vector<std::pair<int64_t, int64_t>> Zero3Params::resident_ranges(
     const auto [b, e] = units[u];
     const bool over_edp = !expert.empty() && expert[u];
     const int parts = over_edp ? edp_size : dp_size, part = over_edp ? edp_rank : dp_rank;
-    if (persistent_unit(e - b, parts, persistence_threshold)) {
+    if (persistent_unit(e - b, parts, persistence_threshold, false)) {
       out.push_back({b, e});
     } else {
       const FlatRange mine = part_of({b, e}, parts, part);
@@ -85,6 +98,11 @@ int64_t Zero3Params::live_elems() const {
 }
 
 void Zero3Params::start_gather(int u) {
+  if (swap_) swap_->wait_read(u);
+  if (size_of(u) == 1) {  // the owned part is the whole unit
+    state_[u] = State::kWhole;
+    return;
+  }
   const FlatRange mine = owned_part(u);
   Tensor& values = params_.flat_values();
   // The input may not alias the output: send a copy of the owned part.
@@ -108,12 +126,20 @@ void Zero3Params::drop(int u) {
   auto* base = static_cast<uint8_t*>(values.raw());
   release_pages(base + unit.begin * elem, (mine.begin - unit.begin) * elem);
   release_pages(base + mine.end * elem, (unit.end - mine.end) * elem);
+  if (swap_) swap_->release(u);
   state_[u] = State::kDropped;
 }
 
 void Zero3Params::begin_pass(const std::vector<int>& order) {
   order_ = order;  // into the previous pass's storage: no allocation once it is large enough
   next_in_order_ = 0;
+  read_ahead();
+}
+
+void Zero3Params::read_ahead() {
+  if (!swap_) return;
+  for (size_t i = next_in_order_; i < order_.size(); ++i)
+    if (state_[order_[i]] == State::kDropped && !swap_->start_read(order_[i])) return;
 }
 
 bool Zero3Params::prefetched(int u) const {
@@ -158,6 +184,9 @@ void Zero3Params::acquire(int u) {
   // earlier layers) prefetches nothing.
   if (next_in_order_ >= order_.size() || u != order_[next_in_order_]) return;
   ++next_in_order_;
+  // Offload: the reads of the next units' owned parts first, so that the gathers below wait
+  // for reads started units ago, not now.
+  read_ahead();
   // DeepSpeed's stage3_prefetch_bucket_size: gather the pass's next units ahead, in order, while
   // the prefetched-but-unused elements fit the bucket and everything live fits the limit.
   int64_t prefetched = prefetched_elems(), live = live_elems();
@@ -170,6 +199,8 @@ void Zero3Params::acquire(int u) {
     prefetched += size;
     live += size;
   }
+  // The buffers those gathers' reads freed go to the units after them.
+  read_ahead();
 }
 
 void Zero3Params::release(int u) {
@@ -183,9 +214,11 @@ void Zero3Params::quiesce() {
     if (state_[u] == State::kGathering) wait_gather(static_cast<int>(u));
     if (state_[u] == State::kWhole && uses_[u] == 0 && !persistent_[u]) drop(static_cast<int>(u));
   }
+  if (swap_) swap_->cancel_reads();
 }
 
 void Zero3Params::after_step() {
+  if (swap_) swap_->write_out_all();
   // Units sharded over a group of one are whole already.
   const auto regather = [&](size_t u) {
     return persistent_[u] && size_of(static_cast<int>(u)) > 1;

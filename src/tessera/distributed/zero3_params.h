@@ -15,6 +15,15 @@
 // (tessera:: Error). Units smaller than `persistence_threshold` elements
 // (stage3_param_persistence_threshold) stay whole: they are gathered once after each optimizer
 // step (after_step()) instead of around every use. The three sizes come from the ShardingPlan.
+//
+// Parameter offload (ZeRO-Infinity's offload_param): with a PartSwap (part_swap.h; on NVMe,
+// offload/param_swap.h) the owned parts of the sharded units live outside memory between uses.
+// A unit's owned part is read back before its gather (its read started ahead along the pass, as
+// far as the swap's buffers allow, so that it overlaps the compute of the units before it), and
+// dropped with the rest of the unit after use (the store still holds it). The optimizer step
+// writes every owned part into the buffer; after_step() writes them out and gives their pages
+// back. Units are then persistent by the threshold only, so a run at DP 1 (where each unit's part
+// is the whole unit) offloads too.
 #pragma once
 
 #include <memory>
@@ -22,6 +31,7 @@
 
 #include "tessera/comm/process_group.h"
 #include "tessera/distributed/data_parallel_grads.h"
+#include "tessera/distributed/part_swap.h"
 #include "tessera/distributed/sharding_plan.h"
 #include "tessera/model/param_access.h"
 
@@ -37,23 +47,30 @@ class Zero3Params : public model::ParamAccess {
   // group (`expert_dp`, collective over it too) rather than the data-parallel one: sharded,
   // gathered and kept persistent over that group, as DataParallelGrads shards their gradients
   // and optimizer state.
+  // `swap` (nullptr: none; it must outlive this, initialised here): parameter offload. The owned
+  // parts of the non-persistent units are handed to it, written out and released at once.
   Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::ProcessGroup> dp,
               std::vector<FlatRange> units, const ShardingPlan& plan,
               std::shared_ptr<comm::ProcessGroup> expert_dp = nullptr,
-              std::vector<bool> expert = {});
+              std::vector<bool> expert = {}, PartSwap* swap = nullptr);
   ~Zero3Params() override;
 
   void begin_pass(const std::vector<int>& order) override;
   void acquire(int unit) override;
   void release(int unit) override;
   // Before the optimizer writes the owned parts: waits for any gather still in flight and drops
-  // every unit nobody holds, so no stale copy of an unowned part survives the step.
+  // every unit nobody holds, so no stale copy of an unowned part survives the step; with
+  // offload, cancels the parameter reads ahead (they would bring back the old values).
   void quiesce();
-  // After the optimizer updated the owned parts: re-gathers the persistent units. Collective.
+  // After the optimizer updated the owned parts (every one of them: a step, or the values of
+  // loaded master weights), with quiesce() before: with offload, writes the swapped parts out
+  // and releases them; then re-gathers the persistent units. Collective.
   void after_step();
 
   // What rank dp_rank of dp_size keeps resident between uses: the whole of every unit smaller
-  // than `persistence_threshold` (or every unit at DP 1), part dp_rank of the others; for the
+  // than `persistence_threshold` (or every unit at DP 1, where part 0 is the whole unit too:
+  // the same ranges with parameter offload, whose owned parts go to disk later), part dp_rank of
+  // the others; for the
   // units flagged in `expert` (empty: none) the same over the expert-DP group (edp_size,
   // edp_rank). For building the model with only these initialised (GPTModel's `resident`).
   static std::vector<std::pair<int64_t, int64_t>> resident_ranges(
@@ -63,7 +80,8 @@ class Zero3Params : public model::ParamAccess {
 
   // Elements of the units gathered right now (persistent ones included).
   int64_t live_elems() const;
-  // Elements of unit u this rank keeps between uses: all of a persistent unit, else its part.
+  // Elements of unit u this rank keeps between uses: all of a persistent unit, else its part
+  // (in memory, or with parameter offload possibly on disk).
   int64_t kept_elems(int unit) const {
     return persistent_[unit] ? units_[unit].size() : owned_part(unit).size();
   }
@@ -76,9 +94,15 @@ class Zero3Params : public model::ParamAccess {
   // Drops prefetched units (those of another pass first, then this pass's from its far end)
   // until `elems` more fit the live limit.
   void make_room(int64_t elems);
+  // Starts gathering unit u (its owned part read back first, with offload; over a group of
+  // one the unit is whole at once).
   void start_gather(int unit);
   void wait_gather(int unit);
+  // Drops the unowned parts of unit u (and, with offload, its owned part: the store has it).
   void drop(int unit);
+  // Offload: starts reading the owned parts of the pass's next dropped units, in order, while
+  // the swap has free buffers.
+  void read_ahead();
   // The group unit u is sharded over (nullptr: one rank), and its size and rank.
   comm::ProcessGroup* group_of(int unit) const { return (expert_[unit] ? expert_dp_ : dp_).get(); }
   int size_of(int unit) const { return group_of(unit) ? group_of(unit)->size() : 1; }
@@ -98,6 +122,7 @@ class Zero3Params : public model::ParamAccess {
   int64_t prefetch_elems_, max_live_elems_;
   std::vector<int> order_;    // the units the current pass acquires, in order (a copy)
   size_t next_in_order_ = 0;  // the index in order_ of the next one
+  PartSwap* swap_;            // parameter offload, or nullptr
 };
 
 }  // namespace tessera::distributed

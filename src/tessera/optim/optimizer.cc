@@ -26,7 +26,7 @@ Optimizer::Optimizer(model::ParameterSet& params, const OptimizerOptions& option
     runs_.push_back({&p, b, e});
     run_packed_.push_back(packed_start[k] + (b - owned_[k].first));
   });
-  separate_master_ = params.compute_dtype() != DType::kF32;
+  separate_master_ = options_.separate_master || params.compute_dtype() != DType::kF32;
   const int arrays = (separate_master_ ? 1 : 0) + (options_.kind == "sgd" ? 1 : 2);
   // The initial state: the master weights from the exact fp32 initial values (not from their
   // bf16 rounding), the moments zero. Padding elements (owned, in no parameter) stay zero.
@@ -60,7 +60,7 @@ void Optimizer::visit_pieces(StateAccess access,
       if (lo >= hi) continue;
       const int64_t flat = run.begin + (lo - run_packed_[k]);
       StateRun piece{run.param, flat, flat + (hi - lo), nullptr, {}};
-      // With fp32 compute the master is the model's buffer itself.
+      // Without a separate master (fp32 compute) it is the model's buffer itself.
       piece.master = separate_master_ ? w.arrays[0] + (lo - w.begin) : values + flat;
       for (size_t a = first_moment; a < w.arrays.size(); ++a)
         piece.state.push_back(w.arrays[a] + (lo - w.begin));
@@ -108,7 +108,7 @@ std::vector<std::string> Optimizer::state_names() const {
 }
 
 void Optimizer::refresh_compute_values() {
-  if (!separate_master_) return;  // fp32 compute: the master is the model's buffer
+  if (!separate_master_) return;  // the master is the model's buffer
   visit_pieces(StateAccess::kRead, [&](const StateRun& run) {
     visit_float(params_.compute_dtype(), [&](auto tag) {
       using T = decltype(tag);
@@ -134,7 +134,7 @@ void Optimizer::step(double lr_all, float grad_scale, double decoupled_lr) {
     const double lr = decoupled_lr >= 0 && p.embedding_or_output ? decoupled_lr : lr_all;
     visit_float(params_.compute_dtype(), [&](auto tag) {
       using T = decltype(tag);
-      // With fp32 compute the master is the model's buffer: nothing to copy back.
+      // Without a separate master the step updated the model's buffer: nothing to copy back.
       T* out = separate_master_ ? params_.flat_values().data<T>() + b : nullptr;
       if (options_.kind == "sgd") {
         kernels::sgd_step(run.master, run.state[0], out, grads + b, n, static_cast<float>(lr),

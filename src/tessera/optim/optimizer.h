@@ -4,7 +4,11 @@
 //
 // Mixed precision: with bf16 compute the master weights are a separate fp32 copy and each step
 // writes the rounded bf16 values back into the model's buffer. With fp32 compute the model's
-// buffer *is* the master copy (no duplicate).
+// buffer *is* the master copy (no duplicate), unless OptimizerOptions::separate_master asks for
+// a copy anyway: then the optimizer only writes the model's buffer (an exact fp32 copy of the
+// master), never reads it, and everything that reads master weights (checkpoints, export, the
+// parameter norm) reads the optimizer's own copy. Parameter offload needs this: the buffer's
+// owned parts come and go between uses (offload/param_swap.h).
 //
 // Sharded (ZeRO stage 1, the distributed optimizer): the optimizer owns only some ranges of the
 // flat buffers; master weights and moments exist for those elements only (packed in range
@@ -33,6 +37,10 @@ struct OptimizerOptions {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double momentum = 0.9;
   double weight_decay = 0.01;
+  // Keep the fp32 master weights apart from the model's buffer even with fp32 compute (always
+  // apart with bf16/fp16). Bitwise the same training either way: the initial master is the
+  // exact fp32 initial values, and a step writes the master it computed into the buffer.
+  bool separate_master = false;
 };
 
 class Optimizer {
@@ -66,8 +74,8 @@ class Optimizer {
 
   // Checkpointing. One owned run of one parameter: flat-buffer elements [begin, end) and where
   // their fp32 state is, indexed like the run (master[0] is element `begin`): the master
-  // weights (the model's buffer itself with fp32 compute) and one array per entry of
-  // state_names().
+  // weights (the model's buffer itself with fp32 compute unless separate_master) and one array
+  // per entry of state_names().
   struct StateRun {
     const model::Parameter* param;
     int64_t begin, end;

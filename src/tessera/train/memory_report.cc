@@ -86,14 +86,18 @@ ModelStateBytes theoretical_model_states(const model::ModelConfig& c, const Rank
     const int sharers = u.experts ? r.expert_dp : r.dp;
     // ZeRO 3: a unit below the persistence threshold stays whole (DeepSpeed's rule).
     const bool sharded = r.zero_stage == 3 && u.elements >= r.persistence_threshold;
-    resident_params += sharded ? u.elements / sharers : u.elements;
+    // With parameter offload a sharded unit's part is on NVMe between uses.
+    if (!sharded || r.param_offload_kept_elements < 0)
+      resident_params += sharded ? u.elements / sharers : u.elements;
   }
+  if (r.param_offload_kept_elements > 0) resident_params += r.param_offload_kept_elements;
   out.parameter_elements = dense + experts;
   const double sharded_share = dense / r.dp + experts / r.expert_dp;
   out.parameters = resident_params * dtype_size(r.compute);
   out.gradients = 4.0 * (r.zero_stage >= 2 ? sharded_share : out.parameter_elements);
   const double owned = r.zero_stage >= 1 ? sharded_share : out.parameter_elements;
-  const double per_owned = (r.compute == DType::kF32 ? 0.0 : 4.0) + (r.sgd ? 4.0 : 8.0);
+  const bool separate_master = r.compute != DType::kF32 || r.param_offload_kept_elements >= 0;
+  const double per_owned = (separate_master ? 4.0 : 0.0) + (r.sgd ? 4.0 : 8.0);
   out.optimizer = r.optimizer_offload_buffer_bytes >= 0 ? r.optimizer_offload_buffer_bytes
                                                        : owned * per_owned;
   return out;

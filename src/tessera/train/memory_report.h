@@ -45,6 +45,10 @@ struct RankLayout {
   // Optimizer state on NVMe (offload/nvme_state_storage.h): the bytes of its buffers, which are
   // all of it that is in memory; negative: the state is in memory.
   double optimizer_offload_buffer_bytes = -1;
+  // Parameters on NVMe (ZeRO 3, offload/param_swap.h): the elements of sharded units' parts kept
+  // in memory anyway (max_in_cpu); the other parts are on disk between uses, and the fp32 master
+  // weights are a copy of their own whatever the compute dtype. Negative: no parameter offload.
+  double param_offload_kept_elements = -1;
   // Activations: the pipeline (stage pp_rank of pp, `chunks` model chunks, each chunk's global
   // layers in `chunk_layers`), micro-batches per iteration and tokens per micro-batch.
   int pp = 1, pp_rank = 0;

@@ -69,6 +69,9 @@ OffloadPlan offload_plan(const TrainArgs& a, int zero_stage) {
   plan.state.pipeline_read = a.offload_pipeline_read || a.offload_pipeline;
   plan.state.pipeline_write = a.offload_pipeline_write || a.offload_pipeline;
   plan.state.fast_init = a.offload_fast_init;
+  plan.param.buffer_count = a.offload_param_buffer_count;
+  plan.param.buffer_size = a.offload_param_buffer_size;
+  plan.param.max_in_cpu = a.offload_param_max_in_cpu;
   plan.aio.block_size = a.aio_block_size;
   plan.aio.queue_depth = a.aio_queue_depth;
   plan.aio.intra_op_parallelism = a.aio_intra_op_parallelism;

@@ -9,6 +9,7 @@
 
 #include "tessera/io/async_io.h"
 #include "tessera/offload/nvme_state_storage.h"
+#include "tessera/offload/param_swap.h"
 #include "tessera/offload/swap_directory.h"
 #include "tessera/offload/swap_io.h"
 #include "tessera/train/arguments.h"
@@ -20,6 +21,7 @@ struct OffloadPlan {
   bool param_nvme = false;      // offload_param.device "nvme"
   std::string optimizer_path, param_path;
   offload::NvmeStateOptions state;
+  offload::ParamSwapOptions param;
   io::AioConfig aio;
   io::IoBackend backend = io::IoBackend::kAuto;
   bool any_nvme() const { return optimizer_nvme || param_nvme; }

@@ -129,6 +129,8 @@ class Trainer {
   void print_setup(const distributed::ShardingPlan& sharding) const;
   // "> offload: ..." for the optimizer state on NVMe: where, how big, how it moves.
   void print_optimizer_offload(const offload::NvmeStateStorage& state) const;
+  // "> offload: ..." for the parameters on NVMe (ZeRO 3).
+  void print_param_offload(const offload::ParamSwap& swap) const;
   // The memory report after the first iteration (trainer_memory.cc). Collective.
   void report_memory();
   DType compute_dtype() const;
@@ -199,6 +201,8 @@ class Trainer {
   std::unique_ptr<model::GPTModel> model_;
   std::unique_ptr<distributed::TensorParallelGrads> tp_grads_;
   std::unique_ptr<distributed::DataParallelGrads> dp_grads_;
+  // ZeRO 3's parameters on NVMe (parameter offload only), used by zero3_: declared before it.
+  std::unique_ptr<offload::ParamSwap> param_swap_;
   std::unique_ptr<distributed::Zero3Params> zero3_;  // ZeRO stage 3 only
   // Runs model_ with this run's policies: recomputation, ZeRO 3 access (zero3_), the DP
   // grads-ready hook (dp_grads_); declared after them, so destroyed first.

@@ -185,9 +185,13 @@ void Trainer::build_gradient_sharding(const distributed::ShardingPlan& sharding)
   if (sharding.shards_parameters()) {
     // Experts' units are sharded over the expert-DP group (as their gradients and optimizer
     // state), the others over DP.
-    zero3_ = std::make_unique<distributed::Zero3Params>(model_->params(), dp_, units, sharding,
-                                                        edp_, model_->expert_units());
+    if (offload_->plan.param_nvme)
+      param_swap_ = std::make_unique<offload::ParamSwap>(*offload_->param_dir, *offload_->io,
+                                                         "params.swp", offload_->plan.param);
+    zero3_ = std::make_unique<distributed::Zero3Params>(
+        model_->params(), dp_, units, sharding, edp_, model_->expert_units(), param_swap_.get());
     runner_->set_param_access(zero3_.get());
+    if (param_swap_) print_param_offload(*param_swap_);
   }
   const auto& a = args_;
   if (!a.dump_numerics.empty()) {
@@ -225,10 +229,13 @@ std::unique_ptr<distributed::DistributedOptimizer> Trainer::build_optimizer(
     nvme = s.get();
     storage = std::move(s);
   }
+  // With the parameters on NVMe the model's buffer holds the owned values only around their
+  // use: the fp32 master weights are the optimizer's own copy (DeepSpeed's), whatever the dtype.
+  const bool separate_master = offload_->plan.param_nvme;
   auto optimizer = std::make_unique<optim::Optimizer>(
       model_->params(),
       optim::OptimizerOptions{a.optimizer == "sgd" ? "sgd" : "adam", a.adam_beta1, a.adam_beta2,
-                              a.adam_eps, a.sgd_momentum, a.weight_decay},
+                              a.adam_eps, a.sgd_momentum, a.weight_decay, separate_master},
       owned, std::move(storage));
   if (nvme) print_optimizer_offload(*nvme);
   optimizer_nvme_ = nvme;
@@ -273,6 +280,20 @@ void Trainer::print_optimizer_offload(const offload::NvmeStateStorage& state) co
       static_cast<long long>(state.sub_group_elems()), rt.plan.state.buffer_count,
       state.buffer_bytes() / 1e6, rt.plan.state.pipeline_read ? "on" : "off",
       rt.plan.state.pipeline_write ? "on" : "off", rt.io->backend(),
+      why.empty() ? "" : " (fell back: ", why.empty() ? "" : (why + ")").c_str());
+}
+
+void Trainer::print_param_offload(const offload::ParamSwap& swap) const {
+  const OffloadRuntime& rt = *offload_;
+  const std::string& why = rt.io->fallback_reason();
+  std::printf(
+      "> offload: parameters on NVMe under %s: %.3f GB swap file per rank (this rank: %d units "
+      "swapped, %lld elements), %lld elements resident (max_in_cpu %lld), %d buffers (%.3f MB), "
+      "%s I/O%s%s\n",
+      rt.plan.param_path.c_str(), swap.file_bytes() / 1e9, swap.swapped_units(),
+      static_cast<long long>(swap.swapped_elems()), static_cast<long long>(swap.kept_elems()),
+      static_cast<long long>(rt.plan.param.max_in_cpu), rt.plan.param.buffer_count,
+      swap.buffer_bytes() / 1e6, rt.io->backend(),
       why.empty() ? "" : " (fell back: ", why.empty() ? "" : (why + ")").c_str());
 }
 
