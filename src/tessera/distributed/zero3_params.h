@@ -70,9 +70,9 @@ class Zero3Params : public model::ParamAccess {
   // What rank dp_rank of dp_size keeps resident between uses: the whole of every unit smaller
   // than `persistence_threshold` (or every unit at DP 1, where part 0 is the whole unit too:
   // the same ranges with parameter offload, whose owned parts go to disk later), part dp_rank of
-  // the others; for the
-  // units flagged in `expert` (empty: none) the same over the expert-DP group (edp_size,
-  // edp_rank). For building the model with only these initialised (GPTModel's `resident`).
+  // the others; for the units flagged in `expert` (empty: none) the same over the expert-DP
+  // group (edp_size, edp_rank). For building the model with only these initialised (GPTModel's
+  // `resident`).
   static std::vector<std::pair<int64_t, int64_t>> resident_ranges(
       const std::vector<std::pair<int64_t, int64_t>>& units, int dp_size, int dp_rank,
       int64_t persistence_threshold, const std::vector<bool>& expert = {}, int edp_size = 1,
