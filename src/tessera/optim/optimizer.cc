@@ -59,7 +59,7 @@ void Optimizer::visit_pieces(StateAccess access,
       const int64_t hi = std::min(run_packed_[k] + (run.end - run.begin), w.end);
       if (lo >= hi) continue;
       const int64_t flat = run.begin + (lo - run_packed_[k]);
-      StateRun piece{run.param, flat, flat + (hi - lo), nullptr, {}};
+      StateRun piece{run.param, flat, flat + (hi - lo), nullptr, {}, lo};
       // Without a separate master (fp32 compute) it is the model's buffer itself.
       piece.master = separate_master_ ? w.arrays[0] + (lo - w.begin) : values + flat;
       for (size_t a = first_moment; a < w.arrays.size(); ++a)
@@ -80,10 +80,12 @@ Tensor Optimizer::master(const model::Parameter& p) const {
 }
 
 Tensor Optimizer::owned_master() const {
-  Tensor out = Tensor::empty({owned_numel_}, DType::kF32, MemoryCategory::kOther);
+  // Owned padding (elements of no parameter, where the owned ranges meet the end of a padded
+  // group) is in no run: its master is zero, as it starts.
+  Tensor out = Tensor::zeros({owned_numel_}, DType::kF32, MemoryCategory::kOther);
   float* dst = out.data<float>();
   visit_pieces(StateAccess::kRead, [&](const StateRun& run) {
-    dst = std::copy(run.master, run.master + (run.end - run.begin), dst);
+    std::copy(run.master, run.master + (run.end - run.begin), dst + run.packed);
   });
   return out;
 }

@@ -81,6 +81,7 @@ class Optimizer {
     int64_t begin, end;
     float* master;
     std::vector<float*> state;
+    int64_t packed;  // the packed index of element `begin` among the owned elements
   };
   // Calls fn for every owned run, in flat order, with its state resident for the call only. With
   // the state in memory each run comes whole; on NVMe a run may come in several consecutive

@@ -111,5 +111,32 @@ TEST(Optimizer, SeparateFp32MasterEqualsTheBufferBitwiseAndIsNeverRead) {
                            n * sizeof(float)));
 }
 
+// Owned ranges that take in padding (elements of no parameter, where a DP size that does not
+// divide the buffer pads it): owned_master() puts every owned element at its packed index, the
+// padding as zero. (Packing the runs alone shifted everything after a gap: the export of a
+// DP 3 run read wrong weights.)
+TEST(Optimizer, OwnedMasterKeepsPaddingInPlace) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    model::ParameterSet params;
+    params.add("a", {3, 5}, model::InitKind::kNormal, 0.02f, true);
+    params.pad_to(8);  // 15 -> 16: one padding element
+    params.add("b", {7}, model::InitKind::kNormal, 0.02f, false);
+    params.allocate(dtype, 7, /*multiple=*/6);  // 23 -> 24: one more at the end
+    ASSERT_EQ(params.numel(), 24);
+    Optimizer opt(params, {"adam", 0.9, 0.999, 1e-8, 0.9, 0.0}, {{2, 10}, {12, 24}});
+    const Tensor m = opt.owned_master();
+    ASSERT_EQ(m.numel(), 20);
+    std::vector<float> expected;
+    std::vector<float> a(15), b(7);
+    params.initial_values(params.get("a"), a.data());
+    params.initial_values(params.get("b"), b.data());
+    for (int64_t i = 2; i < 10; ++i) expected.push_back(a[i]);
+    for (int64_t i = 12; i < 24; ++i)
+      expected.push_back(i < 15 ? a[i] : i == 15 || i == 23 ? 0.0f : b[i - 16]);
+    for (int64_t i = 0; i < 20; ++i)
+      EXPECT_EQ(m.data<float>()[i], expected[i]) << dtype_name(dtype) << " packed " << i;
+  }
+}
+
 }  // namespace
 }  // namespace tessera::optim
