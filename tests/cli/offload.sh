@@ -95,6 +95,31 @@ check "ZeRO 3, DP 2, bf16, io_uring: optimizer state and parameters offloaded" \
   equal z3dp2 2 io_uring "${OPT[@]}" "${PARAM[@]}" -- "${Z3[@]}" --bf16
 check "ZeRO 3, TP 2 x DP 2, fp32, threads: optimizer state and parameters offloaded" \
   equal z3tp2dp2 4 threads "${OPT[@]}" "${PARAM[@]}" -- "${Z3[@]}" --tensor-model-parallel-size 2
+# Above, each layout runs once and each stage with both dtypes and both I/O back ends.
+# OFFLOAD_FULL_MATRIX=1 runs every layout with every dtype and back end (24 runs, ~1 minute).
+if [ "${OFFLOAD_FULL_MATRIX:-0}" = 1 ]; then
+  for dtype in fp32 bf16; do
+    dflag=()
+    [ $dtype = bf16 ] && dflag=(--bf16)
+    for backend in io_uring threads; do
+      for layout in "z1dp1 1 --zero-stage 1" "z1dp2 2 --zero-stage 1" "z2dp1 1 --zero-stage 2" \
+        "z2dp2 2 --zero-stage 2" "z3dp2 2 Z3" "z3tp2dp2 4 Z3 --tensor-model-parallel-size 2"; do
+        set -- $layout
+        name=$1 np=$2
+        shift 2
+        offload=("${OPT[@]}" --offload-pipeline)
+        lay=("$@")
+        if [ "$1" = Z3 ]; then
+          offload+=("${PARAM[@]}")
+          lay=("${Z3[@]}" "${@:2}")
+        fi
+        check "matrix: $name, $dtype, $backend" \
+          equal "m.$name.$dtype.$backend" "$np" "$backend" "${offload[@]}" -- "${lay[@]}" "${dflag[@]}"
+      done
+    done
+  done
+fi
+
 # DP 1: each unit's part is the whole unit; the embeddings stay in memory (max_in_cpu), the
 # layers are swapped through two buffers of 3000 elements (keys of a DeepSpeed config, against
 # the same config without offload_param).
