@@ -268,33 +268,39 @@ std::unique_ptr<distributed::DistributedOptimizer> Trainer::build_optimizer(
   return out;
 }
 
+namespace {
+
+// "io_uring I/O", or "threads I/O (fell back: WHY)": the tail of both offload lines.
+std::string io_engine_text(const OffloadRuntime& rt) {
+  const std::string& why = rt.io->fallback_reason();
+  return std::string(rt.io->backend()) + " I/O" + (why.empty() ? "" : " (fell back: " + why + ")");
+}
+
+}  // namespace
+
 void Trainer::print_optimizer_offload(const offload::NvmeStateStorage& state) const {
   const OffloadRuntime& rt = *offload_;
-  const std::string& why = rt.io->fallback_reason();
   std::printf(
       "> offload: optimizer state on NVMe under %s: %.3f GB swap file per rank (this rank: %lld "
       "elements in %lld sub-groups of %lld), %d buffers (%.3f MB), pipeline read %s / write %s, "
-      "%s I/O%s%s\n",
+      "%s\n",
       rt.plan.optimizer_path.c_str(), state.file_bytes() / 1e9,
       static_cast<long long>(state.numel()), static_cast<long long>(state.sub_groups()),
       static_cast<long long>(state.sub_group_elems()), rt.plan.state.buffer_count,
       state.buffer_bytes() / 1e6, rt.plan.state.pipeline_read ? "on" : "off",
-      rt.plan.state.pipeline_write ? "on" : "off", rt.io->backend(),
-      why.empty() ? "" : " (fell back: ", why.empty() ? "" : (why + ")").c_str());
+      rt.plan.state.pipeline_write ? "on" : "off", io_engine_text(rt).c_str());
 }
 
 void Trainer::print_param_offload(const offload::ParamSwap& swap) const {
   const OffloadRuntime& rt = *offload_;
-  const std::string& why = rt.io->fallback_reason();
   std::printf(
       "> offload: parameters on NVMe under %s: %.3f GB swap file per rank (this rank: %d units "
       "swapped, %lld elements), %lld elements resident (max_in_cpu %lld), %d buffers (%.3f MB), "
-      "%s I/O%s%s\n",
+      "%s\n",
       rt.plan.param_path.c_str(), swap.file_bytes() / 1e9, swap.swapped_units(),
       static_cast<long long>(swap.swapped_elems()), static_cast<long long>(swap.kept_elems()),
       static_cast<long long>(rt.plan.param.max_in_cpu), rt.plan.param.buffer_count,
-      swap.buffer_bytes() / 1e6, rt.io->backend(),
-      why.empty() ? "" : " (fell back: ", why.empty() ? "" : (why + ")").c_str());
+      swap.buffer_bytes() / 1e6, io_engine_text(rt).c_str());
 }
 
 DType Trainer::compute_dtype() const {
