@@ -2,11 +2,46 @@
 
 #include <algorithm>
 
+#include "tessera/moe/permute.h"
+
 namespace tessera::model {
+
+MoeRows balanced_moe_rows(const ModelConfig& c, int64_t N, int ep, int expert_tp, int fold_tp) {
+  const MoeConfig& m = c.moe;
+  const double choices = static_cast<double>(N) * m.topk;
+  double padding = 0, kept = choices;
+  if (m.capacity_factor > 0) {
+    const double capacity =
+        static_cast<double>(moe::expert_capacity(N, m.topk, m.num_experts, m.capacity_factor));
+    kept = std::min(choices, capacity * m.num_experts);  // balanced: each expert N k / E
+    if (m.pad_to_capacity) padding = capacity * m.num_experts - kept;
+  }
+  MoeRows r;
+  r.permuted = kept / fold_tp + padding;
+  r.local = r.permuted;  // balanced: as many rows arrive as leave
+  r.per_expert = r.local / (m.num_experts / ep);
+  r.expert_tp = expert_tp;
+  r.exchanged = ep > 1;
+  return r;
+}
+
+namespace {
+
+// An expert's (or the shared expert's) MLP columns on this rank: the activation's and the up
+// projection's (gate and value for SwiGLU).
+struct MlpColumns {
+  double act, up;
+};
+MlpColumns mlp_columns(const ModelConfig& c, int ffn, int tp) {
+  const double F = ffn / static_cast<double>(tp);
+  return {F, c.swiglu ? 2 * F : F};
+}
+
+}  // namespace
 
 double layer_activation_bytes(const ModelConfig& c, int64_t N, DType dtype,
                               RecomputePolicy::Granularity granularity, int tp,
-                              bool sequence_parallel) {
+                              bool sequence_parallel, const MoeRows* moe) {
   using G = RecomputePolicy::Granularity;
   const double elem = static_cast<double>(dtype_size(dtype));
   const double C = c.hidden_size, F = c.ffn() / static_cast<double>(tp), HD = c.head_dim();
@@ -16,13 +51,22 @@ double layer_activation_bytes(const ModelConfig& c, int64_t N, DType dtype,
   const double rows = sequence_parallel ? static_cast<double>(N) / tp : static_cast<double>(N);
   if (granularity == G::kFull) return elem * rows * C;  // the layer's input only
   const double up = c.swiglu ? 2 * F : F;  // the up projection's output (gate and value)
+  // Per token of the MLP's place: the up projection's and the activation's outputs; an MoE
+  // block's rows instead (their inputs, the experts' up projections and activations, outputs).
+  double mlp = N * (up + F);
+  if (moe != nullptr) {
+    const MlpColumns e = mlp_columns(c, c.moe_ffn(), moe->expert_tp);
+    const MlpColumns s = mlp_columns(c, c.moe.shared_expert_size, tp);
+    mlp = moe->local * (C + e.up + e.act) + moe->permuted * C +
+          (c.moe.shared_expert_size > 0 ? N * (s.up + s.act) : 0.0);
+  }
   // Per norm: its fp32 statistics per row (LayerNorm mean and rstd, RMSNorm rstd).
   const double stats = c.normalization == Normalization::kLayerNorm ? 2 : 1;
   double bytes = elem * rows * (C /*input*/ + C /*residual*/) +
                  elem * N *
                      (C /*norm1 output, gathered*/ + (NH + 2 * KV) * HD /*q, k, v*/ +
-                      NH * HD /*attention output*/ + C /*norm2 output, gathered*/ + up +
-                      F /*activation output*/) +
+                      NH * HD /*attention output*/ + C /*norm2 output, gathered*/) +
+                 elem * mlp +
                  4.0 * (2 * stats * rows /*two norms*/ + N * NH /*attention log-sum-exp*/);
   // Selective recomputation reruns the attention core: its output and log-sum-exp are not kept.
   if (granularity == G::kSelective) bytes -= elem * N * NH * HD + 4.0 * N * NH;
@@ -30,11 +74,33 @@ double layer_activation_bytes(const ModelConfig& c, int64_t N, DType dtype,
 }
 
 double layer_backward_working_bytes(const ModelConfig& c, int64_t N, DType dtype, int tp,
-                                    bool sequence_parallel) {
+                                    bool sequence_parallel, const MoeRows* moe) {
   const double elem = static_cast<double>(dtype_size(dtype));
   const double C = c.hidden_size, F = c.ffn() / static_cast<double>(tp);
   const double up = c.swiglu ? 2 * F : F;
   const double rows = sequence_parallel ? static_cast<double>(N) / tp : static_cast<double>(N);
+  if (moe != nullptr) {
+    const double half = dtype != DType::kF32 ? 4.0 * (N * C + c.moe.num_experts * C) : 0.0;
+    const double base =
+        elem * (rows * C /*incoming gradient*/ + (c.hidden_dropout > 0 ? rows * C : 0.0) +
+                (sequence_parallel ? N * C : 0.0) /*gathered*/ + N * C /*input gradient*/ +
+                moe->permuted * C /*the rows' gradient*/) +
+        half;
+    const MlpColumns e = mlp_columns(c, c.moe_ffn(), moe->expert_tp);
+    const MlpColumns s = mlp_columns(c, c.moe.shared_expert_size, tp);
+    const double exchanged = moe->exchanged ? moe->local * C : 0.0;
+    const double experts = exchanged + moe->local * C /*their input gradients*/ +
+                           moe->per_expert * (e.act + e.up + C) /*one expert's backward*/;
+    // The rows going back: the experts' gradients, reordered by source (all-to-all), and the
+    // received ones.
+    // (the all-gather dispatcher gathers into communication buffers instead).
+    const double sent = c.moe.dispatcher == moe::DispatcherType::kAllGather ? 2 : 3;
+    const double combine = moe->exchanged ? sent * moe->local * C + moe->permuted * C : 0.0;
+    const double shared =
+        moe->permuted * C +
+        (c.moe.shared_expert_size > 0 ? N * (s.act + s.up + C) /*its backward*/ : 0.0);
+    return base + elem * std::max({experts, combine, shared});
+  }
   return elem * (rows * C /*incoming gradient*/ + N * F /*d activation*/ + N * up /*d up*/ +
                  N * C /*d input, before the reduction*/ +
                  (sequence_parallel ? rows * C : 0.0) /*its reduce-scattered slice*/ +

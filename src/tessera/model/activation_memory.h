@@ -14,22 +14,46 @@
 
 namespace tessera::model {
 
+// The rows an MoE block works on, per micro-batch on one rank, with balanced routing (every
+// expert chosen equally often: the expectation; a real router's imbalance moves the measured
+// figure by the share of rows its busiest rank receives beyond that).
+struct MoeRows {
+  double permuted = 0;     // the expert-major copies this rank makes of its tokens' choices
+  double local = 0;        // the rows its experts compute, after the expert-parallel exchange
+  double per_expert = 0;   // the rows of one local expert
+  int expert_tp = 1;       // the experts' tensor-parallel size (1: whole)
+  bool exchanged = false;  // expert parallelism: rows travel to their experts' ranks and back
+};
+
+// Balanced rows for N tokens on a rank of `ep` expert-parallel ranks; `fold_tp` > 1: the experts
+// are whole under TP (each TP rank computes 1/fold_tp of the tokens' rows; padding rows go with
+// TP rank 0's, counted here: the largest share).
+MoeRows balanced_moe_rows(const ModelConfig& cfg, int64_t N, int ep, int expert_tp, int fold_tp);
+
 // Bytes kept by one dense layer for N tokens of a micro-batch (the whole sequence's, before any
 // sequence-parallel split) with activations of `dtype`, for the granularity of `policy` (full:
 // the layer's input only, as if every layer started its own recompute group), on one of `tp`
 // tensor-parallel ranks (`sequence_parallel`: the residual stream's rows split over them; the
 // column-parallel layers' inputs are kept gathered, whole). No dropout (its masks are
-// regenerated, never stored), no context parallelism.
+// regenerated, never stored), no context parallelism. With `moe` an MoE layer: its block keeps
+// the expert inputs and outputs of its rows, each expert's up projection and activation, and the
+// shared expert's, in place of the dense MLP's (the router's logits and routing are host vectors,
+// a few bytes per token).
 double layer_activation_bytes(const ModelConfig& cfg, int64_t N, DType dtype,
                               RecomputePolicy::Granularity granularity, int tp = 1,
-                              bool sequence_parallel = false);
+                              bool sequence_parallel = false, const MoeRows* moe = nullptr);
 
 // The buffers a dense layer's backward holds at once at its largest, beside what the layers keep:
 // in the MLP's backward, the incoming gradient (residual rows), the activation's and the up
 // projection's gradients (this rank's columns) and the input gradient before its reduction
 // (whole rows; under sequence parallelism also the reduced slice), and with hidden dropout the
 // incoming gradient through the dropout (a new buffer of residual rows).
+// With `moe`, the MoE block's backward (moe_layer.cc, in its order): the incoming gradient
+// (gathered under SP), the input gradient, fp32 copies of the input and the router weight (16-bit
+// activations), the rows' gradient, then the larger of the experts' phase (the exchanged rows,
+// the experts' input gradients and one expert's MLP backward), the combine (the rows back) and
+// the shared expert's phase.
 double layer_backward_working_bytes(const ModelConfig& cfg, int64_t N, DType dtype, int tp = 1,
-                                    bool sequence_parallel = false);
+                                    bool sequence_parallel = false, const MoeRows* moe = nullptr);
 
 }  // namespace tessera::model

@@ -76,6 +76,11 @@ double residual_elements(const model::ModelConfig& c, const RankLayout& r) {
   return rows * c.hidden_size;
 }
 
+// The balanced rows of an MoE layer on this rank (model/activation_memory.h).
+model::MoeRows moe_rows(const model::ModelConfig& c, const RankLayout& r) {
+  return model::balanced_moe_rows(c, r.tokens, r.ep, r.expert_tp, r.experts_whole ? r.tp : 1);
+}
+
 }  // namespace
 
 ModelStateBytes theoretical_model_states(const model::ModelConfig& c, const RankLayout& r) {
@@ -105,16 +110,15 @@ ModelStateBytes theoretical_model_states(const model::ModelConfig& c, const Rank
 
 double theoretical_activations(const model::ModelConfig& c, const RankLayout& r) {
   using G = model::RecomputePolicy::Granularity;
-  if (c.moe.enabled() || r.context_parallel || r.chunk_layers.empty()) return -1;
+  if (r.context_parallel || r.chunk_layers.empty()) return -1;
   const int64_t N = r.tokens;
-  const double full =
-      model::layer_activation_bytes(c, N, r.compute, G::kNone, r.tp, r.sequence_parallel);
-  const double input =
-      model::layer_activation_bytes(c, N, r.compute, G::kFull, r.tp, r.sequence_parallel);
-  const double kept =
-      r.recompute.granularity == G::kSelective
-          ? model::layer_activation_bytes(c, N, r.compute, G::kSelective, r.tp, r.sequence_parallel)
-          : full;
+  const model::MoeRows moe = moe_rows(c, r);
+  // A layer's bytes kept by a micro-batch under `granularity`.
+  const auto layer = [&](int l, G granularity) {
+    return model::layer_activation_bytes(c, N, r.compute, granularity, r.tp, r.sequence_parallel,
+                                         c.is_moe_layer(l) ? &moe : nullptr);
+  };
+  const G kept = r.recompute.granularity == G::kSelective ? G::kSelective : G::kNone;
   // Per model chunk: what one micro-batch keeps, and at the chunk's first backward (the last
   // layer's recompute group rerun whole).
   const int V = static_cast<int>(r.chunk_layers.size());
@@ -123,15 +127,23 @@ double theoretical_activations(const model::ModelConfig& c, const RankLayout& r)
     const int n = static_cast<int>(layers.size());
     double k = 0, at_backward = 0;
     if (r.recompute.granularity != G::kFull) {
-      k = at_backward = n * kept;
+      for (int l : layers) k += layer(l, kept);
+      at_backward = k;
     } else if (r.recompute.method == model::RecomputePolicy::Method::kBlock) {
       const int recomputed = std::min(n, r.recompute.num_layers);
-      k = at_backward = recomputed * input + (n - recomputed) * full;
+      for (int i = 0; i < n; ++i) k += layer(layers[i], i < recomputed ? G::kFull : G::kNone);
+      at_backward = k;
     } else {  // uniform groups of num_layers, each keeping its first layer's input
-      const int g = r.recompute.num_layers, groups = (n + g - 1) / g;
-      const int last_group = n - (groups - 1) * g;
-      k = groups * input;
-      at_backward = (groups - 1) * input + last_group * full;
+      const int g = r.recompute.num_layers;
+      for (int i = 0; i < n; i += g) {
+        const double input = layer(layers[i], G::kFull);
+        k += input;
+        if (i + g < n) {
+          at_backward += input;
+        } else {  // the last group, rerun whole at the chunk's first backward
+          for (int j = i; j < n; ++j) at_backward += layer(layers[j], G::kNone);
+        }
+      }
     }
     chunk_kept = std::max(chunk_kept, k);
     chunk_at_backward = std::max(chunk_at_backward, at_backward);
@@ -177,7 +189,12 @@ double theoretical_activations(const model::ModelConfig& c, const RankLayout& r)
   // and the layer's (residual rows; the column-parallel input whole).
   const double elem = dtype_size(r.compute), C = c.hidden_size;
   const double rows = r.sequence_parallel ? static_cast<double>(N) / r.tp : N;
-  double working = model::layer_backward_working_bytes(c, N, r.compute, r.tp, r.sequence_parallel);
+  // The largest layer's backward (an MoE layer's, when there is one).
+  double working = 0;
+  for (int l : r.layers)
+    working = std::max(
+        working, model::layer_backward_working_bytes(c, N, r.compute, r.tp, r.sequence_parallel,
+                                                     c.is_moe_layer(l) ? &moe : nullptr));
   if (r.last_stage) {
     const double logits = static_cast<double>(c.padded_vocab_size(r.tp)) / r.tp;
     working = std::max(working, elem * (3 * rows * C + N * C + N * logits));
@@ -186,15 +203,31 @@ double theoretical_activations(const model::ModelConfig& c, const RankLayout& r)
 }
 
 double theoretical_comm_buffers(const model::ModelConfig& c, const RankLayout& r) {
-  if (c.moe.enabled() || r.context_parallel) return -1;
-  double dense = 0;
-  for (const Unit& u : rank_units(c, r)) dense += u.elements;
-  const double zero = r.zero_stage >= 1 && r.dp > 1 ? 4.0 * dense / r.dp : 0.0;
-  if (r.tp == 1) return zero;
+  if (r.context_parallel) return -1;
+  // ZeRO 1-3: every unit's reduce-scattered gradient part (an expert unit's over expert-DP).
+  double zero = 0;
+  for (const Unit& u : rank_units(c, r)) {
+    const int sharers = u.experts ? r.expert_dp : r.dp;
+    if (r.zero_stage >= 1 && sharers > 1) zero += 4.0 * u.elements / sharers;
+  }
   const double N = static_cast<double>(r.tokens), C = c.hidden_size;
+  const double elem = dtype_size(r.compute);
+  // An MoE layer's: TP rank 0's router logits broadcast (TP without SP), and with the
+  // all-gather dispatcher every rank's rows, padded to the longest, gathered (the padded copy
+  // and the gathered block). The exchange's row counts are a few hundred bytes, like the
+  // scalars' sums, and not counted.
+  double moe = 0;
+  if (c.moe.enabled()) {
+    if (r.tp > 1 && !r.sequence_parallel) moe = 4 * N * c.moe.num_experts;
+    if (r.ep > 1 && c.moe.dispatcher == moe::DispatcherType::kAllGather) {
+      const model::MoeRows rows = moe_rows(c, r);
+      moe = std::max(moe, elem * std::max(rows.permuted, rows.local) * C * (1 + r.ep));
+    }
+  }
+  if (r.tp == 1) return zero + moe;
   const bool half = r.compute != DType::kF32;
   double collective = half ? 4 * N * C * (r.sequence_parallel ? 1.0 + 1.0 / r.tp : 1.0) : 0.0;
-  if (r.sequence_parallel && r.micro_batch_size > 1) collective += dtype_size(r.compute) * N * C;
+  if (r.sequence_parallel && r.micro_batch_size > 1) collective += elem * N * C;
   double replicated_sum = 0;
   if (r.sequence_parallel) {
     const double bias = c.add_bias_linear ? 2 * C : 0;  // attention and MLP output biases
@@ -205,7 +238,7 @@ double theoretical_comm_buffers(const model::ModelConfig& c, const RankLayout& r
     // Sharded optimizer: only the owned parts are summed.
     replicated_sum = 4 * replicated / (r.zero_stage >= 1 ? r.dp : 1);
   }
-  return zero + std::max(collective, replicated_sum);
+  return zero + std::max({collective, replicated_sum, moe});
 }
 
 double RankMemory::measured_total() const {

@@ -72,16 +72,22 @@ ModelStateBytes theoretical_model_states(const model::ModelConfig& cfg, const Ra
 // recomputation's kept inputs and the group being recomputed, the pipeline's receive buffers
 // posted by then (the schedule's steps up to that backward, pipeline/schedule.h; sends are taken
 // as completed), plus the larger of a layer backward's and the output layer's working set
-// (model/activation_memory.h). Negative (not predicted) for MoE models and context parallelism.
+// (model/activation_memory.h). An MoE layer's rows are the balanced routing's (exact with
+// --moe-pad-expert-input-to-capacity; dropless, the busiest rank's and expert's excess over the
+// mean shows as measured above theory). Negative (not predicted) under context parallelism.
 double theoretical_activations(const model::ModelConfig& cfg, const RankLayout& r);
 
-// The communication buffers' peak: ZeRO 1-3's reduce-scattered gradient parts (4 P / DP, held
-// until the step) plus the larger of a tensor-parallel collective's staging (16-bit activations
-// are reduced in fp32 copies: 4 N C for an all-reduce, 4 N C (1 + 1/TP) for a sequence-parallel
-// reduce-scatter; with several samples a micro-batch, the sequence-parallel permutation's copy)
-// and, under sequence parallelism, the fp32 sum of the replicated parameters' gradients (norms,
-// row-parallel biases, position embedding). Negative (not predicted) for MoE models and context
-// parallelism.
+// The communication buffers' peak: ZeRO 1-3's reduce-scattered gradient parts (4 P / DP, an
+// expert unit's over expert-DP; held until the step) plus the larger of a tensor-parallel
+// collective's staging (16-bit activations are reduced in fp32 copies: 4 N C for an all-reduce, 4 N
+// C (1 + 1/TP) for a sequence-parallel reduce-scatter; with several samples a micro-batch, the
+// sequence-parallel permutation's copy) and, under sequence parallelism, the fp32 sum of the
+// replicated parameters' gradients (norms, row-parallel biases, position embedding) and an MoE
+// layer's exchange buffers (the router logits' broadcast under TP without SP; the all-gather
+// dispatcher's padded and gathered rows). ZeRO's parts are counted all in flight at once: under
+// ZeRO 2-3 with overlapped reduction a bucket reduced before the next is launched gives its buffer
+// back, so the measured peak can lie below this bound (down to the largest bucket's part). Negative
+// (not predicted) under context parallelism.
 double theoretical_comm_buffers(const model::ModelConfig& cfg, const RankLayout& r);
 
 // The categories of the report, in print order.
