@@ -1,9 +1,9 @@
 #!/bin/bash
 # The memory report of the first iteration (train/memory_report.h): for DP 2 under ZeRO 0-3, PP 2
 # (1F1B and interleaved), TP 2 with and without sequence parallelism, TP 2 x PP 2, full (uniform
-# and block) and selective recomputation and MoE layers (one rank, expert parallelism with both
-# dispatchers, TP, experts whole under TP + SP, a shared expert, recomputation, PP), the
-# theoretical parameters, gradients and optimizer state (the layout's arithmetic from the
+# and block) and selective recomputation, context parallelism (p2p, all_gather, a2a, a2a+p2p,
+# CP x TP + SP) and MoE layers (one rank, expert parallelism with both dispatchers, TP, experts
+# whole under TP + SP, a shared expert, recomputation, PP), the theoretical parameters, gradients and optimizer state (the layout's arithmetic from the
 # configuration) agree with the measured ones (resident bytes of the flat buffers, the memory
 # accountant) within 5%, and so do the activations' and the communication buffers' (the
 # accountant's peaks; nothing beyond a few hundred bytes where none are expected). The MoE runs
@@ -87,6 +87,13 @@ layout "PP 2 x DP 2, ZeRO 3 (the split tied embedding's units)" 4 "${GPT[@]}" \
   --pipeline-model-parallel-size 2 --zero-stage 3
 layout "MoE EP 2, ZeRO 3" 2 "${MOE[@]}" --expert-model-parallel-size 2 --zero-stage 3
 layout "MoE EP 1 x DP 2, ZeRO 3 (experts inside the layer's unit)" 2 "${MOE[@]}" --zero-stage 3
+for type in p2p all_gather a2a; do
+  layout "CP 2 ($type)" 2 "${GPT[@]}" --context-parallel-size 2 --cp-comm-type "$type"
+done
+layout "CP 4 (a2a+p2p, groups of 2)" 4 "${GPT[@]}" --context-parallel-size 4 \
+  --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 2
+layout "CP 2 x TP 2 + SP" 4 "${GPT[@]}" --context-parallel-size 2 --tensor-model-parallel-size 2 \
+  --sequence-parallel
 layout "MoE, padded to capacity" 1 "${MOE[@]}" "${PADDED[@]}"
 layout "MoE EP 4 (all-to-all), ZeRO 1, padded" 4 "${MOE[@]}" "${PADDED[@]}" \
   --expert-model-parallel-size 4 --zero-stage 1

@@ -41,7 +41,7 @@ MlpColumns mlp_columns(const ModelConfig& c, int ffn, int tp) {
 
 double layer_activation_bytes(const ModelConfig& c, int64_t N, DType dtype,
                               RecomputePolicy::Granularity granularity, int tp,
-                              bool sequence_parallel, const MoeRows* moe) {
+                              bool sequence_parallel, const MoeRows* moe, int head_split) {
   using G = RecomputePolicy::Granularity;
   const double elem = static_cast<double>(dtype_size(dtype));
   const double C = c.hidden_size, F = c.ffn() / static_cast<double>(tp), HD = c.head_dim();
@@ -62,14 +62,23 @@ double layer_activation_bytes(const ModelConfig& c, int64_t N, DType dtype,
   }
   // Per norm: its fp32 statistics per row (LayerNorm mean and rstd, RMSNorm rstd).
   const double stats = c.normalization == Normalization::kLayerNorm ? 2 : 1;
+  // q, k, v per token; in a head split of A ranks each holds NH / A query heads and KV / A
+  // groups (one, replicated, when A does not divide KV) of A times the tokens.
+  double qkv = (NH + 2 * KV) * HD, core_outputs = NH * HD;
+  if (head_split > 1) {
+    const int kv = std::max(1, c.kv_heads() / tp);
+    const double kv_split = kv % head_split == 0 ? kv / head_split : 1;
+    qkv = head_split * (NH / head_split + 2 * kv_split) * HD;
+    core_outputs = 2 * NH * HD;  // the head split's and, after the exchange back, the sequence's
+  }
   double bytes = elem * rows * (C /*input*/ + C /*residual*/) +
                  elem * N *
-                     (C /*norm1 output, gathered*/ + (NH + 2 * KV) * HD /*q, k, v*/ +
-                      NH * HD /*attention output*/ + C /*norm2 output, gathered*/) +
+                     (C /*norm1 output, gathered*/ + qkv /*q, k, v*/ +
+                      core_outputs /*attention output*/ + C /*norm2 output, gathered*/) +
                  elem * mlp +
                  4.0 * (2 * stats * rows /*two norms*/ + N * NH /*attention log-sum-exp*/);
   // Selective recomputation reruns the attention core: its output and log-sum-exp are not kept.
-  if (granularity == G::kSelective) bytes -= elem * N * NH * HD + 4.0 * N * NH;
+  if (granularity == G::kSelective) bytes -= elem * N * core_outputs + 4.0 * N * NH;
   return bytes;
 }
 

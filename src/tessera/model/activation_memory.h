@@ -35,13 +35,17 @@ MoeRows balanced_moe_rows(const ModelConfig& cfg, int64_t N, int ep, int expert_
 // the layer's input only, as if every layer started its own recompute group), on one of `tp`
 // tensor-parallel ranks (`sequence_parallel`: the residual stream's rows split over them; the
 // column-parallel layers' inputs are kept gathered, whole). No dropout (its masks are
-// regenerated, never stored), no context parallelism. With `moe` an MoE layer: its block keeps
-// the expert inputs and outputs of its rows, each expert's up projection and activation, and the
-// shared expert's, in place of the dense MLP's (the router's logits and routing are host vectors,
-// a few bytes per token).
+// regenerated, never stored). With `moe` an MoE layer: its block keeps the expert inputs and
+// outputs of its rows, each expert's up projection and activation, and the shared expert's, in
+// place of the dense MLP's (the router's logits and routing are host vectors, a few bytes per
+// token). Under context parallelism N is this rank's tokens; `head_split` > 1: the attention core
+// runs in a head split over that many ranks (Ulysses' all-to-all: a2a over the CP group, a2a+p2p
+// within its groups), which keeps q, k, v in the head split (key/value groups replicated when
+// fewer than the ranks) and the core's output in both splits.
 double layer_activation_bytes(const ModelConfig& cfg, int64_t N, DType dtype,
                               RecomputePolicy::Granularity granularity, int tp = 1,
-                              bool sequence_parallel = false, const MoeRows* moe = nullptr);
+                              bool sequence_parallel = false, const MoeRows* moe = nullptr,
+                              int head_split = 1);
 
 // The buffers a dense layer's backward holds at once at its largest, beside what the layers keep:
 // in the MLP's backward, the incoming gradient (residual rows), the activation's and the up

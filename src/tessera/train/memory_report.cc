@@ -81,6 +81,43 @@ model::MoeRows moe_rows(const model::ModelConfig& c, const RankLayout& r) {
   return model::balanced_moe_rows(c, r.tokens, r.ep, r.expert_tp, r.experts_whole ? r.tp : 1);
 }
 
+// The ranks over which layer l's attention core runs in a head split (1: none).
+int head_split(const RankLayout& r, int layer) {
+  if (r.cp_types.empty()) return 1;
+  const context::CommType t = r.cp_types.at(layer);
+  return t == context::CommType::kA2A ? r.cp : t == context::CommType::kA2AP2P ? r.cp_a2a : 1;
+}
+
+// The largest context-parallel exchange of a layer (theoretical_comm_buffers).
+double context_parallel_buffers(const model::ModelConfig& c, const RankLayout& r) {
+  const double R = static_cast<double>(r.tokens), elem = dtype_size(r.compute);
+  const double HD = c.head_dim(), NH = c.num_attention_heads / static_cast<double>(r.tp);
+  const int kv = std::max(1, c.kv_heads() / r.tp);
+  // The ring: the block in hand and the one arriving, then their fp32 gradient accumulators.
+  const auto ring = [&](double rows, double kv_cols) { return (2 * elem + 8) * rows * kv_cols; };
+  // The all-to-all over A ranks: send and receive copies of q, k, v (groups replicated when A
+  // does not divide them).
+  const auto all_to_all = [&](int A) {
+    const double kv_split = kv % A == 0 ? kv / A : 1;
+    return 2 * elem * R * (NH + 2 * A * kv_split) * HD;
+  };
+  double most = 0;
+  for (context::CommType t : r.cp_types) {
+    double bytes = 0;
+    if (t == context::CommType::kP2P) bytes = ring(R, 2 * kv * HD);
+    if (t == context::CommType::kAllGather)
+      bytes = (elem * (1 + r.cp) + 4.0 * r.cp) * R * 2 * kv * HD;
+    if (t == context::CommType::kA2A) bytes = all_to_all(r.cp);
+    if (t == context::CommType::kA2AP2P) {
+      const int A = r.cp_a2a;
+      const double kv_split = kv % A == 0 ? kv / A : 1;
+      bytes = std::max(all_to_all(A), r.cp > A ? ring(A * R, 2 * kv_split * HD) : 0.0);
+    }
+    most = std::max(most, bytes);
+  }
+  return most;
+}
+
 }  // namespace
 
 ModelStateBytes theoretical_model_states(const model::ModelConfig& c, const RankLayout& r) {
@@ -110,13 +147,13 @@ ModelStateBytes theoretical_model_states(const model::ModelConfig& c, const Rank
 
 double theoretical_activations(const model::ModelConfig& c, const RankLayout& r) {
   using G = model::RecomputePolicy::Granularity;
-  if (r.context_parallel || r.chunk_layers.empty()) return -1;
+  if (r.chunk_layers.empty()) return -1;
   const int64_t N = r.tokens;
   const model::MoeRows moe = moe_rows(c, r);
   // A layer's bytes kept by a micro-batch under `granularity`.
   const auto layer = [&](int l, G granularity) {
     return model::layer_activation_bytes(c, N, r.compute, granularity, r.tp, r.sequence_parallel,
-                                         c.is_moe_layer(l) ? &moe : nullptr);
+                                         c.is_moe_layer(l) ? &moe : nullptr, head_split(r, l));
   };
   const G kept = r.recompute.granularity == G::kSelective ? G::kSelective : G::kNone;
   // Per model chunk: what one micro-batch keeps, and at the chunk's first backward (the last
@@ -203,7 +240,6 @@ double theoretical_activations(const model::ModelConfig& c, const RankLayout& r)
 }
 
 double theoretical_comm_buffers(const model::ModelConfig& c, const RankLayout& r) {
-  if (r.context_parallel) return -1;
   // ZeRO 1-3: every unit's reduce-scattered gradient part (an expert unit's over expert-DP).
   double zero = 0;
   for (const Unit& u : rank_units(c, r)) {
@@ -224,7 +260,8 @@ double theoretical_comm_buffers(const model::ModelConfig& c, const RankLayout& r
       moe = std::max(moe, elem * std::max(rows.permuted, rows.local) * C * (1 + r.ep));
     }
   }
-  if (r.tp == 1) return zero + moe;
+  const double cp = r.cp > 1 ? context_parallel_buffers(c, r) : 0.0;
+  if (r.tp == 1) return zero + std::max(moe, cp);
   const bool half = r.compute != DType::kF32;
   double collective = half ? 4 * N * C * (r.sequence_parallel ? 1.0 + 1.0 / r.tp : 1.0) : 0.0;
   if (r.sequence_parallel && r.micro_batch_size > 1) collective += elem * N * C;
@@ -238,7 +275,7 @@ double theoretical_comm_buffers(const model::ModelConfig& c, const RankLayout& r
     // Sharded optimizer: only the owned parts are summed.
     replicated_sum = 4 * replicated / (r.zero_stage >= 1 ? r.dp : 1);
   }
-  return zero + std::max({collective, replicated_sum, moe});
+  return zero + std::max({collective, replicated_sum, moe, cp});
 }
 
 double RankMemory::measured_total() const {

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/context/context_parallel.h"
 #include "tessera/core/dtype.h"
 #include "tessera/model/chunk_runner.h"
 #include "tessera/model/config.h"
@@ -54,8 +55,13 @@ struct RankLayout {
   int pp = 1, pp_rank = 0;
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::kOneFOneB;
   std::vector<std::vector<int>> chunk_layers;
+  // Tokens: of a micro-batch on this rank (its share of every sequence under CP).
   int64_t micro_batches = 1, tokens = 0, micro_batch_size = 1;
-  bool sequence_parallel = false, context_parallel = false;
+  bool sequence_parallel = false;
+  // Context parallelism: the group's size, each global layer's communication type (empty
+  // without CP) and, for a2a+p2p, the size of an all-to-all group.
+  int cp = 1, cp_a2a = 1;
+  std::vector<context::CommType> cp_types;
   model::RecomputePolicy recompute;
 };
 
@@ -74,7 +80,9 @@ ModelStateBytes theoretical_model_states(const model::ModelConfig& cfg, const Ra
 // as completed), plus the larger of a layer backward's and the output layer's working set
 // (model/activation_memory.h). An MoE layer's rows are the balanced routing's (exact with
 // --moe-pad-expert-input-to-capacity; dropless, the busiest rank's and expert's excess over the
-// mean shows as measured above theory). Negative (not predicted) under context parallelism.
+// mean shows as measured above theory). Under context parallelism the layers' tokens are this
+// rank's; a layer whose core runs in a head split (a2a, a2a+p2p) keeps its q, k, v there and its
+// core's output in both splits.
 double theoretical_activations(const model::ModelConfig& cfg, const RankLayout& r);
 
 // The communication buffers' peak: ZeRO 1-3's reduce-scattered gradient parts (4 P / DP, an
@@ -86,8 +94,11 @@ double theoretical_activations(const model::ModelConfig& cfg, const RankLayout& 
 // layer's exchange buffers (the router logits' broadcast under TP without SP; the all-gather
 // dispatcher's padded and gathered rows). ZeRO's parts are counted all in flight at once: under
 // ZeRO 2-3 with overlapped reduction a bucket reduced before the next is launched gives its buffer
-// back, so the measured peak can lie below this bound (down to the largest bucket's part). Negative
-// (not predicted) under context parallelism.
+// back, so the measured peak can lie below this bound (down to the largest bucket's part).
+// Context parallelism adds its largest layer's exchange: p2p the key/value block in hand and the
+// one arriving, and in backward their fp32 gradient accumulators; all_gather every rank's blocks
+// and (backward) their fp32 accumulators; a2a the all-to-all's send and receive copies of q, k,
+// v; a2a+p2p the larger of its group's all-to-all and its ring.
 double theoretical_comm_buffers(const model::ModelConfig& cfg, const RankLayout& r);
 
 // The categories of the report, in print order.

@@ -36,10 +36,15 @@ void Trainer::report_memory() {
   r.pp_rank = pp_rank_;
   if (executor_) r.schedule = executor_->kind();
   r.micro_batches = current_batch_ / (args_.micro_batch_size * data_size_);
-  r.tokens = args_.micro_batch_size * args_.model.seq_length;
+  r.tokens = args_.micro_batch_size * args_.model.seq_length / cp_size_;
   r.micro_batch_size = args_.micro_batch_size;
   r.sequence_parallel = args_.sequence_parallel && tp_.size() > 1;
-  r.context_parallel = cp_size_ > 1;
+  r.cp = cp_size_;
+  if (cp_size_ > 1) {
+    const context::ContextParallel& cp = model_->context_parallel();
+    for (int l = 0; l < args_.model.num_layers; ++l) r.cp_types.push_back(cp.type_of(l));
+    if (!args_.hierarchical_cp_sizes.empty()) r.cp_a2a = args_.hierarchical_cp_sizes[0];
+  }
   r.recompute = runner_->recompute();
   r.zero_stage = static_cast<int>(sharding.stage);
   r.persistence_threshold = sharding.persistence_threshold;
