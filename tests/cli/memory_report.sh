@@ -2,7 +2,7 @@
 # The memory report of the first iteration (train/memory_report.h): for DP 2 under ZeRO 0-3, PP 2
 # (1F1B and interleaved), TP 2 with and without sequence parallelism, TP 2 x PP 2, full (uniform
 # and block) and selective recomputation, context parallelism (p2p, all_gather, a2a, a2a+p2p,
-# CP x TP + SP) and MoE layers (one rank, expert parallelism with both dispatchers, TP, experts
+# CP x TP + SP; a LLaMA-style model with and without CP) and MoE layers (one rank, expert parallelism with both dispatchers, TP, experts
 # whole under TP + SP, a shared expert, recomputation, PP), the theoretical parameters, gradients and optimizer state (the layout's arithmetic from the
 # configuration) agree with the measured ones (resident bytes of the flat buffers, the memory
 # accountant) within 5%, and so do the activations' and the communication buffers' (the
@@ -94,6 +94,12 @@ layout "CP 4 (a2a+p2p, groups of 2)" 4 "${GPT[@]}" --context-parallel-size 4 \
   --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 2
 layout "CP 2 x TP 2 + SP" 4 "${GPT[@]}" --context-parallel-size 2 --tensor-model-parallel-size 2 \
   --sequence-parallel
+LLAMA=(--model llama-tiny --hidden-size 256 --num-attention-heads 4 --num-query-groups 2
+       --num-layers 4)
+layout "LLaMA-style (narrow MLP: the attention's backward is the larger)" 1 "${LLAMA[@]}"
+layout "LLaMA-style, CP 2 (p2p)" 2 "${LLAMA[@]}" --context-parallel-size 2
+layout "LLaMA-style, CP 4 (a2a, key/value groups replicated)" 4 "${LLAMA[@]}" \
+  --context-parallel-size 4 --cp-comm-type a2a
 layout "MoE, padded to capacity" 1 "${MOE[@]}" "${PADDED[@]}"
 layout "MoE EP 4 (all-to-all), ZeRO 1, padded" 4 "${MOE[@]}" "${PADDED[@]}" \
   --expert-model-parallel-size 4 --zero-stage 1

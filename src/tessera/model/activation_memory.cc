@@ -83,11 +83,32 @@ double layer_activation_bytes(const ModelConfig& c, int64_t N, DType dtype,
 }
 
 double layer_backward_working_bytes(const ModelConfig& c, int64_t N, DType dtype, int tp,
-                                    bool sequence_parallel, const MoeRows* moe) {
+                                    bool sequence_parallel, const MoeRows* moe, int head_split,
+                                    bool cp_blocks) {
   const double elem = static_cast<double>(dtype_size(dtype));
   const double C = c.hidden_size, F = c.ffn() / static_cast<double>(tp);
   const double up = c.swiglu ? 2 * F : F;
   const double rows = sequence_parallel ? static_cast<double>(N) / tp : static_cast<double>(N);
+  // The attention's phase, after the MLP's (transformer_layer.cc): the incoming gradient and its
+  // dropout copy, the MLP's input gradient (reduced: residual rows under SP), the residual's
+  // gradient and its dropout copy, then the output projection's input gradient, q, k, v's and
+  // the QKV projection's input gradient before its reduction (and its slice under SP).
+  const double HD = c.head_dim(), NH = c.num_attention_heads / static_cast<double>(tp);
+  const double KV = std::max(1, c.kv_heads() / tp);
+  const double dropout_copies = c.hidden_dropout > 0 ? 2 * rows * C : 0.0;
+  // The core's own: with the key/value blocks of p2p and all_gather, the fp32 row sums and
+  // query gradient beside the packed q, k, v gradient (instead of the projection's input
+  // gradient, which comes after they are freed); in a head split of A ranks, the output
+  // gradient there and q, k, v's gradient there beside its exchange back (or the input gradient).
+  double core = N * C;
+  if (cp_blocks) core = std::max(core, (4.0 * N * NH + 4.0 * N * NH * HD) / elem);
+  if (head_split > 1) {
+    const double kv_split = static_cast<int>(KV) % head_split == 0 ? KV / head_split : 1;
+    core = N * NH * HD + std::max(N * C, head_split * (NH / head_split + 2 * kv_split) * HD * N);
+  }
+  const double attention =
+      elem * (rows * C + (sequence_parallel ? rows : N) * C + rows * C + dropout_copies +
+              N * NH * HD + N * (NH + 2 * KV) * HD + core + (sequence_parallel ? rows * C : 0.0));
   if (moe != nullptr) {
     const double half = dtype != DType::kF32 ? 4.0 * (N * C + c.moe.num_experts * C) : 0.0;
     const double base =
@@ -108,12 +129,14 @@ double layer_backward_working_bytes(const ModelConfig& c, int64_t N, DType dtype
     const double shared =
         moe->permuted * C +
         (c.moe.shared_expert_size > 0 ? N * (s.act + s.up + C) /*its backward*/ : 0.0);
-    return base + elem * std::max({experts, combine, shared});
+    return std::max(attention, base + elem * std::max({experts, combine, shared}));
   }
-  return elem * (rows * C /*incoming gradient*/ + N * F /*d activation*/ + N * up /*d up*/ +
-                 N * C /*d input, before the reduction*/ +
-                 (sequence_parallel ? rows * C : 0.0) /*its reduce-scattered slice*/ +
-                 (c.hidden_dropout > 0 ? rows * C : 0.0) /*the dropout's gradient, a copy*/);
+  const double mlp =
+      elem * (rows * C /*incoming gradient*/ + N * F /*d activation*/ + N * up /*d up*/ +
+              N * C /*d input, before the reduction*/ +
+              (sequence_parallel ? rows * C : 0.0) /*its reduce-scattered slice*/ +
+              (c.hidden_dropout > 0 ? rows * C : 0.0) /*the dropout's gradient, a copy*/);
+  return std::max(mlp, attention);
 }
 
 }  // namespace tessera::model

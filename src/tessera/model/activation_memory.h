@@ -57,7 +57,12 @@ double layer_activation_bytes(const ModelConfig& cfg, int64_t N, DType dtype,
 // activations), the rows' gradient, then the larger of the experts' phase (the exchanged rows,
 // the experts' input gradients and one expert's MLP backward), the combine (the rows back) and
 // the shared expert's phase.
+// The attention's phase, when larger (a narrow MLP): the MLP's input gradient and the residual's
+// (with its dropout copy) held, the output projection's input gradient, q, k, v's and the
+// projection's input gradient; `head_split` as for layer_activation_bytes, `cp_blocks` the
+// key/value blocks of context parallelism's p2p and all_gather (the core's fp32 buffers).
 double layer_backward_working_bytes(const ModelConfig& cfg, int64_t N, DType dtype, int tp = 1,
-                                    bool sequence_parallel = false, const MoeRows* moe = nullptr);
+                                    bool sequence_parallel = false, const MoeRows* moe = nullptr,
+                                    int head_split = 1, bool cp_blocks = false);
 
 }  // namespace tessera::model

@@ -88,6 +88,13 @@ int head_split(const RankLayout& r, int layer) {
   return t == context::CommType::kA2A ? r.cp : t == context::CommType::kA2AP2P ? r.cp_a2a : 1;
 }
 
+// Whether layer l's core takes the key/value blocks of p2p or all_gather.
+bool cp_blocks(const RankLayout& r, int layer) {
+  if (r.cp_types.empty()) return false;
+  const context::CommType t = r.cp_types.at(layer);
+  return t == context::CommType::kP2P || t == context::CommType::kAllGather;
+}
+
 // The largest context-parallel exchange of a layer (theoretical_comm_buffers).
 double context_parallel_buffers(const model::ModelConfig& c, const RankLayout& r) {
   const double R = static_cast<double>(r.tokens), elem = dtype_size(r.compute);
@@ -231,7 +238,8 @@ double theoretical_activations(const model::ModelConfig& c, const RankLayout& r)
   for (int l : r.layers)
     working = std::max(
         working, model::layer_backward_working_bytes(c, N, r.compute, r.tp, r.sequence_parallel,
-                                                     c.is_moe_layer(l) ? &moe : nullptr));
+                                                     c.is_moe_layer(l) ? &moe : nullptr,
+                                                     head_split(r, l), cp_blocks(r, l)));
   if (r.last_stage) {
     const double logits = static_cast<double>(c.padded_vocab_size(r.tp)) / r.tp;
     working = std::max(working, elem * (3 * rows * C + N * C + N * logits));
