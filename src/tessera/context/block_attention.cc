@@ -11,6 +11,7 @@
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
 #include "tessera/kernels/attention_block.h"
+#include "tessera/kernels/attention_merge.h"
 
 namespace tessera::context {
 namespace {
@@ -70,22 +71,7 @@ kernels::AttentionBlock block_of(const BlockAttentionShape& s, int64_t c, int qs
 // Merges a block's (o, lse) for query rows [row0, row0 + c) into the running (acc, L).
 void merge(float* acc, float* L, const float* o, const float* lse, const BlockAttentionShape& s,
            int64_t row0, int64_t c) {
-  const int64_t O = int64_t{s.NH} * s.HD;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int h = 0; h < s.NH; ++h)
-      for (int64_t t = row0; t < row0 + c; ++t) {
-        const int64_t li = (b * s.NH + h) * s.T_local + t;
-        const float la = L[li], lb = lse[li];
-        if (lb == -std::numeric_limits<float>::infinity()) continue;  // saw no key here
-        const float m = std::max(la, lb);
-        const float lnew = m + std::log(std::exp(la - m) + std::exp(lb - m));
-        const float wa = std::exp(la - lnew), wb = std::exp(lb - lnew);
-        float* a = acc + (b * s.T_local + t) * O + int64_t{h} * s.HD;
-        const float* x = o + (b * s.T_local + t) * O + int64_t{h} * s.HD;
-        for (int d = 0; d < s.HD; ++d) a[d] = a[d] * wa + x[d] * wb;
-        L[li] = lnew;
-      }
+  kernels::attention_merge(acc, L, o, lse, s.B, s.T_local, s.NH, s.HD, row0, c);
 }
 
 // Every pair of a query chunk of this rank (row qs * c, position q_pos[qs]) and a key chunk of

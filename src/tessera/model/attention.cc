@@ -1,9 +1,14 @@
 #include "tessera/model/attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 #include "tessera/core/error.h"
 #include "tessera/kernels/attention.h"
+#include "tessera/kernels/attention_block.h"
+#include "tessera/kernels/attention_merge.h"
 #include "tessera/kernels/rope.h"
 
 namespace tessera::model {
@@ -249,6 +254,81 @@ Tensor Attention::backward(const Tensor& dy, const Saved& s, const StepContext& 
     }
   });
   return qkv_.backward(dqkv, s.inp, ctx.B);
+}
+
+Tensor Attention::forward_cached(const Tensor& x, const StepContext& ctx, const KvBlocks& cache,
+                                 const std::vector<CachedSequence>& seqs) const {
+  TESSERA_CHECK_MSG(mode_ == CpMode::kNone, "cached attention runs without context parallelism");
+  const int64_t n = x.dim(0), O = int64_t{NH_} * HD_, kv_cols = 2 * int64_t{KV_} * HD_;
+  TESSERA_CHECK(cache.row_elements() == kv_cols && ctx.sample_positions != nullptr);
+  Tensor inp;
+  Tensor qkv = qkv_.forward(x, ctx.B, &inp);
+  const int64_t W = qkv.dim(1), bs = cache.block_size();
+  Tensor attn = Tensor::empty({n, O}, qkv.dtype());
+  visit_float(qkv.dtype(), [&](auto tag) {
+    using F = decltype(tag);
+    if (rope_)
+      kernels::rope_forward(qkv.data<F>(), ctx.sample_positions, 1, n, NH_, KV_, HD_, rope_theta_,
+                            /*per_sample=*/true, ctx.seq_global, rope_scaling_);
+    int64_t r0 = 0;
+    for (const CachedSequence& seq : seqs) {
+      const int64_t rows = seq.rows, total = seq.past + rows;
+      TESSERA_CHECK(static_cast<int64_t>(seq.blocks->size()) * bs >= total);
+      // The new tokens' keys and values into their cache rows.
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t pos = seq.past + i;
+        F* row =
+            static_cast<F*>(cache.block(layer_, (*seq.blocks)[pos / bs])) + (pos % bs) * kv_cols;
+        std::memcpy(row, qkv.data<F>() + (r0 + i) * W + O, kv_cols * sizeof(F));
+      }
+      // A sliding window: query p sees keys (p - window, p] (window_ 0: all).
+      std::vector<int32_t> first_key;
+      if (window_ > 0) {
+        first_key.resize(rows);
+        for (int64_t i = 0; i < rows; ++i)
+          first_key[i] = static_cast<int32_t>(std::max<int64_t>(0, seq.past + i - window_ + 1));
+      }
+      Tensor acc = Tensor::zeros({rows, O}, DType::kF32),
+             L = Tensor::empty({NH_, rows}, DType::kF32);
+      Tensor ob = Tensor::empty({rows, O}, DType::kF32),
+             lb = Tensor::empty({NH_, rows}, DType::kF32);
+      std::fill(L.data<float>(), L.data<float>() + L.numel(),
+                -std::numeric_limits<float>::infinity());
+      for (int64_t k_pos = 0; k_pos < total; k_pos += bs) {
+        if (window_ > 0 && k_pos + bs <= first_key[0]) continue;  // before every query's window
+        kernels::AttentionBlock blk;
+        blk.B = 1;
+        blk.q_len = rows;
+        blk.k_len = std::min(bs, total - k_pos);
+        blk.q_pos = seq.past;
+        blk.k_pos = k_pos;
+        blk.seq = total;
+        blk.NH = NH_;
+        blk.KV = KV_;
+        blk.HD = HD_;
+        blk.q_sample = rows * W;
+        blk.q_ld = W;
+        blk.o_sample = rows * O;
+        blk.o_ld = O;
+        blk.kv_sample = bs * kv_cols;
+        blk.kv_ld = kv_cols;
+        blk.lse_ld = rows;
+        blk.doc_start = first_key.empty() ? nullptr : first_key.data();
+        blk.doc_sample = rows;
+        const F* k = static_cast<const F*>(cache.block(layer_, (*seq.blocks)[k_pos / bs]));
+        kernels::attention_block_forward(ob.data<float>(), lb.data<float>(), qkv.data<F>() + r0 * W,
+                                         k, k + int64_t{KV_} * HD_, blk,
+                                         kernels::AttentionDropout{});
+        kernels::attention_merge(acc.data<float>(), L.data<float>(), ob.data<float>(),
+                                 lb.data<float>(), 1, rows, NH_, HD_, 0, rows);
+      }
+      F* out = attn.data<F>() + r0 * O;
+      for (int64_t i = 0; i < rows * O; ++i) out[i] = from_f32<F>(acc.data<float>()[i]);
+      r0 += rows;
+    }
+    TESSERA_CHECK(r0 == n);
+  });
+  return out_.forward(attn, ctx.B);
 }
 
 }  // namespace tessera::model

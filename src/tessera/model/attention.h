@@ -31,6 +31,7 @@
 #include "tessera/kernels/attention.h"
 #include "tessera/model/config.h"
 #include "tessera/model/context.h"
+#include "tessera/model/kv_cache_view.h"
 #include "tessera/model/parallel_linear.h"
 #include "tessera/model/parameter.h"
 
@@ -58,6 +59,15 @@ class Attention {
   // Selective recomputation: forward drops the core's output and log-sum-exp (Saved::attn,
   // Saved::lse) once the projection has used them; backward recomputes them from Saved::qkv.
   void set_recompute_core(bool on) { recompute_core_ = on; }
+
+  // Inference (no CP, no SP): x holds the new tokens of `seqs` (kv_cache_view.h), whose
+  // positions are ctx.sample_positions (B 1, T rows); their keys and values (after RoPE) are
+  // written to `cache`, and each attends causally to its sequence's cached tokens and itself:
+  // the block kernel over each cache block, merged by log-sum-exp (attention_merge.h), the
+  // arithmetic of the training kernels up to the order of sums. A sliding window limits the keys
+  // as in training. -> (rows, C); nothing kept.
+  Tensor forward_cached(const Tensor& x, const StepContext& ctx, const KvBlocks& cache,
+                        const std::vector<CachedSequence>& seqs) const;
 
  private:
   static std::vector<std::string> qkv_names(const std::string& prefix, const ModelConfig& cfg,

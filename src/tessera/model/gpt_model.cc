@@ -203,6 +203,21 @@ Tensor GPTModel::layer_backward(int l, const Tensor& dy, TransformerLayer::Saved
   return layers_[l].backward(dy, saved, ctx);
 }
 
+Tensor GPTModel::forward_cached(const int32_t* tokens, const int32_t* positions, int64_t n,
+                                const KvBlocks& cache, const std::vector<CachedSequence>& seqs) {
+  TESSERA_CHECK_MSG(num_chunks() == 1 && chunk_shape(0).embeds && chunk_shape(0).head &&
+                        cp_.size() == 1 && !tp_.sequence_parallel() && !partly_resident_,
+                    "cached inference needs the whole model on every rank (no PP, CP, SP, ZeRO 3)");
+  // One sample of n rows, each at its own position (per-sample positions, as packed documents).
+  StepContext ctx = StepContext::make(1, n, 0, 0, 0, /*training=*/false);
+  ctx.sample_positions = positions;
+  ctx.seq_global = cfg_.max_positions();
+  const Batch batch{tokens, nullptr, nullptr, 1, n};
+  Tensor x = embed(batch, ctx);
+  for (const TransformerLayer& layer : layers_) x = layer.forward_cached(x, ctx, cache, seqs);
+  return x;
+}
+
 StepContext GPTModel::context(int64_t B, int64_t T, int64_t sample_offset, uint64_t seed,
                               int64_t iteration, bool training) const {
   return StepContext::make(B, T, sample_offset, seed, iteration, training, tp_.seq_begin(T),

@@ -161,6 +161,13 @@ class GPTModel {
   // vocabulary columns (all of them in one process). For inspection and comparisons with other
   // implementations (tessera-logits); no gradients, nothing kept.
   Tensor logits(const Tensor& x, int64_t B) const;
+  // Inference over a KV cache (model/kv_cache_view.h; one process or TP without SP, the whole
+  // model on this rank): the hidden states (n, C) after the last layer of n new tokens `tokens`
+  // at `positions` (each below max_positions()), the rows of `seqs` in order; every layer writes
+  // their keys and values into `cache` and attends over their sequence's cached tokens. The
+  // head: logits() of the rows wanted.
+  Tensor forward_cached(const int32_t* tokens, const int32_t* positions, int64_t n,
+                        const KvBlocks& cache, const std::vector<CachedSequence>& seqs);
   // Selective recomputation: every layer drops its attention core's output and log-sum-exp and
   // recomputes them in backward (RecomputePolicy, chunk_runner.h).
   void set_selective_recompute(bool on);

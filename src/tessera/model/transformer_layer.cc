@@ -88,6 +88,17 @@ Tensor TransformerLayer::forward(const Tensor& x, Saved& s, const StepContext& c
   return dropout_add(s.residual, m, 2 * index_ + 1, ctx);
 }
 
+Tensor TransformerLayer::forward_cached(const Tensor& x, const StepContext& ctx,
+                                        const KvBlocks& cache,
+                                        const std::vector<CachedSequence>& seqs) const {
+  Saved s;  // scratch: the sublayers' forwards fill what a backward would need
+  Tensor a = attn_.forward_cached(norm1_.forward(x, s.norm1), ctx, cache, seqs);
+  const Tensor residual = dropout_add(x, a, 2 * index_, ctx);
+  const Tensor n2 = norm2_.forward(residual, s.norm2);
+  Tensor m = moe_.empty() ? mlp_[0].forward(n2, s.mlp, ctx.B) : moe_[0].forward(n2, s.moe, ctx);
+  return dropout_add(residual, m, 2 * index_ + 1, ctx);
+}
+
 Tensor TransformerLayer::backward(const Tensor& dout, const Saved& s,
                                   const StepContext& ctx) const {
   // out = r + mlp(norm2(r)):  dr = dout + norm2'(mlp'(dout))

@@ -42,6 +42,10 @@ class TransformerLayer {
   Tensor forward(const Tensor& x, Saved& s, const StepContext& ctx) const;
   // dout (N, C) -> dx (N, C); accumulates parameter gradients.
   Tensor backward(const Tensor& dout, const Saved& s, const StepContext& ctx) const;
+  // Inference: the new tokens of `seqs` through the layer over the KV cache
+  // (Attention::forward_cached); ctx is an evaluation context; nothing kept.
+  Tensor forward_cached(const Tensor& x, const StepContext& ctx, const KvBlocks& cache,
+                        const std::vector<CachedSequence>& seqs) const;
   // Selective recomputation of the attention core (Attention::set_recompute_core).
   void set_recompute_core_attention(bool on) { attn_.set_recompute_core(on); }
   int index() const { return index_; }  // global layer index
