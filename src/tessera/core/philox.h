@@ -25,6 +25,7 @@ enum class RngPurpose : uint32_t {
   kHiddenDropout = 3,
   kData = 4,
   kTest = 5,
+  kSampling = 6,  // inference: the draw of each generated token (inference/sampling.h)
 };
 
 struct PhiloxKey {

@@ -1,0 +1,187 @@
+#include "tessera/inference/engine.h"
+
+#include <algorithm>
+
+#include "tessera/core/error.h"
+
+namespace tessera::inference {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kNone:
+      break;
+  }
+  return "";
+}
+
+Engine::Engine(model::GPTModel& model, const EngineOptions& options)
+    : model_(model),
+      options_(options),
+      context_(model.config().max_positions()),
+      vocab_(model.config().vocab_size) {
+  const model::ModelConfig& c = model.config();
+  TESSERA_CHECK_MSG(model.tensor_parallel().size() == 1,
+                    "the inference engine runs in one process (tensor parallelism: not yet)");
+  if (options_.block_size < 1 || options_.max_sequences < 1 || options_.prefill_chunk < 1 ||
+      options_.cache_tokens < 0)
+    throw Error("inference engine: block size, sequences and prefill chunk must be >= 1");
+  const int64_t tokens =
+      options_.cache_tokens > 0 ? options_.cache_tokens : options_.max_sequences * context_;
+  const int64_t blocks = (tokens + options_.block_size - 1) / options_.block_size;
+  cache_ = std::make_unique<KvCache>(c.num_layers, 2 * int64_t{c.kv_heads()} * c.head_dim(),
+                                     model.params().compute_dtype(), options_.block_size, blocks);
+}
+
+uint64_t Engine::submit(GenerationRequest request) {
+  if (request.prompt.empty()) throw Error("prompt: must have at least one token");
+  for (size_t i = 0; i < request.prompt.size(); ++i)
+    if (request.prompt[i] < 0 || request.prompt[i] >= vocab_)
+      throw Error("prompt: token " + std::to_string(request.prompt[i]) + " at position " +
+                  std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(vocab_) +
+                  ")");
+  const int64_t P = static_cast<int64_t>(request.prompt.size());
+  if (P >= context_)
+    throw Error("prompt: " + std::to_string(P) +
+                " tokens leave no room in the model's context of " + std::to_string(context_));
+  if (request.max_tokens < 1)
+    throw Error("max_tokens: must be >= 1, got " + std::to_string(request.max_tokens));
+  if (const std::string why = request.sampling.check(); !why.empty()) throw Error(why);
+  if (request.top_logprobs < 0)
+    throw Error("top_logprobs: must be >= 0, got " + std::to_string(request.top_logprobs));
+  for (int32_t t : request.stop_tokens)
+    if (t < 0 || t >= vocab_)
+      throw Error("stop token " + std::to_string(t) + " is outside the vocabulary");
+  const int64_t need = cache_->blocks_for(std::min(P + request.max_tokens, context_));
+  if (need > cache_->num_blocks())
+    throw Error("request: needs " + std::to_string(need) + " cache blocks, the cache has " +
+                std::to_string(cache_->num_blocks()));
+  const uint64_t id = next_id_++;
+  Generation& g = generations_[id];
+  g.id = id;
+  g.request = std::move(request);
+  queue_.push_back(id);
+  return id;
+}
+
+const Generation& Engine::generation(uint64_t id) const {
+  const auto it = generations_.find(id);
+  TESSERA_CHECK_MSG(it != generations_.end(), "no generation " + std::to_string(id));
+  return it->second;
+}
+
+void Engine::forget(uint64_t id) {
+  const auto it = generations_.find(id);
+  if (it != generations_.end() && it->second.finished()) generations_.erase(it);
+}
+
+void Engine::admit() {
+  while (!queue_.empty() && static_cast<int>(running_.size()) < options_.max_sequences) {
+    const Generation& g = generations_.at(queue_.front());
+    Running seq{g.id, g.request.prompt, 0, {}};
+    const int64_t total =
+        std::min<int64_t>(static_cast<int64_t>(seq.tokens.size()) + g.request.max_tokens, context_);
+    if (!cache_->reserve(seq.blocks, total)) return;  // waits for blocks, in order
+    queue_.pop_front();
+    running_.push_back(std::move(seq));
+  }
+}
+
+bool Engine::take_token(Running& seq, std::vector<float> logits) {
+  Generation& g = generations_.at(seq.id);
+  const GenerationRequest& r = g.request;
+  GeneratedToken out;
+  const int64_t position = static_cast<int64_t>(seq.tokens.size());
+  std::vector<float> scratch = logits;
+  out.token = sample_token(scratch, r.sampling, seq.tokens, position);
+  out.logprob = token_logprob(logits, out.token, r.top_logprobs);
+  g.tokens.push_back(out);
+  seq.tokens.push_back(out.token);
+  if (std::find(r.stop_tokens.begin(), r.stop_tokens.end(), out.token) != r.stop_tokens.end())
+    g.finish = FinishReason::kStop;
+  else if (static_cast<int64_t>(g.tokens.size()) >= r.max_tokens ||
+           static_cast<int64_t>(seq.tokens.size()) >= context_)
+    g.finish = FinishReason::kLength;
+  return g.finished();
+}
+
+std::vector<uint64_t> Engine::step() {
+  admit();
+  if (running_.empty()) return {};
+  // The rows of this step: each sequence's next prompt chunk or its last generated token.
+  std::vector<int32_t> tokens, positions;
+  std::vector<model::CachedSequence> seqs;
+  for (Running& s : running_) {
+    const int64_t pending = static_cast<int64_t>(s.tokens.size()) - s.cached;
+    const int64_t rows = std::min(pending, options_.prefill_chunk);
+    for (int64_t i = 0; i < rows; ++i) {
+      tokens.push_back(s.tokens[s.cached + i]);
+      positions.push_back(static_cast<int32_t>(s.cached + i));
+    }
+    seqs.push_back({rows, s.cached, &s.blocks});
+  }
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const Tensor hidden = model_.forward_cached(tokens.data(), positions.data(), n, *cache_, seqs);
+
+  // The rows whose logits are needed: a sequence's last row when it predicts a new token, and
+  // with prompt log-probabilities every prompt row that predicts a prompt token.
+  std::vector<int64_t> wanted;
+  int64_t r0 = 0;
+  for (size_t k = 0; k < running_.size(); ++k) {
+    const Running& s = running_[k];
+    const Generation& g = generations_.at(s.id);
+    const int64_t rows = seqs[k].rows, P = static_cast<int64_t>(g.request.prompt.size());
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t pos = s.cached + i;
+      const bool predicts_new = pos == static_cast<int64_t>(s.tokens.size()) - 1;
+      if (predicts_new || (g.request.prompt_logprobs && pos + 1 < P)) wanted.push_back(r0 + i);
+    }
+    r0 += rows;
+  }
+  const int64_t C = hidden.dim(1), m = static_cast<int64_t>(wanted.size());
+  Tensor x = Tensor::empty({m, C}, hidden.dtype());
+  for (int64_t i = 0; i < m; ++i)
+    x.slice_rows(i, i + 1).copy_from(hidden.slice_rows(wanted[i], wanted[i] + 1));
+  const Tensor logits = model_.logits(x, 1).to(DType::kF32, MemoryCategory::kActivations);
+  const int64_t padded = logits.dim(1);
+  const auto row_logits = [&](int64_t i) {
+    const float* row = logits.data<float>() + i * padded;
+    return std::vector<float>(row, row + vocab_);
+  };
+
+  std::vector<uint64_t> changed;
+  int64_t w = 0;
+  r0 = 0;
+  std::vector<Running> still;
+  for (size_t k = 0; k < running_.size(); ++k) {
+    Running& s = running_[k];
+    Generation& g = generations_.at(s.id);
+    const int64_t rows = seqs[k].rows, P = static_cast<int64_t>(g.request.prompt.size());
+    bool finished = false;
+    for (int64_t i = 0; i < rows; ++i) {
+      if (w >= m || wanted[w] != r0 + i) continue;
+      const int64_t pos = s.cached + i;
+      std::vector<float> l = row_logits(w++);
+      if (g.request.prompt_logprobs && pos + 1 < P)
+        g.prompt_logprobs.push_back(token_logprob(l, g.request.prompt[pos + 1]).logprob);
+      if (pos == static_cast<int64_t>(s.tokens.size()) - 1) {
+        finished = take_token(s, std::move(l));
+        changed.push_back(s.id);
+      }
+    }
+    s.cached += rows;
+    r0 += rows;
+    if (finished) {
+      cache_->release(s.blocks);
+    } else {
+      still.push_back(std::move(s));
+    }
+  }
+  running_ = std::move(still);
+  return changed;
+}
+
+}  // namespace tessera::inference

@@ -1,0 +1,47 @@
+// The KV cache of an inference engine: one pool of blocks shared by every running sequence
+// (vLLM's paged layout, Kwon et al. 2023), so sequences of different lengths take what they
+// use. A block holds `block_size` tokens of every layer: per layer, block_size rows of one
+// token's keys and values after RoPE ([k (KV HD) | v (KV HD)], KV this rank's key/value groups)
+// in the cache dtype, which is the model's compute dtype (the attention kernels read q, k and v
+// in one type). A sequence owns a block table (block ids in position order); blocks go back to
+// the pool when it finishes. Not thread-safe: the engine's one thread uses it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tessera/core/tensor.h"
+#include "tessera/model/kv_cache_view.h"
+
+namespace tessera::inference {
+
+class KvCache : public model::KvBlocks {
+ public:
+  // num_blocks blocks of block_size tokens for `layers` layers of rows of `row_elements`
+  // elements of `dtype`: layers * num_blocks * block_size * row_elements elements, allocated
+  // here (MemoryCategory::kActivations: what serving holds besides the weights).
+  KvCache(int layers, int64_t row_elements, DType dtype, int64_t block_size, int64_t num_blocks);
+
+  int64_t block_size() const override { return block_size_; }
+  void* block(int layer, int32_t block) const override;
+  int64_t row_elements() const override { return row_elements_; }
+
+  // Grows `table` to cover `tokens` tokens. False (and `table` unchanged) when the pool lacks
+  // the blocks.
+  bool reserve(std::vector<int32_t>& table, int64_t tokens);
+  // Gives a table's blocks back to the pool and empties it.
+  void release(std::vector<int32_t>& table);
+  // Blocks a sequence of `tokens` tokens needs.
+  int64_t blocks_for(int64_t tokens) const { return (tokens + block_size_ - 1) / block_size_; }
+  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t bytes() const { return storage_.nbytes(); }
+
+ private:
+  int layers_;
+  int64_t row_elements_, block_size_, num_blocks_;
+  mutable Tensor storage_;     // (layers, num_blocks, block_size, row_elements)
+  std::vector<int32_t> free_;  // free block ids, the next one taken from the back
+};
+
+}  // namespace tessera::inference
