@@ -11,18 +11,22 @@
 #     process with its optimizer state on NVMe (ZeRO 1, DP 1). Prints the trainer's own memory
 #     report (theory beside measurement), the peak resident set (/usr/bin/time) beside RAM, the
 #     seconds per iteration, the I/O rate and the hidden share of I/O (from the metrics file).
+#     With --save, the run then saves a checkpoint (streamed from the swap file: 21 GB more on
+#     DIR) and the saved line is printed beside the peak resident set.
 # Needs ~45 GB free on DIR (the 21 GB swap file, fio's 4 GB file) and ~10 minutes.
-#   bash bench/offload.sh [BUILD_BIN_DIR] [DIR] [--iters N] [--skip-model]
+#   bash bench/offload.sh [BUILD_BIN_DIR] [DIR] [--iters N] [--skip-model] [--save]
 set -eu
 BIN="${1:-build/bin}"
 DIR="${2:-$(cd "$BIN/../.." && pwd)}"
 shift 2 || shift $# || true
 ITERS=3
 SKIP_MODEL=0
+SAVE=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --iters) ITERS="$2"; shift 2 ;;
     --skip-model) SKIP_MODEL=1; shift ;;
+    --save) SAVE=1; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -70,14 +74,16 @@ echo "== 2. a model whose model states exceed RAM, trained with its optimizer st
 MODEL=(--model llama-tiny --num-layers 32 --hidden-size 2048 --num-attention-heads 16
        --num-query-groups 16 --ffn-hidden-size 5632 --vocab-size 32000 --seq-length 256
        --max-position-embeddings 256)
+save=()
+[ "$SAVE" -eq 1 ] && save=(--save "$WORK/ckpt")
 ram=$(awk '/MemTotal/ { printf "%.1f", $2 / 1048576 }' /proc/meminfo)
 /usr/bin/time -v "$BIN/tessera-train" "${MODEL[@]}" --mock-data --bf16 --zero-stage 1 \
   --micro-batch-size 1 --global-batch-size 1 --train-iters "$ITERS" --eval-iters 0 \
   --lr 1e-4 --log-interval 1 --num-threads "$(nproc)" \
   --offload-optimizer-nvme-path "$WORK" --offload-sub-group-size 50000000 \
   --offload-buffer-count 4 --offload-pipeline --offload-fast-init \
-  --metrics-file "$WORK/metrics.jsonl" >"$WORK/train.out" 2>"$WORK/time.txt"
-grep -E '^> (model|offload|memory report|  )' "$WORK/train.out"
+  --metrics-file "$WORK/metrics.jsonl" "${save[@]}" >"$WORK/train.out" 2>"$WORK/time.txt"
+grep -E '^> (model|offload|memory report|saved checkpoint|  )' "$WORK/train.out"
 grep '^ iteration' "$WORK/train.out" | sed 's/ | number of skipped.*tokens/ | ... tokens/'
 python3 - "$WORK/metrics.jsonl" "$WORK/time.txt" "$WORK/train.out" "$ram" <<'PY'
 import json, re, sys

@@ -2,7 +2,8 @@
 # ZeRO-Offload / ZeRO-Infinity (docs/offload.md): optimizer state (ZeRO 1-3) and parameters
 # (ZeRO 3, DP 1 and 2, with TP) in swap files, bitwise equal to the same run in memory; exact
 # resume (with and without parameter offload); a checkpoint of an offloaded run loaded without
-# offload under another layout; swap files removed at exit and after a crash; bad settings one
+# offload under another layout; the save streamed one sub-group window at a time, its files
+# those of the run in memory; swap files removed at exit and after a crash; bad settings one
 # line and exit 2 on every rank; a full disk refused up front.
 # The swap directory is under the build tree (the repository's file system): tmpfs accepts
 # unaligned direct I/O and would hide alignment bugs.
@@ -174,6 +175,34 @@ assert abs(other[0]["lm_loss"] - full[5]["lm_loss"]) <= 1e-5 * full[5]["lm_loss"
 PY
 }
 check "exact resume of an offloaded run; its checkpoint loads in memory at DP 1" resume
+
+# The save of an offloaded run streams its file from the optimizer's sub-group windows: it holds
+# at most one window of state (master weights and two moments, 12 bytes an element, as the saved
+# line reports), where the in-memory run's save holds a copy of the rank's whole state; the rank
+# files are byte for byte those of the same run in memory. --async-save with the state on NVMe
+# says why it saves synchronously.
+streamed_save() {
+  local ds=(--zero-stage 1 --bf16 --train-iters 2 --save-interval 2)
+  train smem 2 "${ds[@]}" --save "$TMP/smem" || return 1
+  local copy nvme group
+  copy=$(sed -n 's/^> saved checkpoint .*state held for it: \([0-9.]*\) MB per rank at most (a copy in memory)$/\1/p' "$TMP/out")
+  train snvme 2 "${ds[@]}" --save "$TMP/snvme" "${OPT[@]}" --async-save || return 1
+  grep -q "^note: --async-save: the optimizer state is on NVMe, .* streamed from it synchronously" \
+    "$TMP/out" || return 1
+  nvme=$(sed -n 's/^> saved checkpoint .*state held for it: \([0-9.]*\) MB per rank at most (streamed from NVMe, one window at a time)$/\1/p' "$TMP/out")
+  group=$(sed -n 's/^> offload: optimizer state .* sub-groups of \([0-9]*\)).*/\1/p' "$TMP/out")
+  echo "  state held by the save: $copy MB in memory, $nvme MB streamed (sub-groups of $group)" >&2
+  python3 -c 'import sys
+copy, nvme, group = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+assert 0 < nvme <= group * 12 / 1e6 + 5e-4 and copy > 10 * nvme, (copy, nvme, group)' \
+    "$copy" "$nvme" "$group" || return 1
+  for r in rank_00000 rank_00001; do
+    cmp "$TMP/smem/iter_0000002/$r.safetensors" "$TMP/snvme/iter_0000002/$r.safetensors" >&2 ||
+      return 1
+  done
+}
+check "the save of an offloaded run streams one sub-group window at a time, same files" \
+  streamed_save
 
 # The same with the parameters on NVMe too (ZeRO 3): save at 2, load, continue bitwise.
 resume_params() {

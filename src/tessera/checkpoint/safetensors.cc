@@ -121,15 +121,17 @@ DType to_core_dtype(SafeDType dtype) {
 // ---------------------------------------------------------------------------------------------
 // Writer
 
-void write_safetensors(const std::string& path, std::span<const SafeTensorView> tensors,
-                       const std::map<std::string, std::string>& metadata) {
+SafetensorsLayout safetensors_layout(const std::string& path,
+                                     std::span<const SafeTensorView> tensors,
+                                     const std::map<std::string, std::string>& metadata) {
   struct Planned {
-    const SafeTensorView* view;
+    size_t index;
     uint64_t nbytes;
   };
   std::vector<Planned> plan;
   std::set<std::string_view> seen;
-  for (const auto& t : tensors) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const SafeTensorView& t = tensors[i];
     const std::string where = path + ": tensor '" + t.name + "'";
     if (t.name.empty()) throw Error(path + ": a tensor has an empty name: expected a name");
     if (t.name == kMetadataKey) {
@@ -138,33 +140,58 @@ void write_safetensors(const std::string& path, std::span<const SafeTensorView> 
     if (!seen.insert(t.name).second) throw Error(where + " appears twice: expected unique names");
     const auto numel = checked_numel(t.shape);
     if (!numel) throw Error(where + ": invalid shape " + shape_text(t.shape));
-    const uint64_t nbytes = static_cast<uint64_t>(*numel) * safe_dtype_size(t.dtype);
-    if (nbytes > 0 && t.data == nullptr) throw Error(where + ": data pointer is null");
-    plan.push_back({&t, nbytes});
+    plan.push_back({i, static_cast<uint64_t>(*numel) * safe_dtype_size(t.dtype)});
   }
   // Largest elements first, then by name: keeps each tensor aligned to its element size.
-  std::sort(plan.begin(), plan.end(), [](const Planned& a, const Planned& b) {
-    const size_t sa = safe_dtype_size(a.view->dtype), sb = safe_dtype_size(b.view->dtype);
-    return sa != sb ? sa > sb : a.view->name < b.view->name;
+  std::sort(plan.begin(), plan.end(), [&](const Planned& a, const Planned& b) {
+    const SafeTensorView &ta = tensors[a.index], &tb = tensors[b.index];
+    const size_t sa = safe_dtype_size(ta.dtype), sb = safe_dtype_size(tb.dtype);
+    return sa != sb ? sa > sb : ta.name < tb.name;
   });
 
   json header = json::object();  // std::map-backed: keys come out sorted by name
   if (!metadata.empty()) header[kMetadataKey] = metadata;
+  std::vector<uint64_t> data_offsets(tensors.size());
   uint64_t offset = 0;
   for (const auto& p : plan) {
-    header[p.view->name] = {{"dtype", safe_dtype_name(p.view->dtype)},
-                            {"shape", p.view->shape},
-                            {"data_offsets", {offset, offset + p.nbytes}}};
+    const SafeTensorView& t = tensors[p.index];
+    header[t.name] = {{"dtype", safe_dtype_name(t.dtype)},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + p.nbytes}}};
+    data_offsets[p.index] = offset;
     offset += p.nbytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
   const uint64_t header_len = text.size();
 
+  SafetensorsLayout layout;
+  layout.header.resize(8);
+  std::memcpy(layout.header.data(), &header_len, 8);
+  layout.header += text;
+  for (uint64_t o : data_offsets) layout.offsets.push_back(layout.header.size() + o);
+  layout.file_bytes = layout.header.size() + offset;
+  return layout;
+}
+
+void write_safetensors(const std::string& path, std::span<const SafeTensorView> tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  const SafetensorsLayout layout = safetensors_layout(path, tensors, metadata);
+  std::vector<uint64_t> nbytes;
+  for (const SafeTensorView& t : tensors) {
+    nbytes.push_back(static_cast<uint64_t>(*checked_numel(t.shape)) * safe_dtype_size(t.dtype));
+    if (nbytes.back() > 0 && t.data == nullptr)
+      throw Error(path + ": tensor '" + t.name + "': data pointer is null");
+  }
+  // The data in file order (a tensor of no bytes may share its offset with the next).
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return layout.offsets[a] < layout.offsets[b]; });
+
   AtomicFile file(path);
-  file.write(&header_len, 8);
-  file.write(text.data(), text.size());
-  for (const auto& p : plan) file.write(p.view->data, p.nbytes);
+  file.write(layout.header.data(), layout.header.size());
+  for (size_t i : order) file.write(tensors[i].data, nbytes[i]);
   file.commit();
 }
 

@@ -63,6 +63,21 @@ struct SafeTensorView {
   const void* data;
 };
 
+// Where write_safetensors puts each tensor: `header` is the file's first header.size() bytes (the
+// length field and the JSON padded with spaces), `offsets[i]` the file offset of tensors[i]'s
+// data, in the order given; `file_bytes` the size of the whole file. The tensors' `data` is not
+// read (it may be null). Throws tessera::Error as write_safetensors does for a bad name or shape.
+// Writers that produce the data piece by piece (checkpoint/rank_file_writer.h) lay out their
+// file with it, so every safetensors file Tessera writes has the same layout.
+struct SafetensorsLayout {
+  std::string header;
+  std::vector<uint64_t> offsets;
+  uint64_t file_bytes = 0;
+};
+SafetensorsLayout safetensors_layout(const std::string& path,
+                                     std::span<const SafeTensorView> tensors,
+                                     const std::map<std::string, std::string>& metadata = {});
+
 // Writes `tensors` and `metadata` to `path` in the layout above. Writes path + ".tmp", fsyncs
 // and renames it over `path`, so `path` is either the old file or the complete new one.
 // Throws tessera::Error (naming the file and, where it applies, the tensor) for an empty or

@@ -7,12 +7,12 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "tessera/checkpoint/megatron_format.h"
+#include "tessera/checkpoint/rank_file_writer.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
 
@@ -20,20 +20,11 @@ namespace tessera::checkpoint {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr const char* kSlicesKey = "tessera.slices";
 constexpr const char* kFormat = "tessera-checkpoint";
 constexpr int kVersion = 1;
 
-std::string rank_file_name(int rank) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "rank_%05d.safetensors", rank);
-  return buf;
-}
-
 std::string checksum(const void* data, size_t bytes) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016" PRIx64, static_cast<uint64_t>(XXH3_64bits(data, bytes)));
-  return buf;
+  return checksum_text(XXH3_64bits(data, bytes));
 }
 
 // Makes a rename inside `dir` durable.
@@ -118,21 +109,12 @@ void RankSnapshot::add(const std::string& name, const TensorSlice& slice, const 
 }
 
 void RankSnapshot::write(const std::string& dir, int rank) const {
-  std::vector<SafeTensorView> views;
-  nlohmann::json slices = nlohmann::json::array();
-  views.reserve(entries_.size());
-  for (const Entry& e : entries_) {
-    const std::string key = e.name + "@" + std::to_string(e.slice.flat_begin);
-    views.push_back({key, SafeDType::kF32, {e.slice.numel()}, e.data.data()});
-    nlohmann::json j = e.slice.to_json();
-    j["name"] = e.name;
-    j["key"] = key;
-    j["shape"] = e.slice.global_shape;
-    j["xxh3"] = checksum(e.data.data(), e.data.size() * sizeof(float));
-    slices.push_back(std::move(j));
-  }
-  write_safetensors((fs::path(dir) / rank_file_name(rank)).string(), views,
-                    {{kSlicesKey, slices.dump()}});
+  RankFileWriter writer;
+  for (const Entry& e : entries_) writer.declare(e.name, e.slice);
+  writer.open(dir, rank);
+  for (const Entry& e : entries_)
+    writer.write(e.name, e.slice.flat_begin, e.data.data(), e.slice.numel());
+  writer.commit();
 }
 
 void prepare_staging(const std::string& save, int64_t iteration) {
@@ -158,7 +140,7 @@ void publish_checkpoint(const std::string& save, int64_t iteration, int world_si
   for (int r = 0; r < world_size; ++r) {
     const std::string name = rank_file_name(r);
     const SafetensorsFile f((staging / name).string());
-    const auto it = f.metadata().find(kSlicesKey);
+    const auto it = f.metadata().find(kSlicesMetadataKey);
     if (it == f.metadata().end())
       throw Error(f.path() + ": no slice descriptions: not a Tessera rank file");
     try {

@@ -49,11 +49,14 @@ std::string latest_file(const std::string& save);
 std::optional<std::string> find_checkpoint(const std::string& load);
 
 // One rank's part of a checkpoint, copied out of the training state (the snapshot: training may
-// change the originals as soon as add() returns).
+// change the originals as soon as add() returns), for a save that writes in the background
+// while training goes on. A save that cannot hold a copy (optimizer state on NVMe) streams its
+// file with a RankFileWriter (rank_file_writer.h), which write() uses too: same bytes.
 class RankSnapshot {
  public:
   // Copies `slice.numel()` floats from `data`.
   void add(const std::string& name, const TensorSlice& slice, const float* data);
+  // Bytes of the copies.
   int64_t bytes() const { return bytes_; }
 
   // Writes <dir>/rank_<rank>.safetensors (fsync'd). Throws tessera::Error on I/O errors.

@@ -50,6 +50,21 @@ void AtomicFile::write(const void* data, size_t bytes) {
   if (bytes > 0 && std::fwrite(data, 1, bytes, file_) != bytes) fail("write failed");
 }
 
+void AtomicFile::write_at(uint64_t offset, const void* data, size_t bytes) {
+  // What write() buffered goes first, so the two kinds of writes land in the order made.
+  if (std::fflush(file_) != 0) fail("write failed");
+  const int fd = ::fileno(file_);
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("write failed at offset " + std::to_string(offset));
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
 void AtomicFile::commit() {
   // fsync before rename: otherwise a power loss can leave `path` naming an empty file.
   const bool ok = std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -23,7 +24,12 @@ class AtomicFile {
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
 
+  // Appends `bytes` at the current end of what write() wrote.
   void write(const void* data, size_t bytes);
+  // Writes `bytes` at file offset `offset` (pwrite), wherever write() stands, which does not
+  // move; a file whose parts come in any order (checkpoint/rank_file_writer.h). Bytes never
+  // written before commit() read as zero.
+  void write_at(uint64_t offset, const void* data, size_t bytes);
   void commit();
 
  private:

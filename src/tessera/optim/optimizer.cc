@@ -51,6 +51,7 @@ void Optimizer::visit_pieces(StateAccess access,
   float* values = separate_master_ ? nullptr : params_.flat_values().data<float>();
   const int first_moment = separate_master_ ? 1 : 0;
   size_t r = 0;  // windows come in increasing order: one pass over the runs
+  int64_t window = 0;
   storage_->for_each_window(access, [&](const StateStorage::Window& w) {
     while (r < runs_.size() && run_packed_[r] + (runs_[r].end - runs_[r].begin) <= w.begin) ++r;
     for (size_t k = r; k < runs_.size() && run_packed_[k] < w.end; ++k) {
@@ -59,13 +60,14 @@ void Optimizer::visit_pieces(StateAccess access,
       const int64_t hi = std::min(run_packed_[k] + (run.end - run.begin), w.end);
       if (lo >= hi) continue;
       const int64_t flat = run.begin + (lo - run_packed_[k]);
-      StateRun piece{run.param, flat, flat + (hi - lo), nullptr, {}, lo};
+      StateRun piece{run.param, flat, flat + (hi - lo), nullptr, {}, lo, window};
       // Without a separate master (fp32 compute) it is the model's buffer itself.
       piece.master = separate_master_ ? w.arrays[0] + (lo - w.begin) : values + flat;
       for (size_t a = first_moment; a < w.arrays.size(); ++a)
         piece.state.push_back(w.arrays[a] + (lo - w.begin));
       fn(piece);
     }
+    ++window;
   });
 }
 

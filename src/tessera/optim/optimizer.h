@@ -82,10 +82,12 @@ class Optimizer {
     float* master;
     std::vector<float*> state;
     int64_t packed;  // the packed index of element `begin` among the owned elements
+    int64_t window;  // the storage window it came in (0, 1, ...): one window is resident at once
   };
   // Calls fn for every owned run, in flat order, with its state resident for the call only. With
-  // the state in memory each run comes whole; on NVMe a run may come in several consecutive
-  // pieces (cut at sub-group boundaries). kRead: fn must not change the state.
+  // the state in memory each run comes whole (one window); on NVMe a run may come in several
+  // consecutive pieces (cut at sub-group boundaries, one window each). kRead: fn must not change
+  // the state.
   void visit_state_runs(StateAccess access, const std::function<void(const StateRun&)>& fn);
   // The owned runs, whole (flat [begin, end) of `param`), without their state.
   struct OwnedRun {

@@ -226,6 +226,10 @@ class Trainer {
     int64_t iteration = 0;
     nlohmann::json state;
     int64_t bytes = 0;  // this rank's
+    // The most state the save had in memory at once: a snapshot's copies, or (streamed, with the
+    // state on NVMe) the bytes it wrote from the largest window the optimizer's visit held.
+    int64_t held_bytes = 0;
+    bool streamed = false;
     std::chrono::steady_clock::time_point start;
     double snapshot_s = 0;
     std::future<void> writer;  // --async-save only

@@ -238,6 +238,11 @@ std::unique_ptr<distributed::DistributedOptimizer> Trainer::build_optimizer(
                               a.adam_eps, a.sgd_momentum, a.weight_decay, separate_master},
       owned, std::move(storage));
   if (nvme) print_optimizer_offload(*nvme);
+  if (nvme && a.async_save)
+    std::printf(
+        "note: --async-save: the optimizer state is on NVMe, where each step rewrites it in "
+        "place, and a background copy of it may not fit in memory: checkpoints are streamed from "
+        "it synchronously\n");
   optimizer_nvme_ = nvme;
   std::unique_ptr<optim::LRSchedule> schedule;
   if (a.deepspeed_schedule) {

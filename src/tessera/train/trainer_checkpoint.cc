@@ -2,6 +2,13 @@
 // owns, each element written by exactly one rank of the job), the run state, synchronous and
 // background saves, and loading into this run's layout (checkpoint/sharded_checkpoint.h).
 //
+// How a rank's file is written: with the optimizer state in memory, a snapshot (copies of the
+// slices) is taken and written, in the background with --async-save. With the state on NVMe
+// (offload/nvme_state_storage.h), which may exceed memory and which the next step rewrites in
+// place, the file is streamed during the save (checkpoint/rank_file_writer.h): each piece of
+// state goes to the file from the sub-group window the optimizer's visit holds, so the save
+// holds no copy (--async-save too: it saves synchronously, as the build's note says).
+//
 // Who writes an element (each exactly once): tensor-parallel rank 0 for a parameter replicated
 // over TP, the first replica of a replicated key/value head (saved_slice); the first pipeline
 // stage for a tied embedding (the last stage's copy is equal); under ZeRO >= 1 the data-parallel
@@ -15,9 +22,11 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <optional>
 
 #include "tessera/checkpoint/hf_import.h"
+#include "tessera/checkpoint/rank_file_writer.h"
 #include "tessera/checkpoint/run_state.h"
 #include "tessera/checkpoint/sharded_checkpoint.h"
 #include "tessera/core/clock.h"
@@ -49,6 +58,93 @@ std::optional<checkpoint::TensorSlice> saved_slice(const model::Parameter& p, in
     if (s.pieces.empty()) return std::nullopt;
   }
   return s;
+}
+
+// What of its owned runs this rank writes (the file comment).
+struct SaveShare {
+  int tp_rank = 0;
+  bool split = false;       // ZeRO 0: each data-parallel rank writes its part of every parameter
+  int parts = 1, part = 0;  // the gradient group (data x context): part `part` of `parts`
+  int expert_parts = 1, expert_part = 0;  // an expert-parallel expert's: its expert-DP group
+};
+
+// The slice this rank writes of p's shard elements [begin, end) (an owned run or a piece of one:
+// the slice of a piece is the piece of the run's slice), nullopt when it writes none of them.
+std::optional<checkpoint::TensorSlice> written_slice(const model::Parameter& p,
+                                                     const SaveShare& share, int64_t begin,
+                                                     int64_t end) {
+  const int parts = p.expert ? share.expert_parts : share.parts;
+  const int part = p.expert ? share.expert_part : share.part;
+  if (share.split && parts > 1) {
+    begin = std::max(begin, p.numel() * part / parts);
+    end = std::min(end, p.numel() * (part + 1) / parts);
+  }
+  if (begin >= end) return std::nullopt;
+  return saved_slice(p, share.tp_rank, begin, end);
+}
+
+// The tensors saved of p: its master weights, then each optimizer state in `states`.
+std::vector<std::string> saved_tensors(const model::Parameter& p,
+                                       const std::vector<std::string>& states) {
+  std::vector<std::string> names{p.name};
+  for (const std::string& s : states) names.push_back(state_tensor_name(s, p.name));
+  return names;
+}
+
+// Calls fn(piece, name, slice, data) for each tensor slice this rank writes of each piece of the
+// owned runs (the master weights, then each state of `states`), window by window, while the
+// piece's state is resident (data: the slice's elements in that window).
+using SavedFn = std::function<void(const optim::Optimizer::StateRun&, const std::string&,
+                                   const checkpoint::TensorSlice&, const float*)>;
+void for_each_saved(optim::Optimizer& optimizer, const SaveShare& share,
+                    const std::vector<std::string>& states, const SavedFn& fn) {
+  optimizer.visit_state_runs(optim::StateAccess::kRead, [&](const optim::Optimizer::StateRun& run) {
+    const model::Parameter& p = *run.param;
+    const int64_t begin = run.begin - p.offset;
+    const std::optional<checkpoint::TensorSlice> slice =
+        written_slice(p, share, begin, run.end - p.offset);
+    if (!slice) return;
+    const int64_t skip = slice->flat_begin - begin;
+    const std::vector<std::string> names = saved_tensors(p, states);
+    fn(run, names[0], *slice, run.master + skip);
+    for (size_t k = 0; k < states.size(); ++k) fn(run, names[k + 1], *slice, run.state[k] + skip);
+  });
+}
+
+struct StreamedFile {
+  int64_t bytes = 0;                 // of slice data
+  int64_t largest_window_bytes = 0;  // the most written from one window of the visit
+};
+
+// Writes this rank's file into `dir`, streamed (checkpoint/rank_file_writer.h): every slice
+// declared from the owned runs, then each piece written from the window the optimizer's visit
+// holds. Copies no state.
+StreamedFile stream_rank_file(optim::Optimizer& optimizer, const SaveShare& share,
+                              const std::vector<std::string>& states, const std::string& dir,
+                              int world_rank) {
+  checkpoint::RankFileWriter writer;
+  for (const optim::Optimizer::OwnedRun& run : optimizer.owned_runs()) {
+    const model::Parameter& p = *run.param;
+    if (const auto slice = written_slice(p, share, run.begin - p.offset, run.end - p.offset))
+      for (const std::string& name : saved_tensors(p, states)) writer.declare(name, *slice);
+  }
+  writer.open(dir, world_rank);
+  StreamedFile out;
+  int64_t window = -1, window_bytes = 0;
+  auto write = [&](const optim::Optimizer::StateRun& run, const std::string& name,
+                   const checkpoint::TensorSlice& slice, const float* data) {
+    writer.write(name, slice.flat_begin, data, slice.numel());
+    if (run.window != window) {
+      window = run.window;
+      window_bytes = 0;
+    }
+    window_bytes += slice.numel() * static_cast<int64_t>(sizeof(float));
+    out.largest_window_bytes = std::max(out.largest_window_bytes, window_bytes);
+  };
+  for_each_saved(optimizer, share, states, write);
+  writer.commit();
+  out.bytes = writer.bytes();
+  return out;
 }
 
 }  // namespace
@@ -106,46 +202,49 @@ void Trainer::save_checkpoint(int64_t iteration) {
   if (world_rank == 0) checkpoint::prepare_staging(a.save, iteration);
   if (world_) world_->barrier().wait();  // the staging directory exists before anyone writes
 
-  // The snapshot: copies of this rank's slices, taken before training changes them.
-  auto snapshot = std::make_shared<checkpoint::RankSnapshot>();
-  const std::vector<std::string> state_names = optimizer_->optimizer().state_names();
   optim::Optimizer& optimizer = optimizer_->optimizer();
-  optimizer.visit_state_runs(optim::StateAccess::kRead, [&](const optim::Optimizer::StateRun& run) {
-    const model::Parameter& p = *run.param;
-    int64_t begin = run.begin - p.offset, end = run.end - p.offset;
-    // ZeRO 0: rank d of the gradient group (data x context) writes part d (an expert-parallel
-    // expert: its expert-DP rank's part).
-    const int parts = p.expert ? edp_size_ : dp_size_, part = p.expert ? edp_rank_ : dp_rank_;
-    if (!optimizer.sharded() && parts > 1) {
-      begin = std::max(begin, p.numel() * part / parts);
-      end = std::min(end, p.numel() * (part + 1) / parts);
-    }
-    if (begin >= end) return;
-    const std::optional<checkpoint::TensorSlice> slice = saved_slice(p, tp_.rank(), begin, end);
-    if (!slice) return;
-    const int64_t skip = begin - (run.begin - p.offset);
-    snapshot->add(p.name, *slice, run.master + skip);
-    if (!a.no_save_optim)
-      for (size_t k = 0; k < state_names.size(); ++k)
-        snapshot->add(state_tensor_name(state_names[k], p.name), *slice, run.state[k] + skip);
-  });
-  const double snapshot_s = seconds_since(t0);
+  const SaveShare share{tp_.rank(), !optimizer.sharded(), dp_size_, dp_rank_, edp_size_, edp_rank_};
+  const std::vector<std::string> states =
+      a.no_save_optim ? std::vector<std::string>{} : optimizer.state_names();
+
   pending_save_ = std::make_unique<PendingSave>();
   PendingSave& pending = *pending_save_;
   pending.iteration = iteration;
   pending.state = run_state(iteration);
   if (const nlohmann::json bias = expert_bias_to_json(*model_, pp_.get()); !bias.is_null())
     pending.state["moe_expert_bias"] = bias;
-  pending.bytes = snapshot->bytes();
   pending.start = t0;
-  pending.snapshot_s = snapshot_s;
   const std::string dir = checkpoint::staging_dir(a.save, iteration);
   const bool victim = iteration == a.kill_during_save_at && world_rank == world_size_ - 1;
-  auto write = [snapshot, dir, world_rank, victim] {
-    snapshot->write(dir, world_rank);
-    // Test hook: this rank dies after its file is complete but before the others have
-    // published (rank 0 waits for it), as a node failing mid-save.
+  // Test hook: this rank dies after its file is complete but before the others have published
+  // (rank 0 waits for it), as a node failing mid-save.
+  auto die_if_victim = [victim] {
     if (victim) std::raise(SIGKILL);
+  };
+
+  if (!optimizer.storage().resident()) {
+    // The state is on NVMe, where it may not fit in memory, and the next step rewrites it in
+    // place: the file is streamed now, each piece written from the window the visit holds.
+    const StreamedFile file = stream_rank_file(optimizer, share, states, dir, world_rank);
+    pending.bytes = file.bytes;
+    pending.held_bytes = file.largest_window_bytes;
+    pending.streamed = true;
+    die_if_victim();
+    finish_pending_save(true);
+    return;
+  }
+
+  // The snapshot: copies of this rank's slices, taken before training changes them.
+  auto snapshot = std::make_shared<checkpoint::RankSnapshot>();
+  auto add = [&](const optim::Optimizer::StateRun&, const std::string& name,
+                 const checkpoint::TensorSlice& slice,
+                 const float* data) { snapshot->add(name, slice, data); };
+  for_each_saved(optimizer, share, states, add);
+  pending.snapshot_s = seconds_since(t0);
+  pending.bytes = pending.held_bytes = snapshot->bytes();
+  auto write = [snapshot, dir, world_rank, die_if_victim] {
+    snapshot->write(dir, world_rank);
+    die_if_victim();
   };
   if (a.async_save) {
     pending.writer = std::async(std::launch::async, [write] {
@@ -172,7 +271,13 @@ void Trainer::finish_pending_save(bool wait) {
     pending.writer.get();  // rethrows a write error of this rank
   }
   const double write_s = seconds_since(pending.start);
-  const double bytes = distributed::sum_over(world_.get(), {static_cast<double>(pending.bytes)})[0];
+  double bytes = 0, held = 0;
+  for (const std::vector<double>& r : distributed::gather_over(
+           world_.get(),
+           {static_cast<double>(pending.bytes), static_cast<double>(pending.held_bytes)})) {
+    bytes += r[0];
+    held = std::max(held, r[1]);
+  }
   const int world_rank = world_ ? world_->rank() : 0;
   if (world_rank == 0) {
     // A tokenizer.json travels with the checkpoint, so tessera-convert hands it to Hugging Face.
@@ -188,10 +293,12 @@ void Trainer::finish_pending_save(bool wait) {
     const double total_s = seconds_since(pending.start);
     std::printf(
         "> saved checkpoint at iteration %lld to %s: %.3f GB in %.2f s (%.2f GB/s, files "
-        "written in %.2f s); training paused %.3f s for the %s\n",
+        "written in %.2f s); training paused %.3f s for the %s; state held for it: %.3f MB per "
+        "rank at most (%s)\n",
         static_cast<long long>(pending.iteration), args_.save.c_str(), bytes / 1e9, total_s,
         bytes / 1e9 / total_s, write_s, async ? pending.snapshot_s : total_s,
-        async ? "snapshot (--async-save)" : "save");
+        async ? "snapshot (--async-save)" : "save", held / 1e6,
+        pending.streamed ? "streamed from NVMe, one window at a time" : "a copy in memory");
     std::fflush(stdout);
   }
   // The next save must not start (and a later load not look) before this one is published.

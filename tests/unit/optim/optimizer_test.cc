@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <memory>
+#include <tuple>
 
 #include "tessera/model/gpt_model.h"
 
@@ -135,6 +138,58 @@ TEST(Optimizer, OwnedMasterKeepsPaddingInPlace) {
       expected.push_back(i < 15 ? a[i] : i == 15 || i == 23 ? 0.0f : b[i - 16]);
     for (int64_t i = 0; i < 20; ++i)
       EXPECT_EQ(m.data<float>()[i], expected[i]) << dtype_name(dtype) << " packed " << i;
+  }
+}
+
+// In memory, visited in windows of `window` elements (as NVMe storage visits sub-groups).
+class WindowedStorage final : public StateStorage {
+ public:
+  explicit WindowedStorage(int64_t window) : window_(window) {}
+  void initialize(int64_t numel, int arrays, const Initializer& init) override {
+    arrays_.assign(arrays, std::vector<float>(numel));
+    for_each_window(StateAccess::kReadWrite, init);
+  }
+  void for_each_window(StateAccess, const std::function<void(const Window&)>& fn) override {
+    for (int64_t b = 0; b < numel(); b += window_) {
+      Window w{b, std::min(numel(), b + window_), {}};
+      for (auto& a : arrays_) w.arrays.push_back(a.data() + b);
+      fn(w);
+    }
+  }
+  int64_t numel() const override { return arrays_.empty() ? 0 : arrays_[0].size(); }
+  bool resident() const override { return false; }
+
+ private:
+  int64_t window_;
+  std::vector<std::vector<float>> arrays_;
+};
+
+// A visit cut into windows gives each owned run in consecutive pieces, in flat order, each
+// numbered with its window (what a streamed checkpoint save relies on).
+TEST(Optimizer, VisitGivesRunsInConsecutivePiecesNumberedByWindow) {
+  model::ParameterSet params;
+  params.add("a", {3, 5}, model::InitKind::kNormal, 0.02f, true);
+  params.add("b", {7}, model::InitKind::kNormal, 0.02f, false);
+  params.allocate(DType::kBF16, 7);
+  Optimizer opt(params, {"adam", 0.9, 0.999, 1e-8, 0.9, 0.0}, {{2, 20}},
+                std::make_unique<WindowedStorage>(4));
+  ASSERT_EQ(opt.owned_runs().size(), 2u);  // a [2, 15), b [15, 20)
+  std::vector<Optimizer::StateRun> pieces;
+  opt.visit_state_runs(StateAccess::kRead,
+                       [&](const Optimizer::StateRun& run) { pieces.push_back(run); });
+  // Windows of packed [0, 4) [4, 8) [8, 12) [12, 16) [16, 18): a's run in 4 pieces, the fourth
+  // window shared by a's end and b's start.
+  const std::vector<std::tuple<std::string, int64_t, int64_t, int64_t>> expected = {
+      {"a", 2, 6, 0},   {"a", 6, 10, 1},  {"a", 10, 14, 2},
+      {"a", 14, 15, 3}, {"b", 15, 18, 3}, {"b", 18, 20, 4}};
+  ASSERT_EQ(pieces.size(), expected.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const auto& [name, begin, end, window] = expected[i];
+    EXPECT_EQ(pieces[i].param->name, name) << i;
+    EXPECT_EQ(pieces[i].begin, begin) << i;
+    EXPECT_EQ(pieces[i].end, end) << i;
+    EXPECT_EQ(pieces[i].window, window) << i;
+    EXPECT_EQ(pieces[i].packed, begin - 2) << i;
   }
 }
 
