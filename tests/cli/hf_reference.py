@@ -28,6 +28,12 @@ Commands:
                             more than TOL, so a forward that ignored it could not pass
   same-tensors A B          the two safetensors files hold the same names, shapes, dtypes and
                             bytes per tensor (headers may differ in layout); exits 1 otherwise
+  greedy DIR PROMPT TOKENS LOGPROBS TOL
+                            a greedy continuation (TOKENS after PROMPT, comma-separated ids, with
+                            their log-probabilities LOGPROBS) against the float64 forward, step by
+                            step: each token must be the reference's argmax (unless the two
+                            differ by at most TOL in logit: a tie at fp32 precision, where the
+                            check stops) and each log-probability its log-softmax within TOL
 """
 import json
 import math
@@ -206,6 +212,36 @@ def compare(model_dir, tokens_text, logits_path, tol):
     return 0 if ok else 1
 
 
+def greedy(model_dir, prompt_text, tokens_text, logprobs_text, tol):
+    with open(model_dir + "/config.json") as f:
+        config = json.load(f)
+    w = load_weights(model_dir + "/model.safetensors")
+    seq = [int(t) for t in prompt_text.split(",")]
+    tokens = [int(t) for t in tokens_text.split(",")]
+    logprobs = [float(x) for x in logprobs_text.split(",")]
+    margin, worst_lp = math.inf, 0.0
+    for k, (tok, lp) in enumerate(zip(tokens, logprobs)):
+        logits = forward(config, w, seq)[-1]
+        best = int(np.argmax(logits))
+        top = logits.max()
+        log_softmax = logits - (top + math.log(np.exp(logits - top).sum()))
+        worst_lp = max(worst_lp, abs(log_softmax[tok] - lp))
+        if tok != best:
+            if logits[best] - logits[tok] <= tol:
+                print(f"step {k}: a tie at fp32 precision ({logits[best] - logits[tok]:.2e}); "
+                      f"the check ends here")
+                break
+            print(f"step {k}: tessera chose {tok}, the reference {best} "
+                  f"(logits {logits[tok]:.6f} and {logits[best]:.6f})")
+            return 1
+        second = np.partition(logits, -2)[-2]
+        margin = min(margin, top - second)
+        seq.append(tok)
+    print(f"{k + 1} of {len(tokens)} tokens are the float64 argmax (smallest lead {margin:.3e}); "
+          f"log-probabilities within {worst_lp:.3e}")
+    return 0 if worst_lp <= tol and len(tokens) == len(logprobs) else 1
+
+
 def same_tensors(a_path, b_path):
     a, b = read_safetensors(a_path), read_safetensors(b_path)
     if a.keys() != b.keys():
@@ -223,6 +259,8 @@ if __name__ == "__main__":
         make(*args)
     elif cmd == "compare":
         sys.exit(compare(args[0], args[1], args[2], float(args[3])))
+    elif cmd == "greedy":
+        sys.exit(greedy(args[0], args[1], args[2], args[3], float(args[4])))
     elif cmd == "same-tensors":
         sys.exit(same_tensors(*args))
     else:

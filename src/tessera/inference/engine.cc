@@ -73,6 +73,19 @@ const Generation& Engine::generation(uint64_t id) const {
   return it->second;
 }
 
+void Engine::finish(uint64_t id, FinishReason reason) {
+  Generation& g = generations_.at(id);
+  if (g.finished()) return;
+  g.finish = reason;
+  queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
+  for (auto it = running_.begin(); it != running_.end(); ++it)
+    if (it->id == id) {
+      cache_->release(it->blocks);
+      running_.erase(it);
+      break;
+    }
+}
+
 void Engine::forget(uint64_t id) {
   const auto it = generations_.find(id);
   if (it != generations_.end() && it->second.finished()) generations_.erase(it);

@@ -78,6 +78,9 @@ class Engine {
   // Nothing queued or running.
   bool idle() const { return queue_.empty() && running_.empty(); }
   const Generation& generation(uint64_t id) const;
+  // Ends a generation now with `reason` (a stop string the caller found in its text): it leaves
+  // the queue or the running batch and gives its cache blocks back. No-op when finished.
+  void finish(uint64_t id, FinishReason reason = FinishReason::kStop);
   // Forgets a finished generation (the caller has what it needs).
   void forget(uint64_t id);
 

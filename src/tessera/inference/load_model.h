@@ -1,0 +1,26 @@
+// A model for inference from what training and conversion leave behind: a Tessera checkpoint
+// (a --save directory or one iteration's, saved under any layout: only the fp32 master weights
+// are read, slice by slice) or a Hugging Face model directory (config.json and safetensors,
+// docs/huggingface.md), in one process, in the compute dtype asked for (bf16 and fp16 round the
+// fp32 weights to nearest even, as training's mixed precision does).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "tessera/core/dtype.h"
+#include "tessera/model/gpt_model.h"
+
+namespace tessera::inference {
+
+struct LoadedModel {
+  std::unique_ptr<model::GPTModel> model;
+  std::string source;          // "Tessera checkpoint <dir>" or "Hugging Face directory <dir>"
+  std::string tokenizer_json;  // a tokenizer.json found beside the weights, or ""
+};
+
+// tessera::Error naming the directory (and the tensor) when `path` holds neither, or holds a
+// damaged or incompatible one.
+LoadedModel load_model(const std::string& path, DType dtype);
+
+}  // namespace tessera::inference

@@ -1,0 +1,247 @@
+// tessera-generate: text from a trained model (docs/inference.md).
+//
+//   tessera-generate --load DIR --prompt "Once upon a time" --max-tokens 64
+//   tessera-generate --load DIR --prompt-ids 1,2,3 --temperature 0 --json
+//   tessera-generate --load DIR --prompt-file prompts.txt     (one prompt a line; - for stdin)
+//
+// DIR: a Tessera checkpoint saved under any layout, or a Hugging Face model directory
+// (inference/load_model.h). All prompts run together in the engine's batch (inference/engine.h).
+// Text needs a tokenizer: --tokenizer-type/--tokenizer-model as tessera-train takes them, else
+// the tokenizer.json found beside the weights; without one, prompts are --prompt-ids and the
+// output has no text. The tokenizer's end-of-document token ends a generation unless
+// --ignore-eos. Without --json one prompt's text streams to the terminal as it is generated
+// (several prompts: each completion when it finishes); --json prints one object per prompt:
+// {"prompt_ids", "tokens", "text", "logprobs", "finish_reason"} (and "top_logprobs" with
+// --logprobs N). Bad flags or requests: one line, exit code 2.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tessera/core/error.h"
+#include "tessera/core/threads.h"
+#include "tessera/core/tool_main.h"
+#include "tessera/data/tokenizer.h"
+#include "tessera/inference/engine.h"
+#include "tessera/inference/load_model.h"
+#include "tessera/kernels/build_info.h"
+
+namespace {
+
+using tessera::Error;
+namespace inference = tessera::inference;
+
+// The length of the longest prefix of `text` that does not end inside a UTF-8 character.
+size_t complete_utf8(const std::string& text) {
+  size_t end = text.size(), back = 0;
+  while (back < 4 && back < end &&
+         (static_cast<unsigned char>(text[end - 1 - back]) & 0xC0) == 0x80)
+    ++back;
+  if (back == end) return end;
+  const unsigned char lead = static_cast<unsigned char>(text[end - 1 - back]);
+  const size_t need = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
+  return need > back ? end - 1 - back : end;
+}
+
+std::vector<std::string> read_lines(const std::string& file) {
+  std::ifstream f;
+  std::istream* in = &std::cin;
+  if (file != "-") {
+    f.open(file);
+    if (!f) throw Error("--prompt-file " + file + ": cannot open");
+    in = &f;
+  }
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(*in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) lines.push_back(line);
+  }
+  if (lines.empty()) throw Error("--prompt-file " + file + ": no prompts (every line is empty)");
+  return lines;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string load, dtype = "fp32", prompt_file;
+  std::vector<std::string> prompts, stops;
+  std::vector<int64_t> prompt_ids, stop_ids;
+  tessera::data::TokenizerOptions topt;
+  topt.type = "";
+  inference::GenerationRequest base;
+  base.max_tokens = 64;
+  int64_t seed = -1;
+  int logprobs = 0, threads = 0;
+  bool json = false, ignore_eos = false;
+  inference::EngineOptions engine_options;
+
+  CLI::App app("Generate text from a Tessera checkpoint or a Hugging Face model directory");
+  app.set_version_flag("--version", tessera::kernels::version_line);
+  app.add_option("--load", load, "Tessera checkpoint or Hugging Face model directory")->required();
+  app.add_option("--prompt", prompts, "a prompt (repeat for several)");
+  app.add_option("--prompt-ids", prompt_ids, "one prompt as token ids, comma-separated")
+      ->delimiter(',');
+  app.add_option("--prompt-file", prompt_file, "prompts, one a line (- reads stdin)");
+  app.add_option("--max-tokens", base.max_tokens, "tokens to generate at most")
+      ->capture_default_str();
+  app.add_option("--temperature", base.sampling.temperature, "0: greedy")->capture_default_str();
+  app.add_option("--top-k", base.sampling.top_k, "0: off")->capture_default_str();
+  app.add_option("--top-p", base.sampling.top_p, "1: off")->capture_default_str();
+  app.add_option("--min-p", base.sampling.min_p, "0: off")->capture_default_str();
+  app.add_option("--repetition-penalty", base.sampling.repetition_penalty, "1: off")
+      ->capture_default_str();
+  app.add_option("--seed", seed, "the draws' seed (default: a random one, printed with --json)");
+  app.add_option("--stop", stops, "a stop string (repeat for several): the text ends before it");
+  app.add_option("--stop-token-ids", stop_ids, "token ids that end a generation")->delimiter(',');
+  app.add_flag("--ignore-eos", ignore_eos, "do not stop at the tokenizer's end-of-document token");
+  app.add_option("--logprobs", logprobs, "also the N most likely tokens at each step (--json)");
+  app.add_flag("--json", json, "one JSON object per prompt");
+  app.add_option("--dtype", dtype, "compute dtype")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  app.add_option("--tokenizer-type", topt.type, "as tessera-train (default: tokenizer.json found)");
+  app.add_option("--tokenizer-model", topt.tokenizer_model, "as tessera-train");
+  app.add_option("--vocab-file", topt.vocab_file, "GPT2BPETokenizer: encoder.json");
+  app.add_option("--merge-file", topt.merge_file, "GPT2BPETokenizer: vocab.bpe");
+  app.add_option("--max-batch", engine_options.max_sequences, "sequences decoded together")
+      ->capture_default_str();
+  app.add_option("--kv-block-size", engine_options.block_size, "tokens per KV-cache block")
+      ->capture_default_str();
+  app.add_option("--num-threads", threads, "threads (default: the cores)");
+
+  return tessera::run_tool(app, argc, argv, "tessera-generate", [&] {
+    tessera::set_num_threads(threads);
+    const tessera::DType compute = dtype == "bf16"   ? tessera::DType::kBF16
+                                   : dtype == "fp16" ? tessera::DType::kF16
+                                                     : tessera::DType::kF32;
+    inference::LoadedModel loaded = inference::load_model(load, compute);
+    std::unique_ptr<tessera::data::Tokenizer> tokenizer;
+    if (!topt.type.empty()) {
+      tokenizer = tessera::data::make_tokenizer(topt);
+    } else if (!loaded.tokenizer_json.empty()) {
+      topt.type = "HuggingFaceTokenizer";
+      topt.tokenizer_model = loaded.tokenizer_json;
+      tokenizer = tessera::data::make_tokenizer(topt);
+    }
+    if (prompt_file.size()) {
+      const std::vector<std::string> lines = read_lines(prompt_file);
+      prompts.insert(prompts.end(), lines.begin(), lines.end());
+    }
+    std::vector<std::vector<int32_t>> inputs;
+    if (!prompts.empty() && tokenizer == nullptr)
+      throw Error(
+          "--prompt: text needs a tokenizer (--tokenizer-type/--tokenizer-model; none "
+          "was found beside " +
+          load + "); give --prompt-ids instead");
+    for (const std::string& p : prompts) inputs.push_back(tokenizer->encode(p));
+    if (!prompt_ids.empty()) inputs.emplace_back(prompt_ids.begin(), prompt_ids.end());
+    if (inputs.empty()) throw Error("no prompt: give --prompt, --prompt-ids or --prompt-file");
+    if (!stops.empty() && tokenizer == nullptr)
+      throw Error("--stop: stop strings need a tokenizer; use --stop-token-ids");
+
+    base.sampling.seed = seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
+    base.top_logprobs = logprobs;
+    for (int64_t t : stop_ids) base.stop_tokens.push_back(static_cast<int32_t>(t));
+    if (tokenizer != nullptr && !ignore_eos) {
+      try {
+        base.stop_tokens.push_back(tokenizer->eod());
+      } catch (const Error&) {  // a tokenizer without an end-of-document token
+      }
+    }
+    inference::Engine engine(*loaded.model, engine_options);
+    std::vector<uint64_t> ids;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      inference::GenerationRequest r = base;
+      r.prompt = inputs[i];
+      try {
+        ids.push_back(engine.submit(r));
+      } catch (const Error& e) {
+        throw Error("prompt " + std::to_string(i + 1) + ": " + e.what());
+      }
+    }
+    // The text of a generation so far, cut before a stop string when one appears.
+    std::map<uint64_t, std::string> texts;
+    std::map<uint64_t, size_t> shown;
+    const bool stream = !json && ids.size() == 1;
+    const auto text_of = [&](const inference::Generation& g) {
+      std::vector<int32_t> toks;
+      for (const inference::GeneratedToken& t : g.tokens)
+        if (g.finish != inference::FinishReason::kStop || &t != &g.tokens.back() ||
+            std::find(base.stop_tokens.begin(), base.stop_tokens.end(), t.token) ==
+                base.stop_tokens.end())
+          toks.push_back(t.token);
+      return tokenizer->decode(toks);
+    };
+    if (stream && !prompts.empty()) std::printf("%s", prompts[0].c_str());
+    while (!engine.idle()) {
+      for (uint64_t id : engine.step()) {
+        const inference::Generation& g = engine.generation(id);
+        if (tokenizer == nullptr) continue;
+        std::string text = text_of(g);
+        for (const std::string& s : stops)
+          if (const size_t at = text.find(s); at != std::string::npos) {
+            text.resize(at);
+            engine.finish(id);
+          }
+        texts[id] = text;
+        if (stream) {  // print what cannot change any more
+          size_t upto = g.finished() ? text.size() : complete_utf8(text);
+          if (!g.finished())
+            for (const std::string& s : stops)  // a stop string may still be completing
+              for (size_t k = 1; k < s.size() && k <= upto; ++k)
+                if (text.compare(upto - k, k, s, 0, k) == 0) upto = std::min(upto, text.size() - k);
+          if (upto > shown[id]) {
+            std::fwrite(text.data() + shown[id], 1, upto - shown[id], stdout);
+            std::fflush(stdout);
+            shown[id] = upto;
+          }
+        }
+      }
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const inference::Generation& g = engine.generation(ids[i]);
+      if (json) {
+        nlohmann::json j;
+        j["prompt_ids"] = g.request.prompt;
+        std::vector<int32_t> toks;
+        std::vector<double> lps;
+        nlohmann::json tops = nlohmann::json::array();
+        for (const inference::GeneratedToken& t : g.tokens) {
+          toks.push_back(t.token);
+          lps.push_back(t.logprob.logprob);
+          if (logprobs > 0) {
+            nlohmann::json alt = nlohmann::json::array();
+            for (const auto& [tok, lp] : t.logprob.top)
+              alt.push_back({{"token", tok}, {"logprob", lp}});
+            tops.push_back(alt);
+          }
+        }
+        j["tokens"] = toks;
+        if (tokenizer != nullptr) j["text"] = texts[ids[i]];
+        j["logprobs"] = lps;
+        if (logprobs > 0) j["top_logprobs"] = tops;
+        j["finish_reason"] = inference::finish_reason_name(g.finish);
+        j["seed"] = g.request.sampling.seed;
+        // Bytes that are not UTF-8 (a byte-level model's output need not be) print as U+FFFD.
+        std::printf("%s\n",
+                    j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      } else if (stream) {
+        std::printf("\n");
+      } else if (tokenizer != nullptr) {
+        std::printf("%s%s\n\n", prompts.size() > i ? prompts[i].c_str() : "",
+                    texts[ids[i]].c_str());
+      } else {
+        for (const inference::GeneratedToken& t : g.tokens) std::printf("%d ", t.token);
+        std::printf("\n");
+      }
+    }
+    return 0;
+  });
+}
