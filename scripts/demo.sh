@@ -4,13 +4,14 @@
 # a small LLaMA-style model (RMSNorm, RoPE, SwiGLU, GQA, bf16) for about three minutes, printing
 # progress. At the end it compares the validation loss with the unigram entropy of the data:
 # both are in nats per BPE token of the same tokenization, so a model that learned nothing
-# beyond token frequencies cannot go below that line.
+# beyond token frequencies cannot go below that line. Last, the trained model writes a few lines
+# of its own (tessera-generate, docs/inference.md).
 # Usage: scripts/demo.sh [extra tessera-train flags, e.g. --exit-duration-in-mins 10]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$(nproc)" --target tessera-train tessera-preprocess
+cmake --build build -j"$(nproc)" --target tessera-train tessera-preprocess tessera-generate
 
 bash scripts/demo-data.sh
 out=demo-run
@@ -32,3 +33,9 @@ if [ -n "$val" ] && [ -n "$entropy" ]; then
   awk -v v="$val" -v h="$entropy" -v r="$bytes_per_token" 'BEGIN {
     printf "demo: last validation loss %.3f nats/token vs %.3f for the unigram entropy of the data'"'"'s BPE tokens (%.0f%%); per byte of text (%.2f bytes/token): %.3f vs %.3f nats\n", v, h, 100 * v / h, r, v / r, h / r }'
 fi
+
+# A sample of the trained model's text, from its exported Hugging Face directory.
+echo "demo: the trained model continues \"Q:\" (tessera-generate, temperature 0.8, seed 1):"
+./build/bin/tessera-generate --load "$out/hf" --tokenizer-type HuggingFaceTokenizer \
+  --tokenizer-model "$out/tokenizer.json" --prompt "Q:" --max-tokens 80 --temperature 0.8 \
+  --top-p 0.95 --seed 1
