@@ -13,7 +13,11 @@
 // (several prompts: each completion when it finishes); --json prints one object per prompt:
 // {"prompt_ids", "tokens", "text", "logprobs", "finish_reason"} (and "top_logprobs" with
 // --logprobs N). Bad flags or requests: one line, exit code 2.
+//
+// Under mpirun the ranks are one tensor-parallel group (`mpirun -np 2 tessera-generate ...`):
+// each holds its shard of the weights and of the KV cache, all decode together, rank 0 prints.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -24,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/comm/process_group.h"
 #include "tessera/core/error.h"
 #include "tessera/core/threads.h"
 #include "tessera/core/tool_main.h"
@@ -116,12 +121,18 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--num-threads", threads, "threads (default: the cores)");
 
-  return tessera::run_tool(app, argc, argv, "tessera-generate", [&] {
+  const int rc = tessera::run_tool(app, argc, argv, "tessera-generate", [&] {
+    // The ranks of the job (one without mpirun) are the tensor-parallel group.
+    std::shared_ptr<tessera::comm::ProcessGroup> world = tessera::comm::ProcessGroup::world();
+    tessera::parallel::TensorParallel tp;
+    if (world->size() > 1) tp = tessera::parallel::TensorParallel(world, false);
+    if (world->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
+      throw Error("cannot silence stdout on rank " + std::to_string(world->rank()));
     tessera::set_num_threads(threads);
     const tessera::DType compute = dtype == "bf16"   ? tessera::DType::kBF16
                                    : dtype == "fp16" ? tessera::DType::kF16
                                                      : tessera::DType::kF32;
-    inference::LoadedModel loaded = inference::load_model(load, compute);
+    inference::LoadedModel loaded = inference::load_model(load, compute, tp);
     std::unique_ptr<tessera::data::Tokenizer> tokenizer;
     if (!topt.type.empty()) {
       tokenizer = tessera::data::make_tokenizer(topt);
@@ -146,7 +157,13 @@ int main(int argc, char** argv) {
     if (!stops.empty() && tokenizer == nullptr)
       throw Error("--stop: stop strings need a tokenizer; use --stop-token-ids");
 
-    base.sampling.seed = seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
+    if (seed < 0) {  // one random seed for the job: rank 0's
+      tessera::Tensor t = tessera::Tensor::empty({1}, tessera::DType::kI64);
+      t.data<int64_t>()[0] = static_cast<int64_t>(std::random_device{}());
+      world->broadcast(t, 0).wait();
+      seed = t.data<int64_t>()[0];
+    }
+    base.sampling.seed = static_cast<uint64_t>(seed);
     base.top_logprobs = logprobs;
     for (int64_t t : stop_ids) base.stop_tokens.push_back(static_cast<int32_t>(t));
     if (tokenizer != nullptr && !ignore_eos) {
@@ -244,4 +261,6 @@ int main(int argc, char** argv) {
     }
     return 0;
   });
+  tessera::comm::shutdown();
+  return rc;
 }

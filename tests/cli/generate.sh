@@ -3,8 +3,9 @@
 #  - its greedy continuation of 60 tokens (to the end of the 64-token context), loaded from the
 #    Tessera checkpoint, is the argmax of tests/cli/hf_reference.py's independent float64 forward
 #    at every step, and its log-probabilities are that forward's log-softmax within 1e-5;
-#  - the same from the Hugging Face directory tessera-convert makes of the checkpoint, and from a
-#    checkpoint saved under TP 2 x PP 2 (any layout loads);
+#  - the same from the Hugging Face directory tessera-convert makes of the checkpoint, from a
+#    checkpoint saved under TP 2 x PP 2 (any layout loads), and decoded under tensor parallelism
+#    (mpirun -np 2 and 4: each rank its heads, KV cache and vocabulary columns);
 #  - a seeded sampled run repeats itself; another seed gives other tokens;
 #  - with a tokenizer: the text is the decoded tokens, and a stop string ends the text before it
 #    (finish_reason "stop");
@@ -55,6 +56,12 @@ check "greedy tokens and log-probabilities equal the float64 reference" \
 check "greedy from the Hugging Face directory" \
   quiet "$GEN" --load "$TMP/hf" --prompt-ids "$PROMPT" --temperature 0 --max-tokens 64 --json
 check "  the same tokens" test "$(field tokens)" = "$tokens"
+for np in 2 4; do
+  check "greedy under tensor parallelism: mpirun -np $np" quiet mpirun --oversubscribe -np "$np" \
+    "$GEN" --load "$TMP/ckpt" --prompt-ids "$PROMPT" --temperature 0 --max-tokens 64 --json
+  check "  the same tokens as one process, printed once" \
+    test "$(field tokens)" = "$tokens" -a "$(wc -l <"$TMP/out")" -eq 1
+done
 check "train the same model under TP 2 x PP 2 and save" \
   quiet mpirun --oversubscribe -np 4 "$BIN_DIR/tessera-train" "${TRAIN[@]}" \
   --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --save "$TMP/ckpt4"

@@ -24,15 +24,16 @@ Engine::Engine(model::GPTModel& model, const EngineOptions& options)
       context_(model.config().max_positions()),
       vocab_(model.config().vocab_size) {
   const model::ModelConfig& c = model.config();
-  TESSERA_CHECK_MSG(model.tensor_parallel().size() == 1,
-                    "the inference engine runs in one process (tensor parallelism: not yet)");
   if (options_.block_size < 1 || options_.max_sequences < 1 || options_.prefill_chunk < 1 ||
       options_.cache_tokens < 0)
     throw Error("inference engine: block size, sequences and prefill chunk must be >= 1");
   const int64_t tokens =
       options_.cache_tokens > 0 ? options_.cache_tokens : options_.max_sequences * context_;
   const int64_t blocks = (tokens + options_.block_size - 1) / options_.block_size;
-  cache_ = std::make_unique<KvCache>(c.num_layers, 2 * int64_t{c.kv_heads()} * c.head_dim(),
+  // This rank's key/value groups: KV / TP, or the one its query heads read when fewer.
+  const int tp = model.tensor_parallel().size();
+  const int64_t kv = c.kv_heads() % tp == 0 ? c.kv_heads() / tp : 1;
+  cache_ = std::make_unique<KvCache>(c.num_layers, 2 * kv * c.head_dim(),
                                      model.params().compute_dtype(), options_.block_size, blocks);
 }
 
@@ -121,6 +122,22 @@ bool Engine::take_token(Running& seq, std::vector<float> logits) {
   return g.finished();
 }
 
+Tensor Engine::whole_vocabulary(const Tensor& local) const {
+  const parallel::TensorParallel& tp = model_.tensor_parallel();
+  if (tp.size() == 1) return local;
+  // Every rank's columns, gathered: each column comes from the one rank that computed it, so the
+  // logits (and every sampled token) are the same on every rank.
+  const int64_t m = local.dim(0), cols = local.dim(1), T = tp.size();
+  Tensor all = Tensor::empty({T * m, cols}, DType::kF32, MemoryCategory::kComm);
+  tp.group()->all_gather(local, all).wait();
+  Tensor out = Tensor::empty({m, T * cols}, DType::kF32, MemoryCategory::kActivations);
+  for (int64_t r = 0; r < T; ++r)
+    for (int64_t i = 0; i < m; ++i)
+      std::copy_n(all.data<float>() + (r * m + i) * cols, cols,
+                  out.data<float>() + i * T * cols + r * cols);
+  return out;
+}
+
 std::vector<uint64_t> Engine::step() {
   admit();
   if (running_.empty()) return {};
@@ -158,7 +175,8 @@ std::vector<uint64_t> Engine::step() {
   Tensor x = Tensor::empty({m, C}, hidden.dtype());
   for (int64_t i = 0; i < m; ++i)
     x.slice_rows(i, i + 1).copy_from(hidden.slice_rows(wanted[i], wanted[i] + 1));
-  const Tensor logits = model_.logits(x, 1).to(DType::kF32, MemoryCategory::kActivations);
+  const Tensor logits =
+      whole_vocabulary(model_.logits(x, 1).to(DType::kF32, MemoryCategory::kActivations));
   const int64_t padded = logits.dim(1);
   const auto row_logits = [&](int64_t i) {
     const float* row = logits.data<float>() + i * padded;

@@ -14,8 +14,10 @@
 // front, so a running sequence never waits for blocks and none is ever preempted; a request
 // waits in FIFO order until the pool has them.
 //
-// One process (tensor-parallel inference is not built yet). Not thread-safe: one thread calls
-// submit() and step().
+// Tensor parallelism: every rank of the model's TP group runs the same engine with the same
+// requests in the same order; each computes its heads, its KV cache (its key/value groups) and
+// its vocabulary columns, which are gathered, so every rank samples the same tokens. Not
+// thread-safe: one thread calls submit() and step().
 #pragma once
 
 #include <cstdint>
@@ -65,7 +67,8 @@ struct EngineOptions {
 
 class Engine {
  public:
-  // `model`: the whole model in one process (GPTModel::forward_cached's conditions).
+  // `model`: the whole model on this rank, its layers split over TP or not
+  // (GPTModel::forward_cached's conditions).
   Engine(model::GPTModel& model, const EngineOptions& options);
 
   // Queues a request and returns its id. tessera::Error naming the field when it cannot run: an
@@ -96,6 +99,8 @@ class Engine {
     std::vector<int32_t> blocks;  // the block table
   };
   void admit();
+  // The logits of every vocabulary column from this rank's (m, V / TP) (gathered over TP).
+  Tensor whole_vocabulary(const Tensor& local) const;
   // Samples the next token of `seq` from `logits` and records it; true when it finished.
   bool take_token(Running& seq, std::vector<float> logits);
 

@@ -34,12 +34,12 @@ std::string beside(const fs::path& dir, const char* name) {
 
 }  // namespace
 
-LoadedModel load_model(const std::string& path, DType dtype) {
+LoadedModel load_model(const std::string& path, DType dtype, const parallel::TensorParallel& tp) {
   LoadedModel out;
   if (checkpoint::is_hf_directory(path)) {
     const model::ModelConfig cfg = checkpoint::read_hf_config(path);
     const std::map<std::string, Tensor> weights = checkpoint::read_hf_weights(path, cfg);
-    out.model = std::make_unique<model::GPTModel>(cfg, dtype, 0);
+    out.model = std::make_unique<model::GPTModel>(cfg, dtype, 0, tp);
     fill(*out.model, [&](const model::Parameter& p, float* dst) {
       const Tensor& w = weights.at(p.name);
       const checkpoint::TensorSlice slice = checkpoint::TensorSlice::of(p, 0, p.numel());
@@ -61,7 +61,7 @@ LoadedModel load_model(const std::string& path, DType dtype) {
     throw Error(*dir + "/metadata.json: the run state has no model configuration");
   const model::ModelConfig cfg =
       checkpoint::model_config_from_json(reader.state()["model"], *dir + "/metadata.json: model");
-  out.model = std::make_unique<model::GPTModel>(cfg, dtype, 0);
+  out.model = std::make_unique<model::GPTModel>(cfg, dtype, 0, tp);
   fill(*out.model, [&](const model::Parameter& p, float* dst) {
     reader.read(p.name, checkpoint::TensorSlice::of(p, 0, p.numel()), dst);
   });

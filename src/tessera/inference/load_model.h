@@ -1,8 +1,9 @@
 // A model for inference from what training and conversion leave behind: a Tessera checkpoint
 // (a --save directory or one iteration's, saved under any layout: only the fp32 master weights
 // are read, slice by slice) or a Hugging Face model directory (config.json and safetensors,
-// docs/huggingface.md), in one process, in the compute dtype asked for (bf16 and fp16 round the
-// fp32 weights to nearest even, as training's mixed precision does).
+// docs/huggingface.md), in the compute dtype asked for (bf16 and fp16 round the fp32 weights to
+// nearest even, as training's mixed precision does), whole or as this rank's tensor-parallel
+// shards (every TP rank reads its slices).
 #pragma once
 
 #include <memory>
@@ -21,6 +22,7 @@ struct LoadedModel {
 
 // tessera::Error naming the directory (and the tensor) when `path` holds neither, or holds a
 // damaged or incompatible one.
-LoadedModel load_model(const std::string& path, DType dtype);
+LoadedModel load_model(const std::string& path, DType dtype,
+                       const parallel::TensorParallel& tp = {});
 
 }  // namespace tessera::inference
