@@ -35,24 +35,13 @@
 #include "tessera/data/tokenizer.h"
 #include "tessera/inference/engine.h"
 #include "tessera/inference/load_model.h"
+#include "tessera/inference/text_output.h"
 #include "tessera/kernels/build_info.h"
 
 namespace {
 
 using tessera::Error;
 namespace inference = tessera::inference;
-
-// The length of the longest prefix of `text` that does not end inside a UTF-8 character.
-size_t complete_utf8(const std::string& text) {
-  size_t end = text.size(), back = 0;
-  while (back < 4 && back < end &&
-         (static_cast<unsigned char>(text[end - 1 - back]) & 0xC0) == 0x80)
-    ++back;
-  if (back == end) return end;
-  const unsigned char lead = static_cast<unsigned char>(text[end - 1 - back]);
-  const size_t need = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
-  return need > back ? end - 1 - back : end;
-}
 
 std::vector<std::string> read_lines(const std::string& file) {
   std::ifstream f;
@@ -183,42 +172,27 @@ int main(int argc, char** argv) {
         throw Error("prompt " + std::to_string(i + 1) + ": " + e.what());
       }
     }
-    // The text of a generation so far, cut before a stop string when one appears.
-    std::map<uint64_t, std::string> texts;
-    std::map<uint64_t, size_t> shown;
+    // Each generation's text: decoded, cut before a stop string (which ends it), streamed.
+    std::map<uint64_t, inference::TextOutput> texts;
+    if (tokenizer != nullptr)
+      for (uint64_t id : ids) texts.emplace(id, inference::TextOutput(*tokenizer, stops));
     const bool stream = !json && ids.size() == 1;
-    const auto text_of = [&](const inference::Generation& g) {
-      std::vector<int32_t> toks;
-      for (const inference::GeneratedToken& t : g.tokens)
-        if (g.finish != inference::FinishReason::kStop || &t != &g.tokens.back() ||
-            std::find(base.stop_tokens.begin(), base.stop_tokens.end(), t.token) ==
-                base.stop_tokens.end())
-          toks.push_back(t.token);
-      return tokenizer->decode(toks);
-    };
     if (stream && !prompts.empty()) std::printf("%s", prompts[0].c_str());
     while (!engine.idle()) {
       for (uint64_t id : engine.step()) {
-        const inference::Generation& g = engine.generation(id);
         if (tokenizer == nullptr) continue;
-        std::string text = text_of(g);
-        for (const std::string& s : stops)
-          if (const size_t at = text.find(s); at != std::string::npos) {
-            text.resize(at);
-            engine.finish(id);
-          }
-        texts[id] = text;
-        if (stream) {  // print what cannot change any more
-          size_t upto = g.finished() ? text.size() : complete_utf8(text);
-          if (!g.finished())
-            for (const std::string& s : stops)  // a stop string may still be completing
-              for (size_t k = 1; k < s.size() && k <= upto; ++k)
-                if (text.compare(upto - k, k, s, 0, k) == 0) upto = std::min(upto, text.size() - k);
-          if (upto > shown[id]) {
-            std::fwrite(text.data() + shown[id], 1, upto - shown[id], stdout);
-            std::fflush(stdout);
-            shown[id] = upto;
-          }
+        const inference::Generation& g = engine.generation(id);
+        std::vector<int32_t> toks;
+        for (const inference::GeneratedToken& t : g.tokens) toks.push_back(t.token);
+        if (g.finish == inference::FinishReason::kStop && !toks.empty() &&
+            std::count(base.stop_tokens.begin(), base.stop_tokens.end(), toks.back()))
+          toks.pop_back();  // the stop token is not text
+        inference::TextOutput& text = texts.at(id);
+        if (text.update(toks)) engine.finish(id);
+        if (stream) {
+          const std::string piece = text.take(g.finished());
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
+          std::fflush(stdout);
         }
       }
     }
@@ -241,7 +215,7 @@ int main(int argc, char** argv) {
           }
         }
         j["tokens"] = toks;
-        if (tokenizer != nullptr) j["text"] = texts[ids[i]];
+        if (tokenizer != nullptr) j["text"] = texts.at(ids[i]).text();
         j["logprobs"] = lps;
         if (logprobs > 0) j["top_logprobs"] = tops;
         j["finish_reason"] = inference::finish_reason_name(g.finish);
@@ -253,7 +227,7 @@ int main(int argc, char** argv) {
         std::printf("\n");
       } else if (tokenizer != nullptr) {
         std::printf("%s%s\n\n", prompts.size() > i ? prompts[i].c_str() : "",
-                    texts[ids[i]].c_str());
+                    texts.at(ids[i]).text().c_str());
       } else {
         for (const inference::GeneratedToken& t : g.tokens) std::printf("%d ", t.token);
         std::printf("\n");

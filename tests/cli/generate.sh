@@ -17,6 +17,7 @@ GEN="$BIN_DIR/tessera-generate"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REF="$HERE/hf_reference.py"
 source "$HERE/lib.bash" generate
+source "$HERE/text_model.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 TRAIN=(--model llama-tiny --mock-data --train-iters 30 --micro-batch-size 2 --global-batch-size 8
        --lr 1e-2 --save-interval 30 --eval-interval 0 --seed 3)
@@ -80,14 +81,7 @@ check "  another seed draws others" \
   bash -c "! \"$GEN\" ${sampled[*]} --seed 12 | grep -q '\"tokens\":\[${first}\]'"
 
 # Text: a byte-level model trained on a small corpus of ASCII sentences.
-for i in $(seq 1 90); do echo "{\"text\": \"document $i says $((i * 7 % 13)) things about apples\"}"; done \
-  >"$TMP/corpus.jsonl"
-check "a byte-level corpus" quiet "$BIN_DIR/tessera-preprocess" --input "$TMP/corpus.jsonl" \
-  --output-prefix "$TMP/c" --append-eod
-check "train on it" quiet mpirun --oversubscribe -np 1 "$BIN_DIR/tessera-train" \
-  --model llama-tiny --tokenizer-type ByteLevel --data-path "$TMP/c_text_document" \
-  --data-cache-path "$TMP/cache" --split 100,0,0 --train-iters 80 --micro-batch-size 4 \
-  --global-batch-size 4 --lr 1e-2 --eval-interval 0 --save "$TMP/text" --save-interval 80
+check "train a byte-level model on a small corpus" train_text_model "$BIN_DIR" "$TMP/text"
 check "text with a tokenizer" quiet "$GEN" --load "$TMP/text" --tokenizer-type ByteLevel \
   --prompt "document 1" --temperature 0 --max-tokens 24 --ignore-eos --json
 text=$(field text)

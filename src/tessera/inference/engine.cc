@@ -172,6 +172,10 @@ std::vector<uint64_t> Engine::step() {
     r0 += rows;
   }
   const int64_t C = hidden.dim(1), m = static_cast<int64_t>(wanted.size());
+  if (m == 0) {  // every sequence is still reading its prompt
+    for (size_t k = 0; k < running_.size(); ++k) running_[k].cached += seqs[k].rows;
+    return {};
+  }
   Tensor x = Tensor::empty({m, C}, hidden.dtype());
   for (int64_t i = 0; i < m; ++i)
     x.slice_rows(i, i + 1).copy_from(hidden.slice_rows(wanted[i], wanted[i] + 1));
