@@ -15,6 +15,7 @@ packages=(
   libsentencepiece-dev sentencepiece   # SentencePiece tokenizer; spm_train/spm_encode for tests
   libxxhash-dev                        # checkpoint checksums (XXH3, ~20 GB/s)
   liburing-dev                         # NVMe offload: io_uring for asynchronous direct I/O
+  libcpp-httplib-dev curl              # tessera-serve's HTTP server; its tests' client
   fio                                  # bench: the disk's own read/write figures to compare with
   python3-protobuf python3-crcmod      # tests: an independent reader of TensorBoard event files
   python3-numpy                        # tests: the float64 reference forward of HF families

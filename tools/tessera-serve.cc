@@ -1,0 +1,413 @@
+// tessera-serve: an HTTP server for a trained model (docs/inference.md), OpenAI-compatible and
+// Megatron-compatible, on cpp-httplib.
+//
+//   tessera-serve --load DIR [--host 127.0.0.1] [--port 8000]
+//
+//   GET  /v1/models             the one model (its id: --served-model-name, else DIR's name)
+//   POST /v1/completions        OpenAI's completions, streamed as Server-Sent Events with
+//                               "stream": true ("data: {...}" chunks, then "data: [DONE]")
+//   POST /v1/chat/completions   OpenAI's chat completions (the chat template: api_requests.h)
+//   PUT  /api                   Megatron's text generation server
+//
+// Requests run together in the engine's continuous batch (inference/serving.h); a bad request
+// gets HTTP 400 with {"error": {"message", "type": "invalid_request_error", "param"}}, a full
+// server 503; the server never stops on bad input. Text is never cut inside a UTF-8 character
+// and a stop string is held back while streaming until it cannot match (text_output.h). One
+// process. Bad flags: one line, exit code 2.
+#include <httplib.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tessera/core/error.h"
+#include "tessera/core/threads.h"
+#include "tessera/core/tool_main.h"
+#include "tessera/data/tokenizer.h"
+#include "tessera/inference/api_requests.h"
+#include "tessera/inference/load_model.h"
+#include "tessera/inference/serving.h"
+#include "tessera/inference/text_output.h"
+#include "tessera/kernels/build_info.h"
+
+namespace {
+
+using nlohmann::json;
+using tessera::Error;
+namespace inference = tessera::inference;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void fail(httplib::Response& res, int status, const std::string& message, const std::string& param,
+          const char* type = "invalid_request_error") {
+  res.status = status;
+  res.set_content(dump({{"error",
+                         {{"message", message},
+                          {"type", type},
+                          {"param", param.empty() ? json(nullptr) : json(param)},
+                          {"code", nullptr}}}}),
+                  "application/json");
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// What the server shares between connection threads (all const but the loop, which locks).
+struct Server {
+  inference::ServingLoop* loop = nullptr;
+  const tessera::data::Tokenizer* tokenizer = nullptr;
+  int32_t eod = -1;
+  std::string model_name;
+  std::mt19937_64* seeds = nullptr;
+  std::mutex* seeds_mu = nullptr;
+
+  uint64_t next_seed() const {
+    std::lock_guard<std::mutex> lock(*seeds_mu);
+    return (*seeds)();
+  }
+  std::string piece(int32_t token) const {
+    return tokenizer ? tokenizer->decode(std::vector<int32_t>{token}) : std::to_string(token);
+  }
+};
+
+// One generation's tokens and text as they come, until it finished (or was refused).
+struct Progress {
+  std::vector<inference::GeneratedToken> tokens;
+  inference::FinishReason finish = inference::FinishReason::kNone;
+  std::string error;
+};
+
+// The tokens that are text: all but a final stop token.
+std::vector<int32_t> text_tokens(const std::vector<inference::GeneratedToken>& tokens,
+                                 inference::FinishReason finish,
+                                 const inference::GenerationRequest& request) {
+  std::vector<int32_t> out;
+  for (const inference::GeneratedToken& t : tokens) out.push_back(t.token);
+  if (finish == inference::FinishReason::kStop && !out.empty() &&
+      std::count(request.stop_tokens.begin(), request.stop_tokens.end(), out.back()))
+    out.pop_back();
+  return out;
+}
+
+// Runs one generation to its end: its tokens, its text (cut at a stop string, which ends it),
+// its finish reason. `on_piece` (may be empty) receives the text as it becomes final.
+struct Outcome {
+  std::vector<inference::GeneratedToken> tokens;
+  std::string text;
+  inference::FinishReason finish = inference::FinishReason::kNone;
+  std::string error;
+};
+Outcome run_to_end(const Server& s, const std::shared_ptr<inference::Stream>& stream,
+                   const inference::GenerationRequest& request,
+                   const std::vector<std::string>& stops,
+                   const std::function<bool(const std::string&)>& on_piece) {
+  Outcome out;
+  std::unique_ptr<inference::TextOutput> text;
+  if (s.tokenizer) text = std::make_unique<inference::TextOutput>(*s.tokenizer, stops);
+  for (size_t seen = 0;;) {
+    out.tokens = stream->wait(seen, out.finish, out.error);
+    if (!out.error.empty()) return out;
+    seen = out.tokens.size();
+    bool stopped = false;
+    if (text) stopped = text->update(text_tokens(out.tokens, out.finish, request));
+    if (stopped) {
+      stream->close();  // the generation ends at the next step
+      out.finish = inference::FinishReason::kStop;
+    }
+    const bool done = out.finish != inference::FinishReason::kNone;
+    if (text && on_piece) {
+      const std::string piece = text->take(done);
+      if (!piece.empty() && !on_piece(piece)) {  // the client is gone
+        stream->close();
+        out.error = "client disconnected";
+        return out;
+      }
+    }
+    if (done) {
+      if (text) out.text = text->text();
+      return out;
+    }
+  }
+}
+
+json usage(const inference::GenerationRequest& r, size_t completion) {
+  const size_t prompt = r.prompt.size();
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion}};
+}
+
+// OpenAI's legacy completions logprobs block.
+json completion_logprobs(const Server& s, const std::vector<inference::GeneratedToken>& tokens) {
+  json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  size_t offset = 0;
+  for (const inference::GeneratedToken& t : tokens) {
+    const std::string p = s.piece(t.token);
+    toks.push_back(p);
+    lps.push_back(t.logprob.logprob);
+    json alt = json::object();
+    for (const auto& [tok, lp] : t.logprob.top) alt[s.piece(tok)] = lp;
+    tops.push_back(alt);
+    offsets.push_back(offset);
+    offset += p.size();
+  }
+  return {
+      {"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+json chat_logprobs(const Server& s, const std::vector<inference::GeneratedToken>& tokens) {
+  json content = json::array();
+  for (const inference::GeneratedToken& t : tokens) {
+    json alt = json::array();
+    for (const auto& [tok, lp] : t.logprob.top)
+      alt.push_back({{"token", s.piece(tok)}, {"logprob", lp}});
+    content.push_back(
+        {{"token", s.piece(t.token)}, {"logprob", t.logprob.logprob}, {"top_logprobs", alt}});
+  }
+  return {{"content", content}};
+}
+
+void handle_openai(const Server& s, const httplib::Request& req, httplib::Response& res,
+                   bool chat) {
+  inference::ApiRequest api;
+  try {
+    const json body = json::parse(req.body);
+    if (body.is_object() && body.contains("model") &&
+        (!body["model"].is_string() || body["model"].get<std::string>() != s.model_name))
+      return fail(res, 400, "model: this server serves \"" + s.model_name + "\"", "model");
+    api = chat ? inference::parse_chat(body, s.tokenizer, s.eod, s.next_seed())
+               : inference::parse_completion(body, s.tokenizer, s.eod, s.next_seed());
+  } catch (const json::parse_error&) {
+    return fail(res, 400, "the request body is not valid JSON", "");
+  } catch (const inference::RequestError& e) {
+    return fail(res, 400, e.what(), e.param);
+  } catch (const Error& e) {
+    return fail(res, 400, e.what(), "");
+  }
+  const inference::GenerationRequest request = api.generations[0];
+  const std::shared_ptr<inference::Stream> stream = s.loop->submit(request);
+  if (!stream)
+    return fail(res, 503, "the server is at --max-concurrent-requests", "", "server_busy");
+  // The first answer decides between an error and a stream.
+  Progress first;
+  first.tokens = stream->wait(0, first.finish, first.error);
+  if (!first.error.empty()) return fail(res, 400, first.error, "prompt");
+  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(unix_now()) + "-" +
+                         std::to_string(s.next_seed() % 1000000);
+  const int64_t created = unix_now();
+  const char* object = chat ? "chat.completion" : "text_completion";
+  if (!api.stream) {
+    const Outcome o = run_to_end(s, stream, request, api.stops, nullptr);
+    if (!o.error.empty()) return fail(res, 400, o.error, "");
+    json choice = {{"index", 0}, {"finish_reason", inference::finish_reason_name(o.finish)}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", o.text}};
+      choice["logprobs"] = api.want_logprobs ? chat_logprobs(s, o.tokens) : json(nullptr);
+    } else {
+      choice["text"] = o.text;
+      choice["logprobs"] = api.want_logprobs ? completion_logprobs(s, o.tokens) : json(nullptr);
+    }
+    res.set_content(dump({{"id", id},
+                          {"object", object},
+                          {"created", created},
+                          {"model", s.model_name},
+                          {"choices", json::array({choice})},
+                          {"usage", usage(request, o.tokens.size())}}),
+                    "application/json");
+    return;
+  }
+  const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
+  res.set_chunked_content_provider("text/event-stream", [s, stream, request, api, id, created, chat,
+                                                         chunk_object](size_t,
+                                                                       httplib::DataSink& sink) {
+    const auto send = [&](const json& choice) {
+      const std::string line = "data: " +
+                               dump({{"id", id},
+                                     {"object", chunk_object},
+                                     {"created", created},
+                                     {"model", s.model_name},
+                                     {"choices", json::array({choice})}}) +
+                               "\n\n";
+      return sink.write(line.data(), line.size());
+    };
+    if (chat && !send({{"index", 0},
+                       {"delta", {{"role", "assistant"}, {"content", ""}}},
+                       {"finish_reason", nullptr}}))
+      return false;
+    const Outcome o = run_to_end(s, stream, request, api.stops, [&](const std::string& piece) {
+      return chat
+                 ? send({{"index", 0}, {"delta", {{"content", piece}}}, {"finish_reason", nullptr}})
+                 : send({{"index", 0}, {"text", piece}, {"finish_reason", nullptr}});
+    });
+    if (!o.error.empty()) return false;
+    json last = {{"index", 0}, {"finish_reason", inference::finish_reason_name(o.finish)}};
+    if (chat)
+      last["delta"] = json::object();
+    else
+      last["text"] = "";
+    if (!send(last)) return false;
+    const std::string done = "data: [DONE]\n\n";
+    sink.write(done.data(), done.size());
+    sink.done();
+    return true;
+  });
+}
+
+void handle_megatron(const Server& s, const httplib::Request& req, httplib::Response& res) {
+  inference::ApiRequest api;
+  try {
+    api = inference::parse_megatron(json::parse(req.body), s.tokenizer, s.eod, s.next_seed());
+  } catch (const json::parse_error&) {
+    return fail(res, 400, "the request body is not valid JSON", "");
+  } catch (const inference::RequestError& e) {
+    return fail(res, 400, e.what(), e.param);
+  } catch (const Error& e) {
+    return fail(res, 400, e.what(), "");
+  }
+  std::vector<std::shared_ptr<inference::Stream>> streams;
+  for (const inference::GenerationRequest& g : api.generations) {
+    streams.push_back(s.loop->submit(g));
+    if (!streams.back()) {
+      for (auto& st : streams)
+        if (st) st->close();
+      return fail(res, 503, "the server is at --max-concurrent-requests", "", "server_busy");
+    }
+  }
+  json texts = json::array(), tokens = json::array(), logprobs = json::array();
+  for (size_t i = 0; i < streams.size(); ++i) {
+    const Outcome o = run_to_end(s, streams[i], api.generations[i], {}, nullptr);
+    if (!o.error.empty()) {
+      for (auto& st : streams) st->close();
+      return fail(res, 400, "prompts[" + std::to_string(i) + "]: " + o.error, "prompts");
+    }
+    std::vector<int32_t> all = api.generations[i].prompt;
+    json lps = json::array();
+    for (const inference::GeneratedToken& t : o.tokens) {
+      all.push_back(t.token);
+      lps.push_back(t.logprob.logprob);
+    }
+    texts.push_back(s.tokenizer ? s.tokenizer->decode(api.generations[i].prompt) + o.text : "");
+    tokens.push_back(all);
+    logprobs.push_back(lps);
+  }
+  json out = {{"text", texts}, {"tokens", tokens}};
+  if (api.want_logprobs) out["logprobs"] = logprobs;
+  res.set_content(dump(out), "application/json");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string load, host = "127.0.0.1", dtype = "fp32", name;
+  int port = 8000, threads = 0, max_requests = 64;
+  double timeout_s = 600;
+  tessera::data::TokenizerOptions topt;
+  topt.type = "";
+  inference::EngineOptions engine_options;
+  CLI::App app(
+      "Serve a Tessera checkpoint or Hugging Face model over HTTP (OpenAI and Megatron APIs)");
+  app.set_version_flag("--version", tessera::kernels::version_line);
+  app.add_option("--load", load, "Tessera checkpoint or Hugging Face model directory")->required();
+  app.add_option("--host", host, "address to listen on")->capture_default_str();
+  app.add_option("--port", port, "port")->check(CLI::Range(1, 65535))->capture_default_str();
+  app.add_option("--served-model-name", name, "the model's id in the API (default: DIR's name)");
+  app.add_option("--dtype", dtype, "compute dtype")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  app.add_option("--tokenizer-type", topt.type, "as tessera-train (default: tokenizer.json found)");
+  app.add_option("--tokenizer-model", topt.tokenizer_model, "as tessera-train");
+  app.add_option("--vocab-file", topt.vocab_file, "GPT2BPETokenizer: encoder.json");
+  app.add_option("--merge-file", topt.merge_file, "GPT2BPETokenizer: vocab.bpe");
+  app.add_option("--max-batch", engine_options.max_sequences, "sequences decoded together")
+      ->capture_default_str();
+  app.add_option("--kv-block-size", engine_options.block_size, "tokens per KV-cache block")
+      ->capture_default_str();
+  app.add_option("--max-concurrent-requests", max_requests,
+                 "requests queued or running at once (more get 503)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--request-timeout", timeout_s, "seconds a request may run (then it ends)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--num-threads", threads, "threads (default: the cores)");
+  return tessera::run_tool(app, argc, argv, "tessera-serve", [&] {
+    tessera::set_num_threads(threads);
+    const tessera::DType compute = dtype == "bf16"   ? tessera::DType::kBF16
+                                   : dtype == "fp16" ? tessera::DType::kF16
+                                                     : tessera::DType::kF32;
+    inference::LoadedModel loaded = inference::load_model(load, compute);
+    std::unique_ptr<tessera::data::Tokenizer> tokenizer;
+    if (!topt.type.empty()) {
+      tokenizer = tessera::data::make_tokenizer(topt);
+    } else if (!loaded.tokenizer_json.empty()) {
+      topt.type = "HuggingFaceTokenizer";
+      topt.tokenizer_model = loaded.tokenizer_json;
+      tokenizer = tessera::data::make_tokenizer(topt);
+    }
+    if (name.empty()) name = std::filesystem::path(load).lexically_normal().filename().string();
+    if (name.empty())
+      name = std::filesystem::path(load).lexically_normal().parent_path().filename().string();
+    std::mt19937_64 seeds(std::random_device{}());
+    std::mutex seeds_mu;
+    inference::ServingLoop loop(*loaded.model, engine_options, max_requests, timeout_s);
+    Server s;
+    s.loop = &loop;
+    s.tokenizer = tokenizer.get();
+    if (tokenizer) {
+      try {
+        s.eod = tokenizer->eod();
+      } catch (const Error&) {
+      }
+    }
+    s.model_name = name;
+    s.seeds = &seeds;
+    s.seeds_mu = &seeds_mu;
+
+    httplib::Server http;
+    http.Get("/v1/models", [&](const httplib::Request&, httplib::Response& res) {
+      res.set_content(dump({{"object", "list"},
+                            {"data", json::array({{{"id", s.model_name},
+                                                   {"object", "model"},
+                                                   {"created", unix_now()},
+                                                   {"owned_by", "tessera"}}})}}),
+                      "application/json");
+    });
+    http.Post("/v1/completions", [&](const httplib::Request& req, httplib::Response& res) {
+      handle_openai(s, req, res, false);
+    });
+    http.Post("/v1/chat/completions", [&](const httplib::Request& req, httplib::Response& res) {
+      handle_openai(s, req, res, true);
+    });
+    http.Put("/api", [&](const httplib::Request& req, httplib::Response& res) {
+      handle_megatron(s, req, res);
+    });
+    http.set_exception_handler(
+        [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+          std::string what = "internal error";
+          try {
+            std::rethrow_exception(ep);
+          } catch (const std::exception& e) {
+            what = e.what();
+          } catch (...) {
+          }
+          fail(res, 500, what, "", "server_error");
+        });
+    if (!http.bind_to_port(host, port))
+      throw Error("--host " + host + " --port " + std::to_string(port) + ": cannot listen there");
+    std::printf("tessera-serve: %s (%s) on http://%s:%d\n", s.model_name.c_str(),
+                loaded.source.c_str(), host.c_str(), port);
+    std::fflush(stdout);
+    http.listen_after_bind();
+    return 0;
+  });
+}
