@@ -34,6 +34,7 @@
 #include "tessera/core/tool_main.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/inference/engine.h"
+#include "tessera/inference/inference_flags.h"
 #include "tessera/inference/load_model.h"
 #include "tessera/inference/text_output.h"
 #include "tessera/kernels/build_info.h"
@@ -64,21 +65,19 @@ std::vector<std::string> read_lines(const std::string& file) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string load, dtype = "fp32", prompt_file;
+  inference::InferenceFlags flags;
+  std::string prompt_file;
   std::vector<std::string> prompts, stops;
   std::vector<int64_t> prompt_ids, stop_ids;
-  tessera::data::TokenizerOptions topt;
-  topt.type = "";
   inference::GenerationRequest base;
   base.max_tokens = 64;
   int64_t seed = -1;
-  int logprobs = 0, threads = 0;
+  int logprobs = 0;
   bool json = false, ignore_eos = false;
-  inference::EngineOptions engine_options;
 
   CLI::App app("Generate text from a Tessera checkpoint or a Hugging Face model directory");
   app.set_version_flag("--version", tessera::kernels::version_line);
-  app.add_option("--load", load, "Tessera checkpoint or Hugging Face model directory")->required();
+  inference::add_inference_flags(app, flags);
   app.add_option("--prompt", prompts, "a prompt (repeat for several)");
   app.add_option("--prompt-ids", prompt_ids, "one prompt as token ids, comma-separated")
       ->delimiter(',');
@@ -97,18 +96,6 @@ int main(int argc, char** argv) {
   app.add_flag("--ignore-eos", ignore_eos, "do not stop at the tokenizer's end-of-document token");
   app.add_option("--logprobs", logprobs, "also the N most likely tokens at each step (--json)");
   app.add_flag("--json", json, "one JSON object per prompt");
-  app.add_option("--dtype", dtype, "compute dtype")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
-      ->capture_default_str();
-  app.add_option("--tokenizer-type", topt.type, "as tessera-train (default: tokenizer.json found)");
-  app.add_option("--tokenizer-model", topt.tokenizer_model, "as tessera-train");
-  app.add_option("--vocab-file", topt.vocab_file, "GPT2BPETokenizer: encoder.json");
-  app.add_option("--merge-file", topt.merge_file, "GPT2BPETokenizer: vocab.bpe");
-  app.add_option("--max-batch", engine_options.max_sequences, "sequences decoded together")
-      ->capture_default_str();
-  app.add_option("--kv-block-size", engine_options.block_size, "tokens per KV-cache block")
-      ->capture_default_str();
-  app.add_option("--num-threads", threads, "threads (default: the cores)");
 
   const int rc = tessera::run_tool(app, argc, argv, "tessera-generate", [&] {
     // The ranks of the job (one without mpirun) are the tensor-parallel group.
@@ -117,19 +104,11 @@ int main(int argc, char** argv) {
     if (world->size() > 1) tp = tessera::parallel::TensorParallel(world, false);
     if (world->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
       throw Error("cannot silence stdout on rank " + std::to_string(world->rank()));
-    tessera::set_num_threads(threads);
-    const tessera::DType compute = dtype == "bf16"   ? tessera::DType::kBF16
-                                   : dtype == "fp16" ? tessera::DType::kF16
-                                                     : tessera::DType::kF32;
-    inference::LoadedModel loaded = inference::load_model(load, compute, tp);
-    std::unique_ptr<tessera::data::Tokenizer> tokenizer;
-    if (!topt.type.empty()) {
-      tokenizer = tessera::data::make_tokenizer(topt);
-    } else if (!loaded.tokenizer_json.empty()) {
-      topt.type = "HuggingFaceTokenizer";
-      topt.tokenizer_model = loaded.tokenizer_json;
-      tokenizer = tessera::data::make_tokenizer(topt);
-    }
+    tessera::set_num_threads(flags.threads);
+    inference::LoadedModel loaded =
+        inference::load_model(flags.load, inference::compute_dtype(flags), tp);
+    const std::unique_ptr<tessera::data::Tokenizer> tokenizer =
+        inference::make_tokenizer(flags, loaded);
     if (prompt_file.size()) {
       const std::vector<std::string> lines = read_lines(prompt_file);
       prompts.insert(prompts.end(), lines.begin(), lines.end());
@@ -139,7 +118,7 @@ int main(int argc, char** argv) {
       throw Error(
           "--prompt: text needs a tokenizer (--tokenizer-type/--tokenizer-model; none "
           "was found beside " +
-          load + "); give --prompt-ids instead");
+          flags.load + "); give --prompt-ids instead");
     for (const std::string& p : prompts) inputs.push_back(tokenizer->encode(p));
     if (!prompt_ids.empty()) inputs.emplace_back(prompt_ids.begin(), prompt_ids.end());
     if (inputs.empty()) throw Error("no prompt: give --prompt, --prompt-ids or --prompt-file");
@@ -161,7 +140,7 @@ int main(int argc, char** argv) {
       } catch (const Error&) {  // a tokenizer without an end-of-document token
       }
     }
-    inference::Engine engine(*loaded.model, engine_options);
+    inference::Engine engine(*loaded.model, flags.engine);
     std::vector<uint64_t> ids;
     for (size_t i = 0; i < inputs.size(); ++i) {
       inference::GenerationRequest r = base;

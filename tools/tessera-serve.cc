@@ -32,6 +32,7 @@
 #include "tessera/core/tool_main.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/inference/api_requests.h"
+#include "tessera/inference/inference_flags.h"
 #include "tessera/inference/load_model.h"
 #include "tessera/inference/serving.h"
 #include "tessera/inference/text_output.h"
@@ -177,23 +178,33 @@ json chat_logprobs(const Server& s, const std::vector<inference::GeneratedToken>
   return {{"content", content}};
 }
 
+// The request body through `parse`; false (and a 400 answered) when it is refused.
+bool parse_body(httplib::Response& res, const std::function<void()>& parse) {
+  try {
+    parse();
+    return true;
+  } catch (const json::parse_error&) {
+    fail(res, 400, "the request body is not valid JSON", "");
+  } catch (const inference::RequestError& e) {
+    fail(res, 400, e.what(), e.param);
+  } catch (const Error& e) {
+    fail(res, 400, e.what(), "");
+  }
+  return false;
+}
+
 void handle_openai(const Server& s, const httplib::Request& req, httplib::Response& res,
                    bool chat) {
   inference::ApiRequest api;
-  try {
+  const bool parsed = parse_body(res, [&] {
     const json body = json::parse(req.body);
     if (body.is_object() && body.contains("model") &&
         (!body["model"].is_string() || body["model"].get<std::string>() != s.model_name))
-      return fail(res, 400, "model: this server serves \"" + s.model_name + "\"", "model");
+      throw inference::RequestError("model", "model: this server serves \"" + s.model_name + "\"");
     api = chat ? inference::parse_chat(body, s.tokenizer, s.eod, s.next_seed())
                : inference::parse_completion(body, s.tokenizer, s.eod, s.next_seed());
-  } catch (const json::parse_error&) {
-    return fail(res, 400, "the request body is not valid JSON", "");
-  } catch (const inference::RequestError& e) {
-    return fail(res, 400, e.what(), e.param);
-  } catch (const Error& e) {
-    return fail(res, 400, e.what(), "");
-  }
+  });
+  if (!parsed) return;
   const inference::GenerationRequest request = api.generations[0];
   const std::shared_ptr<inference::Stream> stream = s.loop->submit(request);
   if (!stream)
@@ -265,15 +276,10 @@ void handle_openai(const Server& s, const httplib::Request& req, httplib::Respon
 
 void handle_megatron(const Server& s, const httplib::Request& req, httplib::Response& res) {
   inference::ApiRequest api;
-  try {
-    api = inference::parse_megatron(json::parse(req.body), s.tokenizer, s.eod, s.next_seed());
-  } catch (const json::parse_error&) {
-    return fail(res, 400, "the request body is not valid JSON", "");
-  } catch (const inference::RequestError& e) {
-    return fail(res, 400, e.what(), e.param);
-  } catch (const Error& e) {
-    return fail(res, 400, e.what(), "");
-  }
+  if (!parse_body(res, [&] {
+        api = inference::parse_megatron(json::parse(req.body), s.tokenizer, s.eod, s.next_seed());
+      }))
+    return;
   std::vector<std::shared_ptr<inference::Stream>> streams;
   for (const inference::GenerationRequest& g : api.generations) {
     streams.push_back(s.loop->submit(g));
@@ -308,30 +314,17 @@ void handle_megatron(const Server& s, const httplib::Request& req, httplib::Resp
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string load, host = "127.0.0.1", dtype = "fp32", name;
-  int port = 8000, threads = 0, max_requests = 64;
+  inference::InferenceFlags flags;
+  std::string host = "127.0.0.1", name;
+  int port = 8000, max_requests = 64;
   double timeout_s = 600;
-  tessera::data::TokenizerOptions topt;
-  topt.type = "";
-  inference::EngineOptions engine_options;
   CLI::App app(
       "Serve a Tessera checkpoint or Hugging Face model over HTTP (OpenAI and Megatron APIs)");
   app.set_version_flag("--version", tessera::kernels::version_line);
-  app.add_option("--load", load, "Tessera checkpoint or Hugging Face model directory")->required();
+  inference::add_inference_flags(app, flags);
   app.add_option("--host", host, "address to listen on")->capture_default_str();
   app.add_option("--port", port, "port")->check(CLI::Range(1, 65535))->capture_default_str();
   app.add_option("--served-model-name", name, "the model's id in the API (default: DIR's name)");
-  app.add_option("--dtype", dtype, "compute dtype")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
-      ->capture_default_str();
-  app.add_option("--tokenizer-type", topt.type, "as tessera-train (default: tokenizer.json found)");
-  app.add_option("--tokenizer-model", topt.tokenizer_model, "as tessera-train");
-  app.add_option("--vocab-file", topt.vocab_file, "GPT2BPETokenizer: encoder.json");
-  app.add_option("--merge-file", topt.merge_file, "GPT2BPETokenizer: vocab.bpe");
-  app.add_option("--max-batch", engine_options.max_sequences, "sequences decoded together")
-      ->capture_default_str();
-  app.add_option("--kv-block-size", engine_options.block_size, "tokens per KV-cache block")
-      ->capture_default_str();
   app.add_option("--max-concurrent-requests", max_requests,
                  "requests queued or running at once (more get 503)")
       ->check(CLI::PositiveNumber)
@@ -339,27 +332,19 @@ int main(int argc, char** argv) {
   app.add_option("--request-timeout", timeout_s, "seconds a request may run (then it ends)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--num-threads", threads, "threads (default: the cores)");
   return tessera::run_tool(app, argc, argv, "tessera-serve", [&] {
-    tessera::set_num_threads(threads);
-    const tessera::DType compute = dtype == "bf16"   ? tessera::DType::kBF16
-                                   : dtype == "fp16" ? tessera::DType::kF16
-                                                     : tessera::DType::kF32;
-    inference::LoadedModel loaded = inference::load_model(load, compute);
-    std::unique_ptr<tessera::data::Tokenizer> tokenizer;
-    if (!topt.type.empty()) {
-      tokenizer = tessera::data::make_tokenizer(topt);
-    } else if (!loaded.tokenizer_json.empty()) {
-      topt.type = "HuggingFaceTokenizer";
-      topt.tokenizer_model = loaded.tokenizer_json;
-      tokenizer = tessera::data::make_tokenizer(topt);
-    }
-    if (name.empty()) name = std::filesystem::path(load).lexically_normal().filename().string();
+    tessera::set_num_threads(flags.threads);
+    inference::LoadedModel loaded =
+        inference::load_model(flags.load, inference::compute_dtype(flags));
+    const std::unique_ptr<tessera::data::Tokenizer> tokenizer =
+        inference::make_tokenizer(flags, loaded);
     if (name.empty())
-      name = std::filesystem::path(load).lexically_normal().parent_path().filename().string();
+      name = std::filesystem::path(flags.load).lexically_normal().filename().string();
+    if (name.empty())
+      name = std::filesystem::path(flags.load).lexically_normal().parent_path().filename().string();
     std::mt19937_64 seeds(std::random_device{}());
     std::mutex seeds_mu;
-    inference::ServingLoop loop(*loaded.model, engine_options, max_requests, timeout_s);
+    inference::ServingLoop loop(*loaded.model, flags.engine, max_requests, timeout_s);
     Server s;
     s.loop = &loop;
     s.tokenizer = tokenizer.get();
