@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tessera/core/error.h"
+#include "tessera/core/threads.h"
 #include "tessera/model/chunk_runner.h"
 #include "testing/llama_style.h"
 
@@ -68,13 +69,21 @@ std::vector<int32_t> tokens_of(const Generation& g) {
   return out;
 }
 
+// One thread: these tests run thousands of tiny kernels (a token at a time), and under ctest -j2
+// beside another process a second OpenMP thread spins for a core it does not get (measured: the
+// greedy test 68 ms alone, 20 s so). Results do not depend on the thread count.
+class InferenceEngine : public ::testing::Test {
+ protected:
+  void SetUp() override { set_num_threads(1); }
+};
+
 // Runs the engine until every request finished.
 void drain(Engine& e) {
   for (int guard = 0; !e.idle() && guard < 10000; ++guard) e.step();
   ASSERT_TRUE(e.idle());
 }
 
-TEST(Engine, CachedLogitsEqualFullRecomputationAtEveryStep) {
+TEST_F(InferenceEngine, CachedLogitsEqualFullRecomputationAtEveryStep) {
   for (const ModelConfig& c : {small_gpt(), small_llama(), small_llama(/*window=*/6)}) {
     GPTModel m(c, DType::kF32, 7);
     const std::vector<int32_t> prompt = prompt_of(9, c.vocab_size, 1);
@@ -105,7 +114,7 @@ TEST(Engine, CachedLogitsEqualFullRecomputationAtEveryStep) {
   }
 }
 
-TEST(Engine, GreedyTokensFollowTheFullForwardWhateverTheChunkAndBatch) {
+TEST_F(InferenceEngine, GreedyTokensFollowTheFullForwardWhateverTheChunkAndBatch) {
   const ModelConfig c = small_llama();
   GPTModel m(c, DType::kF32, 3);
   const std::vector<int32_t> prompt = prompt_of(11, c.vocab_size, 2);
@@ -141,7 +150,7 @@ TEST(Engine, GreedyTokensFollowTheFullForwardWhateverTheChunkAndBatch) {
   }
 }
 
-TEST(Engine, PromptLogprobsAreTheTrainingLoss) {
+TEST_F(InferenceEngine, PromptLogprobsAreTheTrainingLoss) {
   const ModelConfig c = small_gpt();
   GPTModel m(c, DType::kF32, 5);
   const std::vector<int32_t> prompt = prompt_of(20, c.vocab_size, 3);
@@ -167,7 +176,7 @@ TEST(Engine, PromptLogprobsAreTheTrainingLoss) {
   EXPECT_NEAR(sum, loss.loss_sum, 1e-5 * loss.loss_sum);
 }
 
-TEST(Engine, ASeededRequestDrawsTheSameTokensAloneAndInAMixedBatch) {
+TEST_F(InferenceEngine, ASeededRequestDrawsTheSameTokensAloneAndInAMixedBatch) {
   const ModelConfig c = small_gpt();
   GPTModel m(c, DType::kF32, 9);
   GenerationRequest seeded;
@@ -204,7 +213,7 @@ TEST(Engine, ASeededRequestDrawsTheSameTokensAloneAndInAMixedBatch) {
   EXPECT_NE(tokens_of(other.generation(b)), tokens_of(alone.generation(a)));
 }
 
-TEST(Engine, StopTokensAndTheContextEndAGeneration) {
+TEST_F(InferenceEngine, StopTokensAndTheContextEndAGeneration) {
   const ModelConfig c = small_gpt();
   GPTModel m(c, DType::kF32, 11);
   Engine e(m, {});
@@ -229,7 +238,7 @@ TEST(Engine, StopTokensAndTheContextEndAGeneration) {
   EXPECT_EQ(e.generation(long_one).tokens.size(), 48u - 5u);
 }
 
-TEST(Engine, InvalidRequestsAreRefusedNamingTheField) {
+TEST_F(InferenceEngine, InvalidRequestsAreRefusedNamingTheField) {
   const ModelConfig c = small_gpt();
   GPTModel m(c, DType::kF32, 1);
   Engine e(m, {});
