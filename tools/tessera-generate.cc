@@ -161,13 +161,8 @@ int main(int argc, char** argv) {
       for (uint64_t id : engine.step()) {
         if (tokenizer == nullptr) continue;
         const inference::Generation& g = engine.generation(id);
-        std::vector<int32_t> toks;
-        for (const inference::GeneratedToken& t : g.tokens) toks.push_back(t.token);
-        if (g.finish == inference::FinishReason::kStop && !toks.empty() &&
-            std::count(base.stop_tokens.begin(), base.stop_tokens.end(), toks.back()))
-          toks.pop_back();  // the stop token is not text
         inference::TextOutput& text = texts.at(id);
-        if (text.update(toks)) engine.finish(id);
+        if (text.update(g.text_tokens())) engine.finish(id);
         if (stream) {
           const std::string piece = text.take(g.finished());
           std::fwrite(piece.data(), 1, piece.size(), stdout);

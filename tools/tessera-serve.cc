@@ -88,18 +88,6 @@ struct Progress {
   std::string error;
 };
 
-// The tokens that are text: all but a final stop token.
-std::vector<int32_t> text_tokens(const std::vector<inference::GeneratedToken>& tokens,
-                                 inference::FinishReason finish,
-                                 const inference::GenerationRequest& request) {
-  std::vector<int32_t> out;
-  for (const inference::GeneratedToken& t : tokens) out.push_back(t.token);
-  if (finish == inference::FinishReason::kStop && !out.empty() &&
-      std::count(request.stop_tokens.begin(), request.stop_tokens.end(), out.back()))
-    out.pop_back();
-  return out;
-}
-
 // Runs one generation to its end: its tokens, its text (cut at a stop string, which ends it),
 // its finish reason. `on_piece` (may be empty) receives the text as it becomes final.
 struct Outcome {
@@ -120,7 +108,8 @@ Outcome run_to_end(const Server& s, const std::shared_ptr<inference::Stream>& st
     if (!out.error.empty()) return out;
     seen = out.tokens.size();
     bool stopped = false;
-    if (text) stopped = text->update(text_tokens(out.tokens, out.finish, request));
+    if (text)
+      stopped = text->update(inference::text_tokens(out.tokens, out.finish, request.stop_tokens));
     if (stopped) {
       stream->close();  // the generation ends at the next step
       out.finish = inference::FinishReason::kStop;

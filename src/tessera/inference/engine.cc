@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tessera/core/error.h"
+#include "tessera/model/shard.h"
 
 namespace tessera::inference {
 
@@ -18,6 +19,20 @@ const char* finish_reason_name(FinishReason reason) {
   return "";
 }
 
+std::vector<int32_t> text_tokens(const std::vector<GeneratedToken>& tokens, FinishReason finish,
+                                 const std::vector<int32_t>& stop_tokens) {
+  std::vector<int32_t> out;
+  for (const GeneratedToken& t : tokens) out.push_back(t.token);
+  if (finish == FinishReason::kStop && !out.empty() &&
+      std::find(stop_tokens.begin(), stop_tokens.end(), out.back()) != stop_tokens.end())
+    out.pop_back();
+  return out;
+}
+
+std::vector<int32_t> Generation::text_tokens() const {
+  return inference::text_tokens(tokens, finish, request.stop_tokens);
+}
+
 Engine::Engine(model::GPTModel& model, const EngineOptions& options)
     : model_(model),
       options_(options),
@@ -30,9 +45,8 @@ Engine::Engine(model::GPTModel& model, const EngineOptions& options)
   const int64_t tokens =
       options_.cache_tokens > 0 ? options_.cache_tokens : options_.max_sequences * context_;
   const int64_t blocks = (tokens + options_.block_size - 1) / options_.block_size;
-  // This rank's key/value groups: KV / TP, or the one its query heads read when fewer.
-  const int tp = model.tensor_parallel().size();
-  const int64_t kv = c.kv_heads() % tp == 0 ? c.kv_heads() / tp : 1;
+  // This rank's key/value groups (replicated when fewer than the TP ranks).
+  const int64_t kv = model::units_per_rank(c.kv_heads(), model.tensor_parallel().size());
   cache_ = std::make_unique<KvCache>(c.num_layers, 2 * kv * c.head_dim(),
                                      model.params().compute_dtype(), options_.block_size, blocks);
 }

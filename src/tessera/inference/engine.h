@@ -56,7 +56,13 @@ struct Generation {
   std::vector<double> prompt_logprobs;  // prompt.size() - 1 values when asked for
   FinishReason finish = FinishReason::kNone;
   bool finished() const { return finish != FinishReason::kNone; }
+  // The generated tokens that are text: all but a final stop token (text_tokens below).
+  std::vector<int32_t> text_tokens() const;
 };
+
+// `tokens` without a final one of `stop_tokens` when the generation finished with kStop.
+std::vector<int32_t> text_tokens(const std::vector<GeneratedToken>& tokens, FinishReason finish,
+                                 const std::vector<int32_t>& stop_tokens);
 
 struct EngineOptions {
   int64_t block_size = 16;      // tokens per cache block

@@ -110,7 +110,8 @@ void ServingLoop::run() {
       {
         std::lock_guard<std::mutex> lock(s->mu_);
         if (g.tokens.size() > s->tokens_.size() || g.finished()) {
-          s->tokens_ = g.tokens;
+          // Only the new ones: the others are already there.
+          s->tokens_.insert(s->tokens_.end(), g.tokens.begin() + s->tokens_.size(), g.tokens.end());
           s->finish_ = g.finish;
           s->cv_.notify_all();
         }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "tessera/model/shard.h"
 #include "tessera/moe/permute.h"
 
 namespace tessera::model {
@@ -46,7 +47,8 @@ double layer_activation_bytes(const ModelConfig& c, int64_t N, DType dtype,
   const double elem = static_cast<double>(dtype_size(dtype));
   const double C = c.hidden_size, F = c.ffn() / static_cast<double>(tp), HD = c.head_dim();
   const double NH = c.num_attention_heads / static_cast<double>(tp);
-  const double KV = std::max(1, c.kv_heads() / tp);  // a group replicated below one per rank
+  const int kv = units_per_rank(c.kv_heads(), tp);  // a group replicated below one per rank
+  const double KV = kv;
   // The residual stream's rows on this rank.
   const double rows = sequence_parallel ? static_cast<double>(N) / tp : static_cast<double>(N);
   if (granularity == G::kFull) return elem * rows * C;  // the layer's input only
@@ -66,9 +68,7 @@ double layer_activation_bytes(const ModelConfig& c, int64_t N, DType dtype,
   // groups (one, replicated, when A does not divide KV) of A times the tokens.
   double qkv = (NH + 2 * KV) * HD, core_outputs = NH * HD;
   if (head_split > 1) {
-    const int kv = std::max(1, c.kv_heads() / tp);
-    const double kv_split = kv % head_split == 0 ? kv / head_split : 1;
-    qkv = head_split * (NH / head_split + 2 * kv_split) * HD;
+    qkv = head_split * (NH / head_split + 2 * units_per_rank(kv, head_split)) * HD;
     core_outputs = 2 * NH * HD;  // the head split's and, after the exchange back, the sequence's
   }
   double bytes = elem * rows * (C /*input*/ + C /*residual*/) +
@@ -94,7 +94,8 @@ double layer_backward_working_bytes(const ModelConfig& c, int64_t N, DType dtype
   // gradient and its dropout copy, then the output projection's input gradient, q, k, v's and
   // the QKV projection's input gradient before its reduction (and its slice under SP).
   const double HD = c.head_dim(), NH = c.num_attention_heads / static_cast<double>(tp);
-  const double KV = std::max(1, c.kv_heads() / tp);
+  const int kv = units_per_rank(c.kv_heads(), tp);
+  const double KV = kv;
   const double dropout_copies = c.hidden_dropout > 0 ? 2 * rows * C : 0.0;
   // The core's own: with the key/value blocks of p2p and all_gather, the fp32 row sums and
   // query gradient beside the packed q, k, v gradient (instead of the projection's input
@@ -103,8 +104,8 @@ double layer_backward_working_bytes(const ModelConfig& c, int64_t N, DType dtype
   double core = N * C;
   if (cp_blocks) core = std::max(core, (4.0 * N * NH + 4.0 * N * NH * HD) / elem);
   if (head_split > 1) {
-    const double kv_split = static_cast<int>(KV) % head_split == 0 ? KV / head_split : 1;
-    core = N * NH * HD + std::max(N * C, head_split * (NH / head_split + 2 * kv_split) * HD * N);
+    const double heads = NH / head_split + 2 * units_per_rank(kv, head_split);
+    core = N * NH * HD + std::max(N * C, head_split * heads * HD * N);
   }
   const double attention =
       elem * (rows * C + (sequence_parallel ? rows : N) * C + rows * C + dropout_copies +

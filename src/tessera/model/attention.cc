@@ -68,7 +68,7 @@ Attention::Attention(ParameterSet& params, const std::string& prefix, const Mode
       dropout_p_(cfg.attention_dropout) {
   const int T = params.tp_size(), KV = cfg.kv_heads();
   NH_ = NH_global_ / T;
-  KV_ = KV % T == 0 ? KV / T : 1;
+  KV_ = units_per_rank(KV, T);
   head_offset_ = params.tp_rank() * NH_;
   const std::string out = out_name(prefix, cfg);
   const bool bias = cfg.add_bias_linear;

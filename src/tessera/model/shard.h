@@ -67,4 +67,9 @@ std::vector<ShardPiece> tp_pieces(const Shape& global_shape, const ShardSpec& sp
 // The shape of one rank's shard (the same on every rank).
 Shape tp_local_shape(const Shape& global_shape, const ShardSpec& spec, int tp_size);
 
+// Units of a section each of `ranks` ranks holds under the rule above: units / ranks, or one (a
+// replica) when there are fewer units than ranks. Key/value groups split over TP, or over the
+// ranks of an attention head split (context parallelism's all-to-all), follow it.
+inline int units_per_rank(int units, int ranks) { return units % ranks == 0 ? units / ranks : 1; }
+
 }  // namespace tessera::model

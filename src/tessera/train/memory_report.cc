@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "tessera/model/activation_memory.h"
+#include "tessera/model/shard.h"
 
 namespace tessera::train {
 namespace {
@@ -99,14 +100,13 @@ bool cp_blocks(const RankLayout& r, int layer) {
 double context_parallel_buffers(const model::ModelConfig& c, const RankLayout& r) {
   const double R = static_cast<double>(r.tokens), elem = dtype_size(r.compute);
   const double HD = c.head_dim(), NH = c.num_attention_heads / static_cast<double>(r.tp);
-  const int kv = std::max(1, c.kv_heads() / r.tp);
+  const int kv = model::units_per_rank(c.kv_heads(), r.tp);
   // The ring: the block in hand and the one arriving, then their fp32 gradient accumulators.
   const auto ring = [&](double rows, double kv_cols) { return (2 * elem + 8) * rows * kv_cols; };
   // The all-to-all over A ranks: send and receive copies of q, k, v (groups replicated when A
   // does not divide them).
   const auto all_to_all = [&](int A) {
-    const double kv_split = kv % A == 0 ? kv / A : 1;
-    return 2 * elem * R * (NH + 2 * A * kv_split) * HD;
+    return 2 * elem * R * (NH + 2 * A * model::units_per_rank(kv, A)) * HD;
   };
   double most = 0;
   for (context::CommType t : r.cp_types) {
@@ -117,8 +117,8 @@ double context_parallel_buffers(const model::ModelConfig& c, const RankLayout& r
     if (t == context::CommType::kA2A) bytes = all_to_all(r.cp);
     if (t == context::CommType::kA2AP2P) {
       const int A = r.cp_a2a;
-      const double kv_split = kv % A == 0 ? kv / A : 1;
-      bytes = std::max(all_to_all(A), r.cp > A ? ring(A * R, 2 * kv_split * HD) : 0.0);
+      const double kv_cols = 2.0 * model::units_per_rank(kv, A) * HD;
+      bytes = std::max(all_to_all(A), r.cp > A ? ring(A * R, kv_cols) : 0.0);
     }
     most = std::max(most, bytes);
   }
