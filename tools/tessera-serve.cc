@@ -8,12 +8,17 @@
 //                               "stream": true ("data: {...}" chunks, then "data: [DONE]")
 //   POST /v1/chat/completions   OpenAI's chat completions (the chat template: api_requests.h)
 //   PUT  /api                   Megatron's text generation server
+//   GET  /metrics               Prometheus metrics, named as vLLM's (serving_metrics.h)
 //
 // Requests run together in the engine's continuous batch (inference/serving.h); a bad request
 // gets HTTP 400 with {"error": {"message", "type": "invalid_request_error", "param"}}, a full
 // server 503; the server never stops on bad input. Text is never cut inside a UTF-8 character
-// and a stop string is held back while streaming until it cannot match (text_output.h). One
-// process. Bad flags: one line, exit code 2.
+// and a stop string is held back while streaming until it cannot match (text_output.h). A client
+// that goes away mid-stream ends its generation (its cache blocks return to the pool).
+//
+// Under mpirun the ranks are one tensor-parallel group (`mpirun -np 2 tessera-serve ...`):
+// rank 0 listens and runs the serving loop, every rank holds its shard of the weights and of the
+// KV cache and decodes each step with it (serving.h). Bad flags: one line, exit code 2.
 #include <httplib.h>
 
 #include <CLI/CLI.hpp>
@@ -27,7 +32,9 @@
 #include <string>
 #include <vector>
 
+#include "tessera/comm/process_group.h"
 #include "tessera/core/error.h"
+#include "tessera/core/memory.h"
 #include "tessera/core/threads.h"
 #include "tessera/core/tool_main.h"
 #include "tessera/data/tokenizer.h"
@@ -35,8 +42,10 @@
 #include "tessera/inference/inference_flags.h"
 #include "tessera/inference/load_model.h"
 #include "tessera/inference/serving.h"
+#include "tessera/inference/serving_metrics.h"
 #include "tessera/inference/text_output.h"
 #include "tessera/kernels/build_info.h"
+#include "tessera/parallel/tensor_parallel.h"
 
 namespace {
 
@@ -118,7 +127,7 @@ Outcome run_to_end(const Server& s, const std::shared_ptr<inference::Stream>& st
     if (text && on_piece) {
       const std::string piece = text->take(done);
       if (!piece.empty() && !on_piece(piece)) {  // the client is gone
-        stream->close();
+        stream->close(inference::FinishReason::kAbort);
         out.error = "client disconnected";
         return out;
       }
@@ -242,8 +251,10 @@ void handle_openai(const Server& s, const httplib::Request& req, httplib::Respon
     };
     if (chat && !send({{"index", 0},
                        {"delta", {{"role", "assistant"}, {"content", ""}}},
-                       {"finish_reason", nullptr}}))
+                       {"finish_reason", nullptr}})) {
+      stream->close(inference::FinishReason::kAbort);  // the client is gone
       return false;
+    }
     const Outcome o = run_to_end(s, stream, request, api.stops, [&](const std::string& piece) {
       return chat
                  ? send({{"index", 0}, {"delta", {{"content", piece}}}, {"finish_reason", nullptr}})
@@ -321,10 +332,18 @@ int main(int argc, char** argv) {
   app.add_option("--request-timeout", timeout_s, "seconds a request may run (then it ends)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  return tessera::run_tool(app, argc, argv, "tessera-serve", [&] {
+  const int rc = tessera::run_tool(app, argc, argv, "tessera-serve", [&] {
+    // The ranks of the job (one without mpirun) are the tensor-parallel group.
+    std::shared_ptr<tessera::comm::ProcessGroup> world = tessera::comm::ProcessGroup::world();
+    tessera::parallel::TensorParallel tp;
+    if (world->size() > 1) tp = tessera::parallel::TensorParallel(world, false);
     tessera::set_num_threads(flags.threads);
     inference::LoadedModel loaded =
-        inference::load_model(flags.load, inference::compute_dtype(flags));
+        inference::load_model(flags.load, inference::compute_dtype(flags), tp);
+    if (world->rank() != 0) {  // decodes step for step with rank 0, which serves
+      inference::follow_serving(*loaded.model, flags.engine);
+      return 0;
+    }
     const std::unique_ptr<tessera::data::Tokenizer> tokenizer =
         inference::make_tokenizer(flags, loaded);
     if (name.empty())
@@ -348,6 +367,13 @@ int main(int argc, char** argv) {
     s.seeds_mu = &seeds_mu;
 
     httplib::Server http;
+    // A connection holds a pool thread while it is open (kept alive between requests too), and
+    // cpp-httplib's default pool is 8 threads: a ninth client waited for a kept-alive connection
+    // to time out (measured: 3 s to the first token with 8 streaming clients). One thread per
+    // request the server admits, and a few for /metrics and refusals.
+    http.new_task_queue = [max_requests] {
+      return new httplib::ThreadPool(static_cast<size_t>(max_requests) + 8);
+    };
     http.Get("/v1/models", [&](const httplib::Request&, httplib::Response& res) {
       res.set_content(dump({{"object", "list"},
                             {"data", json::array({{{"id", s.model_name},
@@ -365,6 +391,12 @@ int main(int argc, char** argv) {
     http.Put("/api", [&](const httplib::Request& req, httplib::Response& res) {
       handle_megatron(s, req, res);
     });
+    http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+      res.set_content(inference::prometheus_metrics(
+                          loop.stats(), tessera::MemoryAccountant::instance().snapshot(),
+                          tessera::process_resident_bytes(), s.model_name),
+                      "text/plain; version=0.0.4");
+    });
     http.set_exception_handler(
         [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
           std::string what = "internal error";
@@ -376,12 +408,25 @@ int main(int argc, char** argv) {
           }
           fail(res, 500, what, "", "server_error");
         });
-    if (!http.bind_to_port(host, port))
-      throw Error("--host " + host + " --port " + std::to_string(port) + ": cannot listen there");
+    // SO_REUSEADDR only: cpp-httplib 0.11 also sets SO_REUSEPORT, with which a second server
+    // binds a port already served and the kernel splits the connections between the two.
+    http.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
+    if (!http.bind_to_port(host, port)) {
+      const std::string why =
+          "--host " + host + " --port " + std::to_string(port) + ": cannot listen there";
+      // The other ranks wait for rank 0's plans: take them down too.
+      if (world->size() > 1) tessera::comm::abort_job("tessera-serve: " + why, 2);
+      throw Error(why);
+    }
     std::printf("tessera-serve: %s (%s) on http://%s:%d\n", s.model_name.c_str(),
                 loaded.source.c_str(), host.c_str(), port);
     std::fflush(stdout);
     http.listen_after_bind();
     return 0;
   });
+  tessera::comm::shutdown();
+  return rc;
 }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -148,6 +149,15 @@ void tracked_free(void* ptr, size_t bytes, MemoryCategory category) {
   if (ptr == nullptr) return;
   std::free(ptr);
   MemoryAccountant::instance().on_free(category, static_cast<int64_t>(bytes));
+}
+
+int64_t process_resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  long long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%lld %lld", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE)) : 0;
 }
 
 }  // namespace tessera

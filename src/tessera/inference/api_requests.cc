@@ -95,7 +95,8 @@ ApiRequest openai(const json& body, std::vector<int32_t> prompt, int32_t eod, ui
   g.prompt = std::move(prompt);
   g.max_tokens = max_tokens;
   g.sampling = sampling(body, seed);
-  if (eod >= 0) g.stop_tokens.push_back(eod);
+  // vLLM's ignore_eos: generate max_tokens whatever the model says (benchmarks need fixed lengths).
+  if (eod >= 0 && !boolean(body, "ignore_eos", false)) g.stop_tokens.push_back(eod);
   r.stops = stop_strings(body);
   r.stream = boolean(body, "stream", false);
   r.generations.push_back(std::move(g));

@@ -5,7 +5,8 @@
 //                              max_tokens (16), temperature (1), top_p (1), seed, stop (a string
 //                              or a list of up to 4), stream, logprobs (0-20: alternatives per
 //                              token), n (1 only), echo (false only); Tessera's additions as vLLM
-//                              names them: top_k, min_p, repetition_penalty
+//                              names them: top_k, min_p, repetition_penalty, ignore_eos
+//                              (the end-of-document token does not end the generation)
 //   POST /v1/chat/completions  messages [{role, content}] through the chat template (below),
 //                              the same sampling fields, max_tokens or max_completion_tokens
 //   PUT /api                   Megatron's text generation server: prompts (a list of strings),

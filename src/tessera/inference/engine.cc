@@ -13,6 +13,8 @@ const char* finish_reason_name(FinishReason reason) {
       return "length";
     case FinishReason::kStop:
       return "stop";
+    case FinishReason::kAbort:
+      return "abort";
     case FinishReason::kNone:
       break;
   }

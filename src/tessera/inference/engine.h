@@ -41,8 +41,9 @@ struct GenerationRequest {
   int top_logprobs = 0;              // the most likely alternatives of each generated token
 };
 
-enum class FinishReason { kNone, kLength, kStop };
-const char* finish_reason_name(FinishReason reason);  // "", "length", "stop" (OpenAI's)
+// kAbort: ended because its client went away (vLLM's name; no client sees it).
+enum class FinishReason { kNone, kLength, kStop, kAbort };
+const char* finish_reason_name(FinishReason reason);  // "", "length", "stop" (OpenAI's), "abort"
 
 struct GeneratedToken {
   int32_t token = 0;
@@ -86,6 +87,8 @@ class Engine {
   std::vector<uint64_t> step();
   // Nothing queued or running.
   bool idle() const { return queue_.empty() && running_.empty(); }
+  int running() const { return static_cast<int>(running_.size()); }
+  int queued() const { return static_cast<int>(queue_.size()); }
   const Generation& generation(uint64_t id) const;
   // Ends a generation now with `reason` (a stop string the caller found in its text): it leaves
   // the queue or the running batch and gives its cache blocks back. No-op when finished.

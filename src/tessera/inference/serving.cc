@@ -24,19 +24,25 @@ std::vector<GeneratedToken> Stream::wait(size_t seen, FinishReason& finish, std:
   return tokens_;
 }
 
-void Stream::close() {
+void Stream::close(FinishReason reason) {
   std::lock_guard<std::mutex> lock(mu_);
-  closed_ = true;
+  if (closed_ == FinishReason::kNone) closed_ = reason;
 }
 
 ServingLoop::ServingLoop(model::GPTModel& model, const EngineOptions& options, int max_requests,
                          double timeout_s)
     : engine_(model, options),
+      followers_(model.tensor_parallel().size() > 1 ? model.tensor_parallel().group().get()
+                                                    : nullptr),
       max_requests_(max_requests),
       timeout_s_(timeout_s),
       vocab_(engine_.vocab_size()),
-      context_(engine_.context_length()),
-      thread_([this] { run(); }) {}
+      context_(engine_.context_length()) {
+  TESSERA_CHECK_MSG(followers_ == nullptr || followers_->rank() == 0,
+                    "a tensor-parallel server's loop runs on the group's rank 0");
+  stats_.cache_blocks = stats_.free_cache_blocks = engine_.cache().num_blocks();
+  thread_ = std::thread([this] { run(); });
+}
 
 ServingLoop::~ServingLoop() {
   {
@@ -52,6 +58,11 @@ int ServingLoop::active() const {
   return static_cast<int>(incoming_.size() + live_.size());
 }
 
+ServingStats ServingLoop::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
 std::shared_ptr<Stream> ServingLoop::submit(GenerationRequest request) {
   auto stream = std::make_shared<Stream>();
   {
@@ -64,67 +75,99 @@ std::shared_ptr<Stream> ServingLoop::submit(GenerationRequest request) {
 }
 
 void ServingLoop::run() {
+  // (Only with followers: asking the comm runtime its timeout would start it.)
+  const auto heartbeat =
+      std::chrono::duration<double>(followers_ != nullptr ? heartbeat_seconds() : 0.0);
   for (;;) {
     std::deque<std::pair<GenerationRequest, std::shared_ptr<Stream>>> arrived;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !incoming_.empty() || !live_.empty(); });
-      if (stopping_) break;
-      arrived.swap(incoming_);
-    }
-    std::vector<std::shared_ptr<Stream>> added;
-    for (auto& [request, stream] : arrived) {
-      try {
-        stream->id_ = engine_.submit(std::move(request));
-        stream->deadline_ = now_s() + timeout_s_;
-        added.push_back(stream);
-      } catch (const Error& e) {
-        std::lock_guard<std::mutex> lock(stream->mu_);
-        stream->error_ = e.what();
-        stream->cv_.notify_all();
-      }
-    }
     std::vector<std::shared_ptr<Stream>> live;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      live_.insert(live_.end(), added.begin(), added.end());
+      std::unique_lock<std::mutex> lock(mu_);
+      const auto work = [&] { return stopping_ || !incoming_.empty() || !live_.empty(); };
+      if (followers_ == nullptr) {
+        cv_.wait(lock, work);
+      } else if (!cv_.wait_for(lock, heartbeat, work)) {
+        lock.unlock();
+        send_plan(*followers_, StepPlan{});  // idle: keeps the followers' receive short
+        continue;
+      }
+      if (stopping_) break;
+      arrived.swap(incoming_);
       live = live_;
     }
-    // Clients gone or too slow: their generations end now.
+    // What ends now (a stop string matched, the client went away, the request ran too long)
+    // and what arrived: the plan every rank applies before the step.
+    StepPlan plan;
     for (const std::shared_ptr<Stream>& s : live) {
-      bool closed;
+      FinishReason closed;
       {
         std::lock_guard<std::mutex> lock(s->mu_);
         closed = s->closed_;
       }
-      if (closed)
-        engine_.finish(s->id_, FinishReason::kStop);
+      if (closed != FinishReason::kNone)
+        plan.finishes.emplace_back(s->id_, closed);
       else if (now_s() > s->deadline_)
-        engine_.finish(s->id_, FinishReason::kLength);
+        plan.finishes.emplace_back(s->id_, FinishReason::kLength);
     }
+    int64_t prompt_tokens = 0, refused = 0;
+    for (const auto& [request, stream] : arrived) plan.submits.push_back(request);
+    if (followers_ != nullptr) send_plan(*followers_, plan);
+    std::vector<std::string> errors;
+    const std::vector<uint64_t> ids = apply_plan(engine_, std::move(plan), errors);
+    std::vector<std::shared_ptr<Stream>> added;
+    for (size_t i = 0; i < arrived.size(); ++i) {
+      const std::shared_ptr<Stream>& stream = arrived[i].second;
+      if (!errors[i].empty()) {
+        ++refused;
+        std::lock_guard<std::mutex> lock(stream->mu_);
+        stream->error_ = errors[i];
+        stream->cv_.notify_all();
+        continue;
+      }
+      stream->id_ = ids[i];
+      stream->deadline_ = now_s() + timeout_s_;
+      prompt_tokens += static_cast<int64_t>(arrived[i].first.prompt.size());
+      added.push_back(stream);
+    }
+    live.insert(live.end(), added.begin(), added.end());
     engine_.step();
-    // Every live stream takes its tokens; finished ones leave.
+    // Every live stream takes its new tokens; finished ones leave.
     std::vector<std::shared_ptr<Stream>> still;
+    int64_t generated = 0, finished[4] = {0, 0, 0, 0};
     for (const std::shared_ptr<Stream>& s : live) {
       const Generation& g = engine_.generation(s->id_);
       {
         std::lock_guard<std::mutex> lock(s->mu_);
         if (g.tokens.size() > s->tokens_.size() || g.finished()) {
-          // Only the new ones: the others are already there.
+          generated += static_cast<int64_t>(g.tokens.size() - s->tokens_.size());
           s->tokens_.insert(s->tokens_.end(), g.tokens.begin() + s->tokens_.size(), g.tokens.end());
           s->finish_ = g.finish;
           s->cv_.notify_all();
         }
       }
       if (g.finished()) {
+        ++finished[static_cast<int>(g.finish)];
         engine_.forget(s->id_);
       } else {
         still.push_back(s);
       }
     }
     std::lock_guard<std::mutex> lock(mu_);
-    // live_ may have grown only through this thread; replace it by the survivors.
+    // live_ changes only on this thread: the survivors replace it.
     live_ = std::move(still);
+    stats_.running = engine_.running();
+    stats_.waiting = engine_.queued() + static_cast<int>(incoming_.size());
+    stats_.free_cache_blocks = engine_.cache().free_blocks();
+    stats_.prompt_tokens += prompt_tokens;
+    stats_.generation_tokens += generated;
+    stats_.refused += refused;
+    for (int r = 0; r < 4; ++r) stats_.finished[r] += finished[r];
+    ++stats_.steps;
+  }
+  if (followers_ != nullptr) {
+    StepPlan stop;
+    stop.stop = true;
+    send_plan(*followers_, stop);
   }
   // Shutting down: every waiting client gets an answer.
   std::lock_guard<std::mutex> lock(mu_);
@@ -137,6 +180,25 @@ void ServingLoop::run() {
     std::lock_guard<std::mutex> slock(s->mu_);
     s->error_ = "the server is shutting down";
     s->cv_.notify_all();
+  }
+}
+
+void follow_serving(model::GPTModel& model, const EngineOptions& options) {
+  TESSERA_CHECK_MSG(model.tensor_parallel().size() > 1 && model.tensor_parallel().rank() != 0,
+                    "follow_serving runs on the ranks of a tensor-parallel group but its first");
+  Engine engine(model, options);
+  comm::ProcessGroup& group = *model.tensor_parallel().group();
+  for (;;) {
+    StepPlan plan = receive_plan(group);
+    if (plan.stop) return;
+    std::vector<uint64_t> ended;
+    for (const auto& [id, reason] : plan.finishes) ended.push_back(id);
+    std::vector<std::string> errors;  // rank 0 answers them
+    apply_plan(engine, std::move(plan), errors);
+    // Forgotten as rank 0's loop forgets them: once finished.
+    for (const uint64_t id : ended) engine.forget(id);
+    for (const uint64_t id : engine.step())
+      if (engine.generation(id).finished()) engine.forget(id);
   }
 }
 

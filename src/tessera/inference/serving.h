@@ -7,6 +7,10 @@
 // Bounded: at most `max_requests` requests are queued or running; more are refused at once
 // (the server answers 503); a request that has not finished after `timeout_s` is ended with
 // finish reason "length" — its tokens so far are its answer.
+//
+// Tensor parallelism (the model's TP group has several ranks): rank 0 runs the ServingLoop and
+// the others follow_serving(); before each step rank 0 sends the others a StepPlan of what
+// arrived and what ends (step_plan.h), so every rank's engine steps the same batch.
 #pragma once
 
 #include <condition_variable>
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "tessera/inference/engine.h"
+#include "tessera/inference/step_plan.h"
 
 namespace tessera::inference {
 
@@ -28,8 +33,9 @@ class Stream {
   // returns the tokens so far (all of them) and sets `finish` (kNone while running) and
   // `error` (non-empty: refused, with the reason).
   std::vector<GeneratedToken> wait(size_t seen, FinishReason& finish, std::string& error);
-  // The client is gone: the generation ends at the next step.
-  void close();
+  // The generation ends at the next step with `reason`: kStop (a stop string matched) or
+  // kAbort (the client is gone).
+  void close(FinishReason reason = FinishReason::kStop);
 
  private:
   friend class ServingLoop;
@@ -38,9 +44,23 @@ class Stream {
   std::vector<GeneratedToken> tokens_;
   FinishReason finish_ = FinishReason::kNone;
   std::string error_;
-  bool closed_ = false;
+  FinishReason closed_ = FinishReason::kNone;
   uint64_t id_ = 0;
   double deadline_ = 0;
+};
+
+// What the loop has done, for GET /metrics: a snapshot after the last step.
+struct ServingStats {
+  int running = 0;           // sequences in the engine's batch
+  int waiting = 0;           // requests submitted and not yet in the batch
+  int64_t cache_blocks = 0;  // KV-cache blocks on this rank
+  int64_t free_cache_blocks = 0;
+  int64_t prompt_tokens = 0;      // of every request accepted, in total
+  int64_t generation_tokens = 0;  // produced, in total
+  int64_t refused = 0;            // requests the engine refused (an error answer)
+  // Requests finished, by FinishReason (index kLength, kStop, kAbort).
+  int64_t finished[4] = {0, 0, 0, 0};
+  int64_t steps = 0;
 };
 
 class ServingLoop {
@@ -55,11 +75,14 @@ class ServingLoop {
   int64_t vocab_size() const { return vocab_; }
   int64_t context_length() const { return context_; }
   int active() const;
+  ServingStats stats() const;
 
  private:
   void run();
 
   Engine engine_;
+  // The TP group when it has other ranks (this is its rank 0): each step's plan goes to them.
+  comm::ProcessGroup* followers_ = nullptr;
   const int max_requests_;
   const double timeout_s_;
   const int64_t vocab_, context_;
@@ -68,7 +91,13 @@ class ServingLoop {
   std::deque<std::pair<GenerationRequest, std::shared_ptr<Stream>>> incoming_;
   std::vector<std::shared_ptr<Stream>> live_;
   bool stopping_ = false;
+  ServingStats stats_;
   std::thread thread_;
 };
+
+// A rank other than 0 of a tensor-parallel server: runs its engine on `model` (this rank's
+// shards) step for step with rank 0's ServingLoop, applying each StepPlan received, until rank 0
+// stops.
+void follow_serving(model::GPTModel& model, const EngineOptions& options);
 
 }  // namespace tessera::inference

@@ -13,16 +13,6 @@
 namespace tessera::train {
 namespace {
 
-// The process's resident set in bytes (Linux /proc/self/statm: pages), 0 if unreadable.
-int64_t resident_bytes() {
-  std::FILE* f = std::fopen("/proc/self/statm", "r");
-  if (f == nullptr) return 0;
-  long long size = 0, resident = 0;
-  const int n = std::fscanf(f, "%lld %lld", &size, &resident);
-  std::fclose(f);
-  return n == 2 ? resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE)) : 0;
-}
-
 // Megatron's timer names for Tessera's phases.
 const char* timer_tag(pipeline::Timeline::Phase p) {
   using Phase = pipeline::Timeline::Phase;
@@ -91,7 +81,7 @@ void TensorBoardLog::iteration(const IterationMetrics& m, const pipeline::Timeli
     const MemorySnapshot mem = MemoryAccountant::instance().snapshot();
     scalar("mem-allocated-bytes", static_cast<double>(mem.total_current), it, samples, false);
     scalar("mem-max-allocated-bytes", static_cast<double>(m.peak_mem_bytes), it, samples, false);
-    scalar("mem-reserved-bytes", static_cast<double>(resident_bytes()), it, samples, false);
+    scalar("mem-reserved-bytes", static_cast<double>(process_resident_bytes()), it, samples, false);
   }
   if (args_.log_throughput) {
     scalar("throughput", m.tflops_per_rank, it, samples, false);
