@@ -156,7 +156,7 @@ class Lexer {
     add(block ? TokenType::kBlockBegin : TokenType::kVarBegin, block ? "{%" : "{{", line, column);
     advance_to(body);
     if (block) reject_raw();
-    int depth = 0;
+    std::string open;  // brackets not yet closed
     const char end0 = block ? '%' : '}';
     while (true) {
       while (pos_ < src_.size() && is_space(src_[pos_])) advance_to(pos_ + 1);
@@ -170,13 +170,13 @@ class Lexer {
         sign = src_[pos_];
         ++end;
       }
-      if (depth == 0 && end + 1 < src_.size() && src_[end] == end0 && src_[end + 1] == '}' &&
+      if (open.empty() && end + 1 < src_.size() && src_[end] == end0 && src_[end + 1] == '}' &&
           (sign != '+' || block)) {
         add(block ? TokenType::kBlockEnd : TokenType::kVarEnd, "", line_, column_);
         advance_to(end + 2);
         return after_end(end + 2, sign, block);
       }
-      token(depth);
+      token(open);
     }
   }
 
@@ -187,7 +187,7 @@ class Lexer {
       error(line_, column_, "{% raw %} is not supported by the chat template interpreter");
   }
 
-  void token(int& depth) {
+  void token(std::string& open) {
     const int line = line_, column = column_;
     const char c = src_[pos_];
     if (is_name_start(c)) {
@@ -210,8 +210,18 @@ class Lexer {
       }
       if (std::string_view("+-*/%~=.:|,()[]{}<>").find(c) == std::string_view::npos)
         error(line, column, std::string("unexpected character '") + c + "'");
-      if (c == '(' || c == '[' || c == '{') ++depth;
-      if ((c == ')' || c == ']' || c == '}') && depth > 0) --depth;
+      if (c == '(' || c == '[' || c == '{') open += c;
+      if (c == ')' || c == ']' || c == '}') {
+        const char want = open.empty()         ? '\0'
+                          : open.back() == '(' ? ')'
+                          : open.back() == '[' ? ']'
+                                               : '}';
+        if (c != want)
+          error(line, column,
+                std::string("unexpected '") + c + "'" +
+                    (want ? std::string(", expected '") + want + "'" : ""));
+        open.pop_back();
+      }
       add(TokenType::kOperator, std::string(1, c), line, column);
       advance_to(pos_ + 1);
     }
