@@ -307,6 +307,13 @@ FEATURES = [
     ("{{ [\"it's\", 'say \"hi\"', 'both \\' and \"', 'a\\tb'] }}{{ {'a': {'b': (1,)}} }}", {}),
     ("{{ '  \\u00a0x\\u3000 '.strip() }}|{{ '\\u2003a b'.split() }}{{ 'ABC'.isupper() }}"
      "{{ '12'.isdigit() }}{{ 'abc'.removeprefix('a') }}", {}),
+    ("{% macro greet(name, punct='!') -%}\n  Hello {{ name }}{{ punct }}\n{%- endmacro %}\n"
+     "{{ greet('A') }} {{ greet('B', '?') }} {{ greet(punct='.', name='C') }} {{ greet() }}"
+     "{% macro fact(n) %}{% if n <= 1 %}1{% else %}{{ n }}*{{ fact(n - 1) }}{% endif %}"
+     "{% endmacro %} {{ fact(4) }} {{ fact(3)|length }}{% set top = 'T' %}"
+     "{% macro g(a, b=a ~ '!') %}{{ top }}{{ a }}{{ b }}{{ x is defined }}{% set inner = 1 %}"
+     "{% endmacro %}{% for x in [1] %}{{ g('x') }}{% macro h() %}{{ x }}{% endmacro %}{{ h() }}"
+     "{% endfor %}{{ inner is defined }}", {}),
     ("{% generation %}kept {{ 1 }}{% endgeneration %}", None),  # Hugging Face's own tag: no Jinja
 ]
 

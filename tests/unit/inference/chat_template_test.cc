@@ -149,8 +149,8 @@ TEST(ChatTemplate, UnsupportedConstructsAreErrorsNamingThem) {
   EXPECT_EQ(parse_error("{% if x is escaped %}{% endif %}"),
             "chat template line 1 column 12: test 'escaped' is not supported by the chat template "
             "interpreter");
-  EXPECT_EQ(parse_error("{% macro f(x) %}{{ x }}{% endmacro %}"),
-            "chat template line 1 column 4: the 'macro' statement is not supported by the chat "
+  EXPECT_EQ(parse_error("{% call f() %}x{% endcall %}"),
+            "chat template line 1 column 4: the 'call' statement is not supported by the chat "
             "template interpreter");
   EXPECT_EQ(parse_error("{% raw %}{{ x }}{% endraw %}"),
             "chat template line 1 column 3: {% raw %} is not supported by the chat template "

@@ -57,6 +57,7 @@ struct Stmt {
     kBreak,
     kContinue,
     kScope,  // a body rendered in place: Hugging Face's {% generation %} block
+    kMacro,  // macro targets[0](params) %} body {% endmacro
   };
   Kind kind;
   int line = 0, column = 0;
@@ -66,6 +67,7 @@ struct Stmt {
   std::vector<std::string> targets;
   std::string attribute;
   std::vector<std::pair<ExprPtr, Body>> branches;
+  std::vector<std::pair<std::string, ExprPtr>> params;  // kMacro: names, defaults (or null)
   Body body, else_body;
 };
 

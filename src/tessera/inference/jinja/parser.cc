@@ -10,8 +10,8 @@ namespace tessera::inference::jinja {
 namespace {
 
 const std::set<std::string, std::less<>> kUnsupportedStatements = {
-    "macro", "call", "filter", "include",   "import",     "from",   "extends",  "block",  "with",
-    "do",    "raw",  "trans",  "pluralize", "autoescape", "endraw", "endmacro", "endcall"};
+    "call", "filter", "include", "import",    "from",       "extends", "block",  "with",
+    "do",   "raw",    "trans",   "pluralize", "autoescape", "endraw",  "endcall"};
 
 class Parser : public ExpressionParser {
  public:
@@ -90,6 +90,7 @@ class Parser : public ExpressionParser {
       expect_block_end();
       return s;
     }
+    if (name == "macro") return parse_macro();
     if (kUnsupportedStatements.count(name))
       error_at(t, "the '" + name + "' statement is not supported by the chat template interpreter");
     error_at(t, "unknown or misplaced statement '" + name + "'");
@@ -151,6 +152,35 @@ class Parser : public ExpressionParser {
       }
       cond = parse_tuple(true);
     }
+    expect_block_end();
+    return s;
+  }
+
+  // macro name(a, b=default) %} body {% endmacro: calling it renders the body with the
+  // arguments bound (*varargs, **kwargs and caller() are not supported).
+  std::unique_ptr<Stmt> parse_macro() {
+    const Token& at = cur();
+    next();
+    auto s = node<Stmt>(Stmt::Kind::kMacro, at);
+    s->targets.push_back(expect_name("a macro name"));
+    expect_op("(");
+    while (!is_op(")")) {
+      if (!s->params.empty()) expect_op(",");
+      if (is_op(")")) break;
+      if (is_op("*") || is_op("**"))
+        error_at(cur(), "*args and **kwargs are not supported by the chat template interpreter");
+      std::string param = expect_name("a parameter name");
+      ExprPtr dflt;
+      if (skip_op("=")) dflt = parse_expression();
+      s->params.emplace_back(std::move(param), std::move(dflt));
+    }
+    next();
+    expect_block_end();
+    const int loops = loop_depth_;  // a macro's body is not inside the loops around it
+    loop_depth_ = 0;
+    std::string end;
+    s->body = parse_body({"endmacro"}, &end, &at, "macro");
+    loop_depth_ = loops;
     expect_block_end();
     return s;
   }

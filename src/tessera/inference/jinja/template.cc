@@ -12,8 +12,10 @@ namespace {
 
 using K = Value::Kind;
 
-// Nesting beyond this many loops is refused rather than risking the stack.
+// Nesting beyond this many loops or macro calls (a macro may call itself) is refused rather
+// than risking the stack.
 constexpr int kMaxLoopDepth = 100;
+constexpr int kMaxCallDepth = 100;
 
 enum class Flow { kNormal, kBreak, kContinue };
 
@@ -106,6 +108,16 @@ class Renderer {
         return Flow::kContinue;
       case Stmt::Kind::kScope:
         return exec(s.body);
+      case Stmt::Kind::kMacro: {
+        // The scopes around the definition (a loop's variables), as they are now: Jinja's
+        // macros are closures there. The template's top level is read when called.
+        auto scopes =
+            std::make_shared<const std::vector<Frame>>(frames_.begin() + 1, frames_.end());
+        frames_.back()[s.targets[0]] = Value::function(
+            s.targets[0],
+            [this, &s, scopes](const CallArgs& a) { return call_macro(s, *scopes, a); });
+        return Flow::kNormal;
+      }
     }
     return Flow::kNormal;
   }
@@ -150,6 +162,50 @@ class Renderer {
     if (n == 0 && !s.else_body.empty()) exec(s.else_body);
     --loop_depth_;
     return Flow::kNormal;
+  }
+
+  // A macro's body sees the template's top-level variables, the scopes it was defined in and
+  // its arguments; not the scopes of its caller.
+  Value call_macro(const Stmt& m, const std::vector<Frame>& scopes, const CallArgs& a) {
+    const std::string& name = m.targets[0];
+    if (++call_depth_ > kMaxCallDepth) fail("macro calls nested too deeply in '" + name + "'");
+    if (a.positional.size() > m.params.size())
+      fail("macro '" + name + "' takes not more than " + std::to_string(m.params.size()) +
+           " argument(s)");
+    std::vector<Frame> callers(std::make_move_iterator(frames_.begin() + 1),
+                               std::make_move_iterator(frames_.end()));
+    frames_.resize(1);
+    frames_.insert(frames_.end(), scopes.begin(), scopes.end());
+    frames_.emplace_back();
+    std::vector<bool> bound(m.params.size(), false);
+    for (size_t k = 0; k < a.positional.size(); ++k) {
+      frames_.back()[m.params[k].first] = a.positional[k];
+      bound[k] = true;
+    }
+    for (const auto& [key, v] : a.keyword) {
+      size_t k = 0;
+      while (k < m.params.size() && m.params[k].first != key) ++k;
+      if (k == m.params.size()) fail("macro '" + name + "' has no argument '" + key + "'");
+      if (bound[k]) fail("macro '" + name + "' got multiple values for argument '" + key + "'");
+      frames_.back()[key] = v;
+      bound[k] = true;
+    }
+    for (size_t k = 0; k < m.params.size(); ++k) {  // in order: a default may use earlier ones
+      if (bound[k]) continue;
+      const auto& [param, dflt] = m.params[k];
+      frames_.back()[param] =
+          dflt ? eval(*dflt)
+               : Value::undefined("macro '" + name + "': argument '" + param + "' is undefined");
+    }
+    std::string saved = std::move(out_);
+    out_.clear();
+    exec(m.body);
+    std::string result = std::move(out_);
+    out_ = std::move(saved);
+    frames_.resize(1);
+    for (Frame& f : callers) frames_.push_back(std::move(f));
+    --call_depth_;
+    return Value::string(std::move(result));
   }
 
   static Value loop_value(const std::vector<Value>& items, int64_t k) {
@@ -266,6 +322,7 @@ class Renderer {
   std::vector<Frame> frames_;
   std::string out_;
   int loop_depth_ = 0;
+  int call_depth_ = 0;
 };
 
 }  // namespace
