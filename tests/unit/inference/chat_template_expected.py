@@ -314,6 +314,11 @@ FEATURES = [
      "{% macro g(a, b=a ~ '!') %}{{ top }}{{ a }}{{ b }}{{ x is defined }}{% set inner = 1 %}"
      "{% endmacro %}{% for x in [1] %}{{ g('x') }}{% macro h() %}{{ x }}{% endmacro %}{{ h() }}"
      "{% endfor %}{{ inner is defined }}", {}),
+    ("[{{ 'a\\nb\\n\\nc'|indent }}][{{ 'a\\nb'|indent(2, true) }}][{{ 'a\\n\\nb'|indent('> ', blank=true) }}]"
+     "{{ ['a', 'A', 'b', 'a']|unique|list }}{{ ['a', 'A']|unique(case_sensitive=true)|list }}"
+     "{{ [3, 1, 2]|min }}{{ ['b', 'A', 'c']|max }}{{ []|max }}{{ m|max(attribute='n') }}"
+     "{{ m|sum(attribute='n') }}{{ [1, 2.5]|sum }}{{ [[1], [2]]|sum(start=[]) }}",
+     {"m": [{"n": 2, "s": "x"}, {"n": 5, "s": "Y"}]}),
     ("{% generation %}kept {{ 1 }}{% endgeneration %}", None),  # Hugging Face's own tag: no Jinja
 ]
 

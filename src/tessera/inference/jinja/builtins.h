@@ -1,7 +1,7 @@
-// What a template can call: filters (x | f), tests (x is t), the methods of str and dict
-// values, and the global functions Jinja and Hugging Face give templates. Each follows the
-// Python it stands for (Jinja 3.1's filters, Python's str methods); the differences are listed in
-// docs/inference.md. Stateless and thread-safe.
+// What a template can call: filters (x | f, in filters.cc), tests (x is t), the methods of str
+// and dict values, and the global functions Jinja and Hugging Face give templates (builtins.cc).
+// Each follows the Python it stands for (Jinja 3.1's filters, Python's str methods); the
+// differences are listed in docs/inference.md. Stateless and thread-safe.
 #pragma once
 
 #include <string>
