@@ -25,7 +25,9 @@ Value attribute_path(const Value& obj, const std::string& path) {
   while (true) {
     const size_t dot = path.find('.', from);
     const std::string part = path.substr(from, dot == std::string::npos ? dot : dot - from);
-    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
+    const bool digits =
+        !part.empty() && part.size() < 19 &&
+        std::all_of(part.begin(), part.end(), [](unsigned char c) { return c >= '0' && c <= '9'; });
     v = get_item(v, digits ? Value::integer(std::stoll(part)) : Value::string(part));
     if (dot == std::string::npos) return v;
     from = dot + 1;
@@ -301,10 +303,8 @@ Value f_sum(const Value& v, const CallArgs& a) {
   return total;
 }
 
-Value no_args(const char* name, const CallArgs& a) {
-  ArgReader r(a, name, {});
-  return Value();
-}
+// Refuses any argument: a filter that takes none.
+void no_args(const char* name, const CallArgs& a) { ArgReader(a, name, {}); }
 
 const std::map<std::string, Filter, std::less<>>& filters() {
   static const std::map<std::string, Filter, std::less<>> table = {
