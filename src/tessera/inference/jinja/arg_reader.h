@@ -63,8 +63,11 @@ class ArgReader {
       fail(callee_ + ": '" + name + "' must be an integer, not " + type_name(*v));
     return v->i;
   }
+  // A flag's truth value; an Undefined one (a misspelt variable) is an error rather than false.
   bool flag(const std::string& name, bool dflt) const {
     const Value* v = find(name);
+    if (v && v->is_undefined())
+      fail(callee_ + ": '" + name + "': " + (v->s.empty() ? "undefined" : v->s));
     return v ? truthy(*v) : dflt;
   }
   const std::string& callee() const { return callee_; }

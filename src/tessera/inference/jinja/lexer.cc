@@ -251,6 +251,13 @@ class Lexer {
         is_float = true;
       }
     }
+    if (!is_float && src_[pos_] == '0') {
+      // Jinja's integers have no leading zeros: "05" is the integer 0, then 5 (a syntax error
+      // in the parser), never 5. (0x1f, 0o17, 0b1 are not read either: an error, not a guess.)
+      p = pos_ + 1;
+      while (p + 1 < src_.size() && (src_[p] == '0' || src_[p] == '_') && src_[p + 1] == '0') ++p;
+      if (p < src_.size() && src_[p] == '0') ++p;
+    }
     std::string text;
     for (size_t k = pos_; k < p; ++k)
       if (src_[k] != '_') text += src_[k];
