@@ -133,6 +133,8 @@ TEST(ChatTemplate, SyntaxErrorsNameLineAndColumn) {
   EXPECT_EQ(parse_error("{{ a $ b }}"), "chat template line 1 column 6: unexpected character '$'");
   EXPECT_EQ(parse_error("{% endfor %}"),
             "chat template line 1 column 4: unknown or misplaced statement 'endfor'");
+  EXPECT_EQ(parse_error("{{ 05 }}"),  // Jinja's integers have no leading zeros
+            "chat template line 1 column 5: unexpected integer, expected end of print statement");
   EXPECT_EQ(parse_error("{% break %}"),
             "chat template line 1 column 4: 'break' outside a for loop");
   EXPECT_EQ(parse_error("{{ [1, 2 }}"),
@@ -182,6 +184,8 @@ TEST(ChatTemplate, RenderErrorsNameLineAndColumn) {
             "namespace() (the sandbox allows no other)");
   EXPECT_EQ(render_error("{% for x in 5 %}{% endfor %}"),
             "chat template line 1 column 4: 'int' object is not iterable");
+  EXPECT_EQ(render_error("{{ [2, 1]|sort(reverse=revers) }}"),
+            "chat template line 1 column 10: sort: 'reverse': 'revers' is undefined");
   EXPECT_EQ(render_error("{{ range(200000) }}"),
             "chat template line 1 column 9: range: more than 100000 items (the sandbox's limit)");
 }
