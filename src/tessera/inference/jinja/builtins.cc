@@ -104,7 +104,8 @@ Value missing(const Value& obj, const std::string& name, bool python_method) {
   if (python_method)
     return Value::undefined("the " + type_name(obj) + " method '" + name +
                             "' is not supported by the chat template interpreter");
-  return Value::undefined("'" + type_name(obj) + " object' has no attribute '" + name + "'");
+  return Value::undefined(std::string("'").append(type_name(obj)) + " object' has no attribute '" +
+                          name + "'");
 }
 
 Value dict_method(const Value& self, const std::string& name) {

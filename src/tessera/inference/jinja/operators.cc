@@ -217,13 +217,14 @@ Value get_item(const Value& obj, const Value& key) {
     if (const Value* v = find_key(*obj.dict, key.s)) return *v;
   }
   if (key.is_string()) return get_attribute(obj, key.s);
-  return Value::undefined("'" + type_name(obj) + " object' has no element " + repr(key));
+  return Value::undefined(std::string("'").append(type_name(obj)) + " object' has no element " +
+                          repr(key));
 }
 
 Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step) {
   if (obj.is_undefined()) fail_undefined(obj);
   if (!obj.is_string() && !obj.is_sequence())
-    fail("'" + type_name(obj) + "' object is not sliceable");
+    fail(std::string("'").append(type_name(obj)) + "' object is not sliceable");
   const auto index = [](const Value& v, const char* what) -> std::optional<int64_t> {
     if (v.is_undefined() || v.kind == K::kNone) return std::nullopt;
     if (!is_intlike(v)) fail(std::string("slice ") + what + " must be an integer or None");
@@ -277,7 +278,7 @@ std::vector<Value> iterate(const Value& v) {
       return chars;
     }
     default:
-      fail("'" + type_name(v) + "' object is not iterable");
+      fail(std::string("'").append(type_name(v)) + "' object is not iterable");
   }
 }
 

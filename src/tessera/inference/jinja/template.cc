@@ -283,7 +283,7 @@ class Renderer {
         const Value callee = eval(*e.args[0]);
         if (callee.kind != K::kFunction) {
           if (callee.is_undefined()) fail_undefined(callee);
-          fail("'" + type_name(callee) + "' object is not callable");
+          fail(std::string("'").append(type_name(callee)) + "' object is not callable");
         }
         return (*callee.fn)(eval_args(e, 1));
       }
