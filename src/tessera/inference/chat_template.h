@@ -5,13 +5,17 @@
 // How tessera-serve uses it — parse once at load, render per request:
 //
 //   #include "tessera/inference/chat_template.h"
-//   // At load: `config` is tokenizer_config.json parsed (json::object() when there is none).
-//   const ChatTemplate chat = ChatTemplate::from_tokenizer_config(config);  // Error: bad template
-//   // Per request (any thread): `messages` is the request's [{"role", "content"}, ...].
-//   const std::string prompt = chat.apply(messages);  // add_generation_prompt = true
-//   // TemplateRaised (an Error): the template refused the messages (raise_exception), e.g.
-//   // a role order it does not accept: answer 400 with what(). Any other Error: the template
-//   // failed on this input (its what() names the template line and column).
+//   // At load, once: the model directory's tokenizer_config.json parsed, or json::object()
+//   // when there is none (then the default below, the format chat_prompt() produces today).
+//   const ChatTemplate chat = ChatTemplate::from_tokenizer_config(config);  // throws Error
+//   // Per request, on any thread (apply is const): the body's "messages" — parsed as
+//   // nlohmann::ordered_json to keep each message's key order as transformers sees it (a
+//   // template that prints whole objects with tojson shows it); nlohmann::json works too.
+//   const std::string prompt = chat.apply(messages, /*add_generation_prompt=*/true);
+//   // throws TemplateRaised (an Error) when the template calls raise_exception (a role order
+//   // or system message it refuses): a 400 with what() ("chat template: <its message>").
+//   // throws Error for any other failure on this input: what() names the template's line and
+//   // column ("chat template line 3 column 10: 'x' is undefined").
 //
 // The interpreter (inference/jinja/) is a subset of Jinja2; docs/inference.md lists what it
 // supports. Anything outside the subset is an Error when the template is parsed (an unknown
