@@ -34,11 +34,13 @@
 
 #include "tessera/comm/process_group.h"
 #include "tessera/core/error.h"
+#include "tessera/core/file_io.h"
 #include "tessera/core/memory.h"
 #include "tessera/core/threads.h"
 #include "tessera/core/tool_main.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/inference/api_requests.h"
+#include "tessera/inference/chat_template.h"
 #include "tessera/inference/inference_flags.h"
 #include "tessera/inference/load_model.h"
 #include "tessera/inference/serving.h"
@@ -76,6 +78,7 @@ int64_t unix_now() {
 struct Server {
   inference::ServingLoop* loop = nullptr;
   const tessera::data::Tokenizer* tokenizer = nullptr;
+  const inference::ChatTemplate* chat = nullptr;
   int32_t eod = -1;
   std::string model_name;
   std::mt19937_64* seeds = nullptr;
@@ -199,7 +202,7 @@ void handle_openai(const Server& s, const httplib::Request& req, httplib::Respon
     if (body.is_object() && body.contains("model") &&
         (!body["model"].is_string() || body["model"].get<std::string>() != s.model_name))
       throw inference::RequestError("model", "model: this server serves \"" + s.model_name + "\"");
-    api = chat ? inference::parse_chat(body, s.tokenizer, s.eod, s.next_seed())
+    api = chat ? inference::parse_chat(body, s.tokenizer, s.eod, s.next_seed(), *s.chat)
                : inference::parse_completion(body, s.tokenizer, s.eod, s.next_seed());
   });
   if (!parsed) return;
@@ -311,11 +314,43 @@ void handle_megatron(const Server& s, const httplib::Request& req, httplib::Resp
   res.set_content(dump(out), "application/json");
 }
 
+// Where the chat template came from, for the start-up line.
+std::string chat_template_origin;
+
+// --chat-template's file, else tokenizer_config.json's template beside the weights, else the
+// default (chat_template.h). A template that does not parse: tessera::Error naming the file.
+inference::ChatTemplate load_chat_template(const std::string& file,
+                                           const inference::LoadedModel& loaded) {
+  std::string where;
+  try {
+    nlohmann::json config = nlohmann::json::object();
+    if (!loaded.tokenizer_config_json.empty()) {
+      where = loaded.tokenizer_config_json;
+      config = nlohmann::json::parse(tessera::read_file(where, "tokenizer config"));
+      if (!config.is_object()) throw Error("expected a JSON object");
+    }
+    if (!file.empty()) {
+      where = file;
+      chat_template_origin = "chat template " + file;
+      return inference::ChatTemplate(tessera::read_file(file, "chat template"),
+                                     inference::special_tokens_from_config(config));
+    }
+    inference::ChatTemplate chat = inference::ChatTemplate::from_tokenizer_config(config);
+    chat_template_origin =
+        chat.is_default() ? "the default chat template" : "chat template of " + where;
+    return chat;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(where + ": " + e.what());
+  } catch (const Error& e) {
+    throw Error(where + ": " + e.what());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   inference::InferenceFlags flags;
-  std::string host = "127.0.0.1", name;
+  std::string host = "127.0.0.1", name, chat_template_file;
   int port = 8000, max_requests = 64;
   double timeout_s = 600;
   CLI::App app(
@@ -325,6 +360,9 @@ int main(int argc, char** argv) {
   app.add_option("--host", host, "address to listen on")->capture_default_str();
   app.add_option("--port", port, "port")->check(CLI::Range(1, 65535))->capture_default_str();
   app.add_option("--served-model-name", name, "the model's id in the API (default: DIR's name)");
+  app.add_option("--chat-template", chat_template_file,
+                 "a Jinja chat template file (default: tokenizer_config.json's beside the weights)")
+      ->check(CLI::ExistingFile);
   app.add_option("--max-concurrent-requests", max_requests,
                  "requests queued or running at once (more get 503)")
       ->check(CLI::PositiveNumber)
@@ -350,12 +388,14 @@ int main(int argc, char** argv) {
       name = std::filesystem::path(flags.load).lexically_normal().filename().string();
     if (name.empty())
       name = std::filesystem::path(flags.load).lexically_normal().parent_path().filename().string();
+    const inference::ChatTemplate chat = load_chat_template(chat_template_file, loaded);
     std::mt19937_64 seeds(std::random_device{}());
     std::mutex seeds_mu;
     inference::ServingLoop loop(*loaded.model, flags.engine, max_requests, timeout_s);
     Server s;
     s.loop = &loop;
     s.tokenizer = tokenizer.get();
+    s.chat = &chat;
     if (tokenizer) {
       try {
         s.eod = tokenizer->eod();
@@ -421,8 +461,8 @@ int main(int argc, char** argv) {
       if (world->size() > 1) tessera::comm::abort_job("tessera-serve: " + why, 2);
       throw Error(why);
     }
-    std::printf("tessera-serve: %s (%s) on http://%s:%d\n", s.model_name.c_str(),
-                loaded.source.c_str(), host.c_str(), port);
+    std::printf("tessera-serve: %s (%s, %s) on http://%s:%d\n", s.model_name.c_str(),
+                loaded.source.c_str(), chat_template_origin.c_str(), host.c_str(), port);
     std::fflush(stdout);
     http.listen_after_bind();
     return 0;

@@ -97,6 +97,46 @@ sys.exit(0 if set(codes) <= {200, 400} else 1)
 PY
 check "the server still serves" bash -c "curl -sf '$URL/v1/models' >/dev/null"
 
+# The model directory's chat template (tokenizer_config.json: ChatML's shape with short markers,
+# the test model's context being 64 tokens, refusing a late system message): a chat prompt is the template's rendering by Jinja2 itself (byte-level:
+# one token a byte), and the template's raise_exception is a 400 naming "messages".
+mkdir -p "$TMP/chat_model" && ln -s "$TMP/model"/* "$TMP/chat_model/"
+/usr/bin/python3 - "$TMP/chat_model/tokenizer_config.json" <<'PY'
+import json, sys
+template = ("{% for message in messages %}{% if message['role'] == 'system' and not loop.first %}"
+            "{{ raise_exception('System messages must come first') }}{% endif %}"
+            "{{ '<|' + message['role'] + '\\n' + message['content'] | trim + eos_token + '\\n' }}"
+            "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant\\n' }}{% endif %}")
+json.dump({"chat_template": template, "eos_token": {"content": "|>"}}, open(sys.argv[1], "w"))
+PY
+CHAT_PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$BIN_DIR/tessera-serve" --load "$TMP/chat_model" --tokenizer-type ByteLevel --port "$CHAT_PORT" \
+  --served-model-name tiny >"$TMP/chat_server.log" 2>&1 &
+CHAT_SERVER=$!
+trap 'kill $SERVER $CHAT_SERVER 2>/dev/null; rm -rf "$TMP"' EXIT
+for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$CHAT_PORT/v1/models" && break; sleep 0.2; done
+MESSAGES='[{"role":"system","content":"Be brief. "},{"role":"user","content":"doc 5 é"}]'
+check "a chat prompt is the model's template rendered by Jinja2" bash -c "
+  code=\$(curl -s -o '$TMP/body' -w '%{http_code}' -H 'Content-Type: application/json' \
+    -d '{\"messages\":$MESSAGES,\"max_tokens\":4}' http://127.0.0.1:$CHAT_PORT/v1/chat/completions)
+  [ \"\$code\" = 200 ] && /usr/bin/python3 - '$TMP/chat_model/tokenizer_config.json' '$TMP/body' '$MESSAGES' <<'PY'
+import jinja2, json, sys
+config = json.load(open(sys.argv[1]))
+env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+env.globals['raise_exception'] = lambda m: (_ for _ in ()).throw(Exception(m))
+text = env.from_string(config['chat_template']).render(
+    messages=json.loads(sys.argv[3]), add_generation_prompt=True, eos_token=config['eos_token']['content'])
+served = json.load(open(sys.argv[2]))['usage']['prompt_tokens']
+assert served == len(text.encode()), (served, len(text.encode()), text)
+PY"
+check "  the template's raise_exception is a 400 naming messages" bash -c "
+  curl -s -o '$TMP/body' -w '%{http_code}' -H 'Content-Type: application/json' \
+    -d '{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"system\",\"content\":\"b\"}]}' \
+    http://127.0.0.1:$CHAT_PORT/v1/chat/completions | grep -qx 400 &&
+  grep -q 'System messages must come first' '$TMP/body' && grep -q '\"param\":\"messages\"' '$TMP/body'"
+check "  the server names its template at start-up" grep -q "chat template of .*tokenizer_config.json" "$TMP/chat_server.log"
+kill $CHAT_SERVER
+
 modules=$(bash "$HERE/../../scripts/fetch_npm.sh" openai@4.104.0) &&
   check "the openai npm client: completions and chat, streamed and not" \
     node "$HERE/openai_client.mjs" "$modules" "$URL/v1" tiny ||

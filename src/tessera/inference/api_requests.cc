@@ -133,30 +133,55 @@ ApiRequest parse_completion(const json& body, const data::Tokenizer* tokenizer, 
   return r;
 }
 
-std::string chat_prompt(const json& messages) {
+std::string chat_prompt(const json& messages, const ChatTemplate& chat,
+                        bool add_generation_prompt) {
   if (!messages.is_array() || messages.empty())
     throw RequestError("messages", "messages: expected a non-empty list of {role, content}");
-  std::string text;
+  // Each message as the template sees it: role and content strings (a content given as OpenAI's
+  // list of text parts joined), the message's other fields kept (tool calls, names).
+  json normalized = json::array();
   for (const json& m : messages) {
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
-        !m["content"].is_string())
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content"))
       throw RequestError("messages",
                          "messages: each must be {\"role\": string, \"content\": string}");
-    text += m["role"].get<std::string>() + ": " + m["content"].get<std::string>() + "\n";
+    json message = m;
+    const json& content = m["content"];
+    if (content.is_array()) {
+      std::string text;
+      for (const json& part : content) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string())
+          throw RequestError("messages",
+                             "messages: a content part must be {\"type\": \"text\", \"text\": "
+                             "string} (this server reads text only)");
+        text += part["text"].get<std::string>();
+      }
+      message["content"] = text;
+    } else if (!content.is_string()) {
+      throw RequestError("messages",
+                         "messages: each must be {\"role\": string, \"content\": string}");
+    }
+    normalized.push_back(std::move(message));
   }
-  return text + "assistant:";
+  try {
+    return chat.apply(normalized, add_generation_prompt);
+  } catch (const Error& e) {  // raise_exception, or the template failing on these messages
+    throw RequestError("messages", std::string("messages: ") + e.what());
+  }
 }
 
 ApiRequest parse_chat(const json& body, const data::Tokenizer* tokenizer, int32_t eod,
-                      uint64_t seed) {
+                      uint64_t seed, const ChatTemplate& chat) {
   require_object(body);
   const auto it = body.find("messages");
   if (it == body.end()) throw RequestError("messages", "messages: required");
   const int64_t max_tokens =
       integer(body, "max_completion_tokens", integer(body, "max_tokens", 16, 1, int64_t{1} << 30),
               1, int64_t{1} << 30);
-  ApiRequest r =
-      openai(body, encode(chat_prompt(*it), tokenizer, "messages"), eod, seed, max_tokens);
+  ApiRequest r = openai(body,
+                        encode(chat_prompt(*it, chat, boolean(body, "add_generation_prompt", true)),
+                               tokenizer, "messages"),
+                        eod, seed, max_tokens);
   r.want_logprobs = boolean(body, "logprobs", false);
   r.logprobs = static_cast<int>(integer(body, "top_logprobs", 0, 0, 20));
   r.generations[0].top_logprobs = r.logprobs;

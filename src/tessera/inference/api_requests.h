@@ -7,15 +7,18 @@
 //                              token), n (1 only), echo (false only); Tessera's additions as vLLM
 //                              names them: top_k, min_p, repetition_penalty, ignore_eos
 //                              (the end-of-document token does not end the generation)
-//   POST /v1/chat/completions  messages [{role, content}] through the chat template (below),
-//                              the same sampling fields, max_tokens or max_completion_tokens
+//   POST /v1/chat/completions  messages [{role, content}] (content a string or a list of
+//                              {"type": "text", "text"} parts, joined) through the model's
+//                              chat template (chat_template.h), the same sampling fields,
+//                              max_tokens or max_completion_tokens, vLLM's
+//                              add_generation_prompt (true)
 //   PUT /api                   Megatron's text generation server: prompts (a list of strings),
 //                              tokens_to_generate (64), temperature (1), top_k (0), top_p (0:
 //                              off; top_k and top_p together are refused, as Megatron does),
 //                              logprobs (bool), random_seed, stop_token (an id)
 //
-// The chat template: each message as "<role>: <content>\n", then "assistant:" — the model
-// continues as the assistant (a model directory's Jinja chat template is not read).
+// A template's refusal (raise_exception: a role order it does not take) or failure on the
+// messages is a RequestError naming "messages".
 #pragma once
 
 #include <cstdint>
@@ -25,6 +28,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/data/tokenizer.h"
+#include "tessera/inference/chat_template.h"
 #include "tessera/inference/engine.h"
 
 namespace tessera::inference {
@@ -49,11 +53,13 @@ struct ApiRequest {
 ApiRequest parse_completion(const nlohmann::json& body, const data::Tokenizer* tokenizer,
                             int32_t eod, uint64_t seed);
 ApiRequest parse_chat(const nlohmann::json& body, const data::Tokenizer* tokenizer, int32_t eod,
-                      uint64_t seed);
+                      uint64_t seed, const ChatTemplate& chat);
 ApiRequest parse_megatron(const nlohmann::json& body, const data::Tokenizer* tokenizer, int32_t eod,
                           uint64_t seed);
 
-// The chat template's text for `messages` (RequestError naming "messages" when malformed).
-std::string chat_prompt(const nlohmann::json& messages);
+// The chat template's text for `messages` (RequestError naming "messages" when malformed or
+// refused by the template).
+std::string chat_prompt(const nlohmann::json& messages, const ChatTemplate& chat,
+                        bool add_generation_prompt = true);
 
 }  // namespace tessera::inference

@@ -48,8 +48,7 @@ ChatTemplate::ChatTemplate(const std::string& source, json special_tokens)
     throw Error("chat template: special tokens must be a JSON object");
 }
 
-ChatTemplate ChatTemplate::from_tokenizer_config(const json& config) {
-  std::string source = chat_template_from_config(config);
+json special_tokens_from_config(const json& config) {
   json tokens = json::object();
   for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token",
                           "cls_token", "mask_token"}) {
@@ -58,6 +57,12 @@ ChatTemplate ChatTemplate::from_tokenizer_config(const json& config) {
     const auto it = config.find(key);
     if (it != config.end() && !it->is_null()) tokens[key] = special_token_from_config(config, key);
   }
+  return tokens;
+}
+
+ChatTemplate ChatTemplate::from_tokenizer_config(const json& config) {
+  const std::string source = chat_template_from_config(config);
+  json tokens = special_tokens_from_config(config);
   return ChatTemplate(source.empty() ? std::string(kDefaultChatTemplate) : source,
                       std::move(tokens));
 }

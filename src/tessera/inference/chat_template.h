@@ -55,6 +55,11 @@ std::string chat_template_from_config(const nlohmann::json& tokenizer_config);
 std::string special_token_from_config(const nlohmann::json& tokenizer_config,
                                       const std::string& key);
 
+// The special tokens a config sets (bos, eos, unk, pad, sep, cls, mask), as template variables:
+// {"bos_token": "<s>", ...}; an unset one is left out (undefined in a template, as in
+// transformers).
+nlohmann::json special_tokens_from_config(const nlohmann::json& tokenizer_config);
+
 // A parsed chat template. Immutable; copies share the parsed tree; apply() and render() are
 // const and safe to call from many threads at once.
 class ChatTemplate {

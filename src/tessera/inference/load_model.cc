@@ -48,6 +48,7 @@ LoadedModel load_model(const std::string& path, DType dtype, const parallel::Ten
     });
     out.source = "Hugging Face directory " + path;
     out.tokenizer_json = beside(path, "tokenizer.json");
+    out.tokenizer_config_json = beside(path, "tokenizer_config.json");
     return out;
   }
   const std::optional<std::string> dir = checkpoint::find_checkpoint(path);
@@ -68,6 +69,9 @@ LoadedModel load_model(const std::string& path, DType dtype, const parallel::Ten
   out.source = "Tessera checkpoint " + *dir;
   out.tokenizer_json = beside(*dir, "tokenizer.json");
   if (out.tokenizer_json.empty()) out.tokenizer_json = beside(path, "tokenizer.json");
+  out.tokenizer_config_json = beside(*dir, "tokenizer_config.json");
+  if (out.tokenizer_config_json.empty())
+    out.tokenizer_config_json = beside(path, "tokenizer_config.json");
   return out;
 }
 

@@ -18,6 +18,8 @@ struct LoadedModel {
   std::unique_ptr<model::GPTModel> model;
   std::string source;          // "Tessera checkpoint <dir>" or "Hugging Face directory <dir>"
   std::string tokenizer_json;  // a tokenizer.json found beside the weights, or ""
+  // A tokenizer_config.json found beside the weights (its chat template, special tokens), or "".
+  std::string tokenizer_config_json;
 };
 
 // tessera::Error naming the directory (and the tensor) when `path` holds neither, or holds a
