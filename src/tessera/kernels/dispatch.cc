@@ -19,6 +19,7 @@
   X(gemm_packed)                \
   X(linear)                     \
   X(norms)                      \
+  X(quantized_gemv)             \
   X(rope)
 
 #define TESSERA_DECLARE_REGISTER(file) void register_##file();

@@ -59,6 +59,11 @@ class Attention {
   // Selective recomputation: forward drops the core's output and log-sum-exp (Saved::attn,
   // Saved::lse) once the projection has used them; backward recomputes them from Saved::qkv.
   void set_recompute_core(bool on) { recompute_core_ = on; }
+  // The projections' weights quantized for inference (Linear::quantize).
+  void quantize(quant::QuantFormat format, int64_t group) {
+    qkv_.quantize(format, group);
+    out_.quantize(format, group);
+  }
 
   // Inference (no CP, no SP): x holds the new tokens of `seqs` (kv_cache_view.h), whose
   // positions are ctx.sample_positions (B 1, T rows); their keys and values (after RoPE) are

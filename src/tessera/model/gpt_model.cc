@@ -277,7 +277,7 @@ LossSum GPTModel::head(const Tensor& x, const Batch& batch, float grad_scale, Te
   const int64_t N = batch.B * batch.T;
   Norm::Saved ns;
   Tensor h = final_norm_->forward(x, ns);
-  ColumnParallelLinear out(Linear(head_w_, dhead_w_, Tensor(), Tensor()), &tp_);
+  const ColumnParallelLinear out = output_layer();
   Tensor h_full;
   Tensor logits = out.forward(h, batch.B, &h_full);
   std::vector<float> losses(N);
@@ -308,9 +308,23 @@ LossSum GPTModel::head(const Tensor& x, const Batch& batch, float grad_scale, Te
 Tensor GPTModel::logits(const Tensor& x, int64_t B) const {
   Norm::Saved ns;
   const Tensor h = final_norm_->forward(x, ns);
-  const ColumnParallelLinear out(Linear(head_w_, dhead_w_, Tensor(), Tensor()), &tp_);
+  const ColumnParallelLinear out = output_layer();
   Tensor h_full;
   return out.forward(h, B, &h_full);
+}
+
+ColumnParallelLinear GPTModel::output_layer() const {
+  if (quantized_head_) return *quantized_head_;
+  return ColumnParallelLinear(Linear(head_w_, dhead_w_, Tensor(), Tensor()), &tp_);
+}
+
+void GPTModel::quantize_weights(quant::QuantFormat format, int64_t group, bool output_layer) {
+  for (TransformerLayer& layer : layers_) layer.quantize(format, group);
+  if (output_layer && head_w_.defined()) {
+    quantized_head_ = ColumnParallelLinear(Linear(head_w_, Tensor(), Tensor(), Tensor()), &tp_);
+    quantized_head_->quantize(format, group);
+  }
+  quantized_ = true;
 }
 
 LossSum GPTModel::forward_backward(const Batch& batch, const StepContext& ctx, float grad_scale) {

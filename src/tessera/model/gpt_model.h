@@ -20,6 +20,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -171,6 +172,12 @@ class GPTModel {
   // Selective recomputation: every layer drops its attention core's output and log-sum-exp and
   // recomputes them in backward (RecomputePolicy, chunk_runner.h).
   void set_selective_recompute(bool on);
+  // Inference with weight-only quantization (quant/quantized_matrix.h): every layer's linear
+  // weights (TransformerLayer::quantize), and the output layer's when `output_layer`, are
+  // quantized from their current values; the embedding and the norms stay. This rank's shards
+  // under TP. After this the model only runs forward.
+  void quantize_weights(quant::QuantFormat format, int64_t group, bool output_layer);
+  bool quantized() const { return quantized_; }
 
   // Forward and backward of one micro-batch (the whole batch on every TP rank; ctx from
   // context()) through the whole model (one chunk with embeddings and head), with no policies:
@@ -219,6 +226,10 @@ class GPTModel {
   std::vector<int64_t> layer_forwards_;  // layer_forward_counts()
   bool partly_resident_ = false;         // built with resident ranges (ZeRO 3)
   std::unique_ptr<Norm> final_norm_;
+  // The output layer over head_w_ (its quantized form when there is one).
+  ColumnParallelLinear output_layer() const;
+  bool quantized_ = false;
+  std::optional<ColumnParallelLinear> quantized_head_;  // the output layer, when quantized
   Tensor wte_, dwte_, wpe_, dwpe_, head_w_, dhead_w_;
 };
 

@@ -1,6 +1,8 @@
 #include "tessera/model/linear.h"
 
+#include "tessera/core/error.h"
 #include "tessera/kernels/linear.h"
+#include "tessera/quant/quantized_linear.h"
 
 namespace tessera::model {
 
@@ -15,6 +17,7 @@ Linear Linear::bind(const ParameterSet& params, const std::vector<std::string>& 
 }
 
 Tensor Linear::forward(const Tensor& x) const {
+  if (quantized_) return quant::quantized_linear_forward(x, *quantized_, bias_);
   const int64_t N = x.dim(0), C = x.dim(1), OC = weight_.dim(0);
   TESSERA_CHECK(weight_.dim(1) == C);
   Tensor out = Tensor::empty({N, OC}, x.dtype());
@@ -27,6 +30,7 @@ Tensor Linear::forward(const Tensor& x) const {
 }
 
 Tensor Linear::backward(const Tensor& dy, const Tensor& x) const {
+  TESSERA_CHECK_MSG(!quantized_, "a linear layer with quantized weights is for inference only");
   const int64_t N = x.dim(0), C = x.dim(1), OC = weight_.dim(0);
   Tensor dx = Tensor::empty({N, C}, x.dtype());
   visit_float(x.dtype(), [&](auto tag) {
@@ -36,6 +40,13 @@ Tensor Linear::backward(const Tensor& dy, const Tensor& x) const {
                              x.data<T>(), weight_.data<T>(), N, C, OC);
   });
   return dx;
+}
+
+void Linear::quantize(quant::QuantFormat format, int64_t group) {
+  const Tensor w =
+      weight_.dtype() == DType::kF32 ? weight_ : weight_.to(DType::kF32, MemoryCategory::kOther);
+  quantized_ = std::make_shared<const quant::QuantizedMatrix>(
+      quant::quantize(w.data<float>(), w.dim(0), w.dim(1), format, group));
 }
 
 }  // namespace tessera::model

@@ -29,6 +29,8 @@ class ColumnParallelLinear {
   Tensor forward(const Tensor& x, int64_t batch, Tensor* input) const;
   // dy (B*S, OC/T), input from forward -> dx (B*S_local, C); accumulates dW, db.
   Tensor backward(const Tensor& dy, const Tensor& input, int64_t batch) const;
+  // This rank's weight shard quantized for inference (Linear::quantize).
+  void quantize(quant::QuantFormat format, int64_t group) { local_.quantize(format, group); }
 
  private:
   Linear local_;
@@ -46,6 +48,9 @@ class RowParallelLinear {
   Tensor forward(const Tensor& x, int64_t batch) const;
   // dy (B*S_local, OC), x the forward input -> dx (B*S, IC/T); accumulates dW, db.
   Tensor backward(const Tensor& dy, const Tensor& x, int64_t batch) const;
+  // This rank's weight shard quantized for inference (Linear::quantize). Per-row scales are the
+  // shard's rows' (the columns this rank holds).
+  void quantize(quant::QuantFormat format, int64_t group) { local_.quantize(format, group); }
 
  private:
   Linear local_;

@@ -48,6 +48,12 @@ class TransformerLayer {
                         const std::vector<CachedSequence>& seqs) const;
   // Selective recomputation of the attention core (Attention::set_recompute_core).
   void set_recompute_core_attention(bool on) { attn_.set_recompute_core(on); }
+  // The attention's and the dense MLP's weights quantized for inference (Linear::quantize); the
+  // norms stay as they are, and so do an MoE layer's router and experts (not quantized yet).
+  void quantize(quant::QuantFormat format, int64_t group) {
+    attn_.quantize(format, group);
+    for (Mlp& m : mlp_) m.quantize(format, group);
+  }
   int index() const { return index_; }  // global layer index
   // The MoE block, or nullptr in a dense layer.
   MoeLayer* moe() { return moe_.empty() ? nullptr : &moe_[0]; }

@@ -1,0 +1,50 @@
+// Products with weight-only quantized matrices (the formats of quant/quantized_matrix.h, seen
+// here through a plain view so kernels/ does not depend on quant/): a weight matrix of `rows`
+// output rows of `cols` inputs, codes row by row, an fp16 scale per `group` weights of a row
+// (and an fp16 minimum for 4-bit codes).
+//
+//   quantized_gemv      out (M, rows) = inp (M, cols) @ W^T for the few rows of a decode step
+//                       (1 <= M <= kQuantizedGemvMaxRows): each weight row is read once, its
+//                       codes decoded 16 at a time into fp32 lanes and dotted with every input
+//                       row there — never a dequantized copy of the matrix. Parallel over output
+//                       rows (each thread streams its own contiguous part of the codes).
+//   dequantize_rows     rows [r0, r1) decoded into fp32 (r1 - r0, cols): prefill decodes tiles
+//                       of rows and multiplies them with a GEMM (quant/quantized_linear.h).
+//
+// Numerics: a weight decodes exactly as quant::dequantize_row does (code times the fp16 scale in
+// fp32, plus the fp16 minimum for 4-bit codes); each output is one dot product over cols in 16
+// fp32 lanes (fused multiply-adds where the target has FMA, blocks in order, the lanes summed at
+// the end), so it equals decode-then-fp32-GEMM to fp32 rounding.
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/kernels/dispatch.h"
+
+namespace tessera::kernels {
+
+enum class WeightCodes : int {
+  kFp6,    // FP6 e3m2, 4 codes in 3 bytes (quant/fp6.h); group = cols
+  kInt8,   // int8 codes; group = cols (per row) or 32 (Q8_0)
+  kNibble  // 4-bit codes with a minimum; byte j of a group: weight j low, j + group/2 high
+};
+
+struct QuantizedWeightsView {
+  WeightCodes codes_type = WeightCodes::kInt8;
+  const uint8_t* codes = nullptr;    // rows * bytes per row
+  const uint16_t* scales = nullptr;  // fp16 bits, rows * (cols / group)
+  const uint16_t* mins = nullptr;    // fp16 bits, as scales (kNibble only)
+  int64_t rows = 0, cols = 0, group = 0;
+};
+
+constexpr int64_t kQuantizedGemvMaxRows = 8;
+
+inline void quantized_gemv(float* out, const float* inp, const QuantizedWeightsView& w, int64_t M) {
+  dispatch<&quantized_gemv>(out, inp, w, M);
+}
+
+inline void dequantize_rows(float* out, const QuantizedWeightsView& w, int64_t r0, int64_t r1) {
+  dispatch<&dequantize_rows>(out, w, r0, r1);
+}
+
+}  // namespace tessera::kernels

@@ -1,0 +1,106 @@
+// Weight-only quantization in the model (quant/quantized_linear.h, Linear::quantize,
+// GPTModel::quantize_weights): a quantized linear forward equals the decoded matrix's product in
+// double, on the decode path (<= 8 rows) and the prefill path (tiles of 128 rows and a GEMM), for
+// fp32 and bf16 activations, with a bias; a quantized model's logits equal those of the same
+// model whose linear weights were replaced by their decoded values (so every layer's weights go
+// through the quantized path, and nothing else changes).
+#include "tessera/quant/quantized_linear.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "tessera/core/error.h"
+#include "tessera/core/threads.h"
+#include "tessera/model/gpt_model.h"
+#include "testing/llama_style.h"
+
+namespace tessera::quant {
+namespace {
+
+std::vector<float> normal(int64_t n, unsigned seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+TEST(QuantizedLinear, ForwardEqualsTheDecodedMatrixProduct) {
+  const int64_t OC = 300, C = 128;  // three tiles of rows in prefill, the last partial
+  const std::vector<float> w = normal(OC * C, 1, 0.05f), b = normal(OC, 2, 0.1f);
+  Tensor bias = Tensor::empty({OC}, DType::kF32);
+  std::copy(b.begin(), b.end(), bias.data<float>());
+  for (QuantFormat f :
+       {QuantFormat::kFp6, QuantFormat::kInt8, QuantFormat::kQ8_0, QuantFormat::kQ4}) {
+    const QuantizedMatrix q = quantize(w.data(), OC, C, f);
+    const std::vector<float> dense = dequantize(q);
+    for (int64_t N : {1, 3, 8, 9, 70}) {
+      for (DType dtype : {DType::kF32, DType::kBF16}) {
+        const std::vector<float> xs = normal(N * C, static_cast<unsigned>(N), 1.0f);
+        Tensor x32 = Tensor::empty({N, C}, DType::kF32);
+        std::copy(xs.begin(), xs.end(), x32.data<float>());
+        const Tensor x = x32.to(dtype, MemoryCategory::kActivations);
+        const Tensor y =
+            quantized_linear_forward(x, q, bias).to(DType::kF32, MemoryCategory::kActivations);
+        const Tensor xin = x.to(DType::kF32, MemoryCategory::kActivations);  // what the kernel saw
+        double worst = 0;
+        for (int64_t i = 0; i < N; ++i)
+          for (int64_t o = 0; o < OC; ++o) {
+            double ref = b[o], mag = std::fabs(b[o]);
+            for (int64_t k = 0; k < C; ++k) {
+              ref += double(xin.data<float>()[i * C + k]) * dense[o * C + k];
+              mag += std::fabs(double(xin.data<float>()[i * C + k]) * dense[o * C + k]);
+            }
+            // fp32 accumulation (a few ulp of the magnitude), then one rounding to the dtype.
+            const double tol = mag * 2e-6 + std::fabs(ref) * (dtype == DType::kBF16 ? 4e-3 : 0);
+            worst = std::max(worst, std::fabs(y.data<float>()[i * OC + o] - ref) / (tol + 1e-30));
+          }
+        EXPECT_LE(worst, 1.0) << quant_format_name(f) << " N " << N << " " << dtype_name(dtype);
+      }
+    }
+  }
+}
+
+TEST(QuantizedLinear, AQuantizedModelIsTheModelWithDecodedWeights) {
+  set_num_threads(1);
+  model::ModelConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 64;
+  c.num_attention_heads = 4;
+  c.seq_length = 16;
+  c.vocab_size = 96;
+  c.init_method_std = 0.05f;
+  c.attention_dropout = 0.0f;
+  c.hidden_dropout = 0.0f;
+  testing::make_llama_style(c, 2);  // untied output layer, SwiGLU, grouped-query attention
+  c.ffn_hidden_size = 128;
+  for (QuantFormat f : {QuantFormat::kFp6, QuantFormat::kInt8, QuantFormat::kQ4}) {
+    model::GPTModel quantized(c, DType::kF32, 5), decoded(c, DType::kF32, 5),
+        plain(c, DType::kF32, 5);
+    quantized.quantize_weights(f, 32, /*output_layer=*/true);
+    for (model::Parameter& p : decoded.params().all()) {
+      if (p.local_shape.size() != 2 ||
+          (p.embedding_or_output && p.name.find("embed") != std::string::npos))
+        continue;  // the embedding and the norms stay
+      const QuantizedMatrix q =
+          quantize(p.value.data<float>(), p.local_shape[0], p.local_shape[1], f, 32);
+      const std::vector<float> back = dequantize(q);
+      std::copy(back.begin(), back.end(), p.value.data<float>());
+    }
+    std::vector<int32_t> tokens(12);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((7 * i + 3) % 96);
+    std::vector<int32_t> targets(tokens.size(), 1);
+    const model::Batch batch{tokens.data(), targets.data(), nullptr, 1, 12};
+    const auto loss = [&](model::GPTModel& m) {
+      return m.forward_loss(batch, m.context(1, 12, 0, 0, 0, false)).loss_sum;
+    };
+    const double lq = loss(quantized), ld = loss(decoded), lp = loss(plain);
+    EXPECT_NEAR(lq, ld, 1e-5 * std::fabs(ld)) << quant_format_name(f);
+    EXPECT_GT(std::fabs(lq - lp), 1e-4 * std::fabs(lp)) << "quantization changed nothing?";
+  }
+}
+
+}  // namespace
+}  // namespace tessera::quant
