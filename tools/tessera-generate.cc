@@ -105,8 +105,7 @@ int main(int argc, char** argv) {
     if (world->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
       throw Error("cannot silence stdout on rank " + std::to_string(world->rank()));
     tessera::set_num_threads(flags.threads);
-    inference::LoadedModel loaded =
-        inference::load_model(flags.load, inference::compute_dtype(flags), tp);
+    inference::LoadedModel loaded = inference::load_for_inference(flags, tp);
     const std::unique_ptr<tessera::data::Tokenizer> tokenizer =
         inference::make_tokenizer(flags, loaded);
     if (prompt_file.size()) {

@@ -376,8 +376,7 @@ int main(int argc, char** argv) {
     tessera::parallel::TensorParallel tp;
     if (world->size() > 1) tp = tessera::parallel::TensorParallel(world, false);
     tessera::set_num_threads(flags.threads);
-    inference::LoadedModel loaded =
-        inference::load_model(flags.load, inference::compute_dtype(flags), tp);
+    inference::LoadedModel loaded = inference::load_for_inference(flags, tp);
     if (world->rank() != 0) {  // decodes step for step with rank 0, which serves
       inference::follow_serving(*loaded.model, flags.engine);
       return 0;

@@ -1,5 +1,8 @@
 #include "tessera/inference/inference_flags.h"
 
+#include "tessera/core/error.h"
+#include "tessera/quant/quantized_matrix.h"
+
 namespace tessera::inference {
 
 void add_inference_flags(CLI::App& app, InferenceFlags& f) {
@@ -20,10 +23,33 @@ void add_inference_flags(CLI::App& app, InferenceFlags& f) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--num-threads", f.threads, "threads (default: the cores)");
+  app.add_option(
+         "--quantize", f.quantize,
+         "quantize the linear weights on load: fp6, int8, q8_0 or q4 (docs/quantization.md)")
+      ->check(CLI::IsMember({"fp6", "int8", "q8_0", "q4"}));
+  app.add_option("--quantize-group-size", f.quantize_group, "q4: weights per scale and minimum")
+      ->check(CLI::IsMember({32, 64}))
+      ->capture_default_str();
+  app.add_flag("--quantize-output-layer", f.quantize_output_layer,
+               "with --quantize, the output layer too (the embedding stays)");
 }
 
 DType compute_dtype(const InferenceFlags& f) {
   return f.dtype == "bf16" ? DType::kBF16 : f.dtype == "fp16" ? DType::kF16 : DType::kF32;
+}
+
+LoadedModel load_for_inference(const InferenceFlags& f, const parallel::TensorParallel& tp) {
+  LoadedModel loaded = load_model(f.load, compute_dtype(f), tp);
+  if (!f.quantize.empty()) {
+    try {
+      loaded.model->quantize_weights(quant::parse_quant_format(f.quantize), f.quantize_group,
+                                     f.quantize_output_layer);
+    } catch (const Error& e) {
+      throw Error("--quantize " + f.quantize + ": " + e.what());
+    }
+    loaded.source += ", quantized to " + f.quantize;
+  }
+  return loaded;
 }
 
 std::unique_ptr<data::Tokenizer> make_tokenizer(const InferenceFlags& f,

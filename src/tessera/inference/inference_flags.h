@@ -25,10 +25,16 @@ struct InferenceFlags {
   }();
   EngineOptions engine;
   int threads = 0;
+  // Weight-only quantization on load (quant/quantized_matrix.h): "" for none.
+  std::string quantize;
+  int64_t quantize_group = 32;         // q4's group
+  bool quantize_output_layer = false;  // the output layer too (the embedding never)
 };
 
 void add_inference_flags(CLI::App& app, InferenceFlags& flags);
 DType compute_dtype(const InferenceFlags& flags);
+// The model --load names, this rank's TP shards, quantized as --quantize asks (load_model.h).
+LoadedModel load_for_inference(const InferenceFlags& flags, const parallel::TensorParallel& tp);
 // nullptr when neither a --tokenizer-type nor a tokenizer.json beside the weights is there.
 std::unique_ptr<data::Tokenizer> make_tokenizer(const InferenceFlags& flags,
                                                 const LoadedModel& loaded);
