@@ -35,6 +35,15 @@ inline model::ModelConfig llama_124m() {
   return c;
 }
 
+// TinyLlama-1.1B's shape (the llama-1b preset) at a context of 1024: the inference benchmarks'
+// ~1 B LLaMA-style model.
+inline model::ModelConfig llama_1b() {
+  model::ModelConfig c = model::preset("llama-1b");
+  c.seq_length = 1024;
+  c.max_position_embeddings = 1024;
+  return c;
+}
+
 // A fixed micro-batch of B sequences for cfg.
 struct BenchBatch {
   std::vector<int32_t> tokens, targets;

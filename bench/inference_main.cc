@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench_models.h"
+#include "read_bandwidth.h"
 #include "tessera/core/threads.h"
 #include "tessera/inference/engine.h"
 #include "tessera/kernels/build_info.h"
@@ -35,38 +36,6 @@ namespace inference = tessera::inference;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// Read bandwidth: a 1 GiB float array summed by the OpenMP team, best of 5. Each thread keeps 64
-// independent sums (vectors of lanes), so the adds' latency does not bound the rate.
-double read_bandwidth_gbs() {
-  constexpr int kLanes = 64;
-  const int64_t n = int64_t{1} << 28;
-  std::vector<float> a(n, 1.0f);
-  double best = 0, sink = 0;
-  for (int r = 0; r < 5; ++r) {
-    const auto t0 = Clock::now();
-    double sum = 0;
-#pragma omp parallel reduction(+ : sum)
-    {
-      float acc[kLanes] = {};
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < n; i += kLanes)
-        for (int j = 0; j < kLanes; ++j) acc[j] += a[i + j];
-      for (float x : acc) sum += x;
-    }
-    best = std::max(best, n * 4.0 / seconds_since(t0) / 1e9);
-    sink += sum;
-  }
-  if (sink < 0) std::printf("%g\n", sink);
-  return best;
-}
-
-tessera::model::ModelConfig llama_1b() {
-  tessera::model::ModelConfig c = tessera::model::preset("llama-1b");
-  c.seq_length = 1024;
-  c.max_position_embeddings = 1024;
-  return c;
 }
 
 struct Run {
@@ -137,7 +106,7 @@ int main(int argc, char** argv) {
   }
   tessera::set_num_threads(threads);
   std::printf("%s\n", tessera::kernels::version_line().c_str());
-  const double bandwidth = read_bandwidth_gbs();
+  const double bandwidth = tessera::bench::read_bandwidth_gbs();
   std::printf("read bandwidth (1 GiB array, %d threads, best of 5): %.1f GB/s\n", threads,
               bandwidth);
 
@@ -148,7 +117,8 @@ int main(int argc, char** argv) {
   std::vector<Named> models;
   if (which == "gpt2" || which == "all")
     models.push_back({"gpt2-124m", tessera::bench::gpt2_124m()});
-  if (which == "llama1b" || which == "all") models.push_back({"llama-1b", llama_1b()});
+  if (which == "llama1b" || which == "all")
+    models.push_back({"llama-1b", tessera::bench::llama_1b()});
   std::vector<DType> kinds;
   if (dtypes == "fp32" || dtypes == "all") kinds.push_back(DType::kF32);
   if (dtypes == "bf16" || dtypes == "all") kinds.push_back(DType::kBF16);

@@ -34,6 +34,15 @@ Commands:
                             step: each token must be the reference's argmax (unless the two
                             differ by at most TOL in logit: a tie at fp32 precision, where the
                             check stops) and each log-probability its log-softmax within TOL
+  ppl DIR TOKENS T FORMAT OUTPUT_LAYER
+                            perplexity over windows of T + 1 tokens (each token after a window's
+                            first predicted from those before it; TOKENS comma-separated ids) of
+                            the float64 forward with the linear weights (q, k, v, o, gate, up,
+                            down; lm_head too when OUTPUT_LAYER is 1) quantized in FORMAT (fp6,
+                            int8, q8_0, q4; "none": as stored) by the formats' definitions written
+                            out below (FP6-LLM's e3m2, llama.cpp's Q8_0 and Q4_1 rules, in float32
+                            as those implementations compute), and the mean KL divergence of its
+                            next-token distributions from the unquantized forward's; prints JSON
 """
 import json
 import math
@@ -253,6 +262,69 @@ def same_tensors(a_path, b_path):
     return 1 if bad else 0
 
 
+def fp6_round(y):
+    """FP6 e3m2 values nearest to y (float32 array): ties away from zero, clamped to 28."""
+    mags = np.array([m / 16 for m in range(4)] +
+                    [(1 + m / 4) * 2.0 ** (e - 3) for e in range(1, 8) for m in range(4)])
+    mids = (mags[:-1] + mags[1:]) / 2
+    index = np.searchsorted(mids, np.abs(y).astype(np.float64), side="right")  # a tie goes up
+    return np.sign(y) * mags[index]
+
+
+def quantize(w, fmt, group=32):
+    """w (rows, cols) float64 -> its decoded quantized values, float64."""
+    w32 = w.astype(np.float32)
+    half = lambda x: np.float32(x).astype(np.float16).astype(np.float32)
+    if fmt == "fp6":
+        scale = half(np.max(np.abs(w32), axis=1) / np.float32(28))[:, None]
+        y = np.where(scale != 0, w32 / np.where(scale != 0, scale, 1), np.float32(0))
+        return fp6_round(y).astype(np.float32).astype(np.float64) * scale
+    g = w32.shape[1] if fmt == "int8" else group
+    blocks = w32.reshape(w32.shape[0], -1, g)
+    if fmt in ("int8", "q8_0"):
+        d = np.max(np.abs(blocks), axis=2, keepdims=True) / np.float32(127)
+        inv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), np.float32(0)).astype(np.float32)
+        x = blocks * inv
+        q = np.clip(np.sign(x) * np.floor(np.abs(x) + np.float32(0.5)), -127, 127)  # half away
+        return (q.astype(np.float32) * half(d)).astype(np.float64).reshape(w.shape)
+    lo = np.min(blocks, axis=2, keepdims=True)
+    d = (np.max(blocks, axis=2, keepdims=True) - lo) / np.float32(15)
+    inv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), np.float32(0)).astype(np.float32)
+    q = np.minimum(15, np.trunc((blocks - lo) * inv + np.float32(0.5)))
+    return (q.astype(np.float32) * half(d) + half(lo)).astype(np.float64).reshape(w.shape)
+
+
+def log_softmax(logits):
+    top = logits.max(axis=1, keepdims=True)
+    return logits - top - np.log(np.exp(logits - top).sum(axis=1, keepdims=True))
+
+
+def ppl(model_dir, tokens_text, window, fmt, output_layer):
+    with open(model_dir + "/config.json") as f:
+        config = json.load(f)
+    w = load_weights(model_dir + "/model.safetensors")
+    q = dict(w)
+    if fmt != "none":
+        for name, value in w.items():
+            linear = ".self_attn." in name or ".mlp." in name
+            if value.ndim == 2 and (linear or (name == "lm_head.weight" and output_layer == "1")):
+                q[name] = quantize(value, fmt)
+    tokens = [int(t) for t in tokens_text.split(",")]
+    T = int(window)
+    nll = base_nll = kl = 0.0
+    n = 0
+    for start in range(0, (len(tokens) - 1) // T * T, T):
+        inputs, targets = tokens[start:start + T], np.array(tokens[start + 1:start + T + 1])
+        lq = log_softmax(forward(config, q, inputs))
+        lp = log_softmax(forward(config, w, inputs))
+        nll -= lq[np.arange(T), targets].sum()
+        base_nll -= lp[np.arange(T), targets].sum()
+        kl += (np.exp(lp) * (lp - lq)).sum()
+        n += T
+    print(json.dumps({"ppl": math.exp(nll / n), "base_ppl": math.exp(base_nll / n), "kl_mean": kl / n,
+                      "tokens": n}))
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "make":
@@ -261,6 +333,8 @@ if __name__ == "__main__":
         sys.exit(compare(args[0], args[1], args[2], float(args[3])))
     elif cmd == "greedy":
         sys.exit(greedy(args[0], args[1], args[2], args[3], float(args[4])))
+    elif cmd == "ppl":
+        ppl(*args)
     elif cmd == "same-tensors":
         sys.exit(same_tensors(*args))
     else:

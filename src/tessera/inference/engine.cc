@@ -138,11 +138,8 @@ bool Engine::take_token(Running& seq, std::vector<float> logits) {
   return g.finished();
 }
 
-Tensor Engine::whole_vocabulary(const Tensor& local) const {
-  const parallel::TensorParallel& tp = model_.tensor_parallel();
+Tensor gather_vocabulary(const Tensor& local, const parallel::TensorParallel& tp) {
   if (tp.size() == 1) return local;
-  // Every rank's columns, gathered: each column comes from the one rank that computed it, so the
-  // logits (and every sampled token) are the same on every rank.
   const int64_t m = local.dim(0), cols = local.dim(1), T = tp.size();
   Tensor all = Tensor::empty({T * m, cols}, DType::kF32, MemoryCategory::kComm);
   tp.group()->all_gather(local, all).wait();
@@ -195,8 +192,8 @@ std::vector<uint64_t> Engine::step() {
   Tensor x = Tensor::empty({m, C}, hidden.dtype());
   for (int64_t i = 0; i < m; ++i)
     x.slice_rows(i, i + 1).copy_from(hidden.slice_rows(wanted[i], wanted[i] + 1));
-  const Tensor logits =
-      whole_vocabulary(model_.logits(x, 1).to(DType::kF32, MemoryCategory::kActivations));
+  const Tensor logits = gather_vocabulary(
+      model_.logits(x, 1).to(DType::kF32, MemoryCategory::kActivations), model_.tensor_parallel());
   const int64_t padded = logits.dim(1);
   const auto row_logits = [&](int64_t i) {
     const float* row = logits.data<float>() + i * padded;

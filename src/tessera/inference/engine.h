@@ -65,6 +65,11 @@ struct Generation {
 std::vector<int32_t> text_tokens(const std::vector<GeneratedToken>& tokens, FinishReason finish,
                                  const std::vector<int32_t>& stop_tokens);
 
+// The logits of every vocabulary column from this rank's (m, V / TP) fp32 columns, gathered over
+// the TP group (the local tensor itself in one process): each column comes from the one rank that
+// computed it, so every rank holds the same logits.
+Tensor gather_vocabulary(const Tensor& local, const parallel::TensorParallel& tp);
+
 struct EngineOptions {
   int64_t block_size = 16;      // tokens per cache block
   int64_t cache_tokens = 0;     // the pool's size in tokens (0: max_sequences x context length)
@@ -108,8 +113,6 @@ class Engine {
     std::vector<int32_t> blocks;  // the block table
   };
   void admit();
-  // The logits of every vocabulary column from this rank's (m, V / TP) (gathered over TP).
-  Tensor whole_vocabulary(const Tensor& local) const;
   // Samples the next token of `seq` from `logits` and records it; true when it finished.
   bool take_token(Running& seq, std::vector<float> logits);
 

@@ -119,9 +119,12 @@ std::string quant_shape_problem(QuantFormat format, int64_t rows, int64_t cols, 
   return "";
 }
 
-int64_t QuantizedMatrix::bytes() const {
-  return static_cast<int64_t>(codes.size() + 2 * scales.size() + 2 * mins.size());
+int64_t quant_matrix_bytes(QuantFormat format, int64_t rows, int64_t cols, int64_t group) {
+  const int64_t per_scale = format == QuantFormat::kQ4 ? 4 : 2;  // fp16 scale (and minimum)
+  return rows * quant_row_bytes(format, cols) + rows * (cols / group) * per_scale;
 }
+
+int64_t QuantizedMatrix::bytes() const { return quant_matrix_bytes(format, rows, cols, group); }
 
 QuantizedMatrix quantize(const float* weights, int64_t rows, int64_t cols, QuantFormat format,
                          int64_t q4_group) {

@@ -37,6 +37,8 @@ QuantFormat parse_quant_format(const std::string& name);
 int64_t quant_group(QuantFormat format, int64_t cols, int64_t q4_group = 32);
 // Bytes of codes in one row of `cols` weights.
 int64_t quant_row_bytes(QuantFormat format, int64_t cols);
+// Bytes of a whole (rows, cols) matrix: codes, fp16 scales (and minimums).
+int64_t quant_matrix_bytes(QuantFormat format, int64_t rows, int64_t cols, int64_t group);
 // "" when a (rows, cols) matrix can be stored in `format` with `group`, else why (what is
 // expected), e.g. "fp6 packs 4 weights in 3 bytes: 30 columns is not a multiple of 4".
 std::string quant_shape_problem(QuantFormat format, int64_t rows, int64_t cols, int64_t group);

@@ -1,0 +1,39 @@
+// The machine's memory read rate, the reference decode benchmarks hold their figures against
+// (bench/inference_main.cc, bench/quantized_main.cc): a 1 GiB float array summed by the OpenMP
+// team, best of 5. Each thread keeps 64 independent sums (vectors of lanes), so the adds'
+// latency does not bound the rate.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+namespace tessera::bench {
+
+inline double read_bandwidth_gbs() {
+  constexpr int kLanes = 64;
+  const int64_t n = int64_t{1} << 28;
+  std::vector<float> a(n, 1.0f);
+  double best = 0, sink = 0;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    double sum = 0;
+#pragma omp parallel reduction(+ : sum)
+    {
+      float acc[kLanes] = {};
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < n; i += kLanes)
+        for (int j = 0; j < kLanes; ++j) acc[j] += a[i + j];
+      for (float x : acc) sum += x;
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, n * 4.0 / s / 1e9);
+    sink += sum;
+  }
+  if (sink < 0) std::printf("%g\n", sink);  // keeps the sums
+  return best;
+}
+
+}  // namespace tessera::bench
