@@ -2,10 +2,13 @@
 // --kl-divergence how far a quantized model's next-token distributions are from the unquantized
 // model's (llama.cpp's `llama-perplexity --kl-divergence` measure, computed here in one run).
 //
-//   tessera-eval-ppl --load DIR (--text-file F | --data-path PREFIX) [--seq-length T]
-//                    [--max-tokens N] [--quantize FORMAT [--kl-divergence]] [--json]
+//   tessera-eval-ppl --load DIR (--text-file F | --data-path PREFIX [--split S --split-part P])
+//                    [--seq-length T] [--max-tokens N] [--quantize FORMAT [--kl-divergence]]
+//                    [--json]
 //
-// The token stream (the file encoded by the tokenizer, or the dataset's documents in order) is cut
+// The token stream (the file encoded by the tokenizer, or the dataset's documents in order —
+// with --split, only the documents of one part, carved as tessera-train's --split carves them:
+// `--split 95,5,0 --split-part valid` is the validation text of a run with that split) is cut
 // into windows of T + 1 tokens, one after the other; in each window every token after the first
 // is predicted from those before it in the window (as Megatron's evaluation loss), so perplexity
 // is exp(mean negative log-likelihood) over windows x T tokens. With --kl-divergence the same
@@ -28,12 +31,14 @@
 #include "tessera/core/file_io.h"
 #include "tessera/core/threads.h"
 #include "tessera/core/tool_main.h"
+#include "tessera/data/dataset_index.h"
 #include "tessera/data/indexed_dataset.h"
 #include "tessera/inference/engine.h"
 #include "tessera/inference/inference_flags.h"
 #include "tessera/kernels/build_info.h"
 #include "tessera/model/chunk_runner.h"
 #include "tessera/parallel/tensor_parallel.h"
+#include "tessera/train/arguments.h"
 
 namespace {
 
@@ -66,7 +71,9 @@ Tensor window_logits(model::GPTModel& m, const std::vector<int32_t>& inputs) {
       m.tensor_parallel());
 }
 
+// `split_part` 0, 1, 2 (train, valid, test) of --split `split`, or -1 for every document.
 std::vector<int32_t> read_tokens(const std::string& text_file, const std::string& data_path,
+                                 const std::string& split, int split_part,
                                  const tessera::data::Tokenizer* tokenizer, int64_t limit) {
   std::vector<int32_t> tokens;
   if (!text_file.empty()) {
@@ -77,8 +84,17 @@ std::vector<int32_t> read_tokens(const std::string& text_file, const std::string
     tokens = tokenizer->encode(tessera::read_file(text_file, "text file"));
   } else {
     const tessera::data::IndexedDataset ds(data_path);
-    for (int64_t i = 0; i < ds.num_sequences() && static_cast<int64_t>(tokens.size()) < limit;
-         ++i) {
+    int64_t first = 0, last = ds.num_sequences();
+    if (split_part >= 0) {
+      const auto ranges = tessera::data::split_document_ranges(
+          tessera::train::split_fractions(split), ds.num_documents());
+      if (!ranges[split_part])
+        throw Error("--split " + split + ": the part asked for has no documents");
+      const std::span<const int64_t> docs = ds.document_indices();
+      first = docs[ranges[split_part]->begin];
+      last = docs[ranges[split_part]->end];
+    }
+    for (int64_t i = first; i < last && static_cast<int64_t>(tokens.size()) < limit; ++i) {
       const int64_t n = ds.sequence_length(i);
       const size_t at = tokens.size();
       tokens.resize(at + static_cast<size_t>(n));
@@ -100,7 +116,7 @@ double percentile(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) {
   inference::InferenceFlags flags;
-  std::string text_file, data_path;
+  std::string text_file, data_path, split, split_part;
   int64_t seq_length = 0, max_tokens = int64_t{1} << 40;
   bool kl = false, json = false;
   CLI::App app(
@@ -111,6 +127,11 @@ int main(int argc, char** argv) {
   auto* text = app.add_option("--text-file", text_file, "a text file, encoded by the tokenizer");
   auto* data = app.add_option("--data-path", data_path, "a Megatron indexed dataset's prefix");
   text->excludes(data);
+  auto* split_flag = app.add_option("--split", split, "with --data-path: tessera-train's --split");
+  app.add_option("--split-part", split_part, "with --split: which part (train, valid, test)")
+      ->check(CLI::IsMember({"train", "valid", "test"}))
+      ->needs(split_flag);
+  split_flag->needs(data);
   app.add_option("--seq-length", seq_length, "tokens predicted per window (default: the model's)")
       ->check(CLI::PositiveNumber);
   app.add_option("--max-tokens", max_tokens, "read at most this many tokens")
@@ -145,8 +166,9 @@ int main(int argc, char** argv) {
     if (T > context)
       throw Error("--seq-length " + std::to_string(T) + ": longer than the model's context of " +
                   std::to_string(context));
+    const int part = split.empty() ? -1 : split_part == "valid" ? 1 : split_part == "test" ? 2 : 0;
     const std::vector<int32_t> tokens =
-        read_tokens(text_file, data_path, tokenizer.get(), max_tokens);
+        read_tokens(text_file, data_path, split, part, tokenizer.get(), max_tokens);
     const int64_t V = m.config().vocab_size, windows = static_cast<int64_t>(tokens.size() - 1) / T;
     if (tokens.size() < 2 || windows < 1)
       throw Error("the text has " + std::to_string(tokens.size()) +

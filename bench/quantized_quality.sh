@@ -1,0 +1,29 @@
+#!/bin/bash
+# Weight-only quantization's quality (docs/quantization.md): the demo's model (scripts/demo.sh;
+# run first when demo-run/hf is missing) on the demo's validation text (its dataset's documents
+# in --split 95,5,0's validation part), in bf16, unquantized and in every format:
+# tessera-eval-ppl's perplexity and its mean KL divergence from the unquantized bf16 model.
+# Usage: bench/quantized_quality.sh [BUILD_BIN_DIR] [extra tessera-eval-ppl flags]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN_DIR="${1:-build/bin}"
+shift || true
+RUN=demo-run
+[ -f "$RUN/hf/config.json" ] || bash scripts/demo.sh
+cmake --build build -j"$(nproc)" --target tessera-eval-ppl >/dev/null
+lscpu | grep -E "^Model name" || true
+EVAL=("$BIN_DIR/tessera-eval-ppl" --load "$RUN/hf" --tokenizer-type HuggingFaceTokenizer
+  --tokenizer-model "$RUN/tokenizer.json" --data-path "$RUN/fortunes_text_document"
+  --split 95,5,0 --split-part valid --dtype bf16 --json "$@")
+echo "format | output layer | perplexity | mean KL divergence | same top token"
+"${EVAL[@]}" | /usr/bin/python3 -c 'import json, sys
+r = json.load(sys.stdin)
+print(f"bf16 | - | {r[\"ppl\"]:.4f} | 0 | 100% ({r[\"tokens\"]} tokens)")'
+for fmt in fp6 int8 q8_0 q4; do
+  for out in "" --quantize-output-layer; do
+    "${EVAL[@]}" --quantize "$fmt" --kl-divergence $out | /usr/bin/python3 -c 'import json, sys
+r = json.load(sys.stdin)
+print(f"{sys.argv[1]} | {sys.argv[2]} | {r[\"ppl\"]:.4f} | {r[\"kl_mean\"]:.3e} | {100 * r[\"same_top\"]:.2f}%")' \
+      "$fmt" "$([ -n "$out" ] && echo yes || echo no)"
+  done
+done
