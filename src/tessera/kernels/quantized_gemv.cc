@@ -50,77 +50,80 @@ int64_t row_bytes(const QuantizedWeightsView& w) {
   return 0;
 }
 
-// Weights [i, i + lanes) of row r decoded into buf (i a multiple of 16, so the 16 weights lie in
-// one group: groups are whole rows or multiples of 32).
-[[gnu::always_inline]] inline void decode_block(const QuantizedWeightsView& w, const uint8_t* row,
-                                                int64_t r, int64_t i, int lanes, float* buf) {
-  const int64_t g = r * (w.cols / w.group) + i / w.group;
-  const float d = half_to_float(w.scales[g]);
-  switch (w.codes_type) {
-    case WeightCodes::kInt8: {
-      const auto* q = reinterpret_cast<const int8_t*>(row + i);
-      for (int j = 0; j < lanes; ++j) buf[j] = static_cast<float>(q[j]) * d;
-      break;
-    }
-    case WeightCodes::kNibble: {
-      // Within the group: weight k sits in byte k % (G/2), low nibble below G/2, high above.
-      const int64_t G = w.group, k = i % G, half = G / 2;
-      const uint8_t* b = row + (i - k) / 2 + k % half;
-      const int shift = k >= half ? 4 : 0;
-      const float lo = half_to_float(w.mins[g]);
-      for (int j = 0; j < lanes; ++j) buf[j] = static_cast<float>((b[j] >> shift) & 15) * d + lo;
-      break;
-    }
-    case WeightCodes::kFp6: {
-      const uint8_t* b = row + i / 4 * 3;
-      for (int j = 0; j < lanes; j += 4, b += 3) {
-        buf[j] = kFp6[b[0] >> 2] * d;
-        buf[j + 1] = kFp6[(b[0] & 3) << 4 | b[1] >> 4] * d;
-        buf[j + 2] = kFp6[(b[1] & 15) << 2 | b[2] >> 6] * d;
-        buf[j + 3] = kFp6[b[2] & 63] * d;
-      }
-      break;
+// Weights [i, i + lanes) of one row decoded into buf: `row` the row's codes, k = i's offset in
+// its group (the 16 weights lie in one group: groups are whole rows or multiples of 32), d and lo
+// the group's scale and minimum. Templated on the format so each loop compiles to straight
+// vector code, no per-block branch or division.
+template <WeightCodes kType>
+[[gnu::always_inline]] inline void decode_block(const uint8_t* row, int64_t i, int64_t k, int64_t G,
+                                                int lanes, float d, float lo, float* buf) {
+  if constexpr (kType == WeightCodes::kInt8) {
+    const auto* q = reinterpret_cast<const int8_t*>(row + i);
+    for (int j = 0; j < lanes; ++j) buf[j] = static_cast<float>(q[j]) * d;
+  } else if constexpr (kType == WeightCodes::kNibble) {
+    // Within the group: weight k sits in byte k % (G/2), low nibble below G/2, high above.
+    const int64_t half = G / 2;
+    const uint8_t* b = row + (i - k) / 2 + k % half;
+    const int shift = k >= half ? 4 : 0;
+    for (int j = 0; j < lanes; ++j) buf[j] = static_cast<float>((b[j] >> shift) & 15) * d + lo;
+  } else {
+    const uint8_t* b = row + i / 4 * 3;
+    for (int j = 0; j < lanes; j += 4, b += 3) {
+      buf[j] = kFp6[b[0] >> 2] * d;
+      buf[j + 1] = kFp6[(b[0] & 3) << 4 | b[1] >> 4] * d;
+      buf[j + 2] = kFp6[(b[1] & 15) << 2 | b[2] >> 6] * d;
+      buf[j + 3] = kFp6[b[2] & 63] * d;
     }
   }
 }
 
-// out[x * rows + o + c] for input rows x < kRows and weight rows c < kCols.
-template <int kRows, int kCols>
+// The scale and minimum of group g of row r.
+[[gnu::always_inline]] inline void group_scale(const QuantizedWeightsView& w, int64_t r, int64_t g,
+                                               float& d, float& lo) {
+  const int64_t at = r * (w.cols / w.group) + g;
+  d = half_to_float(w.scales[at]);
+  lo = w.mins != nullptr ? half_to_float(w.mins[at]) : 0.0f;
+}
+
+// out[x * rows + o + c] for input rows x < kRows and weight rows c < kCols: group by group, the
+// weight rows' blocks of 16 decoded and dotted with every input row.
+template <WeightCodes kType, int kRows, int kCols>
 [[gnu::always_inline]] inline void tile(float* out, const float* inp, const QuantizedWeightsView& w,
                                         int64_t o) {
-  const int64_t C = w.cols, bytes = row_bytes(w);
+  const int64_t C = w.cols, G = w.group, groups = C / G, bytes = row_bytes(w);
   VecF acc[kRows][kCols];
   for (int x = 0; x < kRows; ++x)
     for (int c = 0; c < kCols; ++c) acc[x][c] = zero();
   alignas(64) float buf[kCols][16];
-  for_each_block(0, C, [&](int64_t i, int lanes) {
-    VecF wv[kCols];
-    for (int c = 0; c < kCols; ++c) {
-      decode_block(w, w.codes + (o + c) * bytes, o + c, i, lanes, buf[c]);
-      wv[c] = load(buf[c], lanes);
-    }
-    for (int x = 0; x < kRows; ++x) {
-      const VecF v = load(inp + x * C + i, lanes);
-      for (int c = 0; c < kCols; ++c) acc[x][c] = fmadd(v, wv[c], acc[x][c]);
-    }
-  });
+  for (int64_t g = 0; g < groups; ++g) {
+    float d[kCols], lo[kCols];
+    for (int c = 0; c < kCols; ++c) group_scale(w, o + c, g, d[c], lo[c]);
+    for_each_block(g * G, (g + 1) * G, [&](int64_t i, int lanes) {
+      VecF wv[kCols];
+      for (int c = 0; c < kCols; ++c) {
+        decode_block<kType>(w.codes + (o + c) * bytes, i, i - g * G, G, lanes, d[c], lo[c], buf[c]);
+        wv[c] = load(buf[c], lanes);
+      }
+      for (int x = 0; x < kRows; ++x) {
+        const VecF v = load(inp + x * C + i, lanes);
+        for (int c = 0; c < kCols; ++c) acc[x][c] = fmadd(v, wv[c], acc[x][c]);
+      }
+    });
+  }
   for (int x = 0; x < kRows; ++x)
     for (int c = 0; c < kCols; ++c) out[x * w.rows + o + c] = reduce_add(acc[x][c]);
 }
 
-template <int kRows>
+template <WeightCodes kType, int kRows>
 void rows_tile(float* out, const float* inp, const QuantizedWeightsView& w, int64_t o,
                int64_t cols) {
-  if (cols == 2) return tile<kRows, 2>(out, inp, w, o);
-  for (int64_t c = 0; c < cols; ++c) tile<kRows, 1>(out, inp, w, o + c);
+  if (cols == 2) return tile<kType, kRows, 2>(out, inp, w, o);
+  for (int64_t c = 0; c < cols; ++c) tile<kType, kRows, 1>(out, inp, w, o + c);
 }
 
-}  // namespace
-
-void quantized_gemv(float* out, const float* inp, const QuantizedWeightsView& w, int64_t M) {
-  TESSERA_CHECK(M >= 1 && M <= kQuantizedGemvMaxRows && w.rows >= 0 && w.cols >= 0);
-  const detail::GemmClock clock;  // counted with the GEMMs (gemm.h's gemm_seconds)
-  constexpr int64_t kPair = 2;    // weight rows decoded together (two streams of codes)
+template <WeightCodes kType>
+void gemv(float* out, const float* inp, const QuantizedWeightsView& w, int64_t M) {
+  constexpr int64_t kPair = 2;  // weight rows decoded together (two streams of codes)
   const int64_t pairs = (w.rows + kPair - 1) / kPair;
 #pragma omp parallel for schedule(static) if (w.rows * w.cols >= kParallelWeights)
   for (int64_t p = 0; p < pairs; ++p) {
@@ -130,30 +133,63 @@ void quantized_gemv(float* out, const float* inp, const QuantizedWeightsView& w,
       const float* in = inp + x * w.cols;
       switch (std::min<int64_t>(4, M - x)) {
         case 1:
-          rows_tile<1>(y, in, w, o, cols);
+          rows_tile<kType, 1>(y, in, w, o, cols);
           break;
         case 2:
-          rows_tile<2>(y, in, w, o, cols);
+          rows_tile<kType, 2>(y, in, w, o, cols);
           break;
         case 3:
-          rows_tile<3>(y, in, w, o, cols);
+          rows_tile<kType, 3>(y, in, w, o, cols);
           break;
         default:
-          rows_tile<4>(y, in, w, o, cols);
+          rows_tile<kType, 4>(y, in, w, o, cols);
       }
     }
   }
 }
 
-void dequantize_rows(float* out, const QuantizedWeightsView& w, int64_t r0, int64_t r1) {
-  TESSERA_CHECK(0 <= r0 && r0 <= r1 && r1 <= w.rows);
-  const int64_t C = w.cols, bytes = row_bytes(w);
+template <WeightCodes kType>
+void decode_rows(float* out, const QuantizedWeightsView& w, int64_t r0, int64_t r1) {
+  const int64_t C = w.cols, G = w.group, groups = C / G, bytes = row_bytes(w);
 #pragma omp parallel for schedule(static) if ((r1 - r0) * C >= kParallelWeights)
   for (int64_t r = r0; r < r1; ++r) {
     float* dst = out + (r - r0) * C;
-    for_each_block(0, C, [&](int64_t i, int lanes) {
-      decode_block(w, w.codes + r * bytes, r, i, lanes, dst + i);
-    });
+    for (int64_t g = 0; g < groups; ++g) {
+      float d, lo;
+      group_scale(w, r, g, d, lo);
+      for_each_block(g * G, (g + 1) * G, [&](int64_t i, int lanes) {
+        decode_block<kType>(w.codes + r * bytes, i, i - g * G, G, lanes, d, lo, dst + i);
+      });
+    }
+  }
+}
+
+}  // namespace
+
+void quantized_gemv(float* out, const float* inp, const QuantizedWeightsView& w, int64_t M) {
+  TESSERA_CHECK(M >= 1 && M <= kQuantizedGemvMaxRows && w.rows >= 0 && w.cols >= 0);
+  TESSERA_CHECK(w.group > 0 && w.cols % w.group == 0);
+  const detail::GemmClock clock;  // counted with the GEMMs (gemm.h's gemm_seconds)
+  switch (w.codes_type) {
+    case WeightCodes::kFp6:
+      return gemv<WeightCodes::kFp6>(out, inp, w, M);
+    case WeightCodes::kInt8:
+      return gemv<WeightCodes::kInt8>(out, inp, w, M);
+    case WeightCodes::kNibble:
+      return gemv<WeightCodes::kNibble>(out, inp, w, M);
+  }
+}
+
+void dequantize_rows(float* out, const QuantizedWeightsView& w, int64_t r0, int64_t r1) {
+  TESSERA_CHECK(0 <= r0 && r0 <= r1 && r1 <= w.rows);
+  TESSERA_CHECK(w.group > 0 && w.cols % w.group == 0);
+  switch (w.codes_type) {
+    case WeightCodes::kFp6:
+      return decode_rows<WeightCodes::kFp6>(out, w, r0, r1);
+    case WeightCodes::kInt8:
+      return decode_rows<WeightCodes::kInt8>(out, w, r0, r1);
+    case WeightCodes::kNibble:
+      return decode_rows<WeightCodes::kNibble>(out, w, r0, r1);
   }
 }
 
