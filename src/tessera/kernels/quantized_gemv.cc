@@ -123,11 +123,14 @@ void rows_tile(float* out, const float* inp, const QuantizedWeightsView& w, int6
 
 template <WeightCodes kType>
 void gemv(float* out, const float* inp, const QuantizedWeightsView& w, int64_t M) {
-  constexpr int64_t kPair = 2;  // weight rows decoded together (two streams of codes)
-  const int64_t pairs = (w.rows + kPair - 1) / kPair;
+  // One weight row at a time, so each thread's reads of the codes are one linear stream (rows
+  // interleaved two or more at a time make the hardware prefetcher restart at every row: measured
+  // on the bf16 gemv, kernels/gemv.cc).
+  constexpr int64_t kRowsAtOnce = 1;
+  const int64_t steps = (w.rows + kRowsAtOnce - 1) / kRowsAtOnce;
 #pragma omp parallel for schedule(static) if (w.rows * w.cols >= kParallelWeights)
-  for (int64_t p = 0; p < pairs; ++p) {
-    const int64_t o = p * kPair, cols = std::min<int64_t>(kPair, w.rows - o);
+  for (int64_t p = 0; p < steps; ++p) {
+    const int64_t o = p * kRowsAtOnce, cols = std::min<int64_t>(kRowsAtOnce, w.rows - o);
     for (int64_t x = 0; x < M; x += 4) {
       float* y = out + x * w.rows;
       const float* in = inp + x * w.cols;
