@@ -77,27 +77,20 @@ void convert_to_quantized_hf(const std::string& from, const std::string& source,
 
 void convert_checkpoint_to_hf(const std::string& checkpoint, const std::string& out_dir,
                               int64_t max_shard_bytes) {
-  const std::optional<std::string> dir = find_checkpoint(checkpoint);
-  if (!dir) throw Error(checkpoint + ": no checkpoint there (no metadata.json, no pointer file)");
-  CheckpointReader reader(*dir);
-  const nlohmann::json& state = reader.state();
-  if (!state.contains("model"))
-    throw Error(*dir + "/metadata.json: the run state has no model configuration");
-  const model::ModelConfig cfg =
-      model_config_from_json(state["model"], *dir + "/metadata.json: model");
-  check_hf_exportable(cfg);
+  const OpenedCheckpoint c = open_checkpoint(checkpoint);
+  check_hf_exportable(c.cfg);
   // The model as one process declares it; the exporter strips the padded rows again.
-  const model::ParameterSet params = model::GPTModel::declare_part(cfg, 1, 0, {});
+  const model::ParameterSet params = model::GPTModel::declare_part(c.cfg, 1, 0, {});
   fs::create_directories(out_dir);
   export_hf(
-      cfg, params,
+      c.cfg, params,
       [&](const model::Parameter& p) {
         Tensor t = Tensor::zeros(p.global_shape, DType::kF32, MemoryCategory::kOther);
-        reader.read(p.name, TensorSlice::of(p, 0, p.numel()), t.data<float>());
+        c.reader->read(p.name, TensorSlice::of(p, 0, p.numel()), t.data<float>());
         return t;
       },
       (fs::path(out_dir) / "model.safetensors").string(), max_shard_bytes);
-  copy_tokenizer_files(*dir, out_dir);
+  copy_tokenizer_files(c.dir, out_dir);
   copy_tokenizer_files(checkpoint, out_dir);
 }
 
