@@ -32,9 +32,10 @@ int main(int argc, char** argv) {
       ->expected(2)
       ->required();
   app.add_option("--to", to, "FORMAT PATH: hf OUT or tessera OUT")->expected(2)->required();
-  app.add_option("--max-shard-size", max_shard_bytes,
-                 "--to hf: largest safetensors file in bytes before sharding (default 5e9)")
-      ->check(CLI::PositiveNumber);
+  auto* shard_flag =
+      app.add_option("--max-shard-size", max_shard_bytes,
+                     "--to hf: largest safetensors file in bytes before sharding (default 5e9)")
+          ->check(CLI::PositiveNumber);
   std::string quantize;
   int64_t quantize_group = 32;
   bool quantize_output_layer = false;
@@ -58,6 +59,8 @@ int main(int argc, char** argv) {
                              ": expected 32 or 64");
       spec.q4_group = quantize_group;
       spec.output_layer = quantize_output_layer;
+      if (shard_flag->count() > 0)
+        throw tessera::Error("--max-shard-size: a quantized directory is one model.safetensors");
       if (to[0] != "hf" || (from[0] != "tessera" && from[0] != "hf"))
         throw tessera::Error("--quantize: expected --from tessera|hf SRC --to hf OUT");
       tessera::checkpoint::convert_to_quantized_hf(from[0], from[1], to[1], spec);

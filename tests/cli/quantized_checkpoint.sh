@@ -113,6 +113,8 @@ check "an unknown format" fails "quantization format \"q5\": expected one of" \
 check "a group size for q8_0" fails "only q4 takes a group size" \
   "$CONVERT" --from tessera "$TMP/ckpt" --to hf "$TMP/bad" --quantize q8_0 \
   --quantize-group-size 64
+check "a shard size" fails "a quantized directory is one model.safetensors" \
+  "$CONVERT" --from tessera "$TMP/ckpt" --to hf "$TMP/bad" --quantize q4 --max-shard-size 1e6
 check "train a model with ffn 176" train_text_model "$BIN_DIR" "$TMP/ckpt176" --train-iters 2 \
   --save-interval 2
 check "q8_0 of ffn 176 is refused naming the tensor" \
