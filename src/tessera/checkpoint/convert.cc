@@ -1,7 +1,9 @@
 #include "tessera/checkpoint/convert.h"
 
+#include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 
 #include "tessera/checkpoint/hf_export.h"
 #include "tessera/checkpoint/hf_import.h"
@@ -21,31 +23,74 @@ void copy_tokenizer_files(const fs::path& from, const fs::path& to) {
     if (fs::exists(from / name)) copy_file_atomically((from / name).string(), (to / name).string());
 }
 
+// The model configuration and reader of the checkpoint `checkpoint` names.
+struct OpenedCheckpoint {
+  std::string dir;
+  std::unique_ptr<CheckpointReader> reader;
+  model::ModelConfig cfg;
+};
+
+OpenedCheckpoint open_checkpoint(const std::string& checkpoint) {
+  const std::optional<std::string> dir = find_checkpoint(checkpoint);
+  if (!dir) throw Error(checkpoint + ": no checkpoint there (no metadata.json, no pointer file)");
+  auto reader = std::make_unique<CheckpointReader>(*dir);
+  const nlohmann::json& state = reader->state();
+  if (!state.contains("model"))
+    throw Error(*dir + "/metadata.json: the run state has no model configuration");
+  model::ModelConfig cfg = model_config_from_json(state["model"], *dir + "/metadata.json: model");
+  return {*dir, std::move(reader), cfg};
+}
+
 }  // namespace
+
+void convert_to_quantized_hf(const std::string& from, const std::string& source,
+                             const std::string& out_dir, const QuantSpec& spec) {
+  if (from == "hf") {
+    if (!is_hf_directory(source)) refuse_megatron_checkpoint(source);
+    const model::ModelConfig cfg = read_hf_config(source);
+    const std::map<std::string, Tensor> weights = read_hf_weights(source, cfg);
+    write_quantized_hf(
+        cfg,
+        [&](const model::Parameter& p) {
+          // read_hf_weights gives the real vocabulary rows; the padded rows are zeros.
+          Tensor t = Tensor::zeros(p.global_shape, DType::kF32, MemoryCategory::kOther);
+          const Tensor& w = weights.at(p.name);
+          std::memcpy(t.raw(), w.raw(), static_cast<size_t>(w.numel()) * sizeof(float));
+          return t;
+        },
+        spec, out_dir);
+    copy_tokenizer_files(source, out_dir);
+    return;
+  }
+  const OpenedCheckpoint c = open_checkpoint(source);
+  write_quantized_hf(
+      c.cfg,
+      [&](const model::Parameter& p) {
+        Tensor t = Tensor::zeros(p.global_shape, DType::kF32, MemoryCategory::kOther);
+        c.reader->read(p.name, TensorSlice::of(p, 0, p.numel()), t.data<float>());
+        return t;
+      },
+      spec, out_dir);
+  copy_tokenizer_files(c.dir, out_dir);
+  copy_tokenizer_files(source, out_dir);
+}
 
 void convert_checkpoint_to_hf(const std::string& checkpoint, const std::string& out_dir,
                               int64_t max_shard_bytes) {
-  const std::optional<std::string> dir = find_checkpoint(checkpoint);
-  if (!dir) throw Error(checkpoint + ": no checkpoint there (no metadata.json, no pointer file)");
-  CheckpointReader reader(*dir);
-  const nlohmann::json& state = reader.state();
-  if (!state.contains("model"))
-    throw Error(*dir + "/metadata.json: the run state has no model configuration");
-  const model::ModelConfig cfg =
-      model_config_from_json(state["model"], *dir + "/metadata.json: model");
-  check_hf_exportable(cfg);
+  const OpenedCheckpoint c = open_checkpoint(checkpoint);
+  check_hf_exportable(c.cfg);
   // The model as one process declares it; the exporter strips the padded rows again.
-  const model::ParameterSet params = model::GPTModel::declare_part(cfg, 1, 0, {});
+  const model::ParameterSet params = model::GPTModel::declare_part(c.cfg, 1, 0, {});
   fs::create_directories(out_dir);
   export_hf(
-      cfg, params,
+      c.cfg, params,
       [&](const model::Parameter& p) {
         Tensor t = Tensor::zeros(p.global_shape, DType::kF32, MemoryCategory::kOther);
-        reader.read(p.name, TensorSlice::of(p, 0, p.numel()), t.data<float>());
+        c.reader->read(p.name, TensorSlice::of(p, 0, p.numel()), t.data<float>());
         return t;
       },
       (fs::path(out_dir) / "model.safetensors").string(), max_shard_bytes);
-  copy_tokenizer_files(*dir, out_dir);
+  copy_tokenizer_files(c.dir, out_dir);
   copy_tokenizer_files(checkpoint, out_dir);
 }
 

@@ -11,6 +11,7 @@
 
 #include "tessera/checkpoint/hf_export.h"
 #include "tessera/checkpoint/hf_rope.h"
+#include "tessera/checkpoint/quantized_hf.h"
 #include "tessera/checkpoint/run_state.h"
 #include "tessera/checkpoint/safetensors.h"
 #include "tessera/core/error.h"
@@ -451,9 +452,26 @@ model::ModelConfig read_hf_config(const std::string& dir) {
   return cfg;
 }
 
-std::map<std::string, Tensor> read_hf_weights(const std::string& dir,
-                                              const model::ModelConfig& cfg) {
+std::map<std::string, Tensor> read_hf_weights(const std::string& dir, const model::ModelConfig& cfg,
+                                              const std::set<std::string>* quantized) {
   const fs::path d(dir);
+  if (!quantized) {
+    if (const std::optional<QuantSpec> spec = read_quant_spec(dir))
+      throw Error(dir + ": quantized to " + quant::quant_format_name(spec->format) +
+                  " (config.json's \"quantization\"): quantized weights are for inference " +
+                  "(tessera-generate, tessera-serve); training and conversion need the " +
+                  "unquantized directory");
+  }
+  const auto skipped = [&](const std::string& name) {
+    if (!quantized) return false;
+    for (const char* tail : {"", ".scale", ".min"}) {
+      const size_t n = std::char_traits<char>::length(tail);
+      if (name.size() > n && name.compare(name.size() - n, n, tail) == 0 &&
+          quantized->count(name.substr(0, name.size() - n)))
+        return true;
+    }
+    return false;
+  };
   if (!fs::exists(d / kWeightsFile) && !fs::exists(d / kIndexFile))
     throw Error(dir + ": no " + kWeightsFile + " or " + kIndexFile +
                 ": expected a Hugging Face model directory");
@@ -463,7 +481,7 @@ std::map<std::string, Tensor> read_hf_weights(const std::string& dir,
   std::map<std::string, Tensor> out;
   const model::ParameterSet params = model::GPTModel::declare_part(cfg, 1, 0, {});
   for (const model::Parameter& p : params.all()) {
-    if (p.tied_copy) continue;
+    if (p.tied_copy || (quantized && quantized->count(p.name))) continue;
     const std::vector<std::string> names = stored_names(cfg, p.name);
     const auto found = std::find_if(names.begin(), names.end(), [&](const std::string& n) {
       return source.file_of().count(n) > 0;
@@ -479,7 +497,7 @@ std::map<std::string, Tensor> read_hf_weights(const std::string& dir,
     unused.erase(*found);
   }
   for (const std::string& name : unused) {
-    if (ignored(cfg, name)) continue;
+    if (ignored(cfg, name) || skipped(name)) continue;
     throw Error(source.file_of().at(name) + ": tensor " + quoted(name) +
                 " is not a parameter of config.json's model (config and weights disagree)");
   }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "tessera/core/tensor.h"
@@ -45,7 +46,11 @@ model::ModelConfig read_hf_config(const std::string& dir);
 // naming the file and the tensor when a parameter is missing or has the wrong shape or dtype,
 // when a stored tensor is neither a parameter nor an ignored buffer (the config and the weights
 // disagree), and when a file is missing, unreadable or malformed (truncated, bad index).
-std::map<std::string, Tensor> read_hf_weights(const std::string& dir,
-                                              const model::ModelConfig& cfg);
+// A quantized directory (config.json's "quantization", checkpoint/quantized_hf.h) is refused
+// unless `quantized` lists its quantized tensors: those (and their .scale and .min) are then
+// skipped and absent from the result, for inference to install as codes. Training and
+// conversion to a Tessera checkpoint pass none: quantized weights are for inference only.
+std::map<std::string, Tensor> read_hf_weights(const std::string& dir, const model::ModelConfig& cfg,
+                                              const std::set<std::string>* quantized = nullptr);
 
 }  // namespace tessera::checkpoint

@@ -41,6 +41,10 @@ DType compute_dtype(const InferenceFlags& f) {
 LoadedModel load_for_inference(const InferenceFlags& f, const parallel::TensorParallel& tp) {
   LoadedModel loaded = load_model(f.load, compute_dtype(f), tp);
   if (!f.quantize.empty()) {
+    if (!loaded.quantized.empty())
+      throw Error("--quantize " + f.quantize + ": " + f.load + " is already quantized to " +
+                  loaded.quantized +
+                  " (its config.json's \"quantization\"); load it without --quantize");
     try {
       loaded.model->quantize_weights(quant::parse_quant_format(f.quantize), f.quantize_group,
                                      f.quantize_output_layer);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tessera/checkpoint/hf_import.h"
+#include "tessera/checkpoint/quantized_hf.h"
 #include "tessera/checkpoint/run_state.h"
 #include "tessera/checkpoint/sharded_checkpoint.h"
 #include "tessera/checkpoint/tensor_slice.h"
@@ -38,15 +39,29 @@ LoadedModel load_model(const std::string& path, DType dtype, const parallel::Ten
   LoadedModel out;
   if (checkpoint::is_hf_directory(path)) {
     const model::ModelConfig cfg = checkpoint::read_hf_config(path);
-    const std::map<std::string, Tensor> weights = checkpoint::read_hf_weights(path, cfg);
+    const std::optional<checkpoint::QuantSpec> spec = checkpoint::read_quant_spec(path);
+    std::optional<checkpoint::QuantizedWeights> quantized;
+    if (spec) quantized.emplace(path, cfg, *spec);
+    const std::map<std::string, Tensor> weights =
+        checkpoint::read_hf_weights(path, cfg, quantized ? &quantized->names() : nullptr);
     out.model = std::make_unique<model::GPTModel>(cfg, dtype, 0, tp);
     fill(*out.model, [&](const model::Parameter& p, float* dst) {
-      const Tensor& w = weights.at(p.name);
+      const auto found = weights.find(p.name);
+      if (found == weights.end()) return;  // stored quantized: the codes are installed below
+      const Tensor& w = found->second;
       const checkpoint::TensorSlice slice = checkpoint::TensorSlice::of(p, 0, p.numel());
       checkpoint::copy_overlap(checkpoint::runs(checkpoint::TensorSlice::whole(w.shape())), w.raw(),
                                checkpoint::runs(slice), dst, sizeof(float));
     });
+    if (quantized) {
+      // The stored codes as they are: no re-quantization, so --quantize FORMAT on the
+      // unquantized weights gives the same matrices in one process (docs/quantization.md).
+      out.model->quantize_weights(quantized->quantizer(out.model->params()), spec->output_layer);
+      quantized->check_all_used();
+      out.quantized = quant::quant_format_name(spec->format);
+    }
     out.source = "Hugging Face directory " + path;
+    if (quantized) out.source += ", quantized " + out.quantized;
     out.tokenizer_json = beside(path, "tokenizer.json");
     out.tokenizer_config_json = beside(path, "tokenizer_config.json");
     return out;

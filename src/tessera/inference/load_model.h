@@ -3,7 +3,10 @@
 // are read, slice by slice) or a Hugging Face model directory (config.json and safetensors,
 // docs/huggingface.md), in the compute dtype asked for (bf16 and fp16 round the fp32 weights to
 // nearest even, as training's mixed precision does), whole or as this rank's tensor-parallel
-// shards (every TP rank reads its slices).
+// shards (every TP rank reads its slices). A quantized Hugging Face-style directory
+// (checkpoint/quantized_hf.h) gets its stored codes installed as they are, quantized_weights'
+// layers given this rank's rows (column-parallel) or columns (row-parallel; refused where the
+// columns split the format's packs or groups).
 #pragma once
 
 #include <memory>
@@ -20,6 +23,8 @@ struct LoadedModel {
   std::string tokenizer_json;  // a tokenizer.json found beside the weights, or ""
   // A tokenizer_config.json found beside the weights (its chat template, special tokens), or "".
   std::string tokenizer_config_json;
+  // The format of a quantized directory's stored codes (checkpoint/quantized_hf.h), or "".
+  std::string quantized;
 };
 
 // tessera::Error naming the directory (and the tensor) when `path` holds neither, or holds a

@@ -60,9 +60,9 @@ class Attention {
   // Saved::lse) once the projection has used them; backward recomputes them from Saved::qkv.
   void set_recompute_core(bool on) { recompute_core_ = on; }
   // The projections' weights quantized for inference (Linear::quantize).
-  void quantize(quant::QuantFormat format, int64_t group) {
-    qkv_.quantize(format, group);
-    out_.quantize(format, group);
+  void quantize(const WeightQuantizer& quantizer) {
+    qkv_.quantize(quantizer);
+    out_.quantize(quantizer);
   }
 
   // Inference (no CP, no SP): x holds the new tokens of `seqs` (kv_cache_view.h), whose

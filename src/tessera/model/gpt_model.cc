@@ -319,10 +319,16 @@ ColumnParallelLinear GPTModel::output_layer() const {
 }
 
 void GPTModel::quantize_weights(quant::QuantFormat format, int64_t group, bool output_layer) {
-  for (TransformerLayer& layer : layers_) layer.quantize(format, group);
+  quantize_weights(quantize_values(format, group), output_layer);
+}
+
+void GPTModel::quantize_weights(const WeightQuantizer& quantizer, bool output_layer) {
+  for (TransformerLayer& layer : layers_) layer.quantize(quantizer);
   if (output_layer && head_w_.defined()) {
-    quantized_head_ = ColumnParallelLinear(Linear(head_w_, Tensor(), Tensor(), Tensor()), &tp_);
-    quantized_head_->quantize(format, group);
+    Linear head(head_w_, Tensor(), Tensor(), Tensor());
+    head.set_weight_names({"lm_head.weight"});  // one name whether tied to the embedding or not
+    quantized_head_ = ColumnParallelLinear(std::move(head), &tp_);
+    quantized_head_->quantize(quantizer);
   }
   quantized_ = true;
 }

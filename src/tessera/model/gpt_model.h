@@ -177,6 +177,11 @@ class GPTModel {
   // quantized from their current values; the embedding and the norms stay. This rank's shards
   // under TP. After this the model only runs forward.
   void quantize_weights(quant::QuantFormat format, int64_t group, bool output_layer);
+  // The same layers given their weights by `quantizer` (Linear::quantize): the names it sees are
+  // the bound parameters' (q/k/v, gate/up fused in that order) and "lm_head.weight" for the
+  // output layer, tied or not. How a quantized directory installs its stored codes, and how the
+  // converter learns which weights quantize_weights quantizes.
+  void quantize_weights(const WeightQuantizer& quantizer, bool output_layer);
   bool quantized() const { return quantized_; }
 
   // Forward and backward of one micro-batch (the whole batch on every TP rank; ctx from

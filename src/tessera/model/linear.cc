@@ -13,7 +13,9 @@ Linear Linear::bind(const ParameterSet& params, const std::vector<std::string>& 
     bias = params.fused_value(biases);
     dbias = params.fused_grad(biases);
   }
-  return Linear(params.fused_value(weights), params.fused_grad(weights), bias, dbias);
+  Linear linear(params.fused_value(weights), params.fused_grad(weights), bias, dbias);
+  linear.weight_names_ = weights;
+  return linear;
 }
 
 Tensor Linear::forward(const Tensor& x) const {
@@ -42,11 +44,19 @@ Tensor Linear::backward(const Tensor& dy, const Tensor& x) const {
   return dx;
 }
 
-void Linear::quantize(quant::QuantFormat format, int64_t group) {
+WeightQuantizer quantize_values(quant::QuantFormat format, int64_t group) {
+  return [format, group](const std::vector<std::string>&, const Tensor& weight) {
+    return quant::quantize(weight.data<float>(), weight.dim(0), weight.dim(1), format, group);
+  };
+}
+
+void Linear::quantize(const WeightQuantizer& quantizer) {
   const Tensor w =
       weight_.dtype() == DType::kF32 ? weight_ : weight_.to(DType::kF32, MemoryCategory::kOther);
-  quantized_ = std::make_shared<const quant::QuantizedMatrix>(
-      quant::quantize(w.data<float>(), w.dim(0), w.dim(1), format, group));
+  quant::QuantizedMatrix q = quantizer(weight_names_, w);
+  TESSERA_CHECK_MSG(q.rows == w.dim(0) && q.cols == w.dim(1),
+                    "a quantizer returned a matrix of another shape than the weight's");
+  quantized_ = std::make_shared<const quant::QuantizedMatrix>(std::move(q));
 }
 
 }  // namespace tessera::model

@@ -49,9 +49,9 @@ class Mlp {
   // x: residual-stream rows of `batch` samples -> the same rows.
   Tensor forward(const Tensor& x, Saved& s, int64_t batch) const;
   // The weights quantized for inference (Linear::quantize).
-  void quantize(quant::QuantFormat format, int64_t group) {
-    up_.quantize(format, group);
-    down_.quantize(format, group);
+  void quantize(const WeightQuantizer& quantizer) {
+    up_.quantize(quantizer);
+    down_.quantize(quantizer);
   }
   Tensor backward(const Tensor& dy, const Saved& s, int64_t batch) const;
 

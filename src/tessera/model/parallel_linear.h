@@ -30,7 +30,7 @@ class ColumnParallelLinear {
   // dy (B*S, OC/T), input from forward -> dx (B*S_local, C); accumulates dW, db.
   Tensor backward(const Tensor& dy, const Tensor& input, int64_t batch) const;
   // This rank's weight shard quantized for inference (Linear::quantize).
-  void quantize(quant::QuantFormat format, int64_t group) { local_.quantize(format, group); }
+  void quantize(const WeightQuantizer& quantizer) { local_.quantize(quantizer); }
 
  private:
   Linear local_;
@@ -50,7 +50,7 @@ class RowParallelLinear {
   Tensor backward(const Tensor& dy, const Tensor& x, int64_t batch) const;
   // This rank's weight shard quantized for inference (Linear::quantize). Per-row scales are the
   // shard's rows' (the columns this rank holds).
-  void quantize(quant::QuantFormat format, int64_t group) { local_.quantize(format, group); }
+  void quantize(const WeightQuantizer& quantizer) { local_.quantize(quantizer); }
 
  private:
   Linear local_;

@@ -50,9 +50,9 @@ class TransformerLayer {
   void set_recompute_core_attention(bool on) { attn_.set_recompute_core(on); }
   // The attention's and the dense MLP's weights quantized for inference (Linear::quantize); the
   // norms stay as they are, and so do an MoE layer's router and experts (not quantized yet).
-  void quantize(quant::QuantFormat format, int64_t group) {
-    attn_.quantize(format, group);
-    for (Mlp& m : mlp_) m.quantize(format, group);
+  void quantize(const WeightQuantizer& quantizer) {
+    attn_.quantize(quantizer);
+    for (Mlp& m : mlp_) m.quantize(quantizer);
   }
   int index() const { return index_; }  // global layer index
   // The MoE block, or nullptr in a dense layer.
