@@ -17,6 +17,7 @@
   X(elementwise)                \
   X(embedding)                  \
   X(gemm_packed)                \
+  X(gemv)                       \
   X(linear)                     \
   X(norms)                      \
   X(rope)
