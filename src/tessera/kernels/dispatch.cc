@@ -12,6 +12,7 @@
   X(adamw)                      \
   X(attention)                  \
   X(attention_block)            \
+  X(attention_decode)           \
   X(cross_entropy)              \
   X(dropout)                    \
   X(elementwise)                \
