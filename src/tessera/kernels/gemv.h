@@ -23,7 +23,8 @@
 
 namespace tessera::kernels {
 
-// The most input rows gemv_forward takes (linear_forward sends N <= this many rows here).
+// The most input rows gemv_forward takes (linear_forward sends N <= this many rows here inside a
+// ScopedGemvLinear, below).
 constexpr int64_t kGemvMaxRows = 8;
 
 // out (M,OC) = inp (M,C) @ weight (OC,C)^T + bias (OC), bias may be nullptr. 1 <= M <=
@@ -35,5 +36,25 @@ void gemv_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t 
                   int64_t OC) {
   dispatch<&gemv_forward<T>>(out, inp, weight, bias, M, C, OC);
 }
+
+namespace detail {
+inline thread_local int t_gemv_linear_scopes = 0;
+}  // namespace detail
+
+// While one of these lives on a thread, linear_forward (linear.h) on that thread sends products of
+// at most kGemvMaxRows rows here; otherwise every linear forward runs on gemm.h. The caller opts
+// in because the two paths differ in the last bits, and the GEMM path's rows do not depend on
+// how many rows there are: training relies on that (an MoE expert's rows padded to capacity give
+// the same bits, tests/unit/model/moe_layer_test.cc) and keeps it; inference's cached forward
+// and head (GPTModel::forward_cached, GPTModel::logits) opt in. Nests; not copyable.
+class ScopedGemvLinear {
+ public:
+  ScopedGemvLinear() { ++detail::t_gemv_linear_scopes; }
+  ~ScopedGemvLinear() { --detail::t_gemv_linear_scopes; }
+  ScopedGemvLinear(const ScopedGemvLinear&) = delete;
+  ScopedGemvLinear& operator=(const ScopedGemvLinear&) = delete;
+};
+// Whether a ScopedGemvLinear lives on the calling thread.
+inline bool gemv_linear_enabled() { return detail::t_gemv_linear_scopes > 0; }
 
 }  // namespace tessera::kernels

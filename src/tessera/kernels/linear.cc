@@ -71,8 +71,10 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
                     int64_t OC) {
   // out (N,OC) = inp (N,C) @ weight (OC,C)^T
   // A decode step's few rows: the products only stream the weights, which the GEMM libraries do
-  // not do at the read rate (gemv.h). Forward only: backward's products have N rows of reuse.
-  if (N >= 1 && N <= kGemvMaxRows) return kernels::gemv_forward(out, inp, weight, bias, N, C, OC);
+  // not do at the read rate (gemv.h). Only where the caller asked (inference), since the bits
+  // then depend on the row count.
+  if (N >= 1 && N <= kGemvMaxRows && gemv_linear_enabled())
+    return kernels::gemv_forward(out, inp, weight, bias, N, C, OC);
   if constexpr (kIs16Bit<T>) {
     if (bias != nullptr && gemm_widens(dtype_of<T>())) {
       float* product = linear_scratch().floats(N * OC);

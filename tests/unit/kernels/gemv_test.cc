@@ -121,8 +121,10 @@ TEST(Gemv, AColumnShardGivesTheBitsOfTheWholeLayer) {
   }
 }
 
-TEST(Gemv, LinearForwardTakesItForFewRows) {
-  // linear_forward sends N <= kGemvMaxRows rows here: the same bits as a direct call.
+TEST(Gemv, LinearForwardTakesItForFewRowsInsideTheScope) {
+  // Inside a ScopedGemvLinear linear_forward sends N <= kGemvMaxRows rows here: the same bits as
+  // a direct call.
+  const ScopedGemvLinear scope;
   const int64_t C = 129, OC = 65;
   const auto inp = round_to_bf16(random_normal(kGemvMaxRows * C, 7));
   const auto weight = round_to_bf16(random_normal(OC * C, 8, 0.2f));
