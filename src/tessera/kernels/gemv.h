@@ -4,9 +4,10 @@
 // A decode step multiplies one row per sequence by every weight matrix, so its time is the time
 // to read the weights once. A GEMM library blocks for reuse that a row or two cannot give, and
 // oneDNN's matmul reached 23-52 % of the read rate there (docs/inference.md, "Speed"). This
-// kernel streams each weight row exactly once per call, dotting it with every input row while it
-// is in registers, with the OpenMP team splitting the output columns (so each thread reads its
-// own contiguous part of the weights).
+// kernel streams each weight row exactly once per call (up to 4 input rows; a second block of
+// input rows reads it again, from cache), dotting it with every input row while it is in
+// registers, with the OpenMP team splitting the output columns, so each thread reads one
+// contiguous range of the weights from start to end.
 //
 // Numerics: the same contract as the linear layer's GEMM path, fp32 accumulation whatever T is.
 // Each output is one dot product over C in 16 fp32 lanes (multiply-adds fused where the target
