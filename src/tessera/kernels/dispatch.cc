@@ -12,11 +12,13 @@
   X(adamw)                      \
   X(attention)                  \
   X(attention_block)            \
+  X(attention_decode)           \
   X(cross_entropy)              \
   X(dropout)                    \
   X(elementwise)                \
   X(embedding)                  \
   X(gemm_packed)                \
+  X(gemv)                       \
   X(linear)                     \
   X(norms)                      \
   X(quantized_gemv)             \

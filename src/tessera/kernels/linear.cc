@@ -6,6 +6,7 @@
 #include "tessera/core/dtype.h"
 #include "tessera/kernels/elementwise.h"
 #include "tessera/kernels/gemm.h"
+#include "tessera/kernels/gemv.h"
 #include "tessera/kernels/scratch.h"
 #include "tessera/kernels/simd/vec.h"
 
@@ -69,6 +70,11 @@ template <typename T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C,
                     int64_t OC) {
   // out (N,OC) = inp (N,C) @ weight (OC,C)^T
+  // A decode step's few rows: the products only stream the weights, which the GEMM libraries do
+  // not do at the read rate (gemv.h). Only where the caller asked (inference), since the bits
+  // then depend on the row count.
+  if (N >= 1 && N <= kGemvMaxRows && gemv_linear_enabled())
+    return kernels::gemv_forward(out, inp, weight, bias, N, C, OC);
   if constexpr (kIs16Bit<T>) {
     if (bias != nullptr && gemm_widens(dtype_of<T>())) {
       float* product = linear_scratch().floats(N * OC);

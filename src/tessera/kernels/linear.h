@@ -7,7 +7,10 @@
 
 namespace tessera::kernels {
 
-// out (N,OC); inp (N,C); weight (OC,C); bias (OC) or nullptr.
+// out (N,OC); inp (N,C); weight (OC,C); bias (OC) or nullptr. Inside a ScopedGemvLinear (gemv.h:
+// inference), up to kGemvMaxRows rows (a decode step) run on gemv.h's matrix-vector kernel, which
+// streams the weights once (fp32 sums, the bias added before the one rounding to T); everything
+// else on gemm.h.
 template <typename T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C,
                     int64_t OC) {

@@ -8,6 +8,7 @@
 #include "tessera/core/error.h"
 #include "tessera/kernels/attention.h"
 #include "tessera/kernels/attention_block.h"
+#include "tessera/kernels/attention_decode.h"
 #include "tessera/kernels/attention_merge.h"
 #include "tessera/kernels/rope.h"
 
@@ -256,6 +257,10 @@ Tensor Attention::backward(const Tensor& dy, const Saved& s, const StepContext& 
   return qkv_.backward(dqkv, s.inp, ctx.B);
 }
 
+// Sequences with at most this many new rows (decode steps) attend through the decode kernel;
+// longer prompt chunks through the tiled block kernel, block by block.
+constexpr int64_t kDecodeRows = 8;
+
 Tensor Attention::forward_cached(const Tensor& x, const StepContext& ctx, const KvBlocks& cache,
                                  const std::vector<CachedSequence>& seqs) const {
   TESSERA_CHECK_MSG(mode_ == CpMode::kNone, "cached attention runs without context parallelism");
@@ -280,6 +285,29 @@ Tensor Attention::forward_cached(const Tensor& x, const StepContext& ctx, const 
         F* row =
             static_cast<F*>(cache.block(layer_, (*seq.blocks)[pos / bs])) + (pos % bs) * kv_cols;
         std::memcpy(row, qkv.data<F>() + (r0 + i) * W + O, kv_cols * sizeof(F));
+      }
+      if (rows <= kDecodeRows) {
+        // A decode step: one call walks the whole block table (attention_decode.h) instead of
+        // a parallel call and a log-sum-exp merge per block.
+        std::vector<const F*> blocks((total + bs - 1) / bs);
+        for (size_t b = 0; b < blocks.size(); ++b)
+          blocks[b] = static_cast<const F*>(cache.block(layer_, (*seq.blocks)[b]));
+        kernels::DecodeAttention d;
+        d.rows = rows;
+        d.past = seq.past;
+        d.block_size = bs;
+        d.q_ld = W;
+        d.o_ld = O;
+        d.kv_ld = kv_cols;
+        d.v_offset = int64_t{KV_} * HD_;
+        d.NH = NH_;
+        d.KV = KV_;
+        d.HD = HD_;
+        d.window = window_;
+        kernels::attention_decode_forward(attn.data<F>() + r0 * O, qkv.data<F>() + r0 * W,
+                                          blocks.data(), d);
+        r0 += rows;
+        continue;
       }
       // A sliding window: query p sees keys (p - window, p] (window_ 0: all).
       std::vector<int32_t> first_key;

@@ -6,6 +6,7 @@
 #include "tessera/kernels/cross_entropy.h"
 #include "tessera/kernels/dropout.h"
 #include "tessera/kernels/embedding.h"
+#include "tessera/kernels/gemv.h"
 #include "tessera/model/chunk_runner.h"
 #include "tessera/model/parallel_linear.h"
 #include "tessera/parallel/vocab_parallel_cross_entropy.h"
@@ -213,6 +214,7 @@ Tensor GPTModel::forward_cached(const int32_t* tokens, const int32_t* positions,
   ctx.sample_positions = positions;
   ctx.seq_global = cfg_.max_positions();
   const Batch batch{tokens, nullptr, nullptr, 1, n};
+  const kernels::ScopedGemvLinear few_rows;  // a decode step's linears stream their weights
   Tensor x = embed(batch, ctx);
   for (const TransformerLayer& layer : layers_) x = layer.forward_cached(x, ctx, cache, seqs);
   return x;
@@ -306,6 +308,7 @@ LossSum GPTModel::head(const Tensor& x, const Batch& batch, float grad_scale, Te
 }
 
 Tensor GPTModel::logits(const Tensor& x, int64_t B) const {
+  const kernels::ScopedGemvLinear few_rows;  // inference: a decode step's head streams its weights
   Norm::Saved ns;
   const Tensor h = final_norm_->forward(x, ns);
   const ColumnParallelLinear out = output_layer();

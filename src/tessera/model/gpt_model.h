@@ -160,13 +160,15 @@ class GPTModel {
   // The head without the loss: final norm and output layer of x (N, C), the last chunk's
   // forward output, for B samples -> logits (N, V) in the compute dtype, V this rank's padded
   // vocabulary columns (all of them in one process). For inspection and comparisons with other
-  // implementations (tessera-logits); no gradients, nothing kept.
+  // implementations (tessera-logits); no gradients, nothing kept. Up to kernels::kGemvMaxRows
+  // rows on the matrix-vector kernel (kernels/gemv.h), as forward_cached.
   Tensor logits(const Tensor& x, int64_t B) const;
   // Inference over a KV cache (model/kv_cache_view.h; one process or TP without SP, the whole
   // model on this rank): the hidden states (n, C) after the last layer of n new tokens `tokens`
   // at `positions` (each below max_positions()), the rows of `seqs` in order; every layer writes
   // their keys and values into `cache` and attends over their sequence's cached tokens. The
-  // head: logits() of the rows wanted.
+  // head: logits() of the rows wanted. Linear layers of at most kernels::kGemvMaxRows rows (a
+  // decode step) run on the matrix-vector kernel (kernels/gemv.h), not the GEMMs training uses.
   Tensor forward_cached(const int32_t* tokens, const int32_t* positions, int64_t n,
                         const KvBlocks& cache, const std::vector<CachedSequence>& seqs);
   // Selective recomputation: every layer drops its attention core's output and log-sum-exp and
