@@ -1,7 +1,10 @@
 // The machine's memory read rate, the reference decode benchmarks hold their figures against
-// (bench/inference_main.cc, bench/quantized_main.cc): a 1 GiB float array summed by the OpenMP
-// team, best of 5. Each thread keeps 64 independent sums (vectors of lanes), so the adds'
-// latency does not bound the rate.
+// (bench/inference_main.cc, bench/quantized_main.cc): a 1 GiB float array read by the OpenMP
+// team, best of 5 of two readers — a plain loop of 64 independent sums (compiled for the
+// baseline x86-64 here, so on wide-vector CPUs its adds, not memory, can bound it: measured
+// 27.6 GB/s on an AVX-512 EPYC where the second reached more), and kernels::sum_squares, which
+// runs on the CPU's best vector target with independent accumulator chains. The faster is the
+// machine's read rate as far as this process can see it.
 #pragma once
 
 #include <algorithm>
@@ -9,6 +12,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <vector>
+
+#include "tessera/kernels/adamw.h"
 
 namespace tessera::bench {
 
