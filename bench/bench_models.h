@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "tessera/model/config.h"
@@ -42,6 +43,18 @@ inline model::ModelConfig llama_1b() {
   c.seq_length = 1024;
   c.max_position_embeddings = 1024;
   return c;
+}
+
+// The inference benchmarks' models by --model (gpt2, llama1b or all).
+struct NamedModel {
+  const char* name;
+  model::ModelConfig cfg;
+};
+inline std::vector<NamedModel> decode_models(const std::string& which) {
+  std::vector<NamedModel> models;
+  if (which == "gpt2" || which == "all") models.push_back({"gpt2-124m", gpt2_124m()});
+  if (which == "llama1b" || which == "all") models.push_back({"llama-1b", llama_1b()});
+  return models;
 }
 
 // A fixed micro-batch of B sequences for cfg.

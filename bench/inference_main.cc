@@ -104,21 +104,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  tessera::set_num_threads(threads);
-  std::printf("%s\n", tessera::kernels::version_line().c_str());
-  const double bandwidth = tessera::bench::read_bandwidth_gbs();
-  std::printf("read bandwidth (1 GiB array, %d threads, best of 5): %.1f GB/s\n", threads,
-              bandwidth);
-
-  struct Named {
-    const char* name;
-    tessera::model::ModelConfig cfg;
-  };
-  std::vector<Named> models;
-  if (which == "gpt2" || which == "all")
-    models.push_back({"gpt2-124m", tessera::bench::gpt2_124m()});
-  if (which == "llama1b" || which == "all")
-    models.push_back({"llama-1b", tessera::bench::llama_1b()});
+  const double bandwidth = tessera::bench::announce_read_bandwidth(threads);
+  std::vector<tessera::bench::NamedModel> models = tessera::bench::decode_models(which);
   std::vector<DType> kinds;
   if (dtypes == "fp32" || dtypes == "all") kinds.push_back(DType::kF32);
   if (dtypes == "bf16" || dtypes == "all") kinds.push_back(DType::kBF16);
@@ -126,7 +113,7 @@ int main(int argc, char** argv) {
     const double peak = tessera::kernels::measure_peak_gflops(dtype);
     std::printf("%s GEMM rate (2048^3, measured now): %.1f GFLOP/s\n", tessera::dtype_name(dtype),
                 peak);
-    for (Named& m : models) {
+    for (tessera::bench::NamedModel& m : models) {
       m.cfg.seq_length = std::max<int64_t>(m.cfg.seq_length, prompt + decode + 1);
       m.cfg.max_position_embeddings = std::max(m.cfg.max_position_embeddings, m.cfg.seq_length);
       tessera::model::GPTModel model(m.cfg, dtype, 1);

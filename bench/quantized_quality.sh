@@ -18,12 +18,12 @@ EVAL=("$BIN_DIR/tessera-eval-ppl" --load "$RUN/hf" --tokenizer-type HuggingFaceT
 echo "format | output layer | perplexity | mean KL divergence | same top token"
 "${EVAL[@]}" | /usr/bin/python3 -c 'import json, sys
 r = json.load(sys.stdin)
-print(f"bf16 | - | {r[\"ppl\"]:.4f} | 0 | 100% ({r[\"tokens\"]} tokens)")'
+print("bf16 | - | {:.4f} | 0 | 100% ({} tokens)".format(r["ppl"], r["tokens"]))'
 for fmt in fp6 int8 q8_0 q4; do
   for out in "" --quantize-output-layer; do
     "${EVAL[@]}" --quantize "$fmt" --kl-divergence $out | /usr/bin/python3 -c 'import json, sys
 r = json.load(sys.stdin)
-print(f"{sys.argv[1]} | {sys.argv[2]} | {r[\"ppl\"]:.4f} | {r[\"kl_mean\"]:.3e} | {100 * r[\"same_top\"]:.2f}%")' \
+print("{} | {} | {:.4f} | {:.3e} | {:.2f}%".format(sys.argv[1], sys.argv[2], r["ppl"], r["kl_mean"], 100 * r["same_top"]))' \
       "$fmt" "$([ -n "$out" ] && echo yes || echo no)"
   done
 done

@@ -13,7 +13,9 @@
 #include <cstdio>
 #include <vector>
 
+#include "tessera/core/threads.h"
 #include "tessera/kernels/adamw.h"
+#include "tessera/kernels/build_info.h"
 
 namespace tessera::bench {
 
@@ -39,6 +41,16 @@ inline double read_bandwidth_gbs() {
   }
   if (sink < 0) std::printf("%g\n", sink);  // keeps the sums
   return best;
+}
+
+// Sets the thread count, prints the build's kernel line and the read rate, and returns the rate.
+inline double announce_read_bandwidth(int threads) {
+  set_num_threads(threads);
+  std::printf("%s\n", kernels::version_line().c_str());
+  const double bandwidth = read_bandwidth_gbs();
+  std::printf("read bandwidth (1 GiB array, %d threads, best of 5): %.1f GB/s\n", threads,
+              bandwidth);
+  return bandwidth;
 }
 
 }  // namespace tessera::bench
