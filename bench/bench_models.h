@@ -57,6 +57,29 @@ inline std::vector<NamedModel> decode_models(const std::string& which) {
   return models;
 }
 
+// The flags the inference benchmarks share: --model, --dtype, --threads, --prompt, --decode.
+struct DecodeBenchFlags {
+  std::string model = "all", dtype;
+  int threads = 2;
+  int64_t prompt = 128, decode = 32;
+  // Takes flag f with value v when it is one of these; false otherwise.
+  bool take(const std::string& f, const std::string& v) {
+    if (f == "--model")
+      model = v;
+    else if (f == "--dtype")
+      dtype = v;
+    else if (f == "--threads")
+      threads = std::stoi(v);
+    else if (f == "--prompt")
+      prompt = std::stoll(v);
+    else if (f == "--decode")
+      decode = std::stoll(v);
+    else
+      return false;
+    return true;
+  }
+};
+
 // A fixed micro-batch of B sequences for cfg.
 struct BenchBatch {
   std::vector<int32_t> tokens, targets;

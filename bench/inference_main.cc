@@ -76,23 +76,13 @@ Run generate(tessera::model::GPTModel& model, int batch, int64_t prompt, int64_t
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string which = "all", dtypes = "all";
-  int threads = 2;
-  int64_t prompt = 128, decode = 32;
+  tessera::bench::DecodeBenchFlags flags;
+  flags.dtype = "all";
   std::vector<int> batches = {1, 8, 32};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
-    if (f == "--model")
-      which = v;
-    else if (f == "--dtype")
-      dtypes = v;
-    else if (f == "--threads")
-      threads = std::stoi(v);
-    else if (f == "--prompt")
-      prompt = std::stoll(v);
-    else if (f == "--decode")
-      decode = std::stoll(v);
-    else if (f == "--batches") {
+    if (flags.take(f, v)) continue;
+    if (f == "--batches") {
       batches.clear();
       for (size_t at = 0; at < v.size();) {
         const size_t comma = v.find(',', at);
@@ -104,6 +94,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  const std::string &which = flags.model, &dtypes = flags.dtype;
+  const int threads = flags.threads;
+  const int64_t prompt = flags.prompt, decode = flags.decode;
   const double bandwidth = tessera::bench::announce_read_bandwidth(threads);
   std::vector<tessera::bench::NamedModel> models = tessera::bench::decode_models(which);
   std::vector<DType> kinds;

@@ -94,24 +94,15 @@ double bytes_per_token(tessera::model::GPTModel& model, const quant::QuantFormat
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string which = "all", dtype_name = "bf16", formats_arg = "fp6,int8,q8_0,q4";
-  int threads = 2;
-  int64_t prompt = 128, decode = 32;
+  tessera::bench::DecodeBenchFlags flags;
+  flags.dtype = "bf16";
+  std::string formats_arg = "fp6,int8,q8_0,q4";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
-    if (f == "--model")
-      which = v;
-    else if (f == "--dtype")
-      dtype_name = v;
-    else if (f == "--threads")
-      threads = std::stoi(v);
-    else if (f == "--prompt")
-      prompt = std::stoll(v);
-    else if (f == "--decode")
-      decode = std::stoll(v);
-    else if (f == "--formats")
+    if (flags.take(f, v)) continue;
+    if (f == "--formats") {
       formats_arg = v;
-    else {
+    } else {
       std::fprintf(stderr, "quantized: unknown flag %s\n", f.c_str());
       return 2;
     }
@@ -122,8 +113,10 @@ int main(int argc, char** argv) {
     formats.push_back(quant::parse_quant_format(formats_arg.substr(at, comma - at)));
     at = comma == std::string::npos ? formats_arg.size() : comma + 1;
   }
-  const DType dtype = dtype_name == "fp32" ? DType::kF32 : DType::kBF16;
-  const double bandwidth = tessera::bench::announce_read_bandwidth(threads);
+  const std::string& which = flags.model;
+  const int64_t prompt = flags.prompt, decode = flags.decode;
+  const DType dtype = flags.dtype == "fp32" ? DType::kF32 : DType::kBF16;
+  const double bandwidth = tessera::bench::announce_read_bandwidth(flags.threads);
   std::vector<tessera::bench::NamedModel> models = tessera::bench::decode_models(which);
   constexpr int64_t kGroup = 32;
   for (tessera::bench::NamedModel& m : models) {
