@@ -7,6 +7,11 @@ trap 'rm -rf "$TMP"' EXIT
 passed=0
 failed=0
 
+# free_port: a TCP port on 127.0.0.1 nobody listens on now (for a server under test).
+free_port() {
+  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
 check() {  # check DESCRIPTION COMMAND...: runs COMMAND, counts and reports the result
   local what="$1"
   shift

@@ -17,7 +17,7 @@ source "$HERE/text_model.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
 check "train a byte-level model" train_text_model "$BIN_DIR" "$TMP/model"
-PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+PORT=$(free_port)
 "$BIN_DIR/tessera-serve" --load "$TMP/model" --tokenizer-type ByteLevel --port "$PORT" \
   --served-model-name tiny >"$TMP/server.log" 2>&1 &
 SERVER=$!
@@ -109,7 +109,7 @@ template = ("{% for message in messages %}{% if message['role'] == 'system' and 
             "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant\\n' }}{% endif %}")
 json.dump({"chat_template": template, "eos_token": {"content": "|>"}}, open(sys.argv[1], "w"))
 PY
-CHAT_PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+CHAT_PORT=$(free_port)
 "$BIN_DIR/tessera-serve" --load "$TMP/chat_model" --tokenizer-type ByteLevel --port "$CHAT_PORT" \
   --served-model-name tiny >"$TMP/chat_server.log" 2>&1 &
 CHAT_SERVER=$!

@@ -14,7 +14,7 @@ LOAD="$HERE/../../bench/serve_load.mjs"
 
 # A context of 2048 positions (RoPE), so a generation can outlast its client.
 check "train a byte-level model" train_text_model "$BIN_DIR" "$TMP/model" --max-position-embeddings 2048
-PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+PORT=$(free_port)
 "$BIN_DIR/tessera-serve" --load "$TMP/model" --tokenizer-type ByteLevel --port "$PORT" \
   --max-batch 32 --num-threads 1 >"$TMP/server.log" 2>&1 &
 SERVER=$!

@@ -11,9 +11,6 @@ source "$HERE/text_model.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
 check "train a byte-level model" train_text_model "$BIN_DIR" "$TMP/model"
-free_port() {
-  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 SERVERS=()
 trap 'kill "${SERVERS[@]}" 2>/dev/null; wait; rm -rf "$TMP"' EXIT
 # start NP PORT: a server on PORT (NP ranks; 1 without mpirun), up when this returns.

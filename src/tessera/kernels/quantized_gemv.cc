@@ -5,11 +5,11 @@
 
 #include <algorithm>
 #include <array>
-#include <vector>
 
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
 #include "tessera/kernels/gemm_clock.h"
+#include "tessera/kernels/scratch.h"
 #include "tessera/kernels/simd/vec.h"
 
 TESSERA_TARGET_BEGIN
@@ -33,17 +33,7 @@ constexpr std::array<float, 64> fp6_values() {
 }
 constexpr std::array<float, 64> kFp6 = fp6_values();
 
-int64_t row_bytes(const QuantizedWeightsView& w) {
-  switch (w.codes_type) {
-    case WeightCodes::kFp6:
-      return w.cols / 4 * 3;
-    case WeightCodes::kInt8:
-      return w.cols;
-    case WeightCodes::kNibble:
-      return w.cols / 2;
-  }
-  return 0;
-}
+thread_local ScratchBuffer t_row, t_scales;
 
 // Row r decoded into dst (cols floats), group by group with each group's scale (and minimum)
 // read once. The loops run over whole groups so the compiler vectorises them with the target's
@@ -70,7 +60,7 @@ template <int kHalf>
 template <WeightCodes kType>
 void decode_row(const QuantizedWeightsView& w, int64_t r, float* dst, float* scratch) {
   const int64_t C = w.cols, G = w.group, groups = C / G;
-  const uint8_t* row = w.codes + r * row_bytes(w);
+  const uint8_t* row = w.codes + r * quantized_row_bytes(w.codes_type, w.cols);
   float* scales = scratch;
   float* mins = scratch + groups;
   const auto* s16 = reinterpret_cast<const fp16*>(w.scales + r * groups);
@@ -137,25 +127,27 @@ void gemv(float* out, const float* inp, const QuantizedWeightsView& w, int64_t M
   // measured on the bf16 gemv, kernels/gemv.cc). The decoded row stays in L1 for the products.
 #pragma omp parallel if (w.rows * C >= kParallelWeights)
   {
-    std::vector<float> row(static_cast<size_t>(C)), scratch(static_cast<size_t>(2 * C / w.group));
+    // The decoded row and the row's widened scales: per-thread buffers kept between calls.
+    float* row = t_row.floats(C);
+    float* scales = t_scales.floats(2 * C / w.group);
 #pragma omp for schedule(static)
     for (int64_t o = 0; o < w.rows; ++o) {
-      decode_row<kType>(w, o, row.data(), scratch.data());
+      decode_row<kType>(w, o, row, scales);
       for (int64_t x = 0; x < M; x += 4) {
         float* y = out + x * w.rows;
         const float* in = inp + x * C;
         switch (std::min<int64_t>(4, M - x)) {
           case 1:
-            dot_rows<1>(y, in, row.data(), C, w.rows, o);
+            dot_rows<1>(y, in, row, C, w.rows, o);
             break;
           case 2:
-            dot_rows<2>(y, in, row.data(), C, w.rows, o);
+            dot_rows<2>(y, in, row, C, w.rows, o);
             break;
           case 3:
-            dot_rows<3>(y, in, row.data(), C, w.rows, o);
+            dot_rows<3>(y, in, row, C, w.rows, o);
             break;
           default:
-            dot_rows<4>(y, in, row.data(), C, w.rows, o);
+            dot_rows<4>(y, in, row, C, w.rows, o);
         }
       }
     }
@@ -166,10 +158,9 @@ template <WeightCodes kType>
 void decode_rows(float* out, const QuantizedWeightsView& w, int64_t r0, int64_t r1) {
 #pragma omp parallel if ((r1 - r0) * w.cols >= kParallelWeights)
   {
-    std::vector<float> scratch(static_cast<size_t>(2 * w.cols / w.group));
+    float* scales = t_scales.floats(2 * w.cols / w.group);
 #pragma omp for schedule(static)
-    for (int64_t r = r0; r < r1; ++r)
-      decode_row<kType>(w, r, out + (r - r0) * w.cols, scratch.data());
+    for (int64_t r = r0; r < r1; ++r) decode_row<kType>(w, r, out + (r - r0) * w.cols, scales);
   }
 }
 

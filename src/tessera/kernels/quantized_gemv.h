@@ -4,10 +4,10 @@
 // (and an fp16 minimum for 4-bit codes).
 //
 //   quantized_gemv      out (M, rows) = inp (M, cols) @ W^T for the few rows of a decode step
-//                       (1 <= M <= kQuantizedGemvMaxRows): each weight row is read once, its
-//                       codes decoded 16 at a time into fp32 lanes and dotted with every input
-//                       row there — never a dequantized copy of the matrix. Parallel over output
-//                       rows (each thread streams its own contiguous part of the codes).
+//                       (1 <= M <= kQuantizedGemvMaxRows): each weight row is read once, decoded
+//                       into a one-row fp32 buffer that stays in L1, and dotted with every input
+//                       row — never a dequantized copy of the matrix. Parallel over output rows
+//                       (each thread streams its own contiguous part of the codes).
 //   dequantize_rows     rows [r0, r1) decoded into fp32 (r1 - r0, cols): prefill decodes tiles
 //                       of rows and multiplies them with a GEMM (quant/quantized_linear.h).
 //
@@ -38,6 +38,19 @@ struct QuantizedWeightsView {
 };
 
 constexpr int64_t kQuantizedGemvMaxRows = 8;
+
+// Bytes of codes in one row of `cols` weights: 3/4 for FP6, 1 for int8, 1/2 for 4-bit.
+inline int64_t quantized_row_bytes(WeightCodes codes_type, int64_t cols) {
+  switch (codes_type) {
+    case WeightCodes::kFp6:
+      return cols / 4 * 3;
+    case WeightCodes::kInt8:
+      return cols;
+    case WeightCodes::kNibble:
+      return cols / 2;
+  }
+  return 0;
+}
 
 inline void quantized_gemv(float* out, const float* inp, const QuantizedWeightsView& w, int64_t M) {
   dispatch<&quantized_gemv>(out, inp, w, M);

@@ -16,9 +16,7 @@ constexpr int64_t kTileRows = 128;
 
 kernels::QuantizedWeightsView weights_view(const QuantizedMatrix& q) {
   kernels::QuantizedWeightsView v;
-  v.codes_type = q.format == QuantFormat::kFp6  ? kernels::WeightCodes::kFp6
-                 : q.format == QuantFormat::kQ4 ? kernels::WeightCodes::kNibble
-                                                : kernels::WeightCodes::kInt8;
+  v.codes_type = codes_of(q.format);
   v.codes = q.codes.data();
   v.scales = q.scales.data();
   v.mins = q.mins.empty() ? nullptr : q.mins.data();

@@ -55,6 +55,12 @@ void quantize_q4(const float* w, int64_t n, uint8_t* bytes, float& d, float& lo)
 
 }  // namespace
 
+kernels::WeightCodes codes_of(QuantFormat format) {
+  return format == QuantFormat::kFp6  ? kernels::WeightCodes::kFp6
+         : format == QuantFormat::kQ4 ? kernels::WeightCodes::kNibble
+                                      : kernels::WeightCodes::kInt8;
+}
+
 const char* quant_format_name(QuantFormat format) {
   switch (format) {
     case QuantFormat::kFp6:
@@ -90,16 +96,7 @@ int64_t quant_group(QuantFormat format, int64_t cols, int64_t q4_group) {
 }
 
 int64_t quant_row_bytes(QuantFormat format, int64_t cols) {
-  switch (format) {
-    case QuantFormat::kFp6:
-      return cols / 4 * 3;
-    case QuantFormat::kInt8:
-    case QuantFormat::kQ8_0:
-      return cols;
-    case QuantFormat::kQ4:
-      return cols / 2;
-  }
-  return 0;
+  return kernels::quantized_row_bytes(codes_of(format), cols);
 }
 
 std::string quant_shape_problem(QuantFormat format, int64_t rows, int64_t cols, int64_t group) {

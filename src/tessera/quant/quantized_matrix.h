@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "tessera/kernels/quantized_gemv.h"
+
 namespace tessera::quant {
 
 enum class QuantFormat { kFp6, kInt8, kQ8_0, kQ4 };
@@ -35,6 +37,8 @@ QuantFormat parse_quant_format(const std::string& name);
 
 // Weights per scale along a row: cols for fp6 and int8, 32 for q8_0, `q4_group` (32 or 64) for q4.
 int64_t quant_group(QuantFormat format, int64_t cols, int64_t q4_group = 32);
+// How the kernels read a format's codes (int8 and q8_0 share theirs).
+kernels::WeightCodes codes_of(QuantFormat format);
 // Bytes of codes in one row of `cols` weights.
 int64_t quant_row_bytes(QuantFormat format, int64_t cols);
 // Bytes of a whole (rows, cols) matrix: codes, fp16 scales (and minimums).
