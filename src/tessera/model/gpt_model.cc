@@ -333,7 +333,6 @@ void GPTModel::quantize_weights(const WeightQuantizer& quantizer, bool output_la
     quantized_head_ = ColumnParallelLinear(std::move(head), &tp_);
     quantized_head_->quantize(quantizer);
   }
-  quantized_ = true;
 }
 
 LossSum GPTModel::forward_backward(const Batch& batch, const StepContext& ctx, float grad_scale) {

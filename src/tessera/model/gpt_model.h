@@ -184,7 +184,6 @@ class GPTModel {
   // output layer, tied or not. How a quantized directory installs its stored codes, and how the
   // converter learns which weights quantize_weights quantizes.
   void quantize_weights(const WeightQuantizer& quantizer, bool output_layer);
-  bool quantized() const { return quantized_; }
 
   // Forward and backward of one micro-batch (the whole batch on every TP rank; ctx from
   // context()) through the whole model (one chunk with embeddings and head), with no policies:
@@ -235,7 +234,6 @@ class GPTModel {
   std::unique_ptr<Norm> final_norm_;
   // The output layer over head_w_ (its quantized form when there is one).
   ColumnParallelLinear output_layer() const;
-  bool quantized_ = false;
   std::optional<ColumnParallelLinear> quantized_head_;  // the output layer, when quantized
   Tensor wte_, dwte_, wpe_, dwpe_, head_w_, dhead_w_;
 };
