@@ -11,12 +11,16 @@
 //
 //   build/bin/quantized [--model gpt2|llama1b|all] [--dtype bf16|fp32] [--threads N]
 //                       [--prompt P] [--decode D] [--formats fp6,int8,q8_0,q4]
+//                       [--kernels memory|cache]
+//
+// --kernels: the matrix-vector kernels alone instead (quantized_kernels.h).
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "bench_models.h"
+#include "quantized_kernels.h"
 #include "read_bandwidth.h"
 #include "tessera/core/threads.h"
 #include "tessera/inference/engine.h"
@@ -97,11 +101,14 @@ int main(int argc, char** argv) {
   tessera::bench::DecodeBenchFlags flags;
   flags.dtype = "bf16";
   std::string formats_arg = "fp6,int8,q8_0,q4";
+  std::string kernels;  // "memory" or "cache": the kernels alone
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
     if (flags.take(f, v)) continue;
     if (f == "--formats") {
       formats_arg = v;
+    } else if (f == "--kernels" && (v == "memory" || v == "cache")) {
+      kernels = v;
     } else {
       std::fprintf(stderr, "quantized: unknown flag %s\n", f.c_str());
       return 2;
@@ -117,6 +124,10 @@ int main(int argc, char** argv) {
   const int64_t prompt = flags.prompt, decode = flags.decode;
   const DType dtype = flags.dtype == "fp32" ? DType::kF32 : DType::kBF16;
   const double bandwidth = tessera::bench::announce_read_bandwidth(flags.threads);
+  if (!kernels.empty()) {
+    tessera::bench::quantized_kernel_speeds(formats, bandwidth, kernels == "cache");
+    return 0;
+  }
   std::vector<tessera::bench::NamedModel> models = tessera::bench::decode_models(which);
   constexpr int64_t kGroup = 32;
   for (tessera::bench::NamedModel& m : models) {

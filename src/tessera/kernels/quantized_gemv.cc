@@ -55,22 +55,29 @@ template <int kHalf>
   for (int j = 0; j < 2 * kHalf; ++j) out[j] = static_cast<float>(q[j]) * d + lo;
 }
 
-// `scratch` holds 2 * groups floats: the row's scales and minimums widened from fp16 with the
+// The row's scales (and minimums) widened from fp16 into scratch (2 * groups floats) with the
 // vector layer (a scalar fp16 conversion per group of 32 cost more than the group's decoding).
+void widen_scales(const QuantizedWeightsView& w, int64_t r, float* scratch) {
+  const int64_t groups = w.cols / w.group;
+  const auto* s16 = reinterpret_cast<const fp16*>(w.scales + r * groups);
+  for_each_block(0, groups,
+                 [&](int64_t i, int lanes) { store(scratch + i, load(s16 + i, lanes), lanes); });
+  if (w.mins != nullptr) {
+    const auto* m16 = reinterpret_cast<const fp16*>(w.mins + r * groups);
+    for_each_block(0, groups, [&](int64_t i, int lanes) {
+      store(scratch + groups + i, load(m16 + i, lanes), lanes);
+    });
+  }
+}
+
+// `scratch` holds 2 * groups floats (widen_scales).
 template <WeightCodes kType>
 void decode_row(const QuantizedWeightsView& w, int64_t r, float* dst, float* scratch) {
   const int64_t C = w.cols, G = w.group, groups = C / G;
   const uint8_t* row = w.codes + r * quantized_row_bytes(w.codes_type, w.cols);
   float* scales = scratch;
   float* mins = scratch + groups;
-  const auto* s16 = reinterpret_cast<const fp16*>(w.scales + r * groups);
-  for_each_block(0, groups,
-                 [&](int64_t i, int lanes) { store(scales + i, load(s16 + i, lanes), lanes); });
-  if (w.mins != nullptr) {
-    const auto* m16 = reinterpret_cast<const fp16*>(w.mins + r * groups);
-    for_each_block(0, groups,
-                   [&](int64_t i, int lanes) { store(mins + i, load(m16 + i, lanes), lanes); });
-  }
+  widen_scales(w, r, scratch);
   for (int64_t g = 0; g < groups; ++g) {
     const float d = scales[g];
     // __restrict: codes are bytes, which may alias anything, and without it GCC left these loops
@@ -105,22 +112,257 @@ void decode_row(const QuantizedWeightsView& w, int64_t r, float* dst, float* scr
   }
 }
 
-// out[x * rows + o] for input rows x < kRows: the decoded row dotted with each (fp32 lanes,
-// blocks of 16 in order, fused multiply-adds where the target has them).
+// Each output's dot product runs on four accumulators of 16 lanes: block k (weights 16k ..
+// 16k + 15 of the row) goes into accumulator k % 4, and the result is the lanes of
+// (a0 + a1) + (a2 + a3) summed. One chain of fused multiply-adds made decoding in registers wait
+// on the adds' latency (FP6 and 4-bit codes ran at half the read rate); both ways of decoding
+// keep this order, so they give the same bits.
+constexpr int kAccumulators = 4;
+
+// Input rows handled together: each holds kAccumulators vectors, which for 4 rows is 16 of
+// AVX-512's 32 registers; on AVX2 a vector takes two of its 16 and on baseline four, so 2 rows.
+constexpr int kRowsAtOnce =
+    kThisTarget == CpuTarget::kAvx512 || kThisTarget == CpuTarget::kAvx512Bf16 ? 4 : 2;
+
+template <int kRows>
+struct Accumulators {
+  VecF acc[kRows][kAccumulators];
+  Accumulators() {
+    for (auto& row : acc)
+      for (VecF& a : row) a = zero();
+  }
+  // acc[x][a] += w * the input rows' block at column i (lanes of it).
+  template <int a>
+  [[gnu::always_inline]] void add(const float* inp, int64_t C, int64_t i, VecF wv, int lanes) {
+    for (int x = 0; x < kRows; ++x) acc[x][a] = fmadd(load(inp + x * C + i, lanes), wv, acc[x][a]);
+  }
+  template <int a>
+  [[gnu::always_inline]] void add(const float* inp, int64_t C, int64_t i, VecF wv) {
+    for (int x = 0; x < kRows; ++x) acc[x][a] = fmadd(load(inp + x * C + i), wv, acc[x][a]);
+  }
+  void store_to(float* out, int64_t rows, int64_t o) const {
+    for (int x = 0; x < kRows; ++x)
+      out[x * rows + o] = reduce_add((acc[x][0] + acc[x][1]) + (acc[x][2] + acc[x][3]));
+  }
+};
+
+// out[x * rows + o] for input rows x < kRows: the decoded row dotted with each.
 template <int kRows>
 [[gnu::always_inline]] inline void dot_rows(float* out, const float* inp, const float* row,
                                             int64_t C, int64_t rows, int64_t o) {
-  VecF acc[kRows];
-  for (int x = 0; x < kRows; ++x) acc[x] = zero();
-  for_each_block(0, C, [&](int64_t i, int lanes) {
-    const VecF wv = load(row + i, lanes);
-    for (int x = 0; x < kRows; ++x) acc[x] = fmadd(load(inp + x * C + i, lanes), wv, acc[x]);
-  });
-  for (int x = 0; x < kRows; ++x) out[x * rows + o] = reduce_add(acc[x]);
+  Accumulators<kRows> s;
+  int64_t i = 0;
+  for (; i + 4 * kLanes <= C; i += 4 * kLanes) {
+    s.template add<0>(inp, C, i, load(row + i));
+    s.template add<1>(inp, C, i + kLanes, load(row + i + kLanes));
+    s.template add<2>(inp, C, i + 2 * kLanes, load(row + i + 2 * kLanes));
+    s.template add<3>(inp, C, i + 3 * kLanes, load(row + i + 3 * kLanes));
+  }
+  // The last (up to 3, the last maybe partial) blocks, into accumulators 0, 1, 2 in turn.
+  if (i < C) s.template add<0>(inp, C, i, load(row + i, lanes_left(i, C)), lanes_left(i, C));
+  if ((i += kLanes) < C)
+    s.template add<1>(inp, C, i, load(row + i, lanes_left(i, C)), lanes_left(i, C));
+  if ((i += kLanes) < C)
+    s.template add<2>(inp, C, i, load(row + i, lanes_left(i, C)), lanes_left(i, C));
+  s.store_to(out, rows, o);
+}
+
+// The magnitudes of the 32 non-negative FP6 codes (the sign is bit 5 of the code).
+constexpr std::array<float, 32> fp6_magnitudes() {
+  std::array<float, 32> v{};
+  for (int code = 0; code < 32; ++code) v[code] = kFp6[code];
+  return v;
+}
+alignas(64) constexpr std::array<float, 32> kFp6Magnitude = fp6_magnitudes();
+
+// Block j (16 weights) of a group whose codes start at `codes`, of `blocks` blocks, decoded in
+// registers exactly as decode_row writes it: code times the group's scale d (plus its minimum lo
+// for 4-bit codes), unfused. For FP6, `fp6_times_d` holds the 32 magnitudes times d, so a weight
+// is one lookup and its sign: -(m d) is (-m) d exactly. kExact: read no byte past the block's
+// own (the matrix's last block).
+template <WeightCodes kType, bool kExact>
+[[gnu::always_inline]] inline VecF decode_block(const uint8_t* codes, int64_t j, int64_t blocks,
+                                                float d, float lo, const float* fp6_times_d) {
+  if constexpr (kType == WeightCodes::kInt8) {
+    return load(reinterpret_cast<const int8_t*>(codes) + 16 * j) * splat(d);
+  } else if constexpr (kType == WeightCodes::kNibble) {
+    // The low nibbles of the group's bytes are its first half, the high ones its second.
+    const int64_t half = blocks / 2;
+    const VecI b = load_u8(codes + 16 * (j < half ? j : j - half));
+    const VecI q = j < half ? b & splat_i(15) : shift_right(b, 4);
+    return to_float(q) * splat(d) + splat(lo);
+  } else {
+    // Each code in its lane's top 6 bits: the magnitude's index below the sign bit, and the
+    // sign bit in the fp32 sign's place.
+    const VecI top = kExact ? unpack6_top_exact(codes + 12 * j) : unpack6_top(codes + 12 * j);
+    return xor_bits(lookup32(fp6_times_d, shift_right(top, 26)),
+                    top & splat_i(static_cast<int32_t>(0x80000000u)));
+  }
+}
+
+// out[x * rows + o] for input rows x < kRows, decoding each block of 16 weights in registers and
+// dotting it with every input row at once: the codes are read once and nothing is stored between
+// decoding and the products. Same blocks, same accumulators and the same decoded values as
+// decode_row + dot_rows, so the same bits. kExact for the matrix's last row (decode_block).
+template <WeightCodes kType, int kRows, bool kExact>
+[[gnu::always_inline]] inline void fused_rows(float* out, const float* inp,
+                                              const QuantizedWeightsView& w, int64_t o,
+                                              const float* scales, const float* mins) {
+  const int64_t C = w.cols, blocks = w.group / 16, all_blocks = C / 16, groups = C / w.group;
+  const int64_t group_bytes = quantized_row_bytes(w.codes_type, w.group);
+  const uint8_t* codes = w.codes + o * quantized_row_bytes(w.codes_type, C);
+  Accumulators<kRows> s;
+  // The group of block k and the block's place j in it, advanced block by block (no division).
+  int64_t g = 0, j = 0;
+  float d = 0, lo = 0;
+  alignas(64) float fp6_times_d[32];
+  auto enter_group = [&]() __attribute__((always_inline)) {
+    d = scales[g];
+    if (mins != nullptr) lo = mins[g];
+    if constexpr (kType == WeightCodes::kFp6) {
+      store(fp6_times_d, load(kFp6Magnitude.data()) * splat(d));
+      store(fp6_times_d + 16, load(kFp6Magnitude.data() + 16) * splat(d));
+    }
+  };
+  enter_group();
+  auto next = [&]() __attribute__((always_inline)) {
+    if (++j < blocks) return;
+    j = 0;
+    codes += group_bytes;
+    if (++g < groups) enter_group();
+  };
+  // (Lambdas GCC would not inline otherwise: one call per block halved the 4-bit kernel.)
+  auto block = [&]() __attribute__((always_inline)) {
+    return decode_block<kType, kExact>(codes, j, blocks, d, lo, fp6_times_d);
+  };
+  int64_t k = 0;
+  for (; k + 4 <= all_blocks; k += 4) {
+    s.template add<0>(inp, C, 16 * k, block());
+    next();
+    s.template add<1>(inp, C, 16 * (k + 1), block());
+    next();
+    s.template add<2>(inp, C, 16 * (k + 2), block());
+    next();
+    s.template add<3>(inp, C, 16 * (k + 3), block());
+    next();
+  }
+  if (k < all_blocks) {
+    s.template add<0>(inp, C, 16 * k, block());
+    next();
+  }
+  if (++k < all_blocks) {
+    s.template add<1>(inp, C, 16 * k, block());
+    next();
+  }
+  if (++k < all_blocks) s.template add<2>(inp, C, 16 * k, block());
+  s.store_to(out, w.rows, o);
+}
+
+// fused_rows for 4-bit codes in groups of 32 or 64, a group's bytes loaded once for both of its
+// halves (its low nibbles, then its high ones): the same blocks into the same accumulators.
+template <int kRows>
+[[gnu::always_inline]] inline void fused_nibble_rows(float* out, const float* inp,
+                                                     const QuantizedWeightsView& w, int64_t o,
+                                                     const float* scales, const float* mins) {
+  const int64_t C = w.cols, G = w.group, groups = C / G;
+  const uint8_t* codes = w.codes + o * (C / 2);
+  Accumulators<kRows> s;
+  const VecI low = splat_i(15);
+  auto weights = [&](VecI q, int64_t g) __attribute__((always_inline)) {
+    return to_float(q) * splat(scales[g]) + splat(mins[g]);
+  };
+  if (G == 64) {
+    for (int64_t g = 0; g < groups; ++g, codes += 32) {
+      const VecI b0 = load_u8(codes), b1 = load_u8(codes + 16);
+      const float* in = inp + 64 * g;
+      s.template add<0>(in, C, 0, weights(b0 & low, g));
+      s.template add<1>(in, C, 16, weights(b1 & low, g));
+      s.template add<2>(in, C, 32, weights(shift_right(b0, 4), g));
+      s.template add<3>(in, C, 48, weights(shift_right(b1, 4), g));
+    }
+  } else {  // 32: two groups make the four blocks of an unrolled step
+    int64_t g = 0;
+    for (; g + 2 <= groups; g += 2, codes += 32) {
+      const VecI b0 = load_u8(codes), b1 = load_u8(codes + 16);
+      const float* in = inp + 32 * g;
+      s.template add<0>(in, C, 0, weights(b0 & low, g));
+      s.template add<1>(in, C, 16, weights(shift_right(b0, 4), g));
+      s.template add<2>(in, C, 32, weights(b1 & low, g + 1));
+      s.template add<3>(in, C, 48, weights(shift_right(b1, 4), g + 1));
+    }
+    if (g < groups) {
+      const VecI b0 = load_u8(codes);
+      s.template add<0>(inp + 32 * g, C, 0, weights(b0 & low, g));
+      s.template add<1>(inp + 32 * g, C, 16, weights(shift_right(b0, 4), g));
+    }
+  }
+  s.store_to(out, w.rows, o);
+}
+
+// fused_rows for kRows = M.
+template <WeightCodes kType, bool kExact>
+void fused_row(float* out, const float* inp, const QuantizedWeightsView& w, int64_t M, int64_t o,
+               const float* scales, const float* mins) {
+  if constexpr (kType == WeightCodes::kNibble) {
+    if (w.group == 32 || w.group == 64) {
+      switch (M) {
+        case 1:
+          return fused_nibble_rows<1>(out, inp, w, o, scales, mins);
+        case 2:
+          return fused_nibble_rows<2>(out, inp, w, o, scales, mins);
+        case 3:
+          if constexpr (kRowsAtOnce >= 3) fused_nibble_rows<3>(out, inp, w, o, scales, mins);
+          return;
+        default:
+          if constexpr (kRowsAtOnce >= 4) fused_nibble_rows<4>(out, inp, w, o, scales, mins);
+          return;
+      }
+    }
+  }
+  switch (M) {
+    case 1:
+      return fused_rows<kType, 1, kExact>(out, inp, w, o, scales, mins);
+    case 2:
+      return fused_rows<kType, 2, kExact>(out, inp, w, o, scales, mins);
+    case 3:
+      if constexpr (kRowsAtOnce >= 3) fused_rows<kType, 3, kExact>(out, inp, w, o, scales, mins);
+      return;
+    default:
+      if constexpr (kRowsAtOnce >= 4) fused_rows<kType, 4, kExact>(out, inp, w, o, scales, mins);
+  }
+}
+
+// Whether fused_rows applies: at most kRowsAtOnce input rows, and whole blocks (cols and the
+// group multiples of 16; of 32 for 4-bit codes, whose group halves are blocks).
+template <WeightCodes kType>
+bool fused_fits(const QuantizedWeightsView& w, int64_t M) {
+  const int64_t block = kType == WeightCodes::kNibble ? 32 : 16;
+  return M <= kRowsAtOnce && w.cols % 16 == 0 && w.group % block == 0;
+}
+
+// Decode in registers for up to kRowsAtOnce input rows (the decoded block is reused by each);
+// more rows, or rows not made of whole blocks, decode each weight row into L1 once for all.
+template <WeightCodes kType>
+void fused_gemv(float* out, const float* inp, const QuantizedWeightsView& w, int64_t M) {
+  const int64_t groups = w.cols / w.group;
+#pragma omp parallel if (w.rows * w.cols >= kParallelWeights)
+  {
+    float* scales = t_scales.floats(2 * groups);
+    const float* mins = w.mins != nullptr ? scales + groups : nullptr;
+#pragma omp for schedule(static)
+    for (int64_t o = 0; o < w.rows; ++o) {
+      widen_scales(w, o, scales);
+      if (o + 1 < w.rows)
+        fused_row<kType, false>(out, inp, w, M, o, scales, mins);
+      else
+        fused_row<kType, true>(out, inp, w, M, o, scales, mins);
+    }
+  }
 }
 
 template <WeightCodes kType>
 void gemv(float* out, const float* inp, const QuantizedWeightsView& w, int64_t M) {
+  if (fused_fits<kType>(w, M)) return fused_gemv<kType>(out, inp, w, M);
   const int64_t C = w.cols;
   // One weight row at a time, so each thread's reads of the codes are one linear stream (rows
   // interleaved two or more at a time make the hardware prefetcher restart at every row:
@@ -133,10 +375,10 @@ void gemv(float* out, const float* inp, const QuantizedWeightsView& w, int64_t M
 #pragma omp for schedule(static)
     for (int64_t o = 0; o < w.rows; ++o) {
       decode_row<kType>(w, o, row, scales);
-      for (int64_t x = 0; x < M; x += 4) {
+      for (int64_t x = 0; x < M; x += kRowsAtOnce) {
         float* y = out + x * w.rows;
         const float* in = inp + x * C;
-        switch (std::min<int64_t>(4, M - x)) {
+        switch (std::min<int64_t>(kRowsAtOnce, M - x)) {
           case 1:
             dot_rows<1>(y, in, row, C, w.rows, o);
             break;
@@ -144,10 +386,10 @@ void gemv(float* out, const float* inp, const QuantizedWeightsView& w, int64_t M
             dot_rows<2>(y, in, row, C, w.rows, o);
             break;
           case 3:
-            dot_rows<3>(y, in, row, C, w.rows, o);
+            if constexpr (kRowsAtOnce >= 3) dot_rows<3>(y, in, row, C, w.rows, o);
             break;
           default:
-            dot_rows<4>(y, in, row, C, w.rows, o);
+            if constexpr (kRowsAtOnce >= 4) dot_rows<4>(y, in, row, C, w.rows, o);
         }
       }
     }

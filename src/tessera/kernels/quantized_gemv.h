@@ -4,17 +4,21 @@
 // (and an fp16 minimum for 4-bit codes).
 //
 //   quantized_gemv      out (M, rows) = inp (M, cols) @ W^T for the few rows of a decode step
-//                       (1 <= M <= kQuantizedGemvMaxRows): each weight row is read once, decoded
-//                       into a one-row fp32 buffer that stays in L1, and dotted with every input
-//                       row — never a dequantized copy of the matrix. Parallel over output rows
-//                       (each thread streams its own contiguous part of the codes).
+//                       (1 <= M <= kQuantizedGemvMaxRows): each weight row is read once and
+//                       never dequantized as a whole — up to 4 input rows, each block of 16
+//                       codes is decoded in vector registers (the vector layer's widening loads,
+//                       6-bit unpacking and table lookup) and dotted with every input row; for
+//                       more rows (or rows not made of whole blocks) a row is decoded into a
+//                       one-row fp32 buffer that stays in L1, then dotted. Parallel over output
+//                       rows (each thread streams its own contiguous part of the codes).
 //   dequantize_rows     rows [r0, r1) decoded into fp32 (r1 - r0, cols): prefill decodes tiles
 //                       of rows and multiplies them with a GEMM (quant/quantized_linear.h).
 //
 // Numerics: a weight decodes exactly as quant::dequantize_row does (code times the fp16 scale in
-// fp32, plus the fp16 minimum for 4-bit codes); each output is one dot product over cols in 16
-// fp32 lanes (fused multiply-adds where the target has FMA, blocks in order, the lanes summed at
-// the end), so it equals decode-then-fp32-GEMM to fp32 rounding.
+// fp32, plus the fp16 minimum for 4-bit codes); each output is a dot product over cols on four
+// 16-lane fp32 accumulators (block k of 16 weights into accumulator k mod 4, fused multiply-adds
+// where the target has FMA), summed (a0 + a1) + (a2 + a3) and then across lanes, so it equals
+// decode-then-fp32-GEMM to fp32 rounding; both ways of decoding give the same bits.
 #pragma once
 
 #include <cstdint>

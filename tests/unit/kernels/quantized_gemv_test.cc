@@ -91,12 +91,13 @@ const Case kCases[] = {
     {WeightCodes::kInt8, 50, 96, 32},                                        // Q8_0 blocks
     {WeightCodes::kNibble, 31, 96, 32},   {WeightCodes::kNibble, 20, 192, 64},
     {WeightCodes::kNibble, 300, 512, 32},  // enough weights for the team
+    {WeightCodes::kInt8, 70, 1024, 1024},  // per row, whole blocks (decoded in registers)
 };
 
 TEST(QuantizedGemv, EqualsTheDecodedMatrixProductInDouble) {
   for (const Case& c : kCases) {
     const Matrix m = make(c, static_cast<unsigned>(c.rows * 7 + c.cols));
-    for (int64_t M : {1, 2, 3, 5, 8}) {
+    for (int64_t M : {1, 2, 3, 4, 5, 8}) {
       std::mt19937 rng(static_cast<unsigned>(M));
       std::normal_distribution<float> normal;
       std::vector<float> x(M * c.cols), out(M * c.rows, -1.0f);
@@ -116,6 +117,28 @@ TEST(QuantizedGemv, EqualsTheDecodedMatrixProductInDouble) {
         }
       EXPECT_LE(worst, 1.0) << "type " << static_cast<int>(c.type) << " " << c.rows << "x" << c.cols
                             << " group " << c.group << " M " << M;
+    }
+  }
+}
+
+// Up to 4 input rows decode in registers, more decode each weight row into a buffer first
+// (quantized_gemv.h): the same decoded values in the same order, so the same bits. Row 0 of a
+// 5-row product (the buffer's way) against the 1- to 4-row products of the same rows.
+TEST(QuantizedGemv, DecodingInRegistersHasTheBitsOfDecodingIntoABuffer) {
+  for (const Case& c : kCases) {
+    const Matrix m = make(c, 7);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal;
+    std::vector<float> x(5 * c.cols), buffered(5 * c.rows);
+    for (float& v : x) v = normal(rng);
+    quantized_gemv(buffered.data(), x.data(), m.view, 5);
+    for (int64_t M = 1; M <= 4; ++M) {
+      std::vector<float> out(M * c.rows);
+      quantized_gemv(out.data(), x.data(), m.view, M);
+      for (int64_t i = 0; i < M * c.rows; ++i)
+        ASSERT_EQ(out[i], buffered[i])
+            << "type " << static_cast<int>(c.type) << " " << c.rows << "x" << c.cols << " group "
+            << c.group << " M " << M << " output " << i;
     }
   }
 }

@@ -235,6 +235,65 @@ inline void mul_wide_u32(VecI a, VecI b, VecI* hi, VecI* lo) {
   mul_wide_half(a.hi, b.hi, &hi->hi, &lo->hi);
 }
 inline VecF to_float(VecI a) { return VecF{_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)}; }
+
+// ---- narrow codes (weight-only quantization): as vec_generic.h, whole blocks only ------------
+inline __m128i load_8_bytes(const void* p) {
+  int64_t bits;
+  std::memcpy(&bits, p, 8);
+  return _mm_cvtsi64_si128(bits);
+}
+inline VecF load(const int8_t* p) {
+  return to_float(
+      VecI{_mm256_cvtepi8_epi32(load_8_bytes(p)), _mm256_cvtepi8_epi32(load_8_bytes(p + 8))});
+}
+inline VecI load_u8(const uint8_t* p) {
+  return VecI{_mm256_cvtepu8_epi32(load_8_bytes(p)), _mm256_cvtepu8_epi32(load_8_bytes(p + 8))};
+}
+// The 12 bytes in both 128-bit lanes of each half; the shuffles put a group's three bytes
+// big-endian into each 32-bit word (half lo: groups 0 and 1, hi: 2 and 3), and a per-word shift
+// left moves field k of the group to the top.
+inline VecI unpack6_top_of(__m128i bytes) {
+  const __m256i all = _mm256_broadcastsi128_si256(bytes);
+  const __m256i order_lo = _mm256_set_epi32(0x80030405, 0x80030405, 0x80030405, 0x80030405,
+                                            0x80000102, 0x80000102, 0x80000102, 0x80000102);
+  const __m256i order_hi = _mm256_set_epi32(0x80090A0B, 0x80090A0B, 0x80090A0B, 0x80090A0B,
+                                            0x80060708, 0x80060708, 0x80060708, 0x80060708);
+  const __m256i shifts = _mm256_set_epi32(26, 20, 14, 8, 26, 20, 14, 8);
+  return VecI{_mm256_sllv_epi32(_mm256_shuffle_epi8(all, order_lo), shifts),
+              _mm256_sllv_epi32(_mm256_shuffle_epi8(all, order_hi), shifts)};
+}
+inline VecI unpack6_top(const uint8_t* p) {
+  return unpack6_top_of(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline VecI unpack6_top_exact(const uint8_t* p) {
+  int32_t last;
+  std::memcpy(&last, p + 8, 4);
+  return unpack6_top_of(_mm_insert_epi32(load_8_bytes(p), last, 2));
+}
+// Four 8-entry permutes, then blends on index bits 3 and 4 (moved to the sign bit blendv reads).
+inline __m256 lookup32_half(const float* table, __m256i idx) {
+  const __m256 p0 = _mm256_permutevar8x32_ps(_mm256_loadu_ps(table), idx);
+  const __m256 p1 = _mm256_permutevar8x32_ps(_mm256_loadu_ps(table + 8), idx);
+  const __m256 p2 = _mm256_permutevar8x32_ps(_mm256_loadu_ps(table + 16), idx);
+  const __m256 p3 = _mm256_permutevar8x32_ps(_mm256_loadu_ps(table + 24), idx);
+  const __m256 bit3 = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28));
+  const __m256 bit4 = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 27));
+  return _mm256_blendv_ps(_mm256_blendv_ps(p0, p1, bit3), _mm256_blendv_ps(p2, p3, bit3), bit4);
+}
+inline VecF lookup32(const float* table, VecI idx) {
+  return VecF{lookup32_half(table, idx.lo), lookup32_half(table, idx.hi)};
+}
+inline VecI operator&(VecI a, VecI b) {
+  return VecI{_mm256_and_si256(a.lo, b.lo), _mm256_and_si256(a.hi, b.hi)};
+}
+inline VecI shift_left(VecI a, int bits) {
+  const __m128i count = _mm_cvtsi32_si128(bits);
+  return VecI{_mm256_sll_epi32(a.lo, count), _mm256_sll_epi32(a.hi, count)};
+}
+inline VecF xor_bits(VecF a, VecI b) {
+  return VecF{_mm256_xor_ps(a.lo, _mm256_castsi256_ps(b.lo)),
+              _mm256_xor_ps(a.hi, _mm256_castsi256_ps(b.hi))};
+}
 inline void interleave4(const VecI in[4], VecI out[4]) {
   // Per half h (counters 8h .. 8h + 7): unpacks give each counter's four words in one 128-bit
   // lane (g0: counters 8h, 8h+4; g1: 8h+1, 8h+5; ...), 128-bit permutes put them in order.

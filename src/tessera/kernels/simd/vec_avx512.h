@@ -166,6 +166,45 @@ inline void mul_wide_u32(VecI a, VecI b, VecI* hi, VecI* lo) {
   lo->v = _mm512_mask_blend_epi32(kOdd, even, _mm512_maskz_slli_epi64(kAll8, odd, 32));
 }
 inline VecF to_float(VecI a) { return VecF{_mm512_maskz_cvtepi32_ps(kAll, a.v)}; }
+
+// ---- narrow codes (weight-only quantization): as vec_generic.h, whole blocks only ------------
+inline VecF load(const int8_t* p) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return to_float(VecI{_mm512_maskz_cvtepi8_epi32(kAll, b)});
+}
+inline VecI load_u8(const uint8_t* p) {
+  return VecI{
+      _mm512_maskz_cvtepu8_epi32(kAll, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))};
+}
+// The 12 bytes in every 128-bit lane; lane L's shuffle puts group L's three bytes big-endian
+// into each 32-bit word, and a per-word shift left moves field k of the group to the top.
+inline VecI unpack6_top_of(__m128i bytes) {
+  const __m512i all = _mm512_maskz_broadcast_i32x4(kAll, bytes);
+  const __m512i order =
+      _mm512_set_epi32(0x80090A0B, 0x80090A0B, 0x80090A0B, 0x80090A0B, 0x80060708, 0x80060708,
+                       0x80060708, 0x80060708, 0x80030405, 0x80030405, 0x80030405, 0x80030405,
+                       0x80000102, 0x80000102, 0x80000102, 0x80000102);
+  const __m512i words = _mm512_maskz_shuffle_epi8(~__mmask64{0}, all, order);
+  const __m512i shifts =
+      _mm512_set_epi32(26, 20, 14, 8, 26, 20, 14, 8, 26, 20, 14, 8, 26, 20, 14, 8);
+  return VecI{_mm512_maskz_sllv_epi32(kAll, words, shifts)};
+}
+inline VecI unpack6_top(const uint8_t* p) {
+  return unpack6_top_of(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline VecI unpack6_top_exact(const uint8_t* p) {
+  return unpack6_top_of(_mm_maskz_loadu_epi8(0x0FFF, p));
+}
+inline VecF lookup32(const float* table, VecI idx) {
+  return VecF{_mm512_permutex2var_ps(_mm512_loadu_ps(table), idx.v, _mm512_loadu_ps(table + 16))};
+}
+inline VecI operator&(VecI a, VecI b) { return VecI{_mm512_and_si512(a.v, b.v)}; }
+inline VecI shift_left(VecI a, int bits) {
+  return VecI{_mm512_maskz_slli_epi32(kAll, a.v, static_cast<unsigned>(bits))};
+}
+inline VecF xor_bits(VecF a, VecI b) {
+  return VecF{_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a.v), b.v))};
+}
 inline void interleave4(const VecI in[4], VecI out[4]) {
   // 32-bit unpacks give (w0, w1) and (w2, w3) pairs of each counter, 64-bit unpacks whole
   // 4-word groups per 128-bit lane; two 128-bit-lane permutes put the groups in order.

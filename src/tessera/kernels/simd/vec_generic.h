@@ -261,6 +261,47 @@ inline void mul_wide_u32(VecI a, VecI b, VecI* hi, VecI* lo) {
 }
 // Signed integers to fp32 (exact below 2^24).
 inline VecF to_float(VecI a) { return VecF{__builtin_convertvector(a.v, F32x16)}; }
+
+// ---- narrow codes (weight-only quantization, kernels/quantized_gemv.cc) ---------------------
+// Whole blocks only: each reads exactly the bytes of its 16 lanes.
+// 16 signed bytes, each widened to fp32 exactly.
+inline VecF load(const int8_t* p) {
+  I32x16 v;
+  for (int i = 0; i < kLanes; ++i) v[i] = p[i];
+  return VecF{__builtin_convertvector(v, F32x16)};
+}
+// 16 unsigned bytes, each zero-extended into a 32-bit lane.
+inline VecI load_u8(const uint8_t* p) {
+  I32x16 v;
+  for (int i = 0; i < kLanes; ++i) v[i] = p[i];
+  return VecI{v};
+}
+// 16 6-bit fields packed most significant bit first in 12 bytes (4 fields in each 3 bytes:
+// b0 = f0 << 2 | f1 >> 4, b1 = (f1 & 15) << 4 | f2 >> 2, b2 = (f2 & 3) << 6 | f3), field k in
+// the top 6 bits of lane k (bits 26-31; the bits below are unspecified). unpack6_top may read the
+// 4 bytes after the 12 (the caller makes sure they are readable); unpack6_top_exact reads only
+// the 12.
+inline VecI unpack6_top_exact(const uint8_t* p) {
+  I32x16 v;
+  for (int g = 0; g < 4; ++g, p += 3) {
+    const uint32_t bits = uint32_t{p[0]} << 16 | uint32_t{p[1]} << 8 | p[2];
+    for (int k = 0; k < 4; ++k) v[4 * g + k] = static_cast<int32_t>(bits << (8 + 6 * k));
+  }
+  return VecI{v};
+}
+inline VecI unpack6_top(const uint8_t* p) { return unpack6_top_exact(p); }
+// table[idx & 31] per lane, from a 32-entry table.
+inline VecF lookup32(const float* table, VecI idx) {
+  F32x16 v;
+  for (int i = 0; i < kLanes; ++i) v[i] = table[idx.v[i] & 31];
+  return VecF{v};
+}
+inline VecI operator&(VecI a, VecI b) { return VecI{a.v & b.v}; }
+inline VecI shift_left(VecI a, int bits) {
+  return VecI{reinterpret_cast<I32x16>(reinterpret_cast<U32x16>(a.v) << bits)};
+}
+// The bits of a xor b per lane (b = 1 << 31 flips a lane's sign).
+inline VecF xor_bits(VecF a, VecI b) { return VecF{as_f32(as_i32(a.v) ^ b.v)}; }
 // out[k] lane j = in[j % 4] lane 4 k + j / 4: four word streams into element order.
 inline void interleave4(const VecI in[4], VecI out[4]) {
   for (int k = 0; k < 4; ++k)
