@@ -98,115 +98,118 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "one JSON object per prompt");
 
   const int rc = tessera::run_tool(app, argc, argv, "tessera-generate", [&] {
-    // The ranks of the job (one without mpirun) are the tensor-parallel group.
+    // The ranks of the job (one without mpirun) are the tensor-parallel group; an error on any
+    // is the job's, reported once.
     std::shared_ptr<tessera::comm::ProcessGroup> world = tessera::comm::ProcessGroup::world();
-    tessera::parallel::TensorParallel tp;
-    if (world->size() > 1) tp = tessera::parallel::TensorParallel(world, false);
-    if (world->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
-      throw Error("cannot silence stdout on rank " + std::to_string(world->rank()));
-    tessera::set_num_threads(flags.threads);
-    inference::LoadedModel loaded = inference::load_for_inference(flags, tp);
-    const std::unique_ptr<tessera::data::Tokenizer> tokenizer =
-        inference::make_tokenizer(flags, loaded);
-    if (prompt_file.size()) {
-      const std::vector<std::string> lines = read_lines(prompt_file);
-      prompts.insert(prompts.end(), lines.begin(), lines.end());
-    }
-    std::vector<std::vector<int32_t>> inputs;
-    if (!prompts.empty() && tokenizer == nullptr)
-      throw Error(
-          "--prompt: text needs a tokenizer (--tokenizer-type/--tokenizer-model; none "
-          "was found beside " +
-          flags.load + "); give --prompt-ids instead");
-    for (const std::string& p : prompts) inputs.push_back(tokenizer->encode(p));
-    if (!prompt_ids.empty()) inputs.emplace_back(prompt_ids.begin(), prompt_ids.end());
-    if (inputs.empty()) throw Error("no prompt: give --prompt, --prompt-ids or --prompt-file");
-    if (!stops.empty() && tokenizer == nullptr)
-      throw Error("--stop: stop strings need a tokenizer; use --stop-token-ids");
+    return tessera::comm::run_on_ranks(*world, "tessera-generate", [&] {
+      tessera::parallel::TensorParallel tp;
+      if (world->size() > 1) tp = tessera::parallel::TensorParallel(world, false);
+      if (world->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
+        throw Error("cannot silence stdout on rank " + std::to_string(world->rank()));
+      tessera::set_num_threads(flags.threads);
+      inference::LoadedModel loaded = inference::load_for_inference(flags, tp);
+      const std::unique_ptr<tessera::data::Tokenizer> tokenizer =
+          inference::make_tokenizer(flags, loaded);
+      if (prompt_file.size()) {
+        const std::vector<std::string> lines = read_lines(prompt_file);
+        prompts.insert(prompts.end(), lines.begin(), lines.end());
+      }
+      std::vector<std::vector<int32_t>> inputs;
+      if (!prompts.empty() && tokenizer == nullptr)
+        throw Error(
+            "--prompt: text needs a tokenizer (--tokenizer-type/--tokenizer-model; none "
+            "was found beside " +
+            flags.load + "); give --prompt-ids instead");
+      for (const std::string& p : prompts) inputs.push_back(tokenizer->encode(p));
+      if (!prompt_ids.empty()) inputs.emplace_back(prompt_ids.begin(), prompt_ids.end());
+      if (inputs.empty()) throw Error("no prompt: give --prompt, --prompt-ids or --prompt-file");
+      if (!stops.empty() && tokenizer == nullptr)
+        throw Error("--stop: stop strings need a tokenizer; use --stop-token-ids");
 
-    if (seed < 0) {  // one random seed for the job: rank 0's
-      tessera::Tensor t = tessera::Tensor::empty({1}, tessera::DType::kI64);
-      t.data<int64_t>()[0] = static_cast<int64_t>(std::random_device{}());
-      world->broadcast(t, 0).wait();
-      seed = t.data<int64_t>()[0];
-    }
-    base.sampling.seed = static_cast<uint64_t>(seed);
-    base.top_logprobs = logprobs;
-    for (int64_t t : stop_ids) base.stop_tokens.push_back(static_cast<int32_t>(t));
-    if (tokenizer != nullptr && !ignore_eos) {
-      try {
-        base.stop_tokens.push_back(tokenizer->eod());
-      } catch (const Error&) {  // a tokenizer without an end-of-document token
+      if (seed < 0) {  // one random seed for the job: rank 0's
+        tessera::Tensor t = tessera::Tensor::empty({1}, tessera::DType::kI64);
+        t.data<int64_t>()[0] = static_cast<int64_t>(std::random_device{}());
+        world->broadcast(t, 0).wait();
+        seed = t.data<int64_t>()[0];
       }
-    }
-    inference::Engine engine(*loaded.model, flags.engine);
-    std::vector<uint64_t> ids;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      inference::GenerationRequest r = base;
-      r.prompt = inputs[i];
-      try {
-        ids.push_back(engine.submit(r));
-      } catch (const Error& e) {
-        throw Error("prompt " + std::to_string(i + 1) + ": " + e.what());
-      }
-    }
-    // Each generation's text: decoded, cut before a stop string (which ends it), streamed.
-    std::map<uint64_t, inference::TextOutput> texts;
-    if (tokenizer != nullptr)
-      for (uint64_t id : ids) texts.emplace(id, inference::TextOutput(*tokenizer, stops));
-    const bool stream = !json && ids.size() == 1;
-    if (stream && !prompts.empty()) std::printf("%s", prompts[0].c_str());
-    while (!engine.idle()) {
-      for (uint64_t id : engine.step()) {
-        if (tokenizer == nullptr) continue;
-        const inference::Generation& g = engine.generation(id);
-        inference::TextOutput& text = texts.at(id);
-        if (text.update(g.text_tokens())) engine.finish(id);
-        if (stream) {
-          const std::string piece = text.take(g.finished());
-          std::fwrite(piece.data(), 1, piece.size(), stdout);
-          std::fflush(stdout);
+      base.sampling.seed = static_cast<uint64_t>(seed);
+      base.top_logprobs = logprobs;
+      for (int64_t t : stop_ids) base.stop_tokens.push_back(static_cast<int32_t>(t));
+      if (tokenizer != nullptr && !ignore_eos) {
+        try {
+          base.stop_tokens.push_back(tokenizer->eod());
+        } catch (const Error&) {  // a tokenizer without an end-of-document token
         }
       }
-    }
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const inference::Generation& g = engine.generation(ids[i]);
-      if (json) {
-        nlohmann::json j;
-        j["prompt_ids"] = g.request.prompt;
-        std::vector<int32_t> toks;
-        std::vector<double> lps;
-        nlohmann::json tops = nlohmann::json::array();
-        for (const inference::GeneratedToken& t : g.tokens) {
-          toks.push_back(t.token);
-          lps.push_back(t.logprob.logprob);
-          if (logprobs > 0) {
-            nlohmann::json alt = nlohmann::json::array();
-            for (const auto& [tok, lp] : t.logprob.top)
-              alt.push_back({{"token", tok}, {"logprob", lp}});
-            tops.push_back(alt);
+      inference::Engine engine(*loaded.model, flags.engine);
+      std::vector<uint64_t> ids;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        inference::GenerationRequest r = base;
+        r.prompt = inputs[i];
+        try {
+          ids.push_back(engine.submit(r));
+        } catch (const Error& e) {
+          throw Error("prompt " + std::to_string(i + 1) + ": " + e.what());
+        }
+      }
+      // Each generation's text: decoded, cut before a stop string (which ends it), streamed.
+      std::map<uint64_t, inference::TextOutput> texts;
+      if (tokenizer != nullptr)
+        for (uint64_t id : ids) texts.emplace(id, inference::TextOutput(*tokenizer, stops));
+      const bool stream = !json && ids.size() == 1;
+      if (stream && !prompts.empty()) std::printf("%s", prompts[0].c_str());
+      while (!engine.idle()) {
+        for (uint64_t id : engine.step()) {
+          if (tokenizer == nullptr) continue;
+          const inference::Generation& g = engine.generation(id);
+          inference::TextOutput& text = texts.at(id);
+          if (text.update(g.text_tokens())) engine.finish(id);
+          if (stream) {
+            const std::string piece = text.take(g.finished());
+            std::fwrite(piece.data(), 1, piece.size(), stdout);
+            std::fflush(stdout);
           }
         }
-        j["tokens"] = toks;
-        if (tokenizer != nullptr) j["text"] = texts.at(ids[i]).text();
-        j["logprobs"] = lps;
-        if (logprobs > 0) j["top_logprobs"] = tops;
-        j["finish_reason"] = inference::finish_reason_name(g.finish);
-        j["seed"] = g.request.sampling.seed;
-        // Bytes that are not UTF-8 (a byte-level model's output need not be) print as U+FFFD.
-        std::printf("%s\n",
-                    j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-      } else if (stream) {
-        std::printf("\n");
-      } else if (tokenizer != nullptr) {
-        std::printf("%s%s\n\n", prompts.size() > i ? prompts[i].c_str() : "",
-                    texts.at(ids[i]).text().c_str());
-      } else {
-        for (const inference::GeneratedToken& t : g.tokens) std::printf("%d ", t.token);
-        std::printf("\n");
       }
-    }
-    return 0;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const inference::Generation& g = engine.generation(ids[i]);
+        if (json) {
+          nlohmann::json j;
+          j["prompt_ids"] = g.request.prompt;
+          std::vector<int32_t> toks;
+          std::vector<double> lps;
+          nlohmann::json tops = nlohmann::json::array();
+          for (const inference::GeneratedToken& t : g.tokens) {
+            toks.push_back(t.token);
+            lps.push_back(t.logprob.logprob);
+            if (logprobs > 0) {
+              nlohmann::json alt = nlohmann::json::array();
+              for (const auto& [tok, lp] : t.logprob.top)
+                alt.push_back({{"token", tok}, {"logprob", lp}});
+              tops.push_back(alt);
+            }
+          }
+          j["tokens"] = toks;
+          if (tokenizer != nullptr) j["text"] = texts.at(ids[i]).text();
+          j["logprobs"] = lps;
+          if (logprobs > 0) j["top_logprobs"] = tops;
+          j["finish_reason"] = inference::finish_reason_name(g.finish);
+          j["seed"] = g.request.sampling.seed;
+          // Bytes that are not UTF-8 (a byte-level model's output need not be) print as U+FFFD.
+          std::printf("%s\n",
+                      j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+        } else if (stream) {
+          std::printf("\n");
+        } else if (tokenizer != nullptr) {
+          std::printf("%s%s\n\n", prompts.size() > i ? prompts[i].c_str() : "",
+                      texts.at(ids[i]).text().c_str());
+        } else {
+          for (const inference::GeneratedToken& t : g.tokens) std::printf("%d ", t.token);
+          std::printf("\n");
+        }
+      }
+      return 0;
+    });
   });
   tessera::comm::shutdown();
   return rc;

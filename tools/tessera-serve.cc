@@ -371,100 +371,102 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   const int rc = tessera::run_tool(app, argc, argv, "tessera-serve", [&] {
-    // The ranks of the job (one without mpirun) are the tensor-parallel group.
+    // The ranks of the job (one without mpirun) are the tensor-parallel group; an error on any
+    // is the job's, reported once.
     std::shared_ptr<tessera::comm::ProcessGroup> world = tessera::comm::ProcessGroup::world();
-    tessera::parallel::TensorParallel tp;
-    if (world->size() > 1) tp = tessera::parallel::TensorParallel(world, false);
-    tessera::set_num_threads(flags.threads);
-    inference::LoadedModel loaded = inference::load_for_inference(flags, tp);
-    if (world->rank() != 0) {  // decodes step for step with rank 0, which serves
-      inference::follow_serving(*loaded.model, flags.engine);
-      return 0;
-    }
-    const std::unique_ptr<tessera::data::Tokenizer> tokenizer =
-        inference::make_tokenizer(flags, loaded);
-    if (name.empty())
-      name = std::filesystem::path(flags.load).lexically_normal().filename().string();
-    if (name.empty())
-      name = std::filesystem::path(flags.load).lexically_normal().parent_path().filename().string();
-    const inference::ChatTemplate chat = load_chat_template(chat_template_file, loaded);
-    std::mt19937_64 seeds(std::random_device{}());
-    std::mutex seeds_mu;
-    inference::ServingLoop loop(*loaded.model, flags.engine, max_requests, timeout_s);
-    Server s;
-    s.loop = &loop;
-    s.tokenizer = tokenizer.get();
-    s.chat = &chat;
-    if (tokenizer) {
-      try {
-        s.eod = tokenizer->eod();
-      } catch (const Error&) {
+    return tessera::comm::run_on_ranks(*world, "tessera-serve", [&] {
+      tessera::parallel::TensorParallel tp;
+      if (world->size() > 1) tp = tessera::parallel::TensorParallel(world, false);
+      tessera::set_num_threads(flags.threads);
+      inference::LoadedModel loaded = inference::load_for_inference(flags, tp);
+      if (world->rank() != 0) {  // decodes step for step with rank 0, which serves
+        inference::follow_serving(*loaded.model, flags.engine);
+        return 0;
       }
-    }
-    s.model_name = name;
-    s.seeds = &seeds;
-    s.seeds_mu = &seeds_mu;
+      const std::unique_ptr<tessera::data::Tokenizer> tokenizer =
+          inference::make_tokenizer(flags, loaded);
+      if (name.empty())
+        name = std::filesystem::path(flags.load).lexically_normal().filename().string();
+      if (name.empty())
+        name =
+            std::filesystem::path(flags.load).lexically_normal().parent_path().filename().string();
+      const inference::ChatTemplate chat = load_chat_template(chat_template_file, loaded);
+      std::mt19937_64 seeds(std::random_device{}());
+      std::mutex seeds_mu;
+      inference::ServingLoop loop(*loaded.model, flags.engine, max_requests, timeout_s);
+      Server s;
+      s.loop = &loop;
+      s.tokenizer = tokenizer.get();
+      s.chat = &chat;
+      if (tokenizer) {
+        try {
+          s.eod = tokenizer->eod();
+        } catch (const Error&) {
+        }
+      }
+      s.model_name = name;
+      s.seeds = &seeds;
+      s.seeds_mu = &seeds_mu;
 
-    httplib::Server http;
-    // A connection holds a pool thread while it is open (kept alive between requests too), and
-    // cpp-httplib's default pool is 8 threads: a ninth client waited for a kept-alive connection
-    // to time out (measured: 3 s to the first token with 8 streaming clients). One thread per
-    // request the server admits, and a few for /metrics and refusals.
-    http.new_task_queue = [max_requests] {
-      return new httplib::ThreadPool(static_cast<size_t>(max_requests) + 8);
-    };
-    http.Get("/v1/models", [&](const httplib::Request&, httplib::Response& res) {
-      res.set_content(dump({{"object", "list"},
-                            {"data", json::array({{{"id", s.model_name},
-                                                   {"object", "model"},
-                                                   {"created", unix_now()},
-                                                   {"owned_by", "tessera"}}})}}),
-                      "application/json");
+      httplib::Server http;
+      // A connection holds a pool thread while it is open (kept alive between requests too), and
+      // cpp-httplib's default pool is 8 threads: a ninth client waited for a kept-alive connection
+      // to time out (measured: 3 s to the first token with 8 streaming clients). One thread per
+      // request the server admits, and a few for /metrics and refusals.
+      http.new_task_queue = [max_requests] {
+        return new httplib::ThreadPool(static_cast<size_t>(max_requests) + 8);
+      };
+      http.Get("/v1/models", [&](const httplib::Request&, httplib::Response& res) {
+        res.set_content(dump({{"object", "list"},
+                              {"data", json::array({{{"id", s.model_name},
+                                                     {"object", "model"},
+                                                     {"created", unix_now()},
+                                                     {"owned_by", "tessera"}}})}}),
+                        "application/json");
+      });
+      http.Post("/v1/completions", [&](const httplib::Request& req, httplib::Response& res) {
+        handle_openai(s, req, res, false);
+      });
+      http.Post("/v1/chat/completions", [&](const httplib::Request& req, httplib::Response& res) {
+        handle_openai(s, req, res, true);
+      });
+      http.Put("/api", [&](const httplib::Request& req, httplib::Response& res) {
+        handle_megatron(s, req, res);
+      });
+      http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+        res.set_content(inference::prometheus_metrics(
+                            loop.stats(), tessera::MemoryAccountant::instance().snapshot(),
+                            tessera::process_resident_bytes(), s.model_name),
+                        "text/plain; version=0.0.4");
+      });
+      http.set_exception_handler(
+          [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+            std::string what = "internal error";
+            try {
+              std::rethrow_exception(ep);
+            } catch (const std::exception& e) {
+              what = e.what();
+            } catch (...) {
+            }
+            fail(res, 500, what, "", "server_error");
+          });
+      // SO_REUSEADDR only: cpp-httplib 0.11 also sets SO_REUSEPORT, with which a second server
+      // binds a port already served and the kernel splits the connections between the two.
+      http.set_socket_options([](socket_t sock) {
+        int yes = 1;
+        setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+      });
+      if (!http.bind_to_port(host, port)) {
+        const std::string why =
+            "--host " + host + " --port " + std::to_string(port) + ": cannot listen there";
+        throw Error(why);  // the other ranks wait for rank 0's plans: run_on_ranks ends them too
+      }
+      std::printf("tessera-serve: %s (%s, %s) on http://%s:%d\n", s.model_name.c_str(),
+                  loaded.source.c_str(), chat_template_origin.c_str(), host.c_str(), port);
+      std::fflush(stdout);
+      http.listen_after_bind();
+      return 0;
     });
-    http.Post("/v1/completions", [&](const httplib::Request& req, httplib::Response& res) {
-      handle_openai(s, req, res, false);
-    });
-    http.Post("/v1/chat/completions", [&](const httplib::Request& req, httplib::Response& res) {
-      handle_openai(s, req, res, true);
-    });
-    http.Put("/api", [&](const httplib::Request& req, httplib::Response& res) {
-      handle_megatron(s, req, res);
-    });
-    http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-      res.set_content(inference::prometheus_metrics(
-                          loop.stats(), tessera::MemoryAccountant::instance().snapshot(),
-                          tessera::process_resident_bytes(), s.model_name),
-                      "text/plain; version=0.0.4");
-    });
-    http.set_exception_handler(
-        [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-          std::string what = "internal error";
-          try {
-            std::rethrow_exception(ep);
-          } catch (const std::exception& e) {
-            what = e.what();
-          } catch (...) {
-          }
-          fail(res, 500, what, "", "server_error");
-        });
-    // SO_REUSEADDR only: cpp-httplib 0.11 also sets SO_REUSEPORT, with which a second server
-    // binds a port already served and the kernel splits the connections between the two.
-    http.set_socket_options([](socket_t sock) {
-      int yes = 1;
-      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    });
-    if (!http.bind_to_port(host, port)) {
-      const std::string why =
-          "--host " + host + " --port " + std::to_string(port) + ": cannot listen there";
-      // The other ranks wait for rank 0's plans: take them down too.
-      if (world->size() > 1) tessera::comm::abort_job("tessera-serve: " + why, 2);
-      throw Error(why);
-    }
-    std::printf("tessera-serve: %s (%s, %s) on http://%s:%d\n", s.model_name.c_str(),
-                loaded.source.c_str(), chat_template_origin.c_str(), host.c_str(), port);
-    std::fflush(stdout);
-    http.listen_after_bind();
-    return 0;
   });
   tessera::comm::shutdown();
   return rc;

@@ -9,8 +9,11 @@
 #  - a seeded sampled run repeats itself; another seed gives other tokens;
 #  - with a tokenizer: the text is the decoded tokens, and a stop string ends the text before it
 #    (finish_reason "stop");
-#  - bf16 compute runs; bad input (a token outside the vocabulary, top_p 2, no prompt, a missing
-#    directory, text without a tokenizer) is one line and exit code 2.
+#  - bf16 compute runs; an fp8 KV cache runs and gives the same tokens under TP 2 (its effect on
+#    the numbers: tests/unit/inference/engine_test.cc);
+#  - bad input (a token outside the vocabulary, top_p 2, no prompt, a missing directory, text
+#    without a tokenizer, an unknown KV cache dtype) is one line and exit code 2, under mpirun
+#    too (once for the job).
 # Usage: generate.sh BUILD_BIN_DIR
 BIN_DIR="${1:?usage: generate.sh BUILD_BIN_DIR}"
 GEN="$BIN_DIR/tessera-generate"
@@ -97,6 +100,17 @@ check "  ends the text before it" test "$(field text)" = "${text%%"$stop"*}" -a 
 check "bf16 compute" quiet "$GEN" --load "$TMP/ckpt" --prompt-ids "$PROMPT" --dtype bf16 \
   --temperature 0 --max-tokens 8 --json
 
+check "an fp8 KV cache (--kv-cache-dtype fp8)" quiet "$GEN" --load "$TMP/ckpt" \
+  --prompt-ids "$PROMPT" --kv-cache-dtype fp8 --temperature 0 --max-tokens 24 --json
+fp8_tokens=$(field tokens)
+check "  24 tokens" test "$(echo "$fp8_tokens" | tr ',' '\n' | wc -l)" -eq 24
+check "  the same tokens under tensor parallelism (mpirun -np 2)" quiet mpirun --oversubscribe \
+  -np 2 "$GEN" --load "$TMP/ckpt" --prompt-ids "$PROMPT" --kv-cache-dtype fp8 --temperature 0 \
+  --max-tokens 24 --json
+check "  (printed once, equal)" test "$(wc -l <"$TMP/out")" -eq 1 -a "$(field tokens)" = "$fp8_tokens"
+check "an unknown KV cache dtype" fails "kv-cache-dtype" --load "$TMP/ckpt" --prompt-ids 1 \
+  --kv-cache-dtype fp4
+
 check "a token outside the vocabulary" fails "outside the vocabulary" --load "$TMP/ckpt" \
   --prompt-ids 1,99999
 check "top_p 2" fails "top_p" --load "$TMP/ckpt" --prompt-ids 1 --top-p 2
@@ -104,6 +118,10 @@ check "no prompt" fails "no prompt" --load "$TMP/ckpt"
 check "a missing directory" fails "neither a Tessera checkpoint" --load "$TMP/nothing" \
   --prompt-ids 1
 check "text without a tokenizer" fails "needs a tokenizer" --load "$TMP/ckpt" --prompt hi
+# Under mpirun every rank finds the same error: the job reports it once.
+mpirun --oversubscribe -np 2 "$GEN" --load "$TMP/nothing" --prompt-ids 1 >"$TMP/out" 2>"$TMP/err"
+check "a missing directory under mpirun -np 2: exit 2, one error line" test $? -eq 2 -a \
+  "$(grep -c "neither a Tessera checkpoint" "$TMP/err")" -eq 1
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

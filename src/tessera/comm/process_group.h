@@ -257,4 +257,10 @@ void shutdown();
 // Works before world() (then only this process exits) and from any thread.
 [[noreturn]] void abort_job(const std::string& message, int code);
 
+// A tool's work on this rank of `world`: a tessera::Error from `body` on a job of several ranks
+// ends the job through abort_job ("<tool>: error: <what>" once, exit code 2 on every rank),
+// where each rank printing its own copy of the same error would give one line per rank; on a
+// job of one it propagates (run_tool prints it).
+int run_on_ranks(const ProcessGroup& world, const char* tool, const std::function<int()>& body);
+
 }  // namespace tessera::comm

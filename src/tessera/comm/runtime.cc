@@ -378,4 +378,14 @@ void abort_job(const std::string& message, int code) {
   detail::end_job(code);
 }
 
+int run_on_ranks(const ProcessGroup& world, const char* tool, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const Error& e) {
+    if (world.size() == 1) throw;
+    std::fflush(stdout);
+    abort_job(std::string(tool) + ": error: " + one_line(e.what()), kUserErrorExitCode);
+  }
+}
+
 }  // namespace tessera::comm

@@ -49,8 +49,10 @@ Engine::Engine(model::GPTModel& model, const EngineOptions& options)
   const int64_t blocks = (tokens + options_.block_size - 1) / options_.block_size;
   // This rank's key/value groups (replicated when fewer than the TP ranks).
   const int64_t kv = model::units_per_rank(c.kv_heads(), model.tensor_parallel().size());
-  cache_ = std::make_unique<KvCache>(c.num_layers, 2 * kv * c.head_dim(),
-                                     model.params().compute_dtype(), options_.block_size, blocks);
+  cache_ = std::make_unique<KvCache>(
+      c.num_layers, 2 * kv * c.head_dim(),
+      parse_kv_cache_dtype(options_.kv_cache_dtype, model.params().compute_dtype()),
+      options_.block_size, blocks);
 }
 
 uint64_t Engine::submit(GenerationRequest request) {

@@ -75,6 +75,9 @@ struct EngineOptions {
   int64_t cache_tokens = 0;     // the pool's size in tokens (0: max_sequences x context length)
   int max_sequences = 8;        // sequences in the running batch at most
   int64_t prefill_chunk = 512;  // prompt tokens a sequence adds per step at most
+  // The cache's element type (parse_kv_cache_dtype, kv_cache.h): "auto" is the compute dtype;
+  // fp8 halves a bf16 cache, its keys and values rounded to 8 bits when written.
+  std::string kv_cache_dtype = "auto";
 };
 
 class Engine {

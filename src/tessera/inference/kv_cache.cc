@@ -1,18 +1,53 @@
 #include "tessera/inference/kv_cache.h"
 
+#include <type_traits>
+
 #include "tessera/core/error.h"
 
 namespace tessera::inference {
 
-KvCache::KvCache(int layers, int64_t row_elements, DType dtype, int64_t block_size,
+model::KvElement parse_kv_cache_dtype(const std::string& name, DType compute) {
+  using model::KvElement;
+  if (name == "auto")
+    return compute == DType::kBF16  ? KvElement::kBF16
+           : compute == DType::kF16 ? KvElement::kF16
+                                    : KvElement::kF32;
+  if (name == "fp32" || name == "float32") return KvElement::kF32;
+  if (name == "bf16" || name == "bfloat16") return KvElement::kBF16;
+  if (name == "fp16" || name == "float16" || name == "half") return KvElement::kF16;
+  if (name == "fp8" || name == "fp8_e4m3") return KvElement::kF8E4M3;
+  if (name == "fp8_e5m2") return KvElement::kF8E5M2;
+  throw Error("--kv-cache-dtype: unknown value '" + name +
+              "' (expected auto, fp32, bf16, fp16, fp8, fp8_e4m3 or fp8_e5m2)");
+}
+
+const char* kv_element_name(model::KvElement element) {
+  return model::visit_kv_element(element, [](auto tag) -> const char* {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float>) return "fp32";
+    if constexpr (std::is_same_v<T, bf16>) return "bf16";
+    if constexpr (std::is_same_v<T, fp16>) return "fp16";
+    if constexpr (std::is_same_v<T, fp8_e4m3>) return "fp8_e4m3";
+    return "fp8_e5m2";
+  });
+}
+
+int64_t kv_element_bytes(model::KvElement element) {
+  return model::visit_kv_element(element, [](auto tag) { return int64_t{sizeof(tag)}; });
+}
+
+KvCache::KvCache(int layers, int64_t row_elements, model::KvElement element, int64_t block_size,
                  int64_t num_blocks)
     : layers_(layers),
       row_elements_(row_elements),
       block_size_(block_size),
       num_blocks_(num_blocks),
-      storage_(Tensor::empty({layers, num_blocks, block_size, row_elements}, dtype,
-                             MemoryCategory::kActivations)) {
-  TESSERA_CHECK(layers > 0 && row_elements > 0 && block_size > 0 && num_blocks > 0);
+      element_(element) {
+  TESSERA_CHECK(layers > 0 && row_elements > 0 && row_elements % 2 == 0 && block_size > 0 &&
+                num_blocks > 0);
+  const int64_t bytes =
+      int64_t{layers} * num_blocks * block_size * row_elements * kv_element_bytes(element);
+  storage_ = Tensor::empty({bytes / 2}, DType::kU16, MemoryCategory::kActivations);
   // Taken from the back: block 0 first, so a lone sequence's blocks are in address order.
   for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
 }
@@ -20,8 +55,7 @@ KvCache::KvCache(int layers, int64_t row_elements, DType dtype, int64_t block_si
 void* KvCache::block(int layer, int32_t block) const {
   TESSERA_CHECK(layer >= 0 && layer < layers_ && block >= 0 && block < num_blocks_);
   const int64_t offset = ((int64_t{layer} * num_blocks_ + block) * block_size_) * row_elements_;
-  return static_cast<unsigned char*>(storage_.raw()) +
-         offset * static_cast<int64_t>(dtype_size(storage_.dtype()));
+  return static_cast<unsigned char*>(storage_.raw()) + offset * kv_element_bytes(element_);
 }
 
 bool KvCache::reserve(std::vector<int32_t>& table, int64_t tokens) {

@@ -22,8 +22,8 @@ constexpr int64_t kParallelWork = int64_t{1} << 15;
 int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
 
 // Query row r of head h: scores, softmax and the weighted sum of values, written to dst.
-template <typename T>
-void one_query(T* dst, const T* q, const T* const* blocks, const DecodeAttention& a, int64_t r,
+template <typename T, typename TC>
+void one_query(T* dst, const T* q, const TC* const* blocks, const DecodeAttention& a, int64_t r,
                int h, float* scratch) {
   const int64_t ldh = round_up16(a.HD);
   float* qs = scratch;         // (HD) the scaled query
@@ -43,7 +43,7 @@ void one_query(T* dst, const T* q, const T* const* blocks, const DecodeAttention
   };
   float top = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < keys; ++j) {
-    const T* k = key_row(first + j);
+    const TC* k = key_row(first + j);
     VecF s = zero();
     for_each_block(0, a.HD, [&](int64_t c, int lanes) {
       s = fmadd(load(qs + c, lanes), load(k + c, lanes), s);
@@ -60,7 +60,7 @@ void one_query(T* dst, const T* q, const T* const* blocks, const DecodeAttention
   const float inv = 1.0f / reduce_add(sum);
   std::fill(acc, acc + ldh, 0.0f);
   for (int64_t j = 0; j < keys; ++j) {
-    const T* v = key_row(first + j) + a.v_offset;
+    const TC* v = key_row(first + j) + a.v_offset;
     const VecF pj = splat(p[j]);
     for_each_block(0, a.HD, [&](int64_t c, int lanes) {
       store(acc + c, fmadd(pj, load(v + c, lanes), load(acc + c, lanes)), lanes);
@@ -73,8 +73,8 @@ void one_query(T* dst, const T* q, const T* const* blocks, const DecodeAttention
 
 }  // namespace
 
-template <typename T>
-void attention_decode_forward(T* out, const T* q, const T* const* blocks,
+template <typename T, typename TC>
+void attention_decode_forward(T* out, const T* q, const TC* const* blocks,
                               const DecodeAttention& a) {
   TESSERA_CHECK(a.rows >= 0 && a.past >= 0 && a.block_size > 0 && a.window >= 0);
   TESSERA_CHECK(a.NH > 0 && a.KV > 0 && a.HD > 0 && a.NH % a.KV == 0);
@@ -94,8 +94,15 @@ void attention_decode_forward(T* out, const T* q, const T* const* blocks,
 
 void register_attention_decode() {
   for_each_storage_type([]<typename T>() {
-    register_kernel<&kernels::attention_decode_forward<T>>(kThisTarget,
-                                                           &attention_decode_forward<T>);
+    auto with_cache = []<typename TC>() {
+      register_kernel<&kernels::attention_decode_forward<T, TC>>(kThisTarget,
+                                                                 &attention_decode_forward<T, TC>);
+    };
+    with_cache.template operator()<float>();
+    with_cache.template operator()<bf16>();
+    with_cache.template operator()<fp16>();
+    with_cache.template operator()<fp8_e4m3>();
+    with_cache.template operator()<fp8_e5m2>();
   });
 }
 

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 
+#include "tessera/core/fp8.h"
 #include "tessera/kernels/dispatch.h"
 
 namespace tessera::kernels {
@@ -45,10 +46,13 @@ struct DecodeAttention {
 // holding positions [i block_size, (i + 1) block_size): its keys and values must already hold
 // every position up to past + rows - 1 (the new tokens' own included). out must not overlap q
 // or the cache. Bad geometry is a bug (aborts).
-template <typename T>
-void attention_decode_forward(T* out, const T* q, const T* const* blocks,
+//
+// The cache's element type TC may differ from the queries' T: fp32, bf16, fp16 or an 8-bit float
+// (core/fp8.h), each widened to fp32 exactly as it is read (inference's --kv-cache-dtype).
+template <typename T, typename TC>
+void attention_decode_forward(T* out, const T* q, const TC* const* blocks,
                               const DecodeAttention& a) {
-  dispatch<&attention_decode_forward<T>>(out, q, blocks, a);
+  dispatch<&attention_decode_forward<T, TC>>(out, q, blocks, a);
 }
 
 }  // namespace tessera::kernels

@@ -53,6 +53,8 @@ void register_elementwise() {
     register_kernel<&kernels::round_from_f32<T>>(kThisTarget, &round_from_f32<T>);
     register_kernel<&kernels::widen_to_f32<T>>(kThisTarget, &widen_to_f32<T>);
   });
+  register_kernel<&kernels::widen_to_f32<fp8_e4m3>>(kThisTarget, &widen_to_f32<fp8_e4m3>);
+  register_kernel<&kernels::widen_to_f32<fp8_e5m2>>(kThisTarget, &widen_to_f32<fp8_e5m2>);
   register_kernel<&kernels::exp_f32>(kThisTarget, &exp_f32);
 }
 

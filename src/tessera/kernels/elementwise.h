@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "tessera/core/fp8.h"
 #include "tessera/kernels/dispatch.h"
 
 namespace tessera::kernels {
@@ -21,7 +22,8 @@ void round_from_f32(T* out, const float* in, int64_t n) {
   dispatch<&round_from_f32<T>>(out, in, n);
 }
 
-// out (n) = in widened to fp32 (exact). Runs in parallel above a size threshold.
+// out (n) = in widened to fp32 (exact): the storage types, and the 8-bit floats of core/fp8.h
+// (a KV cache's). Runs in parallel above a size threshold.
 template <typename T>
 void widen_to_f32(float* out, const T* in, int64_t n) {
   dispatch<&widen_to_f32<T>>(out, in, n);

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #include "tessera/core/error.h"
 #include "tessera/kernels/attention.h"
@@ -275,86 +277,105 @@ Tensor Attention::forward_cached(const Tensor& x, const StepContext& ctx, const 
     if (rope_)
       kernels::rope_forward(qkv.data<F>(), ctx.sample_positions, 1, n, NH_, KV_, HD_, rope_theta_,
                             /*per_sample=*/true, ctx.seq_global, rope_scaling_);
-    int64_t r0 = 0;
-    for (const CachedSequence& seq : seqs) {
-      const int64_t rows = seq.rows, total = seq.past + rows;
-      TESSERA_CHECK(static_cast<int64_t>(seq.blocks->size()) * bs >= total);
-      // The new tokens' keys and values into their cache rows.
-      for (int64_t i = 0; i < rows; ++i) {
-        const int64_t pos = seq.past + i;
-        F* row =
-            static_cast<F*>(cache.block(layer_, (*seq.blocks)[pos / bs])) + (pos % bs) * kv_cols;
-        std::memcpy(row, qkv.data<F>() + (r0 + i) * W + O, kv_cols * sizeof(F));
-      }
-      if (rows <= kDecodeRows) {
-        // A decode step: one call walks the whole block table (attention_decode.h) instead of
-        // a parallel call and a log-sum-exp merge per block.
-        std::vector<const F*> blocks((total + bs - 1) / bs);
-        for (size_t b = 0; b < blocks.size(); ++b)
-          blocks[b] = static_cast<const F*>(cache.block(layer_, (*seq.blocks)[b]));
-        kernels::DecodeAttention d;
-        d.rows = rows;
-        d.past = seq.past;
-        d.block_size = bs;
-        d.q_ld = W;
-        d.o_ld = O;
-        d.kv_ld = kv_cols;
-        d.v_offset = int64_t{KV_} * HD_;
-        d.NH = NH_;
-        d.KV = KV_;
-        d.HD = HD_;
-        d.window = window_;
-        kernels::attention_decode_forward(attn.data<F>() + r0 * O, qkv.data<F>() + r0 * W,
-                                          blocks.data(), d);
+    visit_kv_element(cache.element(), [&](auto cache_tag) {
+      using TC = decltype(cache_tag);
+      // A cache block's rows as F for the block kernel: the block itself when the cache holds F,
+      // else widened into `widened` (a prompt chunk's attention, compute-bound: the copy is small
+      // beside it).
+      std::vector<F> widened;
+      auto block_as_f = [&](const void* block) -> const F* {
+        if constexpr (std::is_same_v<TC, F>) return static_cast<const F*>(block);
+        const TC* src = static_cast<const TC*>(block);
+        widened.resize(static_cast<size_t>(bs * kv_cols));
+        for (size_t e = 0; e < widened.size(); ++e) widened[e] = from_f32<F>(to_f32(src[e]));
+        return widened.data();
+      };
+      int64_t r0 = 0;
+      for (const CachedSequence& seq : seqs) {
+        const int64_t rows = seq.rows, total = seq.past + rows;
+        TESSERA_CHECK(static_cast<int64_t>(seq.blocks->size()) * bs >= total);
+        // The new tokens' keys and values into their cache rows (rounded once to the cache's
+        // type).
+        for (int64_t i = 0; i < rows; ++i) {
+          const int64_t pos = seq.past + i;
+          TC* row =
+              static_cast<TC*>(cache.block(layer_, (*seq.blocks)[pos / bs])) + (pos % bs) * kv_cols;
+          const F* kv = qkv.data<F>() + (r0 + i) * W + O;
+          if constexpr (std::is_same_v<TC, F>)
+            std::memcpy(row, kv, kv_cols * sizeof(F));
+          else
+            for (int64_t e = 0; e < kv_cols; ++e) row[e] = from_f32<TC>(to_f32(kv[e]));
+        }
+        if (rows <= kDecodeRows) {
+          // A decode step: one call walks the whole block table (attention_decode.h) instead of
+          // a parallel call and a log-sum-exp merge per block.
+          std::vector<const TC*> blocks((total + bs - 1) / bs);
+          for (size_t b = 0; b < blocks.size(); ++b)
+            blocks[b] = static_cast<const TC*>(cache.block(layer_, (*seq.blocks)[b]));
+          kernels::DecodeAttention d;
+          d.rows = rows;
+          d.past = seq.past;
+          d.block_size = bs;
+          d.q_ld = W;
+          d.o_ld = O;
+          d.kv_ld = kv_cols;
+          d.v_offset = int64_t{KV_} * HD_;
+          d.NH = NH_;
+          d.KV = KV_;
+          d.HD = HD_;
+          d.window = window_;
+          kernels::attention_decode_forward(attn.data<F>() + r0 * O, qkv.data<F>() + r0 * W,
+                                            blocks.data(), d);
+          r0 += rows;
+          continue;
+        }
+        // A sliding window: query p sees keys (p - window, p] (window_ 0: all).
+        std::vector<int32_t> first_key;
+        if (window_ > 0) {
+          first_key.resize(rows);
+          for (int64_t i = 0; i < rows; ++i)
+            first_key[i] = static_cast<int32_t>(std::max<int64_t>(0, seq.past + i - window_ + 1));
+        }
+        Tensor acc = Tensor::zeros({rows, O}, DType::kF32),
+               L = Tensor::empty({NH_, rows}, DType::kF32);
+        Tensor ob = Tensor::empty({rows, O}, DType::kF32),
+               lb = Tensor::empty({NH_, rows}, DType::kF32);
+        std::fill(L.data<float>(), L.data<float>() + L.numel(),
+                  -std::numeric_limits<float>::infinity());
+        for (int64_t k_pos = 0; k_pos < total; k_pos += bs) {
+          if (window_ > 0 && k_pos + bs <= first_key[0]) continue;  // before every query's window
+          kernels::AttentionBlock blk;
+          blk.B = 1;
+          blk.q_len = rows;
+          blk.k_len = std::min(bs, total - k_pos);
+          blk.q_pos = seq.past;
+          blk.k_pos = k_pos;
+          blk.seq = total;
+          blk.NH = NH_;
+          blk.KV = KV_;
+          blk.HD = HD_;
+          blk.q_sample = rows * W;
+          blk.q_ld = W;
+          blk.o_sample = rows * O;
+          blk.o_ld = O;
+          blk.kv_sample = bs * kv_cols;
+          blk.kv_ld = kv_cols;
+          blk.lse_ld = rows;
+          blk.doc_start = first_key.empty() ? nullptr : first_key.data();
+          blk.doc_sample = rows;
+          const F* k = block_as_f(cache.block(layer_, (*seq.blocks)[k_pos / bs]));
+          kernels::attention_block_forward(ob.data<float>(), lb.data<float>(),
+                                           qkv.data<F>() + r0 * W, k, k + int64_t{KV_} * HD_, blk,
+                                           kernels::AttentionDropout{});
+          kernels::attention_merge(acc.data<float>(), L.data<float>(), ob.data<float>(),
+                                   lb.data<float>(), 1, rows, NH_, HD_, 0, rows);
+        }
+        F* out = attn.data<F>() + r0 * O;
+        for (int64_t i = 0; i < rows * O; ++i) out[i] = from_f32<F>(acc.data<float>()[i]);
         r0 += rows;
-        continue;
       }
-      // A sliding window: query p sees keys (p - window, p] (window_ 0: all).
-      std::vector<int32_t> first_key;
-      if (window_ > 0) {
-        first_key.resize(rows);
-        for (int64_t i = 0; i < rows; ++i)
-          first_key[i] = static_cast<int32_t>(std::max<int64_t>(0, seq.past + i - window_ + 1));
-      }
-      Tensor acc = Tensor::zeros({rows, O}, DType::kF32),
-             L = Tensor::empty({NH_, rows}, DType::kF32);
-      Tensor ob = Tensor::empty({rows, O}, DType::kF32),
-             lb = Tensor::empty({NH_, rows}, DType::kF32);
-      std::fill(L.data<float>(), L.data<float>() + L.numel(),
-                -std::numeric_limits<float>::infinity());
-      for (int64_t k_pos = 0; k_pos < total; k_pos += bs) {
-        if (window_ > 0 && k_pos + bs <= first_key[0]) continue;  // before every query's window
-        kernels::AttentionBlock blk;
-        blk.B = 1;
-        blk.q_len = rows;
-        blk.k_len = std::min(bs, total - k_pos);
-        blk.q_pos = seq.past;
-        blk.k_pos = k_pos;
-        blk.seq = total;
-        blk.NH = NH_;
-        blk.KV = KV_;
-        blk.HD = HD_;
-        blk.q_sample = rows * W;
-        blk.q_ld = W;
-        blk.o_sample = rows * O;
-        blk.o_ld = O;
-        blk.kv_sample = bs * kv_cols;
-        blk.kv_ld = kv_cols;
-        blk.lse_ld = rows;
-        blk.doc_start = first_key.empty() ? nullptr : first_key.data();
-        blk.doc_sample = rows;
-        const F* k = static_cast<const F*>(cache.block(layer_, (*seq.blocks)[k_pos / bs]));
-        kernels::attention_block_forward(ob.data<float>(), lb.data<float>(), qkv.data<F>() + r0 * W,
-                                         k, k + int64_t{KV_} * HD_, blk,
-                                         kernels::AttentionDropout{});
-        kernels::attention_merge(acc.data<float>(), L.data<float>(), ob.data<float>(),
-                                 lb.data<float>(), 1, rows, NH_, HD_, 0, rows);
-      }
-      F* out = attn.data<F>() + r0 * O;
-      for (int64_t i = 0; i < rows * O; ++i) out[i] = from_f32<F>(acc.data<float>()[i]);
-      r0 += rows;
-    }
-    TESSERA_CHECK(r0 == n);
+      TESSERA_CHECK(r0 == n);
+    });
   });
   return out_.forward(attn, ctx.B);
 }

@@ -59,17 +59,17 @@ std::vector<double> reference(const Case& c, const std::vector<float>& q,
   return out;
 }
 
-// The kernel's output for case c (q and the cache rounded to T), widened to fp32.
-template <typename T>
+// The kernel's output for case c (q rounded to T, the cache to TC), widened to fp32.
+template <typename T, typename TC = T>
 std::vector<float> run(const Case& c, const std::vector<float>& q, const std::vector<float>& kv) {
   const int64_t O = int64_t{c.NH} * c.HD, kv_ld = 2 * int64_t{c.KV} * c.HD;
   const int64_t total = c.past + c.rows, nblocks = (total + c.bs - 1) / c.bs;
   // Blocks at scattered addresses, each its own allocation; the last one partly filled.
-  std::vector<std::vector<T>> blocks(nblocks, std::vector<T>(c.bs * kv_ld));
+  std::vector<std::vector<TC>> blocks(nblocks, std::vector<TC>(c.bs * kv_ld));
   for (int64_t t = 0; t < total; ++t)
     for (int64_t i = 0; i < kv_ld; ++i)
-      blocks[t / c.bs][(t % c.bs) * kv_ld + i] = from_f32<T>(kv[t * kv_ld + i]);
-  std::vector<const T*> table;
+      blocks[t / c.bs][(t % c.bs) * kv_ld + i] = from_f32<TC>(kv[t * kv_ld + i]);
+  std::vector<const TC*> table;
   for (const auto& b : blocks) table.push_back(b.data());
   DecodeAttention a;
   a.rows = c.rows;
@@ -100,7 +100,7 @@ constexpr Case kCases[] = {
     {6, 3, 33, 7, 40, 2, 6}, {12, 12, 64, 16, 150, 1, 0}, {8, 2, 64, 16, 200, 4, 50},
 };
 
-template <typename T>
+template <typename T, typename TC = T>
 void expect_matches_reference(double tolerance) {
   uint64_t seed = 1;
   for (const Case& c : kCases) {
@@ -109,8 +109,8 @@ void expect_matches_reference(double tolerance) {
     auto q = random_normal(c.rows * O, seed++, 2.0f),
          kv = random_normal((c.past + c.rows) * kv_ld, seed++);
     for (float& x : q) x = to_f32(from_f32<T>(x));
-    for (float& x : kv) x = to_f32(from_f32<T>(x));
-    EXPECT_LT(max_scaled_error(run<T>(c, q, kv), reference(c, q, kv)), tolerance)
+    for (float& x : kv) x = to_f32(from_f32<TC>(x));
+    EXPECT_LT(max_scaled_error(run<T, TC>(c, q, kv), reference(c, q, kv)), tolerance)
         << "NH " << c.NH << " KV " << c.KV << " HD " << c.HD << " block " << c.bs << " past "
         << c.past << " rows " << c.rows << " window " << c.window;
   }
@@ -126,6 +126,17 @@ TEST(AttentionDecode, Fp32MatchesDoubleReference) {
 TEST(AttentionDecode, Bf16MatchesDoubleReference) {
   // fp32 arithmetic on exact bf16 inputs; the output's one rounding to bf16 is 2^-9 relative.
   expect_matches_reference<bf16>(4e-3);
+}
+
+// A cache of another type than the queries (--kv-cache-dtype): the keys and values are the
+// cache type's values, widened exactly by the kernel, so the fp32 arithmetic's tolerance holds; a
+// wrong widening of any code in play moves outputs by far more.
+TEST(AttentionDecode, CachesOfOtherTypesMatchDoubleReference) {
+  expect_matches_reference<float, fp8_e4m3>(1e-5);
+  expect_matches_reference<float, fp8_e5m2>(1e-5);
+  expect_matches_reference<float, bf16>(1e-5);
+  expect_matches_reference<bf16, fp8_e4m3>(4e-3);
+  expect_matches_reference<fp16, fp8_e5m2>(4e-3);
 }
 
 TEST(AttentionDecode, EveryTargetMatchesTheBaseline) {

@@ -125,6 +125,36 @@ TEST(KernelTargets, Fp16ConversionsMatchTheScalarOnesBitForBit) {
   }
 }
 
+// Every 8-bit float widened on every target (the vector layer's composed conversion,
+// simd/vec_fp8.h) against core/fp8.h's scalar one, bit for bit (NaN as NaN), in whole blocks and
+// in a tail; the codes sit past a 3-element offset so no block is aligned.
+template <typename T>
+void expect_fp8_widening_matches_scalar() {
+  std::vector<T> all(3 + 256 + 5);
+  for (int i = 0; i < 256 + 5; ++i) all[3 + i].bits = static_cast<uint8_t>(i * 37 % 256);
+  for (CpuTarget t : compiled_cpu_targets()) {
+    if (!cpu_supports(t)) continue;
+    ScopedCpuTarget scope(t);
+    std::vector<float> widened(all.size() - 3);
+    widen_to_f32(widened.data(), all.data() + 3, static_cast<int64_t>(widened.size()));
+    for (size_t i = 0; i < widened.size(); ++i) {
+      const float want = T::to_float(all[3 + i].bits);
+      if (std::isnan(want))
+        ASSERT_TRUE(std::isnan(widened[i]))
+            << cpu_target_name(t) << " code " << int(all[3 + i].bits);
+      else
+        ASSERT_EQ(std::memcmp(&widened[i], &want, 4), 0)
+            << cpu_target_name(t) << " code " << int(all[3 + i].bits) << ": " << widened[i]
+            << " for " << want;
+    }
+  }
+}
+
+TEST(KernelTargets, Fp8WideningMatchesTheScalarOneBitForBit) {
+  expect_fp8_widening_matches_scalar<fp8_e4m3>();
+  expect_fp8_widening_matches_scalar<fp8_e5m2>();
+}
+
 TEST(KernelTargets, Bf16RoundingMatchesTheScalarOne) {
   // Ties, carries into the exponent, overflow to inf, NaNs: bit for bit bf16::from_float. The
   // avx512bf16 target's vcvtneps2bf16 treats fp32 subnormal inputs as zero (Intel SDM); every

@@ -26,6 +26,7 @@
 #else
 #include "tessera/kernels/simd/vec_generic.h"
 #endif
+#include "tessera/kernels/simd/vec_fp8.h"
 
 TESSERA_TARGET_BEGIN
 // The target this compile is for (register_kernel's first argument).

@@ -294,6 +294,9 @@ inline VecF xor_bits(VecF a, VecI b) {
   return VecF{_mm256_xor_ps(a.lo, _mm256_castsi256_ps(b.lo)),
               _mm256_xor_ps(a.hi, _mm256_castsi256_ps(b.hi))};
 }
+inline VecF bits_to_float(VecI a) {
+  return VecF{_mm256_castsi256_ps(a.lo), _mm256_castsi256_ps(a.hi)};
+}
 inline void interleave4(const VecI in[4], VecI out[4]) {
   // Per half h (counters 8h .. 8h + 7): unpacks give each counter's four words in one 128-bit
   // lane (g0: counters 8h, 8h+4; g1: 8h+1, 8h+5; ...), 128-bit permutes put them in order.

@@ -205,6 +205,7 @@ inline VecI shift_left(VecI a, int bits) {
 inline VecF xor_bits(VecF a, VecI b) {
   return VecF{_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a.v), b.v))};
 }
+inline VecF bits_to_float(VecI a) { return VecF{_mm512_castsi512_ps(a.v)}; }
 inline void interleave4(const VecI in[4], VecI out[4]) {
   // 32-bit unpacks give (w0, w1) and (w2, w3) pairs of each counter, 64-bit unpacks whole
   // 4-word groups per 128-bit lane; two 128-bit-lane permutes put the groups in order.

@@ -302,6 +302,8 @@ inline VecI shift_left(VecI a, int bits) {
 }
 // The bits of a xor b per lane (b = 1 << 31 flips a lane's sign).
 inline VecF xor_bits(VecF a, VecI b) { return VecF{as_f32(as_i32(a.v) ^ b.v)}; }
+// The lanes' bits as fp32 (no conversion).
+inline VecF bits_to_float(VecI a) { return VecF{as_f32(a.v)}; }
 // out[k] lane j = in[j % 4] lane 4 k + j / 4: four word streams into element order.
 inline void interleave4(const VecI in[4], VecI out[4]) {
   for (int k = 0; k < 4; ++k)

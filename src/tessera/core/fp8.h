@@ -1,0 +1,104 @@
+// 8-bit floats, storage only (arithmetic in fp32), for a KV cache of half the bf16 bytes
+// (inference's --kv-cache-dtype fp8_e4m3 / fp8_e5m2, vLLM's names). The two formats of the OCP
+// 8-bit floating point specification (OFP8, 2023), as PyTorch's float8_e4m3fn and float8_e5m2:
+//
+//   fp8_e4m3  1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinities; S.1111.111 is NaN, so
+//             the largest finite value is 448; subnormals m/8 * 2^-6 (the smallest 2^-9).
+//   fp8_e5m2  1 sign, 5 exponent (bias 15), 2 mantissa bits: the top byte of an IEEE fp16, with
+//             its infinities and NaNs; the largest finite value is 57344, the smallest 2^-16.
+//
+// From fp32: round to nearest even, and values beyond the largest finite one (infinities too)
+// saturate to it with their sign — the saturating conversion vLLM's and NVIDIA's fp8 KV caches
+// use (__NV_SATFINITE), since an infinity in a cached key would poison every later score. NaN
+// stays NaN. To fp32: exact.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "tessera/core/dtype.h"
+
+namespace tessera {
+
+namespace detail {
+
+// x rounded to nearest even onto the grid of a float format with kMan mantissa bits and
+// exponent bias kBias (subnormals below 2^(1 - kBias)), |x| below the format's largest finite
+// value `max` (which x saturates to beyond it): the code's magnitude bits.
+template <int kMan, int kBias>
+uint8_t fp8_magnitude(float a, float max, uint8_t max_code) {
+  if (!(a < max)) return max_code;
+  if (a == 0) return 0;
+  int e;
+  std::frexp(a, &e);                     // a = f 2^e, f in [0.5, 1): its exponent is e - 1
+  int exp = std::max(e - 1, 1 - kBias);  // subnormals share the smallest normal's spacing
+  float q = std::rint(std::ldexp(a, kMan - exp));  // in units of the spacing 2^(exp - kMan)
+  if (q >= float(2 << kMan)) {                     // rounded up to the next power of two
+    q /= 2;
+    ++exp;
+  }
+  if (q < float(1 << kMan)) return static_cast<uint8_t>(q);  // subnormal (exponent field 0)
+  const int code = (exp + kBias) << kMan | (static_cast<int>(q) - (1 << kMan));
+  return code > max_code ? max_code : static_cast<uint8_t>(code);
+}
+
+inline uint8_t sign_bit(float f) { return std::signbit(f) ? 0x80 : 0; }
+
+}  // namespace detail
+
+// The two formats' conversions (the definitions above).
+struct E4M3 {
+  static constexpr float kMax = 448.0f;
+  static uint8_t from_float(float f) {
+    if (std::isnan(f)) return detail::sign_bit(f) | 0x7f;
+    return detail::sign_bit(f) | detail::fp8_magnitude<3, 7>(std::fabs(f), kMax, 0x7e);
+  }
+  static float to_float(uint8_t b) {
+    const int field = (b >> 3) & 15, m = b & 7;
+    float v;
+    if (field == 15 && m == 7)
+      v = std::nanf("");
+    else if (field == 0)
+      v = std::ldexp(static_cast<float>(m), -9);
+    else
+      v = std::ldexp(1.0f + static_cast<float>(m) / 8, field - 7);
+    return (b & 0x80) ? -v : v;
+  }
+};
+
+struct E5M2 {
+  static constexpr float kMax = 57344.0f;
+  static uint8_t from_float(float f) {
+    if (std::isnan(f)) return detail::sign_bit(f) | 0x7e;
+    return detail::sign_bit(f) | detail::fp8_magnitude<2, 15>(std::fabs(f), kMax, 0x7b);
+  }
+  static float to_float(uint8_t b) { return fp16::to_float(static_cast<uint16_t>(b << 8)); }
+};
+
+// One byte of a Format (E4M3 or E5M2), a type of its own per format for the kernels' overloads.
+template <typename Format>
+struct fp8 {
+  uint8_t bits;
+  fp8() = default;
+  explicit fp8(float f) : bits(Format::from_float(f)) {}
+  explicit operator float() const { return Format::to_float(bits); }
+  static constexpr float kMax = Format::kMax;
+  static uint8_t from_float(float f) { return Format::from_float(f); }
+  static float to_float(uint8_t b) { return Format::to_float(b); }
+};
+using fp8_e4m3 = fp8<E4M3>;
+using fp8_e5m2 = fp8<E5M2>;
+
+inline float to_f32(fp8_e4m3 x) { return fp8_e4m3::to_float(x.bits); }
+inline float to_f32(fp8_e5m2 x) { return fp8_e5m2::to_float(x.bits); }
+template <>
+inline fp8_e4m3 from_f32<fp8_e4m3>(float x) {
+  return fp8_e4m3(x);
+}
+template <>
+inline fp8_e5m2 from_f32<fp8_e5m2>(float x) {
+  return fp8_e5m2(x);
+}
+
+}  // namespace tessera
