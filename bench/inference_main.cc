@@ -13,6 +13,7 @@
 // LLaMA-style model (bench_models.h). Usage:
 //   build/bin/inference [--model gpt2|llama1b|all] [--dtype fp32|bf16|all] [--threads N]
 //                       [--prompt P] [--decode D] [--batches 1,8,32]
+//                       [--kv-cache-dtype auto|fp32|bf16|fp16|fp8|fp8_e4m3|fp8_e5m2]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include "read_bandwidth.h"
 #include "tessera/core/threads.h"
 #include "tessera/inference/engine.h"
+#include "tessera/inference/kv_cache.h"
 #include "tessera/kernels/build_info.h"
 #include "tessera/kernels/gemm.h"
 #include "tessera/train/flops.h"
@@ -46,8 +48,10 @@ struct Run {
 
 // `batch` requests of `prompt` tokens each generating `decode` tokens: the prefill step and the
 // decode steps timed apart.
-Run generate(tessera::model::GPTModel& model, int batch, int64_t prompt, int64_t decode) {
+Run generate(tessera::model::GPTModel& model, int batch, int64_t prompt, int64_t decode,
+             const std::string& kv_cache_dtype) {
   inference::EngineOptions o;
+  o.kv_cache_dtype = kv_cache_dtype;
   o.max_sequences = batch;
   o.prefill_chunk = prompt;
   o.cache_tokens = batch * (prompt + decode + 16);
@@ -120,10 +124,12 @@ int main(int argc, char** argv) {
       const double weights = (params - embedding_rows + c.hidden_size +
                               (c.untie_embeddings_and_output_weights ? 0.0 : embedding_rows)) *
                              elem;
-      const double cache_per_token = 2.0 * c.num_layers * c.kv_heads() * c.head_dim() * elem;
+      const double cache_elem = static_cast<double>(inference::kv_element_bytes(
+          inference::parse_kv_cache_dtype(flags.kv_cache_dtype, dtype)));
+      const double cache_per_token = 2.0 * c.num_layers * c.kv_heads() * c.head_dim() * cache_elem;
       const double bytes = weights + cache_per_token * (prompt + decode / 2.0);
       for (int batch : batches) {
-        const Run r = generate(model, batch, prompt, decode);
+        const Run r = generate(model, batch, prompt, decode, flags.kv_cache_dtype);
         const double tokens_s = batch * r.decode_steps / r.decode_s;
         if (batch == 1) {
           const double limit = bandwidth * 1e9 / bytes;

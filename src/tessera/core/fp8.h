@@ -13,9 +13,9 @@
 // stays NaN. To fp32: exact.
 #pragma once
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "tessera/core/dtype.h"
 
@@ -23,24 +23,27 @@ namespace tessera {
 
 namespace detail {
 
-// x rounded to nearest even onto the grid of a float format with kMan mantissa bits and
-// exponent bias kBias (subnormals below 2^(1 - kBias)), |x| below the format's largest finite
-// value `max` (which x saturates to beyond it): the code's magnitude bits.
+// |x| (finite, below the format's largest finite value) rounded to nearest even onto the grid
+// of a float format with kMan mantissa bits and exponent bias kBias: the code's magnitude bits.
+// Bit arithmetic as bf16's (a KV cache converts every key and value it stores): a normal value
+// drops 23 - kMan mantissa bits with a round-to-nearest-even carry (which may carry into the
+// exponent) and is rebiased; below the smallest normal 2^(1 - kBias) the value in units of the
+// smallest subnormal is rounded by the FPU (adding and subtracting 1.5 * 2^23 rounds to nearest
+// even in the default rounding mode; -ffp-contract=off keeps the two apart).
 template <int kMan, int kBias>
-uint8_t fp8_magnitude(float a, float max, uint8_t max_code) {
-  if (!(a < max)) return max_code;
-  if (a == 0) return 0;
-  int e;
-  std::frexp(a, &e);                     // a = f 2^e, f in [0.5, 1): its exponent is e - 1
-  int exp = std::max(e - 1, 1 - kBias);  // subnormals share the smallest normal's spacing
-  float q = std::rint(std::ldexp(a, kMan - exp));  // in units of the spacing 2^(exp - kMan)
-  if (q >= float(2 << kMan)) {                     // rounded up to the next power of two
-    q /= 2;
-    ++exp;
+uint8_t fp8_magnitude(float abs) {
+  uint32_t u;
+  std::memcpy(&u, &abs, 4);
+  constexpr int kDrop = 23 - kMan;
+  constexpr uint32_t kMinNormal = uint32_t{127 - kBias + 1} << 23;
+  if (u >= kMinNormal) {
+    u += (uint32_t{1} << (kDrop - 1)) - 1 + ((u >> kDrop) & 1);
+    return static_cast<uint8_t>((u >> kDrop) - (uint32_t{127 - kBias} << kMan));
   }
-  if (q < float(1 << kMan)) return static_cast<uint8_t>(q);  // subnormal (exponent field 0)
-  const int code = (exp + kBias) << kMan | (static_cast<int>(q) - (1 << kMan));
-  return code > max_code ? max_code : static_cast<uint8_t>(code);
+  constexpr float kUnitsPerOne = static_cast<float>(1 << (kBias + kMan - 1));
+  const float units = abs * kUnitsPerOne;  // exact (a power of two), below 2^kMan
+  const float rounded = (units + 12582912.0f) - 12582912.0f;
+  return static_cast<uint8_t>(rounded);
 }
 
 inline uint8_t sign_bit(float f) { return std::signbit(f) ? 0x80 : 0; }
@@ -52,7 +55,8 @@ struct E4M3 {
   static constexpr float kMax = 448.0f;
   static uint8_t from_float(float f) {
     if (std::isnan(f)) return detail::sign_bit(f) | 0x7f;
-    return detail::sign_bit(f) | detail::fp8_magnitude<3, 7>(std::fabs(f), kMax, 0x7e);
+    const float a = std::fabs(f);
+    return detail::sign_bit(f) | (a >= kMax ? 0x7e : detail::fp8_magnitude<3, 7>(a));
   }
   static float to_float(uint8_t b) {
     const int field = (b >> 3) & 15, m = b & 7;
@@ -71,7 +75,8 @@ struct E5M2 {
   static constexpr float kMax = 57344.0f;
   static uint8_t from_float(float f) {
     if (std::isnan(f)) return detail::sign_bit(f) | 0x7e;
-    return detail::sign_bit(f) | detail::fp8_magnitude<2, 15>(std::fabs(f), kMax, 0x7b);
+    const float a = std::fabs(f);
+    return detail::sign_bit(f) | (a >= kMax ? 0x7b : detail::fp8_magnitude<2, 15>(a));
   }
   static float to_float(uint8_t b) { return fp16::to_float(static_cast<uint16_t>(b << 8)); }
 };

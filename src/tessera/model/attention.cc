@@ -12,6 +12,7 @@
 #include "tessera/kernels/attention_block.h"
 #include "tessera/kernels/attention_decode.h"
 #include "tessera/kernels/attention_merge.h"
+#include "tessera/kernels/elementwise.h"
 #include "tessera/kernels/rope.h"
 
 namespace tessera::model {
@@ -280,14 +281,19 @@ Tensor Attention::forward_cached(const Tensor& x, const StepContext& ctx, const 
     visit_kv_element(cache.element(), [&](auto cache_tag) {
       using TC = decltype(cache_tag);
       // A cache block's rows as F for the block kernel: the block itself when the cache holds F,
-      // else widened into `widened` (a prompt chunk's attention, compute-bound: the copy is small
-      // beside it).
+      // else widened to fp32 by the vector kernels and stored as F (exact: every cache type's
+      // values are F values, or F is fp32). Once per block and prompt chunk, beside the chunk's
+      // attention over it.
+      std::vector<float> widened32;
       std::vector<F> widened;
       auto block_as_f = [&](const void* block) -> const F* {
         if constexpr (std::is_same_v<TC, F>) return static_cast<const F*>(block);
-        const TC* src = static_cast<const TC*>(block);
-        widened.resize(static_cast<size_t>(bs * kv_cols));
-        for (size_t e = 0; e < widened.size(); ++e) widened[e] = from_f32<F>(to_f32(src[e]));
+        const int64_t elems = bs * kv_cols;
+        widened32.resize(static_cast<size_t>(elems));
+        kernels::widen_to_f32(widened32.data(), static_cast<const TC*>(block), elems);
+        if constexpr (std::is_same_v<F, float>) return widened32.data();
+        widened.resize(static_cast<size_t>(elems));
+        kernels::round_from_f32(widened.data(), widened32.data(), elems);
         return widened.data();
       };
       int64_t r0 = 0;

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace tessera {
 namespace {
@@ -68,6 +69,51 @@ TEST(Fp8E5M2, KnownCodesRoundingAndSaturation) {
     EXPECT_EQ(double(v), (b & 0x80) ? -mag : mag) << b;
     EXPECT_EQ(fp8_e5m2(v).bits, b) << "round trip of " << b;
   }
+}
+
+// The nearest code by search: every finite non-negative code's value in double, the closest to
+// |x| (a tie to the code with the even mantissa, i.e. the even code), saturating at the largest.
+template <typename T>
+uint8_t nearest_by_search(float x, int codes) {
+  const double a = std::fabs(double(x));
+  int best = 0;
+  for (int c = 1; c < codes; ++c) {
+    const double d = std::fabs(T::to_float(static_cast<uint8_t>(c)) - a),
+                 e = std::fabs(T::to_float(static_cast<uint8_t>(best)) - a);
+    if (d < e || (d == e && c % 2 == 0)) best = c;
+  }
+  return static_cast<uint8_t>(best | (std::signbit(x) ? 0x80 : 0));
+}
+
+// The bit arithmetic of from_float against the search, on values spread over every binade of
+// both formats (subnormals, ties, near the largest value) and random ones.
+TEST(Fp8, RoundingEqualsTheNearestCodeBySearch) {
+  std::vector<float> xs;
+  for (int c = 0; c < 127; ++c) {  // each code's value, its neighbours and the midpoints
+    for (float v : {fp8_e4m3::to_float(static_cast<uint8_t>(c)),
+                    fp8_e5m2::to_float(static_cast<uint8_t>(c))}) {
+      xs.push_back(v);
+      xs.push_back(std::nextafter(v, 0.0f));
+      xs.push_back(std::nextafter(v, 1e9f));
+    }
+    for (float v : {(fp8_e4m3::to_float(c) + fp8_e4m3::to_float(c + 1)) / 2,
+                    (fp8_e5m2::to_float(c) + fp8_e5m2::to_float(c + 1)) / 2})
+      if (std::isfinite(v)) xs.push_back(v);
+  }
+  uint32_t state = 12345;
+  for (int i = 0; i < 20000; ++i) {
+    state = state * 1664525u + 1013904223u;
+    xs.push_back(std::ldexp(1.0f + (state >> 8) / 16777216.0f, static_cast<int>(state % 40) - 20));
+  }
+  for (float x : xs)
+    for (float v : {x, -x}) {
+      if (std::fabs(v) < fp8_e4m3::kMax) {
+        ASSERT_EQ(fp8_e4m3(v).bits, nearest_by_search<fp8_e4m3>(v, 127)) << "e4m3 of " << v;
+      }
+      if (std::fabs(v) < fp8_e5m2::kMax) {
+        ASSERT_EQ(fp8_e5m2(v).bits, nearest_by_search<fp8_e5m2>(v, 124)) << "e5m2 of " << v;
+      }
+    }
 }
 
 }  // namespace
