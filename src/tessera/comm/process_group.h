@@ -259,8 +259,9 @@ void shutdown();
 
 // A tool's work on this rank of `world`: a tessera::Error from `body` on a job of several ranks
 // ends the job through abort_job ("<tool>: error: <what>" once, exit code 2 on every rank),
-// where each rank printing its own copy of the same error would give one line per rank; on a
-// job of one it propagates (run_tool prints it).
+// where each rank printing its own copy of the same error would give one line per rank; another
+// exception ends it the same way with "internal error" and exit code 1 (rather than leaving the
+// other ranks in a collective). On a job of one either propagates (run_tool prints it).
 int run_on_ranks(const ProcessGroup& world, const char* tool, const std::function<int()>& body);
 
 }  // namespace tessera::comm

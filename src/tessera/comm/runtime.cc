@@ -385,6 +385,12 @@ int run_on_ranks(const ProcessGroup& world, const char* tool, const std::functio
     if (world.size() == 1) throw;
     std::fflush(stdout);
     abort_job(std::string(tool) + ": error: " + one_line(e.what()), kUserErrorExitCode);
+  } catch (const std::exception& e) {
+    // Another library's (e.g. std::bad_alloc for a cache too large): run_tool would return 1
+    // from this rank alone and leave the others waiting in a collective until the watchdog.
+    if (world.size() == 1) throw;
+    std::fflush(stdout);
+    abort_job(std::string(tool) + ": internal error: " + one_line(e.what()), 1);
   }
 }
 

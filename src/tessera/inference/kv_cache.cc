@@ -13,6 +13,16 @@ model::KvElement parse_kv_cache_dtype(const std::string& name, DType compute) {
            : compute == DType::kF16 ? KvElement::kF16
                                     : KvElement::kF32;
   if (name == "fp32" || name == "float32") return KvElement::kF32;
+  // A prompt chunk reads the cache as compute-dtype blocks, exact only when every cached value
+  // is a compute-dtype value: bf16 holds values fp16 cannot (beyond 65504) and fp16 values bf16
+  // cannot (11 significant bits).
+  if ((name == "bf16" || name == "bfloat16") && compute == DType::kF16)
+    throw Error("--kv-cache-dtype " + name +
+                " with fp16 compute: bf16 holds values beyond fp16's range (65504); use auto, "
+                "fp32 or fp8");
+  if ((name == "fp16" || name == "float16" || name == "half") && compute == DType::kBF16)
+    throw Error("--kv-cache-dtype " + name +
+                " with bf16 compute: fp16 keeps bits bf16 cannot hold; use auto, fp32 or fp8");
   if (name == "bf16" || name == "bfloat16") return KvElement::kBF16;
   if (name == "fp16" || name == "float16" || name == "half") return KvElement::kF16;
   if (name == "fp8" || name == "fp8_e4m3") return KvElement::kF8E4M3;

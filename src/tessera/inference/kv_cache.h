@@ -19,7 +19,8 @@ namespace tessera::inference {
 
 // --kv-cache-dtype, vLLM's names and Tessera's: "auto" (the compute dtype), "fp32"/"float32",
 // "bf16"/"bfloat16", "fp16"/"float16"/"half", "fp8"/"fp8_e4m3" (vLLM's fp8 is e4m3),
-// "fp8_e5m2". tessera::Error naming the accepted values for anything else.
+// "fp8_e5m2". tessera::Error naming the accepted values for anything else, and for a 16-bit
+// cache of the other 16-bit type than the compute dtype (their values do not fit each other).
 model::KvElement parse_kv_cache_dtype(const std::string& name, DType compute);
 // "fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2".
 const char* kv_element_name(model::KvElement element);

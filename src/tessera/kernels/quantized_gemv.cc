@@ -175,23 +175,17 @@ constexpr std::array<float, 32> fp6_magnitudes() {
 }
 alignas(64) constexpr std::array<float, 32> kFp6Magnitude = fp6_magnitudes();
 
-// Block j (16 weights) of a group whose codes start at `codes`, of `blocks` blocks, decoded in
-// registers exactly as decode_row writes it: code times the group's scale d (plus its minimum lo
-// for 4-bit codes), unfused. For FP6, `fp6_times_d` holds the 32 magnitudes times d, so a weight
-// is one lookup and its sign: -(m d) is (-m) d exactly. kExact: read no byte past the block's
-// own (the matrix's last block).
+// Block j (16 weights) of an int8 or FP6 group whose codes start at `codes`, decoded in
+// registers exactly as decode_row writes it: code times the group's scale d. For FP6,
+// `fp6_times_d` holds the 32 magnitudes times d, so a weight is one lookup and its sign: -(m d)
+// is (-m) d exactly. kExact: read no byte past the block's own (the matrix's last block).
 template <WeightCodes kType, bool kExact>
-[[gnu::always_inline]] inline VecF decode_block(const uint8_t* codes, int64_t j, int64_t blocks,
-                                                float d, float lo, const float* fp6_times_d) {
+[[gnu::always_inline]] inline VecF decode_block(const uint8_t* codes, int64_t j, float d,
+                                                const float* fp6_times_d) {
   if constexpr (kType == WeightCodes::kInt8) {
     return load(reinterpret_cast<const int8_t*>(codes) + 16 * j) * splat(d);
-  } else if constexpr (kType == WeightCodes::kNibble) {
-    // The low nibbles of the group's bytes are its first half, the high ones its second.
-    const int64_t half = blocks / 2;
-    const VecI b = load_u8(codes + 16 * (j < half ? j : j - half));
-    const VecI q = j < half ? b & splat_i(15) : shift_right(b, 4);
-    return to_float(q) * splat(d) + splat(lo);
   } else {
+    static_assert(kType == WeightCodes::kFp6, "4-bit codes decode in fused_nibble_rows");
     // Each code in its lane's top 6 bits: the magnitude's index below the sign bit, and the
     // sign bit in the fp32 sign's place.
     const VecI top = kExact ? unpack6_top_exact(codes + 12 * j) : unpack6_top(codes + 12 * j);
@@ -207,18 +201,17 @@ template <WeightCodes kType, bool kExact>
 template <WeightCodes kType, int kRows, bool kExact>
 [[gnu::always_inline]] inline void fused_rows(float* out, const float* inp,
                                               const QuantizedWeightsView& w, int64_t o,
-                                              const float* scales, const float* mins) {
+                                              const float* scales) {
   const int64_t C = w.cols, blocks = w.group / 16, all_blocks = C / 16, groups = C / w.group;
   const int64_t group_bytes = quantized_row_bytes(w.codes_type, w.group);
   const uint8_t* codes = w.codes + o * quantized_row_bytes(w.codes_type, C);
   Accumulators<kRows> s;
   // The group of block k and the block's place j in it, advanced block by block (no division).
   int64_t g = 0, j = 0;
-  float d = 0, lo = 0;
+  float d = 0;
   alignas(64) float fp6_times_d[32];
   auto enter_group = [&]() __attribute__((always_inline)) {
     d = scales[g];
-    if (mins != nullptr) lo = mins[g];
     if constexpr (kType == WeightCodes::kFp6) {
       store(fp6_times_d, load(kFp6Magnitude.data()) * splat(d));
       store(fp6_times_d + 16, load(kFp6Magnitude.data() + 16) * splat(d));
@@ -233,7 +226,7 @@ template <WeightCodes kType, int kRows, bool kExact>
   };
   // (Lambdas GCC would not inline otherwise: one call per block halved the 4-bit kernel.)
   auto block = [&]() __attribute__((always_inline)) {
-    return decode_block<kType, kExact>(codes, j, blocks, d, lo, fp6_times_d);
+    return decode_block<kType, kExact>(codes, j, d, fp6_times_d);
   };
   int64_t k = 0;
   for (; k + 4 <= all_blocks; k += 4) {
@@ -299,45 +292,40 @@ template <int kRows>
   s.store_to(out, w.rows, o);
 }
 
-// fused_rows for kRows = M.
+// kRows input rows decoded in registers: fused_nibble_rows for 4-bit codes (with their
+// minimums), fused_rows else.
+template <WeightCodes kType, int kRows, bool kExact>
+[[gnu::always_inline]] inline void fused_rows_of(float* out, const float* inp,
+                                                 const QuantizedWeightsView& w, int64_t o,
+                                                 const float* scales, const float* mins) {
+  if constexpr (kType == WeightCodes::kNibble)
+    fused_nibble_rows<kRows>(out, inp, w, o, scales, mins);
+  else
+    fused_rows<kType, kRows, kExact>(out, inp, w, o, scales);
+}
+
+// Output row o for M input rows (M <= kRowsAtOnce).
 template <WeightCodes kType, bool kExact>
 void fused_row(float* out, const float* inp, const QuantizedWeightsView& w, int64_t M, int64_t o,
                const float* scales, const float* mins) {
-  if constexpr (kType == WeightCodes::kNibble) {
-    if (w.group == 32 || w.group == 64) {
-      switch (M) {
-        case 1:
-          return fused_nibble_rows<1>(out, inp, w, o, scales, mins);
-        case 2:
-          return fused_nibble_rows<2>(out, inp, w, o, scales, mins);
-        case 3:
-          if constexpr (kRowsAtOnce >= 3) fused_nibble_rows<3>(out, inp, w, o, scales, mins);
-          return;
-        default:
-          if constexpr (kRowsAtOnce >= 4) fused_nibble_rows<4>(out, inp, w, o, scales, mins);
-          return;
-      }
-    }
-  }
   switch (M) {
     case 1:
-      return fused_rows<kType, 1, kExact>(out, inp, w, o, scales, mins);
+      return fused_rows_of<kType, 1, kExact>(out, inp, w, o, scales, mins);
     case 2:
-      return fused_rows<kType, 2, kExact>(out, inp, w, o, scales, mins);
+      return fused_rows_of<kType, 2, kExact>(out, inp, w, o, scales, mins);
     case 3:
-      if constexpr (kRowsAtOnce >= 3) fused_rows<kType, 3, kExact>(out, inp, w, o, scales, mins);
+      if constexpr (kRowsAtOnce >= 3) fused_rows_of<kType, 3, kExact>(out, inp, w, o, scales, mins);
       return;
     default:
-      if constexpr (kRowsAtOnce >= 4) fused_rows<kType, 4, kExact>(out, inp, w, o, scales, mins);
+      if constexpr (kRowsAtOnce >= 4) fused_rows_of<kType, 4, kExact>(out, inp, w, o, scales, mins);
   }
 }
 
 // Whether fused_rows applies: at most kRowsAtOnce input rows, and whole blocks (cols and the
-// group multiples of 16; of 32 for 4-bit codes, whose group halves are blocks).
+// group multiples of 16; 4-bit groups are 32 or 64, quantized_gemv checks).
 template <WeightCodes kType>
 bool fused_fits(const QuantizedWeightsView& w, int64_t M) {
-  const int64_t block = kType == WeightCodes::kNibble ? 32 : 16;
-  return M <= kRowsAtOnce && w.cols % 16 == 0 && w.group % block == 0;
+  return M <= kRowsAtOnce && w.cols % 16 == 0 && w.group % 16 == 0;
 }
 
 // Decode in registers for up to kRowsAtOnce input rows (the decoded block is reused by each);
@@ -411,6 +399,7 @@ void decode_rows(float* out, const QuantizedWeightsView& w, int64_t r0, int64_t 
 void quantized_gemv(float* out, const float* inp, const QuantizedWeightsView& w, int64_t M) {
   TESSERA_CHECK(M >= 1 && M <= kQuantizedGemvMaxRows && w.rows >= 0 && w.cols >= 0);
   TESSERA_CHECK(w.group > 0 && w.cols % w.group == 0);
+  TESSERA_CHECK(w.codes_type != WeightCodes::kNibble || w.group == 32 || w.group == 64);
   const detail::GemmClock clock;  // counted with the GEMMs (gemm.h's gemm_seconds)
   switch (w.codes_type) {
     case WeightCodes::kFp6:
@@ -425,6 +414,7 @@ void quantized_gemv(float* out, const float* inp, const QuantizedWeightsView& w,
 void dequantize_rows(float* out, const QuantizedWeightsView& w, int64_t r0, int64_t r1) {
   TESSERA_CHECK(0 <= r0 && r0 <= r1 && r1 <= w.rows);
   TESSERA_CHECK(w.group > 0 && w.cols % w.group == 0);
+  TESSERA_CHECK(w.codes_type != WeightCodes::kNibble || w.group == 32 || w.group == 64);
   switch (w.codes_type) {
     case WeightCodes::kFp6:
       return decode_rows<WeightCodes::kFp6>(out, w, r0, r1);

@@ -5,7 +5,8 @@
 //
 //   quantized_gemv      out (M, rows) = inp (M, cols) @ W^T for the few rows of a decode step
 //                       (1 <= M <= kQuantizedGemvMaxRows): each weight row is read once and
-//                       never dequantized as a whole — up to 4 input rows, each block of 16
+//                       never dequantized as a whole — up to 4 input rows (2 on AVX2 and
+//                       baseline, whose vectors take 2 and 4 registers), each block of 16
 //                       codes is decoded in vector registers (the vector layer's widening loads,
 //                       6-bit unpacking and table lookup) and dotted with every input row; for
 //                       more rows (or rows not made of whole blocks) a row is decoded into a
@@ -30,7 +31,8 @@ namespace tessera::kernels {
 enum class WeightCodes : int {
   kFp6,    // FP6 e3m2, 4 codes in 3 bytes (quant/fp6.h); group = cols
   kInt8,   // int8 codes; group = cols (per row) or 32 (Q8_0)
-  kNibble  // 4-bit codes with a minimum; byte j of a group: weight j low, j + group/2 high
+  kNibble  // 4-bit codes with a minimum, groups of 32 or 64; byte j of a group: weight j low,
+           // j + group/2 high
 };
 
 struct QuantizedWeightsView {

@@ -281,9 +281,10 @@ Tensor Attention::forward_cached(const Tensor& x, const StepContext& ctx, const 
     visit_kv_element(cache.element(), [&](auto cache_tag) {
       using TC = decltype(cache_tag);
       // A cache block's rows as F for the block kernel: the block itself when the cache holds F,
-      // else widened to fp32 by the vector kernels and stored as F (exact: every cache type's
-      // values are F values, or F is fp32). Once per block and prompt chunk, beside the chunk's
-      // attention over it.
+      // else widened to fp32 by the vector kernels and stored as F (exact: F is fp32, or the
+      // cache holds fp32 copies of F values or 8-bit floats, which fit bf16 and fp16 alike;
+      // inference::parse_kv_cache_dtype refuses the 16-bit pairs that would not). Once per
+      // block and prompt chunk, beside the chunk's attention over it.
       std::vector<float> widened32;
       std::vector<F> widened;
       auto block_as_f = [&](const void* block) -> const F* {

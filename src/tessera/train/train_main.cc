@@ -18,14 +18,6 @@ namespace tessera::train {
 
 namespace {
 
-// This process's rank before MPI is up (for printing a parse error once): the launcher's
-// environment, 0 when run without one.
-int launcher_rank() {
-  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})
-    if (const char* v = std::getenv(var)) return std::atoi(v);
-  return 0;
-}
-
 // Brings up the runtime and checks the layout; returns nullptr when the run is done
 // (--print-mesh).
 std::unique_ptr<comm::ParallelState> setup_distributed(const TrainArgs& args) {

@@ -135,6 +135,7 @@ TEST(AttentionDecode, CachesOfOtherTypesMatchDoubleReference) {
   expect_matches_reference<float, fp8_e4m3>(1e-5);
   expect_matches_reference<float, fp8_e5m2>(1e-5);
   expect_matches_reference<float, bf16>(1e-5);
+  expect_matches_reference<float, fp16>(1e-5);
   expect_matches_reference<bf16, fp8_e4m3>(4e-3);
   expect_matches_reference<fp16, fp8_e5m2>(4e-3);
 }
