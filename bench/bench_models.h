@@ -59,7 +59,7 @@ inline std::vector<NamedModel> decode_models(const std::string& which) {
 
 // The flags the inference benchmarks share: --model, --dtype, --threads, --prompt, --decode.
 struct DecodeBenchFlags {
-  std::string model = "all", dtype, kv_cache_dtype = "auto";
+  std::string model = "all", dtype;
   int threads = 2;
   int64_t prompt = 128, decode = 32;
   // Takes flag f with value v when it is one of these; false otherwise.
@@ -74,8 +74,6 @@ struct DecodeBenchFlags {
       prompt = std::stoll(v);
     else if (f == "--decode")
       decode = std::stoll(v);
-    else if (f == "--kv-cache-dtype")
-      kv_cache_dtype = v;
     else
       return false;
     return true;

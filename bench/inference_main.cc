@@ -83,10 +83,13 @@ int main(int argc, char** argv) {
   tessera::bench::DecodeBenchFlags flags;
   flags.dtype = "all";
   std::vector<int> batches = {1, 8, 32};
+  std::string kv_cache_dtype = "auto";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
     if (flags.take(f, v)) continue;
-    if (f == "--batches") {
+    if (f == "--kv-cache-dtype") {
+      kv_cache_dtype = v;
+    } else if (f == "--batches") {
       batches.clear();
       for (size_t at = 0; at < v.size();) {
         const size_t comma = v.find(',', at);
@@ -124,12 +127,12 @@ int main(int argc, char** argv) {
       const double weights = (params - embedding_rows + c.hidden_size +
                               (c.untie_embeddings_and_output_weights ? 0.0 : embedding_rows)) *
                              elem;
-      const double cache_elem = static_cast<double>(inference::kv_element_bytes(
-          inference::parse_kv_cache_dtype(flags.kv_cache_dtype, dtype)));
+      const double cache_elem = static_cast<double>(
+          inference::kv_element_bytes(inference::parse_kv_cache_dtype(kv_cache_dtype, dtype)));
       const double cache_per_token = 2.0 * c.num_layers * c.kv_heads() * c.head_dim() * cache_elem;
       const double bytes = weights + cache_per_token * (prompt + decode / 2.0);
       for (int batch : batches) {
-        const Run r = generate(model, batch, prompt, decode, flags.kv_cache_dtype);
+        const Run r = generate(model, batch, prompt, decode, kv_cache_dtype);
         const double tokens_s = batch * r.decode_steps / r.decode_s;
         if (batch == 1) {
           const double limit = bandwidth * 1e9 / bytes;

@@ -50,14 +50,12 @@ inline uint8_t sign_bit(float f) { return std::signbit(f) ? 0x80 : 0; }
 
 }  // namespace detail
 
-// The two formats' conversions (the definitions above).
+// The two formats (the definitions above): their rounding's parameters — mantissa bits,
+// exponent bias, largest finite value and its code, the code a NaN becomes — and the decoding.
 struct E4M3 {
+  static constexpr int kMan = 3, kBias = 7;
   static constexpr float kMax = 448.0f;
-  static uint8_t from_float(float f) {
-    if (std::isnan(f)) return detail::sign_bit(f) | 0x7f;
-    const float a = std::fabs(f);
-    return detail::sign_bit(f) | (a >= kMax ? 0x7e : detail::fp8_magnitude<3, 7>(a));
-  }
+  static constexpr uint8_t kMaxCode = 0x7e, kNanCode = 0x7f;
   static float to_float(uint8_t b) {
     const int field = (b >> 3) & 15, m = b & 7;
     float v;
@@ -72,12 +70,9 @@ struct E4M3 {
 };
 
 struct E5M2 {
+  static constexpr int kMan = 2, kBias = 15;
   static constexpr float kMax = 57344.0f;
-  static uint8_t from_float(float f) {
-    if (std::isnan(f)) return detail::sign_bit(f) | 0x7e;
-    const float a = std::fabs(f);
-    return detail::sign_bit(f) | (a >= kMax ? 0x7b : detail::fp8_magnitude<2, 15>(a));
-  }
+  static constexpr uint8_t kMaxCode = 0x7b, kNanCode = 0x7e;
   static float to_float(uint8_t b) { return fp16::to_float(static_cast<uint16_t>(b << 8)); }
 };
 
@@ -86,17 +81,24 @@ template <typename Format>
 struct fp8 {
   uint8_t bits;
   fp8() = default;
-  explicit fp8(float f) : bits(Format::from_float(f)) {}
-  explicit operator float() const { return Format::to_float(bits); }
+  explicit fp8(float f) : bits(from_float(f)) {}
+  explicit operator float() const { return to_float(bits); }
   static constexpr float kMax = Format::kMax;
-  static uint8_t from_float(float f) { return Format::from_float(f); }
+  static uint8_t from_float(float f) {
+    if (std::isnan(f)) return detail::sign_bit(f) | Format::kNanCode;
+    const float a = std::fabs(f);
+    return detail::sign_bit(f) |
+           (a >= kMax ? Format::kMaxCode : detail::fp8_magnitude<Format::kMan, Format::kBias>(a));
+  }
   static float to_float(uint8_t b) { return Format::to_float(b); }
 };
 using fp8_e4m3 = fp8<E4M3>;
 using fp8_e5m2 = fp8<E5M2>;
 
-inline float to_f32(fp8_e4m3 x) { return fp8_e4m3::to_float(x.bits); }
-inline float to_f32(fp8_e5m2 x) { return fp8_e5m2::to_float(x.bits); }
+template <typename Format>
+inline float to_f32(fp8<Format> x) {
+  return Format::to_float(x.bits);
+}
 template <>
 inline fp8_e4m3 from_f32<fp8_e4m3>(float x) {
   return fp8_e4m3(x);

@@ -1,6 +1,7 @@
 #include "tessera/inference/inference_flags.h"
 
 #include "tessera/core/error.h"
+#include "tessera/inference/kv_cache.h"
 #include "tessera/quant/quantized_matrix.h"
 
 namespace tessera::inference {
@@ -25,8 +26,7 @@ void add_inference_flags(CLI::App& app, InferenceFlags& f) {
   app.add_option("--kv-cache-dtype", f.engine.kv_cache_dtype,
                  "the KV cache's element type: auto (the compute dtype), fp32, bf16, fp16, fp8 "
                  "(= fp8_e4m3, vLLM's), fp8_e5m2")
-      ->check(CLI::IsMember({"auto", "fp32", "float32", "bf16", "bfloat16", "fp16", "float16",
-                             "half", "fp8", "fp8_e4m3", "fp8_e5m2"}))
+      ->check(CLI::IsMember(kv_cache_dtype_names()))
       ->capture_default_str();
   app.add_option("--num-threads", f.threads, "threads (default: the cores)");
   app.add_option(

@@ -1,45 +1,53 @@
 #include "tessera/inference/kv_cache.h"
 
-#include <type_traits>
-
 #include "tessera/core/error.h"
 
 namespace tessera::inference {
 
-model::KvElement parse_kv_cache_dtype(const std::string& name, DType compute) {
-  using model::KvElement;
-  if (name == "auto")
-    return compute == DType::kBF16  ? KvElement::kBF16
-           : compute == DType::kF16 ? KvElement::kF16
-                                    : KvElement::kF32;
-  if (name == "fp32" || name == "float32") return KvElement::kF32;
-  // A prompt chunk reads the cache as compute-dtype blocks, exact only when every cached value
-  // is a compute-dtype value: bf16 holds values fp16 cannot (beyond 65504) and fp16 values bf16
-  // cannot (11 significant bits).
-  if ((name == "bf16" || name == "bfloat16") && compute == DType::kF16)
-    throw Error("--kv-cache-dtype " + name +
-                " with fp16 compute: bf16 holds values beyond fp16's range (65504); use auto, "
-                "fp32 or fp8");
-  if ((name == "fp16" || name == "float16" || name == "half") && compute == DType::kBF16)
-    throw Error("--kv-cache-dtype " + name +
-                " with bf16 compute: fp16 keeps bits bf16 cannot hold; use auto, fp32 or fp8");
-  if (name == "bf16" || name == "bfloat16") return KvElement::kBF16;
-  if (name == "fp16" || name == "float16" || name == "half") return KvElement::kF16;
-  if (name == "fp8" || name == "fp8_e4m3") return KvElement::kF8E4M3;
-  if (name == "fp8_e5m2") return KvElement::kF8E5M2;
-  throw Error("--kv-cache-dtype: unknown value '" + name +
-              "' (expected auto, fp32, bf16, fp16, fp8, fp8_e4m3 or fp8_e5m2)");
+namespace {
+
+// --kv-cache-dtype's names besides "auto", vLLM's and Tessera's.
+struct KvDtypeName {
+  const char* name;
+  model::KvElement element;
+};
+constexpr KvDtypeName kKvDtypeNames[] = {
+    {"fp32", model::KvElement::kF32},        {"float32", model::KvElement::kF32},
+    {"bf16", model::KvElement::kBF16},       {"bfloat16", model::KvElement::kBF16},
+    {"fp16", model::KvElement::kF16},        {"float16", model::KvElement::kF16},
+    {"half", model::KvElement::kF16},        {"fp8", model::KvElement::kF8E4M3},
+    {"fp8_e4m3", model::KvElement::kF8E4M3}, {"fp8_e5m2", model::KvElement::kF8E5M2},
+};
+
+}  // namespace
+
+std::vector<std::string> kv_cache_dtype_names() {
+  std::vector<std::string> names = {"auto"};
+  for (const KvDtypeName& n : kKvDtypeNames) names.emplace_back(n.name);
+  return names;
 }
 
-const char* kv_element_name(model::KvElement element) {
-  return model::visit_kv_element(element, [](auto tag) -> const char* {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float>) return "fp32";
-    if constexpr (std::is_same_v<T, bf16>) return "bf16";
-    if constexpr (std::is_same_v<T, fp16>) return "fp16";
-    if constexpr (std::is_same_v<T, fp8_e4m3>) return "fp8_e4m3";
-    return "fp8_e5m2";
-  });
+model::KvElement parse_kv_cache_dtype(const std::string& name, DType compute) {
+  using model::KvElement;
+  const KvElement same = compute == DType::kBF16  ? KvElement::kBF16
+                         : compute == DType::kF16 ? KvElement::kF16
+                                                  : KvElement::kF32;
+  if (name == "auto") return same;
+  for (const KvDtypeName& n : kKvDtypeNames) {
+    if (name != n.name) continue;
+    // A prompt chunk reads the cache as compute-dtype blocks, exact only when every cached
+    // value is a compute-dtype value: bf16 holds values fp16 cannot (beyond 65504) and fp16
+    // values bf16 cannot (11 significant bits).
+    const bool other_16_bit = (n.element == KvElement::kBF16 && same == KvElement::kF16) ||
+                              (n.element == KvElement::kF16 && same == KvElement::kBF16);
+    if (other_16_bit)
+      throw Error("--kv-cache-dtype " + name + " with " + dtype_name(compute) +
+                  " compute: bf16 and fp16 do not hold each other's values (bf16 reaches beyond "
+                  "fp16's 65504, fp16 keeps bits bf16 drops); use auto, fp32 or fp8");
+    return n.element;
+  }
+  throw Error("--kv-cache-dtype: unknown value '" + name +
+              "' (expected auto, fp32, bf16, fp16, fp8, fp8_e4m3 or fp8_e5m2)");
 }
 
 int64_t kv_element_bytes(model::KvElement element) {

@@ -22,8 +22,8 @@ namespace tessera::inference {
 // "fp8_e5m2". tessera::Error naming the accepted values for anything else, and for a 16-bit
 // cache of the other 16-bit type than the compute dtype (their values do not fit each other).
 model::KvElement parse_kv_cache_dtype(const std::string& name, DType compute);
-// "fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2".
-const char* kv_element_name(model::KvElement element);
+// Every name parse_kv_cache_dtype accepts, "auto" first (for the flag's check).
+std::vector<std::string> kv_cache_dtype_names();
 int64_t kv_element_bytes(model::KvElement element);
 
 class KvCache : public model::KvBlocks {

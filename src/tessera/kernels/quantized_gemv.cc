@@ -323,7 +323,6 @@ void fused_row(float* out, const float* inp, const QuantizedWeightsView& w, int6
 
 // Whether fused_rows applies: at most kRowsAtOnce input rows, and whole blocks (cols and the
 // group multiples of 16; 4-bit groups are 32 or 64, quantized_gemv checks).
-template <WeightCodes kType>
 bool fused_fits(const QuantizedWeightsView& w, int64_t M) {
   return M <= kRowsAtOnce && w.cols % 16 == 0 && w.group % 16 == 0;
 }
@@ -340,17 +339,21 @@ void fused_gemv(float* out, const float* inp, const QuantizedWeightsView& w, int
 #pragma omp for schedule(static)
     for (int64_t o = 0; o < w.rows; ++o) {
       widen_scales(w, o, scales);
-      if (o + 1 < w.rows)
-        fused_row<kType, false>(out, inp, w, M, o, scales, mins);
-      else
-        fused_row<kType, true>(out, inp, w, M, o, scales, mins);
+      // Only FP6 blocks read past their bytes (16 for 12), so only its last row needs care.
+      if constexpr (kType == WeightCodes::kFp6) {
+        if (o + 1 == w.rows) {
+          fused_row<kType, true>(out, inp, w, M, o, scales, mins);
+          continue;
+        }
+      }
+      fused_row<kType, false>(out, inp, w, M, o, scales, mins);
     }
   }
 }
 
 template <WeightCodes kType>
 void gemv(float* out, const float* inp, const QuantizedWeightsView& w, int64_t M) {
-  if (fused_fits<kType>(w, M)) return fused_gemv<kType>(out, inp, w, M);
+  if (fused_fits(w, M)) return fused_gemv<kType>(out, inp, w, M);
   const int64_t C = w.cols;
   // One weight row at a time, so each thread's reads of the codes are one linear stream (rows
   // interleaved two or more at a time make the hardware prefetcher restart at every row:

@@ -3,7 +3,7 @@
 // no backward (training keeps full-precision weights).
 //
 // A few rows (a decode step: at most kernels::kQuantizedGemvMaxRows) go through
-// kernels::quantized_gemv, which decodes each weight row into an L1 buffer as it streams; more rows
+// kernels::quantized_gemv, which decodes the codes in vector registers as it streams; more rows
 // (prefill) decode tiles of 128 weight rows into an fp32 scratch and multiply each with the fp32
 // GEMM (gemm.h), so the whole matrix is never dequantized at once. Activations are fp32 inside
 // (a bf16 or fp16 x is widened once), the output is rounded to x's dtype after the bias is added.
