@@ -1,6 +1,4 @@
 #include "tessera/kernels/gemm.h"
-#include "tessera/kernels/gemm_clock.h"
-#include "tessera/kernels/gemm_packed.h"
 
 #include <omp.h>
 #include <time.h>
@@ -19,9 +17,12 @@
 
 #include "tessera/core/error.h"
 #include "tessera/kernels/cpu_target.h"
+#include "tessera/kernels/gemm_clock.h"
+#include "tessera/kernels/gemm_packed.h"
 #include "tessera/kernels/gemm_widened.h"
 #include "tessera/kernels/onednn_isa.h"
 #include "tessera/kernels/scratch.h"
+#include "tessera/kernels/scratch_plan.h"
 
 namespace tessera::kernels {
 namespace {
@@ -47,21 +48,22 @@ void scale_c(int64_t M, int64_t N, float beta, T* C, int64_t ldc) {
 
 constexpr int64_t kSerialMacs = int64_t{128} * 128 * 128;
 
-// Sets the calling thread's OpenMP team size to 1 for its lifetime (even if oneDNN throws).
-class SerialScope {
+// Sets the calling thread's OpenMP team size to `threads` for its lifetime (even if oneDNN
+// throws); 0 leaves it as it is.
+class TeamScope {
  public:
-  explicit SerialScope(bool active) : saved_(omp_get_max_threads()), active_(active) {
-    if (active_) omp_set_num_threads(1);
+  explicit TeamScope(int threads) : saved_(omp_get_max_threads()), threads_(threads) {
+    if (threads_ > 0 && threads_ != saved_) omp_set_num_threads(threads_);
   }
-  ~SerialScope() {
-    if (active_) omp_set_num_threads(saved_);
+  ~TeamScope() {
+    if (threads_ > 0 && threads_ != saved_) omp_set_num_threads(saved_);
   }
-  SerialScope(const SerialScope&) = delete;
-  SerialScope& operator=(const SerialScope&) = delete;
+  TeamScope(const TeamScope&) = delete;
+  TeamScope& operator=(const TeamScope&) = delete;
 
  private:
   int saved_;
-  bool active_;
+  int threads_;
 };
 
 // ---- oneDNN matmul, cached per problem --------------------------------------------------------
@@ -123,6 +125,27 @@ std::shared_ptr<const Matmul> make_matmul(const MatmulKey& k) {
   return mm;
 }
 
+// The key of a product of `team` threads. Small products run on the calling thread alone: below
+// ~4 MFLOP (tens of microseconds on one core) an OpenMP fork/join costs about as much as it
+// saves, and far more when the sibling core is busy.
+MatmulKey matmul_key(const GemmShape& g, int team) {
+  using dt = dnnl::memory::data_type;
+  const bool serial = team > 1 && g.M * g.N * g.K <= kSerialMacs;
+  return MatmulKey{g.trans_a,
+                   g.trans_b,
+                   g.M,
+                   g.N,
+                   g.K,
+                   g.lda,
+                   g.ldb,
+                   g.ldc,
+                   g.a == DType::kBF16 ? dt::bf16 : dt::f32,
+                   g.c == DType::kBF16 ? dt::bf16 : dt::f32,
+                   g.alpha,
+                   g.beta,
+                   serial ? 1 : team};
+}
+
 std::shared_ptr<const Matmul> cached_matmul(const MatmulKey& key) {
   static std::mutex mutex;
   static std::map<MatmulKey, std::shared_ptr<const Matmul>> cache;
@@ -144,17 +167,11 @@ void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
   check_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_c(M, N, beta, C, ldc);
-  using dt = dnnl::memory::data_type;
-  const dt a_type = std::is_same_v<TA, bf16> ? dt::bf16 : dt::f32;
-  const dt c_type = std::is_same_v<TC, bf16> ? dt::bf16 : dt::f32;
-  // Small products run on the calling thread alone: below ~4 MFLOP (tens of microseconds on one
-  // core) an OpenMP fork/join costs about as much as it saves, and far more when the sibling
-  // core is busy. oneDNN sizes its parallel loops from omp_get_max_threads() at creation.
-  const int team = omp_get_max_threads();
-  const bool serial = team > 1 && M * N * K <= kSerialMacs;
-  const SerialScope serial_scope(serial);
-  const MatmulKey key{trans_a, trans_b,          M, N, K, lda, ldb, ldc, a_type, c_type, alpha,
-                      beta,    serial ? 1 : team};
+  // oneDNN sizes its parallel loops from omp_get_max_threads() when a primitive is created.
+  const MatmulKey key = matmul_key(GemmShape{trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta,
+                                             dtype_of<TA>(), dtype_of<TA>(), dtype_of<TC>()},
+                                   omp_get_max_threads());
+  const TeamScope team(key.threads);
   const auto mm = cached_matmul(key);
 
   thread_local dnnl::stream stream(cpu_engine());
@@ -167,8 +184,8 @@ void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
   if (mm->scratchpad_bytes > 0) {
-    const dnnl::memory::desc scratch_md({static_cast<int64_t>(mm->scratchpad_bytes)}, dt::u8,
-                                        dnnl::memory::format_tag::a);
+    const dnnl::memory::desc scratch_md({static_cast<int64_t>(mm->scratchpad_bytes)},
+                                        dnnl::memory::data_type::u8, dnnl::memory::format_tag::a);
     args.emplace(DNNL_ARG_SCRATCHPAD,
                  dnnl::memory(scratch_md, engine, scratchpad.get(mm->scratchpad_bytes)));
   }
@@ -200,6 +217,17 @@ template void native_bf16_gemm<float>(bool, bool, int64_t, int64_t, int64_t, flo
                                       int64_t, const bf16*, int64_t, float, float*, int64_t);
 template void native_bf16_gemm<bf16>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*,
                                      int64_t, const bf16*, int64_t, float, bf16*, int64_t);
+
+void plan_onednn_gemm(ScratchPlan& plan, const GemmShape& g) {
+  if (g.M == 0 || g.N == 0 || g.K == 0) return;  // no primitive runs (onednn_gemm)
+  const MatmulKey key = matmul_key(g, g.threads);
+  const TeamScope team(key.threads);
+  const size_t bytes = cached_matmul(key)->scratchpad_bytes;
+  if (bytes == 0) return;
+  // One scratchpad per calling thread and onednn_gemm<TA, TC> instantiation.
+  plan.grow(std::string("oneDNN scratchpad ") + dtype_name(g.a) + ">" + dtype_name(g.c),
+            static_cast<int64_t>(bytes));
+}
 
 }  // namespace detail
 

@@ -25,6 +25,8 @@
 
 namespace tessera::kernels {
 
+class ScratchPlan;
+
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
@@ -69,6 +71,25 @@ Bf16GemmPath bf16_gemm_path();
 void set_bf16_gemm_path(Bf16GemmPath path);
 // "oneDNN bf16", "blocked, widened while packing" or "widened to fp32".
 const char* bf16_gemm_path_name(Bf16GemmPath path);
+
+// One gemm call without its data, for plan_gemm: the arguments of the functions above, the
+// operands' and the output's types (b is a's, but for gemm_fp32_a, whose a is fp32), and the size
+// of the OpenMP team the call runs on (omp_get_max_threads() when it is made).
+struct GemmShape {
+  bool trans_a = false, trans_b = false;
+  int64_t M = 0, N = 0, K = 0, lda = 0, ldb = 0, ldc = 0;
+  float alpha = 1.0f, beta = 0.0f;
+  DType a = DType::kF32, b = DType::kF32, c = DType::kF32;
+  int threads = 1;
+};
+
+// Records in `plan` the scratch buffers (kernels/scratch_plan.h) that the gemm call `shape`
+// grows on the path it takes: oneDNN's scratchpad (its size asked of the primitive the call
+// runs), the blocked GEMM's packing buffers, the widened path's fp32 copies. With a team of
+// several threads the blocked GEMM's per-thread buffers are those of a thread that takes a whole
+// block (the dynamic schedule decides which thread takes the last, smaller one): exact for one
+// thread, a bound for more.
+void plan_gemm(ScratchPlan& plan, const GemmShape& shape);
 
 // Wall-clock seconds spent inside the gemm functions above since the process started, summed over
 // calling threads: benchmarks split a step into its GEMMs and the rest (bench/model_step).

@@ -72,6 +72,15 @@ int b_block_columns() {
   return columns;
 }
 
+// Floats of the A block a thread packs itself for `rows` rows of C (gemm_block's a_buf).
+int64_t a_block_floats(int64_t rows, int64_t K) {
+  return std::min<int64_t>(kMC, (rows + kMR - 1) / kMR * kMR) * std::min<int64_t>(kKC, K);
+}
+
+// Floats of the B block a thread packs itself (gemm_block's b_buf): one L2-sized block of
+// columns, whatever N.
+int64_t b_block_floats(int64_t K) { return std::min<int64_t>(kKC, K) * b_block_columns(); }
+
 // ---- micro-kernel ----------------------------------------------------------------------------
 
 // Where the micro-kernel reads element (r, k) of an A micro-panel.
@@ -304,11 +313,9 @@ void gemm_block(const Product<TA, TB, TC>& g, int64_t m_begin, int64_t m_end, in
   const bool own_a = g.packs_a() && a_shared.data == nullptr;
   const bool own_b = b_shared.data == nullptr;
   const int nc_max = b_block_columns();
-  const int kc_max = static_cast<int>(std::min<int64_t>(kKC, g.K));
-  const int64_t mc_max = std::min<int64_t>(kMC, (m_end - m_begin + kMR - 1) / kMR * kMR);
   thread_local ScratchBuffer a_buf, b_buf;
-  float* a_pack = own_a ? a_buf.floats(mc_max * kc_max) : nullptr;
-  float* b_pack = own_b ? b_buf.floats(int64_t{kc_max} * nc_max) : nullptr;
+  float* a_pack = own_a ? a_buf.floats(a_block_floats(m_end - m_begin, g.K)) : nullptr;
+  float* b_pack = own_b ? b_buf.floats(b_block_floats(g.K)) : nullptr;
   alignas(64) float tile[kMR * kNR];
 
   for (int64_t m0 = m_begin; m0 < m_end; m0 += kMC) {
@@ -355,58 +362,84 @@ void gemm_block(const Product<TA, TB, TC>& g, int64_t m_begin, int64_t m_end, in
 // operand would take).
 constexpr int64_t kSharedPackElements = int64_t{8} << 20;
 
+// How a team of `threads` (> 1) shares a product: threads take blocks of C's columns or of its
+// rows, as many blocks as keep them equally busy on a machine whose cores do not run at one
+// speed (dynamic schedule). Every block needs all of the other operand: it is packed once,
+// whole, by the team and shared (nothing to pack for an fp32 A in place). Columns split unless
+// rows need the smaller shared operand. An operand too large to share makes each thread take one
+// contiguous block and pack what it needs itself.
+struct TeamLayout {
+  bool split_m = false;     // blocks of rows (B shared), else of columns (A shared, if packed)
+  bool own_blocks = false;  // too large to share: one contiguous block per thread
+  int64_t shared = 0;       // floats of the shared operand (0: none)
+  int64_t panels = 0;       // micro-panels along the split dimension
+  int64_t block_panels = 0, blocks = 0;  // the dynamic schedule's blocks (shared case)
+};
+
+TeamLayout team_layout(int64_t M, int64_t N, int64_t K, bool packs_a, int threads) {
+  TeamLayout t;
+  const int64_t m_padded = (M + kMR - 1) / kMR * kMR, n_padded = (N + kNR - 1) / kNR * kNR;
+  const int64_t shared_a = packs_a ? m_padded * K : 0;  // when columns split
+  const int64_t shared_b = n_padded * K;                // when rows split
+  const int64_t panels_m = m_padded / kMR, panels_n = n_padded / kNR;
+  t.split_m = shared_b < shared_a ? panels_m >= threads : panels_n < threads;
+  t.shared = t.split_m ? shared_b : shared_a;
+  if (t.shared > kSharedPackElements) {
+    t.own_blocks = true;
+    t.shared = 0;
+    t.split_m = packs_a && M > N ? panels_m >= threads : panels_n < threads;
+  }
+  t.panels = t.split_m ? panels_m : panels_n;
+  // Two blocks per thread: a thread slower by up to half a block's time is absorbed. Finer blocks
+  // stream the shared operand more often: 3, 4 and 8 per thread measured 1-3% slower on the
+  // gpt2-124m products at AVX2 (bench/gemm_bench), one per thread about as fast as two.
+  t.block_panels = std::max<int64_t>(1, t.panels / (2 * threads));
+  t.blocks = (t.panels + t.block_panels - 1) / t.block_panels;
+  return t;
+}
+
+// The team's size for a product (products below kSerialMacs run on the calling thread alone).
+int team_size(int64_t M, int64_t N, int64_t K, int threads) {
+  return M * N * K <= kSerialMacs ? 1 : threads;
+}
+
 template <typename TA, typename TB, typename TC>
 void gemm_parallel(const Product<TA, TB, TC>& g) {
-  const int threads = g.M * g.N * g.K <= kSerialMacs ? 1 : omp_get_max_threads();
+  const int threads = team_size(g.M, g.N, g.K, omp_get_max_threads());
   if (threads == 1) return gemm_block(g, 0, g.M, 0, g.N, {}, {});
-  // Threads take blocks of C's columns or of its rows, as many blocks as keep them equally busy
-  // on a machine whose cores do not run at one speed (dynamic schedule). Every block needs all of
-  // the other operand: it is packed once, whole, by the team and shared (nothing to pack for an
-  // fp32 A in place). Columns split unless rows need the smaller shared operand.
-  const int64_t shared_a = g.packs_a() ? g.m_padded() * g.K : 0;  // when columns split
-  const int64_t shared_b = g.n_padded() * g.K;                    // when rows split
-  const int64_t panels_m = g.m_padded() / kMR, panels_n = g.n_padded() / kNR;
-  bool split_m = shared_b < shared_a ? panels_m >= threads : panels_n < threads;
-  const int64_t shared_size = split_m ? shared_b : shared_a;
-  thread_local ScratchBuffer shared_buf;
-  SharedPanels a_shared, b_shared;
-  if (shared_size > kSharedPackElements) {
-    // Too large to share: each thread takes one contiguous block and packs what it needs itself.
-    split_m = g.packs_a() && g.M > g.N ? panels_m >= threads : panels_n < threads;
+  const TeamLayout t = team_layout(g.M, g.N, g.K, g.packs_a(), threads);
+  const int64_t split = t.split_m ? kMR : kNR, extent = t.split_m ? g.M : g.N;
+  if (t.own_blocks) {
 #pragma omp parallel num_threads(threads)
     {
-      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      if (split_m) {
-        const int64_t begin = panels_m * t / nt * kMR;
-        const int64_t end = std::min(g.M, panels_m * (t + 1) / nt * kMR);
-        if (begin < end) gemm_block(g, begin, end, 0, g.N, {}, {});
-      } else {
-        const int64_t begin = panels_n * t / nt * kNR;
-        const int64_t end = std::min(g.N, panels_n * (t + 1) / nt * kNR);
-        if (begin < end) gemm_block(g, 0, g.M, begin, end, {}, {});
+      const int i = omp_get_thread_num(), nt = omp_get_num_threads();
+      const int64_t begin = t.panels * i / nt * split;
+      const int64_t end = std::min(extent, t.panels * (i + 1) / nt * split);
+      if (begin < end) {
+        if (t.split_m)
+          gemm_block(g, begin, end, 0, g.N, {}, {});
+        else
+          gemm_block(g, 0, g.M, begin, end, {}, {});
       }
     }
     return;
   }
-  if (shared_size > 0) {
-    float* data = shared_buf.floats(shared_size);
-    (split_m ? b_shared : a_shared) = SharedPanels{data, split_m ? g.n_padded() : g.m_padded()};
+  thread_local ScratchBuffer shared_buf;
+  SharedPanels a_shared, b_shared;
+  if (t.shared > 0) {
+    float* data = shared_buf.floats(t.shared);
+    (t.split_m ? b_shared : a_shared) = SharedPanels{data, t.split_m ? g.n_padded() : g.m_padded()};
   }
-  // Two blocks per thread: a thread slower by up to half a block's time is absorbed. Finer blocks
-  // stream the shared operand more often: 3, 4 and 8 per thread measured 1-3% slower on the
-  // gpt2-124m products at AVX2 (bench/gemm_bench), one per thread about as fast as two.
-  const int64_t panels = split_m ? panels_m : panels_n;
-  const int64_t block_panels = std::max<int64_t>(1, panels / (2 * threads));
-  const int64_t blocks = (panels + block_panels - 1) / block_panels;
+  const int64_t panels_m = g.m_padded() / kMR, panels_n = g.n_padded() / kNR;
   const int64_t chunks = (g.K + kKC - 1) / kKC;
 #pragma omp parallel num_threads(threads)
   {
-    if (shared_size > 0) {
+    if (t.shared > 0) {
       // A in runs of 16 micro-panels (a few cache lines of each of its rows per run).
       const int64_t runs_m = (panels_m + 15) / 16;
 #pragma omp for schedule(static)
       for (int64_t w = 0; w < chunks * runs_m; ++w) {
-        if (split_m) continue;
+        if (t.split_m) continue;
         const int64_t k0 = w / runs_m * kKC, m = w % runs_m * 16 * kMR;
         const int kc = static_cast<int>(std::min<int64_t>(kKC, g.K - k0));
         pack_a_panels(g, const_cast<float*>(a_shared.at(k0, m, kc)), m,
@@ -414,19 +447,20 @@ void gemm_parallel(const Product<TA, TB, TC>& g) {
       }
 #pragma omp for schedule(static)
       for (int64_t w = 0; w < chunks * panels_n; ++w) {
-        if (!split_m) continue;
+        if (!t.split_m) continue;
         const int64_t k0 = w / panels_n * kKC, j = w % panels_n * kNR;
         const int kc = static_cast<int>(std::min<int64_t>(kKC, g.K - k0));
         pack_b_panel(g, const_cast<float*>(b_shared.at(k0, j, kc)), j, k0, kc);
       }
     }
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t first = b * block_panels, last = std::min(panels, first + block_panels);
-      if (split_m)
-        gemm_block(g, first * kMR, std::min(g.M, last * kMR), 0, g.N, a_shared, b_shared);
+    for (int64_t b = 0; b < t.blocks; ++b) {
+      const int64_t first = b * t.block_panels * split;
+      const int64_t last = std::min(extent, (b + 1) * t.block_panels * split);
+      if (t.split_m)
+        gemm_block(g, first, last, 0, g.N, a_shared, b_shared);
       else
-        gemm_block(g, 0, g.M, first * kNR, std::min(g.N, last * kNR), a_shared, b_shared);
+        gemm_block(g, 0, g.M, first, last, a_shared, b_shared);
     }
   }
 }
@@ -463,7 +497,39 @@ void packed_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
                                     needs_partial ? partial.floats(M * N) : nullptr});
 }
 
+PackedGemmScratch packed_gemm_scratch(int64_t M, int64_t N, int64_t K, bool packs_a, bool c_16bit,
+                                      int threads) {
+  PackedGemmScratch s;
+  if (M == 0 || N == 0 || K == 0) return s;  // packed_gemm returns before any buffer
+  if (c_16bit && K > kKC) s.partial = 4 * M * N;
+  const int team = team_size(M, N, K, threads);
+  // gemm_block's buffers for a block of `rows` rows of C, with A and B shared or not.
+  const auto block = [&](int64_t rows, bool a_shared, bool b_shared) {
+    s.a_block = packs_a && !a_shared ? 4 * a_block_floats(rows, K) : 0;
+    s.b_block = b_shared ? 0 : 4 * b_block_floats(K);
+  };
+  if (team == 1) {
+    s.workers = 1;
+    block(M, false, false);
+    return s;
+  }
+  const TeamLayout t = team_layout(M, N, K, packs_a, team);
+  // The largest block a thread takes (the contiguous blocks differ by at most one panel).
+  const int64_t panels = t.own_blocks ? (t.panels + team - 1) / team : t.block_panels;
+  const int64_t workers =
+      t.own_blocks ? std::min<int64_t>(team, t.panels) : std::min<int64_t>(team, t.blocks);
+  s.workers = static_cast<int>(workers);
+  const bool shares = !t.own_blocks && t.shared > 0;
+  if (shares) s.shared = 4 * t.shared;
+  if (t.split_m)
+    block(std::min(M, panels * kMR), false, shares);
+  else
+    block(M, shares, false);
+  return s;
+}
+
 void register_gemm_packed() {
+  register_kernel<&kernels::packed_gemm_scratch>(kThisTarget, &packed_gemm_scratch);
   for_each_storage_type([]<typename T>() {
     register_kernel<&kernels::packed_gemm<T, T, float>>(kThisTarget, &packed_gemm<T, T, float>);
     if constexpr (!std::is_same_v<T, float>)

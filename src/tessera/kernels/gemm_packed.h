@@ -45,4 +45,20 @@ void packed_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
                                      ldc);
 }
 
+// The scratch one packed_gemm call grows (ScratchBuffer sizes in bytes; 0: that buffer is not
+// used), for a product of M x N x K on a team of `threads` threads, `packs_a` when A is 16-bit or
+// transposed (an fp32 A not transposed is read in place), `c_16bit` for a 16-bit C. From the sizing
+// code the call allocates with (gemm_packed.cc); for the plan of kernels/scratch_plan.h.
+struct PackedGemmScratch {
+  int workers = 0;      // threads that take blocks of C (each with the buffers below)
+  int64_t a_block = 0;  // a worker's A block, packed by itself
+  int64_t b_block = 0;  // a worker's B block
+  int64_t shared = 0;   // the operand packed whole and shared by the team (calling thread's)
+  int64_t partial = 0;  // a 16-bit C's fp32 running sum over the depth blocks (calling thread's)
+};
+inline PackedGemmScratch packed_gemm_scratch(int64_t M, int64_t N, int64_t K, bool packs_a,
+                                             bool c_16bit, int threads) {
+  return dispatch<&packed_gemm_scratch>(M, N, K, packs_a, c_16bit, threads);
+}
+
 }  // namespace tessera::kernels

@@ -2,6 +2,7 @@
 // blocked GEMM (gemm_packed.h) or the widened fp32 path (gemm_widened.h), as bf16_gemm_path()
 // says. Shared by the full build (gemm.cc chooses the path) and the build without oneDNN
 // (gemm_reference.cc).
+#include <string>
 #include <type_traits>
 
 #include "tessera/core/dtype.h"
@@ -10,6 +11,7 @@
 #include "tessera/kernels/gemm_clock.h"
 #include "tessera/kernels/gemm_packed.h"
 #include "tessera/kernels/gemm_widened.h"
+#include "tessera/kernels/scratch_plan.h"
 
 namespace tessera::kernels {
 namespace {
@@ -34,7 +36,32 @@ void gemm_16bit(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
   packed_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+// plan_gemm for the blocked GEMM: its buffers, named per packed_gemm<TA, TB, TC> instantiation
+// (each declares its own thread_local ones) and per thread for the blocks a thread packs.
+void plan_packed_gemm(ScratchPlan& plan, const GemmShape& g) {
+  const PackedGemmScratch s = packed_gemm_scratch(g.M, g.N, g.K, g.trans_a || g.a != DType::kF32,
+                                                  g.c != DType::kF32, g.threads);
+  const std::string types =
+      std::string("blocked ") + dtype_name(g.a) + "," + dtype_name(g.b) + ">" + dtype_name(g.c);
+  for (int t = 0; t < s.workers; ++t) {
+    if (s.a_block > 0) plan.grow(types + " A block, thread " + std::to_string(t), s.a_block);
+    if (s.b_block > 0) plan.grow(types + " B block, thread " + std::to_string(t), s.b_block);
+  }
+  if (s.shared > 0) plan.grow(types + " shared panels", s.shared);
+  if (s.partial > 0) plan.grow(types + " partial sums", s.partial);
+}
+
 }  // namespace
+
+void plan_gemm(ScratchPlan& plan, const GemmShape& g) {
+  if (g.a == DType::kF32 && g.b == DType::kF32) return detail::plan_onednn_gemm(plan, g);
+  if (g.a == DType::kF32) return detail::plan_widened_gemm(plan, g);  // gemm_fp32_a
+  const Bf16GemmPath path = bf16_gemm_path();                         // as gemm_16bit chooses
+  if (g.a == DType::kBF16 && path == Bf16GemmPath::kOneDnnBf16)
+    return detail::plan_onednn_gemm(plan, g);
+  if (path == Bf16GemmPath::kWidenToFp32) return detail::plan_widened_gemm(plan, g);
+  plan_packed_gemm(plan, g);
+}
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
           int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {

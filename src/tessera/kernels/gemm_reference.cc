@@ -47,6 +47,9 @@ template void native_bf16_gemm<float>(bool, bool, int64_t, int64_t, int64_t, flo
 template void native_bf16_gemm<bf16>(bool, bool, int64_t, int64_t, int64_t, float, const bf16*,
                                      int64_t, const bf16*, int64_t, float, bf16*, int64_t);
 
+// The loops above take no scratch.
+void plan_onednn_gemm(ScratchPlan&, const GemmShape&) {}
+
 }  // namespace detail
 
 // The blocked GEMM unless the widened path is selected (for comparisons).

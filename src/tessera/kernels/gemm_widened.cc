@@ -8,6 +8,7 @@
 #include "tessera/kernels/elementwise.h"
 #include "tessera/kernels/gemm.h"
 #include "tessera/kernels/scratch.h"
+#include "tessera/kernels/scratch_plan.h"
 
 namespace tessera::kernels::detail {
 namespace {
@@ -60,6 +61,29 @@ void widened_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   if (ldc == N) return round_from_f32(C, c, M * N);
 #pragma omp parallel for schedule(static) if (M * N > (int64_t{1} << 16))
   for (int64_t r = 0; r < M; ++r) round_from_f32(C + r * ldc, c + r * N, N);
+}
+
+void plan_widened_gemm(ScratchPlan& plan, const GemmShape& g) {
+  if (g.M == 0 || g.N == 0) return;
+  const std::string operands = std::string(dtype_name(g.a)) + "," + dtype_name(g.b);
+  GemmShape product = g;
+  if (g.c != DType::kF32) {  // the fp32 product, then rounded into C
+    plan.grow("widened " + operands + ">" + dtype_name(g.c) + " C",
+              4 * std::max<int64_t>(1, g.M * g.N));
+    product.c = DType::kF32;
+    product.ldc = g.N;
+    product.beta = 0.0f;
+  }
+  // as_f32: a dense fp32 copy of a 16-bit stored matrix (rows x cols), leading dimension cols.
+  const auto widen = [&](const char* which, DType type, int64_t rows, int64_t cols, int64_t* ld) {
+    if (type == DType::kF32) return;
+    plan.grow("widened " + operands + " " + which, 4 * std::max<int64_t>(1, rows * cols));
+    *ld = std::max<int64_t>(cols, 1);
+  };
+  widen("A", g.a, g.trans_a ? g.K : g.M, g.trans_a ? g.M : g.K, &product.lda);
+  widen("B", g.b, g.trans_b ? g.N : g.K, g.trans_b ? g.K : g.N, &product.ldb);
+  product.a = product.b = DType::kF32;
+  plan_gemm(plan, product);
 }
 
 #define TESSERA_WIDENED_GEMM(TA, TB)                                                              \

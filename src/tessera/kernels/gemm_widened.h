@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "tessera/core/dtype.h"
+#include "tessera/kernels/gemm.h"
 
 namespace tessera::kernels::detail {
 
@@ -31,5 +32,13 @@ template <typename TC>
 void native_bf16_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                       const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, TC* C,
                       int64_t ldc);
+
+// plan_gemm (gemm.h) for the widened path: the fp32 copies of 16-bit operands (one buffer each per
+// calling thread and widened_gemm<TA, TB> instantiation), of a 16-bit output (per
+// widened_gemm<TA, TB, TC>), then the fp32 product's own scratch.
+void plan_widened_gemm(ScratchPlan& plan, const GemmShape& shape);
+// plan_gemm for a product oneDNN runs (gemm.cc: its scratchpad, asked of the primitive; the build
+// without oneDNN runs plain loops that take none).
+void plan_onednn_gemm(ScratchPlan& plan, const GemmShape& shape);
 
 }  // namespace tessera::kernels::detail

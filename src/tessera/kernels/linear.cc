@@ -8,6 +8,7 @@
 #include "tessera/kernels/gemm.h"
 #include "tessera/kernels/gemv.h"
 #include "tessera/kernels/scratch.h"
+#include "tessera/kernels/scratch_plan.h"
 #include "tessera/kernels/simd/vec.h"
 
 // The bias loops are plain C++, compiled per target so the compiler vectorises them with the
@@ -118,7 +119,35 @@ template <typename T>
 void bias_backward(float* dbias, const T* dout, int64_t N, int64_t OC) {
   bias_grad(dbias, dout, N, OC);
 }
+// The plans follow linear_forward and linear_backward above branch for branch: the same
+// products (their gemm arguments) and the same fp32 copy.
+void plan_linear_forward(ScratchPlan& plan, DType t, int64_t N, int64_t C, int64_t OC, bool bias,
+                         int threads) {
+  if (N >= 1 && N <= kGemvMaxRows && gemv_linear_enabled()) return;  // gemv: no scratch
+  GemmShape product{false, true, N, OC, C, C, C, OC, 1.0f, 0.0f, t, t, t, threads};
+  if (t != DType::kF32 && bias && gemm_widens(t)) {
+    plan.grow("linear fp32 copy", 4 * std::max<int64_t>(1, N * OC));
+    product.c = DType::kF32;
+  }
+  plan_gemm(plan, product);
+}
+
+void plan_linear_backward(ScratchPlan& plan, DType t, int64_t N, int64_t C, int64_t OC, bool dinp,
+                          bool bias, int threads) {
+  (void)bias;  // the bias gradient is a sum over rows: no scratch
+  GemmShape input_grad{false, false, N, C, OC, OC, C, C, 1.0f, 0.0f, t, t, t, threads};
+  GemmShape weight_grad{true, false, OC, C, N, OC, C, C, 1.0f, 1.0f, t, t, DType::kF32, threads};
+  if (t != DType::kF32 && gemm_widens(t)) {  // dout widened once, the products gemm_fp32_a's
+    plan.grow("linear fp32 copy", 4 * std::max<int64_t>(1, N * OC));
+    input_grad.a = weight_grad.a = DType::kF32;
+  }
+  if (dinp) plan_gemm(plan, input_grad);
+  plan_gemm(plan, weight_grad);
+}
+
 void register_linear() {
+  register_kernel<&kernels::plan_linear_forward>(kThisTarget, &plan_linear_forward);
+  register_kernel<&kernels::plan_linear_backward>(kThisTarget, &plan_linear_backward);
   for_each_storage_type([]<typename T>() {
     register_kernel<&kernels::linear_forward<T>>(kThisTarget, &linear_forward<T>);
     register_kernel<&kernels::linear_backward<T>>(kThisTarget, &linear_backward<T>);

@@ -7,6 +7,8 @@
 
 namespace tessera::kernels {
 
+class ScratchPlan;
+
 // out (N,OC); inp (N,C); weight (OC,C); bias (OC) or nullptr. Inside a ScopedGemvLinear (gemv.h:
 // inference), up to kGemvMaxRows rows (a decode step) run on gemv.h's matrix-vector kernel, which
 // streams the weights once (fp32 sums, the bias added before the one rounding to T); everything
@@ -24,6 +26,18 @@ template <typename T>
 void linear_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
                      const T* weight, int64_t N, int64_t C, int64_t OC) {
   dispatch<&linear_backward<T>>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
+// Record in `plan` (scratch_plan.h) the scratch linear_forward / linear_backward take for these
+// shapes of `dtype` on a team of `threads`: their products' (gemm.h plan_gemm) and the fp32 copy
+// a 16-bit layer takes where products are widened. `dinp`: the input gradient is asked for.
+inline void plan_linear_forward(ScratchPlan& plan, DType dtype, int64_t N, int64_t C, int64_t OC,
+                                bool bias, int threads) {
+  dispatch<&plan_linear_forward>(plan, dtype, N, C, OC, bias, threads);
+}
+inline void plan_linear_backward(ScratchPlan& plan, DType dtype, int64_t N, int64_t C, int64_t OC,
+                                 bool dinp, bool bias, int threads) {
+  dispatch<&plan_linear_backward>(plan, dtype, N, C, OC, dinp, bias, threads);
 }
 
 // out (N,OC) += bias (OC), in fp32, stored as T (a row-parallel layer adds its bias after the

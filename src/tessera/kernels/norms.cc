@@ -15,13 +15,12 @@ namespace {
 // Below this many elements the OpenMP team is not worth waking.
 constexpr int64_t kParallelThreshold = 1 << 14;
 
-// Parameter-gradient reduction over N. Rows are cut into chunks of kRowsPerChunk consecutive
-// rows (a constant: the chunking depends on N only, never on the thread count). Each chunk sums
-// its rows, in row order, into its own fp32 partial (C); the partials are then added in chunk
-// order. So dweight/dbias are bitwise identical for any OMP_NUM_THREADS. The partials cost
+// Parameter-gradient reduction over N (norms.h): each chunk of kNormRowsPerChunk rows sums its
+// rows, in row order, into its own fp32 partial (C); the partials are then added in chunk order.
+// So dweight/dbias are bitwise identical for any OMP_NUM_THREADS. The partials cost
 // ceil(N/64)·C floats per gradient (1.5% of an fp32 (N,C) activation) and stay in cache while
 // a thread works through its chunk.
-constexpr int64_t kRowsPerChunk = 64;
+constexpr int64_t kRowsPerChunk = kNormRowsPerChunk;
 
 // Scratch for the partials, counted by the MemoryAccountant like every other allocation.
 class Workspace {
@@ -117,7 +116,7 @@ void layer_norm_backward(T* dinp, float* dweight, float* dbias, const T* dout, c
   if (N == 0) return;
   const int64_t num_chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
   const int64_t per_chunk = dbias ? 2 * C : C;
-  Workspace partial(num_chunks * per_chunk);
+  Workspace partial(norm_backward_partial_floats(N, C, dbias != nullptr));
   const float inv_c = 1.0f / static_cast<float>(C);
 #pragma omp parallel for schedule(static) if (N * C > kParallelThreshold)
   for (int64_t k = 0; k < num_chunks; ++k) {
@@ -185,7 +184,7 @@ void rms_norm_backward(T* dinp, float* dweight, const T* dout, const T* inp, con
   TESSERA_CHECK(N >= 0 && C > 0);
   if (N == 0) return;
   const int64_t num_chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
-  Workspace partial(num_chunks * C);
+  Workspace partial(norm_backward_partial_floats(N, C, false));
   const float inv_c = 1.0f / static_cast<float>(C);
 #pragma omp parallel for schedule(static) if (N * C > kParallelThreshold)
   for (int64_t k = 0; k < num_chunks; ++k) {
