@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "tessera/kernels/scratch_plan.h"
 #include "tessera/model/activation_memory.h"
+#include "tessera/model/scratch_memory.h"
 #include "tessera/model/shard.h"
 
 namespace tessera::train {
@@ -284,6 +286,18 @@ double theoretical_comm_buffers(const model::ModelConfig& c, const RankLayout& r
     replicated_sum = 4 * replicated / (r.zero_stage >= 1 ? r.dp : 1);
   }
   return zero + std::max({collective, replicated_sum, moe, cp});
+}
+
+double theoretical_other(const model::ModelConfig& c, const RankLayout& r) {
+  kernels::ScratchPlan plan;
+  for (int l : r.layers) {
+    const model::MoeRows rows = c.is_moe_layer(l) ? moe_rows(c, r) : model::MoeRows{};
+    model::plan_layer_scratch(plan, c, r.tokens, r.compute, r.tp, r.sequence_parallel, r.threads,
+                              c.is_moe_layer(l) ? &rows : nullptr);
+  }
+  if (r.last_stage)
+    model::plan_head_scratch(plan, c, r.tokens, r.compute, r.tp, r.sequence_parallel, r.threads);
+  return static_cast<double>(plan.peak_bytes());
 }
 
 double RankMemory::measured_total() const {

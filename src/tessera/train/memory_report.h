@@ -12,12 +12,18 @@
 //   optimizer    per owned element, fp32 master weights unless the compute dtype is fp32 (then
 //                the parameters are the master copy) plus AdamW's two moments (SGD's one);
 //                ZeRO 1-3 own 1/DP (experts 1/expert-DP)
+//   other        the kernels' scratch of the rank's step (model/scratch_memory.h): every
+//                product's and norm backward's buffers at their largest over the rank's layers
+//                and head (oneDNN's scratchpad asked of the primitive, the blocked GEMM's packing,
+//                widened copies) plus the largest temporary (norm partial sums); per CPU target
+//                and GEMM path, as the kernels size them. With several threads the blocked GEMM's
+//                per-thread buffers are a bound (kernels/gemm.h plan_gemm); an MoE layer's
+//                experts are planned at balanced rows (exact when padded to capacity)
 // Measured: parameters and gradients as the resident bytes of the flat buffers (ZeRO gives the
 // pages of unowned parts back to the system, which allocation counts would not show), the
 // optimizer state by the memory accountant, after the first step; activations, communication
 // buffers and other (kernel scratch) as the accountant's peak of that iteration, and the
-// process's peak resident set. Other (kernel scratch: GEMM packing, norm workspaces) is measured
-// only.
+// process's peak resident set.
 #pragma once
 
 #include <array>
@@ -63,6 +69,7 @@ struct RankLayout {
   int cp = 1, cp_a2a = 1;
   std::vector<context::CommType> cp_types;
   model::RecomputePolicy recompute;
+  int threads = 1;  // the OpenMP team the kernels run on
 };
 
 struct ModelStateBytes {
@@ -100,6 +107,10 @@ double theoretical_activations(const model::ModelConfig& cfg, const RankLayout& 
 // and (backward) their fp32 accumulators; a2a the all-to-all's send and receive copies of q, k,
 // v; a2a+p2p the larger of its group's all-to-all and its ring.
 double theoretical_comm_buffers(const model::ModelConfig& cfg, const RankLayout& r);
+
+// The kernels' scratch of the rank's step (MemoryCategory::kOther), as described above: planned
+// for the CPU target and GEMM path this process runs.
+double theoretical_other(const model::ModelConfig& cfg, const RankLayout& r);
 
 // The categories of the report, in print order.
 inline constexpr int kReportCategories = 6;

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "tessera/core/memory.h"
+#include "tessera/core/threads.h"
 #include "tessera/distributed/sum_scalars.h"
 #include "tessera/train/memory_report.h"
 #include "tessera/train/sharding.h"
@@ -52,6 +53,7 @@ void Trainer::report_memory() {
   if (param_swap_) r.param_offload_kept_elements = static_cast<double>(param_swap_->kept_elems());
   r.compute = model_->params().compute_dtype();
   r.sgd = args_.optimizer == "sgd";
+  r.threads = num_threads();
   const ModelStateBytes theory = theoretical_model_states(model_->config(), r);
 
   RankMemory mine;
@@ -60,7 +62,7 @@ void Trainer::report_memory() {
                  theory.optimizer,
                  theoretical_activations(model_->config(), r),
                  theoretical_comm_buffers(model_->config(), r),
-                 -1};
+                 theoretical_other(model_->config(), r)};
   const MemorySnapshot s = MemoryAccountant::instance().snapshot();
   const auto at = [&](MemoryCategory c) { return static_cast<double>(s.current[int(c)]); };
   const auto peak = [&](MemoryCategory c) { return static_cast<double>(s.peak[int(c)]); };
