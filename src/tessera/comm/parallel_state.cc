@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "tessera/comm/hosts.h"
 #include "tessera/core/error.h"
 
 namespace tessera::comm {
@@ -211,17 +212,21 @@ std::string MeshLayout::summary() const {
          std::to_string(edp_) + " x PP " + std::to_string(pp_);
 }
 
-std::string format_mesh(const MeshLayout& layout) {
-  std::string out = layout.summary() + " (rank order tp-cp-ep-dp-pp, TP fastest)\n\n";
+std::string format_mesh(const MeshLayout& layout, const std::vector<std::string>& hosts) {
+  std::string out = layout.summary() + " (rank order tp-cp-ep-dp-pp, TP fastest)\n";
+  if (!hosts.empty()) out += format_hosts(hosts) + "\n";
+  out += "\n";
   char line[160];
-  std::snprintf(line, sizeof line, "%6s %4s %4s %4s %4s %4s %4s %4s\n", "rank", "tp", "cp", "dp",
-                "pp", "etp", "ep", "edp");
+  std::snprintf(line, sizeof line, "%6s %4s %4s %4s %4s %4s %4s %4s%s\n", "rank", "tp", "cp", "dp",
+                "pp", "etp", "ep", "edp", hosts.empty() ? "" : "  host");
   out += line;
   for (int r = 0; r < layout.world_size(); ++r) {
     const MeshCoords c = layout.coords(r);
-    std::snprintf(line, sizeof line, "%6d %4d %4d %4d %4d %4d %4d %4d\n", r, c.tp, c.cp, c.dp, c.pp,
+    std::snprintf(line, sizeof line, "%6d %4d %4d %4d %4d %4d %4d %4d", r, c.tp, c.cp, c.dp, c.pp,
                   c.expert_tp, c.ep, c.expert_dp);
     out += line;
+    if (!hosts.empty()) out += "  " + hosts.at(r);
+    out += "\n";
   }
   out += "\n";
   for (GroupKind kind : kAllGroupKinds) {

@@ -118,8 +118,10 @@ class MeshLayout {
 };
 
 // A human-readable table of every rank's coordinates followed by every group kind's groups, as
-// printed by `tessera-mesh`. Deterministic; one line per rank and one line per group kind.
-std::string format_mesh(const MeshLayout& layout);
+// printed by `tessera-mesh`. Deterministic; one line per rank and one line per group kind. With
+// `hosts` (every rank's, comm/hosts.h) each rank's line names its host, and a line lists the
+// hosts with their ranks.
+std::string format_mesh(const MeshLayout& layout, const std::vector<std::string>& hosts = {});
 
 // One rank's process groups for every GroupKind of a MeshLayout.
 class ParallelState {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "tessera/comm/hosts.h"
 #include "tessera/comm/parallel_state.h"
 #include "tessera/comm/process_group.h"
 #include "tessera/core/threads.h"
@@ -47,10 +48,14 @@ std::unique_ptr<comm::ParallelState> setup_distributed(const TrainArgs& args) {
                 std::to_string(args.tensor_model_parallel_size) +
                 ", experts split like the dense MLP) or 1 (experts whole) is implemented");
   const comm::MeshLayout layout(world->size(), cfg);  // tessera::Error on sizes that do not fit
+  const std::vector<std::string> hosts = comm::gather_host_names(*world);
   if (args.print_mesh) {
-    if (world->rank() == 0) std::printf("%s", comm::format_mesh(layout).c_str());
+    if (world->rank() == 0) std::printf("%s", comm::format_mesh(layout, hosts).c_str());
     return nullptr;
   }
+  if (world->rank() == 0)
+    for (const comm::HostSpan& span : comm::groups_spanning_hosts(layout, hosts))
+      std::fprintf(stderr, "%s\n", comm::host_span_warning(span).c_str());
   if (layout.expert() > 1) args.model.validate_expert_parallel(layout.expert());
   return std::make_unique<comm::ParallelState>(world, layout);
 }

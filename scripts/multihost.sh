@@ -1,0 +1,109 @@
+#!/bin/bash
+# A multi-host test bed on one machine: network namespaces as hosts, mpirun across them over TCP.
+#
+#   scripts/multihost.sh [--hosts N] [--slots S] [--rate RATE] [--latency LAT]
+#                        [--mpirun-args "ARGS"] -- PROGRAM [ARGS...]
+#
+# Makes a namespace "hub" holding a bridge (10.77.0.1/24) and N host namespaces, each with its
+# own veth address on that bridge (10.77.0.11, .12, ...) and, for every process started in it,
+# its own hostname (host0, host1, ...: a UTS namespace of its own, so Open MPI sees N machines and
+# never shares memory between them). Then runs, inside the hub,
+#   mpirun -np N*S --hostfile (hostI slots=S) --mca plm_rsh_agent AGENT ... PROGRAM ARGS
+# where AGENT starts Open MPI's daemon of host I inside its namespace (Open MPI's ssh stand-in).
+# Ranks fill host0 first (S per host). TCP between hosts is restricted to the bridge's subnet;
+# the root namespace's network is not touched.
+#   --rate RATE, --latency LAT   shape each host's link with tc's token bucket filter (e.g.
+#                                --rate 1gbit: both directions, host to hub and hub to host;
+#                                LAT is tbf's queueing bound, default 50ms)
+#   --mpirun-args "ARGS"         more mpirun arguments (e.g. "-x TESSERA_CPU_TARGET")
+# Everything is removed on exit, after a failure or an interrupt too (processes left in the
+# namespaces are killed first). Needs root with CAP_SYS_ADMIN: without it this prints one line
+# and exits 77, which ctest reports as skipped (SKIP_RETURN_CODE 77).
+# Exit status: PROGRAM's (mpirun's), 77 when namespaces cannot be made, 2 for bad usage.
+set -u
+HOSTS=2
+SLOTS=2
+RATE=""
+LATENCY=50ms
+MPIRUN_ARGS=""
+usage() { echo "multihost.sh: $1 (see the header of $0)" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --hosts) HOSTS="${2:-}"; shift 2 ;;
+    --slots) SLOTS="${2:-}"; shift 2 ;;
+    --rate) RATE="${2:-}"; shift 2 ;;
+    --latency) LATENCY="${2:-}"; shift 2 ;;
+    --mpirun-args) MPIRUN_ARGS="${2:-}"; shift 2 ;;
+    --) shift; break ;;
+    *) usage "unknown option '$1'" ;;
+  esac
+done
+[ $# -gt 0 ] || usage "a program to run after -- is required"
+[[ "$HOSTS" =~ ^[1-9][0-9]?$ ]] && [ "$HOSTS" -le 64 ] || usage "--hosts must be 1..64, got '$HOSTS'"
+[[ "$SLOTS" =~ ^[1-9][0-9]*$ ]] || usage "--slots must be a positive integer, got '$SLOTS'"
+
+# Names unique to this run (namespaces are global to the machine; concurrent runs must not meet).
+PREFIX="tsr$$"
+HUB="${PREFIX}hub"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/tessera-multihost.XXXXXX")"
+made=()
+cleanup() {
+  local ns pids
+  for ns in "${made[@]}"; do
+    pids=$(ip netns pids "$ns" 2>/dev/null)
+    [ -n "$pids" ] && kill -9 $pids 2>/dev/null
+  done
+  for ns in "${made[@]}"; do ip netns del "$ns" 2>/dev/null; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if ! err=$(ip netns add "$HUB" 2>&1); then
+  echo "multihost.sh: cannot create network namespaces here (needs root with CAP_SYS_ADMIN): $err" >&2
+  exit 77
+fi
+made+=("$HUB")
+fail() { echo "multihost.sh: $1" >&2; exit 2; }
+ip -n "$HUB" link set lo up || fail "cannot bring up the hub's loopback"
+ip -n "$HUB" link add br0 type bridge || fail "cannot create the bridge"
+ip -n "$HUB" addr add 10.77.0.1/24 dev br0 && ip -n "$HUB" link set br0 up ||
+  fail "cannot configure the bridge"
+
+shape() {  # shape NAMESPACE DEVICE: the token bucket filter on DEVICE's egress
+  [ -z "$RATE" ] && return 0
+  ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$RATE" burst 256kbit latency "$LATENCY" ||
+    fail "tc could not shape $2 in $1 to $RATE (is the rate valid, e.g. 1gbit?)"
+}
+
+: > "$WORK/hostfile"
+for ((i = 0; i < HOSTS; i++)); do
+  ns="${PREFIX}h$i"
+  ip netns add "$ns" || fail "cannot create namespace $ns"
+  made+=("$ns")
+  ip -n "$ns" link set lo up
+  # Both ends made inside their namespaces: nothing appears in the root namespace.
+  ip link add name eth0 netns "$ns" type veth peer name "p$i" netns "$HUB" ||
+    fail "cannot create the veth pair of host$i"
+  ip -n "$HUB" link set "p$i" master br0 && ip -n "$HUB" link set "p$i" up
+  ip -n "$ns" addr add "10.77.0.$((11 + i))/24" dev eth0 && ip -n "$ns" link set eth0 up ||
+    fail "cannot configure host$i's address"
+  shape "$ns" eth0
+  shape "$HUB" "p$i"
+  echo "host$i slots=$SLOTS" >> "$WORK/hostfile"
+done
+
+# The launch agent: mpirun calls it as `AGENT HOST COMMAND...` to start its daemon on HOST.
+cat > "$WORK/agent" <<EOF
+#!/bin/bash
+host="\$1"; shift
+exec ip netns exec "${PREFIX}h\${host#host}" unshare --uts sh -c "hostname \$host && exec \$*"
+EOF
+chmod +x "$WORK/agent"
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# shellcheck disable=SC2086  # MPIRUN_ARGS is a list of arguments
+ip netns exec "$HUB" mpirun -np $((HOSTS * SLOTS)) --hostfile "$WORK/hostfile" \
+  --mca plm_rsh_agent "$WORK/agent" --mca plm_rsh_no_tree_spawn 1 \
+  --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 \
+  $MPIRUN_ARGS "$@"

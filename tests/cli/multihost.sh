@@ -1,0 +1,88 @@
+#!/bin/bash
+# Runs across "hosts" (network namespaces, scripts/multihost.sh: each its own hostname and
+# address, TCP between them) against the same layout on one host:
+#   - 2 hosts x 2 ranks, TP 2 x DP 2, and 4 hosts x 2 ranks, TP 2 x PP 2 x DP 2 with ZeRO 1, bf16,
+#     20 iterations: losses and gradient norms of every iteration equal (tessera-compare with
+#     zero tolerances) and the exported weights byte for byte equal (cmp) to mpirun -np 4 / -np 8
+#     on one host;
+#   - --print-mesh names each rank's host; a tensor-parallel group across hosts (2 hosts x 1 rank,
+#     TP 2) gets one warning naming the group, and a layout whose groups stay inside hosts none;
+#   - threads per rank default from the ranks on the rank's host (2 cores: 1 thread with 2 ranks
+#     a host, 2 with 1).
+# Without network namespaces (no root, or no CAP_SYS_ADMIN) the script exits 77: ctest reports it
+# skipped, not passed.
+# Usage: multihost.sh BUILD_BIN_DIR
+BIN_DIR="${1:?usage: multihost.sh BUILD_BIN_DIR}"
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$(dirname "$0")/lib.bash" multihost
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MULTIHOST="$ROOT/scripts/multihost.sh"
+bash "$MULTIHOST" --hosts 1 --slots 1 -- true 2>"$TMP/probe"
+case $? in
+  0) ;;
+  77) echo "skipped: $(cat "$TMP/probe")"; exit 77 ;;
+  *) echo "FAIL: the test bed did not start:" >&2; cat "$TMP/probe" >&2; exit 1 ;;
+esac
+
+FLAGS=(--model gpt2-tiny --mock-data --lr 1e-3 --min-lr 1e-4 --lr-decay-iters 20 --train-iters 20
+       --micro-batch-size 1 --global-batch-size 8 --eval-interval 0 --bf16 --log-interval 5)
+
+# train NAME HOSTS SLOTS FLAGS...: a run across HOSTS namespaces of SLOTS ranks, or (HOSTS 0) one
+# mpirun of SLOTS ranks on this host; metrics and weights in $TMP/NAME.
+train() {
+  local name="$1" hosts="$2" slots="$3"
+  shift 3
+  mkdir -p "$TMP/$name"
+  local out=(--metrics-file "$TMP/$name/metrics.jsonl" --export-weights "$TMP/$name/weights.safetensors")
+  if [ "$hosts" -eq 0 ]; then
+    timeout 300 mpirun --oversubscribe -np "$slots" "$BIN_DIR/tessera-train" "$@" "${out[@]}"
+  else
+    timeout 300 bash "$MULTIHOST" --hosts "$hosts" --slots "$slots" -- \
+      "$BIN_DIR/tessera-train" "$@" "${out[@]}"
+  fi >"$TMP/$name/out" 2>"$TMP/$name/err"
+}
+
+# bitwise A B: A's and B's losses and gradient norms equal at every iteration, weights identical.
+bitwise() {
+  "$BIN_DIR/tessera-compare" --reference-metrics "$TMP/$1/metrics.jsonl" \
+    --metrics "$TMP/$2/metrics.jsonl" --loss-rtol 0 --grad-norm-rtol 0 \
+    --reference-weights "$TMP/$1/weights.safetensors" --weights "$TMP/$2/weights.safetensors" \
+    --weight-rtol 1e-30 --weight-atol 0 >"$TMP/compare" 2>&1 &&
+    [ "$(grep -c '"iteration"' "$TMP/$2/metrics.jsonl")" -eq 20 ] &&
+    cmp -s "$TMP/$1/weights.safetensors" "$TMP/$2/weights.safetensors" || {
+    sed 's/^/    /' "$TMP/compare" "$TMP/$2/err" | tail -n 8 >&2
+    return 1
+  }
+}
+
+no_warning() { ! grep -q "^warning: .*spans hosts" "$1"; }
+
+TP_DP=(--tensor-model-parallel-size 2)
+train one-host-tp-dp 0 4 "${FLAGS[@]}" "${TP_DP[@]}"
+train two-hosts-tp-dp 2 2 "${FLAGS[@]}" "${TP_DP[@]}"
+check "2 hosts x 2 ranks, TP 2 x DP 2: bitwise equal to one host" bitwise one-host-tp-dp two-hosts-tp-dp
+check "2 hosts x 2 ranks, TP 2 x DP 2: no placement warning" no_warning "$TMP/two-hosts-tp-dp/err"
+check "2 ranks a host: 1 thread each (2 cores)" grep -q "compute bf16, 1 threads" "$TMP/two-hosts-tp-dp/out"
+
+TP_PP_DP=(--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --zero-stage 1)
+train one-host-tp-pp-dp 0 8 "${FLAGS[@]}" "${TP_PP_DP[@]}"
+train four-hosts-tp-pp-dp 4 2 "${FLAGS[@]}" "${TP_PP_DP[@]}"
+check "4 hosts x 2 ranks, TP 2 x PP 2 x DP 2, ZeRO 1: bitwise equal to one host" \
+  bitwise one-host-tp-pp-dp four-hosts-tp-pp-dp
+
+mesh() {
+  bash "$MULTIHOST" --hosts 2 --slots 2 -- "$BIN_DIR/tessera-train" "${FLAGS[@]}" "${TP_DP[@]}" \
+    --print-mesh >"$TMP/mesh" 2>&1 &&
+    grep -q "^hosts: host0 \[0,1\], host1 \[2,3\]$" "$TMP/mesh" &&
+    grep -Eq "^ +2 +0 +0 +1 +0 +0 +0 +1  host1$" "$TMP/mesh" || { cat "$TMP/mesh" >&2; false; }
+}
+check "--print-mesh names the hosts" mesh
+
+train tp-across-hosts 2 1 "${FLAGS[@]}" "${TP_DP[@]}" --train-iters 2 --global-batch-size 2
+check "TP 2 across 2 hosts: one warning naming the group" \
+  test "$(grep -c '^warning: tensor-parallel group \[0,1\] spans hosts host0, host1' \
+          "$TMP/tp-across-hosts/err")" -eq 1
+check "1 rank a host: 2 threads (2 cores)" grep -q "compute bf16, 2 threads" "$TMP/tp-across-hosts/out"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
