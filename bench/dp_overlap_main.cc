@@ -1,9 +1,12 @@
 // dp_overlap: the iteration time of data-parallel training with the gradient reduction
 // overlapped with backward (--overlap-grad-reduce) and after it, measured in the same run on
 // the same ranks, alternating the two modes step by step so that machine noise hits both alike.
-// GPT-2 124M (backward dominates), micro-batch 1 x 256 tokens, 1 thread per rank, ZeRO 0 or 1.
+// GPT-2 124M (backward dominates), micro-batch B x 256 tokens (B = 1 unless --micro-batch-size),
+// 1 thread per rank, ZeRO 0 or 1. With one rank the reduction has nothing to do: the compute
+// alone (bench/multihost_overlap.sh subtracts it).
 //
 //   mpirun -np 2 build/bin/dp_overlap [--steps S] [--stage 0|1] [--bucket ELEMS]
+//                                     [--micro-batch-size B]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,11 +22,14 @@
 int main(int argc, char** argv) {
   using namespace tessera;
   int steps = 6, stage = 0;
+  int64_t B = 1;
   int64_t bucket = 10'000'000;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--stage")) stage = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--bucket")) bucket = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--micro-batch-size"))
+      B = std::atoll(argv[i + 1]);
     else {
       std::fprintf(stderr, "dp_overlap: unknown flag %s\n", argv[i]);
       return 2;
@@ -35,7 +41,7 @@ int main(int argc, char** argv) {
     comm::ParallelState mesh(world, comm::MeshLayout(world->size(), {}));
     auto dp = mesh.group(comm::GroupKind::kData);
     const model::ModelConfig cfg = bench::gpt2_124m();
-    const int64_t B = 1, T = cfg.seq_length;
+    const int64_t T = cfg.seq_length;
     model::GPTModel model(cfg, DType::kF32, 1, {}, dp->size());
     distributed::DataParallelGrads overlapped(
         model.params(), dp, distributed::ShardingPlan::for_stage(stage, bucket, true));
@@ -66,6 +72,8 @@ int main(int argc, char** argv) {
                   "1 thread per rank, median of %d alternating steps\n",
                   dp->size(), stage, static_cast<long long>(B), static_cast<long long>(T),
                   overlapped.num_buckets(), steps);
+      std::printf("gradients reduced per step: %.1f MB (fp32)\n",
+                  4e-6 * static_cast<double>(model.params().numel()));
       std::printf("forward+backward+reduction: overlapped %.1f ms, after backward %.1f ms "
                   "(overlapped / after = %.3f)\n", on * 1e3, off * 1e3, on / off);
     }

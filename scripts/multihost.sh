@@ -14,8 +14,11 @@
 # the root namespace's network is not touched.
 #   --rate RATE, --latency LAT   shape each host's link with tc's token bucket filter (e.g.
 #                                --rate 1gbit: both directions, host to hub and hub to host;
-#                                LAT is tbf's queueing bound, default 50ms)
+#                                a 2 MB bucket; LAT is tbf's queueing bound, default 50ms)
 #   --mpirun-args "ARGS"         more mpirun arguments (e.g. "-x TESSERA_CPU_TARGET")
+#   --private-dir DIR            DIR is not shared between hosts: each host's processes see an
+#                                empty tmpfs of their own there (a mount namespace per host), as
+#                                a local disk of the same path on every machine would be
 # Everything is removed on exit, after a failure or an interrupt too (processes left in the
 # namespaces are killed first). Needs root with CAP_SYS_ADMIN: without it this prints one line
 # and exits 77, which ctest reports as skipped (SKIP_RETURN_CODE 77).
@@ -25,7 +28,11 @@ HOSTS=2
 SLOTS=2
 RATE=""
 LATENCY=50ms
+# The bucket of tc's token bucket filter: at least the bytes the rate brings in one timer tick,
+# or the filter delivers well below the rate (measured: a 32 KiB bucket gave a third of 1 Gbit/s).
+BURST=2mb
 MPIRUN_ARGS=""
+PRIVATE_DIR=""
 usage() { echo "multihost.sh: $1 (see the header of $0)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -34,6 +41,7 @@ while [ $# -gt 0 ]; do
     --rate) RATE="${2:-}"; shift 2 ;;
     --latency) LATENCY="${2:-}"; shift 2 ;;
     --mpirun-args) MPIRUN_ARGS="${2:-}"; shift 2 ;;
+    --private-dir) PRIVATE_DIR="${2:-}"; shift 2 ;;
     --) shift; break ;;
     *) usage "unknown option '$1'" ;;
   esac
@@ -72,7 +80,7 @@ ip -n "$HUB" addr add 10.77.0.1/24 dev br0 && ip -n "$HUB" link set br0 up ||
 
 shape() {  # shape NAMESPACE DEVICE: the token bucket filter on DEVICE's egress
   [ -z "$RATE" ] && return 0
-  ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$RATE" burst 256kbit latency "$LATENCY" ||
+  ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$RATE" burst "$BURST" latency "$LATENCY" ||
     fail "tc could not shape $2 in $1 to $RATE (is the rate valid, e.g. 1gbit?)"
 }
 
@@ -94,10 +102,20 @@ for ((i = 0; i < HOSTS; i++)); do
 done
 
 # The launch agent: mpirun calls it as `AGENT HOST COMMAND...` to start its daemon on HOST.
+if [ -n "$PRIVATE_DIR" ]; then
+  mkdir -p "$PRIVATE_DIR" || fail "cannot create --private-dir $PRIVATE_DIR"
+  PRIVATE_DIR="$(cd "$PRIVATE_DIR" && pwd)"
+fi
 cat > "$WORK/agent" <<EOF
 #!/bin/bash
 host="\$1"; shift
-exec ip netns exec "${PREFIX}h\${host#host}" unshare --uts sh -c "hostname \$host && exec \$*"
+ns="${PREFIX}h\${host#host}"
+private='$PRIVATE_DIR'
+if [ -n "\$private" ]; then
+  exec ip netns exec "\$ns" unshare --uts --mount sh -c \\
+    "mount -t tmpfs tessera-private '\$private' && hostname \$host && exec \$*"
+fi
+exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$host && exec \$*"
 EOF
 chmod +x "$WORK/agent"
 

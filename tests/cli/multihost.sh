@@ -8,7 +8,11 @@
 #   - --print-mesh names each rank's host; a tensor-parallel group across hosts (2 hosts x 1 rank,
 #     TP 2) gets one warning naming the group, and a layout whose groups stay inside hosts none;
 #   - threads per rank default from the ranks on the rank's host (2 cores: 1 thread with 2 ranks
-#     a host, 2 with 1).
+#     a host, 2 with 1);
+#   - the example layouts (examples/multihost) and others keep TP inside hosts (--print-mesh);
+#   - a checkpoint saved across hosts into a shared directory loads on one host; --save into a
+#     directory each host has privately (--private-dir) is refused with one line, exit 2;
+#   - no namespace a run made remains after it.
 # Without network namespaces (no root, or no CAP_SYS_ADMIN) the script exits 77: ctest reports it
 # skipped, not passed.
 # Usage: multihost.sh BUILD_BIN_DIR
@@ -83,6 +87,61 @@ check "TP 2 across 2 hosts: one warning naming the group" \
   test "$(grep -c '^warning: tensor-parallel group \[0,1\] spans hosts host0, host1' \
           "$TMP/tp-across-hosts/err")" -eq 1
 check "1 rank a host: 2 threads (2 cores)" grep -q "compute bf16, 2 threads" "$TMP/tp-across-hosts/out"
+
+# The example layouts (examples/multihost: machines of 4 ranks) and others of 8 ranks on 2 hosts
+# of 4 keep every TP group inside a host: each "tp" group's ranks have one host in --print-mesh.
+tp_inside_hosts() {
+  /usr/bin/python3 - "$TMP/mesh" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+host = {int(m.group(1)): m.group(2) for m in re.finditer(r"^ +(\d+)(?: +\d+){7}  (\S+)$", text, re.M)}
+tp = re.search(r"^tp +(.*)$", text, re.M).group(1)
+groups = [[int(r) for r in g.split(",")] for g in re.findall(r"\[([\d,]+)\]", tp)]
+ok = len(host) == 8 and groups and all(len({host[r] for r in g}) == 1 for g in groups)
+sys.exit(0 if ok and "spans hosts" not in text else 1)
+PY
+}
+layout_mesh() {
+  bash "$MULTIHOST" --hosts 2 --slots 4 -- "$BIN_DIR/tessera-train" "${FLAGS[@]}" "$@" \
+    --print-mesh >"$TMP/mesh" 2>&1 && tp_inside_hosts || { cat "$TMP/mesh" >&2; false; }
+}
+example_layout=$(grep -o -- "--tensor-model-parallel-size [0-9]* --sequence-parallel --zero-stage [0-9]" \
+  "$ROOT/examples/multihost/train_gpt_2nodes.sh")
+# shellcheck disable=SC2086  # a list of flags
+check "examples/multihost layout ($example_layout): TP inside hosts" layout_mesh $example_layout
+check "TP 4 x DP 2: TP inside hosts" layout_mesh --tensor-model-parallel-size 4
+check "TP 2 x PP 2 x DP 2: TP inside hosts" layout_mesh --tensor-model-parallel-size 2 \
+  --pipeline-model-parallel-size 2
+check "TP 2 x CP 2 x DP 2: TP inside hosts" layout_mesh --tensor-model-parallel-size 2 \
+  --context-parallel-size 2
+
+# Checkpoints across hosts: into a directory the hosts share, saved by 2 hosts and loaded on one;
+# into one each host has privately (--private-dir), refused before training with one line, exit 2.
+train save-across-hosts 2 2 "${FLAGS[@]}" "${TP_DP[@]}" --train-iters 4 --save "$TMP/shared-ckpt"
+check "a checkpoint saved across hosts into a shared directory" \
+  test -f "$TMP/shared-ckpt/latest_checkpointed_iteration.txt"
+train load-on-one-host 0 4 "${FLAGS[@]}" "${TP_DP[@]}" --train-iters 6 --load "$TMP/shared-ckpt"
+check "... loads on one host and trains on" grep -q "iteration        6/" "$TMP/load-on-one-host/out"
+private_save() {
+  TESSERA_SHARED_DIR_WAIT=1 timeout 120 bash "$MULTIHOST" --hosts 2 --slots 1 \
+    --private-dir "$TMP/private-ckpt" --mpirun-args "-x TESSERA_SHARED_DIR_WAIT" -- \
+    "$BIN_DIR/tessera-train" "${FLAGS[@]}" "${TP_DP[@]}" --global-batch-size 2 \
+    --save "$TMP/private-ckpt" >"$TMP/private.out" 2>"$TMP/private.err"
+  local code=$?
+  [ "$code" -eq 2 ] &&
+    [ "$(grep -c "^error: --save .*private-ckpt: rank 1 (host host1) does not see the files rank 0 (host host0) writes there" "$TMP/private.err")" -eq 1 ] ||
+    { echo "  exit $code" >&2; cat "$TMP/private.err" >&2; false; }
+}
+check "--save into a directory each host has privately: one line, exit 2" private_save
+check "... and nothing of a checkpoint written" test ! -e "$TMP/private-ckpt/latest_checkpointed_iteration.txt"
+
+# Teardown: the namespaces a run made (listed from inside it) are gone after it.
+teardown() {
+  bash "$MULTIHOST" --hosts 2 --slots 1 -- sh -c 'ip netns list' 2>/dev/null |
+    awk '{print $1}' | sort -u | grep '^tsr' >"$TMP/made" && [ -s "$TMP/made" ] &&
+    ! ip netns list | awk '{print $1}' | grep -qxF -f "$TMP/made"
+}
+check "no namespace (nor its veth and bridge) remains after a run" teardown
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -97,6 +97,7 @@ Trainer::Trainer(const TrainArgs& args, const TrainerGroups& groups)
   current_batch_ = batches_.at(0);
   // Construction, step by step; each step takes what the earlier ones made.
   check_output_paths();
+  check_save_shared();
   const PipelinePlan pipeline = plan_pipeline();
   const distributed::ShardingPlan sharding = sharding_plan(args_, dp_size_);
   offload_ = make_offload_runtime(offload_plan(args_, static_cast<int>(sharding.stage)));

@@ -114,6 +114,9 @@ class Trainer {
     pipeline::ScheduleShape shape;
   };
   void check_output_paths() const;
+  // Collective: --save is one directory for every rank (shared between hosts), else
+  // tessera::Error naming a rank and host that does not see it.
+  void check_save_shared() const;
   // Sets partition_ and chunk_layers_; returns this rank's schedule (validated).
   PipelinePlan plan_pipeline();
   // The model part of this rank (after plan_pipeline), initialised only where `sharding` keeps

@@ -2,14 +2,20 @@
 // the pipeline, build the model, the gradient sharding and the optimizer, restore a checkpoint,
 // build the data (trainer_data.cc), report the setup.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <random>
+#include <thread>
 
 #include "tessera/checkpoint/hf_export.h"
 #include "tessera/checkpoint/sharded_checkpoint.h"
+#include "tessera/comm/hosts.h"
 #include "tessera/core/threads.h"
+#include "tessera/distributed/sum_scalars.h"
 #include "tessera/optim/deepspeed_lr_schedule.h"
 #include "tessera/train/sharding.h"
 #include "tessera/train/trainer.h"
@@ -102,6 +108,53 @@ void Trainer::check_output_paths() const {
   }
   if (!a.timeline_file.empty()) check_writable(a.timeline_file, "--timeline-file");
   if (!a.save.empty()) check_writable(checkpoint::latest_file(a.save), "--save");
+}
+
+// Every rank writes its own files into a checkpoint and rank 0 publishes it
+// (checkpoint/sharded_checkpoint.h), so --save must be one directory for all of them: across
+// hosts, one they share (a network file system). A directory of the same name on each host would
+// leave every host's copy of the checkpoint partial, found out only when loading it. Rank 0 leaves
+// a probe file there; a rank that does not see it does not share the directory.
+void Trainer::check_save_shared() const {
+  if (args_.save.empty() || !world_ || world_->size() == 1) return;
+  const int rank = world_->rank();
+  Tensor token = Tensor::zeros({1}, DType::kI64);
+  const std::filesystem::path dir(args_.save);
+  if (rank == 0) {
+    token.data<int64_t>()[0] = static_cast<int64_t>(std::random_device{}() >> 1);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+  }
+  world_->broadcast(token, 0).wait();
+  const std::filesystem::path probe =
+      dir / (".tessera-shared-probe-" + std::to_string(token.data<int64_t>()[0]));
+  if (rank == 0) std::ofstream(probe) << "written by rank 0 to check that every rank sees it\n";
+  world_->barrier().wait();
+  // A network file system may answer from its cache of the directory for a while (NFS: up to
+  // acdirmin, 30 s by default) before a new file appears: a rank that misses it asks again until
+  // TESSERA_SHARED_DIR_WAIT seconds (default 35) have passed.
+  const char* wait_env = std::getenv("TESSERA_SHARED_DIR_WAIT");
+  const double wait_s = wait_env != nullptr ? std::atof(wait_env) : 35.0;
+  std::vector<double> missing(world_->size(), 0.0);
+  std::error_code ec;
+  const auto start = std::chrono::steady_clock::now();
+  while (!std::filesystem::exists(probe, ec)) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= wait_s) {
+      missing[rank] = 1.0;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  missing = distributed::sum_over(world_.get(), missing);
+  if (rank == 0) std::filesystem::remove(probe, ec);
+  const auto blind = std::find_if(missing.begin(), missing.end(), [](double m) { return m > 0; });
+  if (blind == missing.end()) return;
+  const std::vector<std::string> hosts = comm::gather_host_names(*world_);
+  const int r = static_cast<int>(blind - missing.begin());
+  throw Error("--save " + args_.save + ": rank " + std::to_string(r) + " (host " + hosts[r] +
+              ") does not see the files rank 0 (host " + hosts[0] +
+              ") writes there; a checkpoint needs one directory shared by every host (a network "
+              "file system), else each host would hold part of it");
 }
 
 // The pipeline: layers per stage (and virtual stage), this rank's part, the schedule.

@@ -1,0 +1,75 @@
+#!/bin/bash
+# Data parallelism across two "hosts" (network namespaces, scripts/multihost.sh) over a link
+# shaped with tc to RATE: what overlapping the gradient reduction with backward hides, and the
+# arithmetic that predicts the step from its parts, each figure beside its reference measured in
+# the same run (docs/distributed.md, "Running on several machines").
+#
+#   bash bench/multihost_overlap.sh [BUILD_BIN_DIR] [RATE...]     (default rates: 1gbit 200mbit)
+#
+# For each rate:
+#   1. all_reduce bus bandwidth between the hosts through ProcessGroup and plain MPI
+#      (build/bin/comm, 40 MiB: the gradient buckets' size), 2 hosts x 1 rank;
+#   2. build/bin/dp_overlap, GPT-2 124M fp32 (498 MB of gradients), micro-batch 4 x 256, DP 2 on
+#      2 hosts x 1 rank, 1 thread a rank: the step with the reduction overlapped and after
+#      backward, alternated; the compute alone is the same step at DP 1 on one host;
+#   3. the arithmetic: communication = after - compute; predicted after = compute + gradient bytes
+#      / the all_reduce bus bandwidth of 1. (2 ranks: the bus bytes are the buffer's); hidden share
+#      = (after - overlapped) / communication.
+# And, at the first rate, ZeRO 3's prefetched gathers: tessera-train gpt2-124m, DP 2, ZeRO 3,
+# 3 iterations, with the default --stage3-prefetch-bucket-size and with 0 (no prefetch).
+# Needs root with CAP_SYS_ADMIN (the namespaces). Takes ~10 minutes per rate on 2 cores.
+set -eu
+BIN="${1:-build/bin}"
+shift || true
+RATES=("$@")
+[ ${#RATES[@]} -gt 0 ] || RATES=(1gbit 200mbit)
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+MULTIHOST="$ROOT/scripts/multihost.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+STEPS="${STEPS:-2}"
+B=4
+
+echo "== compute alone: dp_overlap at DP 1, one host"
+compute_line=$(mpirun -np 1 "$BIN/dp_overlap" --steps "$STEPS" --micro-batch-size $B | tail -1)
+echo "$compute_line"
+compute_ms=$(echo "$compute_line" | sed -E 's/.*after backward ([0-9.]+) ms.*/\1/')
+
+first=1
+for rate in "${RATES[@]}"; do
+  echo
+  echo "== link shaped to $rate (tc tbf on each host's veth, both directions)"
+  bw_line=$(bash "$MULTIHOST" --hosts 2 --slots 1 --rate "$rate" -- "$BIN/comm" \
+    --min-bytes 41943040 --max-bytes 41943040 --rounds 3 --op all_reduce | tail -1)
+  echo "comm bench (op size MPI-us MPI-GB/s PG-us PG-GB/s ratio): $bw_line"
+  bus_gbs=$(echo "$bw_line" | awk '{print $6}')
+  out=$(bash "$MULTIHOST" --hosts 2 --slots 1 --rate "$rate" -- "$BIN/dp_overlap" \
+    --steps "$STEPS" --micro-batch-size $B | tail -2)
+  echo "$out"
+  grad_mb=$(echo "$out" | sed -nE 's/gradients reduced per step: ([0-9.]+) MB.*/\1/p')
+  on_ms=$(echo "$out" | sed -nE 's/.*overlapped ([0-9.]+) ms.*/\1/p')
+  off_ms=$(echo "$out" | sed -nE 's/.*after backward ([0-9.]+) ms.*/\1/p')
+  /usr/bin/python3 - "$compute_ms" "$on_ms" "$off_ms" "$grad_mb" "$bus_gbs" <<'PY'
+import sys
+compute, on, off, grad_mb, bus = (float(x) for x in sys.argv[1:])
+comm = off - compute
+predicted = compute + grad_mb / (bus * 1e3) * 1e3  # MB / (GB/s) -> ms
+print(f"arithmetic: compute {compute:.0f} ms; communication = after - compute = {off:.0f} - "
+      f"{compute:.0f} = {comm:.0f} ms")
+print(f"  predicted after = compute + {grad_mb:.0f} MB / {bus:.3f} GB/s = {compute:.0f} + "
+      f"{grad_mb / bus:.0f} = {predicted:.0f} ms; measured {off:.0f} ms ({100 * (off / predicted - 1):+.1f}%)")
+print(f"  hidden by overlap = (after - overlapped) / communication = ({off:.0f} - {on:.0f}) / "
+      f"{comm:.0f} = {100 * (off - on) / comm:.1f}%")
+PY
+  if [ "$first" -eq 1 ]; then
+    first=0
+    echo "-- ZeRO 3 (tessera-train gpt2-124m fp32, DP 2, B $B x 256, 3 iterations): prefetched gathers"
+    for prefetch in 50000000 0; do
+      line=$(bash "$MULTIHOST" --hosts 2 --slots 1 --rate "$rate" -- "$BIN/tessera-train" \
+        --model gpt2-124m --mock-data --lr 1e-4 --train-iters 3 --micro-batch-size $B \
+        --global-batch-size $((2 * B)) --seq-length 256 --eval-interval 0 --log-interval 1 \
+        --num-threads 1 --zero-stage 3 --stage3-prefetch-bucket-size "$prefetch" |
+        grep "iteration        3/" | sed -E 's/.*elapsed time per iteration \(ms\): ([0-9.]+).*/\1/')
+      echo "stage3_prefetch_bucket_size $prefetch: iteration 3 took $line ms"
+    done
+  fi
+done
