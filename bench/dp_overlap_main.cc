@@ -2,8 +2,9 @@
 // overlapped with backward (--overlap-grad-reduce) and after it, measured in the same run on
 // the same ranks, alternating the two modes step by step so that machine noise hits both alike.
 // GPT-2 124M (backward dominates), micro-batch B x 256 tokens (B = 1 unless --micro-batch-size),
-// 1 thread per rank, ZeRO 0 or 1. With one rank the reduction has nothing to do: the compute
-// alone (bench/multihost_overlap.sh subtracts it).
+// 1 thread per rank, ZeRO 0 or 1. Also the part of each mode's step after backward returned (the
+// reduction's exposed time): after backward, the whole reduction; overlapped, what backward did
+// not hide. Hidden = 1 - overlapped's / after's.
 //
 //   mpirun -np 2 build/bin/dp_overlap [--steps S] [--stage 0|1] [--bucket ELEMS]
 //                                     [--micro-batch-size B]
@@ -48,7 +49,8 @@ int main(int argc, char** argv) {
     distributed::DataParallelGrads after(
         model.params(), dp, distributed::ShardingPlan::for_stage(stage, bucket, false));
     const bench::BenchBatch data(cfg, B);
-    std::vector<double> times[2];
+    // Per mode: the step, and the part of it after backward returned (the reduction not hidden).
+    std::vector<double> times[2], exposed[2];
     model::ChunkRunner runner(model);
     for (int s = 0; s <= steps; ++s) {
       for (int mode = 0; mode < 2; ++mode) {
@@ -59,14 +61,20 @@ int main(int argc, char** argv) {
         runner.set_grads_ready_hook([&](int64_t offset) { g.grads_ready(offset); });
         runner.forward_backward(data.batch, model.context(B, T, s, 1, s + 1, true), 1.0f / T);
         runner.set_grads_ready_hook(nullptr);
+        const auto t1 = std::chrono::steady_clock::now();
         g.finish();
-        const double dt =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (s > 0) times[mode].push_back(dt);  // step 0 warms up
+        const auto t2 = std::chrono::steady_clock::now();
+        if (s > 0) {  // step 0 warms up
+          times[mode].push_back(std::chrono::duration<double>(t2 - t0).count());
+          exposed[mode].push_back(std::chrono::duration<double>(t2 - t1).count());
+        }
       }
     }
     for (auto& t : times) std::sort(t.begin(), t.end());
+    for (auto& t : exposed) std::sort(t.begin(), t.end());
     const double on = times[0][times[0].size() / 2], off = times[1][times[1].size() / 2];
+    const double on_exposed = exposed[0][exposed[0].size() / 2];
+    const double off_exposed = exposed[1][exposed[1].size() / 2];
     if (world->rank() == 0) {
       std::printf("dp_overlap: gpt2-124m fp32, DP %d, ZeRO %d, B=%lld T=%lld, %d gradient buckets, "
                   "1 thread per rank, median of %d alternating steps\n",
@@ -74,6 +82,10 @@ int main(int argc, char** argv) {
                   overlapped.num_buckets(), steps);
       std::printf("gradients reduced per step: %.1f MB (fp32)\n",
                   4e-6 * static_cast<double>(model.params().numel()));
+      std::printf(
+          "reduction after backward returned: overlapped %.1f ms, after backward %.1f ms "
+          "(hidden: %.1f%%)\n",
+          on_exposed * 1e3, off_exposed * 1e3, 100.0 * (1.0 - on_exposed / off_exposed));
       std::printf("forward+backward+reduction: overlapped %.1f ms, after backward %.1f ms "
                   "(overlapped / after = %.3f)\n", on * 1e3, off * 1e3, on / off);
     }

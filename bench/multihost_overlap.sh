@@ -12,9 +12,10 @@
 #   2. build/bin/dp_overlap, GPT-2 124M fp32 (498 MB of gradients), micro-batch 4 x 256, DP 2 on
 #      2 hosts x 1 rank, 1 thread a rank: the step with the reduction overlapped and after
 #      backward, alternated; the compute alone is the same step at DP 1 on one host;
-#   3. the arithmetic: communication = after - compute; predicted after = compute + gradient bytes
-#      / the all_reduce bus bandwidth of 1. (2 ranks: the bus bytes are the buffer's); hidden share
-#      = (after - overlapped) / communication.
+#   3. the arithmetic: the reduction's time after backward against gradient bytes / the all_reduce
+#      bus bandwidth of 1. (2 ranks: the bus bytes are the buffer's); the step after backward
+#      against compute + that; the hidden share = 1 - (the reduction left after backward when
+#      overlapped) / (the reduction after backward).
 # And, at the first rate, ZeRO 3's prefetched gathers: tessera-train gpt2-124m, DP 2, ZeRO 3,
 # 3 iterations, with the default --stage3-prefetch-bucket-size and with 0 (no prefetch).
 # Needs root with CAP_SYS_ADMIN (the namespaces). Takes ~10 minutes per rate on 2 cores.
@@ -41,24 +42,33 @@ for rate in "${RATES[@]}"; do
   bw_line=$(bash "$MULTIHOST" --hosts 2 --slots 1 --rate "$rate" -- "$BIN/comm" \
     --min-bytes 41943040 --max-bytes 41943040 --rounds 3 --op all_reduce | tail -1)
   echo "comm bench (op size MPI-us MPI-GB/s PG-us PG-GB/s ratio): $bw_line"
-  bus_gbs=$(echo "$bw_line" | awk '{print $6}')
+  # Bus bandwidth of the ProcessGroup path from its time per call (more digits than its GB/s
+  # column): 40 MiB of bus bytes (2 ranks: the buffer's size).
+  bus_gbs=$(echo "$bw_line" | awk '{printf "%.6f", 41943040 / ($6 * 1e3)}')
   out=$(bash "$MULTIHOST" --hosts 2 --slots 1 --rate "$rate" -- "$BIN/dp_overlap" \
-    --steps "$STEPS" --micro-batch-size $B | tail -2)
+    --steps "$STEPS" --micro-batch-size $B | tail -3)
   echo "$out"
   grad_mb=$(echo "$out" | sed -nE 's/gradients reduced per step: ([0-9.]+) MB.*/\1/p')
-  on_ms=$(echo "$out" | sed -nE 's/.*overlapped ([0-9.]+) ms.*/\1/p')
-  off_ms=$(echo "$out" | sed -nE 's/.*after backward ([0-9.]+) ms.*/\1/p')
-  /usr/bin/python3 - "$compute_ms" "$on_ms" "$off_ms" "$grad_mb" "$bus_gbs" <<'PY'
+  exposed_on=$(echo "$out" | sed -nE 's/^reduction after backward returned: overlapped ([0-9.]+) ms.*/\1/p')
+  exposed_off=$(echo "$out" | sed -nE 's/^reduction after backward returned: .*after backward ([0-9.]+) ms.*/\1/p')
+  on_ms=$(echo "$out" | sed -nE 's/^forward\+backward\+reduction: overlapped ([0-9.]+) ms.*/\1/p')
+  off_ms=$(echo "$out" | sed -nE 's/^forward\+backward\+reduction: .*after backward ([0-9.]+) ms.*/\1/p')
+  /usr/bin/python3 - "$compute_ms" "$on_ms" "$off_ms" "$exposed_on" "$exposed_off" "$grad_mb" \
+    "$bus_gbs" <<'PY'
 import sys
-compute, on, off, grad_mb, bus = (float(x) for x in sys.argv[1:])
-comm = off - compute
-predicted = compute + grad_mb / (bus * 1e3) * 1e3  # MB / (GB/s) -> ms
-print(f"arithmetic: compute {compute:.0f} ms; communication = after - compute = {off:.0f} - "
-      f"{compute:.0f} = {comm:.0f} ms")
-print(f"  predicted after = compute + {grad_mb:.0f} MB / {bus:.3f} GB/s = {compute:.0f} + "
-      f"{grad_mb / bus:.0f} = {predicted:.0f} ms; measured {off:.0f} ms ({100 * (off / predicted - 1):+.1f}%)")
-print(f"  hidden by overlap = (after - overlapped) / communication = ({off:.0f} - {on:.0f}) / "
-      f"{comm:.0f} = {100 * (off - on) / comm:.1f}%")
+compute, on, off, exp_on, exp_off, grad_mb, bus = (float(x) for x in sys.argv[1:])
+comm_rate = grad_mb / bus  # ms: MB / (GB/s)
+fb_off = off - exp_off  # forward + backward of the DP 2 step, reduction after it
+print(f"arithmetic: the reduction alone (after backward) took {exp_off:.0f} ms; at the all_reduce "
+      f"bus bandwidth of the comm bench, {grad_mb:.0f} MB / {bus:.3f} GB/s = {comm_rate:.0f} ms "
+      f"({100 * (exp_off / comm_rate - 1):+.1f}%)")
+predicted = compute + comm_rate
+print(f"  step after backward: predicted compute (DP 1) + communication = {compute:.0f} + "
+      f"{comm_rate:.0f} = {predicted:.0f} ms; measured {off:.0f} ms ({100 * (off / predicted - 1):+.1f}%)")
+print(f"  overlapped: {exp_on:.0f} ms of the reduction left after backward: hidden "
+      f"1 - {exp_on:.0f} / {exp_off:.0f} = {100 * (1 - exp_on / exp_off):.1f}%; the step "
+      f"{on:.0f} ms against {off:.0f} ms after backward ({100 * (1 - on / off):.1f}% shorter); "
+      f"forward + backward {fb_off:.0f} ms (DP 1: {compute:.0f})")
 PY
   if [ "$first" -eq 1 ]; then
     first=0

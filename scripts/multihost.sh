@@ -11,7 +11,8 @@
 #   mpirun -np N*S --hostfile (hostI slots=S) --mca plm_rsh_agent AGENT ... PROGRAM ARGS
 # where AGENT starts Open MPI's daemon of host I inside its namespace (Open MPI's ssh stand-in).
 # Ranks fill host0 first (S per host). TCP between hosts is restricted to the bridge's subnet;
-# the root namespace's network is not touched.
+# the root namespace's network is not touched. Ranks are not bound to cores: each host's daemon
+# would bind its first rank to core 0, all hosts to the same core of the one machine they share.
 #   --rate RATE, --latency LAT   shape each host's link with tc's token bucket filter (e.g.
 #                                --rate 1gbit: both directions, host to hub and hub to host;
 #                                a 2 MB bucket; LAT is tbf's queueing bound, default 50ms)
@@ -122,6 +123,6 @@ chmod +x "$WORK/agent"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # shellcheck disable=SC2086  # MPIRUN_ARGS is a list of arguments
 ip netns exec "$HUB" mpirun -np $((HOSTS * SLOTS)) --hostfile "$WORK/hostfile" \
-  --mca plm_rsh_agent "$WORK/agent" --mca plm_rsh_no_tree_spawn 1 \
+  --mca plm_rsh_agent "$WORK/agent" --mca plm_rsh_no_tree_spawn 1 --bind-to none \
   --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 \
   $MPIRUN_ARGS "$@"
