@@ -106,7 +106,7 @@ layout_mesh() {
     --print-mesh >"$TMP/mesh" 2>&1 && tp_inside_hosts || { cat "$TMP/mesh" >&2; false; }
 }
 example_layout=$(grep -o -- "--tensor-model-parallel-size [0-9]* --sequence-parallel --zero-stage [0-9]" \
-  "$ROOT/examples/multihost/train_gpt_2nodes.sh")
+  "$ROOT/examples/multihost/gpt2_350m_args.sh")
 # shellcheck disable=SC2086  # a list of flags
 check "examples/multihost layout ($example_layout): TP inside hosts" layout_mesh $example_layout
 check "TP 4 x DP 2: TP inside hosts" layout_mesh --tensor-model-parallel-size 4

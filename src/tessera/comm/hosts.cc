@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "tessera/comm/flight_report.h"
 #include "tessera/core/tensor.h"
 
 namespace tessera::comm {
@@ -12,15 +13,6 @@ namespace {
 
 // A host name travels as this many int32 (MPI_MAX_PROCESSOR_NAME is 256 in Open MPI and MPICH).
 constexpr int kNameInts = 64;
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string out = "[";
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (i > 0) out += ",";
-    out += std::to_string(ranks[i]);
-  }
-  return out + "]";
-}
 
 const char* group_description(GroupKind kind) {
   switch (kind) {
