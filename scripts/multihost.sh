@@ -23,7 +23,9 @@
 # Everything is removed on exit, after a failure or an interrupt too (processes left in the
 # namespaces are killed first). Needs root with CAP_SYS_ADMIN: without it this prints one line
 # and exits 77, which ctest reports as skipped (SKIP_RETURN_CODE 77).
-# Exit status: PROGRAM's (mpirun's), 77 when namespaces cannot be made, 2 for bad usage.
+# The program sees TESSERA_MULTIHOST_PREFIX, the prefix of this run's namespace names.
+# Exit status: PROGRAM's (mpirun's), 77 when the privilege to make namespaces is missing, 2 for
+# bad usage or another failure to set up.
 set -u
 HOSTS=2
 SLOTS=2
@@ -69,8 +71,14 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 if ! err=$(ip netns add "$HUB" 2>&1); then
-  echo "multihost.sh: cannot create network namespaces here (needs root with CAP_SYS_ADMIN): $err" >&2
-  exit 77
+  # Only a refusal of the privilege is a skip; any other failure is a failure.
+  case "$err" in
+    *"Operation not permitted"* | *"Permission denied"*)
+      echo "multihost.sh: cannot create network namespaces here (needs root with CAP_SYS_ADMIN): $err" >&2
+      exit 77 ;;
+  esac
+  echo "multihost.sh: cannot create namespace $HUB: $err" >&2
+  exit 2
 fi
 made+=("$HUB")
 fail() { echo "multihost.sh: $1" >&2; exit 2; }
@@ -114,13 +122,15 @@ ns="${PREFIX}h\${host#host}"
 private='$PRIVATE_DIR'
 if [ -n "\$private" ]; then
   exec ip netns exec "\$ns" unshare --uts --mount sh -c \\
-    "mount -t tmpfs tessera-private '\$private' && hostname \$host && exec \$*"
+    "mount -t tmpfs tessera-private '\$private' && hostname \$host && \$*"
 fi
-exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$host && exec \$*"
+exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$host && \$*"
 EOF
 chmod +x "$WORK/agent"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# The prefix of this run's namespaces, for a program that wants to find them (tests).
+export TESSERA_MULTIHOST_PREFIX="$PREFIX"
 # shellcheck disable=SC2086  # MPIRUN_ARGS is a list of arguments
 ip netns exec "$HUB" mpirun -np $((HOSTS * SLOTS)) --hostfile "$WORK/hostfile" \
   --mca plm_rsh_agent "$WORK/agent" --mca plm_rsh_no_tree_spawn 1 --bind-to none \

@@ -1,7 +1,7 @@
 #!/bin/bash
 # The same run under SLURM: 2 nodes, 4 tasks a node, 2 cores a task. srun starts the ranks
-# (PMIx); Open MPI takes the rank, size and local size from it, and Tessera its threads per rank
-# from the tasks per node (SLURM_NTASKS_PER_NODE). Submit from this directory: sbatch sbatch_gpt.sh
+# (PMIx); Open MPI takes the rank, size and local size from it. Submit from this directory:
+# sbatch sbatch_gpt.sh
 #SBATCH --job-name=tessera-gpt2
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=4
@@ -11,4 +11,6 @@
 set -eu
 source "${SLURM_SUBMIT_DIR:-.}/gpt2_350m_args.sh"
 # End the job when one task fails, as mpirun does.
-srun --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=cores tessera-train "${GPT_ARGS[@]}"
+# Threads: the cores SLURM gave each task (Tessera's default counts every core of the node).
+srun --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=cores tessera-train "${GPT_ARGS[@]}" \
+  --num-threads "${SLURM_CPUS_PER_TASK:-2}"

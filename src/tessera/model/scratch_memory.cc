@@ -53,8 +53,9 @@ void plan_layer_scratch(kernels::ScratchPlan& plan, const ModelConfig& c, int64_
   // two gradient products (accumulating, beta 1), then one MLP per local expert on its rows.
   const int64_t E = c.moe.num_experts;
   using kernels::GemmShape;
-  kernels::plan_gemm(plan, GemmShape{false, true, N, E, C, C, C, E, 1.0f, 0.0f, DType::kF32,
-                                     DType::kF32, DType::kF32, threads});
+  if (!c.moe.router_fp64)  // an fp64 router computes its logits in plain loops
+    kernels::plan_gemm(plan, GemmShape{false, true, N, E, C, C, C, E, 1.0f, 0.0f, DType::kF32,
+                                       DType::kF32, DType::kF32, threads});
   kernels::plan_gemm(plan, GemmShape{true, false, E, C, N, E, C, C, 1.0f, 1.0f, DType::kF32,
                                      DType::kF32, DType::kF32, threads});
   kernels::plan_gemm(plan, GemmShape{false, false, N, C, E, E, C, C, 1.0f, 1.0f, DType::kF32,

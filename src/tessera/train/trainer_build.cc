@@ -111,10 +111,11 @@ void Trainer::check_output_paths() const {
 }
 
 // Every rank writes its own files into a checkpoint and rank 0 publishes it
-// (checkpoint/sharded_checkpoint.h), so --save must be one directory for all of them: across
-// hosts, one they share (a network file system). A directory of the same name on each host would
-// leave every host's copy of the checkpoint partial, found out only when loading it. Rank 0 leaves
-// a probe file there; a rank that does not see it does not share the directory.
+// (checkpoint/sharded_checkpoint.h), so --save must be one directory for all of them, which every
+// rank can write: across hosts, one they share (a network file system). A directory of the same
+// name on each host would leave every host's copy of the checkpoint partial, found out only when
+// loading it. Rank 0 leaves a probe file there; a rank that does not see it does not share the
+// directory; each rank then writes and removes a probe of its own.
 void Trainer::check_save_shared() const {
   if (args_.save.empty() || !world_ || world_->size() == 1) return;
   const int rank = world_->rank();
@@ -131,28 +132,38 @@ void Trainer::check_save_shared() const {
   if (rank == 0) std::ofstream(probe) << "written by rank 0 to check that every rank sees it\n";
   world_->barrier().wait();
   // A network file system may answer from its cache of the directory for a while (NFS: up to
-  // acdirmin, 30 s by default) before a new file appears: a rank that misses it asks again until
-  // TESSERA_SHARED_DIR_WAIT seconds (default 35) have passed.
+  // acdirmax, 60 s by default) before a new file appears: a rank that misses it asks again for
+  // TESSERA_SHARED_DIR_WAIT seconds (default 65), kept below half the watchdog's timeout so
+  // that the ranks already waiting in the next collective are not taken for hung.
   const char* wait_env = std::getenv("TESSERA_SHARED_DIR_WAIT");
-  const double wait_s = wait_env != nullptr ? std::atof(wait_env) : 35.0;
-  std::vector<double> missing(world_->size(), 0.0);
+  const double wait_s = std::min(wait_env != nullptr ? std::atof(wait_env) : 65.0,
+                                 0.5 * comm::ProcessGroup::timeout());
+  constexpr double kNone = 0, kUnseen = 1, kUnwritable = 2;  // each rank's slot of `problem`
+  std::vector<double> problem(world_->size(), 0.0);
   std::error_code ec;
   const auto start = std::chrono::steady_clock::now();
   while (!std::filesystem::exists(probe, ec)) {
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= wait_s) {
-      missing[rank] = 1.0;
+      problem[rank] = kUnseen;
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  missing = distributed::sum_over(world_.get(), missing);
+  if (problem[rank] == kNone) {
+    const std::filesystem::path mine = probe.string() + "." + std::to_string(rank);
+    if (!(std::ofstream(mine) << "probe\n")) problem[rank] = kUnwritable;
+    std::filesystem::remove(mine, ec);
+  }
+  problem = distributed::sum_over(world_.get(), problem);
   if (rank == 0) std::filesystem::remove(probe, ec);
-  const auto blind = std::find_if(missing.begin(), missing.end(), [](double m) { return m > 0; });
-  if (blind == missing.end()) return;
+  const auto bad = std::find_if(problem.begin(), problem.end(), [](double p) { return p > 0; });
+  if (bad == problem.end()) return;
   const std::vector<std::string> hosts = comm::gather_host_names(*world_);
-  const int r = static_cast<int>(blind - missing.begin());
-  throw Error("--save " + args_.save + ": rank " + std::to_string(r) + " (host " + hosts[r] +
-              ") does not see the files rank 0 (host " + hosts[0] +
+  const int r = static_cast<int>(bad - problem.begin());
+  const std::string who = "rank " + std::to_string(r) + " (host " + hosts[r] + ")";
+  if (*bad == kUnwritable) throw Error("--save " + args_.save + ": " + who + " cannot write there");
+  throw Error("--save " + args_.save + ": " + who + " does not see the files rank 0 (host " +
+              hosts[0] +
               ") writes there; a checkpoint needs one directory shared by every host (a network "
               "file system), else each host would hold part of it");
 }

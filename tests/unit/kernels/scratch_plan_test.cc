@@ -3,7 +3,7 @@
 // (kernels.<target>.*): a sequence of calls runs on a fresh thread, whose thread_local buffers
 // start empty and are freed when it ends, and the peak of MemoryCategory::kOther it reaches must
 // equal the plan's peak for the same calls, byte for byte, on every GEMM path the target has
-// (oneDNN, the blocked GEMM, the widened path).
+// (oneDNN, the blocked GEMM, the widened path); with two threads the plan is a bound.
 #include "tessera/kernels/scratch_plan.h"
 
 #include <gtest/gtest.h>
@@ -101,7 +101,12 @@ void expect_plan_equals_measurement(const std::vector<LayerCalls<T>*>& layers, i
   std::string buffers;
   for (const auto& [name, bytes] : plan.buffers())
     buffers += "\n  " + name + ": " + std::to_string(bytes);
-  EXPECT_EQ(plan.peak_bytes(), measured) << what << ", " << threads << " thread(s)" << buffers;
+  // One thread: exact. Several: each thread of the blocked GEMM's team is planned with a whole
+  // block, a bound (the dynamic schedule may give a thread only the last, smaller one).
+  if (threads == 1)
+    EXPECT_EQ(plan.peak_bytes(), measured) << what << ", 1 thread" << buffers;
+  else
+    EXPECT_GE(plan.peak_bytes(), measured) << what << ", " << threads << " threads" << buffers;
 }
 
 // Shapes of a small transformer's products (a QKV projection with bias, an output projection
