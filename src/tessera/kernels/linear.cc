@@ -132,9 +132,9 @@ void plan_linear_forward(ScratchPlan& plan, DType t, int64_t N, int64_t C, int64
   plan_gemm(plan, product);
 }
 
+// The bias gradient is a sum over rows and takes no scratch, so the backward plan does not ask.
 void plan_linear_backward(ScratchPlan& plan, DType t, int64_t N, int64_t C, int64_t OC, bool dinp,
-                          bool bias, int threads) {
-  (void)bias;  // the bias gradient is a sum over rows: no scratch
+                          int threads) {
   GemmShape input_grad{false, false, N, C, OC, OC, C, C, 1.0f, 0.0f, t, t, t, threads};
   GemmShape weight_grad{true, false, OC, C, N, OC, C, C, 1.0f, 1.0f, t, t, DType::kF32, threads};
   if (t != DType::kF32 && gemm_widens(t)) {  // dout widened once, the products gemm_fp32_a's

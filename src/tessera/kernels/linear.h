@@ -36,8 +36,8 @@ inline void plan_linear_forward(ScratchPlan& plan, DType dtype, int64_t N, int64
   dispatch<&plan_linear_forward>(plan, dtype, N, C, OC, bias, threads);
 }
 inline void plan_linear_backward(ScratchPlan& plan, DType dtype, int64_t N, int64_t C, int64_t OC,
-                                 bool dinp, bool bias, int threads) {
-  dispatch<&plan_linear_backward>(plan, dtype, N, C, OC, dinp, bias, threads);
+                                 bool dinp, int threads) {
+  dispatch<&plan_linear_backward>(plan, dtype, N, C, OC, dinp, threads);
 }
 
 // out (N,OC) += bias (OC), in fp32, stored as T (a row-parallel layer adds its bias after the

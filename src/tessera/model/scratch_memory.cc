@@ -14,7 +14,7 @@ namespace {
 void plan_linear(kernels::ScratchPlan& plan, DType dtype, int64_t N, int64_t C, int64_t OC,
                  bool bias, int threads) {
   kernels::plan_linear_forward(plan, dtype, N, C, OC, bias, threads);
-  kernels::plan_linear_backward(plan, dtype, N, C, OC, true, bias, threads);
+  kernels::plan_linear_backward(plan, dtype, N, C, OC, true, threads);
 }
 
 // An MLP (mlp.cc) of `ffn` features split over `tp` ranks, on N rows: the column-parallel up
@@ -38,9 +38,9 @@ void plan_norm(kernels::ScratchPlan& plan, const ModelConfig& c, int64_t rows) {
 void plan_layer_scratch(kernels::ScratchPlan& plan, const ModelConfig& c, int64_t N, DType dtype,
                         int tp, bool sequence_parallel, int threads, const MoeRows* moe) {
   const int64_t C = c.hidden_size, HD = c.head_dim();
-  // The norms run on this rank's rows of the residual stream; the projections on the whole
-  // micro-batch's (gathered under sequence parallelism).
-  plan_norm(plan, c, sequence_parallel ? N / tp : N);
+  // The two norms run on this rank's rows of the residual stream (their backward's temporary is
+  // the same, planned once); the projections on the whole micro-batch's (gathered under
+  // sequence parallelism).
   plan_norm(plan, c, sequence_parallel ? N / tp : N);
   // Attention: the fused q, k, v projection (key/value groups replicated when fewer than the
   // ranks) and the output projection (attention.cc).

@@ -291,9 +291,10 @@ double theoretical_comm_buffers(const model::ModelConfig& c, const RankLayout& r
 double theoretical_other(const model::ModelConfig& c, const RankLayout& r) {
   kernels::ScratchPlan plan;
   for (int l : r.layers) {
-    const model::MoeRows rows = c.is_moe_layer(l) ? moe_rows(c, r) : model::MoeRows{};
+    const bool moe = c.is_moe_layer(l);
+    const model::MoeRows rows = moe ? moe_rows(c, r) : model::MoeRows{};
     model::plan_layer_scratch(plan, c, r.tokens, r.compute, r.tp, r.sequence_parallel, r.threads,
-                              c.is_moe_layer(l) ? &rows : nullptr);
+                              moe ? &rows : nullptr);
   }
   if (r.last_stage)
     model::plan_head_scratch(plan, c, r.tokens, r.compute, r.tp, r.sequence_parallel, r.threads);

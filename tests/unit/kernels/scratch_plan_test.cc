@@ -85,7 +85,7 @@ struct LayerCalls {
   }
   void plan(ScratchPlan& p, int threads) const {
     plan_linear_forward(p, dtype_of<T>(), N, C, OC, bias, threads);
-    plan_linear_backward(p, dtype_of<T>(), N, C, OC, true, bias, threads);
+    plan_linear_backward(p, dtype_of<T>(), N, C, OC, true, threads);
     plan_norm_backward(p, N, C, true);
   }
 };
