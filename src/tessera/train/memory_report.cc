@@ -1,6 +1,8 @@
 #include "tessera/train/memory_report.h"
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <cstdio>
 
 #include "tessera/kernels/scratch_plan.h"
@@ -249,13 +251,98 @@ double theoretical_activations(const model::ModelConfig& c, const RankLayout& r)
   return bytes + working;
 }
 
-double theoretical_comm_buffers(const model::ModelConfig& c, const RankLayout& r) {
-  // ZeRO 1-3: every unit's reduce-scattered gradient part (an expert unit's over expert-DP).
+double theoretical_zero_buffers(const model::ModelConfig& c, const RankLayout& r) {
+  // Every unit's reduce-scattered gradient part (an expert unit's over expert-DP).
   double zero = 0;
   for (const Unit& u : rank_units(c, r)) {
     const int sharers = u.experts ? r.expert_dp : r.dp;
     if (r.zero_stage >= 1 && sharers > 1) zero += 4.0 * u.elements / sharers;
   }
+  return zero;
+}
+
+double theoretical_backward_peak(const model::ModelConfig& c, const RankLayout& r) {
+  using G = model::RecomputePolicy::Granularity;
+  const double activations = theoretical_activations(c, r);
+  if (r.zero_stage < 1 || !r.overlap_grad_reduce || activations < 0) return activations;
+  const model::MoeRows moe = moe_rows(c, r);
+  // What a layer's backward frees: its kept activations (under full recomputation, its input).
+  const G kept = r.recompute.granularity == G::kFull       ? G::kFull
+                 : r.recompute.granularity == G::kSelective ? G::kSelective
+                                                            : G::kNone;
+  const auto freed = [&](int l) {
+    return model::layer_activation_bytes(c, r.tokens, r.compute, kept, r.tp, r.sequence_parallel,
+                                         c.is_moe_layer(l) ? &moe : nullptr, head_split(r, l));
+  };
+  // Units in backward order with the layer each belongs to (-1: embeddings or head).
+  const std::vector<Unit> units = rank_units(c, r);
+  std::vector<int> unit_layer(units.size(), -1);
+  {
+    size_t u = r.first_stage ? (!c.untie_embeddings_and_output_weights &&
+                                        r.first_stage != r.last_stage &&
+                                        c.position_embedding ==
+                                            model::PositionEmbedding::kLearnedAbsolute
+                                    ? 2
+                                    : 1)
+                             : 0;
+    for (int l : r.layers) {
+      const bool split_experts = c.is_moe_layer(l) && (r.ep > 1 || r.experts_whole);
+      unit_layer[u++] = l;
+      if (split_experts) unit_layer[u++] = -2;  // the layer's experts: freed with the layer
+    }
+  }
+  // Buckets as the reducer forms them: whole units merged from the end up to about
+  // bucket_elements (ZeRO 3: each unit alone). A bucket is reduce-scattered once backward has
+  // completed its last unit, before the next unit's backward frees anything.
+  const double bucket = r.zero_stage == 3 ? 0.0 : static_cast<double>(r.bucket_elements);
+  double total = activations, parts = 0, open_elements = 0, open_bytes = 0, most = activations;
+  for (size_t i = units.size(); i-- > 0;) {
+    const Unit& u = units[i];
+    const int sharers = u.experts ? r.expert_dp : r.dp;
+    if (open_elements > 0 && open_elements + u.elements > bucket) {
+      parts += open_bytes;
+      open_elements = open_bytes = 0;
+      most = std::max(most, total + parts);
+    }
+    if (unit_layer[i] >= 0) total -= freed(unit_layer[i]);
+    open_elements += u.elements;
+    if (sharers > 1) open_bytes += 4.0 * u.elements / sharers;
+  }
+  return most;  // the last bucket is launched once backward is done: theoretical_zero_buffers
+}
+
+double theoretical_zero3_gather_sends(const model::ModelConfig& c, const RankLayout& r) {
+  if (r.zero_stage != 3) return 0;
+  // Backward's order: the head, the layers from the last, the embeddings. The unit forward used
+  // last is still whole; the others are gathered ahead, up to the prefetch budget, each with its
+  // send copy of the owned part in flight.
+  const std::vector<Unit> units = rank_units(c, r);
+  double elements = 0, bytes = 0;
+  bool first_sharded = true;
+  for (size_t i = units.size(); i-- > 0;) {
+    const Unit& u = units[i];
+    const int sharers = u.experts ? r.expert_dp : r.dp;
+    if (u.elements < r.persistence_threshold || sharers == 1) continue;
+    if (first_sharded) {
+      first_sharded = false;
+      continue;
+    }
+    if (elements + u.elements > r.prefetch_elements) break;
+    elements += u.elements;
+    bytes += dtype_size(r.compute) * u.elements / sharers;
+  }
+  return bytes;
+}
+
+double allocated_parameter_elements(const model::ModelConfig& c, const RankLayout& r) {
+  const double multiple = static_cast<double>(std::lcm(int64_t{r.dp}, int64_t{r.expert_dp}));
+  double elements = 0;
+  for (const Unit& u : rank_units(c, r)) elements += std::ceil(u.elements / multiple) * multiple;
+  return elements;
+}
+
+double theoretical_comm_buffers(const model::ModelConfig& c, const RankLayout& r) {
+  const double zero = theoretical_zero_buffers(c, r);
   const double N = static_cast<double>(r.tokens), C = c.hidden_size;
   const double elem = dtype_size(r.compute);
   // An MoE layer's: TP rank 0's router logits broadcast (TP without SP), and with the

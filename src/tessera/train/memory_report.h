@@ -70,6 +70,11 @@ struct RankLayout {
   std::vector<context::CommType> cp_types;
   model::RecomputePolicy recompute;
   int threads = 1;  // the OpenMP team the kernels run on
+  // ZeRO's gradient buckets (ShardingPlan): reduced while backward runs when overlapped, each
+  // about bucket_elements elements of whole units merged from the end (ZeRO 3: one per unit).
+  int64_t bucket_elements = 40'000'000;
+  int64_t prefetch_elements = 50'000'000;  // ZeRO 3's units gathered ahead
+  bool overlap_grad_reduce = true;
 };
 
 struct ModelStateBytes {
@@ -107,6 +112,31 @@ double theoretical_activations(const model::ModelConfig& cfg, const RankLayout& 
 // and (backward) their fp32 accumulators; a2a the all-to-all's send and receive copies of q, k,
 // v; a2a+p2p the larger of its group's all-to-all and its ring.
 double theoretical_comm_buffers(const model::ModelConfig& cfg, const RankLayout& r);
+
+// The ZeRO 1-3 part of theoretical_comm_buffers alone: every unit's reduce-scattered gradient
+// part, 4 x elements / sharers, which fills up as backward reduces buckets and is held until the
+// optimizer step (0 without a sharded optimizer).
+double theoretical_zero_buffers(const model::ModelConfig& cfg, const RankLayout& r);
+
+// The largest sum of kept activations and ZeRO's gradient parts during the last micro-batch's
+// backward: with overlapped reduction a bucket's part is allocated when backward completes its
+// units (head first, then the layers from the last, then the embeddings) while the layers not yet
+// reached still keep their activations, so with small buckets (ZeRO 3's per unit) the two
+// overlap. Starts from theoretical_activations (one micro-batch's kept layers and the working
+// set) and frees each layer's kept bytes as its backward ends. Without a sharded optimizer or
+// overlap: theoretical_activations.
+double theoretical_backward_peak(const model::ModelConfig& cfg, const RankLayout& r);
+
+// ZeRO 3's gathers in flight when backward starts: each sharded unit that backward will use
+// (but the one forward used last, still whole) is gathered ahead up to the prefetch budget, and
+// each gather sends a copy of the rank's owned part (compute dtype) until the unit is used.
+double theoretical_zero3_gather_sends(const model::ModelConfig& cfg, const RankLayout& r);
+
+// Elements of the rank's flat parameter buffer as GPTModel allocates it: each unit padded to a
+// multiple of lcm(DP, expert DP), ZeRO 3's unowned parts included (they are allocated, and only
+// their pages are given back). The memory accountant counts the values and fp32 gradients at this
+// size.
+double allocated_parameter_elements(const model::ModelConfig& cfg, const RankLayout& r);
 
 // The kernels' scratch of the rank's step (MemoryCategory::kOther), as described above: planned
 // for the CPU target and GEMM path this process runs.

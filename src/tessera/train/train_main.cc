@@ -12,6 +12,7 @@
 #include "tessera/kernels/build_info.h"
 #include "tessera/train/deepspeed_config.h"
 #include "tessera/train/offload_setup.h"
+#include "tessera/train/rank_layout.h"
 #include "tessera/train/sharding.h"
 #include "tessera/train/trainer.h"
 
@@ -34,12 +35,7 @@ std::unique_ptr<comm::ParallelState> setup_distributed(const TrainArgs& args) {
     comm::ProcessGroup::set_flight_recorder(args.flight_recorder_dir, args.flight_recorder_size);
   else if (recorder_dir != nullptr && args.given(&TrainArgs::flight_recorder_size))
     comm::ProcessGroup::set_flight_recorder(recorder_dir, args.flight_recorder_size);
-  comm::ParallelConfig cfg;
-  cfg.tensor = args.tensor_model_parallel_size;
-  cfg.pipeline = args.pipeline_model_parallel_size;
-  cfg.context = args.context_parallel_size;
-  cfg.expert = args.expert_model_parallel_size;
-  cfg.expert_tensor = args.expert_tensor_parallel_size;
+  const comm::ParallelConfig cfg = parallel_config(args);
   if (args.expert_tensor_parallel_size > 1 &&
       args.expert_tensor_parallel_size != args.tensor_model_parallel_size)
     throw Error("--expert-tensor-parallel-size " +

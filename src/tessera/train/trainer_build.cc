@@ -17,6 +17,7 @@
 #include "tessera/core/threads.h"
 #include "tessera/distributed/sum_scalars.h"
 #include "tessera/optim/deepspeed_lr_schedule.h"
+#include "tessera/train/rank_layout.h"
 #include "tessera/train/sharding.h"
 #include "tessera/train/trainer.h"
 
@@ -58,17 +59,6 @@ void check_writable(const std::string& path, const std::string& flag) {
   if (ec || !std::ofstream(path + ".probe"))
     throw Error(flag + " " + path + ": cannot write there" + (ec ? " (" + ec.message() + ")" : ""));
   std::filesystem::remove(path + ".probe", ec);
-}
-
-// Megatron's recompute flags as a policy (validated by validate_arguments).
-model::RecomputePolicy recompute_policy(const TrainArgs& a) {
-  using P = model::RecomputePolicy;
-  P p;
-  if (a.recompute_granularity == "full") p.granularity = P::Granularity::kFull;
-  if (a.recompute_granularity == "selective") p.granularity = P::Granularity::kSelective;
-  p.method = a.recompute_method == "block" ? P::Method::kBlock : P::Method::kUniform;
-  p.num_layers = std::max(1, a.recompute_num_layers);
-  return p;
 }
 
 // Gradient buckets made of whole model units, merged from the end of the buffer up to about
@@ -177,9 +167,7 @@ Trainer::PipelinePlan Trainer::plan_pipeline() {
       a.decoder_first_pipeline_num_layers, a.decoder_last_pipeline_num_layers};
   chunk_layers_ = pipeline::partition_layers(partition_);
   PipelinePlan plan;
-  plan.kind = !a.pipeline_schedule.empty() ? pipeline::parse_schedule_kind(a.pipeline_schedule)
-              : a.num_layers_per_virtual_stage > 0 ? pipeline::ScheduleKind::kInterleaved
-                                                   : pipeline::ScheduleKind::kOneFOneB;
+  plan.kind = pipeline_schedule_kind(a);
   plan.shape = {pp_size_, static_cast<int>(batches_.at(0) / (a.micro_batch_size * data_size_)),
                 partition_.virtual_stages};
   // Every global batch a ramp or step schedule will take must suit the schedule too.
@@ -372,9 +360,7 @@ void Trainer::print_param_offload(const offload::ParamSwap& swap) const {
       swap.buffer_bytes() / 1e6, io_engine_text(rt).c_str());
 }
 
-DType Trainer::compute_dtype() const {
-  return args_.bf16 ? DType::kBF16 : args_.fp16 ? DType::kF16 : DType::kF32;
-}
+DType Trainer::compute_dtype() const { return compute_dtype_of(args_); }
 
 // Expert parallelism: what this rank holds of its stage's experts, measured (the parameters it
 // declared, the optimizer state it owns) against the formula (the stage's experts / (EP x expert

@@ -1,0 +1,29 @@
+#include "tessera/plan/memory_prediction.h"
+
+#include <algorithm>
+
+namespace tessera::plan {
+
+RankMemoryPrediction predict_rank_memory(const model::ModelConfig& cfg, const train::RankLayout& r) {
+  RankMemoryPrediction p;
+  const train::ModelStateBytes states = train::theoretical_model_states(cfg, r);
+  const double activations = train::theoretical_activations(cfg, r);
+  const double buffers = train::theoretical_comm_buffers(cfg, r);
+  const double other = train::theoretical_other(cfg, r);
+  p.categories = {states.parameters, states.gradients, states.optimizer,
+                  activations,       buffers,          other};
+  const double allocated = train::allocated_parameter_elements(cfg, r);
+  p.allocated_parameters = allocated * dtype_size(r.compute);
+  p.allocated_gradients = 4.0 * allocated;
+  const double zero = train::theoretical_zero_buffers(cfg, r);
+  const double during_backward =
+      std::max(activations + train::theoretical_zero3_gather_sends(cfg, r),
+               train::theoretical_backward_peak(cfg, r)) +
+      other + (buffers - zero);
+  const double before_step = zero + other;
+  p.peak_bytes = p.allocated_parameters + p.allocated_gradients + states.optimizer +
+                 std::max(during_backward, before_step);
+  return p;
+}
+
+}  // namespace tessera::plan

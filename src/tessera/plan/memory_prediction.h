@@ -1,0 +1,35 @@
+// What one rank of a layout will hold, predicted before anything runs (tessera-plan).
+//
+// The categories are the memory report's theory (train/memory_report.h), computed by the same
+// functions, so there is one source of truth for the arithmetic: parameters, gradients and
+// optimizer state as resident bytes, the activations' peak, communication buffers and the
+// kernels' scratch.
+//
+// peak_bytes predicts the memory accountant's peak (core/memory.h), the figure tessera-train
+// logs as `peak mem` and writes as `peak_mem_bytes`. The accountant counts allocations, not
+// resident pages, so the flat parameter and gradient buffers count whole (every unit padded to a
+// multiple of lcm(DP, expert DP)) even where ZeRO 2-3 give the pages of unowned parts back. The
+// categories do not all peak at once: activations peak when the first backward starts, with the
+// kernels' scratch and the tensor-/context-parallel staging; ZeRO's reduce-scattered gradient parts
+// fill up as backward frees activations and are held until the optimizer step. So
+//   peak = values + fp32 gradients (allocated) + optimizer state
+//          + max(activations + other + non-ZeRO buffers, ZeRO parts + other)
+#pragma once
+
+#include <array>
+
+#include "tessera/model/config.h"
+#include "tessera/train/memory_report.h"
+
+namespace tessera::plan {
+
+struct RankMemoryPrediction {
+  // train::kReportCategoryNames order; the memory report's theory column.
+  std::array<double, train::kReportCategories> categories{};
+  double allocated_parameters = 0, allocated_gradients = 0;  // the accountant's view
+  double peak_bytes = 0;
+};
+
+RankMemoryPrediction predict_rank_memory(const model::ModelConfig& cfg, const train::RankLayout& r);
+
+}  // namespace tessera::plan

@@ -1,0 +1,111 @@
+#include "tessera/train/rank_layout.h"
+
+#include "tessera/context/context_parallel.h"
+#include "tessera/core/error.h"
+#include "tessera/pipeline/partition.h"
+#include "tessera/train/sharding.h"
+
+namespace tessera::train {
+
+model::RecomputePolicy recompute_policy(const TrainArgs& a) {
+  using P = model::RecomputePolicy;
+  P p;
+  if (a.recompute_granularity == "full") p.granularity = P::Granularity::kFull;
+  if (a.recompute_granularity == "selective") p.granularity = P::Granularity::kSelective;
+  p.method = a.recompute_method == "block" ? P::Method::kBlock : P::Method::kUniform;
+  p.num_layers = std::max(1, a.recompute_num_layers);
+  return p;
+}
+
+pipeline::ScheduleKind pipeline_schedule_kind(const TrainArgs& a) {
+  if (!a.pipeline_schedule.empty()) return pipeline::parse_schedule_kind(a.pipeline_schedule);
+  return a.num_layers_per_virtual_stage > 0 ? pipeline::ScheduleKind::kInterleaved
+                                            : pipeline::ScheduleKind::kOneFOneB;
+}
+
+DType compute_dtype_of(const TrainArgs& a) {
+  return a.bf16 ? DType::kBF16 : a.fp16 ? DType::kF16 : DType::kF32;
+}
+
+comm::ParallelConfig parallel_config(const TrainArgs& a) {
+  comm::ParallelConfig cfg;
+  cfg.tensor = a.tensor_model_parallel_size;
+  cfg.pipeline = a.pipeline_model_parallel_size;
+  cfg.context = a.context_parallel_size;
+  cfg.expert = a.expert_model_parallel_size;
+  cfg.expert_tensor = a.expert_tensor_parallel_size;
+  return cfg;
+}
+
+std::vector<RankLayout> rank_layouts(const TrainArgs& a, const comm::MeshLayout& mesh,
+                                     int threads) {
+  if (a.offload_optimizer_device == "nvme")
+    throw Error("offload_optimizer device nvme: the plan does not model NVMe offload yet");
+  if (a.offload_param_device == "nvme")
+    throw Error("offload_param device nvme: the plan does not model NVMe offload yet");
+  const int tp = mesh.tensor(), cp = mesh.context(), pp = mesh.pipeline();
+  // Gradients reduce over data x context parallel (train_main.cc's groups.dp).
+  const int dp = mesh.data() * cp, data = mesh.data();
+  const bool experts_whole = mesh.expert_tensor() == 1 && tp > 1;
+  const bool expert_grid = mesh.expert() > 1 || experts_whole;
+  const distributed::ShardingPlan sharding = sharding_plan(a, dp);
+  const pipeline::PartitionOptions partition{
+      a.model.num_layers, pp,
+      pipeline::virtual_stages_for(a.model.num_layers, pp, a.num_layers_per_virtual_stage),
+      a.decoder_first_pipeline_num_layers, a.decoder_last_pipeline_num_layers};
+  const std::vector<int> chunk_sizes = pipeline::partition_layers(partition);
+  std::vector<context::CommType> cp_types;
+  if (cp > 1) {
+    std::vector<context::CommType> given;
+    for (const std::string& t : a.cp_comm_type)
+      given.push_back(context::parse_comm_type(t, "--cp-comm-type"));
+    for (int l = 0; l < a.model.num_layers; ++l)
+      cp_types.push_back(given.size() == 1 ? given[0] : given.at(l));
+  }
+  const int64_t first_batch = batch_schedule_of(a).at(0);
+
+  std::vector<RankLayout> out;
+  for (int rank = 0; rank < mesh.world_size(); ++rank) {
+    const comm::MeshCoords at = mesh.coords(rank);
+    RankLayout r;
+    r.tp = tp;
+    r.dp = dp;
+    r.ep = mesh.expert();
+    r.experts_whole = experts_whole;
+    r.expert_tp = experts_whole ? 1 : tp;
+    r.expert_dp = expert_grid ? mesh.expert_data() : 1;
+    const model::ModelPart part = pipeline::part_of_rank(partition, chunk_sizes, at.pp);
+    r.first_stage = part.embedding;
+    r.last_stage = part.head;
+    for (const auto& [first, end] : part.chunks) {
+      r.chunk_layers.emplace_back();
+      for (int l = first; l < end; ++l) {
+        r.layers.push_back(l);
+        r.chunk_layers.back().push_back(l);
+      }
+    }
+    r.pp = pp;
+    r.pp_rank = at.pp;
+    r.schedule = pipeline_schedule_kind(a);
+    r.micro_batches = first_batch / (a.micro_batch_size * data);
+    r.tokens = a.micro_batch_size * a.model.seq_length / cp;
+    r.micro_batch_size = a.micro_batch_size;
+    r.sequence_parallel = a.sequence_parallel && tp > 1;
+    r.cp = cp;
+    r.cp_types = cp_types;
+    if (cp > 1 && !a.hierarchical_cp_sizes.empty()) r.cp_a2a = a.hierarchical_cp_sizes[0];
+    r.recompute = recompute_policy(a);
+    r.zero_stage = static_cast<int>(sharding.stage);
+    r.persistence_threshold = sharding.persistence_threshold;
+    r.bucket_elements = sharding.bucket_elems;
+    r.overlap_grad_reduce = sharding.overlap_grad_reduce;
+    r.prefetch_elements = sharding.prefetch_elems;
+    r.compute = compute_dtype_of(a);
+    r.sgd = a.optimizer == "sgd";
+    r.threads = threads;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace tessera::train

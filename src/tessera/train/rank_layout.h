@@ -1,0 +1,41 @@
+// Every rank's place in a layout (memory_report.h's RankLayout) from the flags and the process
+// mesh alone: no MPI, no model built, no memory allocated. This is what tessera-plan predicts
+// from; the trainer derives the same fields from its live objects (trainer_memory.cc) and the
+// plan's tests hold the two together through the measured runs.
+//
+// It follows the trainer's construction step by step (train/trainer_build.cc): the mesh's
+// coordinates and group sizes (gradients reduce over DP x CP), the pipeline partition and schedule
+// (pipeline/partition.h), the ShardingPlan (train/sharding.h), the recomputation policy, the first
+// global batch's micro-batch count and the compute dtype.
+#pragma once
+
+#include <vector>
+
+#include "tessera/comm/parallel_state.h"
+#include "tessera/model/chunk_runner.h"
+#include "tessera/pipeline/schedule.h"
+#include "tessera/train/arguments.h"
+#include "tessera/train/memory_report.h"
+
+namespace tessera::train {
+
+// Megatron's recompute flags as a policy (validated by validate_arguments).
+model::RecomputePolicy recompute_policy(const TrainArgs& args);
+
+// --pipeline-schedule, else interleaved 1F1B when virtual stages are asked for, else 1F1B.
+pipeline::ScheduleKind pipeline_schedule_kind(const TrainArgs& args);
+
+// The compute dtype of --bf16 / --fp16 (fp32 otherwise).
+DType compute_dtype_of(const TrainArgs& args);
+
+// The mesh's parallel sizes from the flags (--tensor-model-parallel-size and the others).
+comm::ParallelConfig parallel_config(const TrainArgs& args);
+
+// RankLayout of every rank of `mesh` (index = world rank) for validated `args` (the parsing
+// steps of tessera-train done: files resolved, DeepSpeed config applied, batch defaults set),
+// with `threads` kernel threads a rank. Offloaded optimizer state or parameters are not
+// modelled: tessera::Error naming the flag.
+std::vector<RankLayout> rank_layouts(const TrainArgs& args, const comm::MeshLayout& mesh,
+                                     int threads);
+
+}  // namespace tessera::train

@@ -1,0 +1,122 @@
+#!/bin/bash
+# tessera-plan --evaluate predicts the memory accountant's peak of a rank (plan/memory_prediction.h)
+# before anything runs; this holds the prediction of rank 0 against the `peak_mem_bytes` that
+# tessera-train then measures and writes to its metrics file (rank 0's), over layouts of GPT- and
+# LLaMA-style models: DP with ZeRO 0-3, TP with and without SP, PP (GPipe, 1F1B, interleaved),
+# their products, full (uniform, block) and selective recomputation, micro-batch sizes, context
+# parallelism and MoE with expert parallelism. Memory is deterministic, so the test asks what the
+# plan promises: median error <= 3%, largest <= 8%. Also: bad input is one line and exit code 2.
+# Usage: plan_memory.sh BUILD_BIN_DIR
+BIN_DIR="${1:?usage: plan_memory.sh BUILD_BIN_DIR}"
+source "$(dirname "$0")/lib.bash" plan_memory
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+COMMON=(--mock-data --lr 1e-3 --train-iters 2 --global-batch-size 8 --num-threads 1
+        --eval-interval 0)
+GPT=(--model gpt2-tiny --hidden-size 256 --num-attention-heads 4 --num-layers 4)
+LLAMA=(--model llama-tiny --hidden-size 256 --num-attention-heads 4 --num-query-groups 2
+       --num-layers 4)
+MOE=(--model mixtral-tiny --hidden-size 128 --num-attention-heads 4 --ffn-hidden-size 384
+     --moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity)
+: >"$TMP/errors"
+
+# layout NAME NP FLAGS...: the plan's rank-0 peak against the run's measured one.
+layout() {
+  local name="$1" np="$2"
+  shift 2
+  local flags=("${COMMON[@]}" "$@")
+  if ! "$BIN_DIR/tessera-plan" --evaluate --world-size "$np" --json "${flags[@]}" \
+      >"$TMP/plan.json" 2>"$TMP/err"; then
+    echo "FAIL: $name: tessera-plan failed: $(cat "$TMP/err")" >&2
+    failed=$((failed + 1))
+    return
+  fi
+  rm -f "$TMP/metrics.jsonl"
+  if ! timeout 120 mpirun --oversubscribe -np "$np" "$BIN_DIR/tessera-train" "${flags[@]}" \
+      --metrics-file "$TMP/metrics.jsonl" >"$TMP/out" 2>"$TMP/err"; then
+    echo "FAIL: $name: tessera-train failed: $(tail -3 "$TMP/err")" >&2
+    failed=$((failed + 1))
+    return
+  fi
+  /usr/bin/python3 - "$TMP/plan.json" "$TMP/metrics.jsonl" "$name" >>"$TMP/errors" <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+measured = [json.loads(line)["peak_mem_bytes"] for line in open(sys.argv[2])][-1]
+predicted = plan["ranks"][0]["peak_bytes"]
+print(f"{(predicted - measured) / measured:+.5f}\t{predicted / 2**20:.3f}\t{measured / 2**20:.3f}\t{sys.argv[3]}")
+PY
+}
+
+for stage in 0 1 2 3; do
+  layout "gpt DP 2, ZeRO $stage" 2 "${GPT[@]}" --micro-batch-size 2 --zero-stage "$stage"
+done
+layout "gpt one rank, fp32, micro-batch 1" 1 "${GPT[@]}" --micro-batch-size 1
+layout "gpt one rank, bf16, micro-batch 4" 1 "${GPT[@]}" --micro-batch-size 4 --bf16
+layout "gpt DP 2, ZeRO 1, bf16" 2 "${GPT[@]}" --micro-batch-size 2 --zero-stage 1 --bf16
+layout "gpt TP 2" 2 "${GPT[@]}" --micro-batch-size 2 --tensor-model-parallel-size 2
+layout "gpt TP 2 + SP, bf16" 2 "${GPT[@]}" --micro-batch-size 2 --tensor-model-parallel-size 2 \
+  --sequence-parallel --bf16
+layout "gpt TP 2 + SP x DP 2, ZeRO 1" 4 "${GPT[@]}" --micro-batch-size 1 \
+  --tensor-model-parallel-size 2 --sequence-parallel --zero-stage 1
+layout "gpt PP 2, GPipe" 2 "${GPT[@]}" --micro-batch-size 1 --pipeline-model-parallel-size 2 \
+  --pipeline-schedule gpipe
+layout "gpt PP 2, 1F1B" 2 "${GPT[@]}" --micro-batch-size 1 --pipeline-model-parallel-size 2
+layout "gpt PP 2, interleaved (V 2)" 2 "${GPT[@]}" --micro-batch-size 1 \
+  --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+layout "gpt TP 2 x PP 2, bf16" 4 "${GPT[@]}" --micro-batch-size 1 --tensor-model-parallel-size 2 \
+  --pipeline-model-parallel-size 2 --bf16
+layout "gpt PP 2 x DP 2, ZeRO 3" 4 "${GPT[@]}" --micro-batch-size 1 \
+  --pipeline-model-parallel-size 2 --zero-stage 3
+layout "gpt full recomputation, uniform 1" 1 "${GPT[@]}" --micro-batch-size 2 \
+  --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
+layout "gpt full recomputation, block 2, bf16" 1 "${GPT[@]}" --micro-batch-size 2 --bf16 \
+  --recompute-granularity full --recompute-method block --recompute-num-layers 2
+layout "gpt selective recomputation" 1 "${GPT[@]}" --micro-batch-size 2 \
+  --recompute-granularity selective
+layout "llama one rank, bf16" 1 "${LLAMA[@]}" --micro-batch-size 2 --bf16
+layout "llama DP 2, ZeRO 2, bf16" 2 "${LLAMA[@]}" --micro-batch-size 2 --zero-stage 2 --bf16
+layout "llama TP 2 + SP" 2 "${LLAMA[@]}" --micro-batch-size 2 --tensor-model-parallel-size 2 \
+  --sequence-parallel
+layout "llama PP 2, 1F1B, recompute uniform 1" 2 "${LLAMA[@]}" --micro-batch-size 1 \
+  --pipeline-model-parallel-size 2 --recompute-granularity full --recompute-method uniform \
+  --recompute-num-layers 1
+layout "llama CP 2 (p2p)" 2 "${LLAMA[@]}" --micro-batch-size 2 --context-parallel-size 2
+layout "gpt CP 2 (a2a)" 2 "${GPT[@]}" --micro-batch-size 2 --context-parallel-size 2 \
+  --cp-comm-type a2a
+layout "moe one rank, padded" 1 "${MOE[@]}" --micro-batch-size 2
+layout "moe EP 2, ZeRO 1, padded" 2 "${MOE[@]}" --micro-batch-size 2 \
+  --expert-model-parallel-size 2 --zero-stage 1
+
+echo "plan vs measured, rank 0's accountant peak (error, predicted MiB, measured MiB, layout):"
+sed 's/^/  /' "$TMP/errors"
+check "at least 20 layouts measured" test "$(wc -l <"$TMP/errors")" -ge 20
+summary() {
+  /usr/bin/python3 - "$TMP/errors" <<'PY'
+import statistics, sys
+errors = [abs(float(line.split("\t")[0])) for line in open(sys.argv[1])]
+median, largest = statistics.median(errors), max(errors)
+print(f"  {len(errors)} layouts: median |error| {100 * median:.2f}%, largest {100 * largest:.2f}%")
+sys.exit(0 if median <= 0.03 and largest <= 0.08 else 1)
+PY
+}
+check "median |error| <= 3% and largest <= 8%" summary
+
+# Bad input: one line naming what is wrong, exit code 2.
+bad() {  # bad PATTERN ARGS...
+  local pattern="$1"
+  shift
+  "$BIN_DIR/tessera-plan" "$@" >"$TMP/out" 2>"$TMP/err"
+  local code=$?
+  [ $code -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q "$pattern" "$TMP/err" || {
+    echo "  exit $code; stderr: $(cat "$TMP/err")" >&2
+    return 1
+  }
+}
+check "no --world-size" bad "needs --world-size" --evaluate "${COMMON[@]}" "${GPT[@]}"
+check "--world-size 0" bad "world-size '0'" --evaluate --world-size 0 "${COMMON[@]}" "${GPT[@]}"
+check "sizes that do not divide the world" bad "tensor" --evaluate --world-size 3 \
+  "${COMMON[@]}" "${GPT[@]}" --tensor-model-parallel-size 2
+check "an unknown flag" bad "unknown-flag" --evaluate --world-size 1 "${COMMON[@]}" --unknown-flag
+check "without --evaluate" bad "only --evaluate" --world-size 2 "${COMMON[@]}" "${GPT[@]}"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
