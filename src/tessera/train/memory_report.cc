@@ -414,6 +414,8 @@ std::string format_memory_report(const RankMemory& worst, int rank, int world) {
     }
     out += line;
   }
+  out += ">   peak of all categories at once (the accountant's, peak mem): " +
+         mib(worst.accountant_peak) + "\n";
   out += ">   peak resident set of the process: " + mib(worst.peak_rss) + "\n";
   return out;
 }

@@ -152,6 +152,7 @@ inline constexpr const char* kReportCategoryNames[kReportCategories] = {
 struct RankMemory {
   std::array<double, kReportCategories> theory{}, measured{};
   double peak_rss = 0;
+  double accountant_peak = 0;  // the memory accountant's total peak (peak_mem_bytes)
   double measured_total() const;
 };
 

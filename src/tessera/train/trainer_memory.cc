@@ -78,9 +78,10 @@ void Trainer::report_memory() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   mine.peak_rss = usage.ru_maxrss * 1024.0;
+  mine.accountant_peak = static_cast<double>(s.total_peak);
 
   // Every rank's figures to every rank: its slot of a world-sized vector, summed.
-  constexpr int kFields = 2 * kReportCategories + 1;
+  constexpr int kFields = 2 * kReportCategories + 2;
   const int rank = world_ ? world_->rank() : 0;
   std::vector<double> slots(static_cast<size_t>(world_size_) * kFields, 0.0);
   for (int k = 0; k < kReportCategories; ++k) {
@@ -88,6 +89,7 @@ void Trainer::report_memory() {
     slots[rank * kFields + kReportCategories + k] = mine.measured[k];
   }
   slots[rank * kFields + 2 * kReportCategories] = mine.peak_rss;
+  slots[rank * kFields + 2 * kReportCategories + 1] = mine.accountant_peak;
   slots = distributed::sum_over(world_.get(), slots);
   if (!reporting_rank_) return;
   int worst = 0;
@@ -99,6 +101,7 @@ void Trainer::report_memory() {
       m.measured[k] = slots[w * kFields + kReportCategories + k];
     }
     m.peak_rss = slots[w * kFields + 2 * kReportCategories];
+    m.accountant_peak = slots[w * kFields + 2 * kReportCategories + 1];
     if (w == 0 || m.measured_total() > worst_memory.measured_total()) {
       worst = w;
       worst_memory = m;
