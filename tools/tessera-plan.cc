@@ -12,8 +12,9 @@
 // bytes}, "peak_bytes": n}, ...], "step_time_s": null, "components_s": {}} — the step-time model is
 // not built yet, and says so with null rather than a number. Bad flags or sizes that do not fit:
 // one line on stderr, exit code 2.
+#include <algorithm>
 #include <cstdio>
-#include <cstdlib>
+#include <exception>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -34,9 +35,15 @@ namespace train = tessera::train;
 
 constexpr const char* kTool = "tessera-plan";
 
+constexpr const char* kUsage =
+    "usage: tessera-plan --evaluate --world-size N [--json] <tessera-train's flags>\n"
+    "Predicts every rank's memory by category and the memory accountant's peak (peak_mem_bytes)\n"
+    "for that layout on N ranks, without running it (docs/planning.md). tessera-train's flags:\n"
+    "tessera-train --help.\n";
+
 // tessera-plan's own flags, taken out of argv before the rest goes to tessera-train's parser.
 struct PlanFlags {
-  bool evaluate = false, json = false;
+  bool evaluate = false, json = false, help = false;
   int world_size = 0;
   std::vector<const char*> train_argv;
 };
@@ -56,7 +63,9 @@ PlanFlags split_flags(int argc, char** argv) {
   f.train_argv.push_back(argv[0]);
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--evaluate") {
+    if (a == "--help" || a == "-h") {
+      f.help = true;
+    } else if (a == "--evaluate") {
       f.evaluate = true;
     } else if (a == "--json") {
       f.json = true;
@@ -76,11 +85,7 @@ PlanFlags split_flags(int argc, char** argv) {
 tessera::comm::MeshLayout prepare(train::TrainArgs& args, int world_size) {
   train::resolve_argument_files(args);
   if (args.sequence_parallel && args.tensor_model_parallel_size == 1) args.sequence_parallel = false;
-  if (args.expert_tensor_parallel_size > 1 &&
-      args.expert_tensor_parallel_size != args.tensor_model_parallel_size)
-    throw Error("--expert-tensor-parallel-size " +
-                std::to_string(args.expert_tensor_parallel_size) +
-                ": only the tensor-parallel size or 1 is implemented");
+  train::check_expert_tensor_parallel_size(args);
   tessera::comm::MeshLayout mesh(world_size, train::parallel_config(args));
   if (mesh.expert() > 1) args.model.validate_expert_parallel(mesh.expert());
   const int dp = mesh.data();
@@ -156,6 +161,10 @@ int evaluate(const PlanFlags& f) {
 int main(int argc, char** argv) {
   try {
     const PlanFlags f = split_flags(argc, argv);
+    if (f.help) {
+      std::printf("%s", kUsage);
+      return 0;
+    }
     if (!f.evaluate)
       throw Error(
           "only --evaluate is implemented: give --evaluate --world-size N and tessera-train's "
@@ -165,5 +174,8 @@ int main(int argc, char** argv) {
   } catch (const Error& e) {
     std::fprintf(stderr, "%s: %s\n", kTool, e.what());
     return tessera::kUserErrorExitCode;
+  } catch (const std::exception& e) {  // a defect, not the user's input: tool_main.h's contract
+    std::fprintf(stderr, "%s: internal error: %s\n", kTool, e.what());
+    return 1;
   }
 }

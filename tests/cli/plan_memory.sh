@@ -39,7 +39,7 @@ layout() {
     return
   fi
   /usr/bin/python3 - "$TMP/plan.json" "$TMP/metrics.jsonl" "$TMP/out" "$name" \
-      >>"$TMP/errors" <<'PY'
+      >>"$TMP/errors" <<'PY' || { echo "FAIL: $name: no comparison" >&2; failed=$((failed + 1)); }
 import json, re, sys
 plan = json.load(open(sys.argv[1]))
 name = sys.argv[4]
@@ -49,13 +49,21 @@ def row(rank, predicted, measured):
 row(0, plan["ranks"][0]["peak_bytes"],
     [json.loads(line)["peak_mem_bytes"] for line in open(sys.argv[2])][-1])
 report = open(sys.argv[3]).read()
-rank = re.search(r"memory report, rank (\d+) of", report)
-peak = re.search(r"peak of all categories at once \(the accountant's, peak mem\): +(\S+)", report)
-if rank and peak and int(rank.group(1)) != 0:
-    r = int(rank.group(1))
-    row(r, plan["ranks"][r]["peak_bytes"], float(peak.group(1)) * 2**20)
-elif not (rank and peak):
-    print("+9.99999\t0\t0\t" + name + ": no memory report line")
+r = int(re.search(r"memory report, rank (\d+) of", report).group(1))
+peak = float(re.search(r"peak of all categories at once \(the accountant's, peak mem\): +(\S+)",
+                       report).group(1))
+if r != 0:
+    row(r, plan["ranks"][r]["peak_bytes"], peak * 2**20)
+# The plan's categories are the report's theory column for that rank (one source of truth; the
+# plan derives the rank's layout from the flags, the trainer from its live objects).
+keys = {"parameters": "parameters", "gradients": "gradients", "optimizer state": "optimizer",
+        "activations": "activations", "communication buffers": "communication_buffers",
+        "other": "other"}
+for label, key in keys.items():
+    theory = re.search(r"^>   %s +(\S+) \|" % re.escape(label), report, re.M).group(1)
+    planned = plan["ranks"][r]["memory_bytes"][key] / 2**20
+    if theory != "-" and abs(float(theory) - planned) > 0.0015:
+        sys.exit(f"{label}: report's theory {theory} MiB, plan {planned:.4f} MiB")
 PY
 }
 
@@ -101,6 +109,19 @@ layout "llama PP 2, 1F1B, recompute uniform 1" 2 "${LLAMA[@]}" --micro-batch-siz
 layout "llama CP 2 (p2p)" 2 "${LLAMA[@]}" --micro-batch-size 2 --context-parallel-size 2
 layout "gpt CP 2 (a2a)" 2 "${GPT[@]}" --micro-batch-size 2 --context-parallel-size 2 \
   --cp-comm-type a2a
+# Where the peak's parts overlap: ZeRO 3's gathers with a large tied embedding, buckets smaller
+# than the model, ZeRO 2 under a deeper pipeline, ZeRO 3 with recomputation.
+layout "gpt DP 2, ZeRO 3, tied vocabulary of 65536" 2 "${GPT[@]}" --micro-batch-size 1 \
+  --zero-stage 3 --vocab-size 65536
+layout "gpt DP 2, ZeRO 2, buckets of 300000" 2 "${GPT[@]}" --micro-batch-size 2 --zero-stage 2 \
+  --ddp-bucket-size 300000
+layout "gpt PP 2 x DP 2, ZeRO 1, buckets of 300000" 4 "${GPT[@]}" --micro-batch-size 1 \
+  --pipeline-model-parallel-size 2 --zero-stage 1 --ddp-bucket-size 300000
+layout "gpt PP 4 x DP 2, ZeRO 2, untied vocabulary of 32768" 8 "${GPT[@]}" \
+  --micro-batch-size 1 --pipeline-model-parallel-size 4 --zero-stage 2 \
+  --untie-embeddings-and-output-weights --vocab-size 32768
+layout "gpt DP 2, ZeRO 3, full recomputation, uniform 2" 2 "${GPT[@]}" --micro-batch-size 2 \
+  --zero-stage 3 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
 layout "moe one rank, padded" 1 "${MOE[@]}" --micro-batch-size 2
 layout "moe EP 2, ZeRO 1, padded" 2 "${MOE[@]}" --micro-batch-size 2 \
   --expert-model-parallel-size 2 --zero-stage 1
@@ -135,6 +156,9 @@ check "--world-size 0" bad "world-size '0'" --evaluate --world-size 0 "${COMMON[
 check "sizes that do not divide the world" bad "tensor" --evaluate --world-size 3 \
   "${COMMON[@]}" "${GPT[@]}" --tensor-model-parallel-size 2
 check "an unknown flag" bad "unknown-flag" --evaluate --world-size 1 "${COMMON[@]}" --unknown-flag
+check "a schedule the layout cannot run" bad "multiple of --pipeline-model-parallel-size" \
+  --evaluate --world-size 2 "${COMMON[@]}" "${GPT[@]}" --micro-batch-size 1 \
+  --global-batch-size 3 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
 check "without --evaluate" bad "only --evaluate" --world-size 2 "${COMMON[@]}" "${GPT[@]}"
 
 echo "$passed passed, $failed failed"

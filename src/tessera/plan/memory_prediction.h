@@ -10,10 +10,17 @@
 // resident pages, so the flat parameter and gradient buffers count whole (every unit padded to a
 // multiple of lcm(DP, expert DP)) even where ZeRO 2-3 give the pages of unowned parts back. The
 // categories do not all peak at once: activations peak when the first backward starts, with the
-// kernels' scratch and the tensor-/context-parallel staging; ZeRO's reduce-scattered gradient parts
-// fill up as backward frees activations and are held until the optimizer step. So
-//   peak = values + fp32 gradients (allocated) + optimizer state
-//          + max(activations + other + non-ZeRO buffers, ZeRO parts + other)
+// kernels' scratch and the tensor-/context-parallel staging; ZeRO's reduce-scattered gradient
+// parts are allocated as backward completes each bucket (and freed when the reduction completes),
+// while the layers not yet reached still keep their activations; ZeRO 3 gathers the units
+// backward will use ahead of it, each with a send copy of the owned part. So
+//   peak = values + fp32 gradients (allocated) + optimizer state + other + non-ZeRO buffers
+//          + max(activations + ZeRO 3's gathers in flight          (theoretical_zero3_gather_sends)
+//                kept activations + ZeRO parts launched so far,    (theoretical_backward_peak, which
+//                  and under a pipeline at ZeRO 2-3 the other       also covers the pipeline case)
+//                  micro-batches' activations + all parts,
+//                all ZeRO parts)                                   (theoretical_zero_buffers)
+// The micro-batch count is the first global batch's; threads a rank as given.
 #pragma once
 
 #include <array>

@@ -23,8 +23,11 @@ double norm_elements(const model::ModelConfig& c) {
 // (EP > 1 or experts whole under TP), the head; a tied embedding split over a pipeline (first and
 // last stage on different ranks) makes the word embedding and its copy units of their own.
 struct Unit {
+  enum class Role { kEmbedding, kLayer, kHead };
   double elements;
   bool experts;
+  Role role = Role::kLayer;
+  int layer = -1;  // the global layer of a layer's unit (its dense part or its experts)
 };
 
 std::vector<Unit> rank_units(const model::ModelConfig& c, const RankLayout& r) {
@@ -36,17 +39,18 @@ std::vector<Unit> rank_units(const model::ModelConfig& c, const RankLayout& r) {
     const double positions = c.position_embedding == model::PositionEmbedding::kLearnedAbsolute
                                  ? static_cast<double>(c.max_positions()) * C
                                  : 0.0;
+    const Unit::Role e = Unit::Role::kEmbedding;
     if (split_tied) {
-      units.push_back({vocab_local * C, false});
-      if (positions > 0) units.push_back({positions, false});
+      units.push_back({vocab_local * C, false, e});
+      if (positions > 0) units.push_back({positions, false, e});
     } else {
-      units.push_back({vocab_local * C + positions, false});
+      units.push_back({vocab_local * C + positions, false, e});
     }
   }
   for (int l : r.layers) {
     double dense = c.attention_parameters(r.tp) + 2 * norm_elements(c);
     if (!c.is_moe_layer(l)) {
-      units.push_back({dense + c.mlp_parameters(c.ffn(), r.tp), false});
+      units.push_back({dense + c.mlp_parameters(c.ffn(), r.tp), false, Unit::Role::kLayer, l});
       continue;
     }
     dense += C * c.moe.num_experts;  // the router, whole on every rank
@@ -54,17 +58,18 @@ std::vector<Unit> rank_units(const model::ModelConfig& c, const RankLayout& r) {
     const double experts =
         static_cast<double>(c.moe.num_experts / r.ep) * c.mlp_parameters(c.moe_ffn(), r.expert_tp);
     if (r.ep > 1 || r.experts_whole) {
-      units.push_back({dense, false});
-      units.push_back({experts, true});
+      units.push_back({dense, false, Unit::Role::kLayer, l});
+      units.push_back({experts, true, Unit::Role::kLayer, l});
     } else {  // one unit, reduced and sharded over data parallelism like the rest
-      units.push_back({dense + experts, false});
+      units.push_back({dense + experts, false, Unit::Role::kLayer, l});
     }
   }
   if (r.last_stage) {
     const double head =
         norm_elements(c) + (c.untie_embeddings_and_output_weights ? vocab_local * C : 0);
-    units.push_back({head, false});
-    if (split_tied) units.push_back({vocab_local * C, false});  // the copy of the embedding
+    units.push_back({head, false, Unit::Role::kHead});
+    // The copy of the embedding, read by the output layer.
+    if (split_tied) units.push_back({vocab_local * C, false, Unit::Role::kHead});
   }
   return units;
 }
@@ -156,9 +161,19 @@ ModelStateBytes theoretical_model_states(const model::ModelConfig& c, const Rank
   return out;
 }
 
-double theoretical_activations(const model::ModelConfig& c, const RankLayout& r) {
+namespace {
+
+// theoretical_activations in its parts: the other micro-batches' kept layers, the one whose
+// backward starts (its last recompute group rerun whole), the pipeline's transfer buffers and the
+// largest working set.
+struct ActivationParts {
+  double others = 0, current = 0, buffers = 0, working = 0;
+  double total() const { return others + current + buffers + working; }
+};
+
+ActivationParts activation_parts(const model::ModelConfig& c, const RankLayout& r) {
   using G = model::RecomputePolicy::Granularity;
-  if (r.chunk_layers.empty()) return -1;
+  ActivationParts parts;
   const int64_t N = r.tokens;
   const model::MoeRows moe = moe_rows(c, r);
   // A layer's bytes kept by a micro-batch under `granularity`.
@@ -205,7 +220,8 @@ double theoretical_activations(const model::ModelConfig& c, const RankLayout& r)
   if (P > 1 && r.schedule == pipeline::ScheduleKind::kInterleaved)
     warmup = M == P ? total : std::min(2 * (P - s - 1) + (V - 1) * P, total);
   const int64_t in_flight = std::min(warmup + 1, total);
-  double bytes = (in_flight - 1) * chunk_kept + chunk_at_backward;
+  parts.others = (in_flight - 1) * chunk_kept;
+  parts.current = chunk_at_backward;
   // The pipeline's transfer buffers (residual rows each) when the first backward runs: the
   // receives posted and not yet consumed, besides the gradient that backward takes (counted in its
   // working set below), and the outputs sent so far, each held until its send completes (taken
@@ -230,7 +246,7 @@ double theoretical_activations(const model::ModelConfig& c, const RankLayout& r)
         break;
       }
     }
-    bytes += buffers * rows_bytes;
+    parts.buffers = buffers * rows_bytes;
   }
   // The larger working set: a layer's backward, or (last stage) the output layer's: its input,
   // the final norm's output, this rank's logits (their own gradient), the norm's input gradient
@@ -248,7 +264,15 @@ double theoretical_activations(const model::ModelConfig& c, const RankLayout& r)
     const double logits = static_cast<double>(c.padded_vocab_size(r.tp)) / r.tp;
     working = std::max(working, elem * (3 * rows * C + N * C + N * logits));
   }
-  return bytes + working;
+  parts.working = working;
+  return parts;
+}
+
+}  // namespace
+
+double theoretical_activations(const model::ModelConfig& c, const RankLayout& r) {
+  if (r.chunk_layers.empty()) return -1;
+  return activation_parts(c, r).total();
 }
 
 double theoretical_zero_buffers(const model::ModelConfig& c, const RankLayout& r) {
@@ -264,7 +288,19 @@ double theoretical_zero_buffers(const model::ModelConfig& c, const RankLayout& r
 double theoretical_backward_peak(const model::ModelConfig& c, const RankLayout& r) {
   using G = model::RecomputePolicy::Granularity;
   const double activations = theoretical_activations(c, r);
-  if (r.zero_stage < 1 || !r.overlap_grad_reduce || activations < 0) return activations;
+  if (r.zero_stage < 1 || activations < 0) return activations;
+  // ZeRO 2-3 under a pipeline complete the reduction after every micro-batch's backward (ZeRO 1
+  // only after the last, in the cool-down), launching the buckets not yet launched all at once
+  // while the stage's other micro-batches still keep their activations.
+  const ActivationParts held = activation_parts(c, r);
+  const double at_finish =
+      r.pp > 1 && r.zero_stage >= 2 ? held.others + held.buffers + theoretical_zero_buffers(c, r)
+                                    : 0.0;
+  // Buckets reduced while backward runs: only with overlap, and only when a chunk's backward
+  // reports its units (one chunk a rank: no virtual stages); ZeRO 1 reduces in the last
+  // micro-batch alone, which under a pipeline runs after the others have let go.
+  if (!r.overlap_grad_reduce || r.chunk_layers.size() > 1 || (r.pp > 1 && r.zero_stage == 1))
+    return std::max(activations, at_finish);
   const model::MoeRows moe = moe_rows(c, r);
   // What a layer's backward frees: its kept activations (under full recomputation, its input).
   const G kept = r.recompute.granularity == G::kFull       ? G::kFull
@@ -274,23 +310,7 @@ double theoretical_backward_peak(const model::ModelConfig& c, const RankLayout& 
     return model::layer_activation_bytes(c, r.tokens, r.compute, kept, r.tp, r.sequence_parallel,
                                          c.is_moe_layer(l) ? &moe : nullptr, head_split(r, l));
   };
-  // Units in backward order with the layer each belongs to (-1: embeddings or head).
   const std::vector<Unit> units = rank_units(c, r);
-  std::vector<int> unit_layer(units.size(), -1);
-  {
-    size_t u = r.first_stage ? (!c.untie_embeddings_and_output_weights &&
-                                        r.first_stage != r.last_stage &&
-                                        c.position_embedding ==
-                                            model::PositionEmbedding::kLearnedAbsolute
-                                    ? 2
-                                    : 1)
-                             : 0;
-    for (int l : r.layers) {
-      const bool split_experts = c.is_moe_layer(l) && (r.ep > 1 || r.experts_whole);
-      unit_layer[u++] = l;
-      if (split_experts) unit_layer[u++] = -2;  // the layer's experts: freed with the layer
-    }
-  }
   // Buckets as the reducer forms them: whole units merged from the end up to about
   // bucket_elements (ZeRO 3: each unit alone). A bucket is reduce-scattered once backward has
   // completed its last unit, before the next unit's backward frees anything.
@@ -304,33 +324,49 @@ double theoretical_backward_peak(const model::ModelConfig& c, const RankLayout& 
       open_elements = open_bytes = 0;
       most = std::max(most, total + parts);
     }
-    if (unit_layer[i] >= 0) total -= freed(unit_layer[i]);
+    // A layer's activations go once its backward is done (with its dense unit, the first).
+    if (u.role == Unit::Role::kLayer && (i == 0 || units[i - 1].layer != u.layer))
+      total -= freed(u.layer);
     open_elements += u.elements;
     if (sharers > 1) open_bytes += 4.0 * u.elements / sharers;
   }
-  return most;  // the last bucket is launched once backward is done: theoretical_zero_buffers
+  // The last bucket is launched once backward is done (theoretical_zero_buffers).
+  return std::max(most, at_finish);
 }
 
 double theoretical_zero3_gather_sends(const model::ModelConfig& c, const RankLayout& r) {
   if (r.zero_stage != 3) return 0;
-  // Backward's order: the head, the layers from the last, the embeddings. The unit forward used
-  // last is still whole; the others are gathered ahead, up to the prefetch budget, each with its
-  // send copy of the owned part in flight.
+  // Backward's pass (model/chunk_runner.cc): the head's units (the output layer's, with the word
+  // embedding when it is tied on this stage), then each layer's from the last; the embeddings'
+  // backward reads no parameters. Its first acquisition waits for its own gathers, then the units
+  // after it are gathered ahead (distributed/zero3_params.h) up to the prefetch budget, each
+  // sending a copy of this rank's owned part until the unit is used.
   const std::vector<Unit> units = rank_units(c, r);
-  double elements = 0, bytes = 0;
-  bool first_sharded = true;
-  for (size_t i = units.size(); i-- > 0;) {
-    const Unit& u = units[i];
-    const int sharers = u.experts ? r.expert_dp : r.dp;
-    if (u.elements < r.persistence_threshold || sharers == 1) continue;
-    if (first_sharded) {
-      first_sharded = false;
-      continue;
-    }
-    if (elements + u.elements > r.prefetch_elements) break;
-    elements += u.elements;
-    bytes += dtype_size(r.compute) * u.elements / sharers;
+  const bool tied_here = !c.untie_embeddings_and_output_weights && r.first_stage && r.last_stage;
+  std::vector<std::vector<const Unit*>> pass;  // acquisitions, in order
+  if (r.last_stage) {
+    pass.emplace_back();
+    for (const Unit& u : units)
+      if (u.role == Unit::Role::kHead || (tied_here && u.role == Unit::Role::kEmbedding &&
+                                          &u == &units.front()))
+        pass.back().push_back(&u);
   }
+  for (size_t i = units.size(); i-- > 0;) {
+    if (units[i].role != Unit::Role::kLayer) continue;
+    if (pass.empty() || pass.back().empty() || pass.back().front()->layer != units[i].layer ||
+        pass.back().front()->role != Unit::Role::kLayer)
+      pass.emplace_back();
+    pass.back().push_back(&units[i]);
+  }
+  double elements = 0, bytes = 0;
+  for (size_t a = 1; a < pass.size(); ++a)
+    for (const Unit* u : pass[a]) {
+      const int sharers = u->experts ? r.expert_dp : r.dp;
+      if (u->elements < r.persistence_threshold || sharers == 1) continue;
+      if (elements + u->elements > r.prefetch_elements) return bytes;
+      elements += u->elements;
+      bytes += dtype_size(r.compute) * u->elements / sharers;
+    }
   return bytes;
 }
 

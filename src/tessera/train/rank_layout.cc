@@ -1,8 +1,11 @@
+// Every rank's RankLayout from the flags and the mesh (rank_layout.h), step by step as the trainer
+// builds the same things from its live objects.
 #include "tessera/train/rank_layout.h"
 
 #include "tessera/context/context_parallel.h"
 #include "tessera/core/error.h"
 #include "tessera/pipeline/partition.h"
+#include "tessera/train/offload_setup.h"
 #include "tessera/train/sharding.h"
 
 namespace tessera::train {
@@ -23,8 +26,29 @@ pipeline::ScheduleKind pipeline_schedule_kind(const TrainArgs& a) {
                                             : pipeline::ScheduleKind::kOneFOneB;
 }
 
+void validate_pipeline_schedule(const TrainArgs& a, pipeline::ScheduleKind kind,
+                                const pipeline::ScheduleShape& shape, const BatchSchedule& batches,
+                                int64_t data_parallel) {
+  // Every global batch a ramp or step schedule will take must suit the schedule too.
+  for (int64_t batch : batches.batches()) {
+    pipeline::ScheduleShape s = shape;
+    s.num_microbatches = static_cast<int>(batch / (a.micro_batch_size * data_parallel));
+    pipeline::validate_schedule(kind, s);
+  }
+  pipeline::validate_schedule(kind, shape);
+}
+
 DType compute_dtype_of(const TrainArgs& a) {
   return a.bf16 ? DType::kBF16 : a.fp16 ? DType::kF16 : DType::kF32;
+}
+
+void check_expert_tensor_parallel_size(const TrainArgs& a) {
+  if (a.expert_tensor_parallel_size > 1 &&
+      a.expert_tensor_parallel_size != a.tensor_model_parallel_size)
+    throw Error("--expert-tensor-parallel-size " + std::to_string(a.expert_tensor_parallel_size) +
+                ": only the tensor-parallel size (" +
+                std::to_string(a.tensor_model_parallel_size) +
+                ", experts split like the dense MLP) or 1 (experts whole) is implemented");
 }
 
 comm::ParallelConfig parallel_config(const TrainArgs& a) {
@@ -62,7 +86,13 @@ std::vector<RankLayout> rank_layouts(const TrainArgs& a, const comm::MeshLayout&
     for (int l = 0; l < a.model.num_layers; ++l)
       cp_types.push_back(given.size() == 1 ? given[0] : given.at(l));
   }
-  const int64_t first_batch = batch_schedule_of(a).at(0);
+  const BatchSchedule batches = batch_schedule_of(a);
+  const int64_t first_batch = batches.at(0);
+  validate_pipeline_schedule(
+      a, pipeline_schedule_kind(a),
+      {pp, static_cast<int>(first_batch / (a.micro_batch_size * data)), partition.virtual_stages},
+      batches, data);
+  offload_plan(a, static_cast<int>(sharding.stage));
 
   std::vector<RankLayout> out;
   for (int rank = 0; rank < mesh.world_size(); ++rank) {

@@ -25,16 +25,28 @@ model::RecomputePolicy recompute_policy(const TrainArgs& args);
 // --pipeline-schedule, else interleaved 1F1B when virtual stages are asked for, else 1F1B.
 pipeline::ScheduleKind pipeline_schedule_kind(const TrainArgs& args);
 
+// Checks that the schedule `kind` runs `shape` (its micro-batch count that of the first global
+// batch) and every global batch of `batches` (a ramp or step schedule), with `data_parallel`
+// ranks sharing each batch. tessera::Error naming the flags.
+void validate_pipeline_schedule(const TrainArgs& args, pipeline::ScheduleKind kind,
+                                const pipeline::ScheduleShape& shape, const BatchSchedule& batches,
+                                int64_t data_parallel);
+
 // The compute dtype of --bf16 / --fp16 (fp32 otherwise).
 DType compute_dtype_of(const TrainArgs& args);
+
+// --expert-tensor-parallel-size is the TP size or 1 (what is implemented); tessera::Error.
+void check_expert_tensor_parallel_size(const TrainArgs& args);
 
 // The mesh's parallel sizes from the flags (--tensor-model-parallel-size and the others).
 comm::ParallelConfig parallel_config(const TrainArgs& args);
 
 // RankLayout of every rank of `mesh` (index = world rank) for validated `args` (the parsing
 // steps of tessera-train done: files resolved, DeepSpeed config applied, batch defaults set),
-// with `threads` kernel threads a rank. Offloaded optimizer state or parameters are not
-// modelled: tessera::Error naming the flag.
+// with `threads` kernel threads a rank; the micro-batch count is the first global batch's (a
+// ramp's later, larger batches are not planned). Checks what the trainer checks while it builds
+// (the pipeline schedule's fit, the offload settings). Offloaded optimizer state or parameters
+// are not modelled: tessera::Error naming the flag.
 std::vector<RankLayout> rank_layouts(const TrainArgs& args, const comm::MeshLayout& mesh,
                                      int threads);
 

@@ -36,13 +36,7 @@ std::unique_ptr<comm::ParallelState> setup_distributed(const TrainArgs& args) {
   else if (recorder_dir != nullptr && args.given(&TrainArgs::flight_recorder_size))
     comm::ProcessGroup::set_flight_recorder(recorder_dir, args.flight_recorder_size);
   const comm::ParallelConfig cfg = parallel_config(args);
-  if (args.expert_tensor_parallel_size > 1 &&
-      args.expert_tensor_parallel_size != args.tensor_model_parallel_size)
-    throw Error("--expert-tensor-parallel-size " +
-                std::to_string(args.expert_tensor_parallel_size) +
-                ": only the tensor-parallel size (" +
-                std::to_string(args.tensor_model_parallel_size) +
-                ", experts split like the dense MLP) or 1 (experts whole) is implemented");
+  check_expert_tensor_parallel_size(args);
   const comm::MeshLayout layout(world->size(), cfg);  // tessera::Error on sizes that do not fit
   const std::vector<std::string> hosts = comm::gather_host_names(*world);
   if (args.print_mesh) {

@@ -170,13 +170,7 @@ Trainer::PipelinePlan Trainer::plan_pipeline() {
   plan.kind = pipeline_schedule_kind(a);
   plan.shape = {pp_size_, static_cast<int>(batches_.at(0) / (a.micro_batch_size * data_size_)),
                 partition_.virtual_stages};
-  // Every global batch a ramp or step schedule will take must suit the schedule too.
-  for (int64_t batch : batches_.batches()) {
-    pipeline::ScheduleShape shape = plan.shape;
-    shape.num_microbatches = static_cast<int>(batch / (a.micro_batch_size * data_size_));
-    pipeline::validate_schedule(plan.kind, shape);
-  }
-  pipeline::validate_schedule(plan.kind, plan.shape);
+  validate_pipeline_schedule(a, plan.kind, plan.shape, batches_, data_size_);
   return plan;
 }
 
