@@ -302,13 +302,48 @@ double theoretical_backward_peak(const model::ModelConfig& c, const RankLayout& 
   if (!r.overlap_grad_reduce || r.chunk_layers.size() > 1 || (r.pp > 1 && r.zero_stage == 1))
     return std::max(activations, at_finish);
   const model::MoeRows moe = moe_rows(c, r);
-  // What a layer's backward frees: its kept activations (under full recomputation, its input).
-  const G kept = r.recompute.granularity == G::kFull       ? G::kFull
-                 : r.recompute.granularity == G::kSelective ? G::kSelective
-                                                            : G::kNone;
-  const auto freed = [&](int l) {
-    return model::layer_activation_bytes(c, r.tokens, r.compute, kept, r.tp, r.sequence_parallel,
-                                         c.is_moe_layer(l) ? &moe : nullptr, head_split(r, l));
+  const auto bytes_of = [&](int l, G granularity) {
+    return model::layer_activation_bytes(c, r.tokens, r.compute, granularity, r.tp,
+                                         r.sequence_parallel, c.is_moe_layer(l) ? &moe : nullptr,
+                                         head_split(r, l));
+  };
+  // Full recomputation (the rank's one chunk): layer i of the chunk belongs to the group
+  // [first[i], last[i]] rerun before the backward of its last layer; uniform groups of
+  // num_layers, block: each of the first num_layers layers alone, the others not recomputed
+  // (first[i] = -1). theoretical_activations already holds the last group's rerun.
+  const std::vector<int>& chunk = r.chunk_layers.front();
+  const int n = static_cast<int>(chunk.size());
+  std::vector<int> first(n, -1), last(n, -1);
+  if (r.recompute.granularity == G::kFull) {
+    const int g = r.recompute.method == model::RecomputePolicy::Method::kUniform
+                      ? r.recompute.num_layers
+                      : 1;
+    const int recomputed =
+        r.recompute.method == model::RecomputePolicy::Method::kUniform ? n
+                                                                       : std::min(n, r.recompute.num_layers);
+    for (int i = 0; i < recomputed; ++i) {
+      first[i] = i / g * g;
+      last[i] = std::min(first[i] + g, recomputed) - 1;
+    }
+  }
+  const int last_group_begin = n > 0 ? first[n - 1] : -1;
+  // What a layer's backward frees: everything it holds then (a recomputed layer its rerun
+  // activations); and what reaching the last layer of an earlier group adds (its rerun, less the
+  // input it kept).
+  const G kept = r.recompute.granularity == G::kSelective ? G::kSelective : G::kNone;
+  const auto index_of = [&](int layer) {
+    return static_cast<int>(std::find(chunk.begin(), chunk.end(), layer) - chunk.begin());
+  };
+  const auto rerun = [&](int layer) {
+    const int i = index_of(layer);
+    if (i >= n || first[i] < 0 || last[i] != i || first[i] == last_group_begin) return 0.0;
+    double added = -bytes_of(chunk[first[i]], G::kFull);
+    for (int k = first[i]; k <= last[i]; ++k) added += bytes_of(chunk[k], G::kNone);
+    return added;
+  };
+  const auto freed = [&](int layer) {
+    const int i = index_of(layer);
+    return bytes_of(layer, i < n && first[i] >= 0 ? G::kNone : kept);
   };
   const std::vector<Unit> units = rank_units(c, r);
   // Buckets as the reducer forms them: whole units merged from the end up to about
@@ -324,7 +359,12 @@ double theoretical_backward_peak(const model::ModelConfig& c, const RankLayout& 
       open_elements = open_bytes = 0;
       most = std::max(most, total + parts);
     }
-    // A layer's activations go once its backward is done (with its dense unit, the first).
+    // A layer's activations go once its backward is done (with its dense unit, the first); an
+    // earlier recompute group is rerun when backward reaches its last layer.
+    if (u.role == Unit::Role::kLayer && (i + 1 == units.size() || units[i + 1].layer != u.layer)) {
+      total += rerun(u.layer);
+      most = std::max(most, total + parts);
+    }
     if (u.role == Unit::Role::kLayer && (i == 0 || units[i - 1].layer != u.layer))
       total -= freed(u.layer);
     open_elements += u.elements;
@@ -358,9 +398,23 @@ double theoretical_zero3_gather_sends(const model::ModelConfig& c, const RankLay
       pass.emplace_back();
     pass.back().push_back(&units[i]);
   }
+  // Under full uniform recomputation the first backward reruns the last group's forward, which
+  // acquires (and so waits for) its layers before the activations reach their peak: those
+  // gathers are done by then.
+  std::vector<int> rerun;
+  if (r.recompute.granularity == model::RecomputePolicy::Granularity::kFull &&
+      r.recompute.method == model::RecomputePolicy::Method::kUniform && !r.chunk_layers.empty()) {
+    const std::vector<int>& last = r.chunk_layers.back();
+    const int n = static_cast<int>(last.size()), g = r.recompute.num_layers;
+    for (int i = (n - 1) / g * g; i < n; ++i) rerun.push_back(last[i]);
+  }
+  const auto rerun_before_peak = [&](const Unit* u) {
+    return std::find(rerun.begin(), rerun.end(), u->layer) != rerun.end();
+  };
   double elements = 0, bytes = 0;
   for (size_t a = 1; a < pass.size(); ++a)
     for (const Unit* u : pass[a]) {
+      if (rerun_before_peak(u)) continue;
       const int sharers = u->experts ? r.expert_dp : r.dp;
       if (u->elements < r.persistence_threshold || sharers == 1) continue;
       if (elements + u->elements > r.prefetch_elements) return bytes;

@@ -38,6 +38,13 @@ void validate_pipeline_schedule(const TrainArgs& a, pipeline::ScheduleKind kind,
   pipeline::validate_schedule(kind, shape);
 }
 
+std::vector<context::CommType> cp_comm_types(const TrainArgs& a) {
+  std::vector<context::CommType> types;
+  for (const std::string& t : a.cp_comm_type)
+    types.push_back(context::parse_comm_type(t, "--cp-comm-type"));
+  return types;
+}
+
 DType compute_dtype_of(const TrainArgs& a) {
   return a.bf16 ? DType::kBF16 : a.fp16 ? DType::kF16 : DType::kF32;
 }
@@ -80,9 +87,7 @@ std::vector<RankLayout> rank_layouts(const TrainArgs& a, const comm::MeshLayout&
   const std::vector<int> chunk_sizes = pipeline::partition_layers(partition);
   std::vector<context::CommType> cp_types;
   if (cp > 1) {
-    std::vector<context::CommType> given;
-    for (const std::string& t : a.cp_comm_type)
-      given.push_back(context::parse_comm_type(t, "--cp-comm-type"));
+    const std::vector<context::CommType> given = cp_comm_types(a);
     for (int l = 0; l < a.model.num_layers; ++l)
       cp_types.push_back(given.size() == 1 ? given[0] : given.at(l));
   }

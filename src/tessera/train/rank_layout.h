@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tessera/comm/parallel_state.h"
+#include "tessera/context/context_parallel.h"
 #include "tessera/model/chunk_runner.h"
 #include "tessera/pipeline/schedule.h"
 #include "tessera/train/arguments.h"
@@ -31,6 +32,10 @@ pipeline::ScheduleKind pipeline_schedule_kind(const TrainArgs& args);
 void validate_pipeline_schedule(const TrainArgs& args, pipeline::ScheduleKind kind,
                                 const pipeline::ScheduleShape& shape, const BatchSchedule& batches,
                                 int64_t data_parallel);
+
+// --cp-comm-type as given: one type for every layer, or one per layer. tessera::Error naming the
+// flag for an unknown name.
+std::vector<context::CommType> cp_comm_types(const TrainArgs& args);
 
 // The compute dtype of --bf16 / --fp16 (fp32 otherwise).
 DType compute_dtype_of(const TrainArgs& args);

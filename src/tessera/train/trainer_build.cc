@@ -192,12 +192,7 @@ std::unique_ptr<model::GPTModel> Trainer::build_model(
   part.ep_rank = ep_rank_;
   part.experts_whole = experts_whole_;
   context::ContextParallel cp;
-  if (cp_size_ > 1) {
-    std::vector<context::CommType> types;
-    for (const std::string& t : a.cp_comm_type)
-      types.push_back(context::parse_comm_type(t, "--cp-comm-type"));
-    cp = context::ContextParallel(cp_, types, a.hierarchical_cp_sizes);
-  }
+  if (cp_size_ > 1) cp = context::ContextParallel(cp_, cp_comm_types(a), a.hierarchical_cp_sizes);
   // Units split evenly over the data-parallel group, and the experts' over the expert-DP group
   // too (which under expert TP 1 is not a part of it).
   const int64_t flat_multiple = std::lcm(int64_t{dp_size_}, int64_t{edp_size_});
