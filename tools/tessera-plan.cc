@@ -84,7 +84,8 @@ PlanFlags split_flags(int argc, char** argv) {
 // tessera-train's steps from flags to a validated layout (train_main.cc), without the runtime.
 tessera::comm::MeshLayout prepare(train::TrainArgs& args, int world_size) {
   train::resolve_argument_files(args);
-  if (args.sequence_parallel && args.tensor_model_parallel_size == 1) args.sequence_parallel = false;
+  if (args.sequence_parallel && args.tensor_model_parallel_size == 1)
+    args.sequence_parallel = false;
   train::check_expert_tensor_parallel_size(args);
   tessera::comm::MeshLayout mesh(world_size, train::parallel_config(args));
   if (mesh.expert() > 1) args.model.validate_expert_parallel(mesh.expert());

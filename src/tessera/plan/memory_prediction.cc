@@ -4,7 +4,8 @@
 
 namespace tessera::plan {
 
-RankMemoryPrediction predict_rank_memory(const model::ModelConfig& cfg, const train::RankLayout& r) {
+RankMemoryPrediction predict_rank_memory(const model::ModelConfig& cfg,
+                                         const train::RankLayout& r) {
   RankMemoryPrediction p;
   const train::ModelStateBytes states = train::theoretical_model_states(cfg, r);
   const double activations = train::theoretical_activations(cfg, r);

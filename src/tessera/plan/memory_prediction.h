@@ -15,11 +15,11 @@
 // while the layers not yet reached still keep their activations; ZeRO 3 gathers the units
 // backward will use ahead of it, each with a send copy of the owned part. So
 //   peak = values + fp32 gradients (allocated) + optimizer state + other + non-ZeRO buffers
-//          + max(activations + ZeRO 3's gathers in flight          (theoretical_zero3_gather_sends)
-//                kept activations + ZeRO parts launched so far,    (theoretical_backward_peak, which
-//                  and under a pipeline at ZeRO 2-3 the other       also covers the pipeline case)
-//                  micro-batches' activations + all parts,
-//                all ZeRO parts)                                   (theoretical_zero_buffers)
+//          + max(activations + ZeRO 3's gathers in flight,
+//                kept activations + ZeRO parts launched so far, and under a pipeline at
+//                  ZeRO 2-3 the other micro-batches' activations + all parts,
+//                all ZeRO parts)
+// (train::theoretical_zero3_gather_sends, theoretical_backward_peak, theoretical_zero_buffers).
 // The micro-batch count is the first global batch's; threads a rank as given.
 #pragma once
 

@@ -285,14 +285,41 @@ double theoretical_zero_buffers(const model::ModelConfig& c, const RankLayout& r
   return zero;
 }
 
+namespace {
+
+// Full recomputation's groups over one model chunk's layers (model/chunk_runner.h): layer i of
+// the chunk is rerun with [first[i], last[i]] before the backward of the group's last layer;
+// uniform groups of num_layers, block: each of the first num_layers layers alone. first[i] = -1:
+// not recomputed (also every layer without full recomputation).
+struct RecomputeGroups {
+  std::vector<int> first, last;
+};
+
+RecomputeGroups recompute_groups(const RankLayout& r, int n) {
+  using P = model::RecomputePolicy;
+  RecomputeGroups g{std::vector<int>(n, -1), std::vector<int>(n, -1)};
+  if (r.recompute.granularity != P::Granularity::kFull) return g;
+  const bool uniform = r.recompute.method == P::Method::kUniform;
+  const int size = uniform ? r.recompute.num_layers : 1;
+  const int recomputed = uniform ? n : std::min(n, r.recompute.num_layers);
+  for (int i = 0; i < recomputed; ++i) {
+    g.first[i] = i / size * size;
+    g.last[i] = std::min(g.first[i] + size, recomputed) - 1;
+  }
+  return g;
+}
+
+}  // namespace
+
 double theoretical_backward_peak(const model::ModelConfig& c, const RankLayout& r) {
   using G = model::RecomputePolicy::Granularity;
-  const double activations = theoretical_activations(c, r);
-  if (r.zero_stage < 1 || activations < 0) return activations;
+  if (r.chunk_layers.empty()) return -1;
+  const ActivationParts held = activation_parts(c, r);
+  const double activations = held.total();
+  if (r.zero_stage < 1) return activations;
   // ZeRO 2-3 under a pipeline complete the reduction after every micro-batch's backward (ZeRO 1
   // only after the last, in the cool-down), launching the buckets not yet launched all at once
   // while the stage's other micro-batches still keep their activations.
-  const ActivationParts held = activation_parts(c, r);
   const double at_finish =
       r.pp > 1 && r.zero_stage >= 2 ? held.others + held.buffers + theoretical_zero_buffers(c, r)
                                     : 0.0;
@@ -307,25 +334,11 @@ double theoretical_backward_peak(const model::ModelConfig& c, const RankLayout& 
                                          r.sequence_parallel, c.is_moe_layer(l) ? &moe : nullptr,
                                          head_split(r, l));
   };
-  // Full recomputation (the rank's one chunk): layer i of the chunk belongs to the group
-  // [first[i], last[i]] rerun before the backward of its last layer; uniform groups of
-  // num_layers, block: each of the first num_layers layers alone, the others not recomputed
-  // (first[i] = -1). theoretical_activations already holds the last group's rerun.
+  // theoretical_activations already holds the last group's rerun.
   const std::vector<int>& chunk = r.chunk_layers.front();
   const int n = static_cast<int>(chunk.size());
-  std::vector<int> first(n, -1), last(n, -1);
-  if (r.recompute.granularity == G::kFull) {
-    const int g = r.recompute.method == model::RecomputePolicy::Method::kUniform
-                      ? r.recompute.num_layers
-                      : 1;
-    const int recomputed =
-        r.recompute.method == model::RecomputePolicy::Method::kUniform ? n
-                                                                       : std::min(n, r.recompute.num_layers);
-    for (int i = 0; i < recomputed; ++i) {
-      first[i] = i / g * g;
-      last[i] = std::min(first[i] + g, recomputed) - 1;
-    }
-  }
+  const RecomputeGroups groups = recompute_groups(r, n);
+  const std::vector<int>&first = groups.first, &last = groups.last;
   const int last_group_begin = n > 0 ? first[n - 1] : -1;
   // What a layer's backward frees: everything it holds then (a recomputed layer its rerun
   // activations); and what reaching the last layer of an earlier group adds (its rerun, less the
@@ -402,11 +415,12 @@ double theoretical_zero3_gather_sends(const model::ModelConfig& c, const RankLay
   // acquires (and so waits for) its layers before the activations reach their peak: those
   // gathers are done by then.
   std::vector<int> rerun;
-  if (r.recompute.granularity == model::RecomputePolicy::Granularity::kFull &&
-      r.recompute.method == model::RecomputePolicy::Method::kUniform && !r.chunk_layers.empty()) {
-    const std::vector<int>& last = r.chunk_layers.back();
-    const int n = static_cast<int>(last.size()), g = r.recompute.num_layers;
-    for (int i = (n - 1) / g * g; i < n; ++i) rerun.push_back(last[i]);
+  if (r.recompute.method == model::RecomputePolicy::Method::kUniform && !r.chunk_layers.empty()) {
+    const std::vector<int>& chunk = r.chunk_layers.back();
+    const int n = static_cast<int>(chunk.size());
+    const RecomputeGroups groups = recompute_groups(r, n);
+    for (int i = 0; i < n; ++i)
+      if (groups.first[i] >= 0 && groups.first[i] == groups.first[n - 1]) rerun.push_back(chunk[i]);
   }
   const auto rerun_before_peak = [&](const Unit* u) {
     return std::find(rerun.begin(), rerun.end(), u->layer) != rerun.end();

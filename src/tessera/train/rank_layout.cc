@@ -53,8 +53,7 @@ void check_expert_tensor_parallel_size(const TrainArgs& a) {
   if (a.expert_tensor_parallel_size > 1 &&
       a.expert_tensor_parallel_size != a.tensor_model_parallel_size)
     throw Error("--expert-tensor-parallel-size " + std::to_string(a.expert_tensor_parallel_size) +
-                ": only the tensor-parallel size (" +
-                std::to_string(a.tensor_model_parallel_size) +
+                ": only the tensor-parallel size (" + std::to_string(a.tensor_model_parallel_size) +
                 ", experts split like the dense MLP) or 1 (experts whole) is implemented");
 }
 
@@ -93,8 +92,9 @@ std::vector<RankLayout> rank_layouts(const TrainArgs& a, const comm::MeshLayout&
   }
   const BatchSchedule batches = batch_schedule_of(a);
   const int64_t first_batch = batches.at(0);
+  const pipeline::ScheduleKind schedule = pipeline_schedule_kind(a);
   validate_pipeline_schedule(
-      a, pipeline_schedule_kind(a),
+      a, schedule,
       {pp, static_cast<int>(first_batch / (a.micro_batch_size * data)), partition.virtual_stages},
       batches, data);
   offload_plan(a, static_cast<int>(sharding.stage));
@@ -121,7 +121,7 @@ std::vector<RankLayout> rank_layouts(const TrainArgs& a, const comm::MeshLayout&
     }
     r.pp = pp;
     r.pp_rank = at.pp;
-    r.schedule = pipeline_schedule_kind(a);
+    r.schedule = schedule;
     r.micro_batches = first_batch / (a.micro_batch_size * data);
     r.tokens = a.micro_batch_size * a.model.seq_length / cp;
     r.micro_batch_size = a.micro_batch_size;
