@@ -1,6 +1,7 @@
 #include "tessera/core/threads.h"
 
 #include <omp.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,13 +12,20 @@ namespace tessera {
 int default_num_threads() {
   const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
   long local_ranks = 1;
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+  for (const char* var :
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
     if (const char* v = std::getenv(var)) {
       local_ranks = std::max(1L, std::atol(v));
       break;
     }
   }
-  return static_cast<int>(std::max(1L, cores / local_ranks));
+  // A launcher that binds the process to fewer cores (Open MPI binds each rank to one core when it
+  // starts at most 2) gets no more threads than it may run on: two threads sharing one core run
+  // slower than one.
+  long allowed = cores;
+  cpu_set_t mask;
+  if (sched_getaffinity(0, sizeof mask, &mask) == 0) allowed = std::max(1, CPU_COUNT(&mask));
+  return static_cast<int>(std::max(1L, std::min(cores / local_ranks, allowed)));
 }
 
 int set_num_threads(int n) {

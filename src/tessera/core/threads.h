@@ -1,6 +1,8 @@
 // Thread configuration. Each process uses one OpenMP team for our kernels and for oneDNN's GEMMs.
 // The default is cores on this node ÷ processes on this node (from Open MPI's
-// OMPI_COMM_WORLD_LOCAL_SIZE), so `mpirun -np 2` on 2 cores runs one thread per rank.
+// OMPI_COMM_WORLD_LOCAL_SIZE), so `mpirun -np 2` on 2 cores runs one thread per rank, and never
+// more than the cores the process is bound to (`mpirun -np 1` binds to one core unless told
+// --bind-to none).
 #pragma once
 
 namespace tessera {

@@ -8,8 +8,8 @@
 
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
-#include "tessera/kernels/simd/vec.h"
 #include "tessera/kernels/fast_exp.h"
+#include "tessera/kernels/simd/vec.h"
 
 TESSERA_TARGET_BEGIN
 namespace {
@@ -137,10 +137,74 @@ void cross_entropy_forward_backward(float* losses, T* dlogits, const T* logits,
   }
 }
 
+// The vocabulary-split passes: the same row loops, one row per iteration of the team.
+constexpr int64_t kShardParallelThreshold = 1 << 15;
+
+bool row_masked(const float* loss_mask, int64_t n) { return loss_mask && loss_mask[n] == 0.0f; }
+
+template <typename T>
+void cross_entropy_shard_max(float* out, const T* logits, const float* loss_mask, int64_t N,
+                             int64_t V_local, int64_t R) {
+  TESSERA_CHECK(N >= 0 && R >= 0 && R <= V_local);
+#pragma omp parallel for schedule(static) if (N * V_local >= kShardParallelThreshold)
+  for (int64_t n = 0; n < N; ++n)
+    out[n] = row_masked(loss_mask, n) ? 0.0f : row_max(logits + n * V_local, R);
+}
+
+template <typename T>
+void cross_entropy_shard_sum_exp(float* out, const T* logits, const float* max,
+                                 const float* loss_mask, int64_t N, int64_t V_local, int64_t R) {
+  TESSERA_CHECK(N >= 0 && R >= 0 && R <= V_local);
+#pragma omp parallel for schedule(static) if (N * V_local >= kShardParallelThreshold)
+  for (int64_t n = 0; n < N; ++n)
+    out[n] = row_masked(loss_mask, n)
+                 ? 0.0f
+                 : row_sum_exp(static_cast<float*>(nullptr), logits + n * V_local, max[n], R);
+}
+
+template <typename T>
+void cross_entropy_shard_gradient(T* dlogits, const T* logits, const float* max, const float* scale,
+                                  const float* coef, const int32_t* targets, int64_t vocab_start,
+                                  const float* loss_mask, int64_t N, int64_t V_local, int64_t R) {
+  TESSERA_CHECK(N >= 0 && R >= 0 && R <= V_local);
+#pragma omp parallel for schedule(static) if (N * V_local >= kShardParallelThreshold)
+  for (int64_t n = 0; n < N; ++n) {
+    T* d = dlogits + n * V_local;
+    if (row_masked(loss_mask, n)) {
+      zero_columns(d, 0, V_local);
+      continue;
+    }
+    const T* x = logits + n * V_local;
+    const VecF vmax = splat(max[n]), vscale = splat(scale[n]);
+    // The target's fp32 value, taken before the row is overwritten (d may alias x).
+    const int64_t t = targets[n] - vocab_start;
+    const bool owns_target = t >= 0 && t < R;
+    float d_target = 0.0f;
+    if (owns_target) {
+      float lanes[kLanes];
+      store(lanes, fast_exp(splat(to_f32(x[t])) - vmax) * vscale);
+      d_target = lanes[0] - coef[n];
+    }
+    int64_t i = 0;
+    for (; i + kLanes <= R; i += kLanes) store(d + i, fast_exp(load(x + i) - vmax) * vscale);
+    if (i < R) {
+      const int lanes = lanes_left(i, R);
+      store(d + i, fast_exp(load(x + i, lanes) - vmax) * vscale, lanes);
+    }
+    if (owns_target) d[t] = from_f32<T>(d_target);
+    zero_columns(d, R, V_local);
+  }
+}
+
 void register_cross_entropy() {
   for_each_storage_type([]<typename T>() {
     register_kernel<&kernels::cross_entropy_forward_backward<T>>(
         kThisTarget, &cross_entropy_forward_backward<T>);
+    register_kernel<&kernels::cross_entropy_shard_max<T>>(kThisTarget, &cross_entropy_shard_max<T>);
+    register_kernel<&kernels::cross_entropy_shard_sum_exp<T>>(kThisTarget,
+                                                              &cross_entropy_shard_sum_exp<T>);
+    register_kernel<&kernels::cross_entropy_shard_gradient<T>>(kThisTarget,
+                                                               &cross_entropy_shard_gradient<T>);
   });
 }
 

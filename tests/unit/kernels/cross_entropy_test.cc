@@ -261,3 +261,56 @@ TEST(CrossEntropy, NonFiniteLogitsGiveNonFiniteLoss) {
 
 }  // namespace
 }  // namespace tessera::kernels
+
+namespace tessera::kernels {
+namespace {
+
+// The vocabulary-split passes (cross_entropy_shard_*), run over a whole vocabulary as one shard,
+// give the fused kernel's bits: the same row maximum, exp sum and gradient, the target entry
+// rounded once (fp32 and bf16, masked and padded rows, in place too).
+template <typename T>
+void shard_passes_equal_fused() {
+  const int64_t N = 9, V = 96, V_real = 83;
+  std::vector<float> f = testing::random_normal(N * V, 5, 3.0f);
+  std::vector<T> logits(N * V);
+  for (int64_t i = 0; i < N * V; ++i) logits[i] = from_f32<T>(f[i]);
+  std::vector<int32_t> targets(N);
+  std::vector<float> mask(N);
+  for (int64_t n = 0; n < N; ++n) {
+    targets[n] = static_cast<int32_t>((n * 37) % V_real);
+    mask[n] = n % 3 == 2 ? 0.0f : (n % 3 == 1 ? 0.5f : 1.0f);
+  }
+  const float grad_scale = 0.125f;
+  std::vector<float> losses(N);
+  std::vector<T> fused(N * V);
+  cross_entropy_forward_backward(losses.data(), fused.data(), logits.data(), targets.data(),
+                                 mask.data(), N, V, V_real, grad_scale);
+  std::vector<float> max(N), sum(N), scale(N, 0.0f), coef(N, 0.0f);
+  cross_entropy_shard_max(max.data(), logits.data(), mask.data(), N, V, V_real);
+  cross_entropy_shard_sum_exp(sum.data(), logits.data(), max.data(), mask.data(), N, V, V_real);
+  for (int64_t n = 0; n < N; ++n) {
+    if (mask[n] == 0.0f) continue;
+    const float loss = static_cast<float>(std::log(double(sum[n])) + double(max[n]) -
+                                          double(to_f32(logits[n * V + targets[n]])));
+    EXPECT_EQ(mask[n] * loss, losses[n]) << n;
+    coef[n] = mask[n] * grad_scale;
+    scale[n] = coef[n] / sum[n];
+  }
+  std::vector<T> shard(N * V), in_place = logits;
+  cross_entropy_shard_gradient(shard.data(), logits.data(), max.data(), scale.data(), coef.data(),
+                               targets.data(), 0, mask.data(), N, V, V_real);
+  cross_entropy_shard_gradient(in_place.data(), in_place.data(), max.data(), scale.data(),
+                               coef.data(), targets.data(), 0, mask.data(), N, V, V_real);
+  for (int64_t i = 0; i < N * V; ++i) {
+    EXPECT_EQ(to_f32(shard[i]), to_f32(fused[i])) << i;
+    EXPECT_EQ(to_f32(in_place[i]), to_f32(fused[i])) << i;
+  }
+}
+
+TEST(CrossEntropyShard, PassesGiveTheFusedKernelsBits) {
+  shard_passes_equal_fused<float>();
+  shard_passes_equal_fused<bf16>();
+}
+
+}  // namespace
+}  // namespace tessera::kernels
