@@ -1,31 +1,46 @@
 // tessera-plan: predicts what a layout will cost before a job is launched.
 //
-//   tessera-plan --evaluate --world-size N [--json] <tessera-train's flags>
+//   tessera-plan --world-size N --machine FILE [--top K] <tessera-train's flags>
+//   tessera-plan --evaluate --world-size N [--machine FILE] [--json] <tessera-train's flags>
+//   [mpirun -np R] tessera-plan --calibrate --machine FILE [--name NAME]
 //
-// Takes exactly tessera-train's flags (model, parallel sizes, batch, precision, ZeRO,
+// Without --evaluate it searches: every layout of N ranks the flags leave open, predicted, those
+// that fit the machine's memory ranked by step time (plan/search.h).
+//
+// --evaluate takes exactly tessera-train's flags (model, parallel sizes, batch, precision, ZeRO,
 // recomputation, --config, --deepspeed_config ...) and predicts, for every rank of that layout on
 // N ranks, the memory by category (the memory report's theory) and the memory accountant's peak,
-// which tessera-train reports as `peak_mem_bytes` (plan/memory_prediction.h). Nothing is
+// which tessera-train reports as `peak_mem_bytes` (plan/memory_prediction.h). With a machine
+// description it also predicts the step time by component (plan/step_time.h). Nothing is
 // allocated and MPI is not started: a 70 B model's layout is planned on a laptop.
 //
+// --calibrate measures this machine's rates with R ranks on it (plan/calibrate.h) and adds them
+// to FILE (created if absent; a configuration for R ranks already there is replaced).
+//
 // With --json the output is {"ranks": [{"rank": r, "coords": {...}, "memory_bytes": {category:
-// bytes}, "peak_bytes": n}, ...], "step_time_s": null, "components_s": {}} — the step-time model is
-// not built yet, and says so with null rather than a number. Bad flags or sizes that do not fit:
-// one line on stderr, exit code 2.
+// bytes}, "peak_bytes": n}, ...], "step_time_s": t, "components_s": {...}, ...}; step_time_s is
+// null without --machine. Bad flags, files or sizes that do not fit: one line on stderr, exit
+// code 2.
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "tessera/comm/parallel_state.h"
+#include "tessera/comm/process_group.h"
 #include "tessera/core/error.h"
 #include "tessera/core/threads.h"
 #include "tessera/core/tool_main.h"
+#include "tessera/kernels/build_info.h"
+#include "tessera/plan/calibrate.h"
+#include "tessera/plan/machine.h"
 #include "tessera/plan/memory_prediction.h"
+#include "tessera/plan/search.h"
+#include "tessera/plan/step_time.h"
 #include "tessera/train/arguments.h"
-#include "tessera/train/deepspeed_config.h"
 #include "tessera/train/rank_layout.h"
 
 namespace {
@@ -36,26 +51,34 @@ namespace train = tessera::train;
 constexpr const char* kTool = "tessera-plan";
 
 constexpr const char* kUsage =
-    "usage: tessera-plan --evaluate --world-size N [--json] <tessera-train's flags>\n"
-    "Predicts every rank's memory by category and the memory accountant's peak (peak_mem_bytes)\n"
-    "for that layout on N ranks, without running it (docs/planning.md). tessera-train's flags:\n"
-    "tessera-train --help.\n";
+    "usage: tessera-plan --world-size N --machine FILE [--top K] <tessera-train's flags>\n"
+    "       tessera-plan --evaluate --world-size N [--machine FILE] [--json] <tessera-train's "
+    "flags>\n"
+    "       [mpirun -np R] tessera-plan --calibrate --machine FILE [--name NAME]\n"
+    "Without --evaluate: every layout of N ranks (TP, SP, PP, virtual stages, DP, micro-batch,\n"
+    "ZeRO stage, recomputation; any of them given as a flag is held fixed) predicted on the\n"
+    "machine, those that fit its memory ranked by step time, with the mpirun command of each.\n"
+    "--evaluate predicts one layout: every rank's memory by category and the memory accountant's\n"
+    "peak (peak_mem_bytes), and with --machine its step time by component. --calibrate measures\n"
+    "this machine's rates with R ranks on it and adds them to FILE (docs/planning.md).\n"
+    "tessera-train's flags: tessera-train --help.\n";
 
 // tessera-plan's own flags, taken out of argv before the rest goes to tessera-train's parser.
 struct PlanFlags {
-  bool evaluate = false, json = false, help = false;
-  int world_size = 0;
+  bool evaluate = false, calibrate = false, json = false, help = false;
+  int world_size = 0, top = 10, explain = -1;
+  std::string machine, name;
   std::vector<const char*> train_argv;
 };
 
-int parse_count(const std::string& flag, const std::string& value) {
+int parse_count(const std::string& flag, const std::string& value, int least = 1) {
   try {
     size_t used = 0;
     const int n = std::stoi(value, &used);
-    if (used == value.size() && n >= 1) return n;
+    if (used == value.size() && n >= least) return n;
   } catch (const std::exception&) {
   }
-  throw Error(flag + " '" + value + "': expected a whole number >= 1");
+  throw Error(flag + " '" + value + "': expected a whole number >= " + std::to_string(least));
 }
 
 PlanFlags split_flags(int argc, char** argv) {
@@ -69,6 +92,19 @@ PlanFlags split_flags(int argc, char** argv) {
       f.evaluate = true;
     } else if (a == "--json") {
       f.json = true;
+    } else if (a == "--calibrate") {
+      f.calibrate = true;
+    } else if (a == "--machine" || a == "--name") {
+      if (i + 1 >= argc) throw Error(a + ": expected a value after it");
+      (a == "--machine" ? f.machine : f.name) = argv[++i];
+    } else if (a == "--explain") {
+      if (i + 1 >= argc) throw Error("--explain: expected a rank after it");
+      f.explain = parse_count(a, argv[++i], 0);
+    } else if (a == "--top") {
+      if (i + 1 >= argc) throw Error("--top: expected a number of layouts after it");
+      f.top = parse_count(a, argv[++i]);
+    } else if (a.rfind("--machine=", 0) == 0) {
+      f.machine = a.substr(10);
     } else if (a == "--world-size") {
       if (i + 1 >= argc) throw Error("--world-size: expected a number of ranks after it");
       f.world_size = parse_count(a, argv[++i]);
@@ -79,22 +115,6 @@ PlanFlags split_flags(int argc, char** argv) {
     }
   }
   return f;
-}
-
-// tessera-train's steps from flags to a validated layout (train_main.cc), without the runtime.
-tessera::comm::MeshLayout prepare(train::TrainArgs& args, int world_size) {
-  train::resolve_argument_files(args);
-  if (args.sequence_parallel && args.tensor_model_parallel_size == 1)
-    args.sequence_parallel = false;
-  train::check_expert_tensor_parallel_size(args);
-  tessera::comm::MeshLayout mesh(world_size, train::parallel_config(args));
-  if (mesh.expert() > 1) args.model.validate_expert_parallel(mesh.expert());
-  const int dp = mesh.data();
-  if (args.deepspeed) train::apply_deepspeed_config(args, dp);
-  train::apply_step_batch_size_schedule(args);
-  if (args.global_batch_size == 0) args.global_batch_size = args.micro_batch_size * dp;
-  train::validate_arguments(args, dp);
-  return mesh;
 }
 
 // Threads a rank's kernels run on: --num-threads, else tessera-train's default for N ranks on
@@ -117,13 +137,37 @@ const char* json_key(int category) {
   return keys[category];
 }
 
+// The step-time components in output order.
+std::vector<std::pair<const char*, double>> component_list(
+    const tessera::plan::StepTimeComponents& c) {
+  return {{"compute", c.compute},
+          {"tp_comm", c.tp_comm},
+          {"pipeline_bubble", c.pipeline_bubble},
+          {"dp_comm", c.dp_comm},
+          {"optimizer", c.optimizer}};
+}
+
 int evaluate(const PlanFlags& f) {
   train::TrainArgs args;
   if (!train::parse_arguments(static_cast<int>(f.train_argv.size()), f.train_argv.data(), args))
     return 0;
-  const tessera::comm::MeshLayout mesh = prepare(args, f.world_size);
+  const tessera::comm::MeshLayout mesh = train::prepare_layout(args, f.world_size);
   const int threads = threads_per_rank(args, f.world_size);
   const std::vector<train::RankLayout> ranks = train::rank_layouts(args, mesh, threads);
+  // Everything that can fail is done before anything is printed.
+  std::vector<tessera::plan::RankMemoryPrediction> memory;
+  for (int rank = 0; rank < mesh.world_size(); ++rank)
+    memory.push_back(tessera::plan::predict_rank_memory(args.model, ranks[rank]));
+  tessera::plan::MachineDescription machine;
+  tessera::plan::StepTimePrediction time;
+  double mfu = 0;
+  if (!f.machine.empty()) {
+    machine = tessera::plan::read_machine(f.machine);
+    time = tessera::plan::predict_step_time(args.model, mesh, ranks, machine);
+    mfu = tessera::plan::predicted_mfu(args.model, args.global_batch_size, mesh.world_size(), time,
+                                       machine, ranks[0].compute);
+  }
+
   nlohmann::json out;
   out["ranks"] = nlohmann::json::array();
   if (!f.json)
@@ -131,8 +175,7 @@ int evaluate(const PlanFlags& f) {
                 mesh.summary().c_str(), threads,
                 "parameters gradients optimizer activations buffers other");
   for (int rank = 0; rank < mesh.world_size(); ++rank) {
-    const tessera::plan::RankMemoryPrediction p =
-        tessera::plan::predict_rank_memory(args.model, ranks[rank]);
+    const tessera::plan::RankMemoryPrediction& p = memory[rank];
     const tessera::comm::MeshCoords at = mesh.coords(rank);
     if (f.json) {
       nlohmann::json r;
@@ -141,6 +184,7 @@ int evaluate(const PlanFlags& f) {
       for (int k = 0; k < train::kReportCategories; ++k)
         r["memory_bytes"][json_key(k)] = static_cast<int64_t>(p.categories[k]);
       r["peak_bytes"] = static_cast<int64_t>(p.peak_bytes);
+      if (!f.machine.empty()) r["step_time_s"] = time.ranks[rank].total();
       out["ranks"].push_back(r);
       continue;
     }
@@ -149,11 +193,129 @@ int evaluate(const PlanFlags& f) {
     std::printf("%4d %3d %2d %2d %2d |%s | %s\n", rank, at.tp, at.cp, at.dp, at.pp, line.c_str(),
                 mib(p.peak_bytes).c_str());
   }
-  if (f.json) {
-    out["step_time_s"] = nullptr;
-    out["components_s"] = nlohmann::json::object();
-    std::printf("%s\n", out.dump(1).c_str());
+  if (f.machine.empty()) {
+    if (f.json) {
+      out["step_time_s"] = nullptr;
+      out["components_s"] = nlohmann::json::object();
+      std::printf("%s\n", out.dump(1).c_str());
+    }
+    return 0;
   }
+  const auto parts = component_list(time.components);
+  if (f.json) {
+    out["step_time_s"] = time.step_s;
+    out["components_s"] = nlohmann::json::object();
+    for (const auto& [name, seconds] : parts) out["components_s"][name] = seconds;
+    out["critical_rank"] = time.critical_rank;
+    out["mfu"] = mfu;
+    out["machine"] = {
+        {"name", machine.name}, {"kind", machine.kind}, {"ranks_per_host", time.ranks_per_host}};
+    std::printf("%s\n", out.dump(1).c_str());
+    return 0;
+  }
+  if (f.explain >= 0) {
+    if (f.explain >= mesh.world_size())
+      throw Error("--explain " + std::to_string(f.explain) + ": the layout has ranks 0.." +
+                  std::to_string(mesh.world_size() - 1));
+    std::printf(
+        "%s",
+        tessera::plan::explain_step_time(args.model, mesh, ranks, machine, f.explain).c_str());
+  }
+  std::printf("step time on '%s' (%s, %d rank(s) a host): %.4f s, MFU %.1f%%; rank %d's:",
+              machine.name.c_str(), machine.kind.c_str(), time.ranks_per_host, time.step_s,
+              100 * mfu, time.critical_rank);
+  for (const auto& [name, seconds] : parts) std::printf(" %s %.4f", name, seconds);
+  std::printf("\n");
+  return 0;
+}
+
+// The ranked table of layouts (plan/search.h).
+int search(const PlanFlags& f) {
+  if (f.machine.empty())
+    throw Error(
+        "the search needs --machine FILE (a description: tessera-plan --calibrate, or "
+        "examples/machines/)");
+  const tessera::plan::MachineDescription machine = tessera::plan::read_machine(f.machine);
+  const std::vector<std::string> user(f.train_argv.begin() + 1, f.train_argv.end());
+  const tessera::plan::SearchResult r = tessera::plan::search_layouts(user, f.world_size, machine);
+  const double gib = 1024.0 * 1024 * 1024;
+  if (r.refused == r.considered)
+    throw Error("no layout of " + std::to_string(f.world_size) +
+                " ranks runs with these flags; the first tried: " + r.first_refusal);
+  if (r.ranked.empty()) {
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "no layout of %d ranks fits in %.2f GiB a rank (machine '%s'): the smallest "
+                  "predicted peak is %.2f GiB (%s); give more ranks (--world-size) or a machine "
+                  "with more memory a rank",
+                  f.world_size, r.memory_per_rank / gib, machine.name.c_str(),
+                  r.smallest.peak_bytes / gib, r.smallest.summary.c_str());
+    throw Error(line);
+  }
+  std::printf(
+      "%d layouts of %d ranks tried on '%s' (%s): %d refused as tessera-train would, %d "
+      "over %.2f GiB a rank, %zu fit; the fastest %d:\n",
+      r.considered, f.world_size, machine.name.c_str(), machine.kind.c_str(), r.refused, r.too_big,
+      r.memory_per_rank / gib, r.ranked.size(),
+      std::min<int>(f.top, static_cast<int>(r.ranked.size())));
+  std::string user_flags;
+  for (const std::string& s : user) user_flags += " " + s;
+  for (int i = 0; i < f.top && i < static_cast<int>(r.ranked.size()); ++i) {
+    const tessera::plan::Candidate& c = r.ranked[i];
+    std::printf("%2d. %s\n    step %.4f s, MFU %.1f%%, peak %.3f GiB;", i + 1, c.summary.c_str(),
+                c.time.step_s, 100 * c.mfu, c.peak_bytes / gib);
+    for (const auto& [name, seconds] : component_list(c.time.components))
+      std::printf(" %s %.4f", name, seconds);
+    std::string layout;
+    for (const std::string& s : c.flags) layout += " " + s;
+    std::printf("\n    mpirun -np %d tessera-train%s%s\n", f.world_size, user_flags.c_str(),
+                layout.c_str());
+  }
+  return 0;
+}
+
+// Measures this machine with every rank of the job on it and merges the configuration into the
+// description at f.machine (rank 0 writes it).
+int calibrate(const PlanFlags& f) {
+  if (f.machine.empty()) throw Error("--calibrate needs --machine FILE (the description to write)");
+  tessera::plan::MachineDescription m;
+  bool existing = false;
+  if (std::ifstream(f.machine).good()) {
+    m = tessera::plan::read_machine(f.machine);  // checked before anything is measured
+    existing = true;
+  }
+  auto world = tessera::comm::ProcessGroup::world();
+  const int ranks = world->size();
+  const int threads = std::max(1, tessera::default_num_threads() / ranks);
+  tessera::plan::HostConfiguration conf =
+      tessera::plan::calibrate_host(*world, threads, {tessera::DType::kBF16, tessera::DType::kF16});
+  if (world->rank() == 0) {
+    if (!existing) {
+      m.name = f.name.empty() ? "this machine" : f.name;
+      m.kind = "measured";
+      m.hosts = 1;
+      m.cores_per_host = tessera::default_num_threads();
+      m.memory_per_host_bytes = tessera::plan::host_memory_bytes();
+    } else if (!f.name.empty()) {
+      m.name = f.name;
+    }
+    m.source = "tessera-plan --calibrate; " + tessera::kernels::version_line();
+    std::erase_if(m.configurations, [&](const auto& c) { return c.ranks_per_host == ranks; });
+    m.configurations.push_back(std::move(conf));
+    std::sort(m.configurations.begin(), m.configurations.end(),
+              [](const auto& a, const auto& b) { return a.ranks_per_host < b.ranks_per_host; });
+    const std::string tmp = f.machine + ".tmp";
+    {
+      std::ofstream out(tmp);
+      out << tessera::plan::machine_json(m);
+      if (!out) throw Error("--machine " + f.machine + ": cannot write " + tmp);
+    }
+    if (std::rename(tmp.c_str(), f.machine.c_str()) != 0)
+      throw Error("--machine " + f.machine + ": cannot replace it");
+    std::printf("%s: %d rank(s) x %d thread(s) measured into %s\n", kTool, ranks, threads,
+                f.machine.c_str());
+  }
+  world->barrier().wait();
   return 0;
 }
 
@@ -166,12 +328,13 @@ int main(int argc, char** argv) {
       std::printf("%s", kUsage);
       return 0;
     }
-    if (!f.evaluate)
-      throw Error(
-          "only --evaluate is implemented: give --evaluate --world-size N and tessera-train's "
-          "flags (the search over layouts is not built yet)");
-    if (f.world_size == 0) throw Error("--evaluate needs --world-size N (the number of ranks)");
-    return evaluate(f);
+    if (f.calibrate) {
+      const int rc = calibrate(f);
+      tessera::comm::shutdown();
+      return rc;
+    }
+    if (f.world_size == 0) throw Error("give --world-size N (the number of ranks)");
+    return f.evaluate ? evaluate(f) : search(f);
   } catch (const Error& e) {
     std::fprintf(stderr, "%s: %s\n", kTool, e.what());
     return tessera::kUserErrorExitCode;

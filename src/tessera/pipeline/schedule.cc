@@ -152,6 +152,13 @@ double Simulation::bubble_fraction() const {
 
 Simulation simulate(const ScheduleShape& s, const std::vector<std::vector<Step>>& lists,
                     double forward_time, double backward_time) {
+  OperationTimes times;
+  times.compute = [&](int, int, bool forward) { return forward ? forward_time : backward_time; };
+  return simulate(s, lists, times);
+}
+
+Simulation simulate(const ScheduleShape& s, const std::vector<std::vector<Step>>& lists,
+                    const OperationTimes& times) {
   const int P = s.pp_size;
   Simulation sim;
   sim.idle.assign(P, 0.0);
@@ -192,7 +199,7 @@ Simulation simulate(const ScheduleShape& s, const std::vector<std::vector<Step>>
         const Step& st = lists[r][at[r]];
         const Key key = key_of(r, st);
         if (st.action == Action::kSendActivation || st.action == Action::kSendGrad) {
-          sent[key] = clock[r];
+          sent[key] = clock[r] + times.transfer;
           ++sends_of[key];
           route[key] = {r, st.peer};
         } else if (st.action == Action::kRecvActivation || st.action == Action::kRecvGrad) {
@@ -208,7 +215,7 @@ Simulation simulate(const ScheduleShape& s, const std::vector<std::vector<Step>>
             if (it == sent.end()) break;  // blocked until the peer sends
             ready = std::max(ready, it->second);
           }
-          const double t = forward ? forward_time : backward_time;
+          const double t = times.compute(r, st.chunk, forward);
           clock[r] = ready + t;
           busy[r] += t;
           in_flight[r] += forward ? 1 : -1;
@@ -259,6 +266,8 @@ Simulation simulate(const ScheduleShape& s, const std::vector<std::vector<Step>>
   }
   sim.makespan = *std::max_element(clock.begin(), clock.end());
   for (int r = 0; r < P; ++r) sim.idle[r] = sim.makespan - busy[r];
+  sim.finish = clock;
+  sim.busy = busy;
   return sim;
 }
 

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,8 @@ struct Simulation {
   std::vector<double> idle;         // per rank: makespan - its compute time
   std::vector<int> peak_in_flight;  // per rank: most micro-batch chunks forwarded, not yet
                                     // backwarded (whose activations are held)
+  std::vector<double> finish;       // per rank: when its last compute operation ends
+  std::vector<double> busy;         // per rank: its compute time
   // The bubble: mean over ranks of idle / makespan.
   double bubble_fraction() const;
 };
@@ -89,6 +92,16 @@ struct Simulation {
 // received exactly once, and that each send goes to the rank that receives it (the peer fields).
 Simulation simulate(const ScheduleShape& shape, const std::vector<std::vector<Step>>& lists,
                     double forward_time = 1.0, double backward_time = 2.0);
+
+// The same with times of their own (the step-time model, plan/step_time.h): `compute(rank,
+// chunk, forward)` seconds for each forward or backward of local chunk `chunk` on `rank`, and
+// every message arriving `transfer` seconds after its send.
+struct OperationTimes {
+  std::function<double(int rank, int chunk, bool forward)> compute;
+  double transfer = 0;
+};
+Simulation simulate(const ScheduleShape& shape, const std::vector<std::vector<Step>>& lists,
+                    const OperationTimes& times);
 
 // The bubble fraction of the theory, for comparison: (P - 1) / (V*M + P - 1) (GPipe and 1F1B
 // with V = 1; Narayanan et al. 2021, whose bubble time (P - 1)/V per micro-batch time gives this

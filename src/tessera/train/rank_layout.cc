@@ -5,6 +5,7 @@
 #include "tessera/context/context_parallel.h"
 #include "tessera/core/error.h"
 #include "tessera/pipeline/partition.h"
+#include "tessera/train/deepspeed_config.h"
 #include "tessera/train/offload_setup.h"
 #include "tessera/train/sharding.h"
 
@@ -141,6 +142,20 @@ std::vector<RankLayout> rank_layouts(const TrainArgs& a, const comm::MeshLayout&
     out.push_back(std::move(r));
   }
   return out;
+}
+
+comm::MeshLayout prepare_layout(TrainArgs& args, int world_size) {
+  resolve_argument_files(args);
+  if (args.sequence_parallel && args.tensor_model_parallel_size == 1) args.sequence_parallel = false;
+  check_expert_tensor_parallel_size(args);
+  comm::MeshLayout mesh(world_size, parallel_config(args));
+  if (mesh.expert() > 1) args.model.validate_expert_parallel(mesh.expert());
+  const int dp = mesh.data();
+  if (args.deepspeed) apply_deepspeed_config(args, dp);
+  apply_step_batch_size_schedule(args);
+  if (args.global_batch_size == 0) args.global_batch_size = args.micro_batch_size * dp;
+  validate_arguments(args, dp);
+  return mesh;
 }
 
 }  // namespace tessera::train

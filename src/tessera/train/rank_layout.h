@@ -46,6 +46,12 @@ void check_expert_tensor_parallel_size(const TrainArgs& args);
 // The mesh's parallel sizes from the flags (--tensor-model-parallel-size and the others).
 comm::ParallelConfig parallel_config(const TrainArgs& args);
 
+// tessera-train's steps from parsed flags to a validated layout on `world_size` ranks, without
+// the runtime (train_main.cc's order): argument files resolved, sequence parallelism dropped at TP
+// 1, the DeepSpeed config applied, batch defaults set, every check of validate_arguments.
+// tessera::Error (one line) for what tessera-train would refuse.
+comm::MeshLayout prepare_layout(TrainArgs& args, int world_size);
+
 // RankLayout of every rank of `mesh` (index = world rank) for validated `args` (the parsing
 // steps of tessera-train done: files resolved, DeepSpeed config applied, batch defaults set),
 // with `threads` kernel threads a rank; the micro-batch count is the first global batch's (a

@@ -128,3 +128,32 @@ TEST(PipelineSchedule, BadShapesAreErrors) {
 
 }  // namespace
 }  // namespace tessera::pipeline
+
+namespace tessera::pipeline {
+namespace {
+
+// Each rank's own chunk times and a transfer delay (the step-time model's use), worked by hand:
+// GPipe, 2 ranks, 1 micro-batch. Rank 0 forwards in [0, 1], its activation arrives at 1.5; rank
+// 1 forwards in [1.5, 3.5] and backwards in [3.5, 6.5]; the gradient arrives at 7; rank 0
+// backwards in [7, 11].
+TEST(PipelineSchedule, SimulatesOwnTimesAndTransfersByHand) {
+  const ScheduleShape shape{2, 1, 1};
+  std::vector<std::vector<Step>> lists;
+  for (int r = 0; r < 2; ++r) lists.push_back(build_schedule(ScheduleKind::kGPipe, shape, r));
+  OperationTimes times;
+  times.compute = [](int rank, int, bool forward) {
+    return rank == 0 ? (forward ? 1.0 : 4.0) : (forward ? 2.0 : 3.0);
+  };
+  times.transfer = 0.5;
+  const Simulation sim = simulate(shape, lists, times);
+  ASSERT_FALSE(sim.deadlock) << sim.problem;
+  EXPECT_DOUBLE_EQ(sim.makespan, 11.0);
+  EXPECT_DOUBLE_EQ(sim.finish[0], 11.0);
+  EXPECT_DOUBLE_EQ(sim.finish[1], 6.5);
+  EXPECT_DOUBLE_EQ(sim.busy[0], 5.0);
+  EXPECT_DOUBLE_EQ(sim.busy[1], 5.0);
+  EXPECT_DOUBLE_EQ(sim.idle[1], 6.0);
+}
+
+}  // namespace
+}  // namespace tessera::pipeline

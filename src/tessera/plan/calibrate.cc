@@ -1,0 +1,369 @@
+#include "tessera/plan/calibrate.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "tessera/core/tensor.h"
+#include "tessera/core/threads.h"
+#include "tessera/kernels/activations.h"
+#include "tessera/kernels/adamw.h"
+#include "tessera/kernels/attention.h"
+#include "tessera/kernels/cross_entropy.h"
+#include "tessera/kernels/dropout.h"
+#include "tessera/kernels/elementwise.h"
+#include "tessera/kernels/embedding.h"
+#include "tessera/kernels/gemm.h"
+#include "tessera/kernels/norms.h"
+#include "tessera/kernels/rope.h"
+
+namespace tessera::plan {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Seconds per call of `run`: after a warm-up call, the median of three rounds, each repeating the
+// call for at least 20 ms, every rank starting each round together.
+double seconds_per_call(comm::ProcessGroup& world, const std::function<void()>& run) {
+  run();
+  std::array<double, 3> rounds{};
+  for (double& r : rounds) {
+    world.barrier().wait();
+    const Clock::time_point t0 = Clock::now();
+    int calls = 0;
+    double elapsed = 0;
+    do {
+      run();
+      ++calls;
+      elapsed = since(t0);
+    } while (elapsed < 0.02 || calls < 2);
+    r = elapsed / calls;
+  }
+  std::sort(rounds.begin(), rounds.end());
+  return rounds[1];
+}
+
+// Small values of both signs, away from zero and the subnormals (which some paths treat apart).
+template <typename T>
+std::vector<T> values(size_t n, float scale = 0.05f) {
+  std::vector<float> f(n);
+  for (size_t i = 0; i < n; ++i) f[i] = scale * (static_cast<float>(i % 97) / 48.5f - 1.0f) + 1e-3f;
+  std::vector<T> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(f[i]);
+  return out;
+}
+
+using Curves = std::array<RateCurve, kKernelKinds>;
+
+void add_point(Curves& c, KernelKind kind, double size, double rate) {
+  c[static_cast<int>(kind)].points.emplace_back(size, rate);
+}
+
+// A transformer layer's products at 1024 rows and hidden widths C = 64 .. 2048: the q/k/v
+// projection (C -> 3C), the output projection (C -> C), the MLP's up (C -> 4C) and down (4C -> C)
+// projections, timed together for each of a linear layer's three products (forward, input
+// gradient, weight gradient), so each rate is that of the layer's mix of shapes (keyed by C, the
+// smallest dimension of every product).
+template <typename T>
+void measure_gemms(comm::ProcessGroup& world, Curves& c) {
+  constexpr int64_t M = 1024;
+  for (int64_t C = 64; C <= 1024; C *= 2) {
+    const int64_t shapes[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};  // (in, out)
+    const std::vector<T> x = values<T>(M * 4 * C), w = values<T>(4 * C * C),
+                         dy = values<T>(M * 4 * C);
+    std::vector<T> y(M * 4 * C), dx(M * 4 * C);
+    std::vector<float> dw(4 * C * C, 0.0f);
+    double flops = 0;
+    for (const auto& [in, out] : shapes) flops += 2.0 * M * in * out;
+    const double fwd = seconds_per_call(world, [&] {
+      for (const auto& [in, out] : shapes)
+        kernels::gemm(false, true, M, out, in, 1.0f, x.data(), in, w.data(), in, 0.0f, y.data(),
+                      out);
+    });
+    const double igrad = seconds_per_call(world, [&] {
+      for (const auto& [in, out] : shapes)
+        kernels::gemm(false, false, M, in, out, 1.0f, dy.data(), out, w.data(), in, 0.0f, dx.data(),
+                      in);
+    });
+    const double wgrad = seconds_per_call(world, [&] {
+      for (const auto& [in, out] : shapes)
+        kernels::gemm(true, false, out, in, M, 1.0f, dy.data(), out, x.data(), in, 1.0f, dw.data(),
+                      in);
+    });
+    add_point(c, KernelKind::kGemmForward, static_cast<double>(C), flops / fwd);
+    add_point(c, KernelKind::kGemmInputGrad, static_cast<double>(C), flops / igrad);
+    add_point(c, KernelKind::kGemmWeightGrad, static_cast<double>(C), flops / wgrad);
+  }
+}
+
+// Causal attention, 8 heads of 64, one sample of 128 .. 1024 tokens.
+template <typename T>
+void measure_attention(comm::ProcessGroup& world, Curves& c) {
+  constexpr int NH = 8, HD = 64;
+  for (int64_t len = 128; len <= 1024; len *= 2) {
+    const std::vector<T> qkv = values<T>(len * 3 * NH * HD, 0.5f), dout = values<T>(len * NH * HD);
+    std::vector<T> out(len * NH * HD), dqkv(qkv.size());
+    std::vector<float> lse(NH * len);
+    const double flops = 2.0 * len * len * HD * NH;
+    const kernels::AttentionDropout none;
+    const double fwd = seconds_per_call(world, [&] {
+      kernels::attention_forward(out.data(), lse.data(), qkv.data(), 1, len, NH, NH, HD, none);
+    });
+    const double bwd = seconds_per_call(world, [&] {
+      kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), 1,
+                                  len, NH, NH, HD, none);
+    });
+    add_point(c, KernelKind::kAttentionForward, static_cast<double>(len), flops / fwd);
+    add_point(c, KernelKind::kAttentionBackward, static_cast<double>(len), flops / bwd);
+  }
+}
+
+// The element-wise kernels at 2^16 .. 2^22 elements (rows of 1024 features).
+template <typename T>
+void measure_elementwise(comm::ProcessGroup& world, Curves& c, bool fp32) {
+  constexpr int64_t C = 1024;
+  for (int64_t n = int64_t{1} << 16; n <= (int64_t{1} << 22); n *= 4) {
+    const int64_t N = n / C;
+    const double size = static_cast<double>(n);
+    const std::vector<T> a = values<T>(n), b = values<T>(n), weight = values<T>(C, 1.0f);
+    std::vector<T> out(n), out2(n);
+    std::vector<float> mean(N), rstd(N), dweight(C), dbias(C);
+    const auto rate = [&](KernelKind kind, double amount, const std::function<void()>& run) {
+      add_point(c, kind, size, amount / seconds_per_call(world, run));
+    };
+    rate(KernelKind::kNormForward, size, [&] {
+      kernels::layer_norm_forward(out.data(), mean.data(), rstd.data(), a.data(), weight.data(),
+                                  weight.data(), N, C, 1e-5f);
+    });
+    rate(KernelKind::kNormBackward, size, [&] {
+      kernels::layer_norm_backward(out2.data(), dweight.data(), dbias.data(), b.data(), a.data(),
+                                   weight.data(), mean.data(), rstd.data(), N, C);
+    });
+    rate(KernelKind::kActivationForward, size,
+         [&] { kernels::gelu_forward(out.data(), a.data(), n); });
+    rate(KernelKind::kActivationBackward, size,
+         [&] { kernels::gelu_backward(out2.data(), b.data(), a.data(), n); });
+    rate(KernelKind::kAdd, size, [&] { kernels::add(out.data(), a.data(), b.data(), n); });
+    kernels::TokenCoords coords;
+    coords.local_seq = coords.global_seq = N;
+    rate(KernelKind::kDropout, size, [&] {
+      kernels::dropout_forward(out.data(), a.data(), PhiloxKey{1, 2}, coords, N, C, 0.1f);
+    });
+    // RoPE on q and k of 8 query and 8 key/value heads of 64 (the values untouched).
+    {
+      constexpr int H = 8, HD = 64;
+      const int64_t tokens = n / (2 * H * HD);
+      std::vector<T> qkv = values<T>(tokens * 3 * H * HD);
+      std::vector<int32_t> pos(tokens);
+      for (int64_t t = 0; t < tokens; ++t) pos[t] = static_cast<int32_t>(t);
+      rate(KernelKind::kRope, size,
+           [&] { kernels::rope_forward(qkv.data(), pos.data(), 1, tokens, H, H, HD, 10000.0f); });
+    }
+    // The lookup of token and position rows, then their gradients' scatter-add (one rate).
+    {
+      constexpr int64_t V = 8192;
+      const std::vector<T> wte = values<T>(V * C), wpe = values<T>(N * C);
+      std::vector<float> dwte(V * C), dwpe(N * C);
+      std::vector<int32_t> tokens(N), pos(N);
+      for (int64_t i = 0; i < N; ++i)
+        tokens[i] = static_cast<int32_t>((i * 7919) % V), pos[i] = static_cast<int32_t>(i);
+      const double f = seconds_per_call(world, [&] {
+        kernels::embedding_forward(out.data(), tokens.data(), pos.data(), wte.data(), wpe.data(), N,
+                                   C, 0, V);
+      });
+      const double bw = seconds_per_call(world, [&] {
+        kernels::embedding_backward(dwte.data(), dwpe.data(), b.data(), tokens.data(), pos.data(),
+                                    N, C, 0, V);
+      });
+      add_point(c, KernelKind::kEmbedding, size, 2.0 * size / (f + bw));
+    }
+    // Cross-entropy over rows of 8192 logits.
+    {
+      constexpr int64_t V = 8192;
+      const int64_t rows = n / V;
+      std::vector<T> logits = values<T>(n, 2.0f), dlogits(n);
+      std::vector<float> losses(rows);
+      std::vector<int32_t> targets(rows);
+      for (int64_t i = 0; i < rows; ++i) targets[i] = static_cast<int32_t>((i * 31) % V);
+      rate(KernelKind::kCrossEntropy, size, [&] {
+        kernels::cross_entropy_forward_backward(losses.data(), dlogits.data(), logits.data(),
+                                                targets.data(), nullptr, rows, V, V, 1.0f);
+      });
+    }
+    // AdamW over fp32 master weights, writing the compute dtype's copy (none for fp32).
+    {
+      std::vector<float> master = values<float>(n), m(n, 0.0f), v(n, 0.0f), grad = values<float>(n);
+      rate(KernelKind::kOptimizer, size, [&] {
+        kernels::adamw_step(master.data(), m.data(), v.data(), fp32 ? nullptr : out.data(),
+                            grad.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f);
+      });
+      if (fp32) {
+        double sink = 0;
+        rate(KernelKind::kGradNorm, size, [&] { sink += kernels::sum_squares(grad.data(), n); });
+        rate(KernelKind::kZeroFill, size,
+             [&] { std::memset(grad.data(), 0, static_cast<size_t>(n) * sizeof(float)); });
+        if (sink < 0) std::abort();  // keeps the sums from being optimised away
+      }
+    }
+  }
+}
+
+template <typename T>
+Curves measure_kernels(comm::ProcessGroup& world, bool fp32) {
+  Curves c;
+  measure_gemms<T>(world, c);
+  measure_attention<T>(world, c);
+  measure_elementwise<T>(world, c, fp32);
+  return c;
+}
+
+// Latency and bus bandwidth of each collective over `world`, from 64 KiB .. 64 MiB: the slope of
+// time over the ring's bytes (LinkRate::seconds) by least squares, the latency what the smallest
+// size takes beyond it.
+Links measure_collectives(comm::ProcessGroup& world) {
+  Links links;
+  const int n = world.size();
+  if (n < 2) return links;
+  for (int k = 0; k < kCollectiveKinds; ++k) {
+    const auto kind = static_cast<CollectiveKind>(k);
+    if (kind == CollectiveKind::kSendRecv && n % 2 != 0) continue;
+    std::vector<double> xs, ts;
+    for (int64_t bytes = int64_t{1} << 16; bytes <= (int64_t{1} << 26); bytes *= 4) {
+      const int64_t count = bytes / 4;
+      Tensor whole = Tensor::zeros({count}, DType::kF32);
+      Tensor part = Tensor::zeros({count / n}, DType::kF32);
+      const int peer = world.rank() ^ 1;
+      // Fixed call counts (the same on every rank, as collectives need).
+      const int calls = static_cast<int>(std::clamp<int64_t>((int64_t{16} << 20) / bytes, 3, 100));
+      std::function<void()> run;
+      switch (kind) {
+        case CollectiveKind::kAllReduce:
+          run = [&] { world.all_reduce(whole, comm::ReduceOp::kSum).wait(); };
+          break;
+        case CollectiveKind::kReduceScatter:
+          run = [&] { world.reduce_scatter(whole, part, comm::ReduceOp::kSum).wait(); };
+          break;
+        case CollectiveKind::kAllGather:
+          run = [&] { world.all_gather(part, whole).wait(); };
+          break;
+        default:  // one message each way between pairs of ranks: half the round trip
+          run = [&] {
+            if (world.rank() % 2 == 0) {
+              world.send(whole, peer).wait();
+              world.recv(whole, peer).wait();
+            } else {
+              world.recv(whole, peer).wait();
+              world.send(whole, peer).wait();
+            }
+          };
+          break;
+      }
+      run();
+      std::array<double, 3> rounds{};
+      for (double& r : rounds) {
+        world.barrier().wait();
+        const Clock::time_point t0 = Clock::now();
+        for (int i = 0; i < calls; ++i) run();
+        r = since(t0) / calls / (kind == CollectiveKind::kSendRecv ? 2 : 1);
+      }
+      std::sort(rounds.begin(), rounds.end());
+      LinkRate unit{0, 1};  // seconds(bytes) with latency 0 and rate 1: the ring's bytes
+      xs.push_back(unit.seconds(kind, static_cast<double>(bytes), n));
+      ts.push_back(rounds[1]);
+    }
+    double mx = 0, mt = 0;
+    for (size_t i = 0; i < xs.size(); ++i) mx += xs[i], mt += ts[i];
+    mx /= xs.size(), mt /= ts.size();
+    double sxx = 0, sxt = 0;
+    for (size_t i = 0; i < xs.size(); ++i)
+      sxx += (xs[i] - mx) * (xs[i] - mx), sxt += (xs[i] - mx) * (ts[i] - mt);
+    const double slope = sxt > 0 ? sxt / sxx : ts.back() / xs.back();
+    const int steps = kind == CollectiveKind::kSendRecv ? 1 : n - 1;
+    links[k].bus_bytes_per_s = 1.0 / slope;
+    links[k].latency_s = std::max(0.0, ts.front() - xs.front() * slope) / steps;
+  }
+  return links;
+}
+
+// The extra cost of writing memory whose pages were given back (madvise MADV_DONTNEED, as ZeRO
+// 2-3 do with unowned parts): a fault and a zeroed page per 4 KiB, beyond the write itself.
+void measure_page_refault(comm::ProcessGroup& world, Curves& c) {
+  for (size_t bytes : {size_t{1} << 22, size_t{1} << 26}) {
+    void* raw = std::aligned_alloc(4096, bytes);
+    std::memset(raw, 1, bytes);
+    const double write = seconds_per_call(world, [&] { std::memset(raw, 2, bytes); });
+    const double refault = seconds_per_call(world, [&] {
+      madvise(raw, bytes, MADV_DONTNEED);
+      std::memset(raw, 3, bytes);
+    });
+    std::free(raw);
+    const double extra = std::max(refault - write, 1e-3 * refault);
+    add_point(c, KernelKind::kPageRefault, static_cast<double>(bytes), bytes / extra);
+  }
+}
+
+// The share of a collective on the communication thread that compute running meanwhile hides:
+// a product alone, a 16 MiB all-reduce alone, then the all-reduce issued and the product run
+// before waiting for it; (alone + alone - together) / all-reduce alone, clamped to [0, 1].
+double measure_overlap(comm::ProcessGroup& world) {
+  constexpr int64_t M = 1024, K = 1024, N = 2048;
+  const std::vector<float> a = values<float>(M * K), b = values<float>(K * N);
+  std::vector<float> out(M * N);
+  Tensor buffer = Tensor::zeros({int64_t{4} << 20}, DType::kF32);
+  const auto product = [&] {
+    kernels::gemm(false, false, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, out.data(), N);
+  };
+  // Fixed repetitions: the collective's calls must match on every rank.
+  const auto timed = [&](const std::function<void()>& run) {
+    run();
+    std::array<double, 3> rounds{};
+    for (double& r : rounds) {
+      world.barrier().wait();
+      const Clock::time_point t0 = Clock::now();
+      for (int i = 0; i < 5; ++i) run();
+      r = since(t0) / 5;
+    }
+    std::sort(rounds.begin(), rounds.end());
+    return rounds[1];
+  };
+  const double compute = timed(product);
+  const double reduce = timed([&] { world.all_reduce(buffer, comm::ReduceOp::kSum).wait(); });
+  const double both = timed([&] {
+    comm::Work w = world.all_reduce(buffer, comm::ReduceOp::kSum);
+    product();
+    w.wait();
+  });
+  return std::clamp((compute + reduce - both) / reduce, 0.0, 1.0);
+}
+
+}  // namespace
+
+HostConfiguration calibrate_host(comm::ProcessGroup& world, int threads,
+                                 const std::vector<DType>& dtypes) {
+  const int previous = num_threads();
+  set_num_threads(threads);
+  HostConfiguration c;
+  c.ranks_per_host = world.size();
+  c.threads_per_rank = threads;
+  c.kernels[DType::kF32] = measure_kernels<float>(world, true);
+  for (DType d : dtypes) {
+    if (d == DType::kBF16) c.kernels[d] = measure_kernels<bf16>(world, false);
+    if (d == DType::kF16) c.kernels[d] = measure_kernels<fp16>(world, false);
+  }
+  measure_page_refault(world, c.kernels[DType::kF32]);
+  c.intra_host = measure_collectives(world);
+  if (world.size() > 1) c.intra_host.overlap = measure_overlap(world);
+  set_num_threads(previous);
+  return c;
+}
+
+}  // namespace tessera::plan

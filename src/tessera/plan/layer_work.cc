@@ -1,0 +1,198 @@
+#include "tessera/plan/layer_work.h"
+
+#include <algorithm>
+
+#include "tessera/model/shard.h"
+
+namespace tessera::plan {
+namespace {
+
+using comm::GroupKind;
+
+// The shapes of one rank's layer: tokens N of the micro-batch (whole sequences), residual rows R
+// (N / TP under sequence parallelism), widths of this rank's projections.
+struct Shape {
+  double N, R, C, q, kv, F, up, T, B, heads;
+  DType dtype;
+  int tp;
+  bool sp;
+};
+
+Shape shape_of(const model::ModelConfig& c, const train::RankLayout& r) {
+  Shape s;
+  s.tp = r.tp;
+  s.sp = r.sequence_parallel && r.tp > 1;
+  s.dtype = r.compute;
+  s.N = static_cast<double>(r.tokens);
+  s.R = s.sp ? s.N / r.tp : s.N;
+  s.C = c.hidden_size;
+  const double hd = c.head_dim();
+  s.heads = static_cast<double>(c.num_attention_heads) / r.tp;
+  s.q = s.heads * hd;
+  s.kv = model::units_per_rank(c.kv_heads(), r.tp) * hd;
+  s.F = static_cast<double>(c.ffn()) / r.tp;
+  s.up = c.swiglu ? 2 * s.F : s.F;
+  s.B = static_cast<double>(r.micro_batch_size);
+  s.T = s.N / s.B;
+  return s;
+}
+
+class PassBuilder {
+ public:
+  PassBuilder(PassWork& pass, const Shape& s) : pass_(pass), s_(s) {}
+  void kernel(KernelKind kind, double size, double amount, DType dtype) {
+    if (amount > 0) pass_.kernels.push_back({kind, dtype, size, amount});
+  }
+  void kernel(KernelKind kind, double elements) { kernel(kind, elements, elements, s_.dtype); }
+  void gemm(KernelKind kind, double M, double N, double K) {
+    kernel(kind, std::min({M, N, K}), 2 * M * N * K, s_.dtype);
+  }
+  void collective(CollectiveKind kind, GroupKind group, double bytes) {
+    pass_.comms.push_back({kind, group, bytes});
+  }
+  // A linear layer's forward (N x in -> N x out), its bias added by the kernel.
+  void linear_forward(double in, double out, bool bias) {
+    gemm(KernelKind::kGemmForward, s_.N, out, in);
+    if (bias) kernel(KernelKind::kAdd, s_.N * out);
+  }
+  // Its backward: the input gradient and the weight gradient (and the bias' sum).
+  void linear_backward(double in, double out, bool bias) {
+    gemm(KernelKind::kGemmInputGrad, s_.N, in, out);
+    gemm(KernelKind::kGemmWeightGrad, out, in, s_.N);
+    if (bias) kernel(KernelKind::kAdd, s_.N * out);
+  }
+  // The residual stream's rows gathered before a column-parallel layer (sequence parallelism).
+  void gather_rows() {
+    if (s_.sp)
+      collective(CollectiveKind::kAllGather, GroupKind::kTensor,
+                 s_.N * s_.C * dtype_size(s_.dtype));
+  }
+  // A row-parallel layer's partial sums reduced over TP (reduce-scattered into rows under
+  // sequence parallelism); 16-bit activations are reduced in fp32 copies (widened, then rounded).
+  void reduce_rows() {
+    if (s_.tp == 1) return;
+    collective(s_.sp ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
+               GroupKind::kTensor, s_.N * s_.C * 4);
+    if (s_.dtype != DType::kF32) {
+      kernel(KernelKind::kAdd, s_.N * s_.C);
+      kernel(KernelKind::kAdd, s_.R * s_.C);
+    }
+  }
+  // Hidden dropout (when on) and the residual add, forward or backward.
+  void dropout_add(double dropout) {
+    if (dropout > 0) kernel(KernelKind::kDropout, s_.R * s_.C);
+    kernel(KernelKind::kAdd, s_.R * s_.C);
+  }
+
+ private:
+  PassWork& pass_;
+  const Shape& s_;
+};
+
+}  // namespace
+
+void PassWork::append(const PassWork& other) {
+  kernels.insert(kernels.end(), other.kernels.begin(), other.kernels.end());
+  comms.insert(comms.end(), other.comms.begin(), other.comms.end());
+}
+
+LayerWork layer_work(const model::ModelConfig& c, const train::RankLayout& r) {
+  const Shape s = shape_of(c, r);
+  const bool rope = c.position_embedding == model::PositionEmbedding::kRope;
+  const double attention_flops = 2 * s.B * s.T * s.T * c.head_dim() * s.heads;
+  const double qkv = s.q + 2 * s.kv;
+  LayerWork w;
+  PassBuilder f(w.forward, s);
+  f.kernel(KernelKind::kNormForward, s.R * s.C);
+  f.gather_rows();
+  f.linear_forward(s.C, qkv, c.qkv_bias());
+  if (rope) f.kernel(KernelKind::kRope, s.N * (s.q + s.kv));
+  f.kernel(KernelKind::kAttentionForward, s.T, attention_flops, s.dtype);
+  f.linear_forward(s.q, s.C, false);
+  f.reduce_rows();
+  if (c.add_bias_linear) f.kernel(KernelKind::kAdd, s.R * s.C);
+  f.dropout_add(c.hidden_dropout);
+  f.kernel(KernelKind::kNormForward, s.R * s.C);
+  f.gather_rows();
+  f.linear_forward(s.C, s.up, c.add_bias_linear);
+  f.kernel(KernelKind::kActivationForward, s.N * s.F);
+  f.linear_forward(s.F, s.C, false);
+  f.reduce_rows();
+  if (c.add_bias_linear) f.kernel(KernelKind::kAdd, s.R * s.C);
+  f.dropout_add(c.hidden_dropout);
+
+  // Backward, in transformer_layer.cc's order; a gathered input's gradient is reduce-scattered
+  // back into rows (sequence parallelism) or all-reduced (the column-parallel layer's input).
+  PassBuilder b(w.backward, s);
+  if (c.hidden_dropout > 0) b.kernel(KernelKind::kDropout, s.R * s.C);
+  b.gather_rows();  // the row-parallel output's gradient, gathered
+  b.linear_backward(s.F, s.C, c.add_bias_linear);
+  b.kernel(KernelKind::kActivationBackward, s.N * s.F);
+  b.linear_backward(s.C, s.up, c.add_bias_linear);
+  b.reduce_rows();
+  b.kernel(KernelKind::kNormBackward, s.R * s.C);
+  b.kernel(KernelKind::kAdd, s.R * s.C);
+  if (c.hidden_dropout > 0) b.kernel(KernelKind::kDropout, s.R * s.C);
+  b.gather_rows();
+  b.linear_backward(s.q, s.C, false);
+  b.kernel(KernelKind::kAttentionBackward, s.T, attention_flops, s.dtype);
+  if (rope) b.kernel(KernelKind::kRope, s.N * (s.q + s.kv));
+  b.linear_backward(s.C, qkv, c.qkv_bias());
+  b.reduce_rows();
+  b.kernel(KernelKind::kNormBackward, s.R * s.C);
+  b.kernel(KernelKind::kAdd, s.R * s.C);
+  return w;
+}
+
+PassWork recompute_work(const model::ModelConfig& c, const train::RankLayout& r,
+                        const LayerWork& layer) {
+  using G = model::RecomputePolicy::Granularity;
+  if (r.recompute.granularity == G::kFull) return layer.forward;
+  PassWork w;
+  if (r.recompute.granularity == G::kSelective) {
+    const Shape s = shape_of(c, r);
+    w.kernels.push_back({KernelKind::kAttentionForward, s.dtype, s.T,
+                         2 * s.B * s.T * s.T * c.head_dim() * s.heads});
+  }
+  return w;
+}
+
+LayerWork embedding_work(const model::ModelConfig& c, const train::RankLayout& r) {
+  const Shape s = shape_of(c, r);
+  const bool learned = c.position_embedding == model::PositionEmbedding::kLearnedAbsolute;
+  LayerWork w;
+  PassBuilder f(w.forward, s);
+  // The vocabulary-parallel lookup writes whole rows (zeros outside this rank's vocabulary
+  // range), reduced over TP; positions are added on every rank.
+  f.kernel(KernelKind::kEmbedding, s.N * s.C * (learned ? 2 : 1));
+  f.reduce_rows();
+  if (c.hidden_dropout > 0) f.kernel(KernelKind::kDropout, s.R * s.C);
+  PassBuilder b(w.backward, s);
+  if (c.hidden_dropout > 0) b.kernel(KernelKind::kDropout, s.R * s.C);
+  b.gather_rows();
+  b.kernel(KernelKind::kEmbedding, s.N * s.C * (learned ? 2 : 1));
+  return w;
+}
+
+PassWork head_work(const model::ModelConfig& c, const train::RankLayout& r) {
+  const Shape s = shape_of(c, r);
+  const double V = static_cast<double>(c.padded_vocab_size(r.tp)) / r.tp;
+  PassWork w;
+  PassBuilder h(w, s);
+  h.kernel(KernelKind::kNormForward, s.R * s.C);
+  h.gather_rows();
+  h.gemm(KernelKind::kGemmForward, s.N, V, s.C);
+  // The loss over a vocabulary split: each row's max, sum of exponentials and target logit are
+  // all-reduced over TP (three small fp32 all-reduces).
+  h.kernel(KernelKind::kCrossEntropy, s.N * V);
+  if (r.tp > 1)
+    for (int i = 0; i < 3; ++i)
+      h.collective(CollectiveKind::kAllReduce, GroupKind::kTensor, s.N * 4);
+  h.gemm(KernelKind::kGemmInputGrad, s.N, s.C, V);
+  h.gemm(KernelKind::kGemmWeightGrad, V, s.C, s.N);
+  h.reduce_rows();
+  h.kernel(KernelKind::kNormBackward, s.R * s.C);
+  return w;
+}
+
+}  // namespace tessera::plan

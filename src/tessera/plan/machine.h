@@ -1,0 +1,125 @@
+// A machine description: what tessera-plan's step-time model knows about the machine a layout runs
+// on. `tessera-plan --calibrate` measures one (the kernels' and collectives' own code paths on
+// this machine, plan/calibrate.h); descriptions of clusters Tessera cannot reach are written by
+// hand (examples/machines/, "kind": "description" — a description, not a measurement).
+//
+// JSON (docs/planning.md has an annotated example); every key is required unless marked, and an
+// unknown key is an error, so a typo cannot silently fall back to a default:
+//   {"name": "...", "kind": "measured" | "description", "source": "...",
+//    "hosts": H, "cores_per_host": C, "memory_per_host_bytes": B,
+//    "configurations": [            // one per number of ranks sharing a host
+//      {"ranks_per_host": R, "threads_per_rank": T,
+//       "kernels": {"fp32": {KERNEL: [[size, rate], ...], ...}, "bf16": {...}, "fp16": {...}},
+//       "intra_host": {COLLECTIVE: {"latency_s": a, "bus_bytes_per_s": b}, ...,
+//                      "overlap": f}}                                            // R > 1
+//    ],
+//    "inter_host": {COLLECTIVE: {...}}}                                            // H > 1
+// A configuration's rates are one rank's while all R ranks of the host run (they share the
+// memory system and the cores). KERNEL and COLLECTIVE names: kernel_kind_name,
+// collective_kind_name. A rate curve lists (size, rate) points in increasing size; between them
+// the rate is interpolated linearly in log(size), beyond them it is the nearest end's.
+#pragma once
+
+#include <array>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessera/core/dtype.h"
+
+namespace tessera::plan {
+
+// The kinds of work the time model prices, with their size and rate units.
+enum class KernelKind {
+  kGemmForward,        // a linear layer's product: FLOP/s by the product's smallest dimension
+  kGemmInputGrad,      // its input gradient (B not transposed): FLOP/s by smallest dimension
+  kGemmWeightGrad,     // its weight gradient (A transposed, accumulating): FLOP/s, same size
+  kAttentionForward,   // causal attention's core: forward FLOP/s by sequence length
+  kAttentionBackward,  // its backward: forward-FLOP units per second, by sequence length
+  kNormForward,        // LayerNorm / RMSNorm: elements/s by elements per call
+  kNormBackward,
+  kActivationForward,  // GELU (or SwiGLU's gate x value): output elements/s
+  kActivationBackward,
+  kAdd,           // residual and bias adds: elements/s
+  kDropout,       // dropout mask and scale, forward or backward: elements/s
+  kRope,          // rotary embedding of q and k: elements/s
+  kEmbedding,     // embedding lookup (forward) or scatter-add (backward): elements/s
+  kCrossEntropy,  // softmax cross-entropy forward and backward: logit elements/s
+  kOptimizer,     // AdamW over fp32 master weights: parameter elements/s
+  kGradNorm,      // sum of squares over gradients: elements/s
+  kZeroFill,      // zeroing the gradient buffers: elements/s
+  kPageRefault,   // touching memory whose pages were given back (ZeRO 2-3's unowned parts):
+                  // the extra seconds beyond the write, as bytes/s by bytes a call
+  kCount
+};
+inline constexpr int kKernelKinds = static_cast<int>(KernelKind::kCount);
+const char* kernel_kind_name(KernelKind kind);
+
+enum class CollectiveKind { kAllReduce, kReduceScatter, kAllGather, kSendRecv, kCount };
+inline constexpr int kCollectiveKinds = static_cast<int>(CollectiveKind::kCount);
+const char* collective_kind_name(CollectiveKind kind);
+
+// Rates at sizes, interpolated log-linearly in size between points, constant beyond the ends.
+struct RateCurve {
+  std::vector<std::pair<double, double>> points;  // (size, rate > 0), sizes increasing
+  bool empty() const { return points.empty(); }
+  double at(double size) const;
+};
+
+// A collective's cost on n ranks moving `bytes` (the whole buffer: an all-reduce's input, a
+// reduce-scatter's input, an all-gather's output, a message): latency * (n - 1) + bytes *
+// factor / bus_bytes_per_s, where factor is the ring algorithm's share of the buffer a rank
+// sends (all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n, a message 1) — the "bus
+// bandwidth" of nccl-tests (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md).
+struct LinkRate {
+  double latency_s = 0;
+  double bus_bytes_per_s = 0;  // 0: not described
+  bool described() const { return bus_bytes_per_s > 0; }
+  double seconds(CollectiveKind kind, double bytes, int n) const;
+};
+// The collectives of one level (within a host, between hosts), and how much of a collective
+// that runs on the communication thread while compute goes on is hidden behind that compute:
+// `overlap` 1 where the transfer needs no compute core (a GPU's copy engines, a NIC), near 0 on a
+// host whose cores all compute and move the bytes themselves (shared-memory MPI: the transfer
+// is CPU work). Measured by --calibrate; 1 when a description leaves it out.
+struct Links {
+  std::array<LinkRate, kCollectiveKinds> rates{};
+  double overlap = 1;
+  LinkRate& operator[](int kind) { return rates[kind]; }
+  const LinkRate& operator[](int kind) const { return rates[kind]; }
+  void fill(const LinkRate& r) { rates.fill(r); }
+};
+
+struct HostConfiguration {
+  int ranks_per_host = 1, threads_per_rank = 1;
+  // kernels[dtype][kind]; a dtype absent from the JSON has no curves (empty).
+  std::map<DType, std::array<RateCurve, kKernelKinds>> kernels;
+  Links intra_host;
+};
+
+struct MachineDescription {
+  std::string name, kind, source;
+  int hosts = 1, cores_per_host = 1;
+  double memory_per_host_bytes = 0;
+  std::vector<HostConfiguration> configurations;
+  Links inter_host;
+
+  // The configuration for `ranks_per_host` ranks on a host; tessera::Error naming the file's
+  // configurations when there is none (calibrate with that many ranks).
+  const HostConfiguration& configuration(int ranks_per_host) const;
+};
+
+// Reads and checks a description (`origin` names it in messages: the file's path). Any problem —
+// not JSON, a missing or unknown key, a rate that is not positive, sizes out of order — is one
+// tessera::Error naming the origin and the key.
+MachineDescription read_machine(const std::string& path);
+MachineDescription parse_machine(const std::string& text, const std::string& origin);
+
+// The JSON of a description (what read_machine reads back).
+std::string machine_json(const MachineDescription& m);
+
+// This host's physical memory in bytes (what --calibrate records).
+double host_memory_bytes();
+
+}  // namespace tessera::plan

@@ -1,0 +1,379 @@
+#include "tessera/plan/step_time.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "tessera/core/error.h"
+#include "tessera/pipeline/schedule.h"
+#include "tessera/plan/layer_work.h"
+#include "tessera/train/flops.h"
+
+namespace tessera::plan {
+namespace {
+
+using comm::GroupKind;
+using Granularity = model::RecomputePolicy::Granularity;
+
+// Seconds of work on one rank: kernels by the host configuration's curves, collectives by the
+// links their group spans (inter-host when its ranks are on more than one host).
+class Pricer {
+ public:
+  Pricer(const MachineDescription& m, const HostConfiguration& conf, const comm::MeshLayout& mesh)
+      : machine_(m), conf_(conf), mesh_(mesh) {}
+
+  double kernels(const PassWork& w) const {
+    double s = 0;
+    for (const KernelWork& k : w.kernels) s += kernel(k.kind, k.dtype, k.size, k.amount);
+    return s;
+  }
+  double comms(const PassWork& w, int rank) const {
+    double s = 0;
+    for (const CommWork& c : w.comms) s += collective(c.kind, c.group, c.bytes, rank);
+    return s;
+  }
+  double kernel(KernelKind kind, DType dtype, double size, double amount) const {
+    const auto it = conf_.kernels.find(dtype);
+    const RateCurve* curve =
+        it == conf_.kernels.end() ? nullptr : &it->second[static_cast<int>(kind)];
+    if (curve == nullptr || curve->empty())
+      throw Error("machine '" + machine_.name + "' has no " + dtype_name(dtype) + " rate for " +
+                  kernel_kind_name(kind) + " (" + std::to_string(conf_.ranks_per_host) +
+                  " rank(s) a host); add it or calibrate it");
+    return amount / curve->at(size);
+  }
+  // The links a group of `rank` uses: between hosts when its ranks are on more than one.
+  const Links& links(GroupKind group, int rank) const {
+    const std::vector<int>& members = mesh_.group_of(group, rank);
+    const int R = conf_.ranks_per_host;
+    bool spans_hosts = false;
+    for (int m : members) spans_hosts |= m / R != members.front() / R;
+    return spans_hosts ? machine_.inter_host : conf_.intra_host;
+  }
+  // The share of a collective of that group that compute running meanwhile hides.
+  double overlap(GroupKind group, int rank) const { return links(group, rank).overlap; }
+  double collective(CollectiveKind kind, GroupKind group, double bytes, int rank) const {
+    const std::vector<int>& members = mesh_.group_of(group, rank);
+    const int n = static_cast<int>(members.size());
+    if (n <= 1 || bytes <= 0) return 0;
+    const Links& level = links(group, rank);
+    const bool spans_hosts = &level == &machine_.inter_host;
+    const LinkRate& link = level[static_cast<int>(kind)];
+    if (!link.described())
+      throw Error("machine '" + machine_.name + "' describes no " + collective_kind_name(kind) +
+                  (spans_hosts ? " between hosts" : " within a host") + " (needed by a group of " +
+                  std::to_string(n) + " ranks)");
+    return link.seconds(kind, bytes, n);
+  }
+
+ private:
+  const MachineDescription& machine_;
+  const HostConfiguration& conf_;
+  const comm::MeshLayout& mesh_;
+};
+
+// One rank's chunk times: kernels and tensor-parallel collectives apart.
+struct ChunkTimes {
+  double forward = 0, forward_tp = 0, backward = 0, backward_tp = 0;
+  double total(bool fwd) const { return fwd ? forward + forward_tp : backward + backward_tp; }
+};
+
+// How many of a chunk's `layers` rerun their forward (or attention core) in backward.
+int recomputed_layers(const train::RankLayout& r, int layers) {
+  if (r.recompute.granularity == Granularity::kNone) return 0;
+  if (r.recompute.granularity == Granularity::kFull &&
+      r.recompute.method == model::RecomputePolicy::Method::kBlock)
+    return std::min(layers, r.recompute.num_layers);
+  return layers;
+}
+
+std::vector<ChunkTimes> chunk_times(const model::ModelConfig& cfg, const train::RankLayout& r,
+                                    const Pricer& price, int rank) {
+  const LayerWork layer = layer_work(cfg, r);
+  const PassWork rerun = recompute_work(cfg, r, layer);
+  const LayerWork embedding = embedding_work(cfg, r);
+  const PassWork head = head_work(cfg, r);
+  const int P = r.pp, V = static_cast<int>(r.chunk_layers.size());
+  std::vector<ChunkTimes> out(V);
+  for (int c = 0; c < V; ++c) {
+    const int n = static_cast<int>(r.chunk_layers[c].size());
+    const int j = c * P + r.pp_rank;  // the model chunk
+    ChunkTimes& t = out[c];
+    t.forward = n * price.kernels(layer.forward);
+    t.forward_tp = n * price.comms(layer.forward, rank);
+    t.backward = n * price.kernels(layer.backward);
+    t.backward_tp = n * price.comms(layer.backward, rank);
+    const int rerun_layers = recomputed_layers(r, n);
+    t.backward += rerun_layers * price.kernels(rerun);
+    t.backward_tp += rerun_layers * price.comms(rerun, rank);
+    if (j == 0) {
+      t.forward += price.kernels(embedding.forward);
+      t.forward_tp += price.comms(embedding.forward, rank);
+      t.backward += price.kernels(embedding.backward);
+      t.backward_tp += price.comms(embedding.backward, rank);
+    }
+    if (j == V * P - 1) {
+      t.backward += price.kernels(head);
+      t.backward_tp += price.comms(head, rank);
+    }
+  }
+  return out;
+}
+
+// What the reduction of `seconds` (communication time of each bucket, in the order backward
+// completes them, each ready when backward has produced `ready_share` of the gradients up to and
+// including it) adds to a backward of `backward_s`: with overlap, the communication thread takes
+// one bucket at a time while backward goes on, and compute hides the share `hidden` of each
+// (the rest is work the compute cores do, which lengthens the step); without, all of it.
+double exposed_reduction(const std::vector<double>& seconds, const std::vector<double>& ready_share,
+                         double backward_s, bool overlap, double hidden) {
+  double total = 0;
+  for (double s : seconds) total += s;
+  if (!overlap) return total;
+  double done = 0;
+  for (size_t i = 0; i < seconds.size(); ++i)
+    done = std::max(done, ready_share[i] * backward_s) + hidden * seconds[i];
+  return (1 - hidden) * total + std::max(0.0, done - backward_s);
+}
+
+// One pass's work, kind by kind, with the rate each was priced at: --explain's lines.
+std::string explain_pass(const char* title, double times, const PassWork& w, const Pricer& price,
+                         const HostConfiguration& conf, int rank) {
+  if (w.kernels.empty() && w.comms.empty()) return "";
+  std::map<std::pair<int, int>, std::pair<double, double>> kinds;  // (kind, dtype) -> (amount, s)
+  for (const KernelWork& k : w.kernels) {
+    auto& [amount, seconds] = kinds[{static_cast<int>(k.kind), static_cast<int>(k.dtype)}];
+    amount += k.amount;
+    seconds += price.kernel(k.kind, k.dtype, k.size, k.amount);
+  }
+  char line[256];
+  std::snprintf(line, sizeof line, "  %s (x %g):\n", title, times);
+  std::string out = line;
+  double total = 0;
+  for (const auto& [key, v] : kinds) {
+    const auto kind = static_cast<KernelKind>(key.first);
+    const bool flops = kind <= KernelKind::kAttentionBackward;
+    std::snprintf(line, sizeof line, "    %-20s %-4s %12.4g %s at %10.4g/s = %9.3f ms\n",
+                  kernel_kind_name(kind), dtype_name(static_cast<DType>(key.second)), v.first,
+                  flops ? "FLOP    " : "elements", v.first / v.second, 1e3 * v.second);
+    out += line;
+    total += v.second;
+  }
+  for (const CommWork& c : w.comms) {
+    const double s = price.collective(c.kind, c.group, c.bytes, rank);
+    std::snprintf(line, sizeof line, "    %-25s %12.4g bytes             = %9.3f ms\n",
+                  collective_kind_name(c.kind), c.bytes, 1e3 * s);
+    out += line;
+    total += s;
+  }
+  std::snprintf(line, sizeof line, "    total %.3f ms, x %g = %.3f ms\n", 1e3 * total, times,
+                1e3 * total * times);
+  (void)conf;
+  return out + line;
+}
+
+}  // namespace
+
+std::string explain_step_time(const model::ModelConfig& cfg, const comm::MeshLayout& mesh,
+                              const std::vector<train::RankLayout>& ranks,
+                              const MachineDescription& machine, int rank) {
+  const StepTimePrediction t = predict_step_time(cfg, mesh, ranks, machine);
+  const HostConfiguration& conf = machine.configuration(t.ranks_per_host);
+  const Pricer price(machine, conf, mesh);
+  const train::RankLayout& r = ranks[rank];
+  const double M = static_cast<double>(r.micro_batches);
+  int layers = 0;
+  for (const auto& l : r.chunk_layers) layers += static_cast<int>(l.size());
+  const LayerWork layer = layer_work(cfg, r);
+  std::string out = "rank " + std::to_string(rank) + " on '" + machine.name + "' (" +
+                    std::to_string(conf.ranks_per_host) + " rank(s) a host, " +
+                    std::to_string(conf.threads_per_rank) +
+                    " thread(s) a rank): " + std::to_string(layers) + " layer(s), " +
+                    std::to_string(r.micro_batches) + " micro-batch(es) of " +
+                    std::to_string(r.tokens) + " tokens\n";
+  out += explain_pass("a layer's forward", M * layers, layer.forward, price, conf, rank);
+  out += explain_pass("a layer's backward", M * layers, layer.backward, price, conf, rank);
+  int rerun = 0;
+  for (const auto& l : r.chunk_layers) rerun += recomputed_layers(r, static_cast<int>(l.size()));
+  out += explain_pass("a layer's recomputation", M * rerun, recompute_work(cfg, r, layer), price,
+                      conf, rank);
+  if (r.first_stage) {
+    const LayerWork e = embedding_work(cfg, r);
+    out += explain_pass("the embedding's forward", M, e.forward, price, conf, rank);
+    out += explain_pass("the embedding's backward", M, e.backward, price, conf, rank);
+  }
+  if (r.last_stage) out += explain_pass("the head", M, head_work(cfg, r), price, conf, rank);
+  const StepTimeComponents& c = t.ranks[rank];
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "  step: compute %.3f + tensor-parallel %.3f + pipeline bubble %.3f + "
+                "data-parallel %.3f + optimizer %.3f = %.3f ms (the step: rank %d's %.3f ms)\n",
+                1e3 * c.compute, 1e3 * c.tp_comm, 1e3 * c.pipeline_bubble, 1e3 * c.dp_comm,
+                1e3 * c.optimizer, 1e3 * c.total(), t.critical_rank, 1e3 * t.step_s);
+  return out + line;
+}
+
+StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::MeshLayout& mesh,
+                                     const std::vector<train::RankLayout>& ranks,
+                                     const MachineDescription& machine) {
+  if (mesh.context() > 1)
+    throw Error(
+        "the step-time model does not cover context parallelism yet "
+        "(--context-parallel-size > 1); the memory prediction does");
+  if (cfg.moe.enabled())
+    throw Error(
+        "the step-time model does not cover MoE layers yet (--num-experts); the memory "
+        "prediction does");
+  const int world = mesh.world_size();
+  int largest = 0;
+  for (const HostConfiguration& c : machine.configurations)
+    largest = std::max(largest, c.ranks_per_host);
+  const int per_host = std::min(world, largest);
+  const int hosts_needed = (world + per_host - 1) / per_host;
+  if (hosts_needed > machine.hosts)
+    throw Error("the layout needs " + std::to_string(world) + " ranks = " +
+                std::to_string(hosts_needed) + " hosts of " + std::to_string(per_host) +
+                " ranks, machine '" + machine.name + "' has " + std::to_string(machine.hosts));
+  const HostConfiguration& conf = machine.configuration(per_host);
+  const Pricer price(machine, conf, mesh);
+
+  StepTimePrediction out;
+  out.ranks_per_host = per_host;
+  out.ranks.resize(world);
+  std::vector<std::vector<ChunkTimes>> times(world);
+  for (int rank = 0; rank < world; ++rank) {
+    const train::RankLayout& r = ranks[rank];
+    if (r.optimizer_offload_buffer_bytes >= 0 || r.param_offload_kept_elements >= 0)
+      throw Error("the step-time model does not cover NVMe offload yet");
+    times[rank] = chunk_times(cfg, r, price, rank);
+  }
+
+  // The schedule: each pipeline group simulated once with its ranks' own chunk times; every
+  // activation or gradient message priced as one send over the pipeline group's link.
+  std::vector<double> schedule_end(world), last_backward(world);
+  for (const std::vector<int>& group : mesh.all_groups(GroupKind::kPipeline)) {
+    const train::RankLayout& r0 = ranks[group.front()];
+    const int P = r0.pp;
+    const double M = static_cast<double>(r0.micro_batches);
+    if (P == 1) {
+      const int rank = group.front();
+      const ChunkTimes& t = times[rank][0];
+      schedule_end[rank] = M * (t.total(true) + t.total(false));
+      last_backward[rank] = t.total(false);
+      continue;
+    }
+    pipeline::ScheduleShape shape{P, static_cast<int>(r0.micro_batches),
+                                  static_cast<int>(r0.chunk_layers.size())};
+    std::vector<std::vector<pipeline::Step>> lists(P);
+    for (int p = 0; p < P; ++p) lists[p] = pipeline::build_schedule(r0.schedule, shape, p);
+    pipeline::OperationTimes op;
+    const double rows = r0.sequence_parallel && r0.tp > 1 ? r0.tokens / r0.tp : r0.tokens;
+    op.transfer = price.collective(CollectiveKind::kSendRecv, GroupKind::kPipeline,
+                                   rows * cfg.hidden_size * dtype_size(r0.compute), group.front());
+    // A send runs on the communication thread; the share compute does not hide is the compute
+    // cores' work, charged to the operation that sends.
+    const double send_work = (1 - price.overlap(GroupKind::kPipeline, group.front())) * op.transfer;
+    op.compute = [&](int p, int chunk, bool forward) {
+      return times[group[p]][chunk].total(forward) + send_work;
+    };
+    const pipeline::Simulation sim = pipeline::simulate(shape, lists, op);
+    TESSERA_CHECK_MSG(!sim.deadlock, sim.problem);
+    for (int p = 0; p < P; ++p) {
+      schedule_end[group[p]] = sim.finish[p];
+      last_backward[group[p]] = times[group[p]][0].total(false);
+    }
+  }
+
+  for (int rank = 0; rank < world; ++rank) {
+    const train::RankLayout& r = ranks[rank];
+    StepTimeComponents& c = out.ranks[rank];
+    const double M = static_cast<double>(r.micro_batches);
+    for (const ChunkTimes& t : times[rank]) {
+      c.compute += M * (t.forward + t.backward);
+      c.tp_comm += M * (t.forward_tp + t.backward_tp);
+    }
+    c.pipeline_bubble = std::max(0.0, schedule_end[rank] - c.compute - c.tp_comm);
+
+    // Gradient reduction over DP x CP: buckets of about bucket_elements fp32 elements from the end
+    // of the rank's gradients (ZeRO 3: one per model unit, here taken as one per layer).
+    const train::ModelStateBytes states = train::theoretical_model_states(cfg, r);
+    const double P = states.parameter_elements;
+    const int dp = r.dp;
+    if (dp > 1) {
+      const CollectiveKind reduce =
+          r.zero_stage == 0 ? CollectiveKind::kAllReduce : CollectiveKind::kReduceScatter;
+      int layers = 0;
+      for (const auto& l : r.chunk_layers) layers += static_cast<int>(l.size());
+      const double bucket =
+          r.zero_stage == 3 ? P / std::max(1, layers + 1) : static_cast<double>(r.bucket_elements);
+      std::vector<double> seconds, ready;
+      for (double done = 0; done < P;) {
+        const double n = std::min(bucket, P - done);
+        done += n;
+        seconds.push_back(price.collective(reduce, GroupKind::kDataContext, 4 * n, rank));
+        ready.push_back(done / P);
+      }
+      const bool every_micro_batch = r.zero_stage >= 2;
+      const double hidden = price.overlap(GroupKind::kDataContext, rank);
+      const double once =
+          exposed_reduction(seconds, ready, last_backward[rank], r.overlap_grad_reduce, hidden);
+      c.dp_comm += every_micro_batch ? M * once : once;
+      const double values = P * dtype_size(r.compute);
+      if (r.zero_stage == 1 || r.zero_stage == 2)
+        c.dp_comm +=
+            price.collective(CollectiveKind::kAllGather, GroupKind::kDataContext, values, rank);
+      // ZeRO 2-3 give the pages of unowned gradient parts back after each reduction; backward
+      // faults them in again (every micro-batch). ZeRO 3 does the same with each unit's gathered
+      // parameters, twice a micro-batch (forward, backward).
+      const double unowned = 1.0 - 1.0 / dp;
+      if (r.zero_stage >= 2)
+        c.dp_comm += M * price.kernel(KernelKind::kPageRefault, DType::kF32,
+                                      4 * P * unowned / layers, 4 * P * unowned);
+      if (r.zero_stage == 3) {
+        // Gathered before every forward and again in backward, prefetched under the compute of
+        // the units before: what the pass's compute does not hide waits, and the first unit.
+        const double gather =
+            price.collective(CollectiveKind::kAllGather, GroupKind::kDataContext, values, rank);
+        const ChunkTimes& t = times[rank][0];
+        const double first = gather / std::max(1, layers + 1);
+        const auto pass = [&](double compute) {
+          return (1 - hidden) * gather + std::max(first, hidden * gather - compute);
+        };
+        const double refault = price.kernel(KernelKind::kPageRefault, DType::kF32,
+                                            values * unowned / layers, values * unowned);
+        c.dp_comm += M * (pass(t.forward) + pass(t.backward) + 2 * refault);
+      }
+    }
+    // Tied embeddings on different stages: their gradients are all-reduced between them.
+    if (r.pp > 1 && !cfg.untie_embeddings_and_output_weights && (r.first_stage || r.last_stage)) {
+      const double rows = static_cast<double>(cfg.padded_vocab_size(r.tp)) / r.tp;
+      c.dp_comm += price.collective(CollectiveKind::kAllReduce, GroupKind::kEmbedding,
+                                    4 * rows * cfg.hidden_size, rank);
+    }
+
+    const double owned = r.zero_stage >= 1 ? P / dp : P;
+    c.optimizer = price.kernel(KernelKind::kZeroFill, DType::kF32, P, P) +
+                  price.kernel(KernelKind::kGradNorm, DType::kF32, owned, owned) +
+                  price.kernel(KernelKind::kOptimizer, r.compute, owned, owned);
+    const double step = c.total();
+    if (step > out.step_s) {
+      out.step_s = step;
+      out.critical_rank = rank;
+    }
+  }
+  out.components = out.ranks[out.critical_rank];
+  return out;
+}
+
+double predicted_mfu(const model::ModelConfig& cfg, int64_t global_batch, int world_size,
+                     const StepTimePrediction& p, const MachineDescription& machine, DType dtype) {
+  const HostConfiguration& conf = machine.configuration(p.ranks_per_host);
+  const auto it = conf.kernels.find(dtype);
+  if (it == conf.kernels.end() || p.step_s <= 0) return 0;
+  const RateCurve& gemm = it->second[static_cast<int>(KernelKind::kGemmForward)];
+  if (gemm.empty()) return 0;
+  const double flops = train::model_flops(cfg, cfg.padded_vocab_size(1), global_batch);
+  return flops / (p.step_s * world_size * gemm.points.back().second);
+}
+
+}  // namespace tessera::plan

@@ -1,0 +1,70 @@
+// The step-time model: one training iteration of a layout, predicted from the work each rank does
+// (plan/layer_work.h) priced by a machine description (plan/machine.h), composed through the
+// pipeline schedule the executor runs (pipeline/schedule.h's lists, simulated with each rank's
+// own chunk times) and the gradient reduction's overlap with backward.
+//
+// Per rank:
+//   schedule  = the pipeline simulation's end for this rank (without a pipeline: M x (F + B)),
+//               where F and B are a chunk's kernels plus its tensor-parallel collectives (which
+//               wait: nothing overlaps them) and B includes recomputation and, on the last model
+//               chunk, the head (which runs when its backward starts);
+//   + DP/ZeRO = what the gradient reduction leaves after backward: buckets reduced one after
+//               another on the communication thread as backward completes them (each ready when
+//               backward has produced its share of the rank's gradients), in the last micro-batch
+//               (ZeRO 0-1) or every micro-batch (ZeRO 2-3); ZeRO 3's gathers beyond the compute
+//               of the pass they are prefetched under; ZeRO 1-2's gather of updated values;
+//   + optimizer = zeroing the gradients, their norm, AdamW over the owned elements.
+// The step is the largest rank's (the gradient norm's all-reduce ends every rank's step together).
+//
+// Not modelled (predict_step_time refuses with one line): context parallelism, MoE layers,
+// NVMe offload.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tessera/comm/parallel_state.h"
+#include "tessera/model/config.h"
+#include "tessera/plan/machine.h"
+#include "tessera/train/memory_report.h"
+
+namespace tessera::plan {
+
+// Seconds of one iteration on one rank, by component (they add up to its step time).
+struct StepTimeComponents {
+  double compute = 0;          // kernels: forward, backward, recomputation, every micro-batch
+  double tp_comm = 0;          // tensor-parallel collectives
+  double pipeline_bubble = 0;  // waiting inside the pipeline schedule (fill, drain, transfers)
+  double dp_comm = 0;          // gradient reduction and ZeRO gathers not hidden by compute
+  double optimizer = 0;        // gradient zeroing, norm, AdamW
+  double total() const { return compute + tp_comm + pipeline_bubble + dp_comm + optimizer; }
+};
+
+struct StepTimePrediction {
+  double step_s = 0;
+  int critical_rank = 0;  // the rank whose step is longest; components are its
+  StepTimeComponents components;
+  std::vector<StepTimeComponents> ranks;  // every rank's
+  int ranks_per_host = 1;                 // of the machine configuration used
+};
+
+// `ranks` from train::rank_layouts for `mesh`. tessera::Error (one line) for a layout the model
+// does not cover or a machine that lacks a rate it needs (naming the kernel, dtype or link).
+StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::MeshLayout& mesh,
+                                     const std::vector<train::RankLayout>& ranks,
+                                     const MachineDescription& machine);
+
+// The arithmetic of rank `rank`'s prediction (tessera-plan --explain): each pass's work by kernel
+// kind with its amount, the rate it was priced at and its seconds, each collective, and how they
+// compose into the step.
+std::string explain_step_time(const model::ModelConfig& cfg, const comm::MeshLayout& mesh,
+                              const std::vector<train::RankLayout>& ranks,
+                              const MachineDescription& machine, int rank);
+
+// Model FLOPs utilisation of a predicted step: Megatron's model FLOPs (train/flops.h) of the
+// global batch over step time x ranks x a rank's peak (the configuration's gemm_forward rate at
+// its largest size, the best a rank does at `dtype`); 0 when the machine has no such rate.
+double predicted_mfu(const model::ModelConfig& cfg, int64_t global_batch, int world_size,
+                     const StepTimePrediction& p, const MachineDescription& machine, DType dtype);
+
+}  // namespace tessera::plan

@@ -1,0 +1,171 @@
+// The step-time model (plan/step_time.h) on a machine whose rates make its arithmetic checkable
+// by hand: GEMMs and attention at 1 TFLOP/s (attention's backward at half, so a causal layer's
+// three passes cost Megatron's 3x forward), every other kernel free. Then the compute of a step is
+// Megatron's model FLOPs (train/flops.h, written independently) over 1e12; collectives add their
+// ring cost; recomputation its forward; ZeRO its reduce-scatter and gather.
+#include "tessera/plan/step_time.h"
+
+#include <gtest/gtest.h>
+
+#include "tessera/core/error.h"
+#include "tessera/train/flops.h"
+#include "tessera/train/rank_layout.h"
+#include "testing/parse_flags.h"
+
+namespace tessera::plan {
+namespace {
+
+constexpr double kGemm = 1e12, kFree = 1e30;
+const LinkRate kLink{2e-6, 1e10};
+
+MachineDescription hand_machine() {
+  MachineDescription m;
+  m.name = "by hand";
+  m.kind = "description";
+  m.hosts = 1;
+  for (int ranks : {1, 2, 4}) {
+    HostConfiguration c;
+    c.ranks_per_host = ranks;
+    for (DType d : {DType::kF32, DType::kBF16}) {
+      auto& k = c.kernels[d];
+      for (int i = 0; i < kKernelKinds; ++i) k[i].points = {{1, kFree}};
+      for (KernelKind g : {KernelKind::kGemmForward, KernelKind::kGemmInputGrad,
+                           KernelKind::kGemmWeightGrad, KernelKind::kAttentionForward})
+        k[static_cast<int>(g)].points = {{1, kGemm}};
+      k[static_cast<int>(KernelKind::kAttentionBackward)].points = {{1, kGemm / 2}};
+    }
+    c.intra_host.fill(kLink);
+    m.configurations.push_back(c);
+  }
+  return m;
+}
+
+struct Planned {
+  train::TrainArgs args;
+  comm::MeshLayout mesh;
+  std::vector<train::RankLayout> ranks;
+};
+
+Planned planned(int world, std::vector<std::string> flags) {
+  for (const char* f : {"--mock-data", "--lr", "1e-3", "--train-iters", "1", "--model", "gpt2-tiny",
+                        "--hidden-size", "128", "--num-attention-heads", "4", "--num-layers", "4",
+                        "--global-batch-size", "8", "--hidden-dropout", "0"})
+    flags.push_back(f);
+  train::TrainArgs args = testing::parse_flags(flags);
+  comm::MeshLayout mesh = train::prepare_layout(args, world);
+  std::vector<train::RankLayout> ranks = train::rank_layouts(args, mesh, 1);
+  return {args, mesh, ranks};
+}
+
+StepTimePrediction predict(const Planned& p) {
+  return predict_step_time(p.args.model, p.mesh, p.ranks, hand_machine());
+}
+
+double flops(const Planned& p, int tp) {
+  return train::model_flops(p.args.model, p.args.model.padded_vocab_size(tp),
+                            p.args.global_batch_size);
+}
+
+TEST(StepTime, ComputeIsModelFlopsAtTheGemmRate) {
+  const Planned p = planned(1, {"--micro-batch-size", "2"});
+  const StepTimePrediction t = predict(p);
+  EXPECT_NEAR(t.components.compute, flops(p, 1) / kGemm, 1e-9 * t.step_s);
+  EXPECT_EQ(t.components.tp_comm, 0);
+  EXPECT_EQ(t.components.dp_comm, 0);
+  EXPECT_EQ(t.components.pipeline_bubble, 0);
+  EXPECT_NEAR(t.step_s, t.components.total(), 1e-15);
+}
+
+TEST(StepTime, TensorParallelHalvesComputeAndPaysItsAllReducesByHand) {
+  const Planned p = planned(2, {"--micro-batch-size", "2", "--tensor-model-parallel-size", "2"});
+  const StepTimePrediction t = predict(p);
+  EXPECT_NEAR(t.components.compute, flops(p, 2) / 2 / kGemm, 1e-9 * t.step_s);
+  // Per micro-batch of N = 2 x 64 tokens: two all-reduces of N x C fp32 values a layer in
+  // forward and two in backward, one after the embedding, one for the head's input gradient, and
+  // the loss's three of N fp32 values; 4 micro-batches.
+  const double N = 2 * 64, C = 128, M = 4;
+  const double rows = kLink.seconds(CollectiveKind::kAllReduce, 4 * N * C, 2);
+  const double loss = kLink.seconds(CollectiveKind::kAllReduce, 4 * N, 2);
+  EXPECT_NEAR(t.components.tp_comm, M * ((4 * 4 + 2) * rows + 3 * loss), 1e-12);
+  // Sequence parallelism turns each all-reduce into a reduce-scatter and adds the gathers.
+  const Planned sp = planned(
+      2, {"--micro-batch-size", "2", "--tensor-model-parallel-size", "2", "--sequence-parallel"});
+  const StepTimePrediction s = predict(sp);
+  const double scatter = kLink.seconds(CollectiveKind::kReduceScatter, 4 * N * C, 2);
+  const double gather = kLink.seconds(CollectiveKind::kAllGather, 4 * N * C, 2);
+  // A layer: 2 gathers and 2 scatters forward, 2 and 2 backward; the embedding 1 scatter
+  // forward and 1 gather backward; the head 1 gather and 1 scatter (and the loss's three).
+  EXPECT_NEAR(s.components.tp_comm, M * ((4 * 4 + 2) * scatter + (4 * 4 + 2) * gather + 3 * loss),
+              1e-12);
+}
+
+TEST(StepTime, FullRecomputationAddsTheLayersForward) {
+  const Planned base = planned(1, {"--micro-batch-size", "2"});
+  const Planned full = planned(1, {"--micro-batch-size", "2", "--recompute-granularity", "full",
+                                   "--recompute-method", "uniform", "--recompute-num-layers", "1"});
+  // Megatron's count is 3x forward; the head's forward (2 V C FLOPs a token) is not rerun.
+  const double tokens = 8 * 64, V = base.args.model.padded_vocab_size(1);
+  const double layers_forward = flops(base, 1) / 3 - 2 * tokens * V * 128;
+  EXPECT_NEAR(predict(full).components.compute - predict(base).components.compute,
+              layers_forward / kGemm, 1e-9 * predict(full).step_s);
+}
+
+TEST(StepTime, DataParallelReductionByHand) {
+  for (int stage : {0, 1}) {
+    const Planned p =
+        planned(2, {"--micro-batch-size", "2", "--zero-stage", std::to_string(stage)});
+    const StepTimePrediction t = predict(p);
+    EXPECT_NEAR(t.components.compute, flops(p, 1) / 2 / kGemm, 1e-9 * t.step_s);
+    // One bucket (the model is far below 40M elements), ready when backward ends: all of it
+    // waits. ZeRO 1 reduce-scatters, then gathers the updated fp32 values.
+    // The parameters with the embedding's rows padded (257 -> 384), as the trainer allocates.
+    const model::ModelConfig& c = p.args.model;
+    const double P = static_cast<double>(c.num_parameters()) +
+                     static_cast<double>(c.padded_vocab_size(1) - c.vocab_size) * c.hidden_size;
+    const double expected = stage == 0 ? kLink.seconds(CollectiveKind::kAllReduce, 4 * P, 2)
+                                       : kLink.seconds(CollectiveKind::kReduceScatter, 4 * P, 2) +
+                                             kLink.seconds(CollectiveKind::kAllGather, 4 * P, 2);
+    EXPECT_NEAR(t.components.dp_comm, expected, 1e-3 * expected) << "ZeRO " << stage;
+  }
+}
+
+TEST(StepTime, PipelineBubbleOfEqualStages) {
+  // 1F1B on 2 stages with 4 micro-batches of nearly equal stages (with a 128-row vocabulary the
+  // head is small beside 2 layers of width 128): the bubble is about (P - 1) / (M + P - 1) of
+  // the step.
+  const Planned p = planned(
+      2, {"--micro-batch-size", "2", "--pipeline-model-parallel-size", "2", "--vocab-size", "64"});
+  const StepTimePrediction t = predict(p);
+  const double fraction = t.components.pipeline_bubble / t.step_s;
+  EXPECT_NEAR(fraction, 1.0 / 5, 0.2 / 5) << t.components.pipeline_bubble << " of " << t.step_s;
+  EXPECT_NEAR(t.components.compute, flops(p, 1) / 2 / kGemm, 0.1 * t.components.compute);
+}
+
+TEST(StepTime, WhatItDoesNotCoverIsOneError) {
+  const Planned cp = planned(2, {"--micro-batch-size", "2", "--context-parallel-size", "2"});
+  EXPECT_THROW(predict(cp), Error);
+  MachineDescription m = hand_machine();
+  m.configurations[0]
+      .kernels[DType::kF32][static_cast<int>(KernelKind::kNormForward)]
+      .points.clear();
+  const Planned one = planned(1, {"--micro-batch-size", "2"});
+  try {
+    predict_step_time(one.args.model, one.mesh, one.ranks, m);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "machine 'by hand' has no fp32 rate for norm_forward (1 rank(s) a host); add it "
+                 "or calibrate it");
+  }
+  const Planned eight = planned(8, {"--micro-batch-size", "1"});
+  try {
+    predict(eight);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "the layout needs 8 ranks = 2 hosts of 4 ranks, machine 'by hand' has 1");
+  }
+}
+
+}  // namespace
+}  // namespace tessera::plan
