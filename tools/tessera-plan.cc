@@ -2,7 +2,7 @@
 //
 //   tessera-plan --world-size N --machine FILE [--top K] <tessera-train's flags>
 //   tessera-plan --evaluate --world-size N [--machine FILE] [--json] <tessera-train's flags>
-//   [mpirun -np R] tessera-plan --calibrate --machine FILE [--name NAME]
+//   [mpirun -np R] tessera-plan --calibrate --machine FILE [--name NAME] [--quick]
 //
 // Without --evaluate it searches: every layout of N ranks the flags leave open, predicted, those
 // that fit the machine's memory ranked by step time (plan/search.h).
@@ -54,7 +54,7 @@ constexpr const char* kUsage =
     "usage: tessera-plan --world-size N --machine FILE [--top K] <tessera-train's flags>\n"
     "       tessera-plan --evaluate --world-size N [--machine FILE] [--json] <tessera-train's "
     "flags>\n"
-    "       [mpirun -np R] tessera-plan --calibrate --machine FILE [--name NAME]\n"
+    "       [mpirun -np R] tessera-plan --calibrate --machine FILE [--name NAME] [--quick]\n"
     "Without --evaluate: every layout of N ranks (TP, SP, PP, virtual stages, DP, micro-batch,\n"
     "ZeRO stage, recomputation; any of them given as a flag is held fixed) predicted on the\n"
     "machine, those that fit its memory ranked by step time, with the mpirun command of each.\n"
@@ -65,7 +65,7 @@ constexpr const char* kUsage =
 
 // tessera-plan's own flags, taken out of argv before the rest goes to tessera-train's parser.
 struct PlanFlags {
-  bool evaluate = false, calibrate = false, json = false, help = false;
+  bool evaluate = false, calibrate = false, quick = false, json = false, help = false;
   int world_size = 0, top = 10, explain = -1;
   std::string machine, name;
   std::vector<const char*> train_argv;
@@ -94,6 +94,8 @@ PlanFlags split_flags(int argc, char** argv) {
       f.json = true;
     } else if (a == "--calibrate") {
       f.calibrate = true;
+    } else if (a == "--quick") {
+      f.quick = true;
     } else if (a == "--machine" || a == "--name") {
       if (i + 1 >= argc) throw Error(a + ": expected a value after it");
       (a == "--machine" ? f.machine : f.name) = argv[++i];
@@ -287,8 +289,8 @@ int calibrate(const PlanFlags& f) {
   auto world = tessera::comm::ProcessGroup::world();
   const int ranks = world->size();
   const int threads = std::max(1, tessera::default_num_threads() / ranks);
-  tessera::plan::HostConfiguration conf =
-      tessera::plan::calibrate_host(*world, threads, {tessera::DType::kBF16, tessera::DType::kF16});
+  tessera::plan::HostConfiguration conf = tessera::plan::calibrate_host(
+      *world, threads, {tessera::DType::kBF16, tessera::DType::kF16}, f.quick);
   if (world->rank() == 0) {
     if (!existing) {
       m.name = f.name.empty() ? "this machine" : f.name;

@@ -151,7 +151,7 @@ bad() {  # bad PATTERN ARGS...
     return 1
   }
 }
-check "no --world-size" bad "needs --world-size" --evaluate "${COMMON[@]}" "${GPT[@]}"
+check "no --world-size" bad "give --world-size N" --evaluate "${COMMON[@]}" "${GPT[@]}"
 check "--world-size 0" bad "world-size '0'" --evaluate --world-size 0 "${COMMON[@]}" "${GPT[@]}"
 check "sizes that do not divide the world" bad "tensor" --evaluate --world-size 3 \
   "${COMMON[@]}" "${GPT[@]}" --tensor-model-parallel-size 2
@@ -159,7 +159,8 @@ check "an unknown flag" bad "unknown-flag" --evaluate --world-size 1 "${COMMON[@
 check "a schedule the layout cannot run" bad "multiple of --pipeline-model-parallel-size" \
   --evaluate --world-size 2 "${COMMON[@]}" "${GPT[@]}" --micro-batch-size 1 \
   --global-batch-size 3 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
-check "without --evaluate" bad "only --evaluate" --world-size 2 "${COMMON[@]}" "${GPT[@]}"
+check "a search without a machine" bad "the search needs --machine FILE" --world-size 2 \
+  "${COMMON[@]}" "${GPT[@]}"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

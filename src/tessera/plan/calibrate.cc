@@ -64,6 +64,11 @@ std::vector<T> values(size_t n, float scale = 0.05f) {
 
 using Curves = std::array<RateCurve, kKernelKinds>;
 
+// The largest sizes measured (quick: the smallest few of each, for tests).
+struct Limits {
+  int64_t width, length, elements, bytes;
+};
+
 void add_point(Curves& c, KernelKind kind, double size, double rate) {
   c[static_cast<int>(kind)].points.emplace_back(size, rate);
 }
@@ -74,9 +79,9 @@ void add_point(Curves& c, KernelKind kind, double size, double rate) {
 // gradient, weight gradient), so each rate is that of the layer's mix of shapes (keyed by C, the
 // smallest dimension of every product).
 template <typename T>
-void measure_gemms(comm::ProcessGroup& world, Curves& c) {
+void measure_gemms(comm::ProcessGroup& world, Curves& c, const Limits& lim) {
   constexpr int64_t M = 1024;
-  for (int64_t C = 64; C <= 1024; C *= 2) {
+  for (int64_t C = 64; C <= lim.width; C *= 2) {
     const int64_t shapes[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};  // (in, out)
     const std::vector<T> x = values<T>(M * 4 * C), w = values<T>(4 * C * C),
                          dy = values<T>(M * 4 * C);
@@ -107,9 +112,9 @@ void measure_gemms(comm::ProcessGroup& world, Curves& c) {
 
 // Causal attention, 8 heads of 64, one sample of 128 .. 1024 tokens.
 template <typename T>
-void measure_attention(comm::ProcessGroup& world, Curves& c) {
+void measure_attention(comm::ProcessGroup& world, Curves& c, const Limits& lim) {
   constexpr int NH = 8, HD = 64;
-  for (int64_t len = 128; len <= 1024; len *= 2) {
+  for (int64_t len = 128; len <= lim.length; len *= 2) {
     const std::vector<T> qkv = values<T>(len * 3 * NH * HD, 0.5f), dout = values<T>(len * NH * HD);
     std::vector<T> out(len * NH * HD), dqkv(qkv.size());
     std::vector<float> lse(NH * len);
@@ -129,9 +134,9 @@ void measure_attention(comm::ProcessGroup& world, Curves& c) {
 
 // The element-wise kernels at 2^16 .. 2^22 elements (rows of 1024 features).
 template <typename T>
-void measure_elementwise(comm::ProcessGroup& world, Curves& c, bool fp32) {
+void measure_elementwise(comm::ProcessGroup& world, Curves& c, bool fp32, const Limits& lim) {
   constexpr int64_t C = 1024;
-  for (int64_t n = int64_t{1} << 16; n <= (int64_t{1} << 22); n *= 4) {
+  for (int64_t n = int64_t{1} << 16; n <= lim.elements; n *= 4) {
     const int64_t N = n / C;
     const double size = static_cast<double>(n);
     const std::vector<T> a = values<T>(n), b = values<T>(n), weight = values<T>(C, 1.0f);
@@ -218,18 +223,18 @@ void measure_elementwise(comm::ProcessGroup& world, Curves& c, bool fp32) {
 }
 
 template <typename T>
-Curves measure_kernels(comm::ProcessGroup& world, bool fp32) {
+Curves measure_kernels(comm::ProcessGroup& world, bool fp32, const Limits& lim) {
   Curves c;
-  measure_gemms<T>(world, c);
-  measure_attention<T>(world, c);
-  measure_elementwise<T>(world, c, fp32);
+  measure_gemms<T>(world, c, lim);
+  measure_attention<T>(world, c, lim);
+  measure_elementwise<T>(world, c, fp32, lim);
   return c;
 }
 
 // Latency and bus bandwidth of each collective over `world`, from 64 KiB .. 64 MiB: the slope of
 // time over the ring's bytes (LinkRate::seconds) by least squares, the latency what the smallest
 // size takes beyond it.
-Links measure_collectives(comm::ProcessGroup& world) {
+Links measure_collectives(comm::ProcessGroup& world, const Limits& lim) {
   Links links;
   const int n = world.size();
   if (n < 2) return links;
@@ -237,7 +242,7 @@ Links measure_collectives(comm::ProcessGroup& world) {
     const auto kind = static_cast<CollectiveKind>(k);
     if (kind == CollectiveKind::kSendRecv && n % 2 != 0) continue;
     std::vector<double> xs, ts;
-    for (int64_t bytes = int64_t{1} << 16; bytes <= (int64_t{1} << 26); bytes *= 4) {
+    for (int64_t bytes = int64_t{1} << 16; bytes <= lim.bytes; bytes *= 4) {
       const int64_t count = bytes / 4;
       Tensor whole = Tensor::zeros({count}, DType::kF32);
       Tensor part = Tensor::zeros({count / n}, DType::kF32);
@@ -296,8 +301,8 @@ Links measure_collectives(comm::ProcessGroup& world) {
 
 // The extra cost of writing memory whose pages were given back (madvise MADV_DONTNEED, as ZeRO
 // 2-3 do with unowned parts): a fault and a zeroed page per 4 KiB, beyond the write itself.
-void measure_page_refault(comm::ProcessGroup& world, Curves& c) {
-  for (size_t bytes : {size_t{1} << 22, size_t{1} << 26}) {
+void measure_page_refault(comm::ProcessGroup& world, Curves& c, const Limits& lim) {
+  for (size_t bytes : {static_cast<size_t>(lim.bytes >> 4), static_cast<size_t>(lim.bytes)}) {
     void* raw = std::aligned_alloc(4096, bytes);
     std::memset(raw, 1, bytes);
     const double write = seconds_per_call(world, [&] { std::memset(raw, 2, bytes); });
@@ -348,19 +353,21 @@ double measure_overlap(comm::ProcessGroup& world) {
 }  // namespace
 
 HostConfiguration calibrate_host(comm::ProcessGroup& world, int threads,
-                                 const std::vector<DType>& dtypes) {
+                                 const std::vector<DType>& dtypes, bool quick) {
+  const Limits lim = quick ? Limits{128, 128, int64_t{1} << 16, int64_t{1} << 20}
+                           : Limits{1024, 1024, int64_t{1} << 22, int64_t{1} << 26};
   const int previous = num_threads();
   set_num_threads(threads);
   HostConfiguration c;
   c.ranks_per_host = world.size();
   c.threads_per_rank = threads;
-  c.kernels[DType::kF32] = measure_kernels<float>(world, true);
+  c.kernels[DType::kF32] = measure_kernels<float>(world, true, lim);
   for (DType d : dtypes) {
-    if (d == DType::kBF16) c.kernels[d] = measure_kernels<bf16>(world, false);
-    if (d == DType::kF16) c.kernels[d] = measure_kernels<fp16>(world, false);
+    if (d == DType::kBF16) c.kernels[d] = measure_kernels<bf16>(world, false, lim);
+    if (d == DType::kF16) c.kernels[d] = measure_kernels<fp16>(world, false, lim);
   }
-  measure_page_refault(world, c.kernels[DType::kF32]);
-  c.intra_host = measure_collectives(world);
+  measure_page_refault(world, c.kernels[DType::kF32], lim);
+  c.intra_host = measure_collectives(world, lim);
   if (world.size() > 1) c.intra_host.overlap = measure_overlap(world);
   set_num_threads(previous);
   return c;

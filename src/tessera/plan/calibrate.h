@@ -23,7 +23,8 @@ namespace tessera::plan {
 
 // Collective over `world`. Kernels run on `threads` threads a rank; `dtypes` are the compute
 // dtypes measured (fp32 rates are always measured: gradients and their norm are fp32).
+// `quick`: only the smallest sizes (seconds instead of tens of them; for tests of the path).
 HostConfiguration calibrate_host(comm::ProcessGroup& world, int threads,
-                                 const std::vector<DType>& dtypes);
+                                 const std::vector<DType>& dtypes, bool quick = false);
 
 }  // namespace tessera::plan

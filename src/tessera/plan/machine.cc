@@ -233,9 +233,15 @@ MachineDescription parse_machine(const std::string& text, const std::string& ori
     m.configurations.push_back(std::move(c));
   }
   if (r.has("inter_host")) m.inter_host = read_links(r.get("inter_host"), r.at("inter_host"));
+  if (r.has("peak_flops_per_s")) {
+    Reader peaks(r.get("peak_flops_per_s"), r.at("peak_flops_per_s"));
+    for (DType d : kDtypes)
+      if (peaks.has(dtype_name(d))) m.peak_flops_per_s[d] = peaks.positive(dtype_name(d));
+    peaks.done("fp32, bf16, fp16");
+  }
   r.done(
       "name, kind, source, hosts, cores_per_host, memory_per_host_bytes, configurations, "
-      "inter_host");
+      "inter_host, peak_flops_per_s");
   return m;
 }
 
@@ -273,6 +279,8 @@ std::string machine_json(const MachineDescription& m) {
   }
   const json inter = links_json(m.inter_host);
   if (!inter.empty()) o["inter_host"] = inter;
+  for (const auto& [dtype, peak] : m.peak_flops_per_s)
+    o["peak_flops_per_s"][dtype_name(dtype)] = peak;
   return o.dump(1) + "\n";
 }
 

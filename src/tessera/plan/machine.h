@@ -13,7 +13,8 @@
 //       "intra_host": {COLLECTIVE: {"latency_s": a, "bus_bytes_per_s": b}, ...,
 //                      "overlap": f}}                                            // R > 1
 //    ],
-//    "inter_host": {COLLECTIVE: {...}}}                                            // H > 1
+//    "inter_host": {COLLECTIVE: {...}},                                            // H > 1
+//    "peak_flops_per_s": {"bf16": F, ...}}                                          // optional
 // A configuration's rates are one rank's while all R ranks of the host run (they share the
 // memory system and the cores). KERNEL and COLLECTIVE names: kernel_kind_name,
 // collective_kind_name. A rate curve lists (size, rate) points in increasing size; between them
@@ -104,6 +105,9 @@ struct MachineDescription {
   double memory_per_host_bytes = 0;
   std::vector<HostConfiguration> configurations;
   Links inter_host;
+  // A rank's peak FLOP/s by dtype as its maker states it (optional: MFU's denominator; without
+  // it the best measured product rate stands in).
+  std::map<DType, double> peak_flops_per_s;
 
   // The configuration for `ranks_per_host` ranks on a host; tessera::Error naming the file's
   // configurations when there is none (calibrate with that many ranks).

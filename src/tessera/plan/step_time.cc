@@ -367,13 +367,21 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
 
 double predicted_mfu(const model::ModelConfig& cfg, int64_t global_batch, int world_size,
                      const StepTimePrediction& p, const MachineDescription& machine, DType dtype) {
-  const HostConfiguration& conf = machine.configuration(p.ranks_per_host);
-  const auto it = conf.kernels.find(dtype);
-  if (it == conf.kernels.end() || p.step_s <= 0) return 0;
-  const RateCurve& gemm = it->second[static_cast<int>(KernelKind::kGemmForward)];
-  if (gemm.empty()) return 0;
+  if (p.step_s <= 0) return 0;
+  double peak = 0;
+  if (const auto stated = machine.peak_flops_per_s.find(dtype);
+      stated != machine.peak_flops_per_s.end()) {
+    peak = stated->second;
+  } else {
+    const HostConfiguration& conf = machine.configuration(p.ranks_per_host);
+    const auto it = conf.kernels.find(dtype);
+    if (it == conf.kernels.end()) return 0;
+    const RateCurve& gemm = it->second[static_cast<int>(KernelKind::kGemmForward)];
+    for (const auto& point : gemm.points) peak = std::max(peak, point.second);
+  }
+  if (peak <= 0) return 0;
   const double flops = train::model_flops(cfg, cfg.padded_vocab_size(1), global_batch);
-  return flops / (p.step_s * world_size * gemm.points.back().second);
+  return flops / (p.step_s * world_size * peak);
 }
 
 }  // namespace tessera::plan

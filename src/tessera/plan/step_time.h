@@ -62,8 +62,8 @@ std::string explain_step_time(const model::ModelConfig& cfg, const comm::MeshLay
                               const MachineDescription& machine, int rank);
 
 // Model FLOPs utilisation of a predicted step: Megatron's model FLOPs (train/flops.h) of the
-// global batch over step time x ranks x a rank's peak (the configuration's gemm_forward rate at
-// its largest size, the best a rank does at `dtype`); 0 when the machine has no such rate.
+// global batch over step time x ranks x a rank's peak at `dtype` (the machine's stated
+// peak_flops_per_s, else the configuration's best gemm_forward rate); 0 when it has neither.
 double predicted_mfu(const model::ModelConfig& cfg, int64_t global_batch, int world_size,
                      const StepTimePrediction& p, const MachineDescription& machine, DType dtype);
 
