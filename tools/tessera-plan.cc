@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/comm/hosts.h"
 #include "tessera/comm/parallel_state.h"
 #include "tessera/comm/process_group.h"
 #include "tessera/core/error.h"
@@ -49,6 +50,8 @@ using tessera::Error;
 namespace train = tessera::train;
 
 constexpr const char* kTool = "tessera-plan";
+// Beyond this the per-rank layouts take minutes: a typo rather than a plan.
+constexpr int kMaxWorldSize = 100'000;
 
 constexpr const char* kUsage =
     "usage: tessera-plan --world-size N --machine FILE [--top K] <tessera-train's flags>\n"
@@ -67,6 +70,7 @@ constexpr const char* kUsage =
 struct PlanFlags {
   bool evaluate = false, calibrate = false, quick = false, json = false, help = false;
   int world_size = 0, top = 10, explain = -1;
+  bool top_given = false;
   std::string machine, name;
   std::vector<const char*> train_argv;
 };
@@ -84,7 +88,18 @@ int parse_count(const std::string& flag, const std::string& value, int least = 1
 PlanFlags split_flags(int argc, char** argv) {
   PlanFlags f;
   f.train_argv.push_back(argv[0]);
-  for (int i = 1; i < argc; ++i) {
+  // A flag of ours with a value, as "--flag value" or "--flag=value": its value, else nullptr.
+  int i = 1;
+  const auto value_of = [&](const std::string& a, const char* flag) -> const char* {
+    const std::string name = flag;
+    if (a == name) {
+      if (i + 1 >= argc) throw Error(name + ": expected a value after it");
+      return argv[++i];
+    }
+    if (a.rfind(name + "=", 0) == 0) return argv[i] + name.size() + 1;
+    return nullptr;
+  };
+  for (; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       f.help = true;
@@ -96,26 +111,32 @@ PlanFlags split_flags(int argc, char** argv) {
       f.calibrate = true;
     } else if (a == "--quick") {
       f.quick = true;
-    } else if (a == "--machine" || a == "--name") {
-      if (i + 1 >= argc) throw Error(a + ": expected a value after it");
-      (a == "--machine" ? f.machine : f.name) = argv[++i];
-    } else if (a == "--explain") {
-      if (i + 1 >= argc) throw Error("--explain: expected a rank after it");
-      f.explain = parse_count(a, argv[++i], 0);
-    } else if (a == "--top") {
-      if (i + 1 >= argc) throw Error("--top: expected a number of layouts after it");
-      f.top = parse_count(a, argv[++i]);
-    } else if (a.rfind("--machine=", 0) == 0) {
-      f.machine = a.substr(10);
-    } else if (a == "--world-size") {
-      if (i + 1 >= argc) throw Error("--world-size: expected a number of ranks after it");
-      f.world_size = parse_count(a, argv[++i]);
-    } else if (a.rfind("--world-size=", 0) == 0) {
-      f.world_size = parse_count("--world-size", a.substr(13));
+    } else if (const char* v = value_of(a, "--machine")) {
+      f.machine = v;
+    } else if (const char* v = value_of(a, "--name")) {
+      f.name = v;
+    } else if (const char* v = value_of(a, "--explain")) {
+      f.explain = parse_count("--explain", v, 0);
+    } else if (const char* v = value_of(a, "--top")) {
+      f.top = parse_count("--top", v);
+      f.top_given = true;
+    } else if (const char* v = value_of(a, "--world-size")) {
+      f.world_size = parse_count("--world-size", v);
+      if (f.world_size > kMaxWorldSize)
+        throw Error("--world-size " + std::to_string(f.world_size) + ": at most " +
+                    std::to_string(kMaxWorldSize) + " ranks are planned");
     } else {
       f.train_argv.push_back(argv[i]);
     }
   }
+  // Flags that would be ignored where they were given are refused instead.
+  if ((f.quick || !f.name.empty()) && !f.calibrate)
+    throw Error(std::string(f.quick ? "--quick" : "--name") + " applies to --calibrate only");
+  if (f.calibrate && (f.evaluate || f.world_size > 0))
+    throw Error("--calibrate measures this machine: give it without --evaluate and --world-size");
+  if (f.explain >= 0 && (!f.evaluate || f.machine.empty() || f.json))
+    throw Error("--explain RANK needs --evaluate and --machine, without --json");
+  if (f.top_given && f.evaluate) throw Error("--top applies to the search (without --evaluate)");
   return f;
 }
 
@@ -154,17 +175,26 @@ int evaluate(const PlanFlags& f) {
   if (!train::parse_arguments(static_cast<int>(f.train_argv.size()), f.train_argv.data(), args))
     return 0;
   const tessera::comm::MeshLayout mesh = train::prepare_layout(args, f.world_size);
-  const int threads = threads_per_rank(args, f.world_size);
-  const std::vector<train::RankLayout> ranks = train::rank_layouts(args, mesh, threads);
   // Everything that can fail is done before anything is printed.
+  tessera::plan::MachineDescription machine;
+  int threads = threads_per_rank(args, f.world_size);
+  if (!f.machine.empty()) {
+    machine = tessera::plan::read_machine(f.machine);
+    // The machine's own thread count a rank, unless --num-threads says otherwise (a measured
+    // machine then refuses a count it was not measured with).
+    if (args.num_threads <= 0)
+      threads = machine.configuration_for_job(f.world_size).threads_per_rank;
+  }
+  if (f.explain >= f.world_size)
+    throw Error("--explain " + std::to_string(f.explain) + ": the layout has ranks 0.." +
+                std::to_string(f.world_size - 1));
+  const std::vector<train::RankLayout> ranks = train::rank_layouts(args, mesh, threads);
   std::vector<tessera::plan::RankMemoryPrediction> memory;
   for (int rank = 0; rank < mesh.world_size(); ++rank)
     memory.push_back(tessera::plan::predict_rank_memory(args.model, ranks[rank]));
-  tessera::plan::MachineDescription machine;
   tessera::plan::StepTimePrediction time;
   double mfu = 0;
   if (!f.machine.empty()) {
-    machine = tessera::plan::read_machine(f.machine);
     time = tessera::plan::predict_step_time(args.model, mesh, ranks, machine);
     mfu = tessera::plan::predicted_mfu(args.model, args.global_batch_size, mesh.world_size(), time,
                                        machine, ranks[0].compute);
@@ -216,9 +246,6 @@ int evaluate(const PlanFlags& f) {
     return 0;
   }
   if (f.explain >= 0) {
-    if (f.explain >= mesh.world_size())
-      throw Error("--explain " + std::to_string(f.explain) + ": the layout has ranks 0.." +
-                  std::to_string(mesh.world_size() - 1));
     std::printf(
         "%s",
         tessera::plan::explain_step_time(args.model, mesh, ranks, machine, f.explain).c_str());
@@ -277,48 +304,54 @@ int search(const PlanFlags& f) {
 }
 
 // Measures this machine with every rank of the job on it and merges the configuration into the
-// description at f.machine (rank 0 writes it).
+// description at f.machine (rank 0 writes it). Everything that can be refused is checked before
+// MPI starts; an error after that ends the job once on every rank (comm::run_on_ranks).
 int calibrate(const PlanFlags& f) {
   if (f.machine.empty()) throw Error("--calibrate needs --machine FILE (the description to write)");
   tessera::plan::MachineDescription m;
-  bool existing = false;
-  if (std::ifstream(f.machine).good()) {
-    m = tessera::plan::read_machine(f.machine);  // checked before anything is measured
-    existing = true;
-  }
+  const bool existing = tessera::plan::machine_file_exists(f.machine);
+  if (existing) m = tessera::plan::read_machine(f.machine);  // checked before measuring
+  tessera::plan::check_machine_writable(f.machine);
   auto world = tessera::comm::ProcessGroup::world();
-  const int ranks = world->size();
-  const int threads = std::max(1, tessera::default_num_threads() / ranks);
-  tessera::plan::HostConfiguration conf = tessera::plan::calibrate_host(
-      *world, threads, {tessera::DType::kBF16, tessera::DType::kF16}, f.quick);
-  if (world->rank() == 0) {
-    if (!existing) {
-      m.name = f.name.empty() ? "this machine" : f.name;
-      m.kind = "measured";
-      m.hosts = 1;
-      m.cores_per_host = tessera::default_num_threads();
-      m.memory_per_host_bytes = tessera::plan::host_memory_bytes();
-    } else if (!f.name.empty()) {
-      m.name = f.name;
-    }
-    m.source = "tessera-plan --calibrate; " + tessera::kernels::version_line();
-    std::erase_if(m.configurations, [&](const auto& c) { return c.ranks_per_host == ranks; });
-    m.configurations.push_back(std::move(conf));
-    std::sort(m.configurations.begin(), m.configurations.end(),
-              [](const auto& a, const auto& b) { return a.ranks_per_host < b.ranks_per_host; });
-    const std::string tmp = f.machine + ".tmp";
-    {
-      std::ofstream out(tmp);
-      out << tessera::plan::machine_json(m);
-      if (!out) throw Error("--machine " + f.machine + ": cannot write " + tmp);
-    }
-    if (std::rename(tmp.c_str(), f.machine.c_str()) != 0)
-      throw Error("--machine " + f.machine + ": cannot replace it");
-    std::printf("%s: %d rank(s) x %d thread(s) measured into %s\n", kTool, ranks, threads,
-                f.machine.c_str());
+  int rc = 0;
+  try {
+    rc = tessera::comm::run_on_ranks(*world, kTool, [&] {
+      const std::vector<std::string> hosts = tessera::comm::gather_host_names(*world);
+      for (const std::string& h : hosts)
+        if (h != hosts.front())
+          throw Error(
+              "--calibrate measures one host: run it with the ranks of one host (ranks on " +
+              hosts.front() + " and " + h + ")");
+      const int ranks = world->size();
+      // The trainer's default for this many ranks on this host (cores / local ranks).
+      const int threads = tessera::default_num_threads();
+      tessera::plan::HostConfiguration conf = tessera::plan::calibrate_host(
+          *world, threads, {tessera::DType::kBF16, tessera::DType::kF16}, f.quick);
+      if (world->rank() == 0) {
+        if (!existing) {
+          m.name = f.name.empty() ? "this machine" : f.name;
+          m.kind = "measured";
+          m.hosts = 1;
+          m.cores_per_host = tessera::plan::host_cores();
+          m.memory_per_host_bytes = tessera::plan::host_memory_bytes();
+        } else if (!f.name.empty()) {
+          m.name = f.name;
+        }
+        m.source = "tessera-plan --calibrate; " + tessera::kernels::version_line();
+        tessera::plan::set_configuration(m, std::move(conf));
+        tessera::plan::write_machine(m, f.machine);
+        std::printf("%s: %d rank(s) x %d thread(s) measured into %s\n", kTool, ranks, threads,
+                    f.machine.c_str());
+      }
+      world->barrier().wait();
+      return 0;
+    });
+  } catch (...) {
+    tessera::comm::shutdown();
+    throw;
   }
-  world->barrier().wait();
-  return 0;
+  tessera::comm::shutdown();
+  return rc;
 }
 
 }  // namespace
@@ -330,15 +363,12 @@ int main(int argc, char** argv) {
       std::printf("%s", kUsage);
       return 0;
     }
-    if (f.calibrate) {
-      const int rc = calibrate(f);
-      tessera::comm::shutdown();
-      return rc;
-    }
+    if (f.calibrate) return calibrate(f);
     if (f.world_size == 0) throw Error("give --world-size N (the number of ranks)");
     return f.evaluate ? evaluate(f) : search(f);
   } catch (const Error& e) {
-    std::fprintf(stderr, "%s: %s\n", kTool, e.what());
+    // Under mpirun (--calibrate) every rank meets the same flag error: launcher rank 0 says it.
+    if (tessera::launcher_rank() == 0) std::fprintf(stderr, "%s: %s\n", kTool, e.what());
     return tessera::kUserErrorExitCode;
   } catch (const std::exception& e) {  // a defect, not the user's input: tool_main.h's contract
     std::fprintf(stderr, "%s: internal error: %s\n", kTool, e.what());

@@ -38,7 +38,8 @@ PY
 }
 check "a calibrated description reads back and predicts" calibrated
 
-explained() {  # --explain's last line states the step --evaluate prints
+explained() {  # --explain's passes add up to the step's compute and TP parts; its last line is
+  # the step --evaluate prints
   "$PLAN" --evaluate --world-size 16 --machine "$A100" "${COMMON[@]}" "${BIG[@]}" \
     --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 2 \
     --explain 15 >"$TMP/out" &&
@@ -47,6 +48,9 @@ explained() {  # --explain's last line states the step --evaluate prints
 import re, sys
 text = open(sys.argv[1]).read()
 explained = float(re.search(r"\(the step: rank \d+'s ([0-9.]+) ms\)", text).group(1))
+passes = sum(float(t) for t in re.findall(r"total [0-9.]+ ms, x [0-9.]+ = ([0-9.]+) ms", text))
+parts = re.search(r"step: compute ([0-9.]+) \+ tensor-parallel ([0-9.]+)", text)
+assert abs(passes - float(parts.group(1)) - float(parts.group(2))) <= 1e-2, (passes, parts.groups())
 step = float(re.search(r"step time on .*: ([0-9.]+) s, MFU", text).group(1))
 assert abs(explained / 1e3 - step) <= 1e-4 * step, (explained, step)
 PY
@@ -91,8 +95,12 @@ check "a missing machine file" bad "cannot read the file" \
   --evaluate --world-size 2 --machine "$TMP/none.json" "${COMMON[@]}" "${GPT[@]}"
 check "calibrating without a file" bad "--calibrate needs --machine FILE" --calibrate
 check "a layout the time model does not cover" bad "does not cover context parallelism" \
-  --evaluate --world-size 2 --machine "$TMP/m.json" "${COMMON[@]}" "${GPT[@]}" \
+  --evaluate --world-size 2 --machine "$A100" "${COMMON[@]}" "${GPT[@]}" \
   --context-parallel-size 2
+check "a flag that would be ignored" bad "needs --evaluate and --machine, without --json" \
+  --evaluate --world-size 2 --json --machine "$A100" --explain 0 "${COMMON[@]}" "${GPT[@]}"
+check "a rank the layout does not have" bad "the layout has ranks 0..1" \
+  --evaluate --world-size 2 --machine "$A100" --explain 2 "${COMMON[@]}" "${GPT[@]}"
 
 sed 's/"hosts": 384/"hosts": 2/' "$A100" >"$TMP/two-hosts.json"
 check "a machine with too few hosts" bad "the layout needs 32 ranks = 4 hosts of 8 ranks" \

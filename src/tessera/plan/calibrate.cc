@@ -73,7 +73,7 @@ void add_point(Curves& c, KernelKind kind, double size, double rate) {
   c[static_cast<int>(kind)].points.emplace_back(size, rate);
 }
 
-// A transformer layer's products at 1024 rows and hidden widths C = 64 .. 2048: the q/k/v
+// A transformer layer's products at 1024 rows and hidden widths C = 64 .. 1024: the q/k/v
 // projection (C -> 3C), the output projection (C -> C), the MLP's up (C -> 4C) and down (4C -> C)
 // projections, timed together for each of a linear layer's three products (forward, input
 // gradient, weight gradient), so each rate is that of the layer's mix of shapes (keyed by C, the
@@ -243,7 +243,8 @@ Links measure_collectives(comm::ProcessGroup& world, const Limits& lim) {
     if (kind == CollectiveKind::kSendRecv && n % 2 != 0) continue;
     std::vector<double> xs, ts;
     for (int64_t bytes = int64_t{1} << 16; bytes <= lim.bytes; bytes *= 4) {
-      const int64_t count = bytes / 4;
+      // A whole number of parts on every rank (any group size).
+      const int64_t count = bytes / 4 / n * n;
       Tensor whole = Tensor::zeros({count}, DType::kF32);
       Tensor part = Tensor::zeros({count / n}, DType::kF32);
       const int peer = world.rank() ^ 1;
@@ -282,7 +283,7 @@ Links measure_collectives(comm::ProcessGroup& world, const Limits& lim) {
       }
       std::sort(rounds.begin(), rounds.end());
       LinkRate unit{0, 1};  // seconds(bytes) with latency 0 and rate 1: the ring's bytes
-      xs.push_back(unit.seconds(kind, static_cast<double>(bytes), n));
+      xs.push_back(unit.seconds(kind, static_cast<double>(count * 4), n));
       ts.push_back(rounds[1]);
     }
     double mx = 0, mt = 0;
@@ -299,38 +300,44 @@ Links measure_collectives(comm::ProcessGroup& world, const Limits& lim) {
   return links;
 }
 
-// The extra cost of writing memory whose pages were given back (madvise MADV_DONTNEED, as ZeRO
-// 2-3 do with unowned parts): a fault and a zeroed page per 4 KiB, beyond the write itself.
+// The extra cost of accumulating into memory whose pages were given back (madvise MADV_DONTNEED,
+// as ZeRO 2-3 do with unowned gradient parts, which backward's weight-gradient products then
+// read and write: a fault mapping the zero page, another replacing it, and the zeroing), beyond
+// the same pass over resident pages.
 void measure_page_refault(comm::ProcessGroup& world, Curves& c, const Limits& lim) {
   for (size_t bytes : {static_cast<size_t>(lim.bytes >> 4), static_cast<size_t>(lim.bytes)}) {
-    void* raw = std::aligned_alloc(4096, bytes);
-    std::memset(raw, 1, bytes);
-    const double write = seconds_per_call(world, [&] { std::memset(raw, 2, bytes); });
+    float* f = static_cast<float*>(std::aligned_alloc(4096, bytes));
+    TESSERA_CHECK_MSG(f != nullptr, "out of memory for the page re-fault benchmark");
+    const size_t n = bytes / sizeof(float);
+    std::fill(f, f + n, 1.0f);
+    const auto accumulate = [&] {
+      for (size_t i = 0; i < n; ++i) f[i] += 1.0f;
+    };
+    const double resident = seconds_per_call(world, accumulate);
     const double refault = seconds_per_call(world, [&] {
-      madvise(raw, bytes, MADV_DONTNEED);
-      std::memset(raw, 3, bytes);
+      madvise(f, bytes, MADV_DONTNEED);
+      accumulate();
     });
-    std::free(raw);
-    const double extra = std::max(refault - write, 1e-3 * refault);
+    std::free(f);
+    const double extra = std::max(refault - resident, 1e-3 * refault);
     add_point(c, KernelKind::kPageRefault, static_cast<double>(bytes), bytes / extra);
   }
 }
 
-// The share of a collective on the communication thread that compute running meanwhile hides:
-// a product alone, a 16 MiB all-reduce alone, then the all-reduce issued and the product run
-// before waiting for it; (alone + alone - together) / all-reduce alone, clamped to [0, 1].
+// The share of a collective on the communication thread that compute running meanwhile hides: a
+// 16 MiB all-reduce alone, a run of small products about as long, then the all-reduce issued and
+// the products run before waiting for it: (alone + alone - together) / all-reduce alone, clamped
+// to [0, 1]. The products are sized to the all-reduce so that neither dominates the difference
+// (a product much longer than the collective would make its noise the answer).
 double measure_overlap(comm::ProcessGroup& world) {
-  constexpr int64_t M = 1024, K = 1024, N = 2048;
-  const std::vector<float> a = values<float>(M * K), b = values<float>(K * N);
-  std::vector<float> out(M * N);
+  constexpr int64_t D = 256;
+  const std::vector<float> a = values<float>(D * D), b = values<float>(D * D);
+  std::vector<float> out(D * D);
   Tensor buffer = Tensor::zeros({int64_t{4} << 20}, DType::kF32);
-  const auto product = [&] {
-    kernels::gemm(false, false, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, out.data(), N);
-  };
   // Fixed repetitions: the collective's calls must match on every rank.
   const auto timed = [&](const std::function<void()>& run) {
     run();
-    std::array<double, 3> rounds{};
+    std::array<double, 5> rounds{};
     for (double& r : rounds) {
       world.barrier().wait();
       const Clock::time_point t0 = Clock::now();
@@ -338,13 +345,21 @@ double measure_overlap(comm::ProcessGroup& world) {
       r = since(t0) / 5;
     }
     std::sort(rounds.begin(), rounds.end());
-    return rounds[1];
+    return rounds[2];
   };
-  const double compute = timed(product);
   const double reduce = timed([&] { world.all_reduce(buffer, comm::ReduceOp::kSum).wait(); });
+  const double one = seconds_per_call(world, [&] {
+    kernels::gemm(false, false, D, D, D, 1.0f, a.data(), D, b.data(), D, 0.0f, out.data(), D);
+  });
+  const int repeats = static_cast<int>(std::clamp(reduce / one, 1.0, 10000.0));
+  const auto products = [&] {
+    for (int i = 0; i < repeats; ++i)
+      kernels::gemm(false, false, D, D, D, 1.0f, a.data(), D, b.data(), D, 0.0f, out.data(), D);
+  };
+  const double compute = timed(products);
   const double both = timed([&] {
     comm::Work w = world.all_reduce(buffer, comm::ReduceOp::kSum);
-    product();
+    products();
     w.wait();
   });
   return std::clamp((compute + reduce - both) / reduce, 0.0, 1.0);

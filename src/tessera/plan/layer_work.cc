@@ -125,14 +125,18 @@ LayerWork layer_work(const model::ModelConfig& c, const train::RankLayout& r) {
   // back into rows (sequence parallelism) or all-reduced (the column-parallel layer's input).
   PassBuilder b(w.backward, s);
   if (c.hidden_dropout > 0) b.kernel(KernelKind::kDropout, s.R * s.C);
+  // A row-parallel layer's bias is added after the reduction, on the rank's rows: its gradient
+  // is summed there too.
+  if (c.add_bias_linear) b.kernel(KernelKind::kAdd, s.R * s.C);
   b.gather_rows();  // the row-parallel output's gradient, gathered
-  b.linear_backward(s.F, s.C, c.add_bias_linear);
+  b.linear_backward(s.F, s.C, false);
   b.kernel(KernelKind::kActivationBackward, s.N * s.F);
   b.linear_backward(s.C, s.up, c.add_bias_linear);
   b.reduce_rows();
   b.kernel(KernelKind::kNormBackward, s.R * s.C);
   b.kernel(KernelKind::kAdd, s.R * s.C);
   if (c.hidden_dropout > 0) b.kernel(KernelKind::kDropout, s.R * s.C);
+  if (c.add_bias_linear) b.kernel(KernelKind::kAdd, s.R * s.C);
   b.gather_rows();
   b.linear_backward(s.q, s.C, false);
   b.kernel(KernelKind::kAttentionBackward, s.T, attention_flops, s.dtype);

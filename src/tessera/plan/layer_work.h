@@ -21,6 +21,8 @@
 
 namespace tessera::plan {
 
+// `amount` units of work of `kind` on `dtype` (FLOPs for products and attention, elements
+// otherwise) at `size` (the machine's rate curve is read at it).
 struct KernelWork {
   KernelKind kind;
   DType dtype;
@@ -34,6 +36,8 @@ struct CommWork {
   double bytes = 0;  // the whole buffer (LinkRate's convention)
 };
 
+// What one pass (a forward, a backward, a recomputation) runs, in order: its kernels and the
+// collectives it waits for.
 struct PassWork {
   std::vector<KernelWork> kernels;
   std::vector<CommWork> comms;

@@ -1,5 +1,6 @@
 #include "tessera/plan/machine.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -203,6 +204,25 @@ const HostConfiguration& MachineDescription::configuration(int ranks_per_host) c
               std::to_string(ranks_per_host) + " tessera-plan --calibrate --machine FILE");
 }
 
+const HostConfiguration& MachineDescription::configuration_for_job(int world) const {
+  int largest = 0;
+  for (const HostConfiguration& c : configurations) largest = std::max(largest, c.ranks_per_host);
+  const int per_host = std::min(world, largest);
+  const int hosts_needed = (world + per_host - 1) / per_host;
+  if (hosts_needed > hosts)
+    throw Error("the layout needs " + std::to_string(world) + " ranks = " +
+                std::to_string(hosts_needed) + " hosts of " + std::to_string(per_host) +
+                " ranks, machine '" + name + "' has " + std::to_string(hosts));
+  if (kind == "description") {
+    const HostConfiguration* best = nullptr;
+    for (const HostConfiguration& c : configurations)
+      if (c.ranks_per_host >= per_host && (!best || c.ranks_per_host < best->ranks_per_host))
+        best = &c;
+    if (best) return *best;
+  }
+  return configuration(per_host);
+}
+
 MachineDescription parse_machine(const std::string& text, const std::string& origin) {
   json doc;
   try {
@@ -246,6 +266,7 @@ MachineDescription parse_machine(const std::string& text, const std::string& ori
 }
 
 MachineDescription read_machine(const std::string& path) {
+  if (!machine_file_exists(path)) throw Error("--machine " + path + ": cannot read the file");
   std::ifstream in(path);
   if (!in) throw Error("--machine " + path + ": cannot read the file");
   std::stringstream text;
@@ -283,6 +304,42 @@ std::string machine_json(const MachineDescription& m) {
     o["peak_flops_per_s"][dtype_name(dtype)] = peak;
   return o.dump(1) + "\n";
 }
+
+void write_machine(const MachineDescription& m, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << machine_json(m);
+    if (!out) throw Error("--machine " + path + ": cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw Error("--machine " + path + ": cannot replace it with " + tmp);
+}
+
+bool machine_file_exists(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return false;
+  if (!S_ISREG(st.st_mode)) throw Error("--machine " + path + ": not a regular file");
+  return true;
+}
+
+void check_machine_writable(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  if (access(dir.c_str(), W_OK) != 0) throw Error("--machine " + path + ": cannot write in " + dir);
+}
+
+void set_configuration(MachineDescription& m, HostConfiguration c) {
+  std::erase_if(m.configurations,
+                [&](const HostConfiguration& x) { return x.ranks_per_host == c.ranks_per_host; });
+  m.configurations.push_back(std::move(c));
+  std::sort(m.configurations.begin(), m.configurations.end(),
+            [](const HostConfiguration& a, const HostConfiguration& b) {
+              return a.ranks_per_host < b.ranks_per_host;
+            });
+}
+
+int host_cores() { return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))); }
 
 double host_memory_bytes() {
   return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));

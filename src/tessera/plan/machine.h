@@ -92,6 +92,8 @@ struct Links {
   void fill(const LinkRate& r) { rates.fill(r); }
 };
 
+// One rank's rates while `ranks_per_host` ranks, of `threads_per_rank` threads each, share a host:
+// the kernels' curves by dtype and kind, and the collectives between ranks of that host.
 struct HostConfiguration {
   int ranks_per_host = 1, threads_per_rank = 1;
   // kernels[dtype][kind]; a dtype absent from the JSON has no curves (empty).
@@ -99,6 +101,8 @@ struct HostConfiguration {
   Links intra_host;
 };
 
+// A whole machine: its hosts (ranks fill them in rank order), their configurations, the links
+// between hosts. `kind` says whether it was measured (--calibrate) or described by hand.
 struct MachineDescription {
   std::string name, kind, source;
   int hosts = 1, cores_per_host = 1;
@@ -112,6 +116,12 @@ struct MachineDescription {
   // The configuration for `ranks_per_host` ranks on a host; tessera::Error naming the file's
   // configurations when there is none (calibrate with that many ranks).
   const HostConfiguration& configuration(int ranks_per_host) const;
+  // The configuration a job of `world_size` ranks runs on: ranks fill hosts in rank order, as
+  // many a host as the largest configuration has (all of them on one host when fewer), and that
+  // many must have a configuration — or, for a description, one with more slots than the job
+  // uses (its ranks' rates do not depend on idle slots: a GPU each). tessera::Error when the job
+  // needs more hosts than the machine has, or no configuration fits.
+  const HostConfiguration& configuration_for_job(int world_size) const;
 };
 
 // Reads and checks a description (`origin` names it in messages: the file's path). Any problem —
@@ -123,7 +133,19 @@ MachineDescription parse_machine(const std::string& text, const std::string& ori
 // The JSON of a description (what read_machine reads back).
 std::string machine_json(const MachineDescription& m);
 
-// This host's physical memory in bytes (what --calibrate records).
+// Writes the description to `path` through a temporary file renamed over it (a reader never
+// sees half a file); tessera::Error when it cannot.
+void write_machine(const MachineDescription& m, const std::string& path);
+// Whether `path` names an existing regular file (a directory is an error: tessera::Error).
+bool machine_file_exists(const std::string& path);
+// tessera::Error unless a file can be created beside `path` (checked before a calibration
+// measures for a minute and then cannot save it).
+void check_machine_writable(const std::string& path);
+// Adds `c` to `m`, replacing a configuration for the same ranks per host, ordered by it.
+void set_configuration(MachineDescription& m, HostConfiguration c);
+
+// This host's physical memory in bytes and online cores (what --calibrate records).
 double host_memory_bytes();
+int host_cores();
 
 }  // namespace tessera::plan

@@ -129,13 +129,9 @@ SearchResult search_layouts(const Flags& user_flags, int N, const MachineDescrip
   train::TrainArgs user = parse(user_flags);
   if (user.global_batch_size == 0)
     throw Error("the search needs --global-batch-size (the batch every layout must train)");
-  int largest = 0;
-  for (const HostConfiguration& c : machine.configurations)
-    largest = std::max(largest, c.ranks_per_host);
-  const int per_host = std::min(N, largest);
-  const HostConfiguration& conf = machine.configuration(per_host);
+  const HostConfiguration& conf = machine.configuration_for_job(N);
   SearchResult out;
-  out.memory_per_rank = machine.memory_per_host_bytes / per_host;
+  out.memory_per_rank = machine.memory_per_host_bytes / conf.ranks_per_host;
   double smallest = -1;
   for (const Layout& layout : parallel_layouts(user, N)) {
     const int dp = N / (layout.tp * layout.pp);

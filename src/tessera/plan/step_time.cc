@@ -138,7 +138,7 @@ double exposed_reduction(const std::vector<double>& seconds, const std::vector<d
 
 // One pass's work, kind by kind, with the rate each was priced at: --explain's lines.
 std::string explain_pass(const char* title, double times, const PassWork& w, const Pricer& price,
-                         const HostConfiguration& conf, int rank) {
+                         int rank) {
   if (w.kernels.empty() && w.comms.empty()) return "";
   std::map<std::pair<int, int>, std::pair<double, double>> kinds;  // (kind, dtype) -> (amount, s)
   for (const KernelWork& k : w.kernels) {
@@ -168,7 +168,6 @@ std::string explain_pass(const char* title, double times, const PassWork& w, con
   }
   std::snprintf(line, sizeof line, "    total %.3f ms, x %g = %.3f ms\n", 1e3 * total, times,
                 1e3 * total * times);
-  (void)conf;
   return out + line;
 }
 
@@ -191,18 +190,18 @@ std::string explain_step_time(const model::ModelConfig& cfg, const comm::MeshLay
                     " thread(s) a rank): " + std::to_string(layers) + " layer(s), " +
                     std::to_string(r.micro_batches) + " micro-batch(es) of " +
                     std::to_string(r.tokens) + " tokens\n";
-  out += explain_pass("a layer's forward", M * layers, layer.forward, price, conf, rank);
-  out += explain_pass("a layer's backward", M * layers, layer.backward, price, conf, rank);
+  out += explain_pass("a layer's forward", M * layers, layer.forward, price, rank);
+  out += explain_pass("a layer's backward", M * layers, layer.backward, price, rank);
   int rerun = 0;
   for (const auto& l : r.chunk_layers) rerun += recomputed_layers(r, static_cast<int>(l.size()));
   out += explain_pass("a layer's recomputation", M * rerun, recompute_work(cfg, r, layer), price,
-                      conf, rank);
+                      rank);
   if (r.first_stage) {
     const LayerWork e = embedding_work(cfg, r);
-    out += explain_pass("the embedding's forward", M, e.forward, price, conf, rank);
-    out += explain_pass("the embedding's backward", M, e.backward, price, conf, rank);
+    out += explain_pass("the embedding's forward", M, e.forward, price, rank);
+    out += explain_pass("the embedding's backward", M, e.backward, price, rank);
   }
-  if (r.last_stage) out += explain_pass("the head", M, head_work(cfg, r), price, conf, rank);
+  if (r.last_stage) out += explain_pass("the head", M, head_work(cfg, r), price, rank);
   const StepTimeComponents& c = t.ranks[rank];
   char line[256];
   std::snprintf(line, sizeof line,
@@ -225,20 +224,18 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
         "the step-time model does not cover MoE layers yet (--num-experts); the memory "
         "prediction does");
   const int world = mesh.world_size();
-  int largest = 0;
-  for (const HostConfiguration& c : machine.configurations)
-    largest = std::max(largest, c.ranks_per_host);
-  const int per_host = std::min(world, largest);
-  const int hosts_needed = (world + per_host - 1) / per_host;
-  if (hosts_needed > machine.hosts)
-    throw Error("the layout needs " + std::to_string(world) + " ranks = " +
-                std::to_string(hosts_needed) + " hosts of " + std::to_string(per_host) +
-                " ranks, machine '" + machine.name + "' has " + std::to_string(machine.hosts));
-  const HostConfiguration& conf = machine.configuration(per_host);
+  const HostConfiguration& conf = machine.configuration_for_job(world);
+  if (machine.kind == "measured")
+    for (const train::RankLayout& r : ranks)
+      if (r.threads != conf.threads_per_rank)
+        throw Error("machine '" + machine.name + "' was measured with " +
+                    std::to_string(conf.threads_per_rank) + " thread(s) a rank at " +
+                    std::to_string(conf.ranks_per_host) + " rank(s) a host; the layout runs " +
+                    std::to_string(r.threads) + " (--num-threads)");
   const Pricer price(machine, conf, mesh);
 
   StepTimePrediction out;
-  out.ranks_per_host = per_host;
+  out.ranks_per_host = conf.ranks_per_host;
   out.ranks.resize(world);
   std::vector<std::vector<ChunkTimes>> times(world);
   for (int rank = 0; rank < world; ++rank) {
@@ -304,8 +301,11 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
           r.zero_stage == 0 ? CollectiveKind::kAllReduce : CollectiveKind::kReduceScatter;
       int layers = 0;
       for (const auto& l : r.chunk_layers) layers += static_cast<int>(l.size());
+      layers = std::max(1, layers);
+      // (At most 10^5 buckets are queued: finer ones are merged, which moves the overlap little.)
       const double bucket =
-          r.zero_stage == 3 ? P / std::max(1, layers + 1) : static_cast<double>(r.bucket_elements);
+          std::max({r.zero_stage == 3 ? P / (layers + 1) : static_cast<double>(r.bucket_elements),
+                    P / 1e5, 1.0});
       std::vector<double> seconds, ready;
       for (double done = 0; done < P;) {
         const double n = std::min(bucket, P - done);
@@ -315,8 +315,10 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
       }
       const bool every_micro_batch = r.zero_stage >= 2;
       const double hidden = price.overlap(GroupKind::kDataContext, rank);
+      // With virtual stages the trainer reduces after the last chunk's backward (no overlap).
+      const bool overlapped = r.overlap_grad_reduce && r.chunk_layers.size() == 1;
       const double once =
-          exposed_reduction(seconds, ready, last_backward[rank], r.overlap_grad_reduce, hidden);
+          exposed_reduction(seconds, ready, last_backward[rank], overlapped, hidden);
       c.dp_comm += every_micro_batch ? M * once : once;
       const double values = P * dtype_size(r.compute);
       if (r.zero_stage == 1 || r.zero_stage == 2)

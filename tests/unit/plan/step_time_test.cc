@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "tessera/core/error.h"
 #include "tessera/train/flops.h"
 #include "tessera/train/rank_layout.h"
@@ -165,6 +167,61 @@ TEST(StepTime, WhatItDoesNotCoverIsOneError) {
     EXPECT_STREQ(e.what(),
                  "the layout needs 8 ranks = 2 hosts of 4 ranks, machine 'by hand' has 1");
   }
+}
+
+}  // namespace
+}  // namespace tessera::plan
+
+namespace tessera::plan {
+namespace {
+
+// Several gradient buckets queued on the communication thread: when nothing of a collective is
+// hidden (overlap 0, a host whose cores do the transfer) every bucket's time adds up, k latencies
+// and the bytes once; when all is hidden only what outlasts backward shows. With virtual stages
+// the trainer reduces after the last chunk, overlap or not.
+TEST(StepTime, BucketQueueAndOverlapShare) {
+  const Planned p = planned(2, {"--micro-batch-size", "2", "--ddp-bucket-size", "20000"});
+  MachineDescription m = hand_machine();
+  m.configurations[1].intra_host.overlap = 0;
+  const train::ModelStateBytes states = train::theoretical_model_states(p.args.model, p.ranks[0]);
+  const double elements = states.parameter_elements;
+  const double buckets = std::ceil(elements / p.ranks[0].bucket_elements);
+  ASSERT_GT(buckets, 3);
+  const double serial = predict_step_time(p.args.model, p.mesh, p.ranks, m).components.dp_comm;
+  EXPECT_NEAR(serial, buckets * kLink.latency_s + 4 * elements / kLink.bus_bytes_per_s,
+              1e-3 * serial);
+  const double hidden = predict(p).components.dp_comm;
+  EXPECT_LT(hidden, 0.5 * serial);
+  // Buckets are cut from the end of the gradients; the last reduced is what remains at the
+  // start, ready when backward ends, and (each bucket taking microseconds against a backward of
+  // milliseconds) the only one left to wait for.
+  const double last = elements - (buckets - 1) * p.ranks[0].bucket_elements;
+  EXPECT_NEAR(hidden, kLink.seconds(CollectiveKind::kAllReduce, 4 * last, 2), 1e-12);
+
+  const std::vector<std::string> interleaved = {"--micro-batch-size",
+                                                "1",
+                                                "--pipeline-model-parallel-size",
+                                                "2",
+                                                "--num-layers-per-virtual-pipeline-stage",
+                                                "1"};
+  std::vector<std::string> off = interleaved;
+  off.push_back("--no-overlap-grad-reduce");
+  const Planned on4 = planned(4, interleaved), off4 = planned(4, off);
+  EXPECT_DOUBLE_EQ(predict(on4).components.dp_comm, predict(off4).components.dp_comm);
+}
+
+// A group whose ranks are on different hosts uses the links between hosts.
+TEST(StepTime, GroupsAcrossHostsUseTheInterHostLinks) {
+  MachineDescription m = hand_machine();
+  m.hosts = 2;
+  m.configurations.erase(m.configurations.begin() + 1, m.configurations.end());  // 1 rank a host
+  for (auto& r : m.configurations[0].intra_host.rates) r = LinkRate{};
+  const LinkRate slow{1e-5, 1e9};
+  m.inter_host.fill(slow);
+  const Planned p = planned(2, {"--micro-batch-size", "2"});
+  const double P = train::theoretical_model_states(p.args.model, p.ranks[0]).parameter_elements;
+  EXPECT_NEAR(predict_step_time(p.args.model, p.mesh, p.ranks, m).components.dp_comm,
+              slow.seconds(CollectiveKind::kAllReduce, 4 * P, 2), 1e-12);
 }
 
 }  // namespace
