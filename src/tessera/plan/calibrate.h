@@ -4,8 +4,8 @@
 //
 // Every rank of `world` (the ranks sharing this host) runs each benchmark at the same moment
 // (a barrier before each), so the rates are one rank's while the others are busy too: what a
-// layout of that many ranks a host sees. A rate is the median of three rounds, each timing
-// repeated calls for at least ~20 ms of wall-clock time; rank 0's figures are the result.
+// layout of that many ranks a host sees. A rate is the median of five rounds, each timing
+// repeated calls for at least ~40 ms of wall-clock time; rank 0's figures are the result.
 // Sizes: a transformer layer's four products over 1024 rows at hidden widths 64 .. 1024 (each of
 // a linear layer's forward, input gradient and weight gradient), causal attention at 128 .. 1024
 // tokens, other kernels at 2^16 .. 2^22 elements, collectives over `world` at 64 KiB .. 64 MiB
