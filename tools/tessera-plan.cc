@@ -246,9 +246,9 @@ int evaluate(const PlanFlags& f) {
     return 0;
   }
   if (f.explain >= 0) {
-    std::printf(
-        "%s",
-        tessera::plan::explain_step_time(args.model, mesh, ranks, machine, f.explain).c_str());
+    std::printf("%s",
+                tessera::plan::explain_step_time(args.model, mesh, ranks, machine, time, f.explain)
+                    .c_str());
   }
   std::printf("step time on '%s' (%s, %d rank(s) a host): %.4f s, MFU %.1f%%; rank %d's:",
               machine.name.c_str(), machine.kind.c_str(), time.ranks_per_host, time.step_s,

@@ -57,6 +57,23 @@ double seconds_per_call(comm::ProcessGroup& world, const std::function<void()>& 
   return rounds[2];
 }
 
+// Seconds per call of `run` repeated exactly `calls` times a round (a collective's calls must
+// match on every rank): after a warm-up call, the median of `rounds` rounds, every rank starting
+// each round together.
+double seconds_per_fixed_calls(comm::ProcessGroup& world, const std::function<void()>& run,
+                               int calls, int rounds) {
+  run();
+  std::vector<double> seconds(rounds);
+  for (double& r : seconds) {
+    world.barrier().wait();
+    const Clock::time_point t0 = Clock::now();
+    for (int i = 0; i < calls; ++i) run();
+    r = since(t0) / calls;
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return seconds[rounds / 2];
+}
+
 // Small values of both signs, away from zero and the subnormals (which some paths treat apart).
 template <typename T>
 std::vector<T> values(size_t n, float scale = 0.05f) {
@@ -278,18 +295,10 @@ Links measure_collectives(comm::ProcessGroup& world, const Limits& lim) {
           };
           break;
       }
-      run();
-      std::array<double, 3> rounds{};
-      for (double& r : rounds) {
-        world.barrier().wait();
-        const Clock::time_point t0 = Clock::now();
-        for (int i = 0; i < calls; ++i) run();
-        r = since(t0) / calls / (kind == CollectiveKind::kSendRecv ? 2 : 1);
-      }
-      std::sort(rounds.begin(), rounds.end());
+      const double round_trips = kind == CollectiveKind::kSendRecv ? 2 : 1;
       LinkRate unit{0, 1};  // seconds(bytes) with latency 0 and rate 1: the ring's bytes
       xs.push_back(unit.seconds(kind, static_cast<double>(count * 4), n));
-      ts.push_back(rounds[1]);
+      ts.push_back(seconds_per_fixed_calls(world, run, calls, 3) / round_trips);
     }
     double mx = 0, mt = 0;
     for (size_t i = 0; i < xs.size(); ++i) mx += xs[i], mt += ts[i];
@@ -339,18 +348,8 @@ double measure_overlap(comm::ProcessGroup& world) {
   const std::vector<float> a = values<float>(D * D), b = values<float>(D * D);
   std::vector<float> out(D * D);
   Tensor buffer = Tensor::zeros({int64_t{4} << 20}, DType::kF32);
-  // Fixed repetitions: the collective's calls must match on every rank.
   const auto timed = [&](const std::function<void()>& run) {
-    run();
-    std::array<double, 5> rounds{};
-    for (double& r : rounds) {
-      world.barrier().wait();
-      const Clock::time_point t0 = Clock::now();
-      for (int i = 0; i < 5; ++i) run();
-      r = since(t0) / 5;
-    }
-    std::sort(rounds.begin(), rounds.end());
-    return rounds[2];
+    return seconds_per_fixed_calls(world, run, 5, 5);
   };
   const double reduce = timed([&] { world.all_reduce(buffer, comm::ReduceOp::kSum).wait(); });
   const double one = seconds_per_call(world, [&] {

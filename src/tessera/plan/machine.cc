@@ -5,12 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "tessera/core/error.h"
+#include "tessera/core/file_io.h"
 
 namespace tessera::plan {
 namespace {
@@ -267,11 +266,7 @@ MachineDescription parse_machine(const std::string& text, const std::string& ori
 
 MachineDescription read_machine(const std::string& path) {
   if (!machine_file_exists(path)) throw Error("--machine " + path + ": cannot read the file");
-  std::ifstream in(path);
-  if (!in) throw Error("--machine " + path + ": cannot read the file");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_machine(text.str(), path);
+  return parse_machine(read_file(path, "the machine description"), path);
 }
 
 std::string machine_json(const MachineDescription& m) {
@@ -306,14 +301,10 @@ std::string machine_json(const MachineDescription& m) {
 }
 
 void write_machine(const MachineDescription& m, const std::string& path) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << machine_json(m);
-    if (!out) throw Error("--machine " + path + ": cannot write " + tmp);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw Error("--machine " + path + ": cannot replace it with " + tmp);
+  const std::string text = machine_json(m);
+  AtomicFile file(path);
+  file.write(text.data(), text.size());
+  file.commit();
 }
 
 bool machine_file_exists(const std::string& path) {

@@ -133,8 +133,8 @@ MachineDescription parse_machine(const std::string& text, const std::string& ori
 // The JSON of a description (what read_machine reads back).
 std::string machine_json(const MachineDescription& m);
 
-// Writes the description to `path` through a temporary file renamed over it (a reader never
-// sees half a file); tessera::Error when it cannot.
+// Writes the description to `path` atomically (core/file_io.h AtomicFile: a reader never sees
+// half a file); tessera::Error when it cannot.
 void write_machine(const MachineDescription& m, const std::string& path);
 // Whether `path` names an existing regular file (a directory is an error: tessera::Error).
 bool machine_file_exists(const std::string& path);

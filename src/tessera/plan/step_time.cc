@@ -175,14 +175,13 @@ std::string explain_pass(const char* title, double times, const PassWork& w, con
 
 std::string explain_step_time(const model::ModelConfig& cfg, const comm::MeshLayout& mesh,
                               const std::vector<train::RankLayout>& ranks,
-                              const MachineDescription& machine, int rank) {
-  const StepTimePrediction t = predict_step_time(cfg, mesh, ranks, machine);
+                              const MachineDescription& machine, const StepTimePrediction& t,
+                              int rank) {
   const HostConfiguration& conf = machine.configuration(t.ranks_per_host);
   const Pricer price(machine, conf, mesh);
   const train::RankLayout& r = ranks[rank];
   const double M = static_cast<double>(r.micro_batches);
-  int layers = 0;
-  for (const auto& l : r.chunk_layers) layers += static_cast<int>(l.size());
+  const int layers = static_cast<int>(r.layers.size());
   const LayerWork layer = layer_work(cfg, r);
   std::string out = "rank " + std::to_string(rank) + " on '" + machine.name + "' (" +
                     std::to_string(conf.ranks_per_host) + " rank(s) a host, " +
@@ -299,9 +298,7 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
     if (dp > 1) {
       const CollectiveKind reduce =
           r.zero_stage == 0 ? CollectiveKind::kAllReduce : CollectiveKind::kReduceScatter;
-      int layers = 0;
-      for (const auto& l : r.chunk_layers) layers += static_cast<int>(l.size());
-      layers = std::max(1, layers);
+      const int layers = std::max<int>(1, static_cast<int>(r.layers.size()));
       // (At most 10^5 buckets are queued: finer ones are merged, which moves the overlap little.)
       const double bucket =
           std::max({r.zero_stage == 3 ? P / (layers + 1) : static_cast<double>(r.bucket_elements),

@@ -54,12 +54,14 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
                                      const std::vector<train::RankLayout>& ranks,
                                      const MachineDescription& machine);
 
-// The arithmetic of rank `rank`'s prediction (tessera-plan --explain): each pass's work by kernel
+// The arithmetic of rank `rank`'s part of prediction `t` (predict_step_time's for these ranks and
+// machine; tessera-plan --explain): each pass's work by kernel
 // kind with its amount, the rate it was priced at and its seconds, each collective, and how they
 // compose into the step.
 std::string explain_step_time(const model::ModelConfig& cfg, const comm::MeshLayout& mesh,
                               const std::vector<train::RankLayout>& ranks,
-                              const MachineDescription& machine, int rank);
+                              const MachineDescription& machine, const StepTimePrediction& t,
+                              int rank);
 
 // Model FLOPs utilisation of a predicted step: Megatron's model FLOPs (train/flops.h) of the
 // global batch over step time x ranks x a rank's peak at `dtype` (the machine's stated
