@@ -104,6 +104,12 @@ void micro_kernel(float* tile, const float* a, int64_t a_rs, const float* b, int
 #pragma GCC unroll 4
   for (int k = 0; k < kc; ++k) {
     VecF bv[kNV];
+    // B's micro-panel streams from L2 (a line per k at kNV = 1) and a k-major A panel from L2 or
+    // L3 on its first tile: asked for ahead of use, as the hardware prefetcher alone was late
+    // (one A/B run of bench/gemm_bench at AVX2, 1 thread, 2026-12-02: dgrad_fc 92 -> 99 GFLOP/s
+    // with the B prefetch, wgrad_fc 91 -> 98 with the A one; oneDNN's sgemm 98-100 in the run).
+    prefetch(b + (k + 8) * kNR);
+    if constexpr (kLayout == ALayout::kKMajor) prefetch(a + (k + 16) * kMR);
 #pragma GCC unroll 4
     for (int v = 0; v < kNV; ++v) bv[v] = load(b + k * kNR + 16 * v);
 #pragma GCC unroll 16
@@ -188,9 +194,8 @@ void prefetch_block(const T* p, int64_t ld, int rows, int cols) {
 template <typename TA>
 void pack_a_rows(float* out, const TA* a, int64_t lda, int rows, int kc) {
   for (int r = 0; r < rows; ++r)
-    for_each_block(0, kc, [&](int64_t k, int n) {
-      store(out + r * kc + k, load(a + r * lda + k, n), n);
-    });
+    for_each_block(0, kc,
+                   [&](int64_t k, int n) { store(out + r * kc + k, load(a + r * lda + k, n), n); });
 }
 
 // A transposed (element (m, k) at a[k * lda + m], M rows in all): the k-major micro-panels of
@@ -201,8 +206,8 @@ void pack_a_rows(float* out, const TA* a, int64_t lda, int rows, int kc) {
 // vector fits in its panel, each store writes one (the lanes past kMR are overwritten at the
 // next k); the last k store kMR lanes, so nothing outside the panels is written.
 template <typename TA>
-void pack_a_kmajor(float* out, const TA* a, int64_t lda, int64_t M, int64_t m_begin,
-                   int64_t m_end, int kc) {
+void pack_a_kmajor(float* out, const TA* a, int64_t lda, int64_t M, int64_t m_begin, int64_t m_end,
+                   int kc) {
   const int whole = std::max(0, kc - (16 - kMR + kMR - 1) / kMR);  // k * kMR + 16 <= kc * kMR
   for (int k = 0; k < kc; ++k) {
     const TA* row = a + k * lda;
@@ -306,7 +311,16 @@ struct SharedPanels {
 
 // The block C[m_begin:m_end, n_begin:n_end] of the product on the calling thread. A and B come
 // from `a_shared` / `b_shared` where given, else the thread packs them itself (A block once per
-// depth block, B block once per column block), or reads an fp32 A in place.
+// depth block, B block once per column block and depth block), or reads an fp32 A in place.
+//
+// Loop order: a thread that packs its own A block does so once per depth block for all its
+// columns (depth blocks outside the column blocks, GotoBLAS's order). Where A needs no packing
+// by the thread (shared, or fp32 in place) the depth blocks run inside each column block
+// instead, so a column block of C (and a 16-bit C's fp32 partial sums) stays in cache while
+// every depth block is added to it, rather than going to memory and back once per depth block
+// (the LM head's forward product has 1024 x 50304 partial sums, 200 MB; the speed difference was
+// within this machine's run-to-run noise of ~5% at the gpt2 shapes, 2026-12-02). Each element
+// still receives the depth blocks in order, so the bits do not change.
 template <typename TA, typename TB, typename TC>
 void gemm_block(const Product<TA, TB, TC>& g, int64_t m_begin, int64_t m_end, int64_t n_begin,
                 int64_t n_end, const SharedPanels& a_shared, const SharedPanels& b_shared) {
@@ -318,41 +332,51 @@ void gemm_block(const Product<TA, TB, TC>& g, int64_t m_begin, int64_t m_end, in
   float* b_pack = own_b ? b_buf.floats(b_block_floats(g.K)) : nullptr;
   alignas(64) float tile[kMR * kNR];
 
+  // Rows [m0, m0 + mc) x columns [n0, n0 + nc) of C at depth [k0, k0 + kc), A's block packed.
+  const auto run = [&](int64_t m0, int mc, int64_t k0, int kc, int64_t n0, int nc) {
+    const Epilogue epi{g.alpha, g.beta, k0 == 0, k0 + kc == g.K};
+    if (own_b)
+      for (int j = 0; j < nc; j += kNR) pack_b_panel(g, b_pack + int64_t{j} * kc, n0 + j, k0, kc);
+    for (int i = 0; i < mc; i += kMR) {
+      const int rows = std::min(kMR, mc - i);
+      const int64_t m = m0 + i;
+      const float* a = a_shared.data != nullptr ? a_shared.at(k0, m, kc)
+                       : own_a                  ? a_pack + int64_t{i} * kc
+                               : reinterpret_cast<const float*>(g.A) + m * g.lda + k0;
+      const int64_t a_rs = g.packs_a() ? kc : g.lda;
+      for (int j = 0; j < nc; j += kNR) {
+        const int64_t n = n0 + j;
+        const int cols = std::min(kNR, nc - j);
+        const float* b = own_b ? b_pack + int64_t{j} * kc : b_shared.at(k0, n, kc);
+        float* partial = g.partial == nullptr ? nullptr : g.partial + m * g.N + n;
+        prefetch_block(g.C + m * g.ldc + n, g.ldc, rows, cols);
+        if (partial != nullptr) prefetch_block(partial, g.N, rows, cols);
+        if (g.trans_a)
+          micro_kernel<kMR, ALayout::kKMajor>(tile, a, 0, b, kc);
+        else if (rows == kMR)
+          micro_kernel<kMR, ALayout::kRows>(tile, a, a_rs, b, kc);
+        else
+          micro_kernel_rows<kMR - 1>(rows, tile, a, a_rs, b, kc);
+        store_tile(tile, rows, cols, g.C + m * g.ldc + n, g.ldc, partial, g.N, epi);
+      }
+    }
+  };
+
+  const auto depth = [&](int64_t k0) { return static_cast<int>(std::min<int64_t>(kKC, g.K - k0)); };
+  const auto width = [&](int64_t n0) {
+    return static_cast<int>(std::min<int64_t>(nc_max, n_end - n0));
+  };
   for (int64_t m0 = m_begin; m0 < m_end; m0 += kMC) {
     const int mc = static_cast<int>(std::min<int64_t>(kMC, m_end - m0));
-    for (int64_t k0 = 0; k0 < g.K; k0 += kKC) {
-      const int kc = static_cast<int>(std::min<int64_t>(kKC, g.K - k0));
-      const Epilogue epi{g.alpha, g.beta, k0 == 0, k0 + kc == g.K};
-      if (own_a) pack_a_panels(g, a_pack, m0, m0 + mc, k0, kc);  // once for all the columns
-      for (int64_t n0 = n_begin; n0 < n_end; n0 += nc_max) {
-        const int nc = static_cast<int>(std::min<int64_t>(nc_max, n_end - n0));
-        if (own_b)
-          for (int j = 0; j < nc; j += kNR)
-            pack_b_panel(g, b_pack + int64_t{j} * kc, n0 + j, k0, kc);
-        for (int i = 0; i < mc; i += kMR) {
-          const int rows = std::min(kMR, mc - i);
-          const int64_t m = m0 + i;
-          const float* a = a_shared.data != nullptr ? a_shared.at(k0, m, kc)
-                           : own_a ? a_pack + int64_t{i} * kc
-                                   : reinterpret_cast<const float*>(g.A) + m * g.lda + k0;
-          const int64_t a_rs = g.packs_a() ? kc : g.lda;
-          for (int j = 0; j < nc; j += kNR) {
-            const int64_t n = n0 + j;
-            const int cols = std::min(kNR, nc - j);
-            const float* b = own_b ? b_pack + int64_t{j} * kc : b_shared.at(k0, n, kc);
-            float* partial = g.partial == nullptr ? nullptr : g.partial + m * g.N + n;
-            prefetch_block(g.C + m * g.ldc + n, g.ldc, rows, cols);
-            if (partial != nullptr) prefetch_block(partial, g.N, rows, cols);
-            if (g.trans_a)
-              micro_kernel<kMR, ALayout::kKMajor>(tile, a, 0, b, kc);
-            else if (rows == kMR)
-              micro_kernel<kMR, ALayout::kRows>(tile, a, a_rs, b, kc);
-            else
-              micro_kernel_rows<kMR - 1>(rows, tile, a, a_rs, b, kc);
-            store_tile(tile, rows, cols, g.C + m * g.ldc + n, g.ldc, partial, g.N, epi);
-          }
-        }
+    if (own_a) {
+      for (int64_t k0 = 0; k0 < g.K; k0 += kKC) {
+        pack_a_panels(g, a_pack, m0, m0 + mc, k0, depth(k0));  // once for all the columns
+        for (int64_t n0 = n_begin; n0 < n_end; n0 += nc_max)
+          run(m0, mc, k0, depth(k0), n0, width(n0));
       }
+    } else {
+      for (int64_t n0 = n_begin; n0 < n_end; n0 += nc_max)
+        for (int64_t k0 = 0; k0 < g.K; k0 += kKC) run(m0, mc, k0, depth(k0), n0, width(n0));
     }
   }
 }
@@ -442,8 +466,8 @@ void gemm_parallel(const Product<TA, TB, TC>& g) {
         if (t.split_m) continue;
         const int64_t k0 = w / runs_m * kKC, m = w % runs_m * 16 * kMR;
         const int kc = static_cast<int>(std::min<int64_t>(kKC, g.K - k0));
-        pack_a_panels(g, const_cast<float*>(a_shared.at(k0, m, kc)), m,
-                      std::min(g.M, m + 16 * kMR), k0, kc);
+        pack_a_panels(g, const_cast<float*>(a_shared.at(k0, m, kc)), m, std::min(g.M, m + 16 * kMR),
+                      k0, kc);
       }
 #pragma omp for schedule(static)
       for (int64_t w = 0; w < chunks * panels_n; ++w) {
