@@ -144,17 +144,28 @@ std::vector<RankLayout> rank_layouts(const TrainArgs& a, const comm::MeshLayout&
   return out;
 }
 
+bool drop_sequence_parallel_without_tp(TrainArgs& args) {
+  if (!args.sequence_parallel || args.tensor_model_parallel_size != 1) return false;
+  args.sequence_parallel = false;
+  return true;
+}
+
+DeepSpeedApplied apply_batch_arguments(TrainArgs& args, int data_parallel) {
+  DeepSpeedApplied applied;
+  if (args.deepspeed) applied = apply_deepspeed_config(args, data_parallel);
+  apply_step_batch_size_schedule(args);
+  if (args.global_batch_size == 0) args.global_batch_size = args.micro_batch_size * data_parallel;
+  validate_arguments(args, data_parallel);
+  return applied;
+}
+
 comm::MeshLayout prepare_layout(TrainArgs& args, int world_size) {
   resolve_argument_files(args);
-  if (args.sequence_parallel && args.tensor_model_parallel_size == 1) args.sequence_parallel = false;
+  drop_sequence_parallel_without_tp(args);
   check_expert_tensor_parallel_size(args);
   comm::MeshLayout mesh(world_size, parallel_config(args));
   if (mesh.expert() > 1) args.model.validate_expert_parallel(mesh.expert());
-  const int dp = mesh.data();
-  if (args.deepspeed) apply_deepspeed_config(args, dp);
-  apply_step_batch_size_schedule(args);
-  if (args.global_batch_size == 0) args.global_batch_size = args.micro_batch_size * dp;
-  validate_arguments(args, dp);
+  apply_batch_arguments(args, mesh.data());
   return mesh;
 }
 

@@ -16,6 +16,7 @@
 #include "tessera/model/chunk_runner.h"
 #include "tessera/pipeline/schedule.h"
 #include "tessera/train/arguments.h"
+#include "tessera/train/deepspeed_config.h"
 #include "tessera/train/memory_report.h"
 
 namespace tessera::train {
@@ -45,6 +46,16 @@ void check_expert_tensor_parallel_size(const TrainArgs& args);
 
 // The mesh's parallel sizes from the flags (--tensor-model-parallel-size and the others).
 comm::ParallelConfig parallel_config(const TrainArgs& args);
+
+// Sequence parallelism splits over the TP group (as in Megatron), so at
+// --tensor-model-parallel-size 1 it is turned off: true when it was on (tessera-train warns).
+bool drop_sequence_parallel_without_tp(TrainArgs& args);
+
+// The batch arguments on `data_parallel` ranks, in tessera-train's order: the DeepSpeed config
+// applied (when --deepspeed), the step batch-size schedule, the global batch's default (micro
+// batch x DP), then every check of validate_arguments. Returns what the DeepSpeed config set
+// (empty without one). tessera::Error (one line) for what tessera-train would refuse.
+DeepSpeedApplied apply_batch_arguments(TrainArgs& args, int data_parallel);
 
 // tessera-train's steps from parsed flags to a validated layout on `world_size` ranks, without
 // the runtime (train_main.cc's order): argument files resolved, sequence parallelism dropped at TP

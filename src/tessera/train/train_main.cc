@@ -62,27 +62,17 @@ int train_main(int argc, const char* const* argv) {
     // reported once (by launcher rank 0) like a bad flag.
     const std::string version = kernels::version_line();
     runtime_up = true;
-    if (args.sequence_parallel && args.tensor_model_parallel_size == 1) {
-      // As Megatron does: sequence parallelism splits over the TP group, which has one rank.
-      if (launcher_rank() == 0)
-        std::fprintf(stderr,
-                     "warning: --sequence-parallel has no effect with "
-                     "--tensor-model-parallel-size 1; turned off\n");
-      args.sequence_parallel = false;
-    }
+    if (drop_sequence_parallel_without_tp(args) && launcher_rank() == 0)
+      std::fprintf(stderr,
+                   "warning: --sequence-parallel has no effect with "
+                   "--tensor-model-parallel-size 1; turned off\n");
     auto state = setup_distributed(args);
     if (!state) {
       comm::shutdown();
       return 0;
     }
-    const int dp = state->layout().data();
-    if (args.deepspeed) {
-      const DeepSpeedApplied applied = apply_deepspeed_config(args, dp);
-      if (state->rank() == 0) print_deepspeed_report(applied);
-    }
-    apply_step_batch_size_schedule(args);
-    if (args.global_batch_size == 0) args.global_batch_size = args.micro_batch_size * dp;
-    validate_arguments(args, dp);
+    const DeepSpeedApplied applied = apply_batch_arguments(args, state->layout().data());
+    if (args.deepspeed && state->rank() == 0) print_deepspeed_report(applied);
     // Bad offload settings are refused before anything is built; "cpu" devices are noted.
     offload_plan(args, effective_zero_stage(args));
     for (const std::string& notice : offload_notices(args)) args.notices.push_back(notice);
