@@ -12,6 +12,10 @@
 //         for each A micro-panel of kMR rows                                 (stays in L1)
 //           for each B micro-panel: micro-kernel, kMR x kNR accumulators over k = 0..kc
 //
+// When the thread does not pack A itself (A packed whole by the team, or an fp32 A read in
+// place), the k0 and n0 loops swap: every depth block of a column block runs before the next
+// column block, so that block of C stays in cache (gemm_block).
+//
 // Threads (gemm_parallel): C is cut into column blocks (or row blocks), two per thread, taken
 // from a dynamic schedule, so a core that runs slower (a shared machine, a VM's other tenant) does
 // not hold the team up by more than half a block. Every column block needs all of A:
@@ -33,6 +37,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 #include "tessera/core/dtype.h"
@@ -83,6 +88,13 @@ int64_t b_block_floats(int64_t K) { return std::min<int64_t>(kKC, K) * b_block_c
 
 // ---- micro-kernel ----------------------------------------------------------------------------
 
+// Asks for the line holding p[i] (i may lie past p's buffer: a prefetch never faults, and the
+// address is formed as an integer, not by pointer arithmetic outside the array).
+inline void prefetch_ahead(const float* p, int64_t i) {
+  prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) +
+                                         static_cast<uintptr_t>(i) * sizeof(float)));
+}
+
 // Where the micro-kernel reads element (r, k) of an A micro-panel.
 enum class ALayout {
   kRows,    // a[r * a_rs + k]: A's own rows (fp32, not transposed) or rows widened by packing
@@ -104,12 +116,15 @@ void micro_kernel(float* tile, const float* a, int64_t a_rs, const float* b, int
 #pragma GCC unroll 4
   for (int k = 0; k < kc; ++k) {
     VecF bv[kNV];
-    // B's micro-panel streams from L2 (a line per k at kNV = 1) and a k-major A panel from L2 or
-    // L3 on its first tile: asked for ahead of use, as the hardware prefetcher alone was late
-    // (one A/B run of bench/gemm_bench at AVX2, 1 thread, 2026-12-02: dgrad_fc 92 -> 99 GFLOP/s
-    // with the B prefetch, wgrad_fc 91 -> 98 with the A one; oneDNN's sgemm 98-100 in the run).
-    prefetch(b + (k + 8) * kNR);
-    if constexpr (kLayout == ALayout::kKMajor) prefetch(a + (k + 16) * kMR);
+    // B's micro-panel streams from L2 (kNV lines per k) and a k-major A panel from L2 or L3 on
+    // its first tile: asked for ahead of use, as the hardware prefetcher alone was late (one A/B
+    // run of bench/gemm_bench at AVX2, 1 thread, 2026-12-02: dgrad_fc 92 -> 99 GFLOP/s with the
+    // B prefetch, wgrad_fc 91 -> 98 with the A one; oneDNN's sgemm 98-100 in the run). One line
+    // of B per k: at AVX-512 (kNV = 2) prefetching both measured no different. The addresses
+    // run past the panels' ends on the last k; prefetch_ahead forms them without pointer
+    // arithmetic outside the buffer.
+    prefetch_ahead(b, (k + 8) * kNR);
+    if constexpr (kLayout == ALayout::kKMajor) prefetch_ahead(a, (k + 16) * kMR);
 #pragma GCC unroll 4
     for (int v = 0; v < kNV; ++v) bv[v] = load(b + k * kNR + 16 * v);
 #pragma GCC unroll 16
@@ -279,12 +294,24 @@ struct Product {
   int64_t n_padded() const { return (N + kNR - 1) / kNR * kNR; }
 };
 
+// Micro-panels of A packed together by pack_a_panels (a transposed A) and by the team's shared
+// packing (gemm_parallel).
+constexpr int64_t kPanelsPerRun = 16;
+
 // Packs A's micro-panels of rows [m_begin, m_end) (multiples of kMR, bar M) at depth
 // [k0, k0 + kc): the panel of row m at out + (m - m_begin) * kc (kMR x kc floats).
 template <typename TA, typename TB, typename TC>
 void pack_a_panels(const Product<TA, TB, TC>& g, float* out, int64_t m_begin, int64_t m_end,
                    int64_t k0, int kc) {
-  if (g.trans_a) return pack_a_kmajor(out, g.A + k0 * g.lda, g.lda, g.M, m_begin, m_end, kc);
+  if (g.trans_a) {
+    // In runs of kPanelsPerRun panels: a run's kc x kPanelsPerRun * kMR floats stay in L2 while
+    // pack_a_kmajor writes a value into each of its panels per k (across a thread's whole block,
+    // up to 4092 rows, each k's writes would land on hundreds of pages).
+    for (int64_t m = m_begin; m < m_end; m += kPanelsPerRun * kMR)
+      pack_a_kmajor(out + (m - m_begin) * kc, g.A + k0 * g.lda, g.lda, g.M, m,
+                    std::min(m_end, m + kPanelsPerRun * kMR), kc);
+    return;
+  }
   for (int64_t m = m_begin; m < m_end; m += kMR) {
     const int rows = static_cast<int>(std::min<int64_t>(kMR, g.M - m));
     pack_a_rows(out + (m - m_begin) * kc, g.A + m * g.lda + k0, g.lda, rows, kc);
@@ -318,8 +345,9 @@ struct SharedPanels {
 // by the thread (shared, or fp32 in place) the depth blocks run inside each column block
 // instead, so a column block of C (and a 16-bit C's fp32 partial sums) stays in cache while
 // every depth block is added to it, rather than going to memory and back once per depth block
-// (the LM head's forward product has 1024 x 50304 partial sums, 200 MB; the speed difference was
-// within this machine's run-to-run noise of ~5% at the gpt2 shapes, 2026-12-02). Each element
+// (the LM head's forward product has 1024 x 50304 partial sums, 200 MB; the speed difference in
+// one A/B of bench/gemm_bench was within the two runs' own spread of ~5% of the same build at the
+// gpt2 shapes, 2026-12-02). Each element
 // still receives the depth blocks in order, so the bits do not change.
 template <typename TA, typename TB, typename TC>
 void gemm_block(const Product<TA, TB, TC>& g, int64_t m_begin, int64_t m_end, int64_t n_begin,
@@ -459,15 +487,15 @@ void gemm_parallel(const Product<TA, TB, TC>& g) {
 #pragma omp parallel num_threads(threads)
   {
     if (t.shared > 0) {
-      // A in runs of 16 micro-panels (a few cache lines of each of its rows per run).
-      const int64_t runs_m = (panels_m + 15) / 16;
+      // A in runs of kPanelsPerRun micro-panels (a few cache lines of each of its rows per run).
+      const int64_t runs_m = (panels_m + kPanelsPerRun - 1) / kPanelsPerRun;
 #pragma omp for schedule(static)
       for (int64_t w = 0; w < chunks * runs_m; ++w) {
         if (t.split_m) continue;
-        const int64_t k0 = w / runs_m * kKC, m = w % runs_m * 16 * kMR;
+        const int64_t k0 = w / runs_m * kKC, m = w % runs_m * kPanelsPerRun * kMR;
         const int kc = static_cast<int>(std::min<int64_t>(kKC, g.K - k0));
-        pack_a_panels(g, const_cast<float*>(a_shared.at(k0, m, kc)), m, std::min(g.M, m + 16 * kMR),
-                      k0, kc);
+        pack_a_panels(g, const_cast<float*>(a_shared.at(k0, m, kc)), m,
+                      std::min(g.M, m + kPanelsPerRun * kMR), k0, kc);
       }
 #pragma omp for schedule(static)
       for (int64_t w = 0; w < chunks * panels_n; ++w) {

@@ -51,8 +51,8 @@ inline Mask first_n(int n) {
 
 // ---- loads ---------------------------------------------------------------------------------
 // 8 bf16 from memory: one vpmovzxwd with its load folded in, then a shift (a 256-bit load and
-// vextracti128 for the upper half is one more instruction per vector: measured 14-17% slower bf16
-// norms at 1 thread, cache-resident, bench/pointwise_bench 2026-12-02).
+// vextracti128 for the upper half is one more instruction per vector: the bf16 norms took 16-20%
+// longer with it at 1 thread, cache-resident, bench/pointwise_bench 2026-12-02).
 inline __m256 widen_bf16(const bf16* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
