@@ -347,8 +347,8 @@ struct SharedPanels {
 // every depth block is added to it, rather than going to memory and back once per depth block
 // (the LM head's forward product has 1024 x 50304 partial sums, 200 MB; the speed difference in
 // one A/B of bench/gemm_bench was within the two runs' own spread of ~5% of the same build at the
-// gpt2 shapes, 2026-12-02). Each element
-// still receives the depth blocks in order, so the bits do not change.
+// gpt2 shapes, 2026-12-02). Each element still receives the depth blocks in order, so the bits
+// do not change.
 template <typename TA, typename TB, typename TC>
 void gemm_block(const Product<TA, TB, TC>& g, int64_t m_begin, int64_t m_end, int64_t n_begin,
                 int64_t n_end, const SharedPanels& a_shared, const SharedPanels& b_shared) {
@@ -398,9 +398,9 @@ void gemm_block(const Product<TA, TB, TC>& g, int64_t m_begin, int64_t m_end, in
     const int mc = static_cast<int>(std::min<int64_t>(kMC, m_end - m0));
     if (own_a) {
       for (int64_t k0 = 0; k0 < g.K; k0 += kKC) {
-        pack_a_panels(g, a_pack, m0, m0 + mc, k0, depth(k0));  // once for all the columns
-        for (int64_t n0 = n_begin; n0 < n_end; n0 += nc_max)
-          run(m0, mc, k0, depth(k0), n0, width(n0));
+        const int kc = depth(k0);
+        pack_a_panels(g, a_pack, m0, m0 + mc, k0, kc);  // once for all the columns
+        for (int64_t n0 = n_begin; n0 < n_end; n0 += nc_max) run(m0, mc, k0, kc, n0, width(n0));
       }
     } else {
       for (int64_t n0 = n_begin; n0 < n_end; n0 += nc_max)

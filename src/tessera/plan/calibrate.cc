@@ -31,14 +31,18 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Seconds per call of `run`: after a warm-up call, the median of five rounds, each repeating the
-// call for at least 40 ms, every rank starting each round together (on a shared machine a
-// shorter or single window is another tenant's as often as ours).
-// The window of a round: 40 ms, or 5 ms for --quick (a test of the path, not a measurement).
-// Set by calibrate_host for the calibration it runs (calibrations do not run concurrently).
-double g_round_seconds = 0.04;
+// The sizes a calibration measures up to, and the window of a timing round: 40 ms, or 5 ms for
+// --quick (a test of the path, not a measurement).
+struct Limits {
+  int64_t width, length, elements, bytes;
+  double round_seconds;
+};
 
-double seconds_per_call(comm::ProcessGroup& world, const std::function<void()>& run) {
+// Seconds per call of `run`: after a warm-up call, the median of five rounds, each repeating the
+// call for at least lim.round_seconds, every rank starting each round together (on a shared
+// machine a shorter or single window is another tenant's as often as ours).
+double seconds_per_call(comm::ProcessGroup& world, const Limits& lim,
+                        const std::function<void()>& run) {
   run();
   std::array<double, 5> rounds{};
   for (double& r : rounds) {
@@ -50,7 +54,7 @@ double seconds_per_call(comm::ProcessGroup& world, const std::function<void()>& 
       run();
       ++calls;
       elapsed = since(t0);
-    } while (elapsed < g_round_seconds || calls < 2);
+    } while (elapsed < lim.round_seconds || calls < 2);
     r = elapsed / calls;
   }
   std::sort(rounds.begin(), rounds.end());
@@ -87,10 +91,6 @@ std::vector<T> values(size_t n, float scale = 0.05f) {
 using Curves = std::array<RateCurve, kKernelKinds>;
 
 // The largest sizes measured (quick: the smallest few of each, for tests).
-struct Limits {
-  int64_t width, length, elements, bytes;
-};
-
 void add_point(Curves& c, KernelKind kind, double size, double rate) {
   c[static_cast<int>(kind)].points.emplace_back(size, rate);
 }
@@ -111,17 +111,17 @@ void measure_gemms(comm::ProcessGroup& world, Curves& c, const Limits& lim) {
     std::vector<float> dw(4 * C * C, 0.0f);
     double flops = 0;
     for (const auto& [in, out] : shapes) flops += 2.0 * M * in * out;
-    const double fwd = seconds_per_call(world, [&] {
+    const double fwd = seconds_per_call(world, lim, [&] {
       for (const auto& [in, out] : shapes)
         kernels::gemm(false, true, M, out, in, 1.0f, x.data(), in, w.data(), in, 0.0f, y.data(),
                       out);
     });
-    const double igrad = seconds_per_call(world, [&] {
+    const double igrad = seconds_per_call(world, lim, [&] {
       for (const auto& [in, out] : shapes)
         kernels::gemm(false, false, M, in, out, 1.0f, dy.data(), out, w.data(), in, 0.0f, dx.data(),
                       in);
     });
-    const double wgrad = seconds_per_call(world, [&] {
+    const double wgrad = seconds_per_call(world, lim, [&] {
       for (const auto& [in, out] : shapes)
         kernels::gemm(true, false, out, in, M, 1.0f, dy.data(), out, x.data(), in, 1.0f, dw.data(),
                       in);
@@ -142,10 +142,10 @@ void measure_attention(comm::ProcessGroup& world, Curves& c, const Limits& lim) 
     std::vector<float> lse(NH * len);
     const double flops = 2.0 * len * len * HD * NH;
     const kernels::AttentionDropout none;
-    const double fwd = seconds_per_call(world, [&] {
+    const double fwd = seconds_per_call(world, lim, [&] {
       kernels::attention_forward(out.data(), lse.data(), qkv.data(), 1, len, NH, NH, HD, none);
     });
-    const double bwd = seconds_per_call(world, [&] {
+    const double bwd = seconds_per_call(world, lim, [&] {
       kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), 1,
                                   len, NH, NH, HD, none);
     });
@@ -165,7 +165,7 @@ void measure_elementwise(comm::ProcessGroup& world, Curves& c, bool fp32, const 
     std::vector<T> out(n), out2(n);
     std::vector<float> mean(N), rstd(N), dweight(C), dbias(C);
     const auto rate = [&](KernelKind kind, double amount, const std::function<void()>& run) {
-      add_point(c, kind, size, amount / seconds_per_call(world, run));
+      add_point(c, kind, size, amount / seconds_per_call(world, lim, run));
     };
     rate(KernelKind::kNormForward, size, [&] {
       kernels::layer_norm_forward(out.data(), mean.data(), rstd.data(), a.data(), weight.data(),
@@ -203,11 +203,11 @@ void measure_elementwise(comm::ProcessGroup& world, Curves& c, bool fp32, const 
       std::vector<int32_t> tokens(N), pos(N);
       for (int64_t i = 0; i < N; ++i)
         tokens[i] = static_cast<int32_t>((i * 7919) % V), pos[i] = static_cast<int32_t>(i);
-      const double f = seconds_per_call(world, [&] {
+      const double f = seconds_per_call(world, lim, [&] {
         kernels::embedding_forward(out.data(), tokens.data(), pos.data(), wte.data(), wpe.data(), N,
                                    C, 0, V);
       });
-      const double bw = seconds_per_call(world, [&] {
+      const double bw = seconds_per_call(world, lim, [&] {
         kernels::embedding_backward(dwte.data(), dwpe.data(), b.data(), tokens.data(), pos.data(),
                                     N, C, 0, V);
       });
@@ -327,8 +327,8 @@ void measure_page_refault(comm::ProcessGroup& world, Curves& c, const Limits& li
     const auto accumulate = [&] {
       for (size_t i = 0; i < n; ++i) f[i] += 1.0f;
     };
-    const double resident = seconds_per_call(world, accumulate);
-    const double refault = seconds_per_call(world, [&] {
+    const double resident = seconds_per_call(world, lim, accumulate);
+    const double refault = seconds_per_call(world, lim, [&] {
       madvise(f, bytes, MADV_DONTNEED);
       accumulate();
     });
@@ -343,7 +343,7 @@ void measure_page_refault(comm::ProcessGroup& world, Curves& c, const Limits& li
 // the products run before waiting for it: (alone + alone - together) / all-reduce alone, clamped
 // to [0, 1]. The products are sized to the all-reduce so that neither dominates the difference
 // (a product much longer than the collective would make its noise the answer).
-double measure_overlap(comm::ProcessGroup& world) {
+double measure_overlap(comm::ProcessGroup& world, const Limits& lim) {
   constexpr int64_t D = 256;
   const std::vector<float> a = values<float>(D * D), b = values<float>(D * D);
   std::vector<float> out(D * D);
@@ -352,7 +352,7 @@ double measure_overlap(comm::ProcessGroup& world) {
     return seconds_per_fixed_calls(world, run, 5, 5);
   };
   const double reduce = timed([&] { world.all_reduce(buffer, comm::ReduceOp::kSum).wait(); });
-  const double one = seconds_per_call(world, [&] {
+  const double one = seconds_per_call(world, lim, [&] {
     kernels::gemm(false, false, D, D, D, 1.0f, a.data(), D, b.data(), D, 0.0f, out.data(), D);
   });
   const int repeats = static_cast<int>(std::clamp(reduce / one, 1.0, 10000.0));
@@ -373,9 +373,8 @@ double measure_overlap(comm::ProcessGroup& world) {
 
 HostConfiguration calibrate_host(comm::ProcessGroup& world, int threads,
                                  const std::vector<DType>& dtypes, bool quick) {
-  const Limits lim = quick ? Limits{128, 128, int64_t{1} << 16, int64_t{1} << 20}
-                           : Limits{1024, 1024, int64_t{1} << 22, int64_t{1} << 26};
-  g_round_seconds = quick ? 0.005 : 0.04;
+  const Limits lim = quick ? Limits{128, 128, int64_t{1} << 16, int64_t{1} << 20, 0.005}
+                           : Limits{1024, 1024, int64_t{1} << 22, int64_t{1} << 26, 0.04};
   const int previous = num_threads();
   set_num_threads(threads);
   HostConfiguration c;
@@ -388,7 +387,7 @@ HostConfiguration calibrate_host(comm::ProcessGroup& world, int threads,
   }
   measure_page_refault(world, c.kernels[DType::kF32], lim);
   c.intra_host = measure_collectives(world, lim);
-  if (world.size() > 1) c.intra_host.overlap = measure_overlap(world);
+  if (world.size() > 1) c.intra_host.overlap = measure_overlap(world, lim);
   set_num_threads(previous);
   return c;
 }

@@ -55,9 +55,8 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
                                      const MachineDescription& machine);
 
 // The arithmetic of rank `rank`'s part of prediction `t` (predict_step_time's for these ranks and
-// machine; tessera-plan --explain): each pass's work by kernel
-// kind with its amount, the rate it was priced at and its seconds, each collective, and how they
-// compose into the step.
+// machine; tessera-plan --explain): each pass's work by kernel kind with its amount, the rate it
+// was priced at and its seconds, each collective, and how they compose into the step.
 std::string explain_step_time(const model::ModelConfig& cfg, const comm::MeshLayout& mesh,
                               const std::vector<train::RankLayout>& ranks,
                               const MachineDescription& machine, const StepTimePrediction& t,
