@@ -32,7 +32,11 @@ bool hardware_runs(CpuTarget target) {
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
              __builtin_cpu_supports("avx512dq");
     case CpuTarget::kAvx512Bf16:
-      return hardware_runs(CpuTarget::kAvx512) && __builtin_cpu_supports("avx512bf16");
+      // VBMI's byte permutes unpack FP6 codes (kernels/quantized_gemv.cc); every CPU with
+      // AVX512_BF16 has it (Zen 4 and later, Sapphire Rapids and later) but Cooper Lake, which
+      // runs the avx512 target.
+      return hardware_runs(CpuTarget::kAvx512) && __builtin_cpu_supports("avx512bf16") &&
+             __builtin_cpu_supports("avx512vbmi");
     default:
       return false;
   }

@@ -5,6 +5,7 @@
 // first kernel call, from cpuid. The environment variable TESSERA_CPU_TARGET caps it (for tests,
 // and for identical numerics across a cluster of different CPUs):
 //   x86-64: baseline (SSE2), avx2 (AVX2 + FMA + F16C), avx512 (F/BW/VL/DQ), avx512bf16
+//           (+ AVX512_BF16 and AVX512_VBMI)
 //   arm64:  neon
 // A known value the CPU cannot run (or this architecture has no kernels for, e.g. sve) falls
 // back to the best target at or below it, with one warning on stderr; an unknown value is a

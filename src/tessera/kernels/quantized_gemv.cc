@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
@@ -18,6 +19,20 @@ namespace {
 // Below this many weights a fork/join of the OpenMP team costs about what the second core saves
 // (as gemv.cc).
 constexpr int64_t kParallelWeights = int64_t{1} << 16;
+
+// The fused kernels ask for the codes this many bytes ahead of the ones they decode (a row's
+// codes run on into the next row's, which the same thread decodes next): with the hardware
+// prefetcher alone a core's stream of codes stalled on memory between the decoding (llama-1b
+// decode, FP6, 2 threads, bench/quantized_main.cc in an A/B of two runs each on 2026-12-02:
+// 26.3-28.8 tokens/s without, 35.9-36.3 with 2048 bytes ahead; 8192 ahead measured slower,
+// 4096 within the noise of 2048).
+constexpr int64_t kPrefetchBytes = 2048;
+// Asks for the line `ahead` bytes after p (which may lie past the codes: a prefetch never faults,
+// and the address is formed as an integer, not by pointer arithmetic outside the array).
+inline void prefetch_codes(const uint8_t* p, int64_t ahead) {
+  prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) +
+                                         static_cast<uintptr_t>(ahead)));
+}
 
 // The 64 FP6 e3m2 values (quant/fp6.h): subnormal m/16 for exponent 0, else (1 + m/4) 2^(e-3).
 constexpr std::array<float, 64> fp6_values() {
@@ -194,6 +209,42 @@ template <WeightCodes kType, bool kExact>
   }
 }
 
+// fused_rows for an FP6 row of whole 64-code chunks where the target unpacks 64 codes at once
+// (kUnpack6x64: AVX512_VBMI's byte permutes, about 5 instructions a block of 16 against
+// decode_block's 7): the same blocks into the same accumulators, the same decoded values (the
+// magnitude looked up in the row's table, the sign xored in), so the same bits. A template on
+// the codes' pointer type so that the call of unpack6x64, which other targets do not have, is
+// looked up only where it is instantiated. kExact: the row is the matrix's last.
+
+template <int kRows, bool kExact, typename Bytes>
+[[gnu::always_inline]] inline void fused_fp6_rows_x64(float* out, const float* inp,
+                                                      const QuantizedWeightsView& w, int64_t o,
+                                                      Bytes codes, float d) {
+  const int64_t C = w.cols;
+  Accumulators<kRows> s;
+  alignas(64) float table[32];
+  store(table, load(kFp6Magnitude.data()) * splat(d));
+  store(table + 16, load(kFp6Magnitude.data() + 16) * splat(d));
+  const VecI sign = splat_i(static_cast<int32_t>(0x80000000u));
+  auto weight = [&](VecI q) __attribute__((always_inline)) {
+    return xor_bits(lookup32(table, q), q & sign);
+  };
+  for (int64_t i = 0; i < C; i += 64, codes += 48) {
+    VecI q[4];
+    prefetch_codes(codes, kPrefetchBytes);
+    // Only the last chunk of the last row may not read 16 bytes past its own.
+    if (kExact && i + 64 == C)
+      unpack6x64_exact(codes, q);
+    else
+      unpack6x64(codes, q);
+    s.template add<0>(inp, C, i, weight(q[0]));
+    s.template add<1>(inp, C, i + 16, weight(q[1]));
+    s.template add<2>(inp, C, i + 32, weight(q[2]));
+    s.template add<3>(inp, C, i + 48, weight(q[3]));
+  }
+  s.store_to(out, w.rows, o);
+}
+
 // out[x * rows + o] for input rows x < kRows, decoding each block of 16 weights in registers and
 // dotting it with every input row at once: the codes are read once and nothing is stored between
 // decoding and the products. Same blocks, same accumulators and the same decoded values as
@@ -205,6 +256,10 @@ template <WeightCodes kType, int kRows, bool kExact>
   const int64_t C = w.cols, blocks = w.group / 16, all_blocks = C / 16, groups = C / w.group;
   const int64_t group_bytes = quantized_row_bytes(w.codes_type, w.group);
   const uint8_t* codes = w.codes + o * quantized_row_bytes(w.codes_type, C);
+  if constexpr (kType == WeightCodes::kFp6 && kUnpack6x64) {
+    // An FP6 row is one group (one scale).
+    if (C % 64 == 0) return fused_fp6_rows_x64<kRows, kExact>(out, inp, w, o, codes, scales[0]);
+  }
   Accumulators<kRows> s;
   // The group of block k and the block's place j in it, advanced block by block (no division).
   int64_t g = 0, j = 0;
@@ -228,8 +283,11 @@ template <WeightCodes kType, int kRows, bool kExact>
   auto block = [&]() __attribute__((always_inline)) {
     return decode_block<kType, kExact>(codes, j, d, fp6_times_d);
   };
+  const uint8_t* row = codes;
+  const int64_t block_bytes = quantized_row_bytes(w.codes_type, 16);
   int64_t k = 0;
   for (; k + 4 <= all_blocks; k += 4) {
+    prefetch_codes(row, k * block_bytes + kPrefetchBytes);
     s.template add<0>(inp, C, 16 * k, block());
     next();
     s.template add<1>(inp, C, 16 * (k + 1), block());
@@ -251,8 +309,32 @@ template <WeightCodes kType, int kRows, bool kExact>
   s.store_to(out, w.rows, o);
 }
 
+// The 16 values of a group of 4-bit codes, q * d + min for q = 0 .. 15 in lane q, rounded as
+// decode_row rounds each weight (the product, then the sum), so a lookup gives its bits.
+[[gnu::always_inline]] inline VecF nibble_values(float d, float min) {
+  return to_float(iota_i()) * splat(d) + splat(min);
+}
+
+// A group's weights from their 4-bit codes q (one per lane), decoded as decode_row does.
+// `values` is the group's nibble_values. (A template so that the lookup16 call, dependent on I,
+// is looked up only where kFastLookup16 keeps it: the other targets do not have lookup16.)
+template <typename I>
+[[gnu::always_inline]] inline VecF nibble_weights(I q, VecF values, float d, float min) {
+  if constexpr (kFastLookup16) return lookup16(values, q);
+  return to_float(q) * splat(d) + splat(min);
+}
+
+// The codes in the low nibbles of a group's bytes (widened to lanes): masked, except where they
+// are looked up (lookup16 reads only the low 4 bits of an index).
+[[gnu::always_inline]] inline VecI low_nibbles(VecI bytes) {
+  if constexpr (kFastLookup16) return bytes;
+  return bytes & splat_i(15);
+}
+
 // fused_rows for 4-bit codes in groups of 32 or 64, a group's bytes loaded once for both of its
 // halves (its low nibbles, then its high ones): the same blocks into the same accumulators.
+// Where a 16-entry lookup is one instruction (AVX-512) a weight is a lookup in the group's 16
+// values (computed once a group), instead of a conversion, a product and a sum per weight.
 template <int kRows>
 [[gnu::always_inline]] inline void fused_nibble_rows(float* out, const float* inp,
                                                      const QuantizedWeightsView& w, int64_t o,
@@ -260,33 +342,41 @@ template <int kRows>
   const int64_t C = w.cols, G = w.group, groups = C / G;
   const uint8_t* codes = w.codes + o * (C / 2);
   Accumulators<kRows> s;
-  const VecI low = splat_i(15);
-  auto weights = [&](VecI q, int64_t g) __attribute__((always_inline)) {
-    return to_float(q) * splat(scales[g]) + splat(mins[g]);
+  // The group's 16 values, only where they are looked up.
+  auto values = [&](int64_t g) __attribute__((always_inline)) {
+    return kFastLookup16 ? nibble_values(scales[g], mins[g]) : zero();
+  };
+  auto weights = [&](VecI q, VecF v, int64_t g) __attribute__((always_inline)) {
+    return nibble_weights(q, v, scales[g], mins[g]);
   };
   if (G == 64) {
     for (int64_t g = 0; g < groups; ++g, codes += 32) {
+      prefetch_codes(codes, kPrefetchBytes);
       const VecI b0 = load_u8(codes), b1 = load_u8(codes + 16);
+      const VecF v = values(g);
       const float* in = inp + 64 * g;
-      s.template add<0>(in, C, 0, weights(b0 & low, g));
-      s.template add<1>(in, C, 16, weights(b1 & low, g));
-      s.template add<2>(in, C, 32, weights(shift_right(b0, 4), g));
-      s.template add<3>(in, C, 48, weights(shift_right(b1, 4), g));
+      s.template add<0>(in, C, 0, weights(low_nibbles(b0), v, g));
+      s.template add<1>(in, C, 16, weights(low_nibbles(b1), v, g));
+      s.template add<2>(in, C, 32, weights(shift_right(b0, 4), v, g));
+      s.template add<3>(in, C, 48, weights(shift_right(b1, 4), v, g));
     }
   } else {  // 32: two groups make the four blocks of an unrolled step
     int64_t g = 0;
     for (; g + 2 <= groups; g += 2, codes += 32) {
+      prefetch_codes(codes, kPrefetchBytes);
       const VecI b0 = load_u8(codes), b1 = load_u8(codes + 16);
+      const VecF v0 = values(g), v1 = values(g + 1);
       const float* in = inp + 32 * g;
-      s.template add<0>(in, C, 0, weights(b0 & low, g));
-      s.template add<1>(in, C, 16, weights(shift_right(b0, 4), g));
-      s.template add<2>(in, C, 32, weights(b1 & low, g + 1));
-      s.template add<3>(in, C, 48, weights(shift_right(b1, 4), g + 1));
+      s.template add<0>(in, C, 0, weights(low_nibbles(b0), v0, g));
+      s.template add<1>(in, C, 16, weights(shift_right(b0, 4), v0, g));
+      s.template add<2>(in, C, 32, weights(low_nibbles(b1), v1, g + 1));
+      s.template add<3>(in, C, 48, weights(shift_right(b1, 4), v1, g + 1));
     }
     if (g < groups) {
       const VecI b0 = load_u8(codes);
-      s.template add<0>(inp + 32 * g, C, 0, weights(b0 & low, g));
-      s.template add<1>(inp + 32 * g, C, 16, weights(shift_right(b0, 4), g));
+      const VecF v0 = values(g);
+      s.template add<0>(inp + 32 * g, C, 0, weights(low_nibbles(b0), v0, g));
+      s.template add<1>(inp + 32 * g, C, 16, weights(shift_right(b0, 4), v0, g));
     }
   }
   s.store_to(out, w.rows, o);

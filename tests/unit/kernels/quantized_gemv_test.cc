@@ -87,8 +87,9 @@ Matrix make(const Case& c, unsigned seed) {
 
 const Case kCases[] = {
     {WeightCodes::kFp6, 37, 100, 100},  // tail of 4 weights after six blocks of 16
-    {WeightCodes::kFp6, 64, 1024, 1024},  {WeightCodes::kInt8, 33, 77, 77},  // per row, an odd tail
-    {WeightCodes::kInt8, 50, 96, 32},                                        // Q8_0 blocks
+    {WeightCodes::kFp6, 64, 1024, 1024},  {WeightCodes::kFp6, 5, 64, 64},  // whole 64-code chunks
+    {WeightCodes::kInt8, 33, 77, 77},                                      // per row, an odd tail
+    {WeightCodes::kInt8, 50, 96, 32},                                      // Q8_0 blocks
     {WeightCodes::kNibble, 31, 96, 32},   {WeightCodes::kNibble, 20, 192, 64},
     {WeightCodes::kNibble, 300, 512, 32},  // enough weights for the team
     {WeightCodes::kInt8, 70, 1024, 1024},  // per row, whole blocks (decoded in registers)

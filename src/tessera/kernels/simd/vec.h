@@ -4,7 +4,9 @@
 //
 // The semantics are those of vec_generic.h, the portable reference; vec_avx2.h and
 // vec_avx512.h are the intrinsic versions. This folder is the only place with ISA-specific
-// code. Sixteen lanes on every target (two ymm registers on AVX2, four 128-bit registers on
+// code. Two functions exist only where they are one or a few instructions, each announced by a
+// constant every target defines: lookup16 (kFastLookup16, AVX-512) and unpack6x64 (kUnpack6x64,
+// AVX-512 with VBMI, the avx512bf16 target); kernels use them under `if constexpr`. Sixteen lanes on every target (two ymm registers on AVX2, four 128-bit registers on
 // baseline) keep a kernel's blocking, summation order and masks the same everywhere: a target
 // changes speed, and only the last bits of results where it fuses a multiply-add or rounds an
 // exp differently (docs/performance.md, "Kernel targets").

@@ -22,6 +22,10 @@ constexpr int kTileVecs = 1;
 // 12 accumulators + 2 B registers + 1 broadcast of the 16 ymm, the classic 6 x 16.
 constexpr int kGemmRows = 6;
 constexpr int kGemmVecs = 1;
+// No lookup16 here: two permutes, a shift and a blend per 8 lanes would be no faster than the
+// arithmetic the 4-bit kernel does instead.
+constexpr bool kFastLookup16 = false;
+constexpr bool kUnpack6x64 = false;  // no unpack6x64: it needs AVX512_VBMI's byte permutes
 
 struct VecF {
   __m256 lo, hi;  // lanes 0-7, 8-15

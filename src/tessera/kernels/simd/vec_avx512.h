@@ -23,6 +23,9 @@ constexpr int kTileVecs = 4;
 // within the noise of each other; 12 x 2 keeps the panel width a divisor of every model width).
 constexpr int kGemmRows = 12;
 constexpr int kGemmVecs = 2;
+// lookup16 (below) exists, one instruction (only here: on other targets it would cost more than
+// the arithmetic a 16-value lookup saves).
+constexpr bool kFastLookup16 = true;
 
 struct VecF {
   __m512 v;
@@ -195,9 +198,79 @@ inline VecI unpack6_top(const uint8_t* p) {
 inline VecI unpack6_top_exact(const uint8_t* p) {
   return unpack6_top_of(_mm_maskz_loadu_epi8(0x0FFF, p));
 }
+
+#if defined(TESSERA_TARGET_AVX512BF16)
+// unpack6x64 (below) exists: AVX512_VBMI's byte permutes, part of this target.
+constexpr bool kUnpack6x64 = true;
+
+namespace unpack6x64_detail {
+struct alignas(64) Bytes64 {
+  uint8_t b[64];
+};
+// The 64 codes come in 16 groups of 4 codes in 3 bytes (b0 b1 b2, the codes' bits most
+// significant first). Lane l of out[j] needs code 16j + l, and lanes 2q and 2q + 1 of every
+// out[j] share a 64-bit qword q: so qword q holds, for j = 0 .. 3, the pair of codes
+// 16j + 2q, 16j + 2q + 1, as the two bytes that contain them — b0 b1 of group 4j + q/2 for an
+// even q (its codes 0 and 1), b1 b2 for an odd q (codes 2 and 3) — as a 16-bit big-endian value
+// at bits [16j, 16j + 16). In that value the pair's first code is at bits 10-15 (even q) or 6-11
+// (odd q), the second at bits 4-9 or 0-5.
+constexpr Bytes64 gather_index() {
+  Bytes64 x{};
+  for (int q = 0; q < 8; ++q)
+    for (int j = 0; j < 4; ++j) {
+      const int group = 4 * j + q / 2, first = 3 * group + (q % 2);  // the pair's first byte
+      x.b[8 * q + 2 * j] = static_cast<uint8_t>(first + 1);          // little-endian: low byte
+      x.b[8 * q + 2 * j + 1] = static_cast<uint8_t>(first);
+    }
+  return x;
+}
+inline constexpr Bytes64 kGather = gather_index();
+// vpmultishiftqb for out[j]: byte k of a qword takes the qword's 8 bits from bit offset[k] on
+// (rotating). Lane 2q's 32-bit word (bytes 0-3) gets the pair's first code in bits 0-5 of byte 0
+// (offset: the code's lowest bit) and in bits 2-7 of byte 3 (offset 2 lower: the code's top bit,
+// the sign, at the word's bit 31); lane 2q + 1 (bytes 4-7) the second code likewise. Bytes 1, 2,
+// 5 and 6 are not read.
+constexpr Bytes64 shift_control(int j) {
+  Bytes64 x{};
+  for (int q = 0; q < 8; ++q) {
+    const int first = 16 * j + (q % 2 == 0 ? 10 : 6), second = first - 6;
+    x.b[8 * q + 0] = static_cast<uint8_t>(first);
+    x.b[8 * q + 3] = static_cast<uint8_t>((first - 2) & 63);
+    x.b[8 * q + 4] = static_cast<uint8_t>(second);
+    x.b[8 * q + 7] = static_cast<uint8_t>((second - 2) & 63);
+  }
+  return x;
+}
+inline constexpr Bytes64 kShift[4] = {shift_control(0), shift_control(1), shift_control(2),
+                                      shift_control(3)};
+}  // namespace unpack6x64_detail
+
+// 64 6-bit fields packed as for unpack6_top (48 bytes) into four vectors: lane l of out[j] holds
+// field 16j + l's low 5 bits in bits 0-4 and its top bit in bit 31 (the bits between are
+// unspecified): an FP6 code's magnitude index and sign. One byte permute (vpermb) and one
+// multishift per 16 fields (vpmultishiftqb). unpack6x64 reads 64 bytes from p (the 16 after the
+// 48 must be readable); unpack6x64_exact reads only the 48.
+inline void unpack6x64_of(__m512i bytes, VecI out[4]) {
+  using namespace unpack6x64_detail;
+  constexpr __mmask64 kAllBytes = ~__mmask64{0};
+  const __m512i pairs =
+      _mm512_maskz_permutexvar_epi8(kAllBytes, _mm512_load_si512(kGather.b), bytes);
+  for (int j = 0; j < 4; ++j)
+    out[j] =
+        VecI{_mm512_maskz_multishift_epi64_epi8(kAllBytes, _mm512_load_si512(kShift[j].b), pairs)};
+}
+inline void unpack6x64(const uint8_t* p, VecI out[4]) { unpack6x64_of(_mm512_loadu_si512(p), out); }
+inline void unpack6x64_exact(const uint8_t* p, VecI out[4]) {
+  unpack6x64_of(_mm512_maskz_loadu_epi8((__mmask64{1} << 48) - 1, p), out);
+}
+#else
+constexpr bool kUnpack6x64 = false;  // no VBMI
+#endif
 inline VecF lookup32(const float* table, VecI idx) {
   return VecF{_mm512_permutex2var_ps(_mm512_loadu_ps(table), idx.v, _mm512_loadu_ps(table + 16))};
 }
+// table lane (idx & 15) per lane, from a 16-entry table in a register: one vpermps.
+inline VecF lookup16(VecF table, VecI idx) { return VecF{_mm512_permutexvar_ps(idx.v, table.v)}; }
 inline VecI operator&(VecI a, VecI b) { return VecI{_mm512_and_si512(a.v, b.v)}; }
 inline VecI shift_left(VecI a, int bits) {
   return VecI{_mm512_maskz_slli_epi32(kAll, a.v, static_cast<unsigned>(bits))};

@@ -31,6 +31,9 @@ constexpr int kTileVecs = 1;
 // Blocking of the GEMM micro-kernel (kernels/gemm_packed.cc), as the tile product's.
 constexpr int kGemmRows = 2;
 constexpr int kGemmVecs = 1;
+// No lookup16 here (it would be a lane-by-lane loop).
+constexpr bool kFastLookup16 = false;
+constexpr bool kUnpack6x64 = false;  // no unpack6x64 (AVX512_VBMI's byte permutes only)
 
 struct VecF {
   F32x16 v;
