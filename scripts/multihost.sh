@@ -78,7 +78,10 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/tessera-multihost.XXXXXX")"
 made=()
 cleanup() {
   local ns pids
-  [ -f "$WORK/munge/munged.pid" ] && kill "$(cat "$WORK/munge/munged.pid")" 2>/dev/null
+  # munged (--slurm) runs in the root namespace: --stop waits until it is gone.
+  [ -f "$WORK/munge/munged.pid" ] &&
+    { munged --stop --socket="$WORK/munge/socket" >/dev/null 2>&1 ||
+      kill -9 "$(cat "$WORK/munge/munged.pid")" 2>/dev/null; }
   for ns in "${made[@]}"; do
     pids=$(ip netns pids "$ns" 2>/dev/null)
     [ -n "$pids" ] && kill -9 $pids 2>/dev/null

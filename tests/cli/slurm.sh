@@ -8,7 +8,7 @@
 #   - under srun the ranks know their hosts (--print-mesh) and the threads per rank follow the
 #     tasks per host;
 #   - bad input under srun: one error line and exit code 2 from srun;
-#   - no namespace of the cluster remains after it, nor its munged.
+#   - no namespace of the cluster remains after it, nor its daemons.
 # Without network namespaces or without SLURM installed the script exits 77 (ctest: skipped).
 # Usage: slurm.sh BUILD_BIN_DIR
 BIN_DIR="$(cd "${1:?usage: slurm.sh BUILD_BIN_DIR}" && pwd)"
@@ -54,17 +54,23 @@ check "sbatch --wait examples/multihost/sbatch_gpt.sh: the job succeeds" submit
 check "... and is bitwise equal to mpirun on one host" bitwise one-host sbatch
 
 mesh() {
-  "${CLUSTER[@]}" "${SRUN[@]}" "$BIN_DIR/tessera-train" "${FLAGS[@]}" "${TP_DP[@]}" --train-iters 1 \
+  timeout 300 "${CLUSTER[@]}" "${SRUN[@]}" "$BIN_DIR/tessera-train" "${FLAGS[@]}" "${TP_DP[@]}" \
     --print-mesh >"$TMP/mesh" 2>&1 &&
     grep -q "^hosts: host0 \[0,1\], host1 \[2,3\]$" "$TMP/mesh" || { cat "$TMP/mesh" >&2; false; }
 }
 check "under srun --print-mesh names the hosts" mesh
+# Threads by default (no --num-threads; tasks not bound, so each sees every core): this
+# machine's cores over the tasks of the task's host.
 cores=$(nproc)
 half=$((cores / 2 > 0 ? cores / 2 : 1))
-check "under srun, 2 tasks a host: $half threads each" grep -q "compute bf16, $half threads" "$TMP/srun/out"
+logged threads "${CLUSTER[@]}" "${SRUN[@]}" --cpu-bind=none "$BIN_DIR/tessera-train" "${FLAGS[@]}" \
+  "${TP_DP[@]}" --train-iters 1
+check "under srun, 2 tasks a host: $half threads each" \
+  grep -q "compute bf16, $half threads" "$TMP/threads/out"
 
 bad_input() {
-  "${CLUSTER[@]}" "${SRUN[@]}" "$BIN_DIR/tessera-train" "${FLAGS[@]}" --tensor-model-parallel-size 3 \
+  timeout 300 "${CLUSTER[@]}" "${SRUN[@]}" "$BIN_DIR/tessera-train" "${FLAGS[@]}" \
+    --tensor-model-parallel-size 3 \
     >"$TMP/bad.out" 2>"$TMP/bad.err"
   local code=$?
   [ "$code" -eq 2 ] && [ "$(grep -c "^error: " "$TMP/bad.err")" -eq 1 ] ||
@@ -72,19 +78,20 @@ bad_input() {
 }
 check "bad input under srun: one error line, srun exits 2" bad_input
 
-# Teardown: the cluster's namespaces (listed from inside) and its munged are gone after it.
+# Teardown: the cluster's namespaces (listed from inside) and its daemons (munged, slurmctld,
+# the slurmds, by their pid files) are gone after it.
 teardown() {
-  "${CLUSTER[@]}" sh -c 'ip netns list | awk "{print \$1}" | grep "^$TESSERA_MULTIHOST_PREFIX";
-                 echo "munged $(cat "$(dirname "$SLURM_CONF")/../munge/munged.pid")"' \
+  timeout 300 "${CLUSTER[@]}" sh -c 'ip netns list | awk "{print \$1}" | grep "^$TESSERA_MULTIHOST_PREFIX";
+    dir=$(dirname "$SLURM_CONF"); echo "daemons" $(cat "$dir/../munge/munged.pid" "$dir"/*.pid)' \
     >"$TMP/listed" 2>/dev/null
-  grep -v "^munged " "$TMP/listed" | sort -u >"$TMP/made"
-  local pid
-  pid=$(awk '/^munged /{print $2}' "$TMP/listed")
-  # A zombie is gone too (a container's init may not reap the daemon it inherited).
-  [ "$(wc -l <"$TMP/made")" -eq 3 ] && no_namespace_left && [ -n "$pid" ] &&
-    ! ps -o stat= -p "$pid" | grep -qv "^Z"
+  grep -v "^daemons " "$TMP/listed" | sort -u >"$TMP/made"
+  local pids pid
+  pids=$(awk '/^daemons /{$1 = ""; print}' "$TMP/listed")
+  [ "$(wc -l <"$TMP/made")" -eq 3 ] && no_namespace_left && [ "$(wc -w <<<"$pids")" -eq 4 ] || return 1
+  # A zombie is gone too (a container's init may not reap the daemons it inherited).
+  for pid in $pids; do ! ps -o stat= -p "$pid" | grep -qv "^Z" || return 1; done
 }
-check "no namespace nor munged of the cluster remains after it" teardown
+check "no namespace nor daemon of the cluster remains after it" teardown
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -32,11 +32,7 @@ bool hardware_runs(CpuTarget target) {
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
              __builtin_cpu_supports("avx512dq");
     case CpuTarget::kAvx512Bf16:
-      // VBMI's byte permutes unpack FP6 codes (kernels/quantized_gemv.cc); every CPU with
-      // AVX512_BF16 has it (Zen 4 and later, Sapphire Rapids and later) but Cooper Lake, which
-      // runs the avx512 target.
-      return hardware_runs(CpuTarget::kAvx512) && __builtin_cpu_supports("avx512bf16") &&
-             __builtin_cpu_supports("avx512vbmi");
+      return hardware_runs(CpuTarget::kAvx512) && __builtin_cpu_supports("avx512bf16");
     default:
       return false;
   }
@@ -156,6 +152,15 @@ int64_t l2_cache_bytes() {
                                                                               : int64_t{512} << 10;
   }();
   return bytes;
+}
+
+bool cpu_has_avx512_vbmi() {
+#if defined(__x86_64__)
+  static const bool has = __builtin_cpu_supports("avx512vbmi");
+  return has;
+#else
+  return false;
+#endif
 }
 
 std::string describe_cpu_target() {

@@ -5,7 +5,6 @@
 // first kernel call, from cpuid. The environment variable TESSERA_CPU_TARGET caps it (for tests,
 // and for identical numerics across a cluster of different CPUs):
 //   x86-64: baseline (SSE2), avx2 (AVX2 + FMA + F16C), avx512 (F/BW/VL/DQ), avx512bf16
-//           (+ AVX512_BF16 and AVX512_VBMI)
 //   arm64:  neon
 // A known value the CPU cannot run (or this architecture has no kernels for, e.g. sve) falls
 // back to the best target at or below it, with one warning on stderr; an unknown value is a
@@ -37,6 +36,10 @@ const std::vector<CpuTarget>& compiled_cpu_targets();
 bool cpu_supports(CpuTarget target);
 // The best compiled target the CPU supports, ignoring TESSERA_CPU_TARGET.
 CpuTarget best_cpu_target();
+// Whether the CPU has AVX512_VBMI (byte permutes): the AVX-512 targets use it in a few functions
+// compiled for it alone (the FP6 unpacking of kernels/quantized_gemv.cc), chosen at run time, so
+// a CPU without it (Cooper Lake, Skylake-X) runs the same targets. Same results either way.
+bool cpu_has_avx512_vbmi();
 
 // The target the kernels run on now. The first call chooses it (best_cpu_target(), capped by
 // TESSERA_CPU_TARGET) and throws tessera::Error for an unknown value. Thread-safe.

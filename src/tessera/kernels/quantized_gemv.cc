@@ -209,15 +209,15 @@ template <WeightCodes kType, bool kExact>
   }
 }
 
-// fused_rows for an FP6 row of whole 64-code chunks where the target unpacks 64 codes at once
-// (kUnpack6x64: AVX512_VBMI's byte permutes, about 5 instructions a block of 16 against
-// decode_block's 7): the same blocks into the same accumulators, the same decoded values (the
-// magnitude looked up in the row's table, the sign xored in), so the same bits. A template on
-// the codes' pointer type so that the call of unpack6x64, which other targets do not have, is
-// looked up only where it is instantiated. kExact: the row is the matrix's last.
-
+// fused_rows for an FP6 row of whole 64-code chunks where the CPU unpacks 64 codes at once
+// (kUnpack6x64 and cpu_has_avx512_vbmi(): AVX512_VBMI's byte permutes, about 5 instructions a
+// block of 16 against decode_block's 7): the same blocks into the same accumulators, the same
+// decoded values (the magnitude looked up in the row's table, the sign xored in), so the same
+// bits. Compiled for VBMI (TESSERA_VBMI) and not inlined into callers compiled without it. A
+// template on the codes' pointer type so that the call of unpack6x64, which the other targets
+// do not have, is looked up only where it is instantiated. kExact: the row is the matrix's last.
 template <int kRows, bool kExact, typename Bytes>
-[[gnu::always_inline]] inline void fused_fp6_rows_x64(float* out, const float* inp,
+TESSERA_VBMI [[gnu::noinline]] void fused_fp6_rows_x64(float* out, const float* inp,
                                                       const QuantizedWeightsView& w, int64_t o,
                                                       Bytes codes, float d) {
   const int64_t C = w.cols;
@@ -257,8 +257,9 @@ template <WeightCodes kType, int kRows, bool kExact>
   const int64_t group_bytes = quantized_row_bytes(w.codes_type, w.group);
   const uint8_t* codes = w.codes + o * quantized_row_bytes(w.codes_type, C);
   if constexpr (kType == WeightCodes::kFp6 && kUnpack6x64) {
-    // An FP6 row is one group (one scale).
-    if (C % 64 == 0) return fused_fp6_rows_x64<kRows, kExact>(out, inp, w, o, codes, scales[0]);
+    // One scale for the row (FP6's group is the row; fused_fp6_rows_x64 takes the first).
+    if (C % 64 == 0 && w.group == C && cpu_has_avx512_vbmi())
+      return fused_fp6_rows_x64<kRows, kExact>(out, inp, w, o, codes, scales[0]);
   }
   Accumulators<kRows> s;
   // The group of block k and the block's place j in it, advanced block by block (no division).

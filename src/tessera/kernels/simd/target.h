@@ -21,8 +21,7 @@
 #if defined(TESSERA_TARGET_AVX512BF16)
 #define TESSERA_TARGET_NS avx512bf16
 #define TESSERA_TARGET_ENUM kAvx512Bf16
-#define TESSERA_TARGET_ISA \
-  "avx2,fma,f16c,bmi,bmi2,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi"
+#define TESSERA_TARGET_ISA "avx2,fma,f16c,bmi,bmi2,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"
 #elif defined(TESSERA_TARGET_AVX512)
 #define TESSERA_TARGET_NS avx512
 #define TESSERA_TARGET_ENUM kAvx512

@@ -6,7 +6,9 @@
 // vec_avx512.h are the intrinsic versions. This folder is the only place with ISA-specific
 // code. Two functions exist only where they are one or a few instructions, each announced by a
 // constant every target defines: lookup16 (kFastLookup16, AVX-512) and unpack6x64 (kUnpack6x64,
-// AVX-512 with VBMI, the avx512bf16 target); kernels use them under `if constexpr`. Sixteen lanes on every target (two ymm registers on AVX2, four 128-bit registers on
+// AVX-512, compiled for AVX512_VBMI and callable only where cpu_has_avx512_vbmi()); kernels use
+// them under `if constexpr`.
+// Sixteen lanes on every target (two ymm registers on AVX2, four 128-bit registers on
 // baseline) keep a kernel's blocking, summation order and masks the same everywhere: a target
 // changes speed, and only the last bits of results where it fuses a multiply-add or rounds an
 // exp differently (docs/performance.md, "Kernel targets").

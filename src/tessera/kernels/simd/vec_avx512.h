@@ -199,9 +199,11 @@ inline VecI unpack6_top_exact(const uint8_t* p) {
   return unpack6_top_of(_mm_maskz_loadu_epi8(0x0FFF, p));
 }
 
-#if defined(TESSERA_TARGET_AVX512BF16)
-// unpack6x64 (below) exists: AVX512_VBMI's byte permutes, part of this target.
+// unpack6x64 (below) exists: AVX512_VBMI's byte permutes, compiled for VBMI alone (not part of
+// the AVX-512 targets: Skylake-X and Cooper Lake lack it). Callable only where
+// cpu_has_avx512_vbmi(), from a function compiled with TESSERA_VBMI.
 constexpr bool kUnpack6x64 = true;
+#define TESSERA_VBMI __attribute__((target("avx512vbmi")))
 
 namespace unpack6x64_detail {
 struct alignas(64) Bytes64 {
@@ -250,7 +252,7 @@ inline constexpr Bytes64 kShift[4] = {shift_control(0), shift_control(1), shift_
 // unspecified): an FP6 code's magnitude index and sign. One byte permute (vpermb) and one
 // multishift per 16 fields (vpmultishiftqb). unpack6x64 reads 64 bytes from p (the 16 after the
 // 48 must be readable); unpack6x64_exact reads only the 48.
-inline void unpack6x64_of(__m512i bytes, VecI out[4]) {
+TESSERA_VBMI inline void unpack6x64_of(__m512i bytes, VecI out[4]) {
   using namespace unpack6x64_detail;
   constexpr __mmask64 kAllBytes = ~__mmask64{0};
   const __m512i pairs =
@@ -259,13 +261,12 @@ inline void unpack6x64_of(__m512i bytes, VecI out[4]) {
     out[j] =
         VecI{_mm512_maskz_multishift_epi64_epi8(kAllBytes, _mm512_load_si512(kShift[j].b), pairs)};
 }
-inline void unpack6x64(const uint8_t* p, VecI out[4]) { unpack6x64_of(_mm512_loadu_si512(p), out); }
-inline void unpack6x64_exact(const uint8_t* p, VecI out[4]) {
+TESSERA_VBMI inline void unpack6x64(const uint8_t* p, VecI out[4]) {
+  unpack6x64_of(_mm512_loadu_si512(p), out);
+}
+TESSERA_VBMI inline void unpack6x64_exact(const uint8_t* p, VecI out[4]) {
   unpack6x64_of(_mm512_maskz_loadu_epi8((__mmask64{1} << 48) - 1, p), out);
 }
-#else
-constexpr bool kUnpack6x64 = false;  // no VBMI
-#endif
 inline VecF lookup32(const float* table, VecI idx) {
   return VecF{_mm512_permutex2var_ps(_mm512_loadu_ps(table), idx.v, _mm512_loadu_ps(table + 16))};
 }

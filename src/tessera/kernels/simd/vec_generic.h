@@ -34,6 +34,7 @@ constexpr int kGemmVecs = 1;
 // No lookup16 here (it would be a lane-by-lane loop).
 constexpr bool kFastLookup16 = false;
 constexpr bool kUnpack6x64 = false;  // no unpack6x64 (AVX512_VBMI's byte permutes only)
+#define TESSERA_VBMI                 // (so code naming it compiles; nothing calls it here)
 
 struct VecF {
   F32x16 v;
