@@ -190,6 +190,12 @@ constexpr std::array<float, 32> fp6_magnitudes() {
 }
 alignas(64) constexpr std::array<float, 32> kFp6Magnitude = fp6_magnitudes();
 
+// The 32 FP6 magnitudes times a group's scale d (a lookup of one gives a weight's magnitude).
+[[gnu::always_inline]] inline void fp6_table(float* table, float d) {
+  store(table, load(kFp6Magnitude.data()) * splat(d));
+  store(table + 16, load(kFp6Magnitude.data() + 16) * splat(d));
+}
+
 // Block j (16 weights) of an int8 or FP6 group whose codes start at `codes`, decoded in
 // registers exactly as decode_row writes it: code times the group's scale d. For FP6,
 // `fp6_times_d` holds the 32 magnitudes times d, so a weight is one lookup and its sign: -(m d)
@@ -223,8 +229,7 @@ TESSERA_VBMI [[gnu::noinline]] void fused_fp6_rows_x64(float* out, const float* 
   const int64_t C = w.cols;
   Accumulators<kRows> s;
   alignas(64) float table[32];
-  store(table, load(kFp6Magnitude.data()) * splat(d));
-  store(table + 16, load(kFp6Magnitude.data() + 16) * splat(d));
+  fp6_table(table, d);
   const VecI sign = splat_i(static_cast<int32_t>(0x80000000u));
   auto weight = [&](VecI q) __attribute__((always_inline)) {
     return xor_bits(lookup32(table, q), q & sign);
@@ -269,8 +274,7 @@ template <WeightCodes kType, int kRows, bool kExact>
   auto enter_group = [&]() __attribute__((always_inline)) {
     d = scales[g];
     if constexpr (kType == WeightCodes::kFp6) {
-      store(fp6_times_d, load(kFp6Magnitude.data()) * splat(d));
-      store(fp6_times_d + 16, load(kFp6Magnitude.data() + 16) * splat(d));
+      fp6_table(fp6_times_d, d);
     }
   };
   enter_group();
