@@ -88,13 +88,6 @@ int64_t b_block_floats(int64_t K) { return std::min<int64_t>(kKC, K) * b_block_c
 
 // ---- micro-kernel ----------------------------------------------------------------------------
 
-// Asks for the line holding p[i] (i may lie past p's buffer: a prefetch never faults, and the
-// address is formed as an integer, not by pointer arithmetic outside the array).
-inline void prefetch_ahead(const float* p, int64_t i) {
-  prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) +
-                                         static_cast<uintptr_t>(i) * sizeof(float)));
-}
-
 // Where the micro-kernel reads element (r, k) of an A micro-panel.
 enum class ALayout {
   kRows,    // a[r * a_rs + k]: A's own rows (fp32, not transposed) or rows widened by packing

@@ -27,12 +27,6 @@ constexpr int64_t kParallelWeights = int64_t{1} << 16;
 // 26.3-28.8 tokens/s without, 35.9-36.3 with 2048 bytes ahead; 8192 ahead measured slower,
 // 4096 within the noise of 2048).
 constexpr int64_t kPrefetchBytes = 2048;
-// Asks for the line `ahead` bytes after p (which may lie past the codes: a prefetch never faults,
-// and the address is formed as an integer, not by pointer arithmetic outside the array).
-inline void prefetch_codes(const uint8_t* p, int64_t ahead) {
-  prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) +
-                                         static_cast<uintptr_t>(ahead)));
-}
 
 // The 64 FP6 e3m2 values (quant/fp6.h): subnormal m/16 for exponent 0, else (1 + m/4) 2^(e-3).
 constexpr std::array<float, 64> fp6_values() {
@@ -236,7 +230,7 @@ TESSERA_VBMI [[gnu::noinline]] void fused_fp6_rows_x64(float* out, const float* 
   };
   for (int64_t i = 0; i < C; i += 64, codes += 48) {
     VecI q[4];
-    prefetch_codes(codes, kPrefetchBytes);
+    prefetch_ahead(codes, kPrefetchBytes);
     // Only the last chunk of the last row may not read 16 bytes past its own.
     if (kExact && i + 64 == C)
       unpack6x64_exact(codes, q);
@@ -292,7 +286,7 @@ template <WeightCodes kType, int kRows, bool kExact>
   const int64_t block_bytes = quantized_row_bytes(w.codes_type, 16);
   int64_t k = 0;
   for (; k + 4 <= all_blocks; k += 4) {
-    prefetch_codes(row, k * block_bytes + kPrefetchBytes);
+    prefetch_ahead(row, k * block_bytes + kPrefetchBytes);
     s.template add<0>(inp, C, 16 * k, block());
     next();
     s.template add<1>(inp, C, 16 * (k + 1), block());
@@ -356,7 +350,7 @@ template <int kRows>
   };
   if (G == 64) {
     for (int64_t g = 0; g < groups; ++g, codes += 32) {
-      prefetch_codes(codes, kPrefetchBytes);
+      prefetch_ahead(codes, kPrefetchBytes);
       const VecI b0 = load_u8(codes), b1 = load_u8(codes + 16);
       const VecF v = values(g);
       const float* in = inp + 64 * g;
@@ -368,7 +362,7 @@ template <int kRows>
   } else {  // 32: two groups make the four blocks of an unrolled step
     int64_t g = 0;
     for (; g + 2 <= groups; g += 2, codes += 32) {
-      prefetch_codes(codes, kPrefetchBytes);
+      prefetch_ahead(codes, kPrefetchBytes);
       const VecI b0 = load_u8(codes), b1 = load_u8(codes + 16);
       const VecF v0 = values(g), v1 = values(g + 1);
       const float* in = inp + 32 * g;

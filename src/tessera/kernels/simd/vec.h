@@ -52,4 +52,13 @@ template <typename Body>
 inline int lanes_left(int64_t i, int64_t n) {
   return n - i >= kLanes ? kLanes : static_cast<int>(n - i);
 }
+
+// Asks for the cache line holding p[i], for a stream the kernel reads a little later. i may lie
+// past p's buffer (a prefetch never faults), so the address is formed as an integer, not by
+// pointer arithmetic outside the array.
+template <typename T>
+inline void prefetch_ahead(const T* p, int64_t i) {
+  prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) +
+                                         static_cast<uintptr_t>(i) * sizeof(T)));
+}
 TESSERA_TARGET_END
