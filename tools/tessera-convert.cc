@@ -3,7 +3,7 @@
 //   tessera-convert --from tessera CHECKPOINT --to hf OUT [--max-shard-size BYTES]
 //   tessera-convert --from hf HF_DIR --to tessera OUT
 //   tessera-convert --from tessera|hf SRC --to hf OUT --quantize fp6|int8|q8_0|q4
-//                   [--quantize-group-size 32|64] [--quantize-output-layer]
+//                   [--quantize-group-size 32|64] [--quantize-output-layer] [--max-shard-size BYTES]
 //
 // --quantize writes a quantized Hugging Face-style directory (checkpoint/quantized_hf.h,
 // docs/quantization.md) that tessera-generate and tessera-serve load as stored.
@@ -32,10 +32,9 @@ int main(int argc, char** argv) {
       ->expected(2)
       ->required();
   app.add_option("--to", to, "FORMAT PATH: hf OUT or tessera OUT")->expected(2)->required();
-  auto* shard_flag =
-      app.add_option("--max-shard-size", max_shard_bytes,
-                     "--to hf: largest safetensors file in bytes before sharding (default 5e9)")
-          ->check(CLI::PositiveNumber);
+  app.add_option("--max-shard-size", max_shard_bytes,
+                 "--to hf: largest safetensors file in bytes before sharding (default 5e9)")
+      ->check(CLI::PositiveNumber);
   std::string quantize;
   int64_t quantize_group = 32;
   bool quantize_output_layer = false;
@@ -59,11 +58,10 @@ int main(int argc, char** argv) {
                              ": expected 32 or 64");
       spec.q4_group = quantize_group;
       spec.output_layer = quantize_output_layer;
-      if (shard_flag->count() > 0)
-        throw tessera::Error("--max-shard-size: a quantized directory is one model.safetensors");
       if (to[0] != "hf" || (from[0] != "tessera" && from[0] != "hf"))
         throw tessera::Error("--quantize: expected --from tessera|hf SRC --to hf OUT");
-      tessera::checkpoint::convert_to_quantized_hf(from[0], from[1], to[1], spec);
+      tessera::checkpoint::convert_to_quantized_hf(from[0], from[1], to[1], spec,
+                                                   static_cast<int64_t>(max_shard_bytes));
       std::printf("tessera-convert: %s %s -> hf %s (quantized %s)\n", from[0].c_str(),
                   from[1].c_str(), to[1].c_str(), quantize.c_str());
       return 0;

@@ -44,7 +44,8 @@ OpenedCheckpoint open_checkpoint(const std::string& checkpoint) {
 }  // namespace
 
 void convert_to_quantized_hf(const std::string& from, const std::string& source,
-                             const std::string& out_dir, const QuantSpec& spec) {
+                             const std::string& out_dir, const QuantSpec& spec,
+                             int64_t max_shard_bytes) {
   if (from == "hf") {
     if (!is_hf_directory(source)) refuse_megatron_checkpoint(source);
     const model::ModelConfig cfg = read_hf_config(source);
@@ -58,7 +59,7 @@ void convert_to_quantized_hf(const std::string& from, const std::string& source,
           std::memcpy(t.raw(), w.raw(), static_cast<size_t>(w.numel()) * sizeof(float));
           return t;
         },
-        spec, out_dir);
+        spec, out_dir, max_shard_bytes);
     copy_tokenizer_files(source, out_dir);
     return;
   }
@@ -70,7 +71,7 @@ void convert_to_quantized_hf(const std::string& from, const std::string& source,
         c.reader->read(p.name, TensorSlice::of(p, 0, p.numel()), t.data<float>());
         return t;
       },
-      spec, out_dir);
+      spec, out_dir, max_shard_bytes);
   copy_tokenizer_files(c.dir, out_dir);
   copy_tokenizer_files(source, out_dir);
 }

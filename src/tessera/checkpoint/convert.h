@@ -23,11 +23,13 @@ void convert_checkpoint_to_hf(const std::string& checkpoint, const std::string& 
                               int64_t max_shard_bytes);
 
 // `tessera-convert --quantize`: a Tessera checkpoint (as above) or an unquantized Hugging Face
-// directory to a quantized Hugging Face-style directory (quantized_hf.h: one model.safetensors,
-// whatever the size). Tokenizer files travel along. Throws tessera::Error as the conversions
-// above and write_quantized_hf do (a weight whose shape the format cannot pack, named).
+// directory to a quantized Hugging Face-style directory (quantized_hf.h; sharded beyond
+// max_shard_bytes as the unquantized export is). Tokenizer files travel along. Throws
+// tessera::Error as the conversions above and write_quantized_hf do (a weight whose shape the
+// format cannot pack, named).
 void convert_to_quantized_hf(const std::string& from, const std::string& source,
-                             const std::string& out_dir, const QuantSpec& spec);
+                             const std::string& out_dir, const QuantSpec& spec,
+                             int64_t max_shard_bytes);
 
 // A Hugging Face directory to a Tessera release checkpoint in `out` (iteration 0, weights only,
 // one file; `--load out` starts training from it under any layout). Throws tessera::Error

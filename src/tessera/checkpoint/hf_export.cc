@@ -3,12 +3,11 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
-#include <set>
-#include <span>
+#include <functional>
 
 #include "tessera/checkpoint/hf_rope.h"
+#include "tessera/checkpoint/hf_weight_files.h"
 #include "tessera/checkpoint/run_state.h"
 #include "tessera/checkpoint/safetensors.h"
 #include "tessera/core/error.h"
@@ -26,84 +25,22 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 double decimal(float f) { return shortest_decimal(f); }  // hf_rope.h
 
-// "<stem>-00003-of-00007.safetensors", save_pretrained's shard names (1-based).
-std::string shard_name(const std::string& stem, size_t index, size_t count) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "-%05zu-of-%05zu.safetensors", index + 1, count);
-  return stem + buf;
-}
-
-// True for a file name of the form <stem>-<digits>-of-<digits>.safetensors.
-bool is_shard_name(const std::string& file, const std::string& stem) {
-  const std::string head = stem + "-", tail = ".safetensors";
-  if (file.size() <= head.size() + tail.size() || file.compare(0, head.size(), head) != 0 ||
-      !ends_with(file, tail))
-    return false;
-  const std::string middle = file.substr(head.size(), file.size() - head.size() - tail.size());
-  const size_t of = middle.find("-of-");
-  const auto digits = [](const std::string& d) {
-    return !d.empty() && d.find_first_not_of("0123456789") == std::string::npos;
-  };
-  return of != std::string::npos && digits(middle.substr(0, of)) && digits(middle.substr(of + 4));
-}
-
-// One tensor of the export, before its value is asked for.
-struct Entry {
-  const model::Parameter* param;
-  std::vector<int64_t> shape;  // in the file
-  int64_t bytes;
-};
-
-// p's fp32 value in the file's layout: padded vocabulary rows stripped, Conv1D transposed.
-Tensor file_value(const model::ModelConfig& cfg, const Entry& e,
+// p's fp32 value in the file's layout (shape `shape`): padded vocabulary rows stripped, Conv1D
+// transposed.
+Tensor file_value(const model::ModelConfig& cfg, const model::Parameter& p,
+                  const std::vector<int64_t>& shape,
                   const std::function<Tensor(const model::Parameter&)>& master) {
-  const model::Parameter& p = *e.param;
   Tensor value = master(p);
   TESSERA_CHECK(value.dtype() == DType::kF32 && value.numel() == p.global_numel());
   if (p.shard.vocab_rows > 0) value = value.slice_rows(0, p.shard.vocab_rows);
-  if (!is_hf_conv1d(cfg, p.name) || e.shape.size() != 2) return value;
-  return transposed(value.view({e.shape[1], e.shape[0]}));  // (out, in) -> [in, out]
-}
-
-// Writes one safetensors file holding `entries`; their values are held only meanwhile.
-void write_file(const std::string& path, const model::ModelConfig& cfg,
-                std::span<const Entry> entries,
-                const std::function<Tensor(const model::Parameter&)>& master) {
-  std::vector<Tensor> keep;  // owns the converted copies until the file is written
-  std::vector<SafeTensorView> views;
-  keep.reserve(entries.size());
-  for (const Entry& e : entries) {
-    keep.push_back(file_value(cfg, e, master));
-    views.push_back({e.param->name, SafeDType::kF32, e.shape, keep.back().raw()});
-  }
-  write_safetensors(path, views, {{"format", "pt"}});
+  if (!is_hf_conv1d(cfg, p.name) || shape.size() != 2) return value;
+  return transposed(value.view({shape[1], shape[0]}));  // (out, in) -> [in, out]
 }
 
 void write_text(const fs::path& path, const std::string& text) {
   AtomicFile out(path.string());
   out.write(text.data(), text.size());
   out.commit();
-}
-
-// Removes the files of an earlier export in `dir` that this one did not write: the single
-// weights file, the index and shards of any count.
-void remove_stale(const fs::path& dir, const std::string& weights_file,
-                  const std::string& index_file, const std::string& stem,
-                  const std::set<std::string>& written) {
-  std::error_code ec;
-  std::vector<fs::path> stale;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (written.count(name)) continue;
-    if (name == weights_file || name == index_file || is_shard_name(name, stem))
-      stale.push_back(entry.path());
-  }
-  if (ec) throw Error(dir.string() + ": cannot list the export directory: " + ec.message());
-  for (const fs::path& path : stale) {
-    if (!fs::remove(path, ec) || ec)
-      throw Error(path.string() +
-                  ": cannot remove this stale file of an earlier export: " + ec.message());
-  }
 }
 
 }  // namespace
@@ -257,56 +194,20 @@ void export_hf(const model::ModelConfig& cfg, const model::ParameterSet& params,
                const std::function<Tensor(const model::Parameter&)>& master,
                const std::string& weights_path, int64_t max_shard_bytes) {
   check_hf_exportable(cfg);
-  if (max_shard_bytes < 1)
-    throw Error(weights_path + ": the shard size must be >= 1 byte, got " +
-                std::to_string(max_shard_bytes));
-  std::vector<Entry> entries;
-  int64_t total = 0;
+  std::vector<HfWeightEntry> entries;
   for (const model::Parameter& p : params.all()) {
     if (p.tied_copy) continue;  // the original is exported
     std::vector<int64_t> shape = hf_tensor_shape(cfg, p);
-    const int64_t bytes = shape_numel(shape) * static_cast<int64_t>(sizeof(float));
-    entries.push_back({&p, std::move(shape), bytes});
-    total += bytes;
+    entries.push_back({p.name, SafeDType::kF32, shape,
+                       [&cfg, &p, &master, shape](std::vector<Tensor>& hold) {
+                         hold.push_back(file_value(cfg, p, shape, master));
+                         return hold.back().raw();
+                       }});
   }
-  // Shards as [begin, end) ranges of entries: a new one when the next tensor would overflow.
-  std::vector<std::pair<size_t, size_t>> shards;
-  int64_t filled = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    if (shards.empty() || (filled > 0 && filled + entries[i].bytes > max_shard_bytes)) {
-      shards.push_back({i, i});
-      filled = 0;
-    }
-    shards.back().second = i + 1;
-    filled += entries[i].bytes;
-  }
-
+  write_hf_weight_files(weights_path, entries, max_shard_bytes, {{"format", "pt"}});
   const fs::path path(weights_path);
-  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  const std::string file = path.filename().string(), stem = path.stem().string();
-  const std::string index_file = file + ".index.json";
-  std::set<std::string> written;
-  if (shards.size() <= 1) {
-    write_file(weights_path, cfg, entries, master);
-    written.insert(file);
-  } else {
-    nlohmann::json weight_map = nlohmann::json::object();
-    for (size_t s = 0; s < shards.size(); ++s) {
-      const std::string name = shard_name(stem, s, shards.size());
-      const auto [begin, end] = shards[s];
-      write_file((dir / name).string(), cfg,
-                 std::span<const Entry>(entries).subspan(begin, end - begin), master);
-      for (size_t i = begin; i < end; ++i) weight_map[entries[i].param->name] = name;
-      written.insert(name);
-    }
-    nlohmann::json index;  // keys sorted, as save_pretrained writes them (sort_keys=True)
-    index["metadata"]["total_size"] = total;
-    index["weight_map"] = std::move(weight_map);
-    write_text(dir / index_file, index.dump(2) + "\n");
-    written.insert(index_file);
-  }
-  remove_stale(dir, file, index_file, stem, written);
-  write_text(dir / "config.json", hf_config_json(cfg));
+  write_text((path.has_parent_path() ? path.parent_path() : fs::path(".")) / "config.json",
+             hf_config_json(cfg));
 }
 
 Tensor transposed(const Tensor& m) {

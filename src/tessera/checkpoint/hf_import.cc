@@ -11,6 +11,7 @@
 
 #include "tessera/checkpoint/hf_export.h"
 #include "tessera/checkpoint/hf_rope.h"
+#include "tessera/checkpoint/hf_weight_files.h"
 #include "tessera/checkpoint/quantized_hf.h"
 #include "tessera/checkpoint/run_state.h"
 #include "tessera/checkpoint/safetensors.h"
@@ -25,8 +26,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr const char* kConfigFile = "config.json";
-constexpr const char* kWeightsFile = "model.safetensors";
-constexpr const char* kIndexFile = "model.safetensors.index.json";
 constexpr const char* kModelTypes =
     "\"gpt2\" (GPT2LMHeadModel), \"llama\" (LlamaForCausalLM), \"qwen2\" (Qwen2ForCausalLM), "
     "\"mistral\" (MistralForCausalLM) or \"mixtral\" (MixtralForCausalLM)";
@@ -271,7 +270,8 @@ model::ModelConfig mistral_config(const ConfigKeys& k) {
 // MixtralConfig (configuration_mixtral.py): LLaMA layers whose MLP is num_local_experts SwiGLU
 // experts of intermediate_size, top num_experts_per_tok softmax routing. Keys Tessera does not
 // know are refused, since a Mixtral variant's extra key may change the math (sliding windows,
-// router noise); the harmless ones are listed.
+// router noise); the harmless ones are listed, and Tessera's own "quantization" block, which
+// read_quant_spec reads (quantized_hf.h).
 model::ModelConfig mixtral_config(const ConfigKeys& k, const json& j) {
   static const std::set<std::string> known = {
       "architectures", "model_type", "vocab_size", "hidden_size", "intermediate_size",
@@ -280,7 +280,7 @@ model::ModelConfig mixtral_config(const ConfigKeys& k, const json& j) {
       "hidden_act", "attention_dropout", "initializer_range", "tie_word_embeddings",
       "num_local_experts", "num_experts_per_tok", "router_aux_loss_coef", "output_router_logits",
       "router_jitter_noise", "sliding_window", "torch_dtype", "dtype", "transformers_version",
-      "bos_token_id", "eos_token_id", "pad_token_id", "use_cache"};
+      "bos_token_id", "eos_token_id", "pad_token_id", "use_cache", "quantization"};
   for (const auto& [key, value] : j.items())
     if (!known.count(key))
       k.fail(key.c_str(),
@@ -300,54 +300,6 @@ model::ModelConfig mixtral_config(const ConfigKeys& k, const json& j) {
 }
 
 // ---- weights ---------------------------------------------------------------------------------
-
-// Where the stored tensors are: model.safetensors, or the shards the index names. Files are
-// opened (and their headers checked) once, when first needed.
-class WeightSource {
- public:
-  explicit WeightSource(const fs::path& dir) {
-    if (fs::exists(dir / kWeightsFile)) {
-      listing_ = (dir / kWeightsFile).string();
-      const SafetensorsFile& f = open(listing_);
-      for (const std::string& name : f.names()) file_of_[name] = listing_;
-      return;
-    }
-    listing_ = (dir / kIndexFile).string();
-    json index;
-    try {
-      index = json::parse(read_file(listing_, "Hugging Face weight index"));
-    } catch (const json::exception& e) {
-      throw Error(listing_ + ": not valid JSON: " + one_line(e.what()));
-    }
-    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
-      throw Error(listing_ + ": expected an object with a \"weight_map\" object");
-    for (const auto& [name, file] : index["weight_map"].items()) {
-      const std::string where = listing_ + ": weight_map entry '" + name + "'";
-      if (!file.is_string()) throw Error(where + ": expected a file name, got " + file.dump());
-      const std::string f = file.get<std::string>();
-      // Shards sit next to the index; anything else could read outside the model directory.
-      if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
-        throw Error(where + ": '" + f + "' is not a file name in the model directory");
-      file_of_[name] = (dir / f).string();
-    }
-  }
-
-  // The file errors about a missing tensor name: model.safetensors or the index.
-  const std::string& listing() const { return listing_; }
-  // Stored tensor name -> path of the file holding it.
-  const std::map<std::string, std::string>& file_of() const { return file_of_; }
-
-  const SafetensorsFile& open(const std::string& path) {
-    auto it = files_.find(path);
-    if (it == files_.end()) it = files_.emplace(path, SafetensorsFile(path)).first;
-    return it->second;
-  }
-
- private:
-  std::string listing_;
-  std::map<std::string, std::string> file_of_;
-  std::map<std::string, SafetensorsFile> files_;
-};
 
 // The names under which parameter `name` may be stored: itself, then without the base model's
 // prefix (GPT2Model / LlamaModel save their tensors without it).
@@ -412,7 +364,7 @@ bool is_hf_directory(const std::string& dir) {
   std::error_code ec;
   const fs::path d(dir);
   return fs::is_regular_file(d / kConfigFile, ec) &&
-         (fs::is_regular_file(d / kWeightsFile, ec) || fs::is_regular_file(d / kIndexFile, ec));
+         (fs::is_regular_file(d / kHfWeightsFile, ec) || fs::is_regular_file(d / kHfIndexFile, ec));
 }
 
 model::ModelConfig read_hf_config(const std::string& dir) {
@@ -454,7 +406,6 @@ model::ModelConfig read_hf_config(const std::string& dir) {
 
 std::map<std::string, Tensor> read_hf_weights(const std::string& dir, const model::ModelConfig& cfg,
                                               const std::set<std::string>* quantized) {
-  const fs::path d(dir);
   if (!quantized) {
     if (const std::optional<QuantSpec> spec = read_quant_spec(dir))
       throw Error(dir + ": quantized to " + quant::quant_format_name(spec->format) +
@@ -472,10 +423,7 @@ std::map<std::string, Tensor> read_hf_weights(const std::string& dir, const mode
     }
     return false;
   };
-  if (!fs::exists(d / kWeightsFile) && !fs::exists(d / kIndexFile))
-    throw Error(dir + ": no " + kWeightsFile + " or " + kIndexFile +
-                ": expected a Hugging Face model directory");
-  WeightSource source(d);
+  HfWeightFiles source(dir);
   std::set<std::string> unused;
   for (const auto& [name, file] : source.file_of()) unused.insert(name);
   std::map<std::string, Tensor> out;
@@ -492,8 +440,7 @@ std::map<std::string, Tensor> read_hf_weights(const std::string& dir, const mode
       throw Error(source.listing() + ": missing tensor " + quoted(p.name) + alt +
                   ": config.json's model has it, shape " + shape_str(hf_tensor_shape(cfg, p)));
     }
-    const SafetensorsFile& file = source.open(source.file_of().at(*found));
-    out[p.name] = read_parameter(cfg, p, file, *found);
+    out[p.name] = read_parameter(cfg, p, source.file(*found), *found);
     unused.erase(*found);
   }
   for (const std::string& name : unused) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tessera/checkpoint/hf_export.h"
+#include "tessera/checkpoint/hf_weight_files.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
 
@@ -105,7 +106,8 @@ std::optional<QuantSpec> read_quant_spec(const std::string& dir) {
 
 void write_quantized_hf(const model::ModelConfig& cfg,
                         const std::function<Tensor(const model::Parameter&)>& master,
-                        const QuantSpec& spec, const std::string& out_dir) {
+                        const QuantSpec& spec, const std::string& out_dir,
+                        int64_t max_shard_bytes) {
   check_hf_exportable(cfg);
   // The model itself tells which weights quantize_weights quantizes and how bind() fuses them.
   model::GPTModel m(cfg, DType::kF32, 0, {});
@@ -137,33 +139,43 @@ void write_quantized_hf(const model::ModelConfig& cfg,
       },
       spec.output_layer);
 
-  std::vector<Tensor> keep;  // the F32 tensors in the file's layout, until written
-  std::vector<SafeTensorView> views;
-  keep.reserve(m.params().all().size());
-  for (const model::Parameter& p : m.params().all()) {
-    if (p.tied_copy || stored.count(p.name)) continue;
-    const std::vector<int64_t> shape = hf_tensor_shape(cfg, p);
-    Tensor v = p.value;
-    if (p.shard.vocab_rows > 0) v = v.slice_rows(0, p.shard.vocab_rows);
-    if (is_hf_conv1d(cfg, p.name) && shape.size() == 2) v = transposed(v);
-    keep.push_back(v);
-    views.push_back({p.name, SafeDType::kF32, shape, keep.back().raw()});
-  }
-  for (const auto& [name, q] : stored) {
+  // Declaration order, a quantized weight's codes, scales and minimums side by side (a tied
+  // output layer's after all: it is no parameter of its own).
+  std::vector<HfWeightEntry> entries;
+  const auto add_quantized = [&](const std::string& name, const QuantizedMatrix& q) {
     const std::vector<int64_t> groups = {q.rows, q.groups_per_row()};
-    views.push_back(
-        {name, SafeDType::kU8, {q.rows, quant::quant_row_bytes(q.format, q.cols)}, q.codes.data()});
-    views.push_back({name + ".scale", SafeDType::kF16, groups, q.scales.data()});
+    const auto bytes = [](const void* data) {
+      return [data](std::vector<Tensor>&) { return data; };
+    };
+    entries.push_back({name, SafeDType::kU8, {q.rows, quant::quant_row_bytes(q.format, q.cols)},
+                       bytes(q.codes.data())});
+    entries.push_back({name + ".scale", SafeDType::kF16, groups, bytes(q.scales.data())});
     if (spec.format == QuantFormat::kQ4)
-      views.push_back({name + ".min", SafeDType::kF16, groups, q.mins.data()});
+      entries.push_back({name + ".min", SafeDType::kF16, groups, bytes(q.mins.data())});
+  };
+  for (const model::Parameter& p : m.params().all()) {
+    if (p.tied_copy) continue;
+    if (const auto q = stored.find(p.name); q != stored.end()) {
+      add_quantized(p.name, q->second);
+      continue;
+    }
+    const std::vector<int64_t> shape = hf_tensor_shape(cfg, p);
+    entries.push_back({p.name, SafeDType::kF32, shape, [&cfg, &p, shape](std::vector<Tensor>& hold) {
+                         Tensor v = p.value;
+                         if (p.shard.vocab_rows > 0) v = v.slice_rows(0, p.shard.vocab_rows);
+                         if (is_hf_conv1d(cfg, p.name) && shape.size() == 2) v = transposed(v);
+                         hold.push_back(v);
+                         return hold.back().raw();
+                       }});
   }
+  if (const auto head = stored.find(kHead); head != stored.end() && !m.params().contains(kHead))
+    add_quantized(kHead, head->second);
   fs::create_directories(out_dir);
-  write_safetensors((fs::path(out_dir) / "model.safetensors").string(), views,
-                    {{"format", "pt"},
-                     {"quantization", quant::quant_format_name(spec.format)},
-                     {"quantization_group_size", std::to_string(spec.group_size())}});
-  // One file: an index left by an earlier sharded export would name other weights.
-  fs::remove(fs::path(out_dir) / "model.safetensors.index.json");
+  write_hf_weight_files((fs::path(out_dir) / "model.safetensors").string(), entries,
+                        max_shard_bytes,
+                        {{"format", "pt"},
+                         {"quantization", quant::quant_format_name(spec.format)},
+                         {"quantization_group_size", std::to_string(spec.group_size())}});
   nlohmann::ordered_json config = nlohmann::ordered_json::parse(hf_config_json(cfg));
   config["quantization"] = nlohmann::ordered_json::parse(block_json(spec));
   const std::string text = config.dump(2) + "\n";
@@ -174,28 +186,27 @@ void write_quantized_hf(const model::ModelConfig& cfg,
 
 QuantizedWeights::QuantizedWeights(const std::string& dir, const model::ModelConfig& cfg,
                                    const QuantSpec& spec)
-    : path_((fs::path(dir) / "model.safetensors").string()), spec_(spec), file_([&] {
-        if (!fs::is_regular_file(path_))
-          throw Error(dir + ": a quantized directory (config.json's \"quantization\") holds " +
-                      "one model.safetensors; there is none");
-        return SafetensorsFile(path_);
-      }()) {
+    : spec_(spec), files_(dir) {
+  listing_ = files_.listing();
   const char* format = quant::quant_format_name(spec.format);
-  const auto& md = file_.metadata();
-  const auto stored = md.find("quantization");
-  if (stored == md.end())
-    throw Error(path_ + ": __metadata__ has no \"quantization\"; config.json says " + format);
-  try {
-    if (quant::parse_quant_format(stored->second) != spec.format)
-      throw Error("\"" + stored->second + "\", config.json says " + format);
-  } catch (const Error& e) {
-    throw Error(path_ + ": __metadata__ \"quantization\": " + e.what());
+  for (const SafetensorsFile* f : files_.files()) {
+    const std::string& path = f->path();
+    const auto& md = f->metadata();
+    const auto stored = md.find("quantization");
+    if (stored == md.end())
+      throw Error(path + ": __metadata__ has no \"quantization\"; config.json says " + format);
+    try {
+      if (quant::parse_quant_format(stored->second) != spec.format)
+        throw Error("\"" + stored->second + "\", config.json says " + format);
+    } catch (const Error& e) {
+      throw Error(path + ": __metadata__ \"quantization\": " + e.what());
+    }
+    const auto group = md.find("quantization_group_size");
+    if (group == md.end() || group->second != std::to_string(spec.group_size()))
+      throw Error(path + ": __metadata__ \"quantization_group_size\" is " +
+                  (group == md.end() ? "missing" : "\"" + group->second + "\"") +
+                  ", config.json's group_size is " + std::to_string(spec.group_size()));
   }
-  const auto group = md.find("quantization_group_size");
-  if (group == md.end() || group->second != std::to_string(spec.group_size()))
-    throw Error(path_ + ": __metadata__ \"quantization_group_size\" is " +
-                (group == md.end() ? "missing" : "\"" + group->second + "\"") +
-                ", config.json's group_size is " + std::to_string(spec.group_size()));
   const model::ParameterSet declared = model::GPTModel::declare_part(cfg, 1, 0, {});
   for (const model::Parameter& p : declared.all())
     if (p.global_shape.size() == 2)
@@ -206,19 +217,20 @@ QuantizedWeights::QuantizedWeights(const std::string& dir, const model::ModelCon
   const auto ends = [](const std::string& s, const std::string& tail) {
     return s.size() > tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
   };
-  for (const std::string& name : file_.names()) {
+  for (const auto& [name, path] : files_.file_of()) {
     for (const char* tail : {".scale", ".min"}) {
       if (!ends(name, tail)) continue;
       const std::string base = name.substr(0, name.size() - std::strlen(tail));
-      if (!file_.contains(base))
-        throw Error(path_ + ": tensor '" + name + "' has no codes tensor '" + base + "'");
+      if (!files_.contains(base))
+        throw Error(path + ": tensor '" + name + "' has no codes tensor '" + base + "'");
       names_.insert(base);
     }
-    if (file_.info(name).dtype == SafeDType::kU8) names_.insert(name);
+    if (file(name).info(name).dtype == SafeDType::kU8) names_.insert(name);
   }
   for (const std::string& name : names_) {
-    const std::string where = path_ + ": tensor '" + name + "'";
-    const SafeTensorInfo& info = file_.info(name);
+    const std::string& path = file(name).path();
+    const std::string where = path + ": tensor '" + name + "'";
+    const SafeTensorInfo& info = file(name).info(name);
     if (info.dtype != SafeDType::kU8)
       throw Error(where + ": dtype " + safe_dtype_name(info.dtype) +
                   ", expected U8 codes (it has " + "a .scale; config.json's \"quantization\" is " +
@@ -241,19 +253,21 @@ QuantizedWeights::QuantizedWeights(const std::string& dir, const model::ModelCon
       const std::string side = name + tail;
       const bool wanted = std::string(tail) == ".scale" || spec.format == QuantFormat::kQ4;
       if (!wanted) {
-        if (file_.contains(side))
-          throw Error(path_ + ": tensor '" + side + "': only q4 stores minimums, this is " +
-                      format);
+        if (files_.contains(side))
+          throw Error(file(side).path() + ": tensor '" + side +
+                      "': only q4 stores minimums, this is " + format);
         continue;
       }
-      if (!file_.contains(side))
-        throw Error(path_ + ": tensor '" + side + "' is missing: " + format + " codes need it");
-      const SafeTensorInfo& s = file_.info(side);
+      if (!files_.contains(side))
+        throw Error(listing_ + ": tensor '" + side + "' is missing: " + format +
+                    " codes need it");
+      const std::string& side_path = file(side).path();
+      const SafeTensorInfo& s = file(side).info(side);
       if (s.dtype != SafeDType::kF16)
-        throw Error(path_ + ": tensor '" + side + "': dtype " + safe_dtype_name(s.dtype) +
+        throw Error(side_path + ": tensor '" + side + "': dtype " + safe_dtype_name(s.dtype) +
                     ", expected F16");
       if (s.shape != std::vector<int64_t>{rows, cols / g})
-        throw Error(path_ + ": tensor '" + side + "' has shape " + shape_text(s.shape) +
+        throw Error(side_path + ": tensor '" + side + "' has shape " + shape_text(s.shape) +
                     ", expected " + shape_text({rows, cols / g}) + ": " + format +
                     " with group size " + std::to_string(spec.group_size()) + " over " +
                     std::to_string(cols) + " columns");
@@ -262,17 +276,17 @@ QuantizedWeights::QuantizedWeights(const std::string& dir, const model::ModelCon
 }
 
 QuantizedMatrix QuantizedWeights::whole(const std::string& name) const {
-  const SafeTensorInfo& info = file_.info(name);
+  const SafeTensorInfo& info = file(name).info(name);
   QuantizedMatrix q;
   q.format = spec_.format;
   q.rows = info.shape[0];
   q.cols = shapes_.at(name).second;
   q.group = quant::quant_group(spec_.format, q.cols, spec_.q4_group);
-  const auto* codes = static_cast<const uint8_t*>(file_.data(name));
+  const auto* codes = static_cast<const uint8_t*>(file(name).data(name));
   q.codes.assign(codes, codes + info.numel);
   const auto read16 = [&](const std::string& side, std::vector<uint16_t>& out) {
-    out.resize(file_.info(side).numel);
-    std::memcpy(out.data(), file_.data(side), out.size() * sizeof(uint16_t));
+    out.resize(file(side).info(side).numel);
+    std::memcpy(out.data(), file(side).data(side), out.size() * sizeof(uint16_t));
   };
   read16(name + ".scale", q.scales);
   if (spec_.format == QuantFormat::kQ4) read16(name + ".min", q.mins);
@@ -295,7 +309,7 @@ QuantizedMatrix QuantizedWeights::shard(const std::string& name, const model::Pa
   for (const auto& [first, n] : cols) {
     // Worded alike on every rank (each reports it): the columns' count, not their place.
     if (first % align != 0 || n % align != 0)
-      throw Error(path_ + ": tensor '" + name + "': " + quant::quant_format_name(f) +
+      throw Error(file(name).path() + ": tensor '" + name + "': " + quant::quant_format_name(f) +
                   " cannot be split over these tensor-parallel ranks: a rank's " +
                   std::to_string(n) + " columns of a row are not whole " +
                   (f == QuantFormat::kFp6 ? "packs of 4" : "groups of " + std::to_string(align)) +
@@ -335,8 +349,8 @@ model::WeightQuantizer QuantizedWeights::quantizer(const model::ParameterSet& pa
     std::vector<QuantizedMatrix> parts;
     for (const std::string& name : names) {
       if (!names_.count(name))
-        throw Error(path_ + ": tensor '" + name + "' is not stored quantized: config.json's " +
-                    "\"quantization\" covers every attention and dense MLP weight" +
+        throw Error(listing_ + ": tensor '" + name + "' is not stored quantized: config.json's " +
+                    "\"quantization\" covers every attention, MLP and MoE expert weight" +
                     (name == kHead ? " and, with output_layer, lm_head.weight" : ""));
       // A tied output layer is split as the word embedding it is.
       std::string held = name;
@@ -353,8 +367,9 @@ model::WeightQuantizer QuantizedWeights::quantizer(const model::ParameterSet& pa
 void QuantizedWeights::check_all_used() const {
   for (const std::string& name : names_)
     if (!used_.count(name))
-      throw Error(path_ + ": tensor '" + name + "' is stored quantized, but Tessera quantizes " +
-                  "only attention and dense MLP weights" +
+      throw Error(file(name).path() + ": tensor '" + name +
+                  "' is stored quantized, but Tessera quantizes " +
+                  "only attention, MLP and MoE expert weights" +
                   (spec_.output_layer ? " and the output layer" : " (output_layer is false)"));
 }
 

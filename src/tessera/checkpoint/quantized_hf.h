@@ -1,7 +1,9 @@
-// Quantized Hugging Face-style directories (docs/quantization.md): config.json and one
-// model.safetensors in which the linear weights GPTModel::quantize_weights quantizes (attention
-// q/k/v/o, dense MLP gate/up/down or c_fc/c_proj, optionally the output layer) are stored as
-// their codes and fp16 scales, and every other tensor as an ordinary export has it (F32).
+// Quantized Hugging Face-style directories (docs/quantization.md): config.json and the weights
+// (hf_weight_files.h: one model.safetensors, or shards and an index) in which the linear weights
+// GPTModel::quantize_weights quantizes (attention q/k/v/o, MLP gate/up/down or c_fc/c_proj, an
+// MoE block's experts and shared expert but not its router, optionally the output layer) are
+// stored as their codes and fp16 scales, and every other tensor as an ordinary export has it
+// (F32).
 //
 // A quantized weight keeps its parameter's canonical name (model/parameter.h):
 //   <name>        U8  [rows, quant_row_bytes(format, cols)]  the codes row by row, the format's
@@ -14,7 +16,7 @@
 // Each separately named tensor (q_proj, k_proj, v_proj, ...) is quantized on its own: scales
 // only look along a row, so this equals quantizing the fused matrix the model runs. A quantized
 // output layer is lm_head.weight even when the embeddings are tied (the embedding stays F32).
-// The safetensors __metadata__ holds "quantization": format and "quantization_group_size";
+// Every weight file's __metadata__ holds "quantization": format and "quantization_group_size";
 // config.json holds "quantization": {"format", "group_size" (-1: one scale per row),
 // "output_layer"}.
 #pragma once
@@ -27,6 +29,7 @@
 #include <string>
 #include <utility>
 
+#include "tessera/checkpoint/hf_weight_files.h"
 #include "tessera/checkpoint/safetensors.h"
 #include "tessera/model/gpt_model.h"
 #include "tessera/quant/quantized_matrix.h"
@@ -49,21 +52,24 @@ struct QuantSpec {
 // format, a group size the format does not have, a missing or mistyped key).
 std::optional<QuantSpec> read_quant_spec(const std::string& dir);
 
-// Writes a quantized directory: config.json (hf_config_json plus the block) and
-// out_dir/model.safetensors, from `master(p)` (p's full fp32 value, Tessera's layout, padded
+// Writes a quantized directory: config.json (hf_config_json plus the block) and the weights,
+// out_dir/model.safetensors or, beyond max_shard_bytes, its shards and index (as export_hf), from
+// `master(p)` (p's full fp32 value, Tessera's layout, padded
 // vocabulary rows included, as export_hf asks). Builds the model once in fp32 to learn which
 // weights quantize_weights quantizes. Throws tessera::Error naming the tensor when its shape
 // does not suit the format ("...down_proj.weight: q8_0 ... 176 columns is not a multiple of 32"),
 // and as export_hf for a model Transformers cannot represent or an unwritable directory.
 void write_quantized_hf(const model::ModelConfig& cfg,
                         const std::function<Tensor(const model::Parameter&)>& master,
-                        const QuantSpec& spec, const std::string& out_dir);
+                        const QuantSpec& spec, const std::string& out_dir,
+                        int64_t max_shard_bytes = 5'000'000'000);
 
-// The quantized tensors of a directory's model.safetensors, checked against config.json's
-// model and block when opened: every tensor with a .scale, or of dtype U8, must be a 2-D U8
-// tensor of the parameter's rows and the format's bytes a row, with F16 scales (and q4's
-// minimums) of [rows, cols / group], and the metadata must name the same format and group.
-// Each violation is a tessera::Error of one line naming the file and tensor. Thread-compatible.
+// The quantized tensors of a directory's weights (one file or shards), checked against
+// config.json's model and block when opened: every tensor with a .scale, or of dtype U8, must be
+// a 2-D U8 tensor of the parameter's rows and the format's bytes a row, with F16 scales (and
+// q4's minimums) of [rows, cols / group], and every weight file's metadata must name the same
+// format and group. Each violation is a tessera::Error of one line naming the file and tensor.
+// Not thread-safe (weight files are opened on first use).
 class QuantizedWeights {
  public:
   QuantizedWeights(const std::string& dir, const model::ModelConfig& cfg, const QuantSpec& spec);
@@ -83,13 +89,16 @@ class QuantizedWeights {
   // rows concatenated in order. Records which names were asked for.
   model::WeightQuantizer quantizer(const model::ParameterSet& params) const;
   // Throws tessera::Error naming a stored quantized tensor no layer asked for (a weight Tessera
-  // does not quantize: embeddings, norms, MoE experts), after GPTModel::quantize_weights.
+  // does not quantize: embeddings, norms, an MoE router), after GPTModel::quantize_weights.
   void check_all_used() const;
 
  private:
-  std::string path_;
+  // The file holding `name` (which must be stored).
+  const SafetensorsFile& file(const std::string& name) const { return files_.file(name); }
+
+  std::string listing_;  // model.safetensors or the index
   QuantSpec spec_;
-  SafetensorsFile file_;
+  mutable HfWeightFiles files_;
   std::set<std::string> names_;
   // (rows, cols) per weight name, from config.json's model (real vocabulary rows).
   std::map<std::string, std::pair<int64_t, int64_t>> shapes_;

@@ -115,6 +115,16 @@ class MoeLayer {
   // statistics (backward runs once per training micro-batch, recomputation or not).
   Tensor backward(const Tensor& dy, const Saved& s, const StepContext& ctx) const;
 
+  // Inference with weight-only quantization: every local expert's and the shared expert's
+  // weights quantized (Mlp::quantize); the router stays in its dtype, since choosing the experts
+  // from coarser logits would change which weights run, not only their precision (llama.cpp's
+  // quantizer skips ffn_gate_inp, the router, likewise). Forward then multiplies by the codes;
+  // backward refuses.
+  void quantize(const WeightQuantizer& quantizer) {
+    for (Mlp& e : experts_) e.quantize(quantizer);
+    for (Mlp& s : shared_) s.quantize(quantizer);
+  }
+
   MoeLayerStats take_stats() const;
   // b_e += rate * sign(mean count - count_e), counts (E) over the whole global batch
   // (DeepSeek-V3's aux-loss-free balancing). No-op unless the expert bias is enabled.

@@ -48,11 +48,13 @@ class TransformerLayer {
                         const std::vector<CachedSequence>& seqs) const;
   // Selective recomputation of the attention core (Attention::set_recompute_core).
   void set_recompute_core_attention(bool on) { attn_.set_recompute_core(on); }
-  // The attention's and the dense MLP's weights quantized for inference (Linear::quantize); the
-  // norms stay as they are, and so do an MoE layer's router and experts (not quantized yet).
+  // The attention's and the MLP's weights quantized for inference (Linear::quantize): the dense
+  // MLP, or an MoE block's experts and shared expert (MoeLayer::quantize, not its router); the
+  // norms stay as they are.
   void quantize(const WeightQuantizer& quantizer) {
     attn_.quantize(quantizer);
     for (Mlp& m : mlp_) m.quantize(quantizer);
+    for (MoeLayer& m : moe_) m.quantize(quantizer);
   }
   int index() const { return index_; }  // global layer index
   // The MoE block, or nullptr in a dense layer.

@@ -231,6 +231,25 @@ TEST_F(HfImportErrors, BadIndexAndMissingShardNameTheFile) {
   EXPECT_NE(msg.find("../elsewhere.safetensors"), std::string::npos) << msg;
 }
 
+TEST_F(HfImportErrors, AShardWithoutTheTensorItsIndexPlacesThereNamesBoth) {
+  // Every tensor in one shard, but wte placed by the index in a second shard that lacks it.
+  const std::vector<Stored> tensors = load(weights());
+  fs::remove(weights());
+  save(dir_.file("model-00001-of-00002.safetensors"), tensors);
+  save(dir_.file("model-00002-of-00002.safetensors"),
+       {{"unrelated", SafeDType::kF32, {1}, std::vector<unsigned char>(4, 0)}});
+  nlohmann::json index;
+  for (const Stored& t : tensors) index["weight_map"][t.name] = "model-00001-of-00002.safetensors";
+  index["weight_map"]["transformer.wte.weight"] = "model-00002-of-00002.safetensors";
+  write_text(dir_.file("model.safetensors.index.json"), index.dump());
+  const std::string msg = import_error();
+  EXPECT_NE(msg.find(dir_.file("model-00002-of-00002.safetensors") +
+                     ": has no tensor 'transformer.wte.weight'"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("model.safetensors.index.json"), std::string::npos) << msg;
+}
+
 TEST_F(HfImportErrors, ConfigRefusalsNameFileAndKey) {
   const std::string file = dir_.file("config.json");
   struct Case {

@@ -3,7 +3,8 @@
 // double, on the decode path (<= 8 rows) and the prefill path (tiles of 128 rows and a GEMM), for
 // fp32 and bf16 activations, with a bias; a quantized model's logits equal those of the same
 // model whose linear weights were replaced by their decoded values (so every layer's weights go
-// through the quantized path, and nothing else changes).
+// through the quantized path, and nothing else changes), in dense and MoE models (experts and
+// the shared expert quantized, the router not).
 #include "tessera/quant/quantized_linear.h"
 
 #include <gtest/gtest.h>
@@ -63,8 +64,26 @@ TEST(QuantizedLinear, ForwardEqualsTheDecodedMatrixProduct) {
   }
 }
 
-TEST(QuantizedLinear, AQuantizedModelIsTheModelWithDecodedWeights) {
-  set_num_threads(1);
+// The same model with every 2-D weight but the embedding and the MoE routers replaced by its
+// decoded codes: what quantize_weights must be equivalent to.
+// With `experts` false the MoE experts keep their weights too.
+void decode_weights_in_place(model::GPTModel& m, QuantFormat f, bool experts = true) {
+  const auto ends = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  for (model::Parameter& p : m.params().all()) {
+    if (p.local_shape.size() != 2 ||
+        (p.embedding_or_output && p.name.find("embed") != std::string::npos) ||
+        ends(p.name, ".gate.weight") || (!experts && p.name.find("experts.") != std::string::npos))
+      continue;  // the embedding, the norms and the routers stay
+    const QuantizedMatrix q =
+        quantize(p.value.data<float>(), p.local_shape[0], p.local_shape[1], f, 32);
+    const std::vector<float> back = dequantize(q);
+    std::copy(back.begin(), back.end(), p.value.data<float>());
+  }
+}
+
+model::ModelConfig small_llama() {
   model::ModelConfig c;
   c.num_layers = 2;
   c.hidden_size = 64;
@@ -76,19 +95,17 @@ TEST(QuantizedLinear, AQuantizedModelIsTheModelWithDecodedWeights) {
   c.hidden_dropout = 0.0f;
   testing::make_llama_style(c, 2);  // untied output layer, SwiGLU, grouped-query attention
   c.ffn_hidden_size = 128;
+  return c;
+}
+
+// Loss of a quantized model, of the model with decoded weights and of the plain one.
+void expect_quantized_is_decoded(const model::ModelConfig& c, const std::string& what) {
+  set_num_threads(1);
   for (QuantFormat f : {QuantFormat::kFp6, QuantFormat::kInt8, QuantFormat::kQ4}) {
     model::GPTModel quantized(c, DType::kF32, 5), decoded(c, DType::kF32, 5),
         plain(c, DType::kF32, 5);
     quantized.quantize_weights(f, 32, /*output_layer=*/true);
-    for (model::Parameter& p : decoded.params().all()) {
-      if (p.local_shape.size() != 2 ||
-          (p.embedding_or_output && p.name.find("embed") != std::string::npos))
-        continue;  // the embedding and the norms stay
-      const QuantizedMatrix q =
-          quantize(p.value.data<float>(), p.local_shape[0], p.local_shape[1], f, 32);
-      const std::vector<float> back = dequantize(q);
-      std::copy(back.begin(), back.end(), p.value.data<float>());
-    }
+    decode_weights_in_place(decoded, f);
     std::vector<int32_t> tokens(12);
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((7 * i + 3) % 96);
     std::vector<int32_t> targets(tokens.size(), 1);
@@ -97,9 +114,36 @@ TEST(QuantizedLinear, AQuantizedModelIsTheModelWithDecodedWeights) {
       return m.forward_loss(batch, m.context(1, 12, 0, 0, 0, false)).loss_sum;
     };
     const double lq = loss(quantized), ld = loss(decoded), lp = loss(plain);
-    EXPECT_NEAR(lq, ld, 1e-5 * std::fabs(ld)) << quant_format_name(f);
-    EXPECT_GT(std::fabs(lq - lp), 1e-4 * std::fabs(lp)) << "quantization changed nothing?";
+    // Measured: at most 3e-8 of the loss apart (summation order); 1e-6 leaves room and still
+    // sees one expert run unquantized (below).
+    EXPECT_NEAR(lq, ld, 1e-6 * std::fabs(ld)) << what << " " << quant_format_name(f);
+    EXPECT_GT(std::fabs(lq - lp), 1e-4 * std::fabs(lp))
+        << what << " " << quant_format_name(f) << ": quantization changed nothing?";
+    if (c.moe.enabled()) {
+      // The check above can see the experts run unquantized: decoding all but them moves the
+      // loss by 10x its tolerance or more (measured 3e-5 to 3e-3 of it).
+      model::GPTModel all_but_experts(c, DType::kF32, 5);
+      decode_weights_in_place(all_but_experts, f, /*experts=*/false);
+      EXPECT_GT(std::fabs(lq - loss(all_but_experts)), 1e-5 * std::fabs(ld))
+          << what << " " << quant_format_name(f) << ": the experts ran unquantized?";
+    }
   }
+}
+
+TEST(QuantizedLinear, AQuantizedModelIsTheModelWithDecodedWeights) {
+  expect_quantized_is_decoded(small_llama(), "dense");
+}
+
+// MoE layers: every expert and the shared expert run on codes, the router on its own weights
+// (an expert left unquantized would differ from its decoded twin by the quantization error).
+TEST(QuantizedLinear, AQuantizedMoeModelIsTheModelWithDecodedExperts) {
+  model::ModelConfig c = small_llama();
+  c.moe.num_experts = 4;
+  c.moe.topk = 2;
+  c.moe.ffn_hidden_size = 64;
+  expect_quantized_is_decoded(c, "mixtral-style");
+  c.moe.shared_expert_size = 96;
+  expect_quantized_is_decoded(c, "with a shared expert");
 }
 
 }  // namespace
