@@ -153,6 +153,26 @@ TEST(NvmeOptimizer, AdamWBf16EqualsInMemoryBitwise) { expect_same_steps(DType::k
 TEST(NvmeOptimizer, AdamWFp32EqualsInMemoryBitwise) { expect_same_steps(DType::kF32, "adam"); }
 TEST(NvmeOptimizer, SgdBf16EqualsInMemoryBitwise) { expect_same_steps(DType::kBF16, "sgd"); }
 
+// DeepSpeed's default sub-group (1e9 elements) over a state that large makes buffers of 12 GB
+// each; more than the host has is one line naming the setting before anything is allocated or
+// written (here 1e12 elements: 48 TB of buffers).
+TEST(NvmeStateStorage, BuffersLargerThanTheHostAreRefusedNamingTheSetting) {
+  ScratchDir scratch;
+  SwapDirectory dir(scratch.path(), "big", "nvme_path");
+  SwapIo io(io::AioConfig{}, io::IoBackend::kThreads);
+  NvmeStateStorage storage(dir, io, "state.swp",
+                           NvmeStateOptions{1'000'000'000'000, 4, false, false, true});
+  try {
+    storage.initialize(1'000'000'000'000, 3, [](const optim::StateStorage::Window&) {});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("need 48000.0 GB of host memory"), std::string::npos) << what;
+    EXPECT_NE(what.find("--offload-sub-group-size"), std::string::npos) << what;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("state.swp")));
+}
+
 TEST(NvmeStateStorage, AnIoErrorNamesTheFileAndLeavesTheStorageUsable) {
   ScratchDir scratch;
   SwapDirectory dir(scratch.path(), "err", "nvme_path");
