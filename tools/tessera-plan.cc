@@ -33,6 +33,7 @@
 #include "tessera/comm/parallel_state.h"
 #include "tessera/comm/process_group.h"
 #include "tessera/core/error.h"
+#include "tessera/core/memory.h"
 #include "tessera/core/threads.h"
 #include "tessera/core/tool_main.h"
 #include "tessera/kernels/build_info.h"
@@ -333,7 +334,7 @@ int calibrate(const PlanFlags& f) {
           m.kind = "measured";
           m.hosts = 1;
           m.cores_per_host = tessera::plan::host_cores();
-          m.memory_per_host_bytes = tessera::plan::host_memory_bytes();
+          m.memory_per_host_bytes = tessera::host_memory_bytes();
         } else if (!f.name.empty()) {
           m.name = f.name;
         }

@@ -160,4 +160,21 @@ int64_t process_resident_bytes() {
   return n == 2 ? resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE)) : 0;
 }
 
+double host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  double bytes = pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0;
+  // A limit file holds a byte count, or "max" (v2) / a value near 2^63 (v1) for none.
+  for (const char* path :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::FILE* f = std::fopen(path, "r");
+    if (f == nullptr) continue;
+    unsigned long long limit = 0;
+    if (std::fscanf(f, "%llu", &limit) == 1 && limit > 0 &&
+        (bytes == 0 || static_cast<double>(limit) < bytes))
+      bytes = static_cast<double>(limit);
+    std::fclose(f);
+  }
+  return bytes;
+}
+
 }  // namespace tessera

@@ -43,5 +43,9 @@ void release_pages(void* ptr, size_t bytes);
 int64_t resident_bytes(const void* ptr, size_t bytes);
 // The whole process's resident set in bytes (Linux /proc/self/statm), 0 where unreadable.
 int64_t process_resident_bytes();
+// The memory this host gives the process, in bytes: its physical memory, or the control group's
+// limit where that is lower (cgroup v2 memory.max, v1 memory.limit_in_bytes: a container's, a
+// SLURM job's). 0 when it cannot be told.
+double host_memory_bytes();
 
 }  // namespace tessera

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
-#include <unistd.h>
 
 #include "tessera/core/error.h"
+#include "tessera/core/memory.h"
 
 namespace tessera::offload {
 
@@ -53,18 +53,25 @@ void NvmeStateStorage::initialize(int64_t numel, int arrays, const Initializer& 
   align_elems_ = alignment / 4;
   sub_groups_ = (numel + group_ - 1) / group_;
   slot_bytes_ = group_ * 4 * arrays_;
-  // The buffers are allocated and touched whole: buffers larger than the host's memory can never
-  // run, and would end in the kernel's OOM kill rather than an error (DeepSpeed's default
-  // sub_group_size of 1e9 elements makes 12 GB buffers of master weights and Adam's moments).
-  const double host = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-  if (static_cast<double>(buffer_bytes()) > host) {
-    char text[320];
+  // The buffers are allocated and touched whole: buffers larger than the host's memory (with
+  // those of the run's other ranks there) can never run, and would end in the kernel's OOM kill
+  // rather than an error (DeepSpeed's default sub_group_size of 1e9 elements makes 12 GB buffers
+  // of master weights and Adam's moments). Not checked where the host's memory is unknown.
+  const double host = host_memory_bytes();
+  const double needed = static_cast<double>(buffer_bytes()) * options_.ranks_on_host;
+  if (host > 0 && needed > host) {
+    char text[400];
     std::snprintf(text, sizeof(text),
                   "offload_optimizer: %d buffers of a sub-group (%lld elements x %d fp32 arrays) "
-                  "need %.1f GB of host memory, more than this host's %.1f GB: lower "
-                  "zero_optimization.sub_group_size (--offload-sub-group-size) or buffer_count",
-                  options_.buffer_count, static_cast<long long>(group_), arrays_,
-                  static_cast<double>(buffer_bytes()) / 1e9, host / 1e9);
+                  "need %.1f GB of host memory%s, more than this host's %.1f GB: lower "
+                  "zero_optimization.sub_group_size (--offload-sub-group-size) or "
+                  "offload_optimizer.buffer_count (--offload-buffer-count)",
+                  options_.buffer_count, static_cast<long long>(group_), arrays_, needed / 1e9,
+                  options_.ranks_on_host > 1
+                      ? (" for the " + std::to_string(options_.ranks_on_host) + " ranks there")
+                            .c_str()
+                      : "",
+                  host / 1e9);
     throw Error(text);
   }
   dir_.check_space(file_bytes(), "the optimizer's swap file");

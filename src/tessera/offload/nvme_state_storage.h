@@ -39,6 +39,7 @@ struct NvmeStateOptions {
   int buffer_count = 4;
   bool pipeline_read = false, pipeline_write = false;
   bool fast_init = false;
+  int ranks_on_host = 1;  // the run's ranks on this host, whose buffers share its memory
 };
 
 class NvmeStateStorage final : public optim::StateStorage {

@@ -332,8 +332,4 @@ void set_configuration(MachineDescription& m, HostConfiguration c) {
 
 int host_cores() { return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))); }
 
-double host_memory_bytes() {
-  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-}
-
 }  // namespace tessera::plan

@@ -144,8 +144,7 @@ void check_machine_writable(const std::string& path);
 // Adds `c` to `m`, replacing a configuration for the same ranks per host, ordered by it.
 void set_configuration(MachineDescription& m, HostConfiguration c);
 
-// This host's physical memory in bytes and online cores (what --calibrate records).
-double host_memory_bytes();
+// This host's online cores (what --calibrate records, with core/memory.h's host_memory_bytes).
 int host_cores();
 
 }  // namespace tessera::plan

@@ -265,8 +265,14 @@ std::unique_ptr<distributed::DistributedOptimizer> Trainer::build_optimizer(
   std::unique_ptr<optim::StateStorage> storage;
   offload::NvmeStateStorage* nvme = nullptr;
   if (offload_->plan.optimizer_nvme) {
+    offload::NvmeStateOptions options = offload_->plan.state;
+    if (world_ && world_->size() > 1) {  // the ranks sharing this host's memory
+      const std::vector<std::string> hosts = comm::gather_host_names(*world_);
+      options.ranks_on_host =
+          static_cast<int>(std::count(hosts.begin(), hosts.end(), hosts[world_->rank()]));
+    }
     auto s = std::make_unique<offload::NvmeStateStorage>(
-        *offload_->optimizer_dir, *offload_->io, "optimizer_state.swp", offload_->plan.state);
+        *offload_->optimizer_dir, *offload_->io, "optimizer_state.swp", options);
     nvme = s.get();
     storage = std::move(s);
   }

@@ -171,6 +171,18 @@ TEST(NvmeStateStorage, BuffersLargerThanTheHostAreRefusedNamingTheSetting) {
     EXPECT_NE(what.find("--offload-sub-group-size"), std::string::npos) << what;
   }
   EXPECT_FALSE(std::filesystem::exists(dir.file("state.swp")));
+  // Buffers one rank can hold (48 MB), times the ranks sharing the host: 48 TB.
+  NvmeStateOptions shared{1'000'000, 4, false, false, true};
+  shared.ranks_on_host = 1'000'000;
+  NvmeStateStorage crowded(dir, io, "crowded.swp", shared);
+  try {
+    crowded.initialize(1'000'000'000, 3, [](const optim::StateStorage::Window&) {});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("GB of host memory for the 1000000 ranks there"), std::string::npos)
+        << what;
+  }
 }
 
 TEST(NvmeStateStorage, AnIoErrorNamesTheFileAndLeavesTheStorageUsable) {
