@@ -3,7 +3,8 @@
 //   tessera-convert --from tessera CHECKPOINT --to hf OUT [--max-shard-size BYTES]
 //   tessera-convert --from hf HF_DIR --to tessera OUT
 //   tessera-convert --from tessera|hf SRC --to hf OUT --quantize fp6|int8|q8_0|q4
-//                   [--quantize-group-size 32|64] [--quantize-output-layer] [--max-shard-size BYTES]
+//                   [--quantize-group-size 32|64] [--quantize-output-layer]
+//                   [--max-shard-size BYTES]
 //
 // --quantize writes a quantized Hugging Face-style directory (checkpoint/quantized_hf.h,
 // docs/quantization.md) that tessera-generate and tessera-serve load as stored.
@@ -46,6 +47,9 @@ int main(int argc, char** argv) {
                "with --quantize, the output layer too (the embedding stays)");
   return tessera::run_tool(app, argc, argv, "tessera-convert", [&] {
     const std::string direction = from[0] + "->" + to[0];
+    if (max_shard_bytes < 1)  // a fraction passes CLI11's positive check
+      throw tessera::Error("--max-shard-size " + std::to_string(max_shard_bytes) +
+                           ": expected at least 1 byte");
     if (!quantize.empty()) {
       tessera::checkpoint::QuantSpec spec;
       spec.format = tessera::quant::parse_quant_format(quantize);

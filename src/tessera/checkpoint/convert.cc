@@ -46,6 +46,9 @@ OpenedCheckpoint open_checkpoint(const std::string& checkpoint) {
 void convert_to_quantized_hf(const std::string& from, const std::string& source,
                              const std::string& out_dir, const QuantSpec& spec,
                              int64_t max_shard_bytes) {
+  std::error_code ec;
+  if (fs::equivalent(source, out_dir, ec))  // the writer would replace the weights it reads
+    throw Error("--to hf " + out_dir + ": the source directory itself; give another directory");
   if (from == "hf") {
     if (!is_hf_directory(source)) refuse_megatron_checkpoint(source);
     const model::ModelConfig cfg = read_hf_config(source);

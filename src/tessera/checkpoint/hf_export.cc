@@ -18,30 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 double decimal(float f) { return shortest_decimal(f); }  // hf_rope.h
-
-// p's fp32 value in the file's layout (shape `shape`): padded vocabulary rows stripped, Conv1D
-// transposed.
-Tensor file_value(const model::ModelConfig& cfg, const model::Parameter& p,
-                  const std::vector<int64_t>& shape,
-                  const std::function<Tensor(const model::Parameter&)>& master) {
-  Tensor value = master(p);
-  TESSERA_CHECK(value.dtype() == DType::kF32 && value.numel() == p.global_numel());
-  if (p.shard.vocab_rows > 0) value = value.slice_rows(0, p.shard.vocab_rows);
-  if (!is_hf_conv1d(cfg, p.name) || shape.size() != 2) return value;
-  return transposed(value.view({shape[1], shape[0]}));  // (out, in) -> [in, out]
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  AtomicFile out(path.string());
-  out.write(text.data(), text.size());
-  out.commit();
-}
 
 }  // namespace
 
@@ -104,8 +81,8 @@ std::string hf_model_type(const model::ModelConfig& cfg) {
 
 bool is_hf_conv1d(const model::ModelConfig& cfg, const std::string& name) {
   if (cfg.family() != model::Family::kGpt2) return false;
-  return ends_with(name, "c_attn.weight") || ends_with(name, "c_proj.weight") ||
-         ends_with(name, "c_fc.weight");
+  return name.ends_with("c_attn.weight") || name.ends_with("c_proj.weight") ||
+         name.ends_with("c_fc.weight");
 }
 
 std::vector<int64_t> hf_tensor_shape(const model::ModelConfig& cfg, const model::Parameter& p) {
@@ -195,19 +172,28 @@ void export_hf(const model::ModelConfig& cfg, const model::ParameterSet& params,
                const std::string& weights_path, int64_t max_shard_bytes) {
   check_hf_exportable(cfg);
   std::vector<HfWeightEntry> entries;
-  for (const model::Parameter& p : params.all()) {
-    if (p.tied_copy) continue;  // the original is exported
-    std::vector<int64_t> shape = hf_tensor_shape(cfg, p);
-    entries.push_back({p.name, SafeDType::kF32, shape,
-                       [&cfg, &p, &master, shape](std::vector<Tensor>& hold) {
-                         hold.push_back(file_value(cfg, p, shape, master));
-                         return hold.back().raw();
-                       }});
-  }
+  for (const model::Parameter& p : params.all())
+    if (!p.tied_copy) entries.push_back(hf_f32_entry(cfg, p, master));  // the original is exported
   write_hf_weight_files(weights_path, entries, max_shard_bytes, {{"format", "pt"}});
   const fs::path path(weights_path);
-  write_text((path.has_parent_path() ? path.parent_path() : fs::path(".")) / "config.json",
-             hf_config_json(cfg));
+  write_file_atomically(
+      ((path.has_parent_path() ? path.parent_path() : fs::path(".")) / "config.json").string(),
+      hf_config_json(cfg));
+}
+
+HfWeightEntry hf_f32_entry(const model::ModelConfig& cfg, const model::Parameter& p,
+                           const std::function<Tensor(const model::Parameter&)>& master) {
+  std::vector<int64_t> shape = hf_tensor_shape(cfg, p);
+  return {p.name, SafeDType::kF32, shape,
+          [&cfg, &p, &master, shape](std::vector<Tensor>& hold) {
+            Tensor value = master(p);
+            TESSERA_CHECK(value.dtype() == DType::kF32 && value.numel() == p.global_numel());
+            if (p.shard.vocab_rows > 0) value = value.slice_rows(0, p.shard.vocab_rows);
+            if (is_hf_conv1d(cfg, p.name) && shape.size() == 2)
+              value = transposed(value.view({shape[1], shape[0]}));  // (out, in) -> [in, out]
+            hold.push_back(value);
+            return hold.back().raw();
+          }};
 }
 
 Tensor transposed(const Tensor& m) {

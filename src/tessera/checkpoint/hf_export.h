@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/checkpoint/hf_weight_files.h"
 #include "tessera/model/config.h"
 #include "tessera/model/parameter.h"
 
@@ -36,6 +37,12 @@ namespace tessera::checkpoint {
 void export_hf(const model::ModelConfig& cfg, const model::ParameterSet& params,
                const std::function<Tensor(const model::Parameter&)>& master,
                const std::string& weights_path, int64_t max_shard_bytes = 5'000'000'000);
+
+// The F32 tensor of parameter p in a Hugging Face weight file: its name, hf_tensor_shape and
+// fp32 values taken from master(p) when its file is written, padded vocabulary rows stripped
+// and Conv1D weights transposed. cfg, p and master must outlive the write.
+HfWeightEntry hf_f32_entry(const model::ModelConfig& cfg, const model::Parameter& p,
+                           const std::function<Tensor(const model::Parameter&)>& master);
 
 // True for the GPT-2 weights Transformers holds in Conv1D modules, stored [in, out] (c_attn,
 // c_proj and c_fc weights); Tessera holds them (out, in).

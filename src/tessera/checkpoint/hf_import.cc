@@ -30,11 +30,6 @@ constexpr const char* kModelTypes =
     "\"gpt2\" (GPT2LMHeadModel), \"llama\" (LlamaForCausalLM), \"qwen2\" (Qwen2ForCausalLM), "
     "\"mistral\" (MistralForCausalLM) or \"mixtral\" (MixtralForCausalLM)";
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
 // Typed access to config.json's keys; an absent or null key gives the caller's default (the
@@ -313,9 +308,9 @@ std::vector<std::string> stored_names(const model::ModelConfig& cfg, const std::
 // buffers, LLaMA's RoPE frequencies, and the output layer of a tied model (it is the embedding).
 bool ignored(const model::ModelConfig& cfg, const std::string& name) {
   if (cfg.family() == model::Family::kGpt2)
-    return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") ||
+    return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") ||
            (name == "lm_head.weight" && !cfg.untie_embeddings_and_output_weights);
-  return ends_with(name, ".rotary_emb.inv_freq") ||
+  return name.ends_with(".rotary_emb.inv_freq") ||
          (name == "lm_head.weight" && !cfg.untie_embeddings_and_output_weights);
 }
 

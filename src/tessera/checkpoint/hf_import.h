@@ -45,7 +45,8 @@ model::ModelConfig read_hf_config(const std::string& dir);
 // rotary_emb.inv_freq, and lm_head.weight when the embeddings are tied. Throws tessera::Error
 // naming the file and the tensor when a parameter is missing or has the wrong shape or dtype,
 // when a stored tensor is neither a parameter nor an ignored buffer (the config and the weights
-// disagree), and when a file is missing, unreadable or malformed (truncated, bad index).
+// disagree), and when a file is missing, unreadable or malformed (truncated, bad index, a shard
+// without a tensor the index places in it).
 // A quantized directory (config.json's "quantization", checkpoint/quantized_hf.h) is refused
 // unless `quantized` lists its quantized tensors: those (and their .scale and .min) are then
 // skipped and absent from the result, for inference to install as codes. Training and

@@ -15,11 +15,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // "<stem>-00003-of-00007.safetensors", save_pretrained's shard names (1-based).
 std::string shard_name(const std::string& stem, size_t index, size_t count) {
   char buf[64];
@@ -31,7 +26,7 @@ std::string shard_name(const std::string& stem, size_t index, size_t count) {
 bool is_shard_name(const std::string& file, const std::string& stem) {
   const std::string head = stem + "-", tail = ".safetensors";
   if (file.size() <= head.size() + tail.size() || file.compare(0, head.size(), head) != 0 ||
-      !ends_with(file, tail))
+      !file.ends_with(tail))
     return false;
   const std::string middle = file.substr(head.size(), file.size() - head.size() - tail.size());
   const size_t of = middle.find("-of-");
@@ -39,12 +34,6 @@ bool is_shard_name(const std::string& file, const std::string& stem) {
     return !d.empty() && d.find_first_not_of("0123456789") == std::string::npos;
   };
   return of != std::string::npos && digits(middle.substr(0, of)) && digits(middle.substr(of + 4));
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  AtomicFile out(path.string());
-  out.write(text.data(), text.size());
-  out.commit();
 }
 
 // Writes one safetensors file holding `entries`; their data is held only meanwhile.
@@ -84,7 +73,8 @@ HfWeightFiles::HfWeightFiles(const std::string& dir) {
   const fs::path d(dir);
   if (fs::exists(d / kHfWeightsFile)) {
     listing_ = (d / kHfWeightsFile).string();
-    for (const std::string& name : open(listing_).names()) file_of_[name] = listing_;
+    const SafetensorsFile& f = opened_.emplace(listing_, SafetensorsFile(listing_)).first->second;
+    for (const std::string& name : f.names()) file_of_[name] = listing_;
     return;
   }
   listing_ = (d / kHfIndexFile).string();
@@ -108,27 +98,21 @@ HfWeightFiles::HfWeightFiles(const std::string& dir) {
       throw Error(where + ": '" + f + "' is not a file name in the model directory");
     file_of_[name] = (d / f).string();
   }
+  for (const auto& [name, path] : file_of_)
+    if (!opened_.count(path)) opened_.emplace(path, SafetensorsFile(path));
 }
 
-const SafetensorsFile& HfWeightFiles::open(const std::string& path) {
-  auto it = opened_.find(path);
-  if (it == opened_.end()) it = opened_.emplace(path, SafetensorsFile(path)).first;
-  return it->second;
-}
-
-const SafetensorsFile& HfWeightFiles::file(const std::string& name) {
+const SafetensorsFile& HfWeightFiles::file(const std::string& name) const {
   const std::string& path = file_of_.at(name);
-  const SafetensorsFile& f = open(path);
+  const SafetensorsFile& f = opened_.at(path);
   if (!f.contains(name))
     throw Error(path + ": has no tensor '" + name + "', which " + listing_ + " places in it");
   return f;
 }
 
-std::vector<const SafetensorsFile*> HfWeightFiles::files() {
-  std::set<std::string> paths;
-  for (const auto& [name, path] : file_of_) paths.insert(path);
+std::vector<const SafetensorsFile*> HfWeightFiles::files() const {
   std::vector<const SafetensorsFile*> out;
-  for (const std::string& path : paths) out.push_back(&open(path));
+  for (const auto& [path, f] : opened_) out.push_back(&f);
   return out;
 }
 
@@ -176,7 +160,7 @@ void write_hf_weight_files(const std::string& weights_path, std::span<const HfWe
     json index;  // keys sorted, as save_pretrained writes them (sort_keys=True)
     index["metadata"]["total_size"] = total;
     index["weight_map"] = std::move(weight_map);
-    write_text(dir / index_file, index.dump(2) + "\n");
+    write_file_atomically((dir / index_file).string(), index.dump(2) + "\n");
     written.insert(index_file);
   }
   remove_stale(dir, file, index_file, stem, written);

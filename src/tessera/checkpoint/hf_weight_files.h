@@ -25,13 +25,14 @@ inline constexpr const char* kHfWeightsFile = "model.safetensors";
 inline constexpr const char* kHfIndexFile = "model.safetensors.index.json";
 
 // The tensors of a directory's weight files: model.safetensors if present (as Transformers
-// prefers it), else the shards its index lists. Files are opened (their headers validated) once,
-// when first asked for. Not thread-safe (opening caches).
+// prefers it), else the shards its index lists, every file opened (its header validated) by the
+// constructor. Thread-compatible.
 class HfWeightFiles {
  public:
-  // Throws tessera::Error naming the directory when it holds neither form, and naming the index
-  // when it is not valid JSON, has no "weight_map" object, or maps a tensor to something that is
-  // not a file name in the directory (a path could read outside it).
+  // Throws tessera::Error naming the directory when it holds neither form; naming the index when
+  // it is not valid JSON, has no "weight_map" object, or maps a tensor to something that is not
+  // a file name in the directory (a path could read outside it); and naming a weight file that
+  // is missing, unreadable or malformed.
   explicit HfWeightFiles(const std::string& dir);
 
   // What errors about a missing tensor cite: model.safetensors or the index.
@@ -39,18 +40,16 @@ class HfWeightFiles {
   // Stored tensor name -> path of the file holding it.
   const std::map<std::string, std::string>& file_of() const { return file_of_; }
   bool contains(const std::string& name) const { return file_of_.count(name) > 0; }
-  // The opened file holding `name` (which must be listed). Throws tessera::Error naming the file
-  // and the index when the shard the index names does not hold it.
-  const SafetensorsFile& file(const std::string& name);
-  // Every file of the directory's weights, opened, in name order.
-  std::vector<const SafetensorsFile*> files();
+  // The file holding `name` (which must be listed). Throws tessera::Error naming the file and
+  // the index when the shard the index names does not hold it.
+  const SafetensorsFile& file(const std::string& name) const;
+  // Every weight file of the directory, in path order.
+  std::vector<const SafetensorsFile*> files() const;
 
  private:
-  const SafetensorsFile& open(const std::string& path);
-
   std::string listing_;
   std::map<std::string, std::string> file_of_;
-  std::map<std::string, SafetensorsFile> opened_;
+  std::map<std::string, SafetensorsFile> opened_;  // path -> file
 };
 
 // One tensor to write. `data` is called when the tensor's file is written (so only one shard's
@@ -71,7 +70,8 @@ struct HfWeightEntry {
 // and <file name>.index.json. Every file gets `metadata` in its __metadata__. Files of the other
 // form (and shards of an earlier write with another N) are removed after the new ones are
 // written, so the directory holds one unambiguous set of weights. Throws tessera::Error when
-// max_shard_bytes < 1 or a file cannot be written.
+// max_shard_bytes < 1, a file cannot be written, the directory cannot be listed or a stale file
+// cannot be removed.
 void write_hf_weight_files(const std::string& weights_path, std::span<const HfWeightEntry> entries,
                            int64_t max_shard_bytes,
                            const std::map<std::string, std::string>& metadata);

@@ -109,6 +109,9 @@ void write_quantized_hf(const model::ModelConfig& cfg,
                         const QuantSpec& spec, const std::string& out_dir,
                         int64_t max_shard_bytes) {
   check_hf_exportable(cfg);
+  if (max_shard_bytes < 1)  // before the model is built and quantized
+    throw Error(out_dir + ": the shard size must be >= 1 byte, got " +
+                std::to_string(max_shard_bytes));
   // The model itself tells which weights quantize_weights quantizes and how bind() fuses them.
   model::GPTModel m(cfg, DType::kF32, 0, {});
   for (model::Parameter& p : m.params().all()) {
@@ -142,6 +145,9 @@ void write_quantized_hf(const model::ModelConfig& cfg,
   // Declaration order, a quantized weight's codes, scales and minimums side by side (a tied
   // output layer's after all: it is no parameter of its own).
   std::vector<HfWeightEntry> entries;
+  const std::function<Tensor(const model::Parameter&)> value = [](const model::Parameter& p) {
+    return p.value;  // the whole parameter: the model is one process's
+  };
   const auto add_quantized = [&](const std::string& name, const QuantizedMatrix& q) {
     const std::vector<int64_t> groups = {q.rows, q.groups_per_row()};
     const auto bytes = [](const void* data) {
@@ -159,14 +165,7 @@ void write_quantized_hf(const model::ModelConfig& cfg,
       add_quantized(p.name, q->second);
       continue;
     }
-    const std::vector<int64_t> shape = hf_tensor_shape(cfg, p);
-    entries.push_back({p.name, SafeDType::kF32, shape, [&cfg, &p, shape](std::vector<Tensor>& hold) {
-                         Tensor v = p.value;
-                         if (p.shard.vocab_rows > 0) v = v.slice_rows(0, p.shard.vocab_rows);
-                         if (is_hf_conv1d(cfg, p.name) && shape.size() == 2) v = transposed(v);
-                         hold.push_back(v);
-                         return hold.back().raw();
-                       }});
+    entries.push_back(hf_f32_entry(cfg, p, value));
   }
   if (const auto head = stored.find(kHead); head != stored.end() && !m.params().contains(kHead))
     add_quantized(kHead, head->second);
@@ -178,10 +177,7 @@ void write_quantized_hf(const model::ModelConfig& cfg,
                          {"quantization_group_size", std::to_string(spec.group_size())}});
   nlohmann::ordered_json config = nlohmann::ordered_json::parse(hf_config_json(cfg));
   config["quantization"] = nlohmann::ordered_json::parse(block_json(spec));
-  const std::string text = config.dump(2) + "\n";
-  AtomicFile out((fs::path(out_dir) / "config.json").string());
-  out.write(text.data(), text.size());
-  out.commit();
+  write_file_atomically((fs::path(out_dir) / "config.json").string(), config.dump(2) + "\n");
 }
 
 QuantizedWeights::QuantizedWeights(const std::string& dir, const model::ModelConfig& cfg,
@@ -214,12 +210,9 @@ QuantizedWeights::QuantizedWeights(const std::string& dir, const model::ModelCon
                          p.global_shape[1]};
   shapes_[kHead] = {cfg.vocab_size, cfg.hidden_size};
 
-  const auto ends = [](const std::string& s, const std::string& tail) {
-    return s.size() > tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-  };
   for (const auto& [name, path] : files_.file_of()) {
     for (const char* tail : {".scale", ".min"}) {
-      if (!ends(name, tail)) continue;
+      if (!name.ends_with(tail)) continue;
       const std::string base = name.substr(0, name.size() - std::strlen(tail));
       if (!files_.contains(base))
         throw Error(path + ": tensor '" + name + "' has no codes tensor '" + base + "'");

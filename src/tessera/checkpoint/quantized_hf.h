@@ -69,7 +69,7 @@ void write_quantized_hf(const model::ModelConfig& cfg,
 // a 2-D U8 tensor of the parameter's rows and the format's bytes a row, with F16 scales (and
 // q4's minimums) of [rows, cols / group], and every weight file's metadata must name the same
 // format and group. Each violation is a tessera::Error of one line naming the file and tensor.
-// Not thread-safe (weight files are opened on first use).
+// Thread-compatible.
 class QuantizedWeights {
  public:
   QuantizedWeights(const std::string& dir, const model::ModelConfig& cfg, const QuantSpec& spec);
@@ -98,7 +98,7 @@ class QuantizedWeights {
 
   std::string listing_;  // model.safetensors or the index
   QuantSpec spec_;
-  mutable HfWeightFiles files_;
+  HfWeightFiles files_;
   std::set<std::string> names_;
   // (rows, cols) per weight name, from config.json's model (real vocabulary rows).
   std::map<std::string, std::pair<int64_t, int64_t>> shapes_;

@@ -74,11 +74,14 @@ void AtomicFile::commit() {
   if (std::rename(tmp_.c_str(), path_.c_str()) != 0) fail("cannot rename to " + path_);
 }
 
-void copy_file_atomically(const std::string& from, const std::string& to) {
-  const std::string bytes = read_file(from, "file to copy");
-  AtomicFile out(to);
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  AtomicFile out(path);
   out.write(bytes.data(), bytes.size());
   out.commit();
+}
+
+void copy_file_atomically(const std::string& from, const std::string& to) {
+  write_file_atomically(to, read_file(from, "file to copy"));
 }
 
 }  // namespace tessera

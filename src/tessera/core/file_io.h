@@ -39,6 +39,10 @@ class AtomicFile {
   std::FILE* file_ = nullptr;
 };
 
+// Writes `bytes` (e.g. a JSON text) to `path` through an AtomicFile (fsync'd, renamed into
+// place). Throws tessera::Error naming the file that cannot be written.
+void write_file_atomically(const std::string& path, const std::string& bytes);
+
 // Copies `from` to `to` through an AtomicFile (fsync'd, renamed into place). Throws
 // tessera::Error naming the file that cannot be read or written.
 void copy_file_atomically(const std::string& from, const std::string& to);

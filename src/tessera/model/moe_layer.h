@@ -116,7 +116,8 @@ class MoeLayer {
   Tensor backward(const Tensor& dy, const Saved& s, const StepContext& ctx) const;
 
   // Inference with weight-only quantization: every local expert's and the shared expert's
-  // weights quantized (Mlp::quantize); the router stays in its dtype, since choosing the experts
+  // weights quantized (Mlp::quantize; inference builds no expert-parallel group, so there every
+  // expert is local, split over TP like the dense MLP); the router stays in its dtype, since choosing the experts
   // from coarser logits would change which weights run, not only their precision (llama.cpp's
   // quantizer skips ffn_gate_inp, the router, likewise). Forward then multiplies by the codes;
   // backward refuses.

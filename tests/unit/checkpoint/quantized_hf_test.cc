@@ -8,6 +8,10 @@
 //  - tensor-parallel shards: a column-parallel weight's rows, a row-parallel weight's columns
 //    with the whole row's scale for fp6 and int8; a column range that splits q4's groups is
 //    refused;
+//  - sharded directories (a tied output layer quantized among them) and an MoE model with a
+//    shared expert load as --quantize makes them, experts and shared experts stored as codes,
+//    routers F32; writing one form over the other leaves only its files; a shard whose
+//    metadata names another format is refused, named;
 //  - reading the quantized directory for training is refused.
 #include "tessera/checkpoint/quantized_hf.h"
 
@@ -20,6 +24,7 @@
 
 #include "tessera/checkpoint/hf_export.h"
 #include "tessera/checkpoint/hf_import.h"
+#include "tessera/checkpoint/safetensors.h"
 #include "tessera/core/error.h"
 #include "tessera/core/threads.h"
 #include "tessera/inference/load_model.h"
@@ -172,6 +177,112 @@ TEST(QuantizedHf, ADirectoryLoadsAsQuantizingOnLoad) {
         EXPECT_NE(loss(*loaded.model), loss(*plain.model)) << what << ": quantized at all?";
       }
     }
+  }
+}
+
+// The weight files under `dir`: model.safetensors, the index and the shards.
+std::set<std::string> weight_files(const std::string& dir) {
+  std::set<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("model", 0) == 0) out.insert(name);
+  }
+  return out;
+}
+
+// Sharded directories (a tied output layer quantized, written after every parameter) and an MoE
+// model with a shared expert (DeepSeek-V3's names): the stored experts and shared expert are the
+// codes of quant::quantize, the router F32, and the loaded model is the one --quantize makes.
+// Writing the other form into the same directory leaves only its files; a shard whose metadata
+// disagrees is named.
+TEST(QuantizedHf, ShardedAndMoeDirectoriesLoadAsQuantizingOnLoad) {
+  set_num_threads(1);
+  model::ModelConfig moe = small_llama(false);
+  moe.moe.num_experts = 4;
+  moe.moe.topk = 2;
+  moe.moe.ffn_hidden_size = 64;
+  moe.moe.shared_expert_size = 96;
+  struct Setup {
+    const char* what;
+    model::ModelConfig cfg;
+    bool output_layer;
+  };
+  for (const Setup& setup : {Setup{"tied llama", small_llama(true), true},
+                             Setup{"moe with a shared expert", moe, false}}) {
+    const model::ModelConfig& cfg = setup.cfg;
+    const model::GPTModel source(cfg, DType::kF32, 5);
+    testing::TempDir dir;
+    std::filesystem::create_directories(dir.file("plain"));
+    export_hf(cfg, source.params(), master_of(source), dir.file("plain/model.safetensors"));
+    for (const QuantFormat format : {QuantFormat::kQ8_0, QuantFormat::kFp6}) {
+      QuantSpec spec;
+      spec.format = format;
+      spec.output_layer = setup.output_layer;
+      const std::string what = std::string(setup.what) + " " + quant::quant_format_name(format);
+      const std::string qdir = dir.file("q");
+      write_quantized_hf(cfg, master_of(source), spec, qdir);  // one file first
+      EXPECT_EQ(weight_files(qdir), std::set<std::string>{"model.safetensors"}) << what;
+      write_quantized_hf(cfg, master_of(source), spec, qdir, 20'000);  // then shards over it
+      const std::set<std::string> files = weight_files(qdir);
+      EXPECT_GE(files.size(), 4u) << what;
+      EXPECT_FALSE(files.count("model.safetensors")) << what;
+      EXPECT_TRUE(files.count("model.safetensors.index.json")) << what;
+
+      const QuantizedWeights stored(qdir, cfg, *read_quant_spec(qdir));
+      int experts = 0, shared = 0;
+      for (const model::Parameter& p : source.params().all()) {
+        if (p.name.find("_proj.weight") == std::string::npos) {
+          EXPECT_FALSE(stored.names().count(p.name)) << what << " " << p.name;  // the routers
+          continue;
+        }
+        experts += p.name.find(".experts.") != std::string::npos;
+        shared += p.name.find(".shared_experts.") != std::string::npos;
+        expect_same_bits(stored.whole(p.name),
+                         quant::quantize(p.value.data<float>(), p.local_shape[0],
+                                         p.local_shape[1], format, 32),
+                         what + " " + p.name);
+      }
+      if (cfg.moe.enabled()) {
+        EXPECT_EQ(experts, 2 * 4 * 3) << what;  // gate, up and down of 4 experts in 2 layers
+        EXPECT_EQ(shared, 2 * 3) << what;
+      }
+      EXPECT_EQ(stored.names().count("lm_head.weight"), setup.output_layer ? 1u : 0u) << what;
+
+      inference::LoadedModel on_load = inference::load_model(dir.file("plain"), DType::kF32);
+      on_load.model->quantize_weights(format, 32, setup.output_layer);
+      inference::LoadedModel loaded = inference::load_model(qdir, DType::kF32);
+      EXPECT_EQ(loss(*loaded.model), loss(*on_load.model)) << what;
+
+      // And back to one file: the shards and the index go.
+      write_quantized_hf(cfg, master_of(source), spec, qdir);
+      EXPECT_EQ(weight_files(qdir), std::set<std::string>{"model.safetensors"}) << what;
+    }
+    // One shard of a sharded directory with another format in its metadata.
+    QuantSpec spec;
+    spec.format = QuantFormat::kQ8_0;
+    const std::string qdir = dir.file("bad");
+    write_quantized_hf(cfg, master_of(source), spec, qdir, 20'000);
+    const std::string shard = qdir + "/" + *std::next(weight_files(qdir).begin());  // the 2nd
+    {
+      const SafetensorsFile file(shard);
+      std::vector<SafeTensorView> views;
+      for (const std::string& name : file.names())
+        views.push_back({name, file.info(name).dtype, file.info(name).shape, file.data(name)});
+      write_safetensors(shard, views,
+                        {{"format", "pt"}, {"quantization", "int8"},
+                         {"quantization_group_size", "32"}});
+    }
+    const std::string msg = [&] {
+      try {
+        QuantizedWeights w(qdir, cfg, *read_quant_spec(qdir));
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+      return std::string("no error");
+    }();
+    EXPECT_NE(msg.find(shard + ": __metadata__ \"quantization\": \"int8\", config.json says q8_0"),
+              std::string::npos)
+        << msg;
   }
 }
 
