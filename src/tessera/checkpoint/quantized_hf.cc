@@ -183,7 +183,6 @@ void write_quantized_hf(const model::ModelConfig& cfg,
 QuantizedWeights::QuantizedWeights(const std::string& dir, const model::ModelConfig& cfg,
                                    const QuantSpec& spec)
     : spec_(spec), files_(dir) {
-  listing_ = files_.listing();
   const char* format = quant::quant_format_name(spec.format);
   for (const SafetensorsFile* f : files_.files()) {
     const std::string& path = f->path();
@@ -252,7 +251,7 @@ QuantizedWeights::QuantizedWeights(const std::string& dir, const model::ModelCon
         continue;
       }
       if (!files_.contains(side))
-        throw Error(listing_ + ": tensor '" + side + "' is missing: " + format +
+        throw Error(files_.listing() + ": tensor '" + side + "' is missing: " + format +
                     " codes need it");
       const std::string& side_path = file(side).path();
       const SafeTensorInfo& s = file(side).info(side);
@@ -342,7 +341,8 @@ model::WeightQuantizer QuantizedWeights::quantizer(const model::ParameterSet& pa
     std::vector<QuantizedMatrix> parts;
     for (const std::string& name : names) {
       if (!names_.count(name))
-        throw Error(listing_ + ": tensor '" + name + "' is not stored quantized: config.json's " +
+        throw Error(files_.listing() + ": tensor '" + name +
+                    "' is not stored quantized: config.json's " +
                     "\"quantization\" covers every attention, MLP and MoE expert weight" +
                     (name == kHead ? " and, with output_layer, lm_head.weight" : ""));
       // A tied output layer is split as the word embedding it is.

@@ -96,7 +96,6 @@ class QuantizedWeights {
   // The file holding `name` (which must be stored).
   const SafetensorsFile& file(const std::string& name) const { return files_.file(name); }
 
-  std::string listing_;  // model.safetensors or the index
   QuantSpec spec_;
   HfWeightFiles files_;
   std::set<std::string> names_;
