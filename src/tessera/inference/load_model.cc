@@ -18,14 +18,15 @@ namespace fs = std::filesystem;
 namespace {
 
 // Every parameter's values from `read` (its fp32 master elements, this process's whole tensor),
-// rounded into the model's compute dtype; padded vocabulary rows stay zero.
+// rounded into the model's compute dtype; padded vocabulary rows stay zero. The model was built
+// without initial values (all zero); a parameter `read` returns false for (stored quantized)
+// is left untouched, so its pages never become resident.
 template <typename Read>
 void fill(model::GPTModel& m, Read read) {
   for (model::Parameter& p : m.params().all()) {
     if (p.tied_copy) continue;  // the original carries the values
     Tensor fp32 = Tensor::zeros({p.numel()}, DType::kF32, MemoryCategory::kOther);
-    read(p, fp32.data<float>());
-    p.value.view({p.numel()}).copy_from(fp32);
+    if (read(p, fp32.data<float>())) p.value.view({p.numel()}).copy_from(fp32);
   }
 }
 
@@ -44,14 +45,15 @@ LoadedModel load_model(const std::string& path, DType dtype, const parallel::Ten
     if (spec) quantized.emplace(path, cfg, *spec);
     const std::map<std::string, Tensor> weights =
         checkpoint::read_hf_weights(path, cfg, quantized ? &quantized->names() : nullptr);
-    out.model = std::make_unique<model::GPTModel>(cfg, dtype, 0, tp);
+    out.model = std::make_unique<model::GPTModel>(cfg, dtype, std::nullopt, tp);
     fill(*out.model, [&](const model::Parameter& p, float* dst) {
       const auto found = weights.find(p.name);
-      if (found == weights.end()) return;  // stored quantized: the codes are installed below
+      if (found == weights.end()) return false;  // stored quantized: codes installed below
       const Tensor& w = found->second;
       const checkpoint::TensorSlice slice = checkpoint::TensorSlice::of(p, 0, p.numel());
       checkpoint::copy_overlap(checkpoint::runs(checkpoint::TensorSlice::whole(w.shape())), w.raw(),
                                checkpoint::runs(slice), dst, sizeof(float));
+      return true;
     });
     if (quantized) {
       // The stored codes as they are: no re-quantization, so --quantize FORMAT on the
@@ -77,9 +79,10 @@ LoadedModel load_model(const std::string& path, DType dtype, const parallel::Ten
     throw Error(*dir + "/metadata.json: the run state has no model configuration");
   const model::ModelConfig cfg =
       checkpoint::model_config_from_json(reader.state()["model"], *dir + "/metadata.json: model");
-  out.model = std::make_unique<model::GPTModel>(cfg, dtype, 0, tp);
+  out.model = std::make_unique<model::GPTModel>(cfg, dtype, std::nullopt, tp);
   fill(*out.model, [&](const model::Parameter& p, float* dst) {
     reader.read(p.name, checkpoint::TensorSlice::of(p, 0, p.numel()), dst);
+    return true;
   });
   out.source = "Tessera checkpoint " + *dir;
   out.tokenizer_json = beside(*dir, "tokenizer.json");

@@ -134,7 +134,7 @@ ParameterSet GPTModel::declare_part(const ModelConfig& cfg, int tp_size, int tp_
   return params;
 }
 
-GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
+GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, std::optional<uint64_t> seed,
                    const parallel::TensorParallel& tp, int64_t flat_multiple, ModelPart part,
                    const ResidentRanges& resident,
                    std::shared_ptr<comm::ProcessGroup> expert_group, context::ContextParallel cp)
@@ -153,11 +153,14 @@ GPTModel::GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
   const bool tied = !cfg_.untie_embeddings_and_output_weights;
   layout_ = declare(params_, cfg_, part_, padded_vocab_, flat_multiple);
   partly_resident_ = static_cast<bool>(resident);
-  if (resident) {
+  if (!seed) {
+    const std::vector<std::pair<int64_t, int64_t>> nothing;
+    params_.allocate(compute_dtype, 0, flat_multiple, &nothing);
+  } else if (resident) {
     const auto ranges = resident(layout_.units, layout_.expert_units);
-    params_.allocate(compute_dtype, seed, flat_multiple, &ranges);
+    params_.allocate(compute_dtype, *seed, flat_multiple, &ranges);
   } else {
-    params_.allocate(compute_dtype, seed, flat_multiple);
+    params_.allocate(compute_dtype, *seed, flat_multiple);
   }
 
   if (params_.contains(n.wte)) {

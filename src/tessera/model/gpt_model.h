@@ -68,7 +68,10 @@ struct ModelPart {
 class GPTModel {
  public:
   // Validates cfg (and its fit to the TP size; tessera::Error on bad options), declares and
-  // initialises this rank's parameter shards of `part` (default: the whole model). `tp` is
+  // initialises this rank's parameter shards of `part` (default: the whole model) from `seed`.
+  // `seed` std::nullopt initialises nothing: every value reads zero (untouched pages) until the
+  // caller writes it, for a model whose values are all loaded next (inference::load_model);
+  // drawing the random values first would cost minutes at a billion parameters. `tp` is
   // copied; with the default, one process. With flat_multiple > 1 every unit (see ParamAccess)
   // is padded to a multiple of `flat_multiple` elements, so data-parallel shards can split each
   // unit evenly (and the tied embedding's parts line up on the first and last stage).
@@ -82,7 +85,7 @@ class GPTModel {
   // through which MoE layers exchange tokens; nullptr when part.ep_size is 1.
   // `cp`: the context-parallel group and each layer's communication type (default: none);
   // micro-batches then hold this rank's chunks of every sequence (context() takes their T).
-  GPTModel(const ModelConfig& cfg, DType compute_dtype, uint64_t seed,
+  GPTModel(const ModelConfig& cfg, DType compute_dtype, std::optional<uint64_t> seed,
            const parallel::TensorParallel& tp = {}, int64_t flat_multiple = 1, ModelPart part = {},
            const ResidentRanges& resident = nullptr,
            std::shared_ptr<comm::ProcessGroup> expert_group = nullptr,

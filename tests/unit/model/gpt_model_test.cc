@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "tessera/model/chunk_runner.h"
@@ -147,6 +148,20 @@ TEST(GptModel, InitialisationDependsOnlyOnSeedNameAndCoordinates) {
   EXPECT_NE(v, ParameterSet::init_value(a.params().get("lm_head.weight"), 8, 5, 3));
 }
 
+// A model built to be loaded (no seed) draws nothing: every value is zero, norms' ones included,
+// until the loader writes it.
+TEST(GptModel, WithoutSeedNothingIsInitialised) {
+  GPTModel seeded(tiny_llama(), DType::kF32, 7);
+  GPTModel unseeded(tiny_llama(), DType::kF32, std::nullopt);
+  int64_t nonzero_seeded = 0;
+  for (const Parameter& p : unseeded.params().all()) {
+    const float* v = p.value.data<float>();
+    for (int64_t i = 0; i < p.numel(); ++i) ASSERT_EQ(v[i], 0.0f) << p.name << "[" << i << "]";
+    const float* s = seeded.params().get(p.name).value.data<float>();
+    for (int64_t i = 0; i < p.numel(); ++i) nonzero_seeded += s[i] != 0.0f;
+  }
+  EXPECT_GT(nonzero_seeded, 0);  // the same declarations, initialised when seeded
+}
 // Logits (tokens, vocab) from final hidden states, in double: RMSNorm with the fp32 model's
 // model.norm.weight, then its lm_head.weight. The same head for both models, so the difference
 // of the logits is that of the two forwards.
