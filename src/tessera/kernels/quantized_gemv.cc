@@ -190,6 +190,18 @@ alignas(64) constexpr std::array<float, 32> kFp6Magnitude = fp6_magnitudes();
   store(table + 16, load(kFp6Magnitude.data() + 16) * splat(d));
 }
 
+// 16 FP6 weights from their codes: `index` (bits 0-4 of each lane: the magnitude's place in
+// `fp6_times_d`, fp6_table) and `sign_from` (bit 31: the code's sign). -(m d) is (-m) d exactly.
+[[gnu::always_inline]] inline VecF fp6_weight(const float* fp6_times_d, VecI index,
+                                              VecI sign_from) {
+  return xor_bits(lookup32(fp6_times_d, index),
+                  sign_from & splat_i(static_cast<int32_t>(0x80000000u)));
+}
+// The same for codes whole in their lanes (lookup32 reads only the low 5 bits of an index).
+[[gnu::always_inline]] inline VecF fp6_weight(const float* fp6_times_d, VecI codes) {
+  return fp6_weight(fp6_times_d, codes, codes);
+}
+
 // Block j (16 weights) of an int8 or FP6 group whose codes start at `codes`, decoded in
 // registers exactly as decode_row writes it: code times the group's scale d. For FP6,
 // `fp6_times_d` holds the 32 magnitudes times d, so a weight is one lookup and its sign: -(m d)
@@ -204,8 +216,7 @@ template <WeightCodes kType, bool kExact>
     // Each code in its lane's top 6 bits: the magnitude's index below the sign bit, and the
     // sign bit in the fp32 sign's place.
     const VecI top = kExact ? unpack6_top_exact(codes + 12 * j) : unpack6_top(codes + 12 * j);
-    return xor_bits(lookup32(fp6_times_d, shift_right(top, 26)),
-                    top & splat_i(static_cast<int32_t>(0x80000000u)));
+    return fp6_weight(fp6_times_d, shift_right(top, 26), top);
   }
 }
 
@@ -224,10 +235,7 @@ TESSERA_VBMI [[gnu::noinline]] void fused_fp6_rows_x64(float* out, const float* 
   Accumulators<kRows> s;
   alignas(64) float table[32];
   fp6_table(table, d);
-  const VecI sign = splat_i(static_cast<int32_t>(0x80000000u));
-  auto weight = [&](VecI q) __attribute__((always_inline)) {
-    return xor_bits(lookup32(table, q), q & sign);
-  };
+  auto weight = [&](VecI q) __attribute__((always_inline)) { return fp6_weight(table, q); };
   for (int64_t i = 0; i < C; i += 64, codes += 48) {
     VecI q[4];
     prefetch_ahead(codes, kPrefetchBytes);
@@ -242,6 +250,46 @@ TESSERA_VBMI [[gnu::noinline]] void fused_fp6_rows_x64(float* out, const float* 
     s.template add<3>(inp, C, i + 48, weight(q[3]));
   }
   s.store_to(out, w.rows, o);
+}
+
+// decode_fp6_row for a row of whole 64-code chunks with one scale d, where the CPU unpacks 64
+// codes at once (as fused_fp6_rows_x64, whose decoded values these are).
+template <bool kExact, typename Bytes>
+TESSERA_VBMI [[gnu::noinline]] void decode_fp6_row_x64(float* dst, Bytes codes, int64_t C,
+                                                      float d) {
+  alignas(64) float table[32];
+  fp6_table(table, d);
+  for (int64_t i = 0; i < C; i += 64, codes += 48) {
+    VecI q[4];
+    if (kExact && i + 64 == C)
+      unpack6x64_exact(codes, q);
+    else
+      unpack6x64(codes, q);
+    for (int k = 0; k < 4; ++k) store(dst + i + 16 * k, fp6_weight(table, q[k]));
+  }
+}
+
+// Row r of an FP6 matrix made of whole blocks of 16 (cols and group multiples of 16) decoded in
+// registers and stored: decode_row's values (the same lookup and sign as the fused kernels) for
+// dequantize_rows. decode_row's scalar unpacking ran at ~3 G weights/s on a core, a quarter of
+// int8's, and was a third of an FP6 prefill (AMD EPYC, 2026-12-02). `scales` from widen_scales;
+// kExact for the matrix's last row (decode_block).
+template <bool kExact>
+void decode_fp6_row(const QuantizedWeightsView& w, int64_t r, float* dst, const float* scales) {
+  const int64_t C = w.cols, G = w.group, blocks = G / 16, groups = C / G;
+  const int64_t group_bytes = quantized_row_bytes(w.codes_type, G);
+  const uint8_t* codes = w.codes + r * quantized_row_bytes(w.codes_type, C);
+  if constexpr (kUnpack6x64) {
+    if (C % 64 == 0 && G == C && cpu_has_avx512_vbmi())
+      return decode_fp6_row_x64<kExact>(dst, codes, C, scales[0]);
+  }
+  alignas(64) float table[32];
+  for (int64_t g = 0; g < groups; ++g, codes += group_bytes) {
+    fp6_table(table, scales[g]);
+    for (int64_t j = 0; j < blocks; ++j)
+      store(dst + g * G + 16 * j,
+            decode_block<WeightCodes::kFp6, kExact>(codes, j, scales[g], table));
+  }
 }
 
 // out[x * rows + o] for input rows x < kRows, decoding each block of 16 weights in registers and
@@ -478,11 +526,25 @@ void gemv(float* out, const float* inp, const QuantizedWeightsView& w, int64_t M
 
 template <WeightCodes kType>
 void decode_rows(float* out, const QuantizedWeightsView& w, int64_t r0, int64_t r1) {
+  // FP6 rows of whole blocks decode in registers (decode_fp6_row); the rest as decode_row,
+  // which the compiler vectorises for int8 and 4-bit codes.
+  const bool fp6_blocks = kType == WeightCodes::kFp6 && w.cols % 16 == 0 && w.group % 16 == 0;
 #pragma omp parallel if ((r1 - r0) * w.cols >= kParallelWeights)
   {
     float* scales = t_scales.floats(2 * w.cols / w.group);
 #pragma omp for schedule(static)
-    for (int64_t r = r0; r < r1; ++r) decode_row<kType>(w, r, out + (r - r0) * w.cols, scales);
+    for (int64_t r = r0; r < r1; ++r) {
+      float* dst = out + (r - r0) * w.cols;
+      if (!fp6_blocks) {
+        decode_row<kType>(w, r, dst, scales);
+      } else {
+        widen_scales(w, r, scales);
+        if (r + 1 == w.rows)  // only the matrix's last row must not read past its bytes
+          decode_fp6_row<true>(w, r, dst, scales);
+        else
+          decode_fp6_row<false>(w, r, dst, scales);
+      }
+    }
   }
 }
 
