@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     }
     cfg.seq_length = static_cast<int>(T);
     const std::map<std::string, Tensor> weights = tessera::checkpoint::read_hf_weights(load, cfg);
-    model::GPTModel m(cfg, tessera::DType::kF32, 0);
+    model::GPTModel m(cfg, tessera::DType::kF32, std::nullopt);  // load_weights writes all
     load_weights(m, weights);
 
     const model::Batch batch{ids.data(), targets.data(), nullptr, 1, T};

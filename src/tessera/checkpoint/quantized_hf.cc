@@ -113,7 +113,7 @@ void write_quantized_hf(const model::ModelConfig& cfg,
     throw Error(out_dir + ": the shard size must be >= 1 byte, got " +
                 std::to_string(max_shard_bytes));
   // The model itself tells which weights quantize_weights quantizes and how bind() fuses them.
-  model::GPTModel m(cfg, DType::kF32, 0, {});
+  model::GPTModel m(cfg, DType::kF32, std::nullopt, {});  // every value is written below
   for (model::Parameter& p : m.params().all()) {
     if (p.tied_copy) continue;
     const Tensor v = master(p);

@@ -19,14 +19,15 @@ namespace {
 
 // Every parameter's values from `read` (its fp32 master elements, this process's whole tensor),
 // rounded into the model's compute dtype; padded vocabulary rows stay zero. The model was built
-// without initial values (all zero); a parameter `read` returns false for (stored quantized)
-// is left untouched, so its pages never become resident.
-template <typename Read>
-void fill(model::GPTModel& m, Read read) {
+// without initial values (all zero); a parameter `stored` says is not there in full precision
+// (stored quantized) is left untouched, so its pages never become resident.
+template <typename Stored, typename Read>
+void fill(model::GPTModel& m, Stored stored, Read read) {
   for (model::Parameter& p : m.params().all()) {
-    if (p.tied_copy) continue;  // the original carries the values
+    if (p.tied_copy || !stored(p)) continue;  // a tied copy: the original carries the values
     Tensor fp32 = Tensor::zeros({p.numel()}, DType::kF32, MemoryCategory::kOther);
-    if (read(p, fp32.data<float>())) p.value.view({p.numel()}).copy_from(fp32);
+    read(p, fp32.data<float>());
+    p.value.view({p.numel()}).copy_from(fp32);
   }
 }
 
@@ -46,14 +47,13 @@ LoadedModel load_model(const std::string& path, DType dtype, const parallel::Ten
     const std::map<std::string, Tensor> weights =
         checkpoint::read_hf_weights(path, cfg, quantized ? &quantized->names() : nullptr);
     out.model = std::make_unique<model::GPTModel>(cfg, dtype, std::nullopt, tp);
-    fill(*out.model, [&](const model::Parameter& p, float* dst) {
-      const auto found = weights.find(p.name);
-      if (found == weights.end()) return false;  // stored quantized: codes installed below
-      const Tensor& w = found->second;
+    // Weights stored quantized are not in `weights`: their codes are installed below.
+    const auto stored = [&](const model::Parameter& p) { return weights.count(p.name) > 0; };
+    fill(*out.model, stored, [&](const model::Parameter& p, float* dst) {
+      const Tensor& w = weights.at(p.name);
       const checkpoint::TensorSlice slice = checkpoint::TensorSlice::of(p, 0, p.numel());
       checkpoint::copy_overlap(checkpoint::runs(checkpoint::TensorSlice::whole(w.shape())), w.raw(),
                                checkpoint::runs(slice), dst, sizeof(float));
-      return true;
     });
     if (quantized) {
       // The stored codes as they are: no re-quantization, so --quantize FORMAT on the
@@ -80,10 +80,11 @@ LoadedModel load_model(const std::string& path, DType dtype, const parallel::Ten
   const model::ModelConfig cfg =
       checkpoint::model_config_from_json(reader.state()["model"], *dir + "/metadata.json: model");
   out.model = std::make_unique<model::GPTModel>(cfg, dtype, std::nullopt, tp);
-  fill(*out.model, [&](const model::Parameter& p, float* dst) {
-    reader.read(p.name, checkpoint::TensorSlice::of(p, 0, p.numel()), dst);
-    return true;
-  });
+  fill(
+      *out.model, [](const model::Parameter&) { return true; },
+      [&](const model::Parameter& p, float* dst) {
+        reader.read(p.name, checkpoint::TensorSlice::of(p, 0, p.numel()), dst);
+      });
   out.source = "Tessera checkpoint " + *dir;
   out.tokenizer_json = beside(*dir, "tokenizer.json");
   if (out.tokenizer_json.empty()) out.tokenizer_json = beside(path, "tokenizer.json");

@@ -197,7 +197,8 @@ alignas(64) constexpr std::array<float, 32> kFp6Magnitude = fp6_magnitudes();
   return xor_bits(lookup32(fp6_times_d, index),
                   sign_from & splat_i(static_cast<int32_t>(0x80000000u)));
 }
-// The same for codes whole in their lanes (lookup32 reads only the low 5 bits of an index).
+// The same for lanes as unpack6x64 leaves them: the magnitude's index in bits 0-4 (lookup32 reads
+// only those), the sign in bit 31.
 [[gnu::always_inline]] inline VecF fp6_weight(const float* fp6_times_d, VecI codes) {
   return fp6_weight(fp6_times_d, codes, codes);
 }
@@ -256,7 +257,7 @@ TESSERA_VBMI [[gnu::noinline]] void fused_fp6_rows_x64(float* out, const float* 
 // codes at once (as fused_fp6_rows_x64, whose decoded values these are).
 template <bool kExact, typename Bytes>
 TESSERA_VBMI [[gnu::noinline]] void decode_fp6_row_x64(float* dst, Bytes codes, int64_t C,
-                                                      float d) {
+                                                       float d) {
   alignas(64) float table[32];
   fp6_table(table, d);
   for (int64_t i = 0; i < C; i += 64, codes += 48) {

@@ -18,16 +18,16 @@ int64_t tile_rows(int64_t cols) {
   return std::max<int64_t>(16, kTileBytes / (4 * std::max<int64_t>(cols, 1)) / 16 * 16);
 }
 
-// dst (cols x rows) = src (rows x cols)^T, in square blocks so that both sides are read and
-// written a cache line at a time.
-void transpose_into(float* dst, const float* src, int64_t rows, int64_t cols) {
+// dst (cols x rows, leading dimension ld_dst) = src (rows x cols)^T, in square blocks so that
+// both sides are read and written a cache line at a time.
+void transpose_into(float* dst, int64_t ld_dst, const float* src, int64_t rows, int64_t cols) {
   constexpr int64_t kBlock = 32;
 #pragma omp parallel for collapse(2) if (rows * cols >= (int64_t{1} << 16))
   for (int64_t r0 = 0; r0 < rows; r0 += kBlock)
     for (int64_t c0 = 0; c0 < cols; c0 += kBlock)
       for (int64_t c = c0; c < std::min(c0 + kBlock, cols); ++c)
         for (int64_t r = r0; r < std::min(r0 + kBlock, rows); ++r)
-          dst[c * rows + r] = src[r * cols + c];
+          dst[c * ld_dst + r] = src[r * cols + c];
 }
 
 }  // namespace
@@ -56,21 +56,22 @@ Tensor quantized_linear_forward(const Tensor& x, const QuantizedMatrix& w, const
   } else if (N <= kernels::kQuantizedGemvMaxRows) {
     kernels::quantized_gemv(out32.data<float>(), x32.data<float>(), view, N);
   } else {
-    // Each decoded tile is the GEMM's A (tile rows x C) against x^T, so its product is a
-    // contiguous block of out^T, transposed into out once at the end. Writing each tile's
-    // product as a column block of out instead (leading dimension OC) ran oneDNN's fp32 GEMM at
-    // a third to a tenth of its rate (100-150 GFLOP/s against ~300-350 for 128 input rows, 26
-    // against ~240 for 16; AMD EPYC, 2 threads, 2026-12-02), and that was the whole of prefill.
+    // Each decoded tile is the GEMM's A (tile rows x C) against x^T: its product, the tile's
+    // columns of out transposed, is contiguous, and is turned into out while it is in the caches.
+    // Writing the product straight into its columns of out (leading dimension OC) instead ran
+    // oneDNN's fp32 GEMM at a third to a tenth of its rate (100-150 GFLOP/s against ~300-350 for
+    // 128 input rows, 26 against ~240 for 16; AMD EPYC, 2 threads, 2026-12-02), which was most
+    // of the prefill time.
     const int64_t tr = std::min(tile_rows(C), OC);
     Tensor tile = Tensor::empty({tr, C}, DType::kF32, MemoryCategory::kOther);
-    Tensor out_t = Tensor::empty({OC, N}, DType::kF32, MemoryCategory::kActivations);
+    Tensor product = Tensor::empty({tr, N}, DType::kF32, MemoryCategory::kOther);
     for (int64_t o = 0; o < OC; o += tr) {
       const int64_t rows = std::min(tr, OC - o);
       kernels::dequantize_rows(tile.data<float>(), view, o, o + rows);
       kernels::gemm(false, true, rows, N, C, 1.0f, tile.data<float>(), C, x32.data<float>(), C,
-                    0.0f, out_t.data<float>() + o * N, N);
+                    0.0f, product.data<float>(), N);
+      transpose_into(out32.data<float>() + o, OC, product.data<float>(), rows, N);
     }
-    transpose_into(out32.data<float>(), out_t.data<float>(), OC, N);
   }
   if (bias.defined()) {
     const Tensor b32 =

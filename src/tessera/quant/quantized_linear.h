@@ -6,8 +6,9 @@
 // kernels::quantized_gemv, which decodes the codes in vector registers as it streams; more rows
 // (prefill) decode tiles of about 4 MiB of weight rows into an fp32 scratch and multiply each,
 // as the GEMM's A against x^T, with the fp32 GEMM (gemm.h), so the whole matrix is never
-// dequantized at once; the transposed product is turned round once at the end. Activations are fp32 inside
-// (a bf16 or fp16 x is widened once), the output is rounded to x's dtype after the bias is added.
+// dequantized at once; each tile's transposed product is turned into its columns of the output.
+// Activations are fp32 inside (a bf16 or fp16 x is widened once), the output is rounded to x's
+// dtype after the bias is added.
 #pragma once
 
 #include "tessera/core/tensor.h"

@@ -89,8 +89,9 @@ Matrix make(const Case& c, unsigned seed) {
 const Case kCases[] = {
     {WeightCodes::kFp6, 37, 100, 100},  // tail of 4 weights after six blocks of 16
     {WeightCodes::kFp6, 64, 1024, 1024},  {WeightCodes::kFp6, 5, 64, 64},  // whole 64-code chunks
-    {WeightCodes::kInt8, 33, 77, 77},                                      // per row, an odd tail
-    {WeightCodes::kInt8, 50, 96, 32},                                      // Q8_0 blocks
+    {WeightCodes::kFp6, 7, 80, 80},    // whole blocks of 16, not of 64: decoded block by block
+    {WeightCodes::kInt8, 33, 77, 77},  // per row, an odd tail
+    {WeightCodes::kInt8, 50, 96, 32},  // Q8_0 blocks
     {WeightCodes::kNibble, 31, 96, 32},   {WeightCodes::kNibble, 20, 192, 64},
     {WeightCodes::kNibble, 300, 512, 32},  // enough weights for the team
     {WeightCodes::kInt8, 70, 1024, 1024},  // per row, whole blocks (decoded in registers)
@@ -150,7 +151,8 @@ TEST(QuantizedGemv, DequantizedRowsAreTheDefinitionsValues) {
     const Matrix m = make(c, 99);
     // A middle range, and one that ends with the matrix's last row (whose codes are the last
     // bytes: FP6 decoded in registers must not read past them).
-    for (const auto& [r0, r1] : {std::pair{c.rows / 3, c.rows - 1}, std::pair{int64_t{0}, c.rows}}) {
+    for (const auto& [r0, r1] :
+         {std::pair{c.rows / 3, c.rows - 1}, std::pair{int64_t{0}, c.rows}}) {
       std::vector<float> out((r1 - r0) * c.cols);
       dequantize_rows(out.data(), m.view, r0, r1);
       for (int64_t r = r0; r < r1; ++r)

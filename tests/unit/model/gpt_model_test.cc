@@ -162,6 +162,7 @@ TEST(GptModel, WithoutSeedNothingIsInitialised) {
   }
   EXPECT_GT(nonzero_seeded, 0);  // the same declarations, initialised when seeded
 }
+
 // Logits (tokens, vocab) from final hidden states, in double: RMSNorm with the fp32 model's
 // model.norm.weight, then its lm_head.weight. The same head for both models, so the difference
 // of the logits is that of the two forwards.

@@ -1,6 +1,6 @@
 // Weight-only quantization in the model (quant/quantized_linear.h, Linear::quantize,
 // GPTModel::quantize_weights): a quantized linear forward equals the decoded matrix's product in
-// double, on the decode path (<= 8 rows) and the prefill path (tiles of 128 rows and a GEMM), for
+// double, on the decode path (<= 8 rows) and the prefill path (decoded tiles and a GEMM), for
 // fp32 and bf16 activations, with a bias; a quantized model's logits equal those of the same
 // model whose linear weights were replaced by their decoded values (so every layer's weights go
 // through the quantized path, and nothing else changes), in dense and MoE models (experts and
@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <random>
 
 #include "tessera/core/error.h"
@@ -28,16 +29,18 @@ std::vector<float> normal(int64_t n, unsigned seed, float scale) {
   return v;
 }
 
-TEST(QuantizedLinear, ForwardEqualsTheDecodedMatrixProduct) {
-  const int64_t OC = 300, C = 128;  // three tiles of rows in prefill, the last partial
+// quantized_linear_forward of an OC x C weight in each format against the decoded matrix's
+// product in double, for N input rows of each dtype.
+void expect_forward_equals_decoded_product(int64_t OC, int64_t C,
+                                           std::initializer_list<QuantFormat> formats,
+                                           std::initializer_list<int64_t> rows) {
   const std::vector<float> w = normal(OC * C, 1, 0.05f), b = normal(OC, 2, 0.1f);
   Tensor bias = Tensor::empty({OC}, DType::kF32);
   std::copy(b.begin(), b.end(), bias.data<float>());
-  for (QuantFormat f :
-       {QuantFormat::kFp6, QuantFormat::kInt8, QuantFormat::kQ8_0, QuantFormat::kQ4}) {
+  for (QuantFormat f : formats) {
     const QuantizedMatrix q = quantize(w.data(), OC, C, f);
     const std::vector<float> dense = dequantize(q);
-    for (int64_t N : {1, 3, 8, 9, 70}) {
+    for (int64_t N : rows) {
       for (DType dtype : {DType::kF32, DType::kBF16}) {
         const std::vector<float> xs = normal(N * C, static_cast<unsigned>(N), 1.0f);
         Tensor x32 = Tensor::empty({N, C}, DType::kF32);
@@ -58,10 +61,24 @@ TEST(QuantizedLinear, ForwardEqualsTheDecodedMatrixProduct) {
             const double tol = mag * 2e-6 + std::fabs(ref) * (dtype == DType::kBF16 ? 4e-3 : 0);
             worst = std::max(worst, std::fabs(y.data<float>()[i * OC + o] - ref) / (tol + 1e-30));
           }
-        EXPECT_LE(worst, 1.0) << quant_format_name(f) << " N " << N << " " << dtype_name(dtype);
+        EXPECT_LE(worst, 1.0) << quant_format_name(f) << " " << OC << " x " << C << " N " << N
+                              << " " << dtype_name(dtype);
       }
     }
   }
+}
+
+TEST(QuantizedLinear, ForwardEqualsTheDecodedMatrixProduct) {
+  // One prefill tile (OC rows of 128 inputs fit in it); N <= 8 takes the decode kernel.
+  expect_forward_equals_decoded_product(
+      300, 128, {QuantFormat::kFp6, QuantFormat::kInt8, QuantFormat::kQ8_0, QuantFormat::kQ4},
+      {1, 3, 8, 9, 70});
+}
+
+TEST(QuantizedLinear, PrefillOverSeveralTilesEqualsTheDecodedMatrixProduct) {
+  // Rows of 8192 inputs: tiles of 128 rows (4 MiB of fp32), so 300 rows are three, the last of
+  // 44: each tile's product lands at its own rows of the output.
+  expect_forward_equals_decoded_product(300, 8192, {QuantFormat::kFp6, QuantFormat::kQ4}, {9, 33});
 }
 
 // The same model with every 2-D weight but the embedding and the MoE routers replaced by its
