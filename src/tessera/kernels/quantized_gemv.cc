@@ -221,6 +221,18 @@ template <WeightCodes kType, bool kExact>
   }
 }
 
+// The 64 codes of the chunk at `codes` (unpack6x64); only the matrix's last chunk (kExact, and
+// `last` of its row) must not read the 16 bytes after its 48. A template on the codes' pointer
+// type for the reason fused_fp6_rows_x64 is.
+template <bool kExact, typename Bytes>
+TESSERA_VBMI [[gnu::always_inline]] inline void unpack6x64_chunk(Bytes codes, bool last,
+                                                                 VecI q[4]) {
+  if (kExact && last)
+    unpack6x64_exact(codes, q);
+  else
+    unpack6x64(codes, q);
+}
+
 // fused_rows for an FP6 row of whole 64-code chunks where the CPU unpacks 64 codes at once
 // (kUnpack6x64 and cpu_has_avx512_vbmi(): AVX512_VBMI's byte permutes, about 5 instructions a
 // block of 16 against decode_block's 7): the same blocks into the same accumulators, the same
@@ -241,10 +253,7 @@ TESSERA_VBMI [[gnu::noinline]] void fused_fp6_rows_x64(float* out, const float* 
     VecI q[4];
     prefetch_ahead(codes, kPrefetchBytes);
     // Only the last chunk of the last row may not read 16 bytes past its own.
-    if (kExact && i + 64 == C)
-      unpack6x64_exact(codes, q);
-    else
-      unpack6x64(codes, q);
+    unpack6x64_chunk<kExact>(codes, i + 64 == C, q);
     s.template add<0>(inp, C, i, weight(q[0]));
     s.template add<1>(inp, C, i + 16, weight(q[1]));
     s.template add<2>(inp, C, i + 32, weight(q[2]));
@@ -252,6 +261,10 @@ TESSERA_VBMI [[gnu::noinline]] void fused_fp6_rows_x64(float* out, const float* 
   }
   s.store_to(out, w.rows, o);
 }
+
+// Whether every row is made of whole blocks of 16 weights (cols and the group multiples of 16):
+// what decoding in registers needs.
+bool whole_blocks(const QuantizedWeightsView& w) { return w.cols % 16 == 0 && w.group % 16 == 0; }
 
 // decode_fp6_row for a row of whole 64-code chunks with one scale d, where the CPU unpacks 64
 // codes at once (as fused_fp6_rows_x64, whose decoded values these are).
@@ -262,10 +275,7 @@ TESSERA_VBMI [[gnu::noinline]] void decode_fp6_row_x64(float* dst, Bytes codes, 
   fp6_table(table, d);
   for (int64_t i = 0; i < C; i += 64, codes += 48) {
     VecI q[4];
-    if (kExact && i + 64 == C)
-      unpack6x64_exact(codes, q);
-    else
-      unpack6x64(codes, q);
+    unpack6x64_chunk<kExact>(codes, i + 64 == C, q);
     for (int k = 0; k < 4; ++k) store(dst + i + 16 * k, fp6_weight(table, q[k]));
   }
 }
@@ -462,7 +472,7 @@ void fused_row(float* out, const float* inp, const QuantizedWeightsView& w, int6
 // Whether fused_rows applies: at most kRowsAtOnce input rows, and whole blocks (cols and the
 // group multiples of 16; 4-bit groups are 32 or 64, quantized_gemv checks).
 bool fused_fits(const QuantizedWeightsView& w, int64_t M) {
-  return M <= kRowsAtOnce && w.cols % 16 == 0 && w.group % 16 == 0;
+  return M <= kRowsAtOnce && whole_blocks(w);
 }
 
 // Decode in registers for up to kRowsAtOnce input rows (the decoded block is reused by each);
@@ -529,7 +539,7 @@ template <WeightCodes kType>
 void decode_rows(float* out, const QuantizedWeightsView& w, int64_t r0, int64_t r1) {
   // FP6 rows of whole blocks decode in registers (decode_fp6_row); the rest as decode_row,
   // which the compiler vectorises for int8 and 4-bit codes.
-  const bool fp6_blocks = kType == WeightCodes::kFp6 && w.cols % 16 == 0 && w.group % 16 == 0;
+  const bool fp6_blocks = kType == WeightCodes::kFp6 && whole_blocks(w);
 #pragma omp parallel if ((r1 - r0) * w.cols >= kParallelWeights)
   {
     float* scales = t_scales.floats(2 * w.cols / w.group);
