@@ -3,7 +3,7 @@
 //   decode    single-sequence tokens/s against the memory-bandwidth limit: the bytes a token
 //             reads (every weight but the input embedding's other rows, plus the KV cache of the
 //             tokens so far, on average over the run) divided into the machine's read bandwidth,
-//             measured here by summing a 1 GiB array (best of 5)
+//             measured here by reading a 1 GiB array (bench/read_bandwidth.h)
 //   prefill   prompt tokens/s of one request, in model FLOPs (Megatron's forward formula: a third
 //             of train/flops.h's forward + backward) against the GEMM rate measured here
 //             (kernels::measure_peak_gflops)
