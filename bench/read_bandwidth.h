@@ -59,8 +59,9 @@ inline double announce_read_bandwidth(int threads) {
   set_num_threads(threads);
   std::printf("%s\n", kernels::version_line().c_str());
   const double bandwidth = read_bandwidth_gbs();
-  std::printf("read bandwidth (1 GiB array, %d threads, best of 5 passes of three readers): %.1f GB/s\n",
-              threads, bandwidth);
+  std::printf(
+      "read bandwidth (1 GiB array, %d threads, best of 5 passes of three readers): %.1f GB/s\n",
+      threads, bandwidth);
   return bandwidth;
 }
 
