@@ -66,8 +66,7 @@ template <int kHalf>
 
 // The row's scales (and minimums) widened from fp16 into scratch (2 * groups floats) with the
 // vector layer (a scalar fp16 conversion per group of 32 cost more than the group's decoding).
-void widen_scales(const QuantizedWeightsView& w, int64_t r, float* scratch) {
-  const int64_t groups = w.cols / w.group;
+void widen_scales(const QuantizedWeightsView& w, int64_t groups, int64_t r, float* scratch) {
   const auto* s16 = reinterpret_cast<const fp16*>(w.scales + r * groups);
   for_each_block(0, groups,
                  [&](int64_t i, int lanes) { store(scratch + i, load(s16 + i, lanes), lanes); });
@@ -86,7 +85,7 @@ void decode_row(const QuantizedWeightsView& w, int64_t r, float* dst, float* scr
   const uint8_t* row = w.codes + r * quantized_row_bytes(w.codes_type, w.cols);
   float* scales = scratch;
   float* mins = scratch + groups;
-  widen_scales(w, r, scratch);
+  widen_scales(w, groups, r, scratch);
   for (int64_t g = 0; g < groups; ++g) {
     const float d = scales[g];
     // __restrict: codes are bytes, which may alias anything, and without it GCC left these loops
@@ -310,8 +309,8 @@ void decode_fp6_row(const QuantizedWeightsView& w, int64_t r, float* dst, const 
 template <WeightCodes kType, int kRows, bool kExact>
 [[gnu::always_inline]] inline void fused_rows(float* out, const float* inp,
                                               const QuantizedWeightsView& w, int64_t o,
-                                              const float* scales) {
-  const int64_t C = w.cols, blocks = w.group / 16, all_blocks = C / 16, groups = C / w.group;
+                                              int64_t groups, const float* scales) {
+  const int64_t C = w.cols, blocks = w.group / 16, all_blocks = C / 16;
   const int64_t group_bytes = quantized_row_bytes(w.codes_type, w.group);
   const uint8_t* codes = w.codes + o * quantized_row_bytes(w.codes_type, C);
   if constexpr (kType == WeightCodes::kFp6 && kUnpack6x64) {
@@ -396,8 +395,9 @@ template <typename I>
 template <int kRows>
 [[gnu::always_inline]] inline void fused_nibble_rows(float* out, const float* inp,
                                                      const QuantizedWeightsView& w, int64_t o,
-                                                     const float* scales, const float* mins) {
-  const int64_t C = w.cols, G = w.group, groups = C / G;
+                                                     int64_t groups, const float* scales,
+                                                     const float* mins) {
+  const int64_t C = w.cols, G = w.group;
   const uint8_t* codes = w.codes + o * (C / 2);
   Accumulators<kRows> s;
   // The group's 16 values, only where they are looked up.
@@ -445,27 +445,32 @@ template <int kRows>
 template <WeightCodes kType, int kRows, bool kExact>
 [[gnu::always_inline]] inline void fused_rows_of(float* out, const float* inp,
                                                  const QuantizedWeightsView& w, int64_t o,
-                                                 const float* scales, const float* mins) {
+                                                 int64_t groups, const float* scales,
+                                                 const float* mins) {
   if constexpr (kType == WeightCodes::kNibble)
-    fused_nibble_rows<kRows>(out, inp, w, o, scales, mins);
+    fused_nibble_rows<kRows>(out, inp, w, o, groups, scales, mins);
   else
-    fused_rows<kType, kRows, kExact>(out, inp, w, o, scales);
+    fused_rows<kType, kRows, kExact>(out, inp, w, o, groups, scales);
 }
 
-// Output row o for M input rows (M <= kRowsAtOnce).
+// Output row o for M input rows (M <= kRowsAtOnce). `groups` = cols / group, divided once per
+// product by the caller: a 64-bit division per row (twice, here and in widen_scales) is tens of
+// cycles of a row that decodes in a few hundred.
 template <WeightCodes kType, bool kExact>
 void fused_row(float* out, const float* inp, const QuantizedWeightsView& w, int64_t M, int64_t o,
-               const float* scales, const float* mins) {
+               int64_t groups, const float* scales, const float* mins) {
   switch (M) {
     case 1:
-      return fused_rows_of<kType, 1, kExact>(out, inp, w, o, scales, mins);
+      return fused_rows_of<kType, 1, kExact>(out, inp, w, o, groups, scales, mins);
     case 2:
-      return fused_rows_of<kType, 2, kExact>(out, inp, w, o, scales, mins);
+      return fused_rows_of<kType, 2, kExact>(out, inp, w, o, groups, scales, mins);
     case 3:
-      if constexpr (kRowsAtOnce >= 3) fused_rows_of<kType, 3, kExact>(out, inp, w, o, scales, mins);
+      if constexpr (kRowsAtOnce >= 3)
+        fused_rows_of<kType, 3, kExact>(out, inp, w, o, groups, scales, mins);
       return;
     default:
-      if constexpr (kRowsAtOnce >= 4) fused_rows_of<kType, 4, kExact>(out, inp, w, o, scales, mins);
+      if constexpr (kRowsAtOnce >= 4)
+        fused_rows_of<kType, 4, kExact>(out, inp, w, o, groups, scales, mins);
   }
 }
 
@@ -486,15 +491,15 @@ void fused_gemv(float* out, const float* inp, const QuantizedWeightsView& w, int
     const float* mins = w.mins != nullptr ? scales + groups : nullptr;
 #pragma omp for schedule(static)
     for (int64_t o = 0; o < w.rows; ++o) {
-      widen_scales(w, o, scales);
+      widen_scales(w, groups, o, scales);
       // Only FP6 blocks read past their bytes (16 for 12), so only its last row needs care.
       if constexpr (kType == WeightCodes::kFp6) {
         if (o + 1 == w.rows) {
-          fused_row<kType, true>(out, inp, w, M, o, scales, mins);
+          fused_row<kType, true>(out, inp, w, M, o, groups, scales, mins);
           continue;
         }
       }
-      fused_row<kType, false>(out, inp, w, M, o, scales, mins);
+      fused_row<kType, false>(out, inp, w, M, o, groups, scales, mins);
     }
   }
 }
@@ -540,16 +545,17 @@ void decode_rows(float* out, const QuantizedWeightsView& w, int64_t r0, int64_t 
   // FP6 rows of whole blocks decode in registers (decode_fp6_row); the rest as decode_row,
   // which the compiler vectorises for int8 and 4-bit codes.
   const bool fp6_blocks = kType == WeightCodes::kFp6 && whole_blocks(w);
+  const int64_t groups = w.cols / w.group;
 #pragma omp parallel if ((r1 - r0) * w.cols >= kParallelWeights)
   {
-    float* scales = t_scales.floats(2 * w.cols / w.group);
+    float* scales = t_scales.floats(2 * groups);
 #pragma omp for schedule(static)
     for (int64_t r = r0; r < r1; ++r) {
       float* dst = out + (r - r0) * w.cols;
       if (!fp6_blocks) {
         decode_row<kType>(w, r, dst, scales);
       } else {
-        widen_scales(w, r, scales);
+        widen_scales(w, groups, r, scales);
         if (r + 1 == w.rows)  // only the matrix's last row must not read past its bytes
           decode_fp6_row<true>(w, r, dst, scales);
         else
