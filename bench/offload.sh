@@ -65,6 +65,7 @@ r = med([float(x) for x in re.findall(r"read \(read-only visit\): ([0-9.]+)", te
 s = med([float(x) for x in re.findall(r"\(step visit\): ([0-9.]+)", text)])
 print(f"fio sequential O_DIRECT (1 MiB blocks, queue depth 8, io_uring), median of 3: "
       f"write {fw:.2f} GB/s, read {fr:.2f} GB/s")
+open(sys.argv[2] + ".medians", "w").write(f"{fw} {fr}\n")  # for the save's rate below
 print(f"optimizer-state streaming / fio, medians: write {w:.2f}/{fw:.2f} = {100*w/fw:.0f} %, "
       f"read {r:.2f}/{fr:.2f} = {100*r/fr:.0f} %; a step's visit moves {s:.2f} GB/s each way")
 PY
@@ -85,7 +86,7 @@ ram=$(awk '/MemTotal/ { printf "%.1f", $2 / 1048576 }' /proc/meminfo)
   --metrics-file "$WORK/metrics.jsonl" "${save[@]}" >"$WORK/train.out" 2>"$WORK/time.txt"
 grep -E '^> (model|offload|memory report|saved checkpoint|  )' "$WORK/train.out"
 grep '^ iteration' "$WORK/train.out" | sed 's/ | number of skipped.*tokens/ | ... tokens/'
-python3 - "$WORK/metrics.jsonl" "$WORK/time.txt" "$WORK/train.out" "$ram" <<'PY'
+python3 - "$WORK/metrics.jsonl" "$WORK/time.txt" "$WORK/train.out" "$ram" "$WORK/rates.txt.medians" <<'PY'
 import json, re, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(sys.argv[2]).read()).group(1))
@@ -108,4 +109,12 @@ for r in rows:
 mean = lambda k: sum(r[k] for r in steady) / len(steady)
 print(f"steady state (iterations {steady[0]['iteration']}-{steady[-1]['iteration']}): "
       f"{mean('iter_time_s'):.1f} s/iteration, hidden I/O {100*mean('io_hidden_fraction'):.0f} %")
+saved = re.search(r"^> saved checkpoint at iteration \d+ to .*?: ([0-9.]+) GB in ([0-9.]+) s", out, re.M)
+if saved:
+    fio_write, fio_read = (float(v) for v in open(sys.argv[5]).read().split())
+    gb, s = float(saved.group(1)), float(saved.group(2))
+    # The save reads as much from the swap file as it writes to the checkpoint, on one disk.
+    print(f"save: {gb:.1f} GB written (and {gb:.1f} GB read from the swap file) in {s:.0f} s = "
+          f"{gb/s:.2f} GB/s, {100*gb/s/fio_write:.0f} % of fio's write rate "
+          f"(both directions together {2*gb/s:.2f} GB/s)")
 PY

@@ -41,8 +41,9 @@ struct RankFileWriter::Slice {
   std::string checksum;                          // once complete
 };
 
-RankFileWriter::RankFileWriter() = default;
-RankFileWriter::~RankFileWriter() = default;
+RankFileWriter::RankFileWriter(WriteMode mode) : mode_(mode) {}
+// The direct writer first: it waits for its writes before the temporary is removed.
+RankFileWriter::~RankFileWriter() { direct_.reset(); }
 
 void RankFileWriter::declare(const std::string& name, const TensorSlice& slice) {
   TESSERA_CHECK_MSG(!file_, "RankFileWriter::declare after open");
@@ -94,6 +95,17 @@ void RankFileWriter::open(const std::string& dir, int rank) {
   header_bytes_ = planned.header.size();
   for (size_t i = 0; i < slices_.size(); ++i) slices_[i].offset = planned.offsets[i];
   file_ = std::make_unique<AtomicFile>(path_);
+  if (mode_ == WriteMode::kDirectWhereSupported)
+    direct_ = io::DirectFileWriter::open(file_->temporary_path(),
+                                         static_cast<int64_t>(planned.file_bytes),
+                                         io::DirectFileWriter::Options{});
+}
+
+void RankFileWriter::write_bytes(uint64_t offset, const void* data, size_t bytes) {
+  if (direct_)
+    direct_->write_at(static_cast<int64_t>(offset), data, static_cast<int64_t>(bytes));
+  else
+    file_->write_at(offset, data, bytes);
 }
 
 void RankFileWriter::write(const std::string& name, int64_t flat_begin, const float* data,
@@ -126,7 +138,7 @@ void RankFileWriter::write(const std::string& name, int64_t flat_begin, const fl
                 std::to_string(flat_begin) + " runs past the slice's end");
   if (count == 0) return;
   const size_t nbytes = static_cast<size_t>(count) * sizeof(float);
-  file_->write_at(s.offset + static_cast<uint64_t>(s.written) * sizeof(float), data, nbytes);
+  write_bytes(s.offset + static_cast<uint64_t>(s.written) * sizeof(float), data, nbytes);
   if (!s.hash) {
     s.hash.reset(XXH3_createState());
     TESSERA_CHECK(s.hash && XXH3_64bits_reset(s.hash.get()) == XXH_OK);
@@ -149,7 +161,11 @@ void RankFileWriter::commit() {
   }
   const std::string header = layout(true).header;
   TESSERA_CHECK_MSG(header.size() == header_bytes_, "the header changed length with its checksums");
-  file_->write_at(0, header.data(), header.size());
+  write_bytes(0, header.data(), header.size());
+  if (direct_) {
+    direct_->finish();
+    direct_.reset();
+  }
   file_->commit();
   committed_ = true;
 }

@@ -10,17 +10,22 @@
 //
 // Three phases:
 //   1. declare() every slice (name and TensorSlice, no data);
-//   2. open(): fixes the layout and creates the file under a temporary name; write() then hands
-//      each slice's data over in consecutive pieces (any number, from its first element on;
-//      pieces of different slices may interleave), each written at once at its place in the file
-//      (pwrite) while the slice's XXH3 is updated;
-//   3. commit(): writes the header, fsyncs and renames the file into place.
+//   2. open(): fixes the layout and creates the file under a temporary name, its whole size
+//      reserved (a full disk is an error here); write() then hands each slice's data over in
+//      consecutive pieces (any number, from its first element on; pieces of different slices may
+//      interleave), each copied to its place in the file while the slice's XXH3 is updated;
+//   3. commit(): writes the header, waits for the writes, fsyncs and renames the file into place.
+// The data goes through O_DIRECT (io/direct_file_writer.h: asynchronous, so the caller's next
+// piece, or its next read from NVMe, overlaps the disk's writing), not the page cache, whose
+// writeback ran at a sixth of the disk's rate on a project machine (docs/offload.md); through
+// the page cache (pwrite) where the file system refuses O_DIRECT, or when asked (kBuffered).
 // The header is written last because it holds the checksums; they are 16 hex digits whatever
 // their value, so the header's length, and with it every data offset, is known at open().
 //
-// Memory: the writer copies no data; it holds the slice descriptions, the header and an XXH3
-// state (about 600 bytes) for each slice that has received part of its data but not all.
-// Not thread-safe.
+// Memory: the slice descriptions, the header, an XXH3 state (about 600 bytes) for each slice
+// that has received part of its data but not all, and with O_DIRECT the staging buffers (4 of
+// 8 MiB at most, never more than the file) and one 4 KiB block for each block that two slices
+// share. Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +37,7 @@
 #include "tessera/checkpoint/safetensors.h"
 #include "tessera/checkpoint/tensor_slice.h"
 #include "tessera/core/file_io.h"
+#include "tessera/io/direct_file_writer.h"
 
 namespace tessera::checkpoint {
 
@@ -45,7 +51,12 @@ std::string checksum_text(uint64_t xxh3);
 
 class RankFileWriter {
  public:
-  RankFileWriter();
+  enum class WriteMode {
+    kDirectWhereSupported,  // O_DIRECT unless the file system refuses it
+    kBuffered,              // the page cache (pwrite)
+  };
+
+  explicit RankFileWriter(WriteMode mode = WriteMode::kDirectWhereSupported);
   ~RankFileWriter();  // before commit(): removes the temporary file
   RankFileWriter(const RankFileWriter&) = delete;
   RankFileWriter& operator=(const RankFileWriter&) = delete;
@@ -69,15 +80,21 @@ class RankFileWriter {
   // Bytes of slice data (the file's data section).
   int64_t bytes() const { return bytes_; }
   const std::string& path() const { return path_; }
+  // After open(): whether the data goes through O_DIRECT.
+  bool direct() const { return direct_ != nullptr; }
 
  private:
   struct Slice;
   // The file's layout; the checksums are placeholders until every slice is complete.
   SafetensorsLayout layout(bool with_checksums) const;
+  // Writes a slice's (or the header's) bytes at `offset` through whichever file is in use.
+  void write_bytes(uint64_t offset, const void* data, size_t bytes);
 
   std::vector<Slice> slices_;
   std::map<std::string, std::vector<size_t>> by_name_;  // each name's slices by flat_begin
-  std::unique_ptr<AtomicFile> file_;
+  WriteMode mode_;
+  std::unique_ptr<AtomicFile> file_;              // the temporary: naming, fsync, rename
+  std::unique_ptr<io::DirectFileWriter> direct_;  // its data through O_DIRECT, where used
   std::string path_;
   size_t header_bytes_ = 0;
   int64_t bytes_ = 0;

@@ -31,6 +31,9 @@ class AtomicFile {
   // written before commit() read as zero.
   void write_at(uint64_t offset, const void* data, size_t bytes);
   void commit();
+  // The temporary's name: another descriptor may write it too (checkpoint/rank_file_writer.h
+  // writes its data through O_DIRECT); commit() fsyncs the file whichever wrote it.
+  const std::string& temporary_path() const { return tmp_; }
 
  private:
   void fail(const std::string& what);  // closes, removes the temporary, throws

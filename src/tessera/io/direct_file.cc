@@ -67,11 +67,18 @@ DirectFile::DirectFile(int fd, std::string path, bool writable)
     : fd_(fd), path_(std::move(path)), writable_(writable) {}
 
 DirectFile DirectFile::create(const std::string& path, int64_t bytes) {
+  std::optional<DirectFile> file = create_if_supported(path, bytes);
+  if (!file) throw open_failure(path, "create", EINVAL);
+  return std::move(*file);
+}
+
+std::optional<DirectFile> DirectFile::create_if_supported(const std::string& path, int64_t bytes) {
   if (bytes < 0) {
     throw Error("cannot create " + path + " with " + std::to_string(bytes) +
                 " bytes: expected a size of 0 bytes or more");
   }
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == EINVAL) return std::nullopt;
   if (fd < 0) throw open_failure(path, "create", errno);
   DirectFile file(fd, path, /*writable=*/true);
   if (bytes > 0) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace tessera::io {
@@ -38,6 +39,10 @@ class DirectFile {
   // and nothing is reserved. Throws tessera::Error naming `path` when it cannot be created, or
   // when the file system refuses O_DIRECT.
   static DirectFile create(const std::string& path, int64_t bytes);
+  // As create(), but nullopt when the file system refuses O_DIRECT (open(2) fails with EINVAL;
+  // some file systems leave `path` created, empty), for callers that then write through the page
+  // cache instead.
+  static std::optional<DirectFile> create_if_supported(const std::string& path, int64_t bytes);
   // Opens an existing file read-only or read-write. Throws tessera::Error naming `path` when it
   // cannot be opened (missing, permissions, or a file system that refuses O_DIRECT).
   static DirectFile open(const std::string& path, bool writable);

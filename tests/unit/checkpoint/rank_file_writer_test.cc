@@ -183,5 +183,47 @@ TEST(RankFileWriter, WrongPiecesAreErrorsAndLeaveNoFile) {
                "tensor w: slices [0, 10) and [8, 24) overlap");
 }
 
+// Slices of several MiB given in pieces that end at arbitrary bytes (the windows of an offloaded
+// optimizer), through O_DIRECT and through the page cache: both files are the reference's bytes.
+// In the build tree (a disk file system, as io/'s tests: O_DIRECT is taken there).
+TEST(RankFileWriter, DirectAndBufferedWritesMakeTheReferenceBytes) {
+  model::ParameterSet set(1, 0);
+  const TensorSlice w =
+      TensorSlice::of(set.add("w", {1031, 777}, model::InitKind::kZeros, 0, true), 0, 1031 * 777);
+  const TensorSlice b = TensorSlice::of(set.add("b", {3}, model::InitKind::kZeros, 0, false), 0, 3);
+  std::vector<Entry> es{{"w", w, {}}, {"optimizer.exp_avg.w", w, {}}, {"b", b, {}}};
+  for (size_t k = 0; k < es.size(); ++k) {
+    es[k].data.resize(es[k].slice.numel());
+    for (size_t i = 0; i < es[k].data.size(); ++i)
+      es[k].data[i] = static_cast<float>(k) + 1e-3f * static_cast<float>(i % 9973);
+  }
+  testing::TempDir dir(std::filesystem::current_path().string(), "rank-file-test");
+  const std::string ref = dir.file("ref");
+  std::filesystem::create_directories(ref);
+  write_reference(ref + "/" + rank_file_name(0), es);
+  for (const auto mode :
+       {RankFileWriter::WriteMode::kDirectWhereSupported, RankFileWriter::WriteMode::kBuffered}) {
+    const bool direct = mode == RankFileWriter::WriteMode::kDirectWhereSupported;
+    const std::string out = dir.file(direct ? "direct" : "buffered");
+    std::filesystem::create_directories(out);
+    RankFileWriter writer(mode);
+    for (const Entry& e : es) writer.declare(e.name, e.slice);
+    writer.open(out, 0);
+    EXPECT_EQ(writer.direct(), direct);
+    // Windows of 100003 elements: each gives its part of w, then of the moment, b in the first.
+    const int64_t n = w.numel(), window = 100003;
+    for (int64_t from = 0; from < n; from += window) {
+      const int64_t to = std::min(n, from + window);
+      give(writer, es[0], from, to);
+      give(writer, es[1], from, to);
+      if (from == 0) give(writer, es[2], 0, 3);
+    }
+    writer.commit();
+    EXPECT_EQ(testing::read_bytes(out + "/" + rank_file_name(0)),
+              testing::read_bytes(ref + "/" + rank_file_name(0)))
+        << (direct ? "O_DIRECT" : "page cache");
+  }
+}
+
 }  // namespace
 }  // namespace tessera::checkpoint
