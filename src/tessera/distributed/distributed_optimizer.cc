@@ -143,7 +143,10 @@ StepResult DistributedOptimizer::step(int64_t iteration, double loss_sum, double
   if (const auto betas = schedule_->betas_at(schedule_position_))
     optimizer_->set_betas(betas->first, betas->second);
   last_lr_ = schedule_->lr_at(schedule_position_);
-  optimizer_->step(last_lr_, step_scale, schedule_->decoupled_lr_at(schedule_position_));
+  // ZeRO 3 with parameter offload writes each owned part out as soon as the step has passed it.
+  const auto updated_through = [&](int64_t flat_end) { zero3_->updated_through(flat_end); };
+  optimizer_->step(last_lr_, step_scale, schedule_->decoupled_lr_at(schedule_position_),
+                   zero3_ ? std::function<void(int64_t)>(updated_through) : nullptr);
   schedule_position_ += schedule_increment;
   dp_grads_.gather_values();  // ZeRO 1-2: every rank's parameters whole again
   if (zero3_) zero3_->after_step();

@@ -8,10 +8,12 @@
 // pages given back, reading as zeros; the store holds its values). wait_read(u) brings unit u's
 // part into memory; start_read(u) starts that ahead of time; release(u) gives a part in memory
 // back without saving it (the store's copy is current: nothing changed it since it was read);
-// cancel_reads() forgets the reads started, before the parts change; write_out_all() saves every
-// swapped part from the buffer (after the optimizer wrote them all) and gives them back. A store
-// may keep some parts in memory for good (swapped(u) false): nothing of theirs ever moves. Not
-// thread-safe: the training thread calls everything.
+// cancel_reads() forgets the reads started, before the parts change; write_out_through(e) saves
+// the swapped parts ending at or before flat element e (as the optimizer's step passes them) and
+// gives them back, write_out_all() does so for every part not saved yet (after the optimizer
+// wrote them all) and waits for the writes. A store may keep some parts in memory for good
+// (swapped(u) false): nothing of theirs ever moves. Not thread-safe: the training thread calls
+// everything.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +41,7 @@ class PartSwap {
   virtual void wait_read(int unit) = 0;
   virtual void release(int unit) = 0;
   virtual void cancel_reads() = 0;
+  virtual void write_out_through(int64_t flat_end) = 0;
   virtual void write_out_all() = 0;
 };
 

@@ -21,9 +21,10 @@
 // A unit's owned part is read back before its gather (its read started ahead along the pass, as
 // far as the swap's buffers allow, so that it overlaps the compute of the units before it), and
 // dropped with the rest of the unit after use (the store still holds it). The optimizer step
-// writes every owned part into the buffer; after_step() writes them out and gives their pages
-// back. Units are then persistent by the threshold only, so a run at DP 1 (where each unit's part
-// is the whole unit) offloads too.
+// writes every owned part into the buffer, in flat order; updated_through() writes each part out
+// and gives its pages back as soon as the step has passed it, after_step() the rest. Units are then
+// persistent by the threshold only, so a run at DP 1 (where each unit's part is the whole unit)
+// offloads too.
 #pragma once
 
 #include <memory>
@@ -62,6 +63,12 @@ class Zero3Params : public model::ParamAccess {
   // every unit nobody holds, so no stale copy of an unowned part survives the step; with
   // offload, cancels the parameter reads ahead (they would bring back the old values).
   void quiesce();
+  // During the step, as the optimizer has updated every owned element below `flat_end`: with
+  // offload, writes the swapped parts that end there out and releases them, so the step never
+  // holds the whole shard (after_step() writes the rest).
+  void updated_through(int64_t flat_end) {
+    if (swap_) swap_->write_out_through(flat_end);
+  }
   // After the optimizer updated the owned parts (every one of them: a step, or the values of
   // loaded master weights), with quiesce() before: with offload, writes the swapped parts out
   // and releases them; then re-gathers the persistent units. Collective.

@@ -1,6 +1,7 @@
 #include "tessera/offload/param_swap.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 
@@ -188,31 +189,44 @@ void ParamSwap::cancel_reads() {
   }
 }
 
-void ParamSwap::write_out_all() {
-  cancel_reads();
-  try {
-    for (Part& part : parts_) {
-      for (int k = part.first_piece; k < part.first_piece + part.pieces; ++k) {
-        int s = free_slot();
-        if (s < 0) {
-          // All buffers are being written: the oldest write is the likeliest to be done.
-          s = 0;
-          for (size_t t = 1; t < slots_.size(); ++t)
-            if (slots_[t].pending < slots_[s].pending) s = static_cast<int>(t);
-          finish(s);
-        }
-        const Piece& piece = pieces_[k];
-        const int64_t bytes = (piece.end - piece.begin) * elem_bytes_;
-        auto* buffer = static_cast<uint8_t*>(slots_[s].buffer.data());
-        std::memcpy(buffer, flat(piece.begin), static_cast<size_t>(bytes));
-        // The alignment padding: zeros, so the file's bytes depend on the values only.
-        std::memset(buffer + bytes, 0, static_cast<size_t>(io_bytes(piece) - bytes));
-        slots_[s].pending = io_.write(file_, buffer, io_bytes(piece), piece.offset);
-      }
-      // Copied out: the part's memory can go while its writes complete.
-      release_pages(flat(part.begin), static_cast<size_t>((part.end - part.begin) * elem_bytes_));
-      part.in_memory = false;
+void ParamSwap::write_part(Part& part) {
+  for (int k = part.first_piece; k < part.first_piece + part.pieces; ++k) {
+    int s = free_slot();
+    if (s < 0) {
+      // All buffers are being written: the oldest write is the likeliest to be done.
+      s = 0;
+      for (size_t t = 1; t < slots_.size(); ++t)
+        if (slots_[t].pending < slots_[s].pending) s = static_cast<int>(t);
+      finish(s);
     }
+    const Piece& piece = pieces_[k];
+    const int64_t bytes = (piece.end - piece.begin) * elem_bytes_;
+    auto* buffer = static_cast<uint8_t*>(slots_[s].buffer.data());
+    std::memcpy(buffer, flat(piece.begin), static_cast<size_t>(bytes));
+    // The alignment padding: zeros, so the file's bytes depend on the values only.
+    std::memset(buffer + bytes, 0, static_cast<size_t>(io_bytes(piece) - bytes));
+    slots_[s].pending = io_.write(file_, buffer, io_bytes(piece), piece.offset);
+  }
+  // Copied out: the part's memory can go while its writes complete.
+  release_pages(flat(part.begin), static_cast<size_t>((part.end - part.begin) * elem_bytes_));
+  part.in_memory = false;
+}
+
+void ParamSwap::write_out_through(int64_t flat_end) {
+  if (next_out_ == 0) cancel_reads();
+  try {
+    for (; next_out_ < parts_.size() && parts_[next_out_].end <= flat_end; ++next_out_)
+      write_part(parts_[next_out_]);
+  } catch (...) {
+    reset_slots();
+    throw;
+  }
+}
+
+void ParamSwap::write_out_all() {
+  write_out_through(INT64_MAX);
+  next_out_ = 0;
+  try {
     for (size_t s = 0; s < slots_.size(); ++s) finish(static_cast<int>(s));
   } catch (...) {
     reset_slots();

@@ -2,9 +2,9 @@
 // parts of the flat parameter buffer this rank owns (its part of every sharded model unit,
 // distributed/zero3_params.h) live in one swap file between uses; a part is read back just
 // before its unit is gathered and given back (its pages released) after, and written out once
-// per step, after the optimizer updated it. Values move in the compute dtype, bit for bit. The
-// contract of the calls is distributed::PartSwap's (distributed/part_swap.h); below, what the
-// NVMe store adds to it.
+// per step, as soon as the optimizer's step has updated it (write_out_through). Values move in the
+// compute dtype, bit for bit. The contract of the calls is distributed::PartSwap's
+// (distributed/part_swap.h); below, what the NVMe store adds to it.
 //
 // Which parts are swapped: every part handed to initialize(), except the longest run of them in
 // flat order that fits in `max_in_cpu` elements (DeepSpeed's offload_param.max_in_cpu): those
@@ -74,8 +74,11 @@ class ParamSwap final : public distributed::PartSwap {
   void release(int unit) override;
   // Waits for every read in flight and forgets what it read.
   void cancel_reads() override;
-  // Writes every swapped part out through the buffers, releasing each part's pages once it is
-  // copied, and waits for the writes. Cancels reads first.
+  // Writes the swapped parts ending at or before `flat_end` that this step has not written yet
+  // (in flat order) out through the buffers, releasing each part's pages once it is copied;
+  // the writes complete in the background. Cancels reads first (on a step's first call).
+  void write_out_through(int64_t flat_end) override;
+  // Writes every swapped part out that write_out_through() has not, then waits for the writes.
   void write_out_all() override;
 
   // Figures for the log: the swap file's bytes, the buffers' bytes, the units swapped and their
@@ -103,6 +106,8 @@ class ParamSwap final : public distributed::PartSwap {
     io::AsyncIo::Ticket pending = -1;  // an in-flight read or write on it
   };
   int64_t io_bytes(const Piece& p) const;
+  // Copies the part's pieces into buffers, starts their writes and releases its pages.
+  void write_part(Part& part);
   int free_slot() const;  // a slot holding nothing and with nothing in flight, or -1
   void start_piece(int slot, int piece);
   // Waits for the slot's request, if any; the slot keeps its piece.
@@ -121,6 +126,7 @@ class ParamSwap final : public distributed::PartSwap {
   int64_t elem_bytes_ = 0, alignment_ = 1, file_bytes_ = 0, kept_elems_ = 0;
   std::vector<int> unit_part_;  // per unit: its index in parts_, -1 when not swapped
   std::vector<Part> parts_;     // swapped parts in flat order
+  size_t next_out_ = 0;         // the first part this step has not written out yet
   std::vector<Piece> pieces_;
   std::vector<Slot> slots_;
   io::DirectFile file_;

@@ -128,7 +128,8 @@ void Optimizer::set_betas(double beta1, double beta2) {
   options_.beta2 = beta2;
 }
 
-void Optimizer::step(double lr_all, float grad_scale, double decoupled_lr) {
+void Optimizer::step(double lr_all, float grad_scale, double decoupled_lr,
+                     const std::function<void(int64_t)>& updated_through) {
   ++steps_;
   const float* grads = params_.flat_grads().data<float>();
   visit_pieces(StateAccess::kReadWrite, [&](const StateRun& run) {
@@ -150,6 +151,7 @@ void Optimizer::step(double lr_all, float grad_scale, double decoupled_lr) {
                             wd, steps_, grad_scale);
       }
     });
+    if (updated_through) updated_through(run.end);
   });
 }
 

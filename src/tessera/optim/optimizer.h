@@ -56,7 +56,12 @@ class Optimizer {
   // flat_grads * grad_scale (grad_scale folds in 1/loss_scale and the clipping coefficient).
   // `decoupled_lr` >= 0 is the learning rate of the parameters marked embedding_or_output
   // (Megatron's --decoupled-lr); negative: they take `lr` too.
-  void step(double lr, float grad_scale, double decoupled_lr = -1);
+  // `updated_through(e)`, when given, is called as the step goes (runs are updated in flat
+  // order): every owned element below flat element e has its new value, master and compute
+  // (ZeRO 3's parameter offload writes those parts out then, instead of holding the whole shard
+  // until the step ends).
+  void step(double lr, float grad_scale, double decoupled_lr = -1,
+            const std::function<void(int64_t)>& updated_through = {});
   int64_t steps() const { return steps_; }
   // Adam's betas from the next step on (a schedule that cycles momentum: DeepSpeed's OneCycle).
   // The bias corrections use the betas of the step, as torch.optim.AdamW's do. Adam only.

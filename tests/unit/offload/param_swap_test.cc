@@ -129,6 +129,43 @@ INSTANTIATE_TEST_SUITE_P(Backends, ParamSwapTest,
                            return info.param == io::IoBackend::kUring ? "uring" : "threads";
                          });
 
+// As the optimizer's step passes the parts (flat order), write_out_through() writes each one out
+// and gives its pages back at once, leaving the parts not passed yet in memory; write_out_all()
+// then writes only the rest. Every part reads back as the step left it, step after step.
+TEST(ParamSwap, WritingOutAsTheStepGoesReleasesEachPassedPart) {
+  ScratchDir scratch;
+  SwapDirectory dir(scratch.path, "param", "nvme_path");
+  SwapIo io(io::AioConfig{}, io::IoBackend::kThreads);
+  ParamSwap swap(dir, io, "params.swp", ParamSwapOptions{2, 1500, 0});
+  Tensor values = random_bf16(4);
+  swap.initialize(values, kParts);
+  swap.write_out_all();
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  for (int step = 0; step < 2; ++step) {
+    // The step: every part in memory with new values.
+    for (int u = 1; u < 5; ++u) {
+      swap.wait_read(u);
+      for (int64_t i = kParts[u].first; i < kParts[u].second; ++i)
+        bits(values)[i] ^= static_cast<uint16_t>(0x1234 + step);
+    }
+    const std::vector<uint16_t> ref = copy(values);
+    swap.write_out_through(1002);  // inside part 1: nothing passed yet
+    EXPECT_TRUE(same(values, ref, 0, kElems));
+    swap.write_out_through(5101);  // parts 1-3 passed
+    EXPECT_TRUE(zeros(values, 3, 5101)) << step;
+    EXPECT_TRUE(same(values, ref, 7000, kElems)) << step;  // part 4 still in memory
+    EXPECT_GT(resident_bytes(bits(values) + 7000, 13'011 * 2), 2 * page);
+    swap.write_out_through(5101);  // nothing more
+    swap.write_out_all();          // part 4
+    EXPECT_LE(resident_bytes(bits(values) + 7000, 13'011 * 2), 2 * page);
+    EXPECT_TRUE(zeros(values, 7000, kElems));
+    EXPECT_TRUE(same(values, ref, 0, 3));
+    EXPECT_TRUE(same(values, ref, 5101, 7000));
+    for (int u = 4; u >= 1; --u) swap.wait_read(u);
+    EXPECT_TRUE(same(values, ref, 0, kElems)) << step;
+  }
+}
+
 TEST(ParamSwap, MaxInCpuKeepsTheFirstPartsInMemory) {
   ScratchDir scratch;
   SwapDirectory dir(scratch.path, "param", "nvme_path");
