@@ -5,8 +5,9 @@
 # largest measured total; the report's "peak of all categories at once"), over layouts of GPT- and
 # LLaMA-style models: DP with ZeRO 0-3, TP with and without SP, PP (GPipe, 1F1B, interleaved),
 # their products, full (uniform, block) and selective recomputation, micro-batch sizes, context
-# parallelism and MoE with expert parallelism. Memory is deterministic, so the test asks what the
-# plan promises: median error <= 3%, largest <= 8%. Also: bad input is one line and exit code 2.
+# parallelism, MoE with expert parallelism and the optimizer state on NVMe. Memory is
+# deterministic, so the test asks what the plan promises: median error <= 3%, largest <= 8%.
+# Also: bad input is one line and exit code 2.
 # Usage: plan_memory.sh BUILD_BIN_DIR
 BIN_DIR="${1:?usage: plan_memory.sh BUILD_BIN_DIR}"
 source "$(dirname "$0")/lib.bash" plan_memory
@@ -122,6 +123,15 @@ layout "gpt PP 4 x DP 2, ZeRO 2, untied vocabulary of 32768" 8 "${GPT[@]}" \
   --untie-embeddings-and-output-weights --vocab-size 32768
 layout "gpt DP 2, ZeRO 3, full recomputation, uniform 2" 2 "${GPT[@]}" --micro-batch-size 2 \
   --zero-stage 3 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
+# Optimizer state on NVMe: in memory are its buffers (sub-groups of 20000 elements, fewer than a
+# rank owns; and DeepSpeed's default 1e9, more: one sub-group of the whole owned state).
+mkdir -p "$TMP/nvme"
+layout "gpt DP 2, ZeRO 1, optimizer state on NVMe, sub-groups of 20000" 2 "${GPT[@]}" \
+  --micro-batch-size 2 --zero-stage 1 --offload-optimizer-nvme-path "$TMP/nvme" \
+  --offload-sub-group-size 20000
+layout "llama one rank, bf16, ZeRO 2, optimizer state on NVMe, 3 buffers" 1 "${LLAMA[@]}" \
+  --micro-batch-size 2 --bf16 --zero-stage 2 --offload-optimizer-nvme-path "$TMP/nvme" \
+  --offload-buffer-count 3
 layout "moe one rank, padded" 1 "${MOE[@]}" --micro-batch-size 2
 layout "moe EP 2, ZeRO 1, padded" 2 "${MOE[@]}" --micro-batch-size 2 \
   --expert-model-parallel-size 2 --zero-stage 1

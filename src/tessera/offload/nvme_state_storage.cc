@@ -42,6 +42,12 @@ int64_t NvmeStateStorage::file_bytes_for(int64_t numel, int arrays, const NvmeSt
   return (numel + group - 1) / group * group * 4 * arrays;
 }
 
+int64_t NvmeStateStorage::buffer_bytes_for(int64_t numel, int arrays,
+                                           const NvmeStateOptions& options, int64_t alignment) {
+  if (numel == 0) return 0;
+  return options.buffer_count * group_elems(numel, options.sub_group_size, alignment) * 4 * arrays;
+}
+
 void NvmeStateStorage::initialize(int64_t numel, int arrays, const Initializer& init) {
   numel_ = numel;
   arrays_ = arrays;

@@ -76,6 +76,10 @@ class NvmeStateStorage final : public optim::StateStorage {
   // system of O_DIRECT alignment `alignment` (for the up-front space check).
   static int64_t file_bytes_for(int64_t numel, int arrays, const NvmeStateOptions& options,
                                 int64_t alignment);
+  // The bytes its buffers will take (buffer_bytes() of such a storage): for a prediction of the
+  // run's memory before anything exists (train/rank_layout.h).
+  static int64_t buffer_bytes_for(int64_t numel, int arrays, const NvmeStateOptions& options,
+                                  int64_t alignment);
 
  private:
   struct Slot {

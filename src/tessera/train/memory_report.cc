@@ -136,6 +136,12 @@ double context_parallel_buffers(const model::ModelConfig& c, const RankLayout& r
 
 }  // namespace
 
+double optimizer_owned_elements(const model::ModelConfig& c, const RankLayout& r) {
+  double dense = 0, experts = 0;
+  for (const Unit& u : rank_units(c, r)) (u.experts ? experts : dense) += u.elements;
+  return r.zero_stage >= 1 ? dense / r.dp + experts / r.expert_dp : dense + experts;
+}
+
 ModelStateBytes theoretical_model_states(const model::ModelConfig& c, const RankLayout& r) {
   ModelStateBytes out;
   double dense = 0, experts = 0, resident_params = 0;
@@ -153,7 +159,7 @@ ModelStateBytes theoretical_model_states(const model::ModelConfig& c, const Rank
   const double sharded_share = dense / r.dp + experts / r.expert_dp;
   out.parameters = resident_params * dtype_size(r.compute);
   out.gradients = 4.0 * (r.zero_stage >= 2 ? sharded_share : out.parameter_elements);
-  const double owned = r.zero_stage >= 1 ? sharded_share : out.parameter_elements;
+  const double owned = optimizer_owned_elements(c, r);
   const bool separate_master = r.compute != DType::kF32 || r.param_offload_kept_elements >= 0;
   const double per_owned = (separate_master ? 4.0 : 0.0) + (r.sgd ? 4.0 : 8.0);
   out.optimizer = r.optimizer_offload_buffer_bytes >= 0 ? r.optimizer_offload_buffer_bytes

@@ -83,6 +83,9 @@ struct ModelStateBytes {
 };
 
 ModelStateBytes theoretical_model_states(const model::ModelConfig& cfg, const RankLayout& r);
+// The elements whose fp32 optimizer state this rank holds: its share of every parameter from
+// ZeRO stage 1 on (dense ones over DP, experts over the expert-data-parallel group), else all.
+double optimizer_owned_elements(const model::ModelConfig& cfg, const RankLayout& r);
 
 // The activations' peak of an iteration: the layers' kept activations of the micro-batches in
 // flight when the first backward starts (without a pipeline one micro-batch; GPipe all M; 1F1B

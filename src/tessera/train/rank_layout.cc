@@ -2,8 +2,15 @@
 // builds the same things from its live objects.
 #include "tessera/train/rank_layout.h"
 
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <system_error>
+
 #include "tessera/context/context_parallel.h"
 #include "tessera/core/error.h"
+#include "tessera/io/direct_file.h"
+#include "tessera/offload/nvme_state_storage.h"
 #include "tessera/pipeline/partition.h"
 #include "tessera/train/deepspeed_config.h"
 #include "tessera/train/offload_setup.h"
@@ -70,8 +77,6 @@ comm::ParallelConfig parallel_config(const TrainArgs& a) {
 
 std::vector<RankLayout> rank_layouts(const TrainArgs& a, const comm::MeshLayout& mesh,
                                      int threads) {
-  if (a.offload_optimizer_device == "nvme")
-    throw Error("offload_optimizer device nvme: the plan does not model NVMe offload yet");
   if (a.offload_param_device == "nvme")
     throw Error("offload_param device nvme: the plan does not model NVMe offload yet");
   const int tp = mesh.tensor(), cp = mesh.context(), pp = mesh.pipeline();
@@ -98,7 +103,18 @@ std::vector<RankLayout> rank_layouts(const TrainArgs& a, const comm::MeshLayout&
       a, schedule,
       {pp, static_cast<int>(first_batch / (a.micro_batch_size * data)), partition.virtual_stages},
       batches, data);
-  offload_plan(a, static_cast<int>(sharding.stage));
+  const OffloadPlan offload = offload_plan(a, static_cast<int>(sharding.stage));
+  // Optimizer state on NVMe: what is in memory of it is the buffers, sized as
+  // offload::NvmeStateStorage sizes them from the rank's owned elements and the file system's
+  // O_DIRECT alignment (of nvme_path where it exists already, else 4 KiB, ext4's and XFS's).
+  int64_t offload_alignment = 4096;
+  if (offload.optimizer_nvme) {
+    std::error_code missing;
+    if (std::filesystem::exists(offload.optimizer_path, missing)) {
+      const io::DirectIoAlignment align = io::direct_io_alignment(offload.optimizer_path);
+      offload_alignment = std::max(align.memory, align.offset);
+    }
+  }
 
   std::vector<RankLayout> out;
   for (int rank = 0; rank < mesh.world_size(); ++rank) {
@@ -139,6 +155,15 @@ std::vector<RankLayout> rank_layouts(const TrainArgs& a, const comm::MeshLayout&
     r.compute = compute_dtype_of(a);
     r.sgd = a.optimizer == "sgd";
     r.threads = threads;
+    if (offload.optimizer_nvme) {
+      // The fp32 arrays of an owned element (optim::Optimizer): the master weights when they are
+      // a copy (16-bit compute), and the moments (Adam) or the momentum (SGD).
+      const int arrays = (r.compute != DType::kF32 ? 1 : 0) + (r.sgd ? 1 : 2);
+      const auto owned = static_cast<int64_t>(std::llround(optimizer_owned_elements(a.model, r)));
+      r.optimizer_offload_buffer_bytes = static_cast<double>(
+          offload::NvmeStateStorage::buffer_bytes_for(owned, arrays, offload.state,
+                                                      offload_alignment));
+    }
     out.push_back(std::move(r));
   }
   return out;
