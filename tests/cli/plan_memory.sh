@@ -5,7 +5,7 @@
 # largest measured total; the report's "peak of all categories at once"), over layouts of GPT- and
 # LLaMA-style models: DP with ZeRO 0-3, TP with and without SP, PP (GPipe, 1F1B, interleaved),
 # their products, full (uniform, block) and selective recomputation, micro-batch sizes, context
-# parallelism, MoE with expert parallelism and the optimizer state on NVMe. Memory is
+# parallelism, MoE with expert parallelism, optimizer state and parameters on NVMe. Memory is
 # deterministic, so the test asks what the plan promises: median error <= 3%, largest <= 8%.
 # Also: bad input is one line and exit code 2.
 # Usage: plan_memory.sh BUILD_BIN_DIR
@@ -132,6 +132,13 @@ layout "gpt DP 2, ZeRO 1, optimizer state on NVMe, sub-groups of 20000" 2 "${GPT
 layout "llama one rank, bf16, ZeRO 2, optimizer state on NVMe, 3 buffers" 1 "${LLAMA[@]}" \
   --micro-batch-size 2 --bf16 --zero-stage 2 --offload-optimizer-nvme-path "$TMP/nvme" \
   --offload-buffer-count 3
+# Parameters on NVMe too (ZeRO 3): the parts max_in_cpu keeps, the swap buffers.
+layout "gpt DP 2, ZeRO 3, parameters and optimizer state on NVMe" 2 "${GPT[@]}" \
+  --micro-batch-size 2 --zero-stage 3 --offload-param-nvme-path "$TMP/nvme" \
+  --offload-param-max-in-cpu 0 --offload-optimizer-nvme-path "$TMP/nvme"
+layout "llama TP 2 x DP 2, ZeRO 3, bf16, parameters on NVMe, max_in_cpu 300000" 4 "${LLAMA[@]}" \
+  --micro-batch-size 1 --bf16 --zero-stage 3 --tensor-model-parallel-size 2 \
+  --offload-param-nvme-path "$TMP/nvme" --offload-param-max-in-cpu 300000
 layout "moe one rank, padded" 1 "${MOE[@]}" --micro-batch-size 2
 layout "moe EP 2, ZeRO 1, padded" 2 "${MOE[@]}" --micro-batch-size 2 \
   --expert-model-parallel-size 2 --zero-stage 1

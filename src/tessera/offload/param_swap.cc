@@ -18,6 +18,47 @@ ParamSwap::ParamSwap(SwapDirectory& dir, SwapIo& io, const std::string& name,
 
 ParamSwap::~ParamSwap() { reset_slots(); }
 
+namespace {
+
+// Elements of a buffer: a piece (buffer_size elements), or the largest swapped part if smaller.
+int64_t piece_elements(const ParamSwapOptions& options, int64_t largest_swapped) {
+  return std::min(options.buffer_size, largest_swapped);
+}
+
+// Which parts (their elements, in flat order; 0: nothing swapped) max_in_cpu keeps in memory:
+// the longest run of them from the first that fits.
+std::vector<bool> kept_in_memory(const std::vector<int64_t>& part_elems, int64_t max_in_cpu) {
+  std::vector<bool> kept(part_elems.size(), false);
+  int64_t total = 0;
+  for (size_t i = 0; i < part_elems.size(); ++i) {
+    if (part_elems[i] == 0) continue;
+    if (total + part_elems[i] > max_in_cpu) break;
+    total += part_elems[i];
+    kept[i] = true;
+  }
+  return kept;
+}
+
+}  // namespace
+
+ParamSwap::Sizes ParamSwap::sizes_for(const std::vector<int64_t>& part_elems,
+                                      const ParamSwapOptions& options, int64_t elem_bytes,
+                                      int64_t alignment) {
+  Sizes out;
+  const std::vector<bool> kept = kept_in_memory(part_elems, options.max_in_cpu);
+  int64_t largest = 0;
+  for (size_t i = 0; i < part_elems.size(); ++i) {
+    if (kept[i])
+      out.kept_elems += part_elems[i];
+    else
+      largest = std::max(largest, part_elems[i]);
+  }
+  if (largest > 0)
+    out.buffer_bytes = options.buffer_count *
+                       io::align_up(piece_elements(options, largest) * elem_bytes, alignment);
+  return out;
+}
+
 void ParamSwap::initialize(Tensor& values, std::vector<Range> parts) {
   TESSERA_CHECK(base_ == nullptr);
   base_ = static_cast<uint8_t*>(values.raw());
@@ -27,18 +68,22 @@ void ParamSwap::initialize(Tensor& values, std::vector<Range> parts) {
   std::iota(flat_order.begin(), flat_order.end(), 0);
   std::stable_sort(flat_order.begin(), flat_order.end(),
                    [&](int a, int b) { return parts[a].first < parts[b].first; });
-  // The longest run of parts in flat order within max_in_cpu stays in memory.
-  bool keeping = true;
-  int64_t largest = 0;
+  std::vector<int64_t> sizes;
   for (int u : flat_order) {
     const auto [b, e] = parts[u];
     TESSERA_CHECK(0 <= b && b <= e && e <= values.numel());
+    sizes.push_back(e - b);
+  }
+  const std::vector<bool> kept = kept_in_memory(sizes, options_.max_in_cpu);
+  int64_t largest = 0;
+  for (size_t i = 0; i < flat_order.size(); ++i) {
+    const int u = flat_order[i];
+    const auto [b, e] = parts[u];
     if (b == e) continue;
-    if (keeping && kept_elems_ + (e - b) <= options_.max_in_cpu) {
+    if (kept[i]) {
       kept_elems_ += e - b;
       continue;
     }
-    keeping = false;
     unit_part_[u] = static_cast<int>(parts_.size());
     parts_.push_back(Part{b, e, 0, 0});
     largest = std::max(largest, e - b);
@@ -46,7 +91,7 @@ void ParamSwap::initialize(Tensor& values, std::vector<Range> parts) {
   if (parts_.empty()) return;
   const io::DirectIoAlignment align = io::direct_io_alignment(dir_.path());
   alignment_ = std::max(align.memory, align.offset);
-  const int64_t piece_elems = std::min(options_.buffer_size, largest);
+  const int64_t piece_elems = piece_elements(options_, largest);
   for (Part& part : parts_) {
     part.first_piece = static_cast<int>(pieces_.size());
     for (int64_t b = part.begin; b < part.end; b += piece_elems) {

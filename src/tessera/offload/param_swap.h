@@ -81,6 +81,17 @@ class ParamSwap final : public distributed::PartSwap {
   // Writes every swapped part out that write_out_through() has not, then waits for the writes.
   void write_out_all() override;
 
+  // What initialize() will keep in memory and allocate, from the parts' sizes alone (for a
+  // prediction of the run's memory before anything exists, train/rank_layout.h): the elements
+  // of the parts max_in_cpu keeps (`part_elems` in flat order, 0 for a unit not swapped), and
+  // the bytes of the buffers for elements of `elem_bytes` on a file system of O_DIRECT alignment
+  // `alignment` (0 when nothing is swapped).
+  struct Sizes {
+    int64_t kept_elems = 0, buffer_bytes = 0;
+  };
+  static Sizes sizes_for(const std::vector<int64_t>& part_elems, const ParamSwapOptions& options,
+                         int64_t elem_bytes, int64_t alignment);
+
   // Figures for the log: the swap file's bytes, the buffers' bytes, the units swapped and their
   // elements, and the elements of parts kept in memory (max_in_cpu).
   int64_t file_bytes() const { return file_bytes_; }

@@ -22,8 +22,8 @@ RankMemoryPrediction predict_rank_memory(const model::ModelConfig& cfg,
                train::theoretical_backward_peak(cfg, r)) +
       other + (buffers - zero);
   const double before_step = zero + other;
-  p.peak_bytes = p.allocated_parameters + p.allocated_gradients + states.optimizer +
-                 std::max(during_backward, before_step);
+  p.peak_bytes = p.allocated_parameters + r.param_offload_buffer_bytes + p.allocated_gradients +
+                 states.optimizer + std::max(during_backward, before_step);
   return p;
 }
 

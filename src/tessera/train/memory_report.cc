@@ -444,6 +444,19 @@ double theoretical_zero3_gather_sends(const model::ModelConfig& c, const RankLay
   return bytes;
 }
 
+std::vector<int64_t> zero3_part_elements(const model::ModelConfig& c, const RankLayout& r) {
+  const double multiple = static_cast<double>(std::lcm(int64_t{r.dp}, int64_t{r.expert_dp}));
+  std::vector<int64_t> parts;
+  for (const Unit& u : rank_units(c, r)) {
+    const double padded = std::ceil(u.elements / multiple) * multiple;
+    const int sharers = u.experts ? r.expert_dp : r.dp;
+    parts.push_back(u.elements < r.persistence_threshold
+                        ? 0
+                        : static_cast<int64_t>(std::llround(padded / sharers)));
+  }
+  return parts;
+}
+
 double allocated_parameter_elements(const model::ModelConfig& c, const RankLayout& r) {
   const double multiple = static_cast<double>(std::lcm(int64_t{r.dp}, int64_t{r.expert_dp}));
   double elements = 0;

@@ -56,6 +56,9 @@ struct RankLayout {
   // in memory anyway (max_in_cpu); the other parts are on disk between uses, and the fp32 master
   // weights are a copy of their own whatever the compute dtype. Negative: no parameter offload.
   double param_offload_kept_elements = -1;
+  // ... and the bytes of its buffers (the parameters' category of the accountant, outside the
+  // flat buffer the report's parameter row measures).
+  double param_offload_buffer_bytes = 0;
   // Activations: the pipeline (stage pp_rank of pp, `chunks` model chunks, each chunk's global
   // layers in `chunk_layers`), micro-batches per iteration and tokens per micro-batch.
   int pp = 1, pp_rank = 0;
@@ -86,6 +89,10 @@ ModelStateBytes theoretical_model_states(const model::ModelConfig& cfg, const Ra
 // The elements whose fp32 optimizer state this rank holds: its share of every parameter from
 // ZeRO stage 1 on (dense ones over DP, experts over the expert-data-parallel group), else all.
 double optimizer_owned_elements(const model::ModelConfig& cfg, const RankLayout& r);
+// ZeRO 3: the elements of this rank's part of each unit, in flat order as ParameterSet lays the
+// units out (units padded to a multiple of lcm(DP, expert DP)); 0 for a unit kept whole (below
+// the persistence threshold). What parameter offload swaps (offload/param_swap.h).
+std::vector<int64_t> zero3_part_elements(const model::ModelConfig& cfg, const RankLayout& r);
 
 // The activations' peak of an iteration: the layers' kept activations of the micro-batches in
 // flight when the first backward starts (without a pipeline one micro-batch; GPipe all M; 1F1B

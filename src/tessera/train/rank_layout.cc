@@ -11,6 +11,7 @@
 #include "tessera/core/error.h"
 #include "tessera/io/direct_file.h"
 #include "tessera/offload/nvme_state_storage.h"
+#include "tessera/offload/param_swap.h"
 #include "tessera/pipeline/partition.h"
 #include "tessera/train/deepspeed_config.h"
 #include "tessera/train/offload_setup.h"
@@ -77,8 +78,6 @@ comm::ParallelConfig parallel_config(const TrainArgs& a) {
 
 std::vector<RankLayout> rank_layouts(const TrainArgs& a, const comm::MeshLayout& mesh,
                                      int threads) {
-  if (a.offload_param_device == "nvme")
-    throw Error("offload_param device nvme: the plan does not model NVMe offload yet");
   const int tp = mesh.tensor(), cp = mesh.context(), pp = mesh.pipeline();
   // Gradients reduce over data x context parallel (train_main.cc's groups.dp).
   const int dp = mesh.data() * cp, data = mesh.data();
@@ -107,14 +106,17 @@ std::vector<RankLayout> rank_layouts(const TrainArgs& a, const comm::MeshLayout&
   // Optimizer state on NVMe: what is in memory of it is the buffers, sized as
   // offload::NvmeStateStorage sizes them from the rank's owned elements and the file system's
   // O_DIRECT alignment (of nvme_path where it exists already, else 4 KiB, ext4's and XFS's).
-  int64_t offload_alignment = 4096;
-  if (offload.optimizer_nvme) {
+  // Parameters on NVMe likewise: the parts max_in_cpu keeps and the buffers, as
+  // offload::ParamSwap sizes them.
+  const auto alignment_of = [](const std::string& path) {
     std::error_code missing;
-    if (std::filesystem::exists(offload.optimizer_path, missing)) {
-      const io::DirectIoAlignment align = io::direct_io_alignment(offload.optimizer_path);
-      offload_alignment = std::max(align.memory, align.offset);
-    }
-  }
+    if (!std::filesystem::exists(path, missing)) return int64_t{4096};
+    const io::DirectIoAlignment align = io::direct_io_alignment(path);
+    return std::max(align.memory, align.offset);
+  };
+  const int64_t optimizer_alignment =
+      offload.optimizer_nvme ? alignment_of(offload.optimizer_path) : 0;
+  const int64_t param_alignment = offload.param_nvme ? alignment_of(offload.param_path) : 0;
 
   std::vector<RankLayout> out;
   for (int rank = 0; rank < mesh.world_size(); ++rank) {
@@ -155,14 +157,23 @@ std::vector<RankLayout> rank_layouts(const TrainArgs& a, const comm::MeshLayout&
     r.compute = compute_dtype_of(a);
     r.sgd = a.optimizer == "sgd";
     r.threads = threads;
+    if (offload.param_nvme) {
+      const offload::ParamSwap::Sizes sizes = offload::ParamSwap::sizes_for(
+          zero3_part_elements(a.model, r), offload.param,
+          static_cast<int64_t>(dtype_size(r.compute)), param_alignment);
+      r.param_offload_kept_elements = static_cast<double>(sizes.kept_elems);
+      r.param_offload_buffer_bytes = static_cast<double>(sizes.buffer_bytes);
+    }
     if (offload.optimizer_nvme) {
       // The fp32 arrays of an owned element (optim::Optimizer): the master weights when they are
-      // a copy (16-bit compute), and the moments (Adam) or the momentum (SGD).
-      const int arrays = (r.compute != DType::kF32 ? 1 : 0) + (r.sgd ? 1 : 2);
+      // a copy (16-bit compute, or parameters on NVMe), and the moments (Adam) or the momentum
+      // (SGD).
+      const bool separate_master = r.compute != DType::kF32 || offload.param_nvme;
+      const int arrays = (separate_master ? 1 : 0) + (r.sgd ? 1 : 2);
       const auto owned = static_cast<int64_t>(std::llround(optimizer_owned_elements(a.model, r)));
-      r.optimizer_offload_buffer_bytes = static_cast<double>(
-          offload::NvmeStateStorage::buffer_bytes_for(owned, arrays, offload.state,
-                                                      offload_alignment));
+      r.optimizer_offload_buffer_bytes =
+          static_cast<double>(offload::NvmeStateStorage::buffer_bytes_for(
+              owned, arrays, offload.state, optimizer_alignment));
     }
     out.push_back(std::move(r));
   }

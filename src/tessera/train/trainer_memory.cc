@@ -50,7 +50,10 @@ void Trainer::report_memory() {
   r.zero_stage = static_cast<int>(sharding.stage);
   r.persistence_threshold = sharding.persistence_threshold;
   if (optimizer_nvme_) r.optimizer_offload_buffer_bytes = optimizer_nvme_->buffer_bytes();
-  if (param_swap_) r.param_offload_kept_elements = static_cast<double>(param_swap_->kept_elems());
+  if (param_swap_) {
+    r.param_offload_kept_elements = static_cast<double>(param_swap_->kept_elems());
+    r.param_offload_buffer_bytes = static_cast<double>(param_swap_->buffer_bytes());
+  }
   r.compute = model_->params().compute_dtype();
   r.sgd = args_.optimizer == "sgd";
   r.threads = num_threads();
