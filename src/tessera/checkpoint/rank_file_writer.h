@@ -10,22 +10,26 @@
 //
 // Three phases:
 //   1. declare() every slice (name and TensorSlice, no data);
-//   2. open(): fixes the layout and creates the file under a temporary name, its whole size
-//      reserved (a full disk is an error here); write() then hands each slice's data over in
-//      consecutive pieces (any number, from its first element on; pieces of different slices may
-//      interleave), each copied to its place in the file while the slice's XXH3 is updated;
+//   2. open(): fixes the layout and creates the file under a temporary name (with O_DIRECT its
+//      whole size reserved: a full disk is an error here); write() then hands each slice's data
+//      over in consecutive pieces (any number, from its first element on; pieces of different
+//      slices may interleave), each copied to its place in the file while the slice's XXH3 is
+//      updated;
 //   3. commit(): writes the header, waits for the writes, fsyncs and renames the file into place.
 // The data goes through O_DIRECT (io/direct_file_writer.h: asynchronous, so the caller's next
 // piece, or its next read from NVMe, overlaps the disk's writing), not the page cache, whose
 // writeback ran at a sixth of the disk's rate on a project machine (docs/offload.md); through
-// the page cache (pwrite) where the file system refuses O_DIRECT, or when asked (kBuffered).
+// the page cache (pwrite) where the file system refuses O_DIRECT or asks for an alignment above
+// 64 KiB, or when asked (kBuffered). The direct writer runs an I/O engine of its own with the
+// `aio` defaults (io_uring where allowed), not the run's offload engine or settings.
 // The header is written last because it holds the checksums; they are 16 hex digits whatever
 // their value, so the header's length, and with it every data offset, is known at open().
 //
 // Memory: the slice descriptions, the header, an XXH3 state (about 600 bytes) for each slice
 // that has received part of its data but not all, and with O_DIRECT the staging buffers (4 of
-// 8 MiB at most, never more than the file) and one 4 KiB block for each block that two slices
-// share. Not thread-safe.
+// 8 MiB at most, never more than the file, in the accountant's "other") and one alignment block
+// (4 KiB on ext4 and XFS) for each block that two slices share while it is incomplete or being
+// written. Not thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -70,8 +70,9 @@ class Zero3Params : public model::ParamAccess {
     if (swap_) swap_->write_out_through(flat_end);
   }
   // After the optimizer updated the owned parts (every one of them: a step, or the values of
-  // loaded master weights), with quiesce() before: with offload, writes the swapped parts out
-  // and releases them; then re-gathers the persistent units. Collective.
+  // loaded master weights), with quiesce() before: with offload, writes out and releases the
+  // swapped parts updated_through() has not, and waits for every write; then re-gathers the
+  // persistent units. Collective.
   void after_step();
 
   // What rank dp_rank of dp_size keeps resident between uses: the whole of every unit smaller

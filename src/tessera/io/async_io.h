@@ -11,6 +11,9 @@
 //   thread_pool_io.h   the portable backend: intra_op_parallelism threads doing pread/pwrite.
 //   piece_queue.h      what both backends share: requests cut into block_size pieces, the queue
 //                      of pieces not yet started, each request's outstanding pieces and error.
+//   direct_file_writer.h  DirectFileWriter: a file of known size written from pieces at any
+//                      offsets (a checkpoint's rank file), whole blocks staged and written on an
+//                      engine of its own, the blocks two pieces share held until complete.
 //
 // Use: open or create a DirectFile, allocate AlignedBuffers with the file's alignment(), then
 //   auto io = make_async_io(config, IoBackend::kAuto, &why);

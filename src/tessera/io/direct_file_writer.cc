@@ -16,6 +16,8 @@ std::unique_ptr<DirectFileWriter> DirectFileWriter::open(const std::string& path
   TESSERA_CHECK(size >= 0 && options.staging_buffers >= 2 && options.staging_bytes > 0);
   std::optional<DirectFile> file = DirectFile::create_if_supported(path, size);
   if (!file) return nullptr;
+  const DirectIoAlignment align = file->alignment();
+  if (std::max(align.memory, align.offset) > kMaxAlignment) return nullptr;
   return std::unique_ptr<DirectFileWriter>(new DirectFileWriter(std::move(*file), size, options));
 }
 
@@ -70,8 +72,12 @@ void DirectFileWriter::write_partial(int64_t offset, const char* data, int64_t b
   // Complete: written now (the block holding the file's end is complete only when the size is a
   // whole number of blocks; otherwise finish() writes it).
   if (p.filled == block_) {
-    io_->submit({&file_, p.buffer.data(), block_, block, /*write=*/true});
-    completed_blocks_.push_back(std::move(p.buffer));
+    if (completed_blocks_.size() >= kCompletedBlocksInFlight) {
+      io_->wait(completed_blocks_.front().second);  // long done, most likely
+      completed_blocks_.pop_front();
+    }
+    const AsyncIo::Ticket t = io_->submit({&file_, p.buffer.data(), block_, block, /*write=*/true});
+    completed_blocks_.emplace_back(std::move(p.buffer), t);
     partial_.erase(it);
   }
 }

@@ -7,10 +7,12 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/io/aligned_buffer.h"
@@ -23,8 +25,10 @@ namespace tessera::io {
 // - open() takes an existing file (the caller's temporary: it keeps naming, fsync and rename,
 //   e.g. through core/file_io.h's AtomicFile), truncates it and reserves `size` bytes with
 //   fallocate (DirectFile::create), so a full disk is one error there, before any data moves.
-//   It returns nullptr when the file system refuses O_DIRECT: the caller writes through the page
-//   cache instead.
+//   It returns nullptr when the file system refuses O_DIRECT, or asks for an alignment above
+//   kMaxAlignment (a network file system reporting its 1 MiB block size, say: every block two
+//   pieces share would be held whole), leaving the file reserved: the caller writes through the
+//   page cache instead.
 // - write_at() hands over bytes [offset, offset + bytes) of the file, inside [0, size); every
 //   byte of the file is handed over at most once (bytes never handed over read as zero). The
 //   data is copied before write_at() returns, so the caller may reuse its memory at once. The
@@ -37,9 +41,13 @@ namespace tessera::io {
 // - Errors are tessera::Error naming the file, the offset and errno (async_io.h's messages). After
 //   an error the writer is unusable; destroying it waits for what is in flight.
 // Memory: `staging_buffers` buffers of `staging_bytes` (the file's size at most), plus one
-// alignment block for each block that is partly written. Not thread-safe.
+// alignment block for each block that is partly written and for each of the last
+// kCompletedBlocksInFlight complete ones still being written. Not thread-safe.
 class DirectFileWriter {
  public:
+  static constexpr int64_t kMaxAlignment = 64 << 10;
+  static constexpr size_t kCompletedBlocksInFlight = 64;
+
   struct Options {
     AioConfig aio;  // DeepSpeed's `aio` defaults: 1 MiB pieces, queue depth 8
     IoBackend backend = IoBackend::kAuto;
@@ -83,7 +91,8 @@ class DirectFileWriter {
   std::vector<Staging> staging_;
   size_t next_staging_ = 0;
   std::map<int64_t, PartialBlock> partial_;      // by block offset
-  std::vector<AlignedBuffer> completed_blocks_;  // written asynchronously, kept until finish()
+  // Complete blocks being written (oldest first), each kept until its write is done.
+  std::deque<std::pair<AlignedBuffer, AsyncIo::Ticket>> completed_blocks_;
   // Declared last: destroyed first, so it waits for its transfers while the buffers still exist.
   std::unique_ptr<AsyncIo> io_;
   bool finished_ = false;

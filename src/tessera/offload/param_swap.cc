@@ -258,6 +258,12 @@ void ParamSwap::write_part(Part& part) {
 }
 
 void ParamSwap::write_out_through(int64_t flat_end) {
+  // The step must come in flat order: a part written before the step reached its end would be
+  // saved with old values, and nothing would notice.
+  TESSERA_CHECK_MSG(flat_end >= through_, "write_out_through went back from element " +
+                                              std::to_string(through_) + " to " +
+                                              std::to_string(flat_end));
+  through_ = flat_end;
   if (next_out_ == 0) cancel_reads();
   try {
     for (; next_out_ < parts_.size() && parts_[next_out_].end <= flat_end; ++next_out_)
@@ -271,6 +277,7 @@ void ParamSwap::write_out_through(int64_t flat_end) {
 void ParamSwap::write_out_all() {
   write_out_through(INT64_MAX);
   next_out_ = 0;
+  through_ = 0;
   try {
     for (size_t s = 0; s < slots_.size(); ++s) finish(static_cast<int>(s));
   } catch (...) {

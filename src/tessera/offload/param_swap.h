@@ -76,7 +76,8 @@ class ParamSwap final : public distributed::PartSwap {
   void cancel_reads() override;
   // Writes the swapped parts ending at or before `flat_end` that this step has not written yet
   // (in flat order) out through the buffers, releasing each part's pages once it is copied;
-  // the writes complete in the background. Cancels reads first (on a step's first call).
+  // the writes complete in the background. Cancels reads first (until the step's first part is
+  // written). `flat_end` never decreases within a step (checked).
   void write_out_through(int64_t flat_end) override;
   // Writes every swapped part out that write_out_through() has not, then waits for the writes.
   void write_out_all() override;
@@ -138,6 +139,7 @@ class ParamSwap final : public distributed::PartSwap {
   std::vector<int> unit_part_;  // per unit: its index in parts_, -1 when not swapped
   std::vector<Part> parts_;     // swapped parts in flat order
   size_t next_out_ = 0;         // the first part this step has not written out yet
+  int64_t through_ = 0;         // the step's progress: the last write_out_through's flat_end
   std::vector<Piece> pieces_;
   std::vector<Slot> slots_;
   io::DirectFile file_;

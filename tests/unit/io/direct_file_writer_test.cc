@@ -8,10 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <thread>
 
 #include "io_test_util.h"
 #include "tessera/core/error.h"
@@ -146,6 +148,26 @@ TEST(DirectFileWriter, AWriteErrorNamesTheFileAndOffset) {
     EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(std::strerror(EIO)), std::string::npos) << e.what();
   }
+}
+
+// Destroyed without finish() while its writes are still running (an error elsewhere in a save):
+// the destructor waits for them before the buffers go, and returns.
+TEST(DirectFileWriter, DestroyedWithWritesInFlightReturns) {
+  ScratchDir dir;
+  const int64_t size = 8 << 20;
+  std::vector<char> data(size, 'b');
+  InjectorGuard guard;
+  set_thread_io_fault_injector([](const IoRequest&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return 0;
+  });
+  DirectFileWriter::Options options;
+  options.backend = IoBackend::kThreads;
+  auto writer = DirectFileWriter::open(dir.file("unfinished.bin"), size, options);
+  ASSERT_NE(writer, nullptr);
+  writer->write_at(1, data.data(), size - 2);  // whole blocks in flight, two partial ones held
+  writer.reset();
+  SUCCEED();
 }
 
 }  // namespace
