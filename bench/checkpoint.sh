@@ -5,7 +5,8 @@
 # Prints:
 #  - save and load throughput (GB/s, the trainer's own figures: bytes of every rank over the
 #    time from the first byte to the published checkpoint, fsyncs included), next to the
-#    disk's sequential write rate with fsync (dd) and the page-cache read rate (cat) measured
+#    disk's sequential write rate with fsync (dd) and the rate `cat` reads the files at (from
+#    the disk: they were written with O_DIRECT, so the page cache does not hold them) measured
 #    in the same run;
 #  - how long training pauses per save: synchronous (the whole save) against --async-save (the
 #    snapshot only), and the iteration time while a background save is writing against the same
@@ -47,7 +48,7 @@ t0=$(date +%s.%N)
 cat "$OUT"/sync/iter_0000009/rank_* >/dev/null
 t1=$(date +%s.%N)
 size=$(du -cb "$OUT"/sync/iter_0000009/rank_* | tail -1 | cut -f1)
-echo "page-cache read of the checkpoint files (cat): $(awk -v b="$size" -v a="$t0" -v c="$t1" 'BEGIN { printf "%.2f", b / 1e9 / (c - a) }') GB/s"
+echo "read of the checkpoint files (cat; written with O_DIRECT, so from the disk): $(awk -v b="$size" -v a="$t0" -v c="$t1" 'BEGIN { printf "%.2f", b / 1e9 / (c - a) }') GB/s"
 
 echo "== load into the same layout (DP 2) and into one process =="
 train --train-iters 10 --load "$OUT/sync" | grep "^> loaded"
