@@ -41,7 +41,8 @@ struct RankFileWriter::Slice {
   std::string checksum;                          // once complete
 };
 
-RankFileWriter::RankFileWriter(WriteMode mode) : mode_(mode) {}
+RankFileWriter::RankFileWriter(WriteMode mode, const io::DirectFileWriter::Options& io)
+    : mode_(mode), io_options_(io) {}
 // The direct writer first: it waits for its writes before the temporary is removed.
 RankFileWriter::~RankFileWriter() { direct_.reset(); }
 
@@ -97,8 +98,7 @@ void RankFileWriter::open(const std::string& dir, int rank) {
   file_ = std::make_unique<AtomicFile>(path_);
   if (mode_ == WriteMode::kDirectWhereSupported)
     direct_ = io::DirectFileWriter::open(file_->temporary_path(),
-                                         static_cast<int64_t>(planned.file_bytes),
-                                         io::DirectFileWriter::Options{});
+                                         static_cast<int64_t>(planned.file_bytes), io_options_);
 }
 
 void RankFileWriter::write_bytes(uint64_t offset, const void* data, size_t bytes) {

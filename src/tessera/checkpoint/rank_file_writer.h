@@ -20,8 +20,8 @@
 // piece, or its next read from NVMe, overlaps the disk's writing), not the page cache, whose
 // writeback ran at a sixth of the disk's rate on a project machine (docs/offload.md); through
 // the page cache (pwrite) where the file system refuses O_DIRECT or asks for an alignment above
-// 64 KiB, or when asked (kBuffered). The direct writer runs an I/O engine of its own with the
-// `aio` defaults (io_uring where allowed), not the run's offload engine or settings.
+// 64 KiB, or when asked (kBuffered). The direct writer runs an I/O engine of its own, with the
+// settings it is given (the trainer gives the run's `aio` block and back end).
 // The header is written last because it holds the checksums; they are 16 hex digits whatever
 // their value, so the header's length, and with it every data offset, is known at open().
 //
@@ -60,7 +60,9 @@ class RankFileWriter {
     kBuffered,              // the page cache (pwrite)
   };
 
-  explicit RankFileWriter(WriteMode mode = WriteMode::kDirectWhereSupported);
+  // `io`: the direct writer's engine settings (the run's `aio` block and back end).
+  explicit RankFileWriter(WriteMode mode = WriteMode::kDirectWhereSupported,
+                          const io::DirectFileWriter::Options& io = {});
   ~RankFileWriter();  // before commit(): removes the temporary file
   RankFileWriter(const RankFileWriter&) = delete;
   RankFileWriter& operator=(const RankFileWriter&) = delete;
@@ -97,6 +99,7 @@ class RankFileWriter {
   std::vector<Slice> slices_;
   std::map<std::string, std::vector<size_t>> by_name_;  // each name's slices by flat_begin
   WriteMode mode_;
+  io::DirectFileWriter::Options io_options_;
   std::unique_ptr<AtomicFile> file_;              // the temporary: naming, fsync, rename
   std::unique_ptr<io::DirectFileWriter> direct_;  // its data through O_DIRECT, where used
   std::string path_;

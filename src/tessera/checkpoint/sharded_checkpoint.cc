@@ -108,8 +108,9 @@ void RankSnapshot::add(const std::string& name, const TensorSlice& slice, const 
   bytes_ += slice.numel() * static_cast<int64_t>(sizeof(float));
 }
 
-void RankSnapshot::write(const std::string& dir, int rank) const {
-  RankFileWriter writer;
+void RankSnapshot::write(const std::string& dir, int rank,
+                         const io::DirectFileWriter::Options& io) const {
+  RankFileWriter writer(RankFileWriter::WriteMode::kDirectWhereSupported, io);
   for (const Entry& e : entries_) writer.declare(e.name, e.slice);
   writer.open(dir, rank);
   for (const Entry& e : entries_)

@@ -23,14 +23,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "tessera/checkpoint/safetensors.h"
 #include "tessera/checkpoint/tensor_slice.h"
+#include "tessera/io/direct_file_writer.h"
 
 namespace tessera::checkpoint {
 
@@ -59,8 +59,9 @@ class RankSnapshot {
   // Bytes of the copies.
   int64_t bytes() const { return bytes_; }
 
-  // Writes <dir>/rank_<rank>.safetensors (fsync'd). Throws tessera::Error on I/O errors.
-  void write(const std::string& dir, int rank) const;
+  // Writes <dir>/rank_<rank>.safetensors (fsync'd) through a RankFileWriter with the engine
+  // settings `io`. Throws tessera::Error on I/O errors.
+  void write(const std::string& dir, int rank, const io::DirectFileWriter::Options& io = {}) const;
 
  private:
   struct Entry {

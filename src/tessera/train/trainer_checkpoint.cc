@@ -121,8 +121,9 @@ struct StreamedFile {
 // holds. Copies no state.
 StreamedFile stream_rank_file(optim::Optimizer& optimizer, const SaveShare& share,
                               const std::vector<std::string>& states, const std::string& dir,
-                              int world_rank) {
-  checkpoint::RankFileWriter writer;
+                              int world_rank, const io::DirectFileWriter::Options& io) {
+  checkpoint::RankFileWriter writer(checkpoint::RankFileWriter::WriteMode::kDirectWhereSupported,
+                                    io);
   for (const optim::Optimizer::OwnedRun& run : optimizer.owned_runs()) {
     const model::Parameter& p = *run.param;
     if (const auto slice = written_slice(p, share, run.begin - p.offset, run.end - p.offset))
@@ -222,10 +223,14 @@ void Trainer::save_checkpoint(int64_t iteration) {
     if (victim) std::raise(SIGKILL);
   };
 
+  // The rank file goes through O_DIRECT on the run's `aio` settings and back end.
+  io::DirectFileWriter::Options io;
+  io.aio = offload_->plan.aio;
+  io.backend = offload_->plan.backend;
   if (!optimizer.storage().resident()) {
     // The state is on NVMe, where it may not fit in memory, and the next step rewrites it in
     // place: the file is streamed now, each piece written from the window the visit holds.
-    const StreamedFile file = stream_rank_file(optimizer, share, states, dir, world_rank);
+    const StreamedFile file = stream_rank_file(optimizer, share, states, dir, world_rank, io);
     pending.bytes = file.bytes;
     pending.held_bytes = file.largest_window_bytes;
     pending.streamed = true;
@@ -242,8 +247,8 @@ void Trainer::save_checkpoint(int64_t iteration) {
   for_each_saved(optimizer, share, states, add);
   pending.snapshot_s = seconds_since(t0);
   pending.bytes = pending.held_bytes = snapshot->bytes();
-  auto write = [snapshot, dir, world_rank, die_if_victim] {
-    snapshot->write(dir, world_rank);
+  auto write = [snapshot, dir, world_rank, die_if_victim, io] {
+    snapshot->write(dir, world_rank, io);
     die_if_victim();
   };
   if (a.async_save) {

@@ -8,12 +8,15 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "tessera/checkpoint/safetensors.h"
 #include "tessera/checkpoint/sharded_checkpoint.h"
 #include "tessera/core/error.h"
+#include "tessera/io/async_io.h"
 #include "testing/temp_dir.h"
 
 namespace tessera::checkpoint {
@@ -223,6 +226,24 @@ TEST(RankFileWriter, DirectAndBufferedWritesMakeTheReferenceBytes) {
               testing::read_bytes(ref + "/" + rank_file_name(0)))
         << (direct ? "O_DIRECT" : "page cache");
   }
+}
+
+// The direct writer runs on the engine settings it is given (the trainer gives the run's `aio`
+// block and back end): on the thread pool, where the test's injected EIO reaches it.
+TEST(RankFileWriter, DirectWritesUseTheGivenEngine) {
+  const std::vector<Entry> es = entries();
+  testing::TempDir dir(std::filesystem::current_path().string(), "rank-file-test");
+  io::set_thread_io_fault_injector([](const io::IoRequest&) { return EIO; });
+  io::DirectFileWriter::Options options;
+  options.backend = io::IoBackend::kThreads;
+  RankFileWriter writer(RankFileWriter::WriteMode::kDirectWhereSupported, options);
+  for (const Entry& e : es) writer.declare(e.name, e.slice);
+  writer.open(dir.path(), 0);
+  ASSERT_TRUE(writer.direct());
+  for (const Entry& e : es) give(writer, e, 0, e.slice.numel());
+  expect_error([&] { writer.commit(); }, std::strerror(EIO));
+  io::set_thread_io_fault_injector(nullptr);
+  EXPECT_FALSE(std::filesystem::exists(dir.file(rank_file_name(0))));
 }
 
 }  // namespace
