@@ -93,15 +93,23 @@ fi
 save=()
 [ "$SAVE" -eq 1 ] && save=(--save "$WORK/ckpt")
 ram=$(awk '/MemTotal/ { printf "%.1f", $2 / 1048576 }' /proc/meminfo)
+# The disk's own counters once a second while the model runs (/proc/diskstats: sectors read and
+# written), so the save's rate can be set beside what the disk did meanwhile.
+DEV="$(basename "$(df --output=source "$DIR" | tail -1)")"
+( while sleep 1; do
+    awk -v d="$DEV" -v t="$(date +%s.%N)" '$3 == d { print t, $6, $10 }' /proc/diskstats
+  done ) >"$WORK/diskstats.txt" 2>/dev/null &
+SAMPLER=$!
 /usr/bin/time -v "$BIN/tessera-train" "${MODEL[@]}" --mock-data --bf16 --zero-stage 1 \
   --micro-batch-size 1 --global-batch-size 1 --train-iters "$ITERS" --eval-iters 0 \
   --lr 1e-4 --log-interval 1 --num-threads "$(nproc)" \
   --offload-optimizer-nvme-path "$WORK" --offload-sub-group-size "$SUB_GROUP" \
   --offload-buffer-count 4 --offload-pipeline --offload-fast-init \
   --metrics-file "$WORK/metrics.jsonl" "${save[@]}" >"$WORK/train.out" 2>"$WORK/time.txt"
+kill "$SAMPLER" 2>/dev/null || true
 grep -E '^> (model|offload|memory report|saved checkpoint|  )' "$WORK/train.out"
 grep '^ iteration' "$WORK/train.out" | sed 's/ | number of skipped.*tokens/ | ... tokens/'
-python3 - "$WORK/metrics.jsonl" "$WORK/time.txt" "$WORK/train.out" "$ram" "$WORK/rates.txt.medians" <<'PY'
+python3 - "$WORK/metrics.jsonl" "$WORK/time.txt" "$WORK/train.out" "$ram" "$WORK/rates.txt.medians" "$WORK/diskstats.txt" <<'PY'
 import json, re, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(sys.argv[2]).read()).group(1))
@@ -132,4 +140,15 @@ if saved:
     print(f"save: {gb:.1f} GB written (and {gb:.1f} GB read from the swap file) in {s:.0f} s = "
           f"{gb/s:.2f} GB/s, {100*gb/s/fio_write:.0f} % of fio's write rate "
           f"(both directions together {2*gb/s:.2f} GB/s)")
+    # The disk during the save: the last whole seconds of the run (the save ends it), per second.
+    samples = [tuple(float(v) for v in l.split()) for l in open(sys.argv[6]) if l.strip()]
+    rates = [((b[1] - a[1]) * 512 / 1e9 / (b[0] - a[0]), (b[2] - a[2]) * 512 / 1e9 / (b[0] - a[0]))
+             for a, b in zip(samples, samples[1:])]
+    window = rates[-int(s) + 1:-1] if int(s) > 3 else []
+    if window:
+        reads, writes = [r for r, _ in window], [w for _, w in window]
+        print(f"the disk during the save ({len(window)} one-second samples, /proc/diskstats): read "
+              f"{min(reads):.2f}-{max(reads):.2f} GB/s (mean {sum(reads)/len(reads):.2f}), written "
+              f"{min(writes):.2f}-{max(writes):.2f} GB/s (mean {sum(writes)/len(writes):.2f}), "
+              f"together {sum(reads)/len(reads) + sum(writes)/len(writes):.2f} GB/s")
 PY
