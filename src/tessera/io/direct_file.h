@@ -15,6 +15,8 @@ namespace tessera::io {
 struct DirectIoAlignment {
   int64_t memory = 4096;
   int64_t offset = 4096;
+  // One alignment that satisfies both (for buffers whose address and length must be aligned).
+  int64_t strictest() const { return memory > offset ? memory : offset; }
 };
 
 // The alignment of `path` (a file or a directory): statx(STATX_DIOALIGN)'s dio_mem_align and

@@ -16,8 +16,7 @@ std::unique_ptr<DirectFileWriter> DirectFileWriter::open(const std::string& path
   TESSERA_CHECK(size >= 0 && options.staging_buffers >= 2 && options.staging_bytes > 0);
   std::optional<DirectFile> file = DirectFile::create_if_supported(path, size);
   if (!file) return nullptr;
-  const DirectIoAlignment align = file->alignment();
-  if (std::max(align.memory, align.offset) > kMaxAlignment) return nullptr;
+  if (file->alignment().strictest() > kMaxAlignment) return nullptr;
   return std::unique_ptr<DirectFileWriter>(new DirectFileWriter(std::move(*file), size, options));
 }
 

@@ -53,8 +53,7 @@ void NvmeStateStorage::initialize(int64_t numel, int arrays, const Initializer& 
   arrays_ = arrays;
   init_ = init;
   if (numel == 0) return;
-  const io::DirectIoAlignment align = io::direct_io_alignment(dir_.path());
-  const int64_t alignment = std::max(align.memory, align.offset);
+  const int64_t alignment = io::direct_io_alignment(dir_.path()).strictest();
   group_ = group_elems(numel, options_.sub_group_size, alignment);
   align_elems_ = alignment / 4;
   sub_groups_ = (numel + group_ - 1) / group_;

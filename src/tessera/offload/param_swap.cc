@@ -25,6 +25,12 @@ int64_t piece_elements(const ParamSwapOptions& options, int64_t largest_swapped)
   return std::min(options.buffer_size, largest_swapped);
 }
 
+// Bytes of one buffer: a piece, aligned for O_DIRECT.
+int64_t slot_bytes(const ParamSwapOptions& options, int64_t largest_swapped, int64_t elem_bytes,
+                   int64_t alignment) {
+  return io::align_up(piece_elements(options, largest_swapped) * elem_bytes, alignment);
+}
+
 // Which parts (their elements, in flat order; 0: nothing swapped) max_in_cpu keeps in memory:
 // the longest run of them from the first that fits.
 std::vector<bool> kept_in_memory(const std::vector<int64_t>& part_elems, int64_t max_in_cpu) {
@@ -54,8 +60,7 @@ ParamSwap::Sizes ParamSwap::sizes_for(const std::vector<int64_t>& part_elems,
       largest = std::max(largest, part_elems[i]);
   }
   if (largest > 0)
-    out.buffer_bytes = options.buffer_count *
-                       io::align_up(piece_elements(options, largest) * elem_bytes, alignment);
+    out.buffer_bytes = options.buffer_count * slot_bytes(options, largest, elem_bytes, alignment);
   return out;
 }
 
@@ -89,8 +94,7 @@ void ParamSwap::initialize(Tensor& values, std::vector<Range> parts) {
     largest = std::max(largest, e - b);
   }
   if (parts_.empty()) return;
-  const io::DirectIoAlignment align = io::direct_io_alignment(dir_.path());
-  alignment_ = std::max(align.memory, align.offset);
+  alignment_ = io::direct_io_alignment(dir_.path()).strictest();
   const int64_t piece_elems = piece_elements(options_, largest);
   for (Part& part : parts_) {
     part.first_piece = static_cast<int>(pieces_.size());
@@ -102,9 +106,9 @@ void ParamSwap::initialize(Tensor& values, std::vector<Range> parts) {
   }
   dir_.check_space(file_bytes_, "the parameters' swap file");
   file_ = io::DirectFile::create(dir_.file(name_), file_bytes_);
-  const int64_t slot_bytes = io::align_up(piece_elems * elem_bytes_, alignment_);
+  const int64_t bytes = slot_bytes(options_, largest, elem_bytes_, alignment_);
   for (int k = 0; k < options_.buffer_count; ++k)
-    slots_.push_back(Slot{io::AlignedBuffer(slot_bytes, alignment_, MemoryCategory::kParams)});
+    slots_.push_back(Slot{io::AlignedBuffer(bytes, alignment_, MemoryCategory::kParams)});
 }
 
 int64_t ParamSwap::buffer_bytes() const {

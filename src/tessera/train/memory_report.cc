@@ -444,11 +444,21 @@ double theoretical_zero3_gather_sends(const model::ModelConfig& c, const RankLay
   return bytes;
 }
 
-std::vector<int64_t> zero3_part_elements(const model::ModelConfig& c, const RankLayout& r) {
+namespace {
+
+// A unit's elements in the flat buffers: padded to a multiple of lcm(DP, expert DP), so that it
+// splits evenly over whichever group shards it.
+double padded_unit_elements(const Unit& u, const RankLayout& r) {
   const double multiple = static_cast<double>(std::lcm(int64_t{r.dp}, int64_t{r.expert_dp}));
+  return std::ceil(u.elements / multiple) * multiple;
+}
+
+}  // namespace
+
+std::vector<int64_t> zero3_part_elements(const model::ModelConfig& c, const RankLayout& r) {
   std::vector<int64_t> parts;
   for (const Unit& u : rank_units(c, r)) {
-    const double padded = std::ceil(u.elements / multiple) * multiple;
+    const double padded = padded_unit_elements(u, r);
     const int sharers = u.experts ? r.expert_dp : r.dp;
     parts.push_back(u.elements < r.persistence_threshold
                         ? 0
@@ -458,9 +468,8 @@ std::vector<int64_t> zero3_part_elements(const model::ModelConfig& c, const Rank
 }
 
 double allocated_parameter_elements(const model::ModelConfig& c, const RankLayout& r) {
-  const double multiple = static_cast<double>(std::lcm(int64_t{r.dp}, int64_t{r.expert_dp}));
   double elements = 0;
-  for (const Unit& u : rank_units(c, r)) elements += std::ceil(u.elements / multiple) * multiple;
+  for (const Unit& u : rank_units(c, r)) elements += padded_unit_elements(u, r);
   return elements;
 }
 

@@ -111,8 +111,7 @@ std::vector<RankLayout> rank_layouts(const TrainArgs& a, const comm::MeshLayout&
   const auto alignment_of = [](const std::string& path) {
     std::error_code missing;
     if (!std::filesystem::exists(path, missing)) return int64_t{4096};
-    const io::DirectIoAlignment align = io::direct_io_alignment(path);
-    return std::max(align.memory, align.offset);
+    return io::direct_io_alignment(path).strictest();
   };
   const int64_t optimizer_alignment =
       offload.optimizer_nvme ? alignment_of(offload.optimizer_path) : 0;

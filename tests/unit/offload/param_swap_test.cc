@@ -62,6 +62,14 @@ std::vector<uint16_t> copy(const Tensor& t) { return {bits(t), bits(t) + kElems}
 
 class ParamSwapTest : public ::testing::TestWithParam<io::IoBackend> {};
 
+// A swap directory under a fresh scratch directory and a thread-pool engine with DeepSpeed's
+// `aio` defaults: what most tests below swap through.
+struct SwapBed {
+  ScratchDir scratch;
+  SwapDirectory dir{scratch.path, "param", "nvme_path"};
+  SwapIo io{io::AioConfig{}, io::IoBackend::kThreads};
+};
+
 TEST_P(ParamSwapTest, OddPartsRoundTripBitwise) {
   ScratchDir scratch;
   SwapDirectory dir(scratch.path, "param", "nvme_path");
@@ -133,10 +141,8 @@ INSTANTIATE_TEST_SUITE_P(Backends, ParamSwapTest,
 // and gives its pages back at once, leaving the parts not passed yet in memory; write_out_all()
 // then writes only the rest. Every part reads back as the step left it, step after step.
 TEST(ParamSwap, WritingOutAsTheStepGoesReleasesEachPassedPart) {
-  ScratchDir scratch;
-  SwapDirectory dir(scratch.path, "param", "nvme_path");
-  SwapIo io(io::AioConfig{}, io::IoBackend::kThreads);
-  ParamSwap swap(dir, io, "params.swp", ParamSwapOptions{2, 1500, 0});
+  SwapBed bed;
+  ParamSwap swap(bed.dir, bed.io, "params.swp", ParamSwapOptions{2, 1500, 0});
   Tensor values = random_bf16(4);
   swap.initialize(values, kParts);
   swap.write_out_all();
@@ -167,11 +173,9 @@ TEST(ParamSwap, WritingOutAsTheStepGoesReleasesEachPassedPart) {
 }
 
 TEST(ParamSwap, MaxInCpuKeepsTheFirstPartsInMemory) {
-  ScratchDir scratch;
-  SwapDirectory dir(scratch.path, "param", "nvme_path");
-  SwapIo io(io::AioConfig{}, io::IoBackend::kThreads);
+  SwapBed bed;
   // Parts 1 and 2 (5097 elements) fit; part 3 would not, so it and all after it are swapped.
-  ParamSwap swap(dir, io, "params.swp", ParamSwapOptions{2, 100'000'000, 5097});
+  ParamSwap swap(bed.dir, bed.io, "params.swp", ParamSwapOptions{2, 100'000'000, 5097});
   Tensor values = random_bf16(2);
   const std::vector<uint16_t> ref = copy(values);
   swap.initialize(values, kParts);
@@ -191,20 +195,18 @@ TEST(ParamSwap, MaxInCpuKeepsTheFirstPartsInMemory) {
   EXPECT_LT(swap.file_bytes(), 2 * (1 + 13'011) + 2 * 65536);
 
   // A budget above everything swaps nothing: no file, no buffers.
-  ParamSwap none(dir, io, "none.swp", ParamSwapOptions{2, 1000, kElems});
+  ParamSwap none(bed.dir, bed.io, "none.swp", ParamSwapOptions{2, 1000, kElems});
   Tensor other = random_bf16(3);
   none.initialize(other, kParts);
   for (int u = 0; u < 5; ++u) EXPECT_FALSE(none.swapped(u));
   EXPECT_EQ(none.file_bytes(), 0);
   EXPECT_EQ(none.buffer_bytes(), 0);
-  EXPECT_FALSE(fs::exists(dir.file("none.swp")));
+  EXPECT_FALSE(fs::exists(bed.dir.file("none.swp")));
 }
 
 TEST(ParamSwap, AnIoErrorNamesTheFileAndLeavesTheSwapUsable) {
-  ScratchDir scratch;
-  SwapDirectory dir(scratch.path, "param", "nvme_path");
-  SwapIo io(io::AioConfig{}, io::IoBackend::kThreads);
-  ParamSwap swap(dir, io, "params.swp", ParamSwapOptions{3, 2000, 0});
+  SwapBed bed;
+  ParamSwap swap(bed.dir, bed.io, "params.swp", ParamSwapOptions{3, 2000, 0});
   Tensor values = random_bf16(4);
   const std::vector<uint16_t> ref = copy(values);
   swap.initialize(values, kParts);
@@ -218,7 +220,7 @@ TEST(ParamSwap, AnIoErrorNamesTheFileAndLeavesTheSwapUsable) {
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find(dir.file("params.swp")), std::string::npos) << what;
+    EXPECT_NE(what.find(bed.dir.file("params.swp")), std::string::npos) << what;
     EXPECT_NE(what.find("Input/output error"), std::string::npos) << what;
   }
   io::set_thread_io_fault_injector(nullptr);
