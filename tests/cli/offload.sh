@@ -32,7 +32,9 @@ for l in open(sys.argv[1]):
 # same_run A B: the metrics (loss and grad norm, every iteration) and exported weights of runs
 # A and B ($TMP/A.jsonl, $TMP/A.safetensors) are equal bit for bit.
 same_run() {
-  for key in lm_loss grad_norm; do
+  local keys=(lm_loss grad_norm)
+  grep -q '"num_zeros"' "$TMP/$1.jsonl" && keys+=(num_zeros)
+  for key in "${keys[@]}"; do
     diff <(fields "$TMP/$1.jsonl" $key) <(fields "$TMP/$2.jsonl" $key) >&2 || return 1
   done
   cmp "$TMP/$1.safetensors" "$TMP/$2.safetensors" >&2
@@ -96,6 +98,37 @@ check "ZeRO 3, DP 2, bf16, io_uring: optimizer state and parameters offloaded" \
   equal z3dp2 2 io_uring "${OPT[@]}" "${PARAM[@]}" -- "${Z3[@]}" --bf16
 check "ZeRO 3, TP 2 x DP 2, fp32, threads: optimizer state and parameters offloaded" \
   equal z3tp2dp2 4 threads "${OPT[@]}" "${PARAM[@]}" -- "${Z3[@]}" --tensor-model-parallel-size 2
+# The owned fp32 gradients go to the swap at the accumulation boundary (distributed/
+# gradient_offload.h): with gradient accumulation (4 micro-batches), the norm's zero count and
+# clipping; with gradients changed after the reduction (sequence parallelism's completion over
+# TP, the tied embedding's sum between the pipeline's ends), whose parts wait for the step; an
+# fp16 overflow skipping the step as in memory.
+check "ZeRO 2, DP 2, bf16, 4 micro-batches, zeros counted, clipped: gradients offloaded" \
+  equal accum 2 io_uring "${OPT[@]}" --offload-pipeline -- --zero-stage 2 --bf16 \
+  --global-batch-size 16 --log-num-zeros-in-grad --clip-grad 0.05
+# gradients_held NAME: the memory report's measured gradients (MiB) of run NAME's output.
+gradients_held() {
+  sed -n 's/^>   gradients *[0-9.]* | *\([0-9.]*\) |.*/\1/p' "$TMP/$1.out"
+}
+held_less() {
+  train held.mem 2 --train-iters 2 --zero-stage 2 && cp "$TMP/out" "$TMP/held.mem.out" &&
+    train held.nvme 2 --train-iters 2 --zero-stage 2 "${OPT[@]}" &&
+    cp "$TMP/out" "$TMP/held.nvme.out" || return 1
+  local mem nvme
+  mem=$(gradients_held held.mem) nvme=$(gradients_held held.nvme)
+  echo "  gradients held after a step: $mem MiB in memory, $nvme MiB offloaded" >&2
+  python3 -c "import sys; sys.exit(not (float('$nvme') < 0.1 * float('$mem')))"
+}
+check "the offloaded run holds under a tenth of the in-memory run's gradients" held_less
+check "ZeRO 1, TP 2 (sequence parallel) x DP 2, fp32: late gradients stored at the step" \
+  equal late_sp 4 threads "${OPT[@]}" -- --zero-stage 1 --tensor-model-parallel-size 2 \
+  --sequence-parallel
+check "ZeRO 2, PP 2 x DP 2, bf16: the tied embedding's gradients stored at the step" \
+  equal late_tied 4 io_uring "${OPT[@]}" -- --zero-stage 2 --pipeline-model-parallel-size 2 \
+  --global-batch-size 8 --bf16
+check "ZeRO 2, DP 2, fp16: an overflow planted in iteration 2 skips the step as in memory" \
+  equal overflow 2 threads "${OPT[@]}" -- --zero-stage 2 --fp16 --initial-loss-scale 128 \
+  --inject-overflow-at-iteration 2
 # Above, each layout runs once and each stage with both dtypes and both I/O back ends.
 # OFFLOAD_FULL_MATRIX=1 runs every layout with every dtype and back end (24 runs, ~1 minute).
 if [ "${OFFLOAD_FULL_MATRIX:-0}" = 1 ]; then
@@ -190,7 +223,7 @@ streamed_save() {
   grep -q "^note: --async-save: the optimizer state is on NVMe, .* streamed from it synchronously" \
     "$TMP/out" || return 1
   nvme=$(sed -n 's/^> saved checkpoint .*state held for it: \([0-9.]*\) MB per rank at most (streamed from NVMe, one window at a time)$/\1/p' "$TMP/out")
-  group=$(sed -n 's/^> offload: optimizer state .* sub-groups of \([0-9]*\)).*/\1/p' "$TMP/out")
+  group=$(sed -n 's/^> offload: optimizer state .* sub-groups of \([0-9]*\)[;)].*/\1/p' "$TMP/out")
   echo "  state held by the save: $copy MB in memory, $nvme MB streamed (sub-groups of $group)" >&2
   python3 -c 'import sys
 copy, nvme, group = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
@@ -236,6 +269,9 @@ killed() {
 check "a kill during the optimizer step: swap files cleaned, resume exact" killed
 
 # Bad settings: one line naming the key, exit 2 on every rank.
+check "--dump-numerics with the optimizer state (and so the gradients) on NVMe" expect_error 2 \
+  "--dump-numerics records the gradients after the step" --zero-stage 1 "${OPT[@]}" \
+  --dump-numerics "$TMP/dump" --train-iters 1
 check "parameter offload below ZeRO 3" expect_error 2 \
   ".*zero_optimization.offload_param (--offload-param-nvme-path) needs ZeRO stage 3: the run is at stage 2" \
   --train-iters 1 --zero-stage 2 --offload-param-nvme-path "$NVME"

@@ -82,6 +82,10 @@ DataParallelGrads::DataParallelGrads(model::ParameterSet& params,
 }
 
 void DataParallelGrads::start_iteration() {
+  if (boundary_hook_) {  // the owned gradients leave memory at the boundary: none held before
+    release_pages(params_.flat_grads().raw(), params_.flat_grads().nbytes());
+    return;
+  }
   if (!plan_.shards_gradients() || (dp_size_ == 1 && !expert_dp_)) {
     params_.zero_grads();
     return;
@@ -113,24 +117,27 @@ void DataParallelGrads::launch(size_t b) {
 void DataParallelGrads::complete(size_t b) {
   work_[b].wait();
   work_[b] = comm::Work();
-  if (!sharded() || size_of(b) == 1) return;
-  float* grads = params_.flat_grads().data<float>();
-  const FlatRange mine = owned_part(b), bucket = buckets_[b];
-  const float* src = scatter_out_[b].data<float>();
-  std::copy(src, src + mine.size(), grads + mine.begin);
-  scatter_out_[b] = Tensor();
-  if (plan_.shards_gradients()) {  // the unowned parts are scratch until the next micro-batch
-    release_pages(grads + bucket.begin, (mine.begin - bucket.begin) * sizeof(float));
-    release_pages(grads + mine.end, (bucket.end - mine.end) * sizeof(float));
+  if (sharded() && size_of(b) > 1) {
+    float* grads = params_.flat_grads().data<float>();
+    const FlatRange mine = owned_part(b), bucket = buckets_[b];
+    const float* src = scatter_out_[b].data<float>();
+    std::copy(src, src + mine.size(), grads + mine.begin);
+    scatter_out_[b] = Tensor();
+    if (plan_.shards_gradients()) {  // the unowned parts are scratch until the next micro-batch
+      release_pages(grads + bucket.begin, (mine.begin - bucket.begin) * sizeof(float));
+      release_pages(grads + mine.end, (bucket.end - mine.end) * sizeof(float));
+    }
   }
+  if (boundary_ && boundary_hook_) boundary_hook_(owned_part(b));
 }
 
 void DataParallelGrads::grads_ready(int64_t offset) {
   if (!plan_.overlap_grad_reduce) return;
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].begin >= offset)
     launch(next_launch_++);
-  // Stage 2 gives pages back as soon as a bucket is reduced, not at the end of backward.
-  if (plan_.shards_gradients())
+  // Stage 2 gives pages back as soon as a bucket is reduced, not at the end of backward; so
+  // does the boundary hook (the gradients leave memory) at any stage.
+  if (plan_.shards_gradients() || (boundary_ && boundary_hook_))
     while (next_complete_ < next_launch_ && work_[next_complete_].done())
       complete(next_complete_++);
 }

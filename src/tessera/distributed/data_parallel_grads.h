@@ -37,6 +37,7 @@
 // buckets padded to multiples of DP split evenly over it too.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -72,8 +73,17 @@ class DataParallelGrads {
                     std::shared_ptr<comm::ProcessGroup> expert_dp = nullptr,
                     std::vector<FlatRange> expert_ranges = {});
 
-  // Zeroes the gradients for a new iteration (stage 2: the owned parts; the rest is released).
+  // Zeroes the gradients for a new iteration (stage 2: the owned parts; the rest is released;
+  // with a boundary hook, everything is released: zero pages until backward writes them).
   void start_iteration();
+  // Whether the coming reductions are the iteration's last (its last micro-batch): the owned
+  // gradients they leave are final.
+  void set_accumulation_boundary(bool last) { boundary_ = last; }
+  // Called with each owned range (owned_part of a bucket) once its gradients are final: at the
+  // accumulation boundary, when the bucket's reduction completed (GradientOffload::part_final).
+  void set_boundary_hook(std::function<void(const FlatRange&)> hook) {
+    boundary_hook_ = std::move(hook);
+  }
   // Whether the micro-batch `m` of `count` reduces (and so should report readiness).
   bool reduces_in(int64_t m, int64_t count) const {
     return plan_.shards_gradients() || m == count - 1;
@@ -125,6 +135,8 @@ class DataParallelGrads {
   size_t next_complete_ = 0;         // buckets [0, next_complete_) have been completed
   std::vector<comm::Work> work_;     // per bucket
   std::vector<Tensor> scatter_out_;  // per bucket: the reduce-scatter output (this rank's part)
+  bool boundary_ = true;
+  std::function<void(const FlatRange&)> boundary_hook_;
 };
 
 }  // namespace tessera::distributed

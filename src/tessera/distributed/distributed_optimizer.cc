@@ -41,17 +41,14 @@ void DistributedOptimizer::set_experts(std::vector<FlatRange> ranges,
   if (params_.numel() > at) dense_ranges_.push_back({at, params_.numel()});
 }
 
-namespace {
-
-// Elements of x (n) that are exactly zero (either sign).
-double count_zeros(const float* x, int64_t n) {
-  int64_t zeros = 0;
-#pragma omp parallel for reduction(+ : zeros) schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) zeros += x[i] == 0.0f ? 1 : 0;
-  return static_cast<double>(zeros);
+void DistributedOptimizer::set_gradient_offload(GradientOffload* offload) {
+  TESSERA_CHECK(offload == nullptr || optimizer_->sharded());
+  grad_offload_ = offload;
 }
 
-}  // namespace
+void DistributedOptimizer::begin_iteration(int64_t iteration) {
+  if (grad_offload_) grad_offload_->begin_iteration(iteration == policy_.inject_overflow_at);
+}
 
 double DistributedOptimizer::sum_counted(
     const std::function<double(const std::vector<FlatRange>*)>& local) const {
@@ -97,11 +94,19 @@ StepResult DistributedOptimizer::step(int64_t iteration, double loss_sum, double
   const auto* owned = sharded ? &dp_grads_.owned() : nullptr;
   tp_grads_.finalize(owned);
   Tensor& grads = params_.flat_grads();
-  if (iteration == policy_.inject_overflow_at) grads.data<float>()[0] = INFINITY;
-  const double sum_sq = sum_counted(
-      [&](const std::vector<FlatRange>* only) { return tp_grads_.local_sum_squares(only); });
+  // With the gradients offloaded, what is still in memory is stored now; the norm's terms were
+  // taken as they left.
+  if (grad_offload_) {
+    grad_offload_->before_step();
+  } else if (iteration == policy_.inject_overflow_at) {
+    grads.data<float>()[0] = INFINITY;
+  }
+  const double sum_sq = sum_counted([&](const std::vector<FlatRange>* only) {
+    return grad_offload_ ? grad_offload_->local_sum_squares() : tp_grads_.local_sum_squares(only);
+  });
   if (policy_.count_zeros_in_grad)
     out.num_zeros = sum_counted([&](const std::vector<FlatRange>* only) {
+      if (grad_offload_) return grad_offload_->local_zeros();
       double zeros = 0;
       for (const FlatRange& r : tp_grads_.counted_ranges(only))
         zeros += count_zeros(grads.data<float>() + r.begin, r.size());

@@ -22,6 +22,7 @@
 
 #include "tessera/comm/process_group.h"
 #include "tessera/distributed/data_parallel_grads.h"
+#include "tessera/distributed/gradient_offload.h"
 #include "tessera/distributed/tensor_parallel_grads.h"
 #include "tessera/distributed/zero3_params.h"
 #include "tessera/model/parameter.h"
@@ -69,6 +70,13 @@ class DistributedOptimizer {
   // Every rank of a stage with MoE experts must call this (the others must not).
   void set_experts(std::vector<FlatRange> ranges, std::shared_ptr<comm::ProcessGroup> expert_model,
                    bool adds_stage_experts);
+
+  // The owned gradients leave memory at the accumulation boundary (optimizer state on NVMe):
+  // the step takes the norm from `offload` and the gradients from the optimizer's storage. It
+  // must outlive this; the optimizer must be sharded.
+  void set_gradient_offload(GradientOffload* offload);
+  // Before an iteration's micro-batches (the gradient offload's bookkeeping).
+  void begin_iteration(int64_t iteration);
 
   // The factor the backward multiplies the loss by (1 unless fp16).
   double loss_scale() const { return scaler_->scale(); }
@@ -124,6 +132,7 @@ class DistributedOptimizer {
   Zero3Params* zero3_;
   std::shared_ptr<comm::ProcessGroup> world_, model_group_;
   StepPolicy policy_;
+  GradientOffload* grad_offload_ = nullptr;
   std::vector<FlatRange> expert_ranges_, dense_ranges_;  // set_experts()
   std::shared_ptr<comm::ProcessGroup> expert_model_;
   bool adds_stage_experts_ = false;

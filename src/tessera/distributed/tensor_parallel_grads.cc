@@ -113,6 +113,15 @@ std::vector<FlatRange> TensorParallelGrads::counted_ranges(
   return intersect(norm_ranges_, only);
 }
 
+std::vector<FlatRange> TensorParallelGrads::finalized_ranges() const {
+  if (tp_.size() == 1) return {};
+  std::vector<FlatRange> out;
+  if (tp_.sequence_parallel()) out = sequence_parallel_;
+  for (const auto& [replicas, ranges] : replicated_)
+    out.insert(out.end(), ranges.begin(), ranges.end());
+  return out;
+}
+
 double TensorParallelGrads::sum_squares() const {
   return sum_over(tp_.group().get(), {local_sum_squares()})[0];
 }

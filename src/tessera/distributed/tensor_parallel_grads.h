@@ -40,6 +40,8 @@ class TensorParallelGrads {
   // to `only` when given: where it sums anything else taken once per global element (the
   // parameter norm, the gradient's zeros).
   std::vector<FlatRange> counted_ranges(const std::vector<FlatRange>* only = nullptr) const;
+  // The flat ranges finalize() changes (empty when TP is 1): gradients not final until then.
+  std::vector<FlatRange> finalized_ranges() const;
   // The squared norm of the global gradient (after finalize()), summed over TP; identical on
   // every TP rank. Collective.
   double sum_squares() const;

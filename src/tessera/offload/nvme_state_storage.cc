@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 
 #include "tessera/core/error.h"
 #include "tessera/core/memory.h"
@@ -15,14 +16,22 @@ NvmeStateStorage::NvmeStateStorage(SwapDirectory& dir, SwapIo& io, const std::st
   TESSERA_CHECK(options_.buffer_count >= 2 && options_.sub_group_size > 0);
 }
 
-NvmeStateStorage::~NvmeStateStorage() {
-  for (Slot& slot : slots_) {
-    if (slot.pending < 0) continue;
+NvmeStateStorage::~NvmeStateStorage() { wait_all_requests(); }
+
+void NvmeStateStorage::wait_all_requests() {
+  const auto wait = [&](io::AsyncIo::Ticket& ticket) {
+    if (ticket < 0) return;
     try {
-      io_.wait(slot.pending);
+      io_.wait(ticket);
     } catch (...) {
     }
+    ticket = -1;
+  };
+  for (Slot& slot : slots_) {
+    wait(slot.pending);
+    wait(slot.grad_pending);
   }
+  for (GradientChunk& chunk : chunks_) wait(chunk.pending);
 }
 
 namespace {
@@ -33,19 +42,36 @@ int64_t group_elems(int64_t numel, int64_t sub_group_size, int64_t alignment) {
   return io::align_up(std::max<int64_t>(1, std::min(numel, sub_group_size)) * 4, alignment) / 4;
 }
 
+// Arrays in a buffer: the state's, and the gradients when held.
+int slot_arrays(int arrays, const NvmeStateOptions& options) {
+  return arrays + (options.gradients ? 1 : 0);
+}
+
+// The gradient chunk: the aio block rounded to the alignment, no larger than the gradients' file.
+int64_t chunk_bytes_for(int64_t grad_file_bytes, const NvmeStateOptions& options,
+                        int64_t alignment) {
+  return std::min(io::align_up(std::max<int64_t>(1, options.gradient_chunk_bytes), alignment),
+                  grad_file_bytes);
+}
+
 }  // namespace
 
 int64_t NvmeStateStorage::file_bytes_for(int64_t numel, int arrays, const NvmeStateOptions& options,
                                          int64_t alignment) {
   if (numel == 0) return 0;
   const int64_t group = group_elems(numel, options.sub_group_size, alignment);
-  return (numel + group - 1) / group * group * 4 * arrays;
+  return (numel + group - 1) / group * group * 4 * slot_arrays(arrays, options);
 }
 
 int64_t NvmeStateStorage::buffer_bytes_for(int64_t numel, int arrays,
                                            const NvmeStateOptions& options, int64_t alignment) {
   if (numel == 0) return 0;
-  return options.buffer_count * group_elems(numel, options.sub_group_size, alignment) * 4 * arrays;
+  const int64_t group = group_elems(numel, options.sub_group_size, alignment);
+  const int64_t chunks =
+      options.gradients ? kGradientChunks * chunk_bytes_for((numel + group - 1) / group * group * 4,
+                                                            options, alignment)
+                        : 0;
+  return options.buffer_count * group * 4 * slot_arrays(arrays, options) + chunks;
 }
 
 void NvmeStateStorage::initialize(int64_t numel, int arrays, const Initializer& init) {
@@ -57,7 +83,11 @@ void NvmeStateStorage::initialize(int64_t numel, int arrays, const Initializer& 
   group_ = group_elems(numel, options_.sub_group_size, alignment);
   align_elems_ = alignment / 4;
   sub_groups_ = (numel + group_ - 1) / group_;
-  slot_bytes_ = group_ * 4 * arrays_;
+  state_bytes_ = group_ * 4 * arrays_;
+  slot_bytes_ = group_ * 4 * slot_arrays(arrays_, options_);
+  alignment_ = alignment;
+  if (options_.gradients)
+    chunk_bytes_ = chunk_bytes_for(sub_groups_ * group_ * 4, options_, alignment);
   // The buffers are allocated and touched whole: buffers larger than the host's memory (with
   // those of the run's other ranks there) can never run, and would end in the kernel's OOM kill
   // rather than an error (DeepSpeed's default sub_group_size of 1e9 elements makes 12 GB buffers
@@ -66,21 +96,28 @@ void NvmeStateStorage::initialize(int64_t numel, int arrays, const Initializer& 
   const double needed = static_cast<double>(buffer_bytes()) * options_.ranks_on_host;
   if (host > 0 && needed > host) {
     char text[400];
-    std::snprintf(text, sizeof(text),
-                  "offload_optimizer: %d buffers of a sub-group (%lld elements x %d fp32 arrays) "
-                  "need %.1f GB of host memory%s, more than this host's %.1f GB: lower "
-                  "zero_optimization.sub_group_size (--offload-sub-group-size) or "
-                  "offload_optimizer.buffer_count (--offload-buffer-count)",
-                  options_.buffer_count, static_cast<long long>(group_), arrays_, needed / 1e9,
-                  options_.ranks_on_host > 1
-                      ? (" for the " + std::to_string(options_.ranks_on_host) + " ranks there")
-                            .c_str()
-                      : "",
-                  host / 1e9);
+    std::snprintf(
+        text, sizeof(text),
+        "offload_optimizer: %d buffers of a sub-group (%lld elements x %d fp32 arrays) "
+        "need %.1f GB of host memory%s, more than this host's %.1f GB: lower "
+        "zero_optimization.sub_group_size (--offload-sub-group-size) or "
+        "offload_optimizer.buffer_count (--offload-buffer-count)",
+        options_.buffer_count, static_cast<long long>(group_), slot_arrays(arrays_, options_),
+        needed / 1e9,
+        options_.ranks_on_host > 1
+            ? (" for the " + std::to_string(options_.ranks_on_host) + " ranks there").c_str()
+            : "",
+        host / 1e9);
     throw Error(text);
   }
-  dir_.check_space(file_bytes(), "the optimizer's swap file");
-  file_ = io::DirectFile::create(dir_.file(name_), file_bytes());
+  dir_.check_space(file_bytes(), "the optimizer's swap files");
+  file_ = io::DirectFile::create(dir_.file(name_), sub_groups_ * state_bytes_);
+  if (options_.gradients) {
+    grad_file_ = io::DirectFile::create(dir_.file(name_ + ".gradients"), sub_groups_ * group_ * 4);
+    for (int k = 0; k < kGradientChunks; ++k)
+      chunks_.push_back(
+          GradientChunk{io::AlignedBuffer(chunk_bytes_, alignment, MemoryCategory::kOptimizer)});
+  }
   for (int k = 0; k < options_.buffer_count; ++k)
     slots_.push_back(Slot{io::AlignedBuffer(slot_bytes_, alignment, MemoryCategory::kOptimizer)});
   written_.assign(sub_groups_, false);
@@ -115,6 +152,11 @@ optim::StateStorage::Window NvmeStateStorage::window_of(Slot& slot) {
 
 void NvmeStateStorage::finish(int s) {
   Slot& slot = slots_[s];
+  if (slot.grad_pending >= 0) {
+    const io::AsyncIo::Ticket ticket = slot.grad_pending;
+    slot.grad_pending = -1;
+    io_.wait(ticket);
+  }
   if (slot.pending < 0) return;
   const io::AsyncIo::Ticket ticket = slot.pending;
   slot.pending = -1;
@@ -136,12 +178,87 @@ int NvmeStateStorage::free_slot(bool may_wait) {
   return oldest;
 }
 
-void NvmeStateStorage::start_read(int s, int64_t group) {
+void NvmeStateStorage::start_read(int s, int64_t group, bool with_grads) {
   Slot& slot = slots_[s];
   slot.group = group;
+  slot.has_grads = false;
   // A sub-group never written (fast_init) is produced by the initialiser instead.
   if (written_[group])
     slot.pending = io_.read(file_, slot.buffer.data(), io_bytes_of(group), offset_of(group));
+  if (with_grads) start_gradient_read(s);
+}
+
+void NvmeStateStorage::start_gradient_read(int s) {
+  Slot& slot = slots_[s];
+  const int64_t g = slot.group;
+  slot.grad_pending = io_.read(grad_file_, static_cast<char*>(slot.buffer.data()) + state_bytes_,
+                               padded_of(g) * 4, g * group_ * 4);
+  slot.has_grads = true;
+}
+
+NvmeStateStorage::GradientChunk& NvmeStateStorage::chunk_for(int64_t index) {
+  for (GradientChunk& c : chunks_)
+    if (c.index == index) return c;
+  for (GradientChunk& c : chunks_)
+    if (c.index < 0 && c.pending < 0) return c;
+  // Every chunk is being filled or written: wait for the oldest write (the lowest ticket).
+  GradientChunk* oldest = nullptr;
+  for (GradientChunk& c : chunks_)
+    if (c.pending >= 0 && (oldest == nullptr || c.pending < oldest->pending)) oldest = &c;
+  if (oldest) {
+    const io::AsyncIo::Ticket ticket = oldest->pending;
+    oldest->pending = -1;
+    io_.wait(ticket);
+    return *oldest;
+  }
+  // Every chunk is partly filled: the pieces left gaps (parts stored later, after the
+  // tensor-parallel completion of their gradients). One more buffer, kept for the run.
+  chunks_.push_back(
+      GradientChunk{io::AlignedBuffer(chunk_bytes_, alignment_, MemoryCategory::kOptimizer)});
+  return chunks_.back();
+}
+
+void NvmeStateStorage::store_gradients(int64_t packed_begin, const float* grads, int64_t count) {
+  TESSERA_CHECK(options_.gradients && packed_begin >= 0 && count >= 0 &&
+                packed_begin + count <= numel_);
+  const int64_t begin = packed_begin * 4, end = (packed_begin + count) * 4;
+  const char* src = reinterpret_cast<const char*>(grads);
+  for (int64_t k = begin / chunk_bytes_; k * chunk_bytes_ < end; ++k) {
+    const int64_t chunk_begin = k * chunk_bytes_;
+    const int64_t lo = std::max(begin, chunk_begin), hi = std::min(end, chunk_begin + chunk_bytes_);
+    GradientChunk& c = chunk_for(k);
+    c.index = k;
+    std::memcpy(static_cast<char*>(c.buffer.data()) + (lo - chunk_begin), src + (lo - begin),
+                hi - lo);
+    c.filled += hi - lo;
+    // The chunk's gradients (the last one ends with the file's elements) are all there: write
+    // it, padded to the alignment (the padding lies past the last sub-group's elements).
+    const int64_t data = std::min(chunk_bytes_, numel_ * 4 - chunk_begin);
+    if (c.filled == data) {
+      c.pending =
+          io_.write(grad_file_, c.buffer.data(), io::align_up(data, alignment_), chunk_begin);
+      c.index = -1;
+      c.filled = 0;
+    }
+  }
+  grad_bytes_stored_ += end - begin;
+  grads_ready_ = false;
+}
+
+void NvmeStateStorage::gradients_stored() {
+  if (!options_.gradients) return;
+  TESSERA_CHECK_MSG(grad_bytes_stored_ == numel_ * 4,
+                    "internal: not every owned gradient was stored before the step");
+  for (const GradientChunk& c : chunks_)
+    TESSERA_CHECK_MSG(c.index < 0, "internal: a gradient chunk was not filled");
+  for (GradientChunk& c : chunks_) {
+    if (c.pending < 0) continue;
+    const io::AsyncIo::Ticket ticket = c.pending;
+    c.pending = -1;
+    io_.wait(ticket);
+  }
+  grad_bytes_stored_ = 0;
+  grads_ready_ = true;
 }
 
 void NvmeStateStorage::prefetch() {
@@ -156,7 +273,7 @@ void NvmeStateStorage::prefetch() {
     if (written_now) break;
     const int free = free_slot(false);
     if (free < 0) break;
-    start_read(free, g);
+    start_read(free, g, false);  // the gradients are not written yet
   }
 }
 
@@ -169,6 +286,8 @@ int NvmeStateStorage::slot_of(int64_t group) const {
 void NvmeStateStorage::for_each_window(optim::StateAccess access,
                                        const std::function<void(const Window&)>& fn) {
   if (numel_ == 0) return;
+  const bool grads = access == optim::StateAccess::kStep && options_.gradients;
+  TESSERA_CHECK_MSG(!grads || grads_ready_, "internal: a step before its gradients were stored");
   // Writes of the last visit may still be in flight (pipeline_write): finish them, so a read
   // of the same sub-group sees the new state. Reads started by prefetch() are kept.
   for (size_t s = 0; s < slots_.size(); ++s)
@@ -180,22 +299,28 @@ void NvmeStateStorage::for_each_window(optim::StateAccess access,
       if (s < 0) {
         s = free_slot(true);
         TESSERA_CHECK(s >= 0);
-        start_read(s, g);
+        start_read(s, g, grads);
+      } else if (grads && !slots_[s].has_grads) {
+        start_gradient_read(s);  // read ahead by prefetch(), before the gradients existed
       }
       next_read = std::max(next_read, g + 1);
       if (options_.pipeline_read)
         for (; next_read < sub_groups_; ++next_read) {
-          if (slot_of(next_read) >= 0) continue;  // read ahead already (prefetch())
+          if (const int held = slot_of(next_read); held >= 0) {  // read ahead by prefetch()
+            if (grads && !slots_[held].has_grads) start_gradient_read(held);
+            continue;
+          }
           const int f = free_slot(true);
           if (f < 0) break;
-          start_read(f, next_read);
+          start_read(f, next_read, grads);
         }
       finish(s);
       Slot& slot = slots_[s];
-      const Window w = window_of(slot);
+      Window w = window_of(slot);
       if (!written_[g]) init_(w);
+      if (grads) w.grads = slot.buffer.as<float>() + state_bytes_ / 4;
       fn(w);
-      if (access == optim::StateAccess::kReadWrite) {
+      if (access != optim::StateAccess::kRead) {
         slot.pending = io_.write(file_, slot.buffer.data(), io_bytes_of(g), offset_of(g));
         slot.writing = true;
         slot.writing_group = g;
@@ -207,19 +332,14 @@ void NvmeStateStorage::for_each_window(optim::StateAccess access,
         }
       }
       slot.group = -1;
+      slot.has_grads = false;
     }
+    if (grads) grads_ready_ = false;  // a step uses them once
   } catch (...) {
     // No buffer may be reused (or freed) under a request still in flight; the first error is
     // the one reported.
-    for (Slot& slot : slots_) {
-      if (slot.pending >= 0) {
-        try {
-          io_.wait(slot.pending);
-        } catch (...) {
-        }
-      }
-      slot = Slot{std::move(slot.buffer)};
-    }
+    wait_all_requests();
+    for (Slot& slot : slots_) slot = Slot{std::move(slot.buffer)};
     throw;
   }
 }

@@ -61,6 +61,7 @@ void Optimizer::visit_pieces(StateAccess access,
       if (lo >= hi) continue;
       const int64_t flat = run.begin + (lo - run_packed_[k]);
       StateRun piece{run.param, flat, flat + (hi - lo), nullptr, {}, lo, window};
+      if (w.grads) piece.grad = w.grads + (lo - w.begin);
       // Without a separate master (fp32 compute) it is the model's buffer itself.
       piece.master = separate_master_ ? w.arrays[0] + (lo - w.begin) : values + flat;
       for (size_t a = first_moment; a < w.arrays.size(); ++a)
@@ -132,9 +133,12 @@ void Optimizer::step(double lr_all, float grad_scale, double decoupled_lr,
                      const std::function<void(int64_t)>& updated_through) {
   ++steps_;
   const float* grads = params_.flat_grads().data<float>();
-  visit_pieces(StateAccess::kReadWrite, [&](const StateRun& run) {
+  // The gradients come with the state where the storage holds them (NVMe offload), else from
+  // the model's flat buffer.
+  visit_pieces(StateAccess::kStep, [&](const StateRun& run) {
     const model::Parameter& p = *run.param;
     const int64_t b = run.begin, n = run.end - run.begin;
+    const float* g = run.grad ? run.grad : grads + b;
     const float wd = p.weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f;
     const double lr = decoupled_lr >= 0 && p.embedding_or_output ? decoupled_lr : lr_all;
     visit_float(params_.compute_dtype(), [&](auto tag) {
@@ -142,10 +146,10 @@ void Optimizer::step(double lr_all, float grad_scale, double decoupled_lr,
       // Without a separate master the step updated the model's buffer: nothing to copy back.
       T* out = separate_master_ ? params_.flat_values().data<T>() + b : nullptr;
       if (options_.kind == "sgd") {
-        kernels::sgd_step(run.master, run.state[0], out, grads + b, n, static_cast<float>(lr),
+        kernels::sgd_step(run.master, run.state[0], out, g, n, static_cast<float>(lr),
                           static_cast<float>(options_.momentum), wd, steps_, grad_scale);
       } else {
-        kernels::adamw_step(run.master, run.state[0], run.state[1], out, grads + b, n,
+        kernels::adamw_step(run.master, run.state[0], run.state[1], out, g, n,
                             static_cast<float>(lr), static_cast<float>(options_.beta1),
                             static_cast<float>(options_.beta2), static_cast<float>(options_.eps),
                             wd, steps_, grad_scale);

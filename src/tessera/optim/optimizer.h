@@ -88,6 +88,9 @@ class Optimizer {
     std::vector<float*> state;
     int64_t packed;  // the packed index of element `begin` among the owned elements
     int64_t window;  // the storage window it came in (0, 1, ...): one window is resident at once
+    // A kStep visit of a storage that holds the gradients: element `begin`'s gradient there
+    // (else null: the gradients are the model's flat buffer).
+    const float* grad = nullptr;
   };
   // Calls fn for every owned run, in flat order, with its state resident for the call only. With
   // the state in memory each run comes whole (one window); on NVMe a run may come in several

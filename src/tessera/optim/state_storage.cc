@@ -1,6 +1,12 @@
 #include "tessera/optim/state_storage.h"
 
+#include "tessera/core/error.h"
+
 namespace tessera::optim {
+
+void StateStorage::store_gradients(int64_t, const float*, int64_t) {
+  throw Error("internal: this optimizer state storage does not hold gradients");
+}
 
 void InMemoryStateStorage::initialize(int64_t numel, int arrays, const Initializer& init) {
   numel_ = numel;

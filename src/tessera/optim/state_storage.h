@@ -9,6 +9,13 @@
 // Window::arrays[k][0 .. end - begin). With Access::kRead the values must not be changed; with
 // kReadWrite changes are kept. A window's pointers are valid only inside its call. Not
 // thread-safe: one visit at a time.
+//
+// A storage may also hold a step's input gradients (holds_gradients(): the NVMe storage, whose
+// point is that the fp32 gradients of the partition need not stay in memory either, as
+// DeepSpeed's swapper moves them at the accumulation boundary). Before a step every packed
+// element's gradient is handed over once by store_gradients(), in any order, then
+// gradients_stored(); the step's visit (kStep) gives each window its gradients in
+// Window::grads, indexed like the arrays. Storages that do not hold them leave grads null.
 #pragma once
 
 #include <cstdint>
@@ -19,13 +26,15 @@
 
 namespace tessera::optim {
 
-enum class StateAccess { kRead, kReadWrite };
+// kStep: kReadWrite, and the windows carry the stored gradients (holds_gradients()).
+enum class StateAccess { kRead, kReadWrite, kStep };
 
 class StateStorage {
  public:
   struct Window {
     int64_t begin = 0, end = 0;  // packed indices [begin, end)
     std::vector<float*> arrays;  // one per array, each pointing at element `begin`
+    const float* grads = nullptr;  // kStep on a storage that holds gradients: element `begin`'s
   };
   // Fills a window with the state a new optimizer starts from (called once per element before
   // any visit reads it).
@@ -41,6 +50,14 @@ class StateStorage {
   // Whether the arrays are in this process's memory for the optimizer's life (whole-buffer
   // pointers stay valid): true for the in-memory storage.
   virtual bool resident() const = 0;
+
+  // Gradients held for the next step (see above). The defaults hold none.
+  virtual bool holds_gradients() const { return false; }
+  // Hands over `count` gradients of packed elements [packed_begin, packed_begin + count); the
+  // values are copied before it returns.
+  virtual void store_gradients(int64_t packed_begin, const float* grads, int64_t count);
+  // Every packed element's gradient of this step was handed over: waits until they are stored.
+  virtual void gradients_stored() {}
 };
 
 // The state as tensors in memory (MemoryCategory::kOptimizer): one window over everything.

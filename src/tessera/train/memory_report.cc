@@ -159,6 +159,9 @@ ModelStateBytes theoretical_model_states(const model::ModelConfig& c, const Rank
   const double sharded_share = dense / r.dp + experts / r.expert_dp;
   out.parameters = resident_params * dtype_size(r.compute);
   out.gradients = 4.0 * (r.zero_stage >= 2 ? sharded_share : out.parameter_elements);
+  // With the optimizer state on NVMe the owned gradients go there too, at the accumulation
+  // boundary (distributed/gradient_offload.h): none are held after a step.
+  if (r.optimizer_offload_buffer_bytes >= 0) out.gradients = 0;
   const double owned = optimizer_owned_elements(c, r);
   const bool separate_master = r.compute != DType::kF32 || r.param_offload_kept_elements >= 0;
   const double per_owned = (separate_master ? 4.0 : 0.0) + (r.sgd ? 4.0 : 8.0);

@@ -8,7 +8,8 @@
 //                tensor-parallel matrices and vocabulary divided by TP, an MoE layer's experts by
 //                EP (and by the expert TP size); ZeRO 3 keeps 1/DP of each unit at or above the
 //                persistence threshold (experts' units 1/expert-DP) and the smaller ones whole
-//   gradients    4 P (fp32), ZeRO 2-3: 4 P / DP (experts / expert-DP)
+//   gradients    4 P (fp32), ZeRO 2-3: 4 P / DP (experts / expert-DP); none with the optimizer
+//                state on NVMe (they follow it at the accumulation boundary)
 //   optimizer    per owned element, fp32 master weights unless the compute dtype is fp32 (then
 //                the parameters are the master copy) plus AdamW's two moments (SGD's one);
 //                ZeRO 1-3 own 1/DP (experts 1/expert-DP)

@@ -69,6 +69,15 @@ OffloadPlan offload_plan(const TrainArgs& a, int zero_stage) {
   plan.state.pipeline_read = a.offload_pipeline_read || a.offload_pipeline;
   plan.state.pipeline_write = a.offload_pipeline_write || a.offload_pipeline;
   plan.state.fast_init = a.offload_fast_init;
+  // The partition's fp32 gradients go to the swap at the accumulation boundary too, as
+  // DeepSpeed's (distributed/gradient_offload.h).
+  plan.state.gradients = true;
+  plan.state.gradient_chunk_bytes = a.aio_block_size;
+  if (plan.optimizer_nvme && !a.dump_numerics.empty())
+    throw Error(
+        "--dump-numerics records the gradients after the step, but with offload_optimizer on "
+        "NVMe (--offload-optimizer-nvme-path) they leave memory at the accumulation boundary: "
+        "dump a run without the optimizer offload (it is bitwise the same run)");
   plan.param.buffer_count = a.offload_param_buffer_count;
   plan.param.buffer_size = a.offload_param_buffer_size;
   plan.param.max_in_cpu = a.offload_param_max_in_cpu;

@@ -203,6 +203,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   }
 
   StepOutcome out;
+  optimizer_->begin_iteration(iteration);
   dp_grads_->start_iteration();  // zeroes the gradients
   // The executor asks for micro-batches in increasing order (first forwards come in order).
   auto load = [&](int m) {
@@ -217,12 +218,15 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   // are reduced once its last chunk is done (each reduction then takes whatever accumulated
   // since the previous one: the sums are the same).
   pipeline::PipelineExecutor::BackwardHooks hooks;
+  // The reductions of the last micro-batch leave final gradients (GradientOffload stores them).
   hooks.before = [&](int m) {
+    dp_grads_->set_accumulation_boundary(m == num_micro - 1);
     if (dp_grads_->reduces_in(m, num_micro))
       runner_->set_grads_ready_hook([this](int64_t offset) { dp_grads_->grads_ready(offset); });
   };
   hooks.after = [&](int m) {
     runner_->set_grads_ready_hook(nullptr);
+    dp_grads_->set_accumulation_boundary(m == num_micro - 1);  // before() is not called with V > 1
     if (dp_grads_->reduces_in(m, num_micro)) dp_grads_->finish();
   };
   const model::LossSum s = executor_->train(load, grad_scale, hooks, &timeline_);

@@ -207,6 +207,9 @@ class Trainer {
   // ZeRO 3's parameters on NVMe (parameter offload only), used by zero3_: declared before it.
   std::unique_ptr<offload::ParamSwap> param_swap_;
   std::unique_ptr<distributed::Zero3Params> zero3_;  // ZeRO stage 3 only
+  // The owned gradients' way to the optimizer's swap (optimizer state on NVMe only): fed by
+  // dp_grads_, read by optimizer_'s step.
+  std::unique_ptr<distributed::GradientOffload> grad_offload_;
   // Runs model_ with this run's policies: recomputation, ZeRO 3 access (zero3_), the DP
   // grads-ready hook (dp_grads_); declared after them, so destroyed first.
   std::unique_ptr<model::ChunkRunner> runner_;

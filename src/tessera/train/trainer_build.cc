@@ -317,6 +317,21 @@ std::unique_ptr<distributed::DistributedOptimizer> Trainer::build_optimizer(
     for (const auto& [b, e] : model_->expert_ranges()) experts.push_back({b, e});
     out->set_experts(std::move(experts), expert_model_, tp_.rank() == 0);
   }
+  if (nvme) {
+    // Gradients still changed after the data-parallel reduction: the tensor-parallel completion
+    // and the tied embedding's sum between the pipeline's ends (sync_tied_embedding()).
+    std::vector<distributed::FlatRange> late = tp_grads_->finalized_ranges();
+    const auto [tied_begin, tied_end] = model_->tied_embedding_range();
+    if (tied_end > 0 && embedding_ && embedding_->size() > 1)
+      late.push_back({tied_begin, tied_end});
+    const std::vector<distributed::FlatRange>& owned_ranges = dp_grads_->owned();
+    grad_offload_ = std::make_unique<distributed::GradientOffload>(
+        model_->params(), *nvme, owned_ranges, tp_grads_->counted_ranges(&owned_ranges), late,
+        a.log_num_zeros_in_grad);
+    out->set_gradient_offload(grad_offload_.get());
+    dp_grads_->set_boundary_hook(
+        [g = grad_offload_.get()](const distributed::FlatRange& part) { g->part_final(part); });
+  }
   return out;
 }
 
@@ -333,14 +348,16 @@ std::string io_engine_text(const OffloadRuntime& rt) {
 void Trainer::print_optimizer_offload(const offload::NvmeStateStorage& state) const {
   const OffloadRuntime& rt = *offload_;
   std::printf(
-      "> offload: optimizer state on NVMe under %s: %.3f GB swap file per rank (this rank: %lld "
-      "elements in %lld sub-groups of %lld), %d buffers (%.3f MB), pipeline read %s / write %s, "
-      "%s\n",
+      "> offload: optimizer state on NVMe under %s: %.3f GB swap files per rank (this rank: "
+      "%lld elements in %lld sub-groups of %lld; fp32 gradients%s), %d buffers (%.3f MB), "
+      "pipeline read %s / write %s, %s\n",
       rt.plan.optimizer_path.c_str(), state.file_bytes() / 1e9,
       static_cast<long long>(state.numel()), static_cast<long long>(state.sub_groups()),
-      static_cast<long long>(state.sub_group_elems()), rt.plan.state.buffer_count,
-      state.buffer_bytes() / 1e6, rt.plan.state.pipeline_read ? "on" : "off",
-      rt.plan.state.pipeline_write ? "on" : "off", io_engine_text(rt).c_str());
+      static_cast<long long>(state.sub_group_elems()),
+      state.holds_gradients() ? " too, from the accumulation boundary" : " in memory",
+      rt.plan.state.buffer_count, state.buffer_bytes() / 1e6,
+      rt.plan.state.pipeline_read ? "on" : "off", rt.plan.state.pipeline_write ? "on" : "off",
+      io_engine_text(rt).c_str());
 }
 
 void Trainer::print_param_offload(const offload::ParamSwap& swap) const {

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -96,6 +97,67 @@ TEST_P(NvmeStateStorageTest, VisitsEqualAVectorInMemory) {
   EXPECT_GE(counters.busy_s, counters.exposed_s);
 }
 
+// The step's gradients held by the storage: handed over in pieces of any size, in a shuffled
+// order, across the chunks of the gradient file (chunks of one alignment block here, so pieces
+// straddle them and leave gaps that later pieces fill); each step's windows carry exactly the
+// values stored for it, also in sub-groups the state read ahead before they were stored.
+TEST_P(NvmeStateStorageTest, StepsReadTheGradientsStoredForThem) {
+  const Case c = GetParam();
+  ScratchDir scratch;
+  SwapDirectory dir(scratch.path(), "test", "nvme_path");
+  SwapIo io(io::AioConfig{4096 * 4, 3, 2, false, true}, c.backend);
+  NvmeStateOptions o{c.sub_group, c.buffers, c.pipeline_read, c.pipeline_write, c.fast_init};
+  o.gradients = true;
+  o.gradient_chunk_bytes = 1;  // rounded up to the alignment
+  NvmeStateStorage storage(dir, io, "state.swp", o);
+  ASSERT_TRUE(storage.holds_gradients());
+  const int64_t n = 10'001;
+  storage.initialize(n, 2, [&](const optim::StateStorage::Window& w) {
+    for (float* a : w.arrays) std::fill(a, a + (w.end - w.begin), 0.0f);
+  });
+  std::vector<float> state(n, 0.0f);
+  std::mt19937 rng(5);
+  for (int pass = 0; pass < 3; ++pass) {
+    if (pass > 0) storage.prefetch();  // before the gradients exist, as the trainer does
+    std::vector<float> grads(n);
+    for (int64_t i = 0; i < n; ++i) grads[i] = static_cast<float>(pass * 100003 + i) * 0.5f;
+    std::vector<std::pair<int64_t, int64_t>> pieces;
+    for (int64_t at = 0; at < n;) {
+      const int64_t len = std::min<int64_t>(n - at, 1 + rng() % 3000);
+      pieces.emplace_back(at, len);
+      at += len;
+    }
+    std::shuffle(pieces.begin(), pieces.end(), rng);
+    for (const auto& [at, len] : pieces) storage.store_gradients(at, grads.data() + at, len);
+    storage.gradients_stored();
+    int64_t next = 0;
+    storage.for_each_window(optim::StateAccess::kStep, [&](const optim::StateStorage::Window& w) {
+      ASSERT_EQ(w.begin, next);
+      next = w.end;
+      ASSERT_NE(w.grads, nullptr);
+      for (int64_t i = w.begin; i < w.end; ++i) {
+        ASSERT_EQ(w.grads[i - w.begin], grads[i]) << "pass " << pass << " element " << i;
+        ASSERT_EQ(w.arrays[0][i - w.begin], state[i]);
+        w.arrays[0][i - w.begin] += w.grads[i - w.begin];
+      }
+    });
+    ASSERT_EQ(next, n);
+    for (int64_t i = 0; i < n; ++i) state[i] += grads[i];
+    // Other visits carry none.
+    storage.for_each_window(optim::StateAccess::kRead, [&](const optim::StateStorage::Window& w) {
+      EXPECT_EQ(w.grads, nullptr);
+    });
+  }
+  // A step uses its gradients once; one gradient not stored: stale values are never read.
+  // "fast": the child dies at the check, before any I/O, leaving the parent's scratch directory
+  // to it (a re-executed child would leave its own behind).
+  GTEST_FLAG_SET(death_test_style, "fast");
+  EXPECT_DEATH(storage.for_each_window(optim::StateAccess::kStep, [](const auto&) {}),
+               "a step before its gradients were stored");
+  storage.store_gradients(0, state.data(), n - 1);
+  EXPECT_DEATH(storage.gradients_stored(), "not every owned gradient was stored");
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Configurations, NvmeStateStorageTest,
     ::testing::Values(Case{1000, 2, false, false, false, io::IoBackend::kThreads},
@@ -115,7 +177,9 @@ INSTANTIATE_TEST_SUITE_P(
 // The optimizer with its state on NVMe takes the same steps as in memory, bit for bit: bf16
 // compute (separate master weights) and fp32 (the master is the model's buffer), sharded over
 // ranges that cut parameters, with sub-groups far smaller than a parameter.
-void expect_same_steps(DType dtype, const std::string& kind) {
+// With `gradients` the storage holds them: the flat buffer's owned gradients are stored (last
+// range first, as the boundary hands them over) and zeroed before each step.
+void expect_same_steps(DType dtype, const std::string& kind, bool gradients = false) {
   ScratchDir scratch;
   model::ModelConfig cfg = model::preset("gpt2-tiny");
   model::GPTModel a(cfg, dtype, 1), b(cfg, dtype, 1);
@@ -125,9 +189,11 @@ void expect_same_steps(DType dtype, const std::string& kind) {
   optim::Optimizer in_memory(a.params(), options, owned);
   SwapDirectory dir(scratch.path(), "opt", "nvme_path");
   SwapIo io(io::AioConfig{}, io::IoBackend::kAuto);
-  optim::Optimizer on_nvme(b.params(), options, owned,
-                           std::make_unique<NvmeStateStorage>(
-                               dir, io, "opt.swp", NvmeStateOptions{1500, 3, true, true, false}));
+  NvmeStateOptions nvme{1500, 3, true, true, false};
+  nvme.gradients = gradients;
+  auto storage = std::make_unique<NvmeStateStorage>(dir, io, "opt.swp", nvme);
+  NvmeStateStorage& held = *storage;
+  optim::Optimizer on_nvme(b.params(), options, owned, std::move(storage));
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int step = 0; step < 3; ++step) {
@@ -135,6 +201,14 @@ void expect_same_steps(DType dtype, const std::string& kind) {
       const float g = normal(rng);
       a.params().flat_grads().data<float>()[i] = g;
       b.params().flat_grads().data<float>()[i] = g;
+    }
+    if (gradients) {
+      float* g = b.params().flat_grads().data<float>();
+      const int64_t second = owned[0].second - owned[0].first;
+      held.store_gradients(second, g + owned[1].first, owned[1].second - owned[1].first);
+      held.store_gradients(0, g + owned[0].first, second);
+      held.gradients_stored();
+      std::fill(g, g + n, 0.0f);
     }
     in_memory.step(1e-2, 0.5f);
     on_nvme.step(1e-2, 0.5f);
@@ -152,6 +226,12 @@ void expect_same_steps(DType dtype, const std::string& kind) {
 TEST(NvmeOptimizer, AdamWBf16EqualsInMemoryBitwise) { expect_same_steps(DType::kBF16, "adam"); }
 TEST(NvmeOptimizer, AdamWFp32EqualsInMemoryBitwise) { expect_same_steps(DType::kF32, "adam"); }
 TEST(NvmeOptimizer, SgdBf16EqualsInMemoryBitwise) { expect_same_steps(DType::kBF16, "sgd"); }
+TEST(NvmeOptimizer, AdamWBf16WithTheGradientsOnNvmeEqualsInMemoryBitwise) {
+  expect_same_steps(DType::kBF16, "adam", true);
+}
+TEST(NvmeOptimizer, AdamWFp32WithTheGradientsOnNvmeEqualsInMemoryBitwise) {
+  expect_same_steps(DType::kF32, "adam", true);
+}
 
 // DeepSpeed's default sub-group (1e9 elements) over a state that large makes buffers of 12 GB
 // each; more than the host has is one line naming the setting before anything is allocated or
