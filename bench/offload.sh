@@ -8,9 +8,10 @@
 #  2. Larger than memory, for real: a LLaMA-style model of 1.78 B parameters, whose model states
 #     (bf16 weights 2 B + fp32 gradients 4 B + fp32 master weights, Adam's two moments 12 B per
 #     parameter: 32 GB) exceed this machine's 24 GiB of RAM, trains a few iterations on one
-#     process with its optimizer state on NVMe (ZeRO 1, DP 1). Prints the trainer's own memory
-#     report (theory beside measurement), the peak resident set (/usr/bin/time) beside RAM, the
-#     seconds per iteration, the I/O rate and the hidden share of I/O (from the metrics file).
+#     process with its optimizer state on NVMe (ZeRO 1, DP 1; the fp32 gradients follow it at the
+#     accumulation boundary: 4 B more per parameter each way per iteration). Prints the trainer's
+#     own memory report (theory beside measurement), the peak resident set (/usr/bin/time) beside
+#     RAM, the seconds per iteration, the I/O rate and the hidden share of I/O (metrics file).
 #     With --save, the run then saves a checkpoint (streamed from the swap file: 21 GB more on
 #     DIR) and the saved line is printed beside the peak resident set, with the save's rate
 #     against fio's. --small trains a 0.37 B model instead (4.5 GB of optimizer state, in

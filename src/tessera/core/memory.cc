@@ -128,6 +128,18 @@ void release_pages(void* ptr, size_t bytes) {
     std::memset(reinterpret_cast<void*>(first), 0, last - first);  // still zero, just resident
 }
 
+void prefer_huge_pages(void* ptr, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(ptr), end = begin + bytes;
+  const uintptr_t first = (begin + page_size() - 1) / page_size() * page_size();
+  const uintptr_t last = end / page_size() * page_size();
+  if (first < last) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+#else
+  (void)ptr;
+  (void)bytes;
+#endif
+}
+
 int64_t resident_bytes(const void* ptr, size_t bytes) {
   if (bytes == 0) return 0;
   const uintptr_t begin = reinterpret_cast<uintptr_t>(ptr), end = begin + bytes;

@@ -81,6 +81,11 @@ DataParallelGrads::DataParallelGrads(model::ParameterSet& params,
   scatter_out_.resize(buckets_.size());
 }
 
+void DataParallelGrads::set_boundary_hook(std::function<void(const FlatRange&)> hook) {
+  boundary_hook_ = std::move(hook);
+  if (boundary_hook_) prefer_huge_pages(params_.flat_grads().raw(), params_.flat_grads().nbytes());
+}
+
 void DataParallelGrads::start_iteration() {
   if (boundary_hook_) {  // the owned gradients leave memory at the boundary: none held before
     release_pages(params_.flat_grads().raw(), params_.flat_grads().nbytes());
@@ -123,7 +128,9 @@ void DataParallelGrads::complete(size_t b) {
     const float* src = scatter_out_[b].data<float>();
     std::copy(src, src + mine.size(), grads + mine.begin);
     scatter_out_[b] = Tensor();
-    if (plan_.shards_gradients()) {  // the unowned parts are scratch until the next micro-batch
+    // The unowned parts are scratch until the next micro-batch (stage 2), or (ZeRO 1 with the
+    // gradients leaving memory at the boundary) until the next iteration.
+    if (plan_.shards_gradients() || (boundary_ && boundary_hook_)) {
       release_pages(grads + bucket.begin, (mine.begin - bucket.begin) * sizeof(float));
       release_pages(grads + mine.end, (bucket.end - mine.end) * sizeof(float));
     }

@@ -81,9 +81,8 @@ class DataParallelGrads {
   void set_accumulation_boundary(bool last) { boundary_ = last; }
   // Called with each owned range (owned_part of a bucket) once its gradients are final: at the
   // accumulation boundary, when the bucket's reduction completed (GradientOffload::part_final).
-  void set_boundary_hook(std::function<void(const FlatRange&)> hook) {
-    boundary_hook_ = std::move(hook);
-  }
+  // The gradient buffer then asks for huge pages: its pages come and go every iteration.
+  void set_boundary_hook(std::function<void(const FlatRange&)> hook);
   // Whether the micro-batch `m` of `count` reduces (and so should report readiness).
   bool reduces_in(int64_t m, int64_t count) const {
     return plan_.shards_gradients() || m == count - 1;

@@ -10,10 +10,14 @@
 // its reduction. What the step needs of them before the update is taken on the way: each counted
 // range's sum of squares (and zeros), in the same calls on the same values as
 // TensorParallelGrads::local_sum_squares(), summed in the same order, so the norm, clipping and
-// the update are bitwise those of the run in memory. Ranges whose gradients still change after
-// the reduction (`late`: the tensor-parallel completion of sequence-parallel and replicated
-// key/value gradients, the tied embedding's sum over the pipeline) are held back: an owned range
-// touching one is stored by before_step(), after those changes.
+// the update are bitwise those of the run in memory. Gradients that still change after the
+// reduction (`late`: the tensor-parallel completion of sequence-parallel and replicated key/value
+// gradients, the tied embedding's sum over the pipeline) are held back: the late ranges and the
+// counted ranges touching them (whose terms need the changed values) stay in memory until
+// before_step() and are stored then, after those changes (announced to the storage as coming
+// later: StateStorage::defer_gradients()); the rest of their owned range leaves as usual.
+// TensorParallelGrads keeps the ranges finalize() changes apart in its counted ranges, so what
+// is held under sequence parallelism is a layer's norm weights and biases, not the layer.
 #pragma once
 
 #include <cstdint>
@@ -51,11 +55,19 @@ class GradientOffload {
   // before_step()): TensorParallelGrads::local_sum_squares(&owned)'s value, bit for bit.
   double local_sum_squares() const;
   double local_zeros() const;
-  // Owned ranges stored when they became final (the rest waited for before_step()).
+  // Owned ranges handed over when they became final (the rest waited for before_step()), and
+  // the elements held back in memory until the step.
   int64_t parts_stored_early() const { return stored_early_; }
+  int64_t held_elements() const;
 
  private:
-  void store(size_t part);
+  // Part i's pieces that are not held: norm terms taken, stored, pages given back; the held
+  // ones announced for later.
+  void store_early(size_t part);
+  // Part i's held pieces, after the late changes.
+  void store_held(size_t part);
+  // The norm terms of part i's counted ranges that are held (or not).
+  void take_terms(size_t part, bool held);
 
   model::ParameterSet& params_;
   optim::StateStorage& storage_;
@@ -63,7 +75,8 @@ class GradientOffload {
   bool count_zeros_;
   std::vector<int64_t> packed_;                 // packed index of each owned range's start
   std::vector<size_t> first_counted_;           // per owned range: its first counted range
-  std::vector<char> late_;                      // per owned range: touches a late range
+  std::vector<std::vector<FlatRange>> held_;    // per owned range: pieces held to the step
+  std::vector<char> counted_held_;              // per counted range: it is held
   std::vector<char> stored_;                    // per owned range, this iteration
   std::vector<double> squares_, zeros_;         // per counted range
   bool plant_overflow_ = false;

@@ -41,12 +41,26 @@ TensorParallelGrads::TensorParallelGrads(model::ParameterSet& params,
                                          const parallel::TensorParallel& tp)
     : params_(params), tp_(tp) {
   const bool first_rank = tp.rank() == 0;
+  // A norm range holding gradients that finalize() changes is kept apart from its neighbours
+  // (not merged into one range with them): its sum of squares can then be taken after
+  // finalize() while the others' are taken earlier (distributed/gradient_offload.h).
+  bool last_apart = false;
+  const auto add_norm = [&](int64_t offset, int64_t length, bool apart) {
+    if (length == 0) return;
+    if (apart || last_apart) {
+      norm_ranges_.push_back({offset, offset + length});
+    } else {
+      append(norm_ranges_, offset, length);
+    }
+    last_apart = apart;
+  };
   for (const model::Parameter& p : params.all()) {
     if (p.tied_copy) continue;  // counted by the stage that owns the original
     if (p.shard.tp_dim < 0) {
+      const bool completed = tp.sequence_parallel() && !p.tp_complete && tp.size() > 1;
       if (tp.sequence_parallel() && !p.tp_complete)
         append(sequence_parallel_, p.offset, p.numel());
-      if (first_rank || p.tp_distinct) append(norm_ranges_, p.offset, p.numel());
+      if (first_rank || p.tp_distinct) add_norm(p.offset, p.numel(), completed);
       continue;
     }
     // A piece along the split dimension is a run of rows of a row-split matrix or of elements
@@ -55,14 +69,14 @@ TensorParallelGrads::TensorParallelGrads(model::ParameterSet& params,
     if (column_split) {
       for (const model::ShardPiece& piece : p.pieces)
         if (piece.replicas > 1) throw Error(p.name + ": replicated column pieces are unsupported");
-      append(norm_ranges_, p.offset, p.numel());
+      add_norm(p.offset, p.numel(), false);
       continue;
     }
     const int64_t stride = p.local_shape.size() == 2 ? p.local_shape[1] : 1;
     for (const model::ShardPiece& piece : p.pieces) {
       const int64_t offset = p.offset + piece.local_begin * stride, length = piece.length * stride;
       if (piece.replicas > 1) append(replicated_[piece.replicas], offset, length);
-      if (piece.replica_rank == 0) append(norm_ranges_, offset, length);
+      if (piece.replica_rank == 0) add_norm(offset, length, piece.replicas > 1);
     }
   }
   // Replica groups: blocks of `replicas` neighbouring TP ranks hold the same pieces.

@@ -218,18 +218,15 @@ NvmeStateStorage::GradientChunk& NvmeStateStorage::chunk_for(int64_t index) {
   return chunks_.back();
 }
 
-void NvmeStateStorage::store_gradients(int64_t packed_begin, const float* grads, int64_t count) {
-  TESSERA_CHECK(options_.gradients && packed_begin >= 0 && count >= 0 &&
-                packed_begin + count <= numel_);
-  const int64_t begin = packed_begin * 4, end = (packed_begin + count) * 4;
-  const char* src = reinterpret_cast<const char*>(grads);
+void NvmeStateStorage::fill_chunks(int64_t begin, int64_t end, const char* src) {
   for (int64_t k = begin / chunk_bytes_; k * chunk_bytes_ < end; ++k) {
     const int64_t chunk_begin = k * chunk_bytes_;
     const int64_t lo = std::max(begin, chunk_begin), hi = std::min(end, chunk_begin + chunk_bytes_);
     GradientChunk& c = chunk_for(k);
     c.index = k;
-    std::memcpy(static_cast<char*>(c.buffer.data()) + (lo - chunk_begin), src + (lo - begin),
-                hi - lo);
+    if (src)
+      std::memcpy(static_cast<char*>(c.buffer.data()) + (lo - chunk_begin), src + (lo - begin),
+                  hi - lo);
     c.filled += hi - lo;
     // The chunk's gradients (the last one ends with the file's elements) are all there: write
     // it, padded to the alignment (the padding lies past the last sub-group's elements).
@@ -241,7 +238,48 @@ void NvmeStateStorage::store_gradients(int64_t packed_begin, const float* grads,
       c.filled = 0;
     }
   }
+}
+
+void NvmeStateStorage::patch_gradients(int64_t begin, int64_t end, const char* src) {
+  for (GradientChunk& c : chunks_) {
+    TESSERA_CHECK_MSG(c.index < 0, "internal: a deferred gradient came before all others");
+    if (c.pending < 0) continue;  // the blocks read below must hold what the chunk wrote
+    const io::AsyncIo::Ticket ticket = c.pending;
+    c.pending = -1;
+    io_.wait(ticket);
+  }
+  const int64_t lo = begin / alignment_ * alignment_, hi = io::align_up(end, alignment_);
+  io::AlignedBuffer blocks(hi - lo, alignment_, MemoryCategory::kOptimizer);
+  io_.wait(io_.read(grad_file_, blocks.data(), hi - lo, lo));
+  std::memcpy(static_cast<char*>(blocks.data()) + (begin - lo), src, end - begin);
+  io_.wait(io_.write(grad_file_, blocks.data(), hi - lo, lo));
+}
+
+void NvmeStateStorage::store_gradients(int64_t packed_begin, const float* grads, int64_t count) {
+  TESSERA_CHECK(options_.gradients && packed_begin >= 0 && count >= 0 &&
+                packed_begin + count <= numel_);
+  const int64_t begin = packed_begin * 4, end = (packed_begin + count) * 4;
+  const char* src = reinterpret_cast<const char*>(grads);
+  const auto deferred = std::find_if(deferred_.begin(), deferred_.end(), [&](const auto& d) {
+    return d.first < end && begin < d.second;
+  });
+  if (deferred == deferred_.end()) {
+    fill_chunks(begin, end, src);
+  } else {
+    TESSERA_CHECK_MSG(deferred->first <= begin && end <= deferred->second,
+                      "internal: stored gradients straddle a deferred piece's edge");
+    patch_gradients(begin, end, src);
+  }
   grad_bytes_stored_ += end - begin;
+  grads_ready_ = false;
+}
+
+void NvmeStateStorage::defer_gradients(int64_t packed_begin, int64_t count) {
+  TESSERA_CHECK(options_.gradients && packed_begin >= 0 && count >= 0 &&
+                packed_begin + count <= numel_);
+  if (count == 0) return;
+  deferred_.emplace_back(packed_begin * 4, (packed_begin + count) * 4);
+  fill_chunks(packed_begin * 4, (packed_begin + count) * 4, nullptr);
   grads_ready_ = false;
 }
 
@@ -258,6 +296,7 @@ void NvmeStateStorage::gradients_stored() {
     io_.wait(ticket);
   }
   grad_bytes_stored_ = 0;
+  deferred_.clear();
   grads_ready_ = true;
 }
 

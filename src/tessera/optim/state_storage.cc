@@ -8,6 +8,10 @@ void StateStorage::store_gradients(int64_t, const float*, int64_t) {
   throw Error("internal: this optimizer state storage does not hold gradients");
 }
 
+void StateStorage::defer_gradients(int64_t, int64_t) {
+  throw Error("internal: this optimizer state storage does not hold gradients");
+}
+
 void InMemoryStateStorage::initialize(int64_t numel, int arrays, const Initializer& init) {
   numel_ = numel;
   arrays_.clear();

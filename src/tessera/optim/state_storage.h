@@ -13,9 +13,10 @@
 // A storage may also hold a step's input gradients (holds_gradients(): the NVMe storage, whose
 // point is that the fp32 gradients of the partition need not stay in memory either, as
 // DeepSpeed's swapper moves them at the accumulation boundary). Before a step every packed
-// element's gradient is handed over once by store_gradients(), in any order, then
-// gradients_stored(); the step's visit (kStep) gives each window its gradients in
-// Window::grads, indexed like the arrays. Storages that do not hold them leave grads null.
+// element's gradient is handed over once by store_gradients(), in any order (or first announced
+// by defer_gradients() and handed over after all others), then gradients_stored(); the step's visit
+// (kStep) gives each window its gradients in Window::grads, indexed like the arrays. Storages that
+// do not hold them leave grads null.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +57,10 @@ class StateStorage {
   // Hands over `count` gradients of packed elements [packed_begin, packed_begin + count); the
   // values are copied before it returns.
   virtual void store_gradients(int64_t packed_begin, const float* grads, int64_t count);
+  // Announces that [packed_begin, packed_begin + count) comes later: after every other element
+  // was handed over or announced (gradients that still change before the step; the storage
+  // writes around them meanwhile).
+  virtual void defer_gradients(int64_t packed_begin, int64_t count);
   // Every packed element's gradient of this step was handed over: waits until they are stored.
   virtual void gradients_stored() {}
 };

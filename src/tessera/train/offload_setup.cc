@@ -72,7 +72,6 @@ OffloadPlan offload_plan(const TrainArgs& a, int zero_stage) {
   // The partition's fp32 gradients go to the swap at the accumulation boundary too, as
   // DeepSpeed's (distributed/gradient_offload.h).
   plan.state.gradients = true;
-  plan.state.gradient_chunk_bytes = a.aio_block_size;
   if (plan.optimizer_nvme && !a.dump_numerics.empty())
     throw Error(
         "--dump-numerics records the gradients after the step, but with offload_optimizer on "

@@ -284,7 +284,6 @@ std::unique_ptr<distributed::DistributedOptimizer> Trainer::build_optimizer(
       optim::OptimizerOptions{a.optimizer == "sgd" ? "sgd" : "adam", a.adam_beta1, a.adam_beta2,
                               a.adam_eps, a.sgd_momentum, a.weight_decay, separate_master},
       owned, std::move(storage));
-  if (nvme) print_optimizer_offload(*nvme);
   if (nvme && a.async_save)
     std::printf(
         "note: --async-save: the optimizer state is on NVMe, where each step rewrites it in "
@@ -331,6 +330,7 @@ std::unique_ptr<distributed::DistributedOptimizer> Trainer::build_optimizer(
     out->set_gradient_offload(grad_offload_.get());
     dp_grads_->set_boundary_hook(
         [g = grad_offload_.get()](const distributed::FlatRange& part) { g->part_final(part); });
+    print_optimizer_offload(*nvme);
   }
   return out;
 }
@@ -349,15 +349,16 @@ void Trainer::print_optimizer_offload(const offload::NvmeStateStorage& state) co
   const OffloadRuntime& rt = *offload_;
   std::printf(
       "> offload: optimizer state on NVMe under %s: %.3f GB swap files per rank (this rank: "
-      "%lld elements in %lld sub-groups of %lld; fp32 gradients%s), %d buffers (%.3f MB), "
-      "pipeline read %s / write %s, %s\n",
+      "%lld elements in %lld sub-groups of %lld; fp32 gradients too, from the accumulation "
+      "boundary, %lld of them held until the step), %d buffers (%.3f MB), pipeline read %s / write "
+      "%s, "
+      "%s\n",
       rt.plan.optimizer_path.c_str(), state.file_bytes() / 1e9,
       static_cast<long long>(state.numel()), static_cast<long long>(state.sub_groups()),
       static_cast<long long>(state.sub_group_elems()),
-      state.holds_gradients() ? " too, from the accumulation boundary" : " in memory",
-      rt.plan.state.buffer_count, state.buffer_bytes() / 1e6,
-      rt.plan.state.pipeline_read ? "on" : "off", rt.plan.state.pipeline_write ? "on" : "off",
-      io_engine_text(rt).c_str());
+      static_cast<long long>(grad_offload_->held_elements()), rt.plan.state.buffer_count,
+      state.buffer_bytes() / 1e6, rt.plan.state.pipeline_read ? "on" : "off",
+      rt.plan.state.pipeline_write ? "on" : "off", io_engine_text(rt).c_str());
 }
 
 void Trainer::print_param_offload(const offload::ParamSwap& swap) const {

@@ -31,9 +31,11 @@ class RecordingStorage final : public optim::StateStorage {
     EXPECT_EQ(stored.count(packed), 0u) << "stored twice: " << packed;
     stored[packed] = std::vector<float>(grads, grads + count);
   }
+  void defer_gradients(int64_t packed, int64_t count) override { deferred[packed] = count; }
   void gradients_stored() override { ++completions; }
 
   std::map<int64_t, std::vector<float>> stored;  // by packed start
+  std::map<int64_t, int64_t> deferred;           // by packed start: elements
   int completions = 0;
 
  private:
@@ -122,41 +124,66 @@ TEST(GradientOffload, PartsLeaveMemoryWhenTheirBucketIsFinalInTheLastMicroBatch)
   EXPECT_GT(zeros, 0);
 }
 
-// A part touching a late range (here: changed between the reduction and the step, as the
-// tensor-parallel completion changes sequence-parallel norms' gradients) is stored by
-// before_step(), with the change, and its norm term is of the changed values; the others go at
-// once. The overflow hook plants +Inf in element 0 before the norm.
-TEST(GradientOffload, LatePartsWaitForTheStepAndCarryTheirChange) {
+// A late range (here: changed between the reduction and the step, as the tensor-parallel
+// completion changes sequence-parallel norms' gradients) and the counted range around it are held
+// in memory and stored by before_step(), with the change, the rest of their part leaving at
+// once; the held range's norm term is of the changed values. The overflow hook plants +Inf in
+// element 0 before its norm term is taken.
+TEST(GradientOffload, LateRangesWaitForTheStepAndCarryTheirChange) {
   Bed bed;
   const std::vector<FlatRange> owned = bed.dp.owned();
   const FlatRange late = {owned[1].begin + 5, owned[1].begin + 9};
-  GradientOffload offload(bed.params, bed.storage, owned, owned, {late}, false);
+  // Counted ranges as TensorParallelGrads cuts them: the late range apart from its neighbours.
+  std::vector<FlatRange> counted;
+  for (size_t i = 0; i < owned.size(); ++i) {
+    if (i != 1) {
+      counted.push_back(owned[i]);
+      continue;
+    }
+    counted.push_back({owned[1].begin, late.begin});
+    counted.push_back(late);
+    counted.push_back({late.end, owned[1].end});
+  }
+  GradientOffload offload(bed.params, bed.storage, owned, counted, {late}, false);
+  EXPECT_EQ(offload.held_elements(), 4);
   bed.dp.set_boundary_hook([&](const FlatRange& part) { offload.part_final(part); });
   offload.begin_iteration(true);
   bed.dp.start_iteration();
   bed.dp.set_accumulation_boundary(true);
   bed.backward(0, [](const FlatRange&) {});
-  EXPECT_EQ(offload.parts_stored_early(), static_cast<int64_t>(owned.size()) - 1);
-  const int64_t packed1 = owned[1].begin - owned[0].begin;  // DP 1: packed = flat - first begin
-  EXPECT_EQ(bed.storage.stored.count(packed1), 0u);
+  EXPECT_EQ(offload.parts_stored_early(), static_cast<int64_t>(owned.size()));
+  // DP 1: packed = flat - the first owned range's start (0).
+  const int64_t p1 = owned[1].begin - owned[0].begin;
+  ASSERT_EQ(bed.storage.deferred.size(), 1u);
+  EXPECT_EQ(bed.storage.deferred[p1 + 5], 4);
+  ASSERT_EQ(bed.storage.stored.count(p1), 1u);
+  ASSERT_EQ(bed.storage.stored.count(p1 + 9), 1u);
+  EXPECT_EQ(bed.storage.stored.count(p1 + 5), 0u);
+  EXPECT_EQ(bed.storage.stored[p1].size(), 5u);
   for (int64_t i = late.begin; i < late.end; ++i) bed.grads[i] = 2.0f;  // the late change
   offload.before_step();
-  ASSERT_EQ(bed.storage.stored.count(packed1), 1u);
-  EXPECT_EQ(bed.storage.stored[packed1][5], 2.0f);
-  EXPECT_EQ(bed.storage.stored[packed1][4], Bed::value(owned[1].begin + 4, 0));
-  // Element 0 (in the first part, stored during backward) was +Inf when its norm term was taken.
+  ASSERT_EQ(bed.storage.stored.count(p1 + 5), 1u);
+  EXPECT_EQ(bed.storage.stored[p1 + 5], std::vector<float>(4, 2.0f));
+  // Element 0 (counted, not held) was +Inf when its norm term was taken, and when stored.
   EXPECT_TRUE(std::isinf(offload.local_sum_squares()));
   EXPECT_TRUE(std::isinf(bed.storage.stored[0][0]));
-  EXPECT_EQ(offload.local_zeros(), 0.0);  // not counted
 
-  // The next iteration starts clean: no plant, every part stored again.
+  // The next iteration starts clean: no plant, every piece stored again; the norm's terms are
+  // those of the values in place, the late ones changed, summed in the counted order.
   bed.storage.stored.clear();
+  bed.storage.deferred.clear();
   offload.begin_iteration(false);
   bed.dp.start_iteration();
-  bed.backward(1, [](const FlatRange&) {});
+  const std::vector<float> again = bed.backward(1, [](const FlatRange&) {});
+  for (int64_t i = late.begin; i < late.end; ++i) bed.grads[i] = 3.0f;
   offload.before_step();
-  EXPECT_EQ(bed.storage.stored.size(), owned.size());
-  EXPECT_TRUE(std::isfinite(offload.local_sum_squares()));
+  std::vector<float> values = again;
+  for (int64_t i = late.begin; i < late.end; ++i) values[i] = 3.0f;
+  std::copy(values.begin(), values.end(), bed.grads);
+  double expected = 0;
+  for (const FlatRange& r : counted)
+    expected += kernels::sum_squares(bed.grads + r.begin, r.size());
+  EXPECT_EQ(offload.local_sum_squares(), expected);
 }
 
 }  // namespace

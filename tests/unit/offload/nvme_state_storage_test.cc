@@ -99,8 +99,9 @@ TEST_P(NvmeStateStorageTest, VisitsEqualAVectorInMemory) {
 
 // The step's gradients held by the storage: handed over in pieces of any size, in a shuffled
 // order, across the chunks of the gradient file (chunks of one alignment block here, so pieces
-// straddle them and leave gaps that later pieces fill); each step's windows carry exactly the
-// values stored for it, also in sub-groups the state read ahead before they were stored.
+// straddle them and leave gaps that later pieces fill), some deferred and handed over last;
+// each step's windows carry exactly the values stored for it, also in sub-groups the state read
+// ahead before they were stored.
 TEST_P(NvmeStateStorageTest, StepsReadTheGradientsStoredForThem) {
   const Case c = GetParam();
   ScratchDir scratch;
@@ -128,7 +129,18 @@ TEST_P(NvmeStateStorageTest, StepsReadTheGradientsStoredForThem) {
       at += len;
     }
     std::shuffle(pieces.begin(), pieces.end(), rng);
-    for (const auto& [at, len] : pieces) storage.store_gradients(at, grads.data() + at, len);
+    // Every fourth piece is announced first and handed over after all the others (written
+    // into the file through the blocks around it).
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      const auto [at, len] = pieces[k];
+      if (k % 4 == 1) {
+        storage.defer_gradients(at, len);
+      } else {
+        storage.store_gradients(at, grads.data() + at, len);
+      }
+    }
+    for (size_t k = 1; k < pieces.size(); k += 4)
+      storage.store_gradients(pieces[k].first, grads.data() + pieces[k].first, pieces[k].second);
     storage.gradients_stored();
     int64_t next = 0;
     storage.for_each_window(optim::StateAccess::kStep, [&](const optim::StateStorage::Window& w) {
