@@ -43,7 +43,10 @@ void release_pages(void* ptr, size_t bytes);
 // given back (release_pages) and faulted in again every iteration: a read before the first write
 // maps the zero page, and the write's copy-on-write then flushes the other threads' TLBs, an
 // interprocessor interrupt per page, which in a virtual machine cost the 0.37 B model's backward
-// 5 s instead of 0.3 (one per 2 MiB page instead of per 4 KiB one).
+// 5 s instead of 0.3 (one per 2 MiB page instead of per 4 KiB one). The price: a huge page
+// partly given back may stay whole until the kernel splits it, and khugepaged may fold a
+// mostly-released 2 MiB region back in as zeros, so resident_bytes() of such a buffer can read
+// above the pages in use.
 void prefer_huge_pages(void* ptr, size_t bytes);
 // Bytes of [ptr, ptr + bytes) backed by physical memory right now (mincore), counted in whole
 // pages clipped to the range: the honest figure for buffers whose pages come and go.

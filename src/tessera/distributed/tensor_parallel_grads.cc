@@ -1,5 +1,6 @@
 #include "tessera/distributed/tensor_parallel_grads.h"
 
+#include <algorithm>
 #include <string>
 
 #include "tessera/core/error.h"
@@ -38,7 +39,8 @@ std::vector<FlatRange> intersect(const std::vector<FlatRange>& ranges,
 }  // namespace
 
 TensorParallelGrads::TensorParallelGrads(model::ParameterSet& params,
-                                         const parallel::TensorParallel& tp)
+                                         const parallel::TensorParallel& tp,
+                                         const std::vector<FlatRange>& apart)
     : params_(params), tp_(tp) {
   const bool first_rank = tp.rank() == 0;
   // A norm range holding gradients that finalize() changes is kept apart from its neighbours
@@ -56,11 +58,14 @@ TensorParallelGrads::TensorParallelGrads(model::ParameterSet& params,
   };
   for (const model::Parameter& p : params.all()) {
     if (p.tied_copy) continue;  // counted by the stage that owns the original
+    const bool in_apart = std::any_of(apart.begin(), apart.end(), [&](const FlatRange& r) {
+      return r.begin < p.offset + p.numel() && p.offset < r.end;
+    });
     if (p.shard.tp_dim < 0) {
       const bool completed = tp.sequence_parallel() && !p.tp_complete && tp.size() > 1;
       if (tp.sequence_parallel() && !p.tp_complete)
         append(sequence_parallel_, p.offset, p.numel());
-      if (first_rank || p.tp_distinct) add_norm(p.offset, p.numel(), completed);
+      if (first_rank || p.tp_distinct) add_norm(p.offset, p.numel(), completed || in_apart);
       continue;
     }
     // A piece along the split dimension is a run of rows of a row-split matrix or of elements
@@ -69,14 +74,14 @@ TensorParallelGrads::TensorParallelGrads(model::ParameterSet& params,
     if (column_split) {
       for (const model::ShardPiece& piece : p.pieces)
         if (piece.replicas > 1) throw Error(p.name + ": replicated column pieces are unsupported");
-      add_norm(p.offset, p.numel(), false);
+      add_norm(p.offset, p.numel(), in_apart);
       continue;
     }
     const int64_t stride = p.local_shape.size() == 2 ? p.local_shape[1] : 1;
     for (const model::ShardPiece& piece : p.pieces) {
       const int64_t offset = p.offset + piece.local_begin * stride, length = piece.length * stride;
       if (piece.replicas > 1) append(replicated_[piece.replicas], offset, length);
-      if (piece.replica_rank == 0) add_norm(offset, length, piece.replicas > 1);
+      if (piece.replica_rank == 0) add_norm(offset, length, piece.replicas > 1 || in_apart);
     }
   }
   // Replica groups: blocks of `replicas` neighbouring TP ranks hold the same pieces.

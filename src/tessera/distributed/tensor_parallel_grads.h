@@ -27,7 +27,11 @@ namespace tessera::distributed {
 class TensorParallelGrads {
  public:
   // Collective over tp's group (creates the replica groups it needs). `params` must outlive this.
-  TensorParallelGrads(model::ParameterSet& params, const parallel::TensorParallel& tp);
+  // `apart`: flat ranges whose gradients something else changes after the reduction (the tied
+  // embedding's sum between the pipeline's ends): the parameters inside them get norm terms of
+  // their own, as those finalize() changes do (see counted_ranges()).
+  TensorParallelGrads(model::ParameterSet& params, const parallel::TensorParallel& tp,
+                      const std::vector<FlatRange>& apart = {});
 
   // Sums the partial gradients (see above). Collective; a no-op when TP is 1. With `only`, just
   // the elements in those flat ranges (a ZeRO shard: the only reduced gradients this rank has;
@@ -37,8 +41,9 @@ class TensorParallelGrads {
   // element is counted by exactly one TP rank), restricted to `only` when given. Local.
   double local_sum_squares(const std::vector<FlatRange>* only = nullptr) const;
   // The flat ranges this rank counts (every global element by exactly one TP rank), restricted
-  // to `only` when given: where it sums anything else taken once per global element (the
-  // parameter norm, the gradient's zeros).
+  // to `only` when given; neighbouring parameters' ranges merged, except those finalize()
+  // changes and those in `apart`, which stay ranges of their own: where it sums anything else taken
+  // once per global element (the parameter norm, the gradient's zeros).
   std::vector<FlatRange> counted_ranges(const std::vector<FlatRange>* only = nullptr) const;
   // The flat ranges finalize() changes (empty when TP is 1): gradients not final until then.
   std::vector<FlatRange> finalized_ranges() const;

@@ -248,11 +248,17 @@ void NvmeStateStorage::patch_gradients(int64_t begin, int64_t end, const char* s
     c.pending = -1;
     io_.wait(ticket);
   }
+  // Through the first chunk's buffer (every chunk is idle now), a chunk's worth of aligned
+  // blocks at a time; a window the piece covers only partly is read first.
+  char* window = static_cast<char*>(chunks_.front().buffer.data());
   const int64_t lo = begin / alignment_ * alignment_, hi = io::align_up(end, alignment_);
-  io::AlignedBuffer blocks(hi - lo, alignment_, MemoryCategory::kOptimizer);
-  io_.wait(io_.read(grad_file_, blocks.data(), hi - lo, lo));
-  std::memcpy(static_cast<char*>(blocks.data()) + (begin - lo), src, end - begin);
-  io_.wait(io_.write(grad_file_, blocks.data(), hi - lo, lo));
+  for (int64_t at = lo; at < hi; at += chunk_bytes_) {
+    const int64_t to = std::min(hi, at + chunk_bytes_);
+    const int64_t from_piece = std::max(begin, at), to_piece = std::min(end, to);
+    if (from_piece > at || to_piece < to) io_.wait(io_.read(grad_file_, window, to - at, at));
+    std::memcpy(window + (from_piece - at), src + (from_piece - begin), to_piece - from_piece);
+    io_.wait(io_.write(grad_file_, window, to - at, at));
+  }
 }
 
 void NvmeStateStorage::store_gradients(int64_t packed_begin, const float* grads, int64_t count) {

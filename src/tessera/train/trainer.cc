@@ -154,14 +154,13 @@ std::vector<double> Trainer::sum_losses(const std::vector<double>& v) const {
 }
 
 void Trainer::sync_tied_embedding() {
-  const auto [begin, end] = model_->tied_embedding_range();
-  if (end == 0 || !embedding_ || embedding_->size() == 1) return;
-  // Both stages hold the same data-parallel part of it (a unit of its own, equally padded).
-  const distributed::FlatRange r = optimizer_->optimizer().sharded()
-                                       ? distributed::part_of({begin, end}, dp_size_, dp_rank_)
-                                       : distributed::FlatRange{begin, end};
-  Tensor part = model_->params().flat_grads().slice_rows(r.begin, r.end);
-  embedding_->all_reduce(part, comm::ReduceOp::kSum).wait();
+  for (const distributed::FlatRange& tied : synced_tied_embedding()) {
+    // Both stages hold the same data-parallel part of it (a unit of its own, equally padded).
+    const distributed::FlatRange r =
+        optimizer_->optimizer().sharded() ? distributed::part_of(tied, dp_size_, dp_rank_) : tied;
+    Tensor part = model_->params().flat_grads().slice_rows(r.begin, r.end);
+    embedding_->all_reduce(part, comm::ReduceOp::kSum).wait();
+  }
 }
 
 Trainer::StepOutcome Trainer::train_step(int64_t iteration) {

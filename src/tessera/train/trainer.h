@@ -132,6 +132,9 @@ class Trainer {
   void print_setup(const distributed::ShardingPlan& sharding) const;
   // "> offload: ..." for the optimizer state on NVMe: where, how big, how it moves.
   void print_optimizer_offload(const offload::NvmeStateStorage& state) const;
+  // The tied embedding's flat range when sync_tied_embedding() sums it between the pipeline's
+  // first and last stage (after the data-parallel reduction), else none.
+  std::vector<distributed::FlatRange> synced_tied_embedding() const;
   // "> offload: ..." for the parameters on NVMe (ZeRO 3).
   void print_param_offload(const offload::ParamSwap& swap) const;
   // The memory report after the first iteration (trainer_memory.cc). Collective.

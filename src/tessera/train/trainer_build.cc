@@ -207,8 +207,17 @@ std::unique_ptr<model::ChunkRunner> Trainer::build_runner() const {
   return runner;
 }
 
+std::vector<distributed::FlatRange> Trainer::synced_tied_embedding() const {
+  const auto [begin, end] = model_->tied_embedding_range();
+  if (end == 0 || !embedding_ || embedding_->size() == 1) return {};
+  return {{begin, end}};
+}
+
 void Trainer::build_gradient_sharding(const distributed::ShardingPlan& sharding) {
-  tp_grads_ = std::make_unique<distributed::TensorParallelGrads>(model_->params(), tp_);
+  // The tied embedding's gradient changes after the reduction (sync_tied_embedding()): its norm
+  // terms are kept apart, so an offloaded run holds only it until the step.
+  tp_grads_ = std::make_unique<distributed::TensorParallelGrads>(model_->params(), tp_,
+                                                                 synced_tied_embedding());
   // ZeRO 3 works per model unit (embeddings, each layer, the head): gradient buckets and
   // parameter gathers alike. A tied embedding split over the pipeline gets a bucket of its own.
   std::vector<distributed::FlatRange> units;
@@ -320,9 +329,7 @@ std::unique_ptr<distributed::DistributedOptimizer> Trainer::build_optimizer(
     // Gradients still changed after the data-parallel reduction: the tensor-parallel completion
     // and the tied embedding's sum between the pipeline's ends (sync_tied_embedding()).
     std::vector<distributed::FlatRange> late = tp_grads_->finalized_ranges();
-    const auto [tied_begin, tied_end] = model_->tied_embedding_range();
-    if (tied_end > 0 && embedding_ && embedding_->size() > 1)
-      late.push_back({tied_begin, tied_end});
+    for (const distributed::FlatRange& r : synced_tied_embedding()) late.push_back(r);
     const std::vector<distributed::FlatRange>& owned_ranges = dp_grads_->owned();
     grad_offload_ = std::make_unique<distributed::GradientOffload>(
         model_->params(), *nvme, owned_ranges, tp_grads_->counted_ranges(&owned_ranges), late,
