@@ -130,12 +130,12 @@ void DataParallelGrads::complete(size_t b) {
     scatter_out_[b] = Tensor();
     // The unowned parts are scratch until the next micro-batch (stage 2), or (ZeRO 1 with the
     // gradients leaving memory at the boundary) until the next iteration.
-    if (plan_.shards_gradients() || (boundary_ && boundary_hook_)) {
+    if (plan_.shards_gradients() || leaving_at_boundary()) {
       release_pages(grads + bucket.begin, (mine.begin - bucket.begin) * sizeof(float));
       release_pages(grads + mine.end, (bucket.end - mine.end) * sizeof(float));
     }
   }
-  if (boundary_ && boundary_hook_) boundary_hook_(owned_part(b));
+  if (leaving_at_boundary()) boundary_hook_(owned_part(b));
 }
 
 void DataParallelGrads::grads_ready(int64_t offset) {
@@ -144,7 +144,7 @@ void DataParallelGrads::grads_ready(int64_t offset) {
     launch(next_launch_++);
   // Stage 2 gives pages back as soon as a bucket is reduced, not at the end of backward; so
   // does the boundary hook (the gradients leave memory) at any stage.
-  if (plan_.shards_gradients() || (boundary_ && boundary_hook_))
+  if (plan_.shards_gradients() || leaving_at_boundary())
     while (next_complete_ < next_launch_ && work_[next_complete_].done())
       complete(next_complete_++);
 }

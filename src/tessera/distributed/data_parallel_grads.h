@@ -119,6 +119,8 @@ class DataParallelGrads {
   }
   int size_of(size_t b) const { return group_of(b) ? group_of(b)->size() : 1; }
   int rank_of(size_t b) const { return group_of(b) ? group_of(b)->rank() : 0; }
+  // The reductions under way leave final gradients that the boundary hook takes away.
+  bool leaving_at_boundary() const { return boundary_ && boundary_hook_ != nullptr; }
   FlatRange owned_part(size_t bucket) const {
     return part_of(buckets_[bucket], size_of(bucket), rank_of(bucket));
   }

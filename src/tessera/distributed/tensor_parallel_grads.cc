@@ -62,10 +62,10 @@ TensorParallelGrads::TensorParallelGrads(model::ParameterSet& params,
       return r.begin < p.offset + p.numel() && p.offset < r.end;
     });
     if (p.shard.tp_dim < 0) {
-      const bool completed = tp.sequence_parallel() && !p.tp_complete && tp.size() > 1;
-      if (tp.sequence_parallel() && !p.tp_complete)
-        append(sequence_parallel_, p.offset, p.numel());
-      if (first_rank || p.tp_distinct) add_norm(p.offset, p.numel(), completed || in_apart);
+      const bool partial = tp.sequence_parallel() && !p.tp_complete;  // finalize() sums it
+      if (partial) append(sequence_parallel_, p.offset, p.numel());
+      if (first_rank || p.tp_distinct)
+        add_norm(p.offset, p.numel(), (partial && tp.size() > 1) || in_apart);
       continue;
     }
     // A piece along the split dimension is a run of rows of a row-split matrix or of elements

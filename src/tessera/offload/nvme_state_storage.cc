@@ -18,14 +18,23 @@ NvmeStateStorage::NvmeStateStorage(SwapDirectory& dir, SwapIo& io, const std::st
 
 NvmeStateStorage::~NvmeStateStorage() { wait_all_requests(); }
 
+void NvmeStateStorage::wait_for(io::AsyncIo::Ticket& ticket) {
+  if (ticket < 0) return;
+  const io::AsyncIo::Ticket t = ticket;
+  ticket = -1;  // cleared first: an error leaves no ticket behind to wait for again
+  io_.wait(t);
+}
+
+void NvmeStateStorage::wait_gradient_writes() {
+  for (GradientChunk& c : chunks_) wait_for(c.pending);
+}
+
 void NvmeStateStorage::wait_all_requests() {
   const auto wait = [&](io::AsyncIo::Ticket& ticket) {
-    if (ticket < 0) return;
     try {
-      io_.wait(ticket);
+      wait_for(ticket);
     } catch (...) {
     }
-    ticket = -1;
   };
   for (Slot& slot : slots_) {
     wait(slot.pending);
@@ -47,7 +56,8 @@ int slot_arrays(int arrays, const NvmeStateOptions& options) {
   return arrays + (options.gradients ? 1 : 0);
 }
 
-// The gradient chunk: the aio block rounded to the alignment, no larger than the gradients' file.
+// The gradient chunk: NvmeStateOptions::gradient_chunk_bytes rounded up to the alignment, no
+// larger than the gradients' file.
 int64_t chunk_bytes_for(int64_t grad_file_bytes, const NvmeStateOptions& options,
                         int64_t alignment) {
   return std::min(io::align_up(std::max<int64_t>(1, options.gradient_chunk_bytes), alignment),
@@ -152,17 +162,11 @@ optim::StateStorage::Window NvmeStateStorage::window_of(Slot& slot) {
 
 void NvmeStateStorage::finish(int s) {
   Slot& slot = slots_[s];
-  if (slot.grad_pending >= 0) {
-    const io::AsyncIo::Ticket ticket = slot.grad_pending;
-    slot.grad_pending = -1;
-    io_.wait(ticket);
-  }
+  wait_for(slot.grad_pending);
   if (slot.pending < 0) return;
-  const io::AsyncIo::Ticket ticket = slot.pending;
-  slot.pending = -1;
   slot.writing = false;
   slot.writing_group = -1;
-  io_.wait(ticket);
+  wait_for(slot.pending);
 }
 
 int NvmeStateStorage::free_slot(bool may_wait) {
@@ -206,9 +210,7 @@ NvmeStateStorage::GradientChunk& NvmeStateStorage::chunk_for(int64_t index) {
   for (GradientChunk& c : chunks_)
     if (c.pending >= 0 && (oldest == nullptr || c.pending < oldest->pending)) oldest = &c;
   if (oldest) {
-    const io::AsyncIo::Ticket ticket = oldest->pending;
-    oldest->pending = -1;
-    io_.wait(ticket);
+    wait_for(oldest->pending);
     return *oldest;
   }
   // Every chunk is partly filled: the pieces left gaps (parts stored later, after the
@@ -241,13 +243,9 @@ void NvmeStateStorage::fill_chunks(int64_t begin, int64_t end, const char* src) 
 }
 
 void NvmeStateStorage::patch_gradients(int64_t begin, int64_t end, const char* src) {
-  for (GradientChunk& c : chunks_) {
+  for (const GradientChunk& c : chunks_)
     TESSERA_CHECK_MSG(c.index < 0, "internal: a deferred gradient came before all others");
-    if (c.pending < 0) continue;  // the blocks read below must hold what the chunk wrote
-    const io::AsyncIo::Ticket ticket = c.pending;
-    c.pending = -1;
-    io_.wait(ticket);
-  }
+  wait_gradient_writes();  // the blocks read below must hold what the chunks wrote
   // Through the first chunk's buffer (every chunk is idle now), a chunk's worth of aligned
   // blocks at a time; a window the piece covers only partly is read first.
   char* window = static_cast<char*>(chunks_.front().buffer.data());
@@ -295,12 +293,7 @@ void NvmeStateStorage::gradients_stored() {
                     "internal: not every owned gradient was stored before the step");
   for (const GradientChunk& c : chunks_)
     TESSERA_CHECK_MSG(c.index < 0, "internal: a gradient chunk was not filled");
-  for (GradientChunk& c : chunks_) {
-    if (c.pending < 0) continue;
-    const io::AsyncIo::Ticket ticket = c.pending;
-    c.pending = -1;
-    io_.wait(ticket);
-  }
+  wait_gradient_writes();
   grad_bytes_stored_ = 0;
   deferred_.clear();
   grads_ready_ = true;

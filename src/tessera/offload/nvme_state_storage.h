@@ -142,6 +142,8 @@ class NvmeStateStorage final : public optim::StateStorage {
   void wait_all_requests();                 // errors dropped: for destruction and unwinding
   int slot_of(int64_t group) const;  // the slot holding (or reading) `group`, or -1
   void finish(int slot);             // waits for the slot's requests, if any
+  void wait_for(io::AsyncIo::Ticket& ticket);  // if any (>= 0); it is -1 after, even on an error
+  void wait_gradient_writes();
 
   SwapDirectory& dir_;
   SwapIo& io_;

@@ -37,15 +37,22 @@ struct Case {
   io::IoBackend backend;
 };
 
-class NvmeStateStorageTest : public ::testing::TestWithParam<Case> {};
+// Each test's scratch directory (on the repository's file system), the I/O engine of the case's
+// back end, and the case's storage options.
+class NvmeStateStorageTest : public ::testing::TestWithParam<Case> {
+ protected:
+  NvmeStateOptions options() const {
+    const Case& c = GetParam();
+    return NvmeStateOptions{c.sub_group, c.buffers, c.pipeline_read, c.pipeline_write, c.fast_init};
+  }
+  ScratchDir scratch_;
+  SwapDirectory dir_{scratch_.path(), "test", "nvme_path"};
+  SwapIo io_{io::AioConfig{4096 * 4, 3, 2, false, true}, GetParam().backend};
+};
 
 TEST_P(NvmeStateStorageTest, VisitsEqualAVectorInMemory) {
   const Case c = GetParam();
-  ScratchDir scratch;
-  SwapDirectory dir(scratch.path(), "test", "nvme_path");
-  SwapIo io(io::AioConfig{4096 * 4, 3, 2, false, true}, c.backend);
-  NvmeStateOptions o{c.sub_group, c.buffers, c.pipeline_read, c.pipeline_write, c.fast_init};
-  NvmeStateStorage storage(dir, io, "state.swp", o);
+  NvmeStateStorage storage(dir_, io_, "state.swp", options());
   // An odd size: the last sub-group is short and not a multiple of the alignment.
   const int64_t n = 10'001;
   const int arrays = 3;
@@ -91,7 +98,7 @@ TEST_P(NvmeStateStorageTest, VisitsEqualAVectorInMemory) {
     for (int k = 0; k < arrays; ++k)
       for (int64_t i = w.begin; i < w.end; ++i) ASSERT_EQ(w.arrays[k][i - w.begin], ref[k][i]);
   });
-  const SwapIo::Counters counters = io.counters();
+  const SwapIo::Counters counters = io_.counters();
   EXPECT_GT(counters.read_bytes, 0);
   EXPECT_GT(counters.write_bytes, 0);
   EXPECT_GE(counters.busy_s, counters.exposed_s);
@@ -103,14 +110,10 @@ TEST_P(NvmeStateStorageTest, VisitsEqualAVectorInMemory) {
 // each step's windows carry exactly the values stored for it, also in sub-groups the state read
 // ahead before they were stored.
 TEST_P(NvmeStateStorageTest, StepsReadTheGradientsStoredForThem) {
-  const Case c = GetParam();
-  ScratchDir scratch;
-  SwapDirectory dir(scratch.path(), "test", "nvme_path");
-  SwapIo io(io::AioConfig{4096 * 4, 3, 2, false, true}, c.backend);
-  NvmeStateOptions o{c.sub_group, c.buffers, c.pipeline_read, c.pipeline_write, c.fast_init};
+  NvmeStateOptions o = options();
   o.gradients = true;
   o.gradient_chunk_bytes = 1;  // rounded up to the alignment
-  NvmeStateStorage storage(dir, io, "state.swp", o);
+  NvmeStateStorage storage(dir_, io_, "state.swp", o);
   ASSERT_TRUE(storage.holds_gradients());
   const int64_t n = 10'001;
   storage.initialize(n, 2, [&](const optim::StateStorage::Window& w) {
