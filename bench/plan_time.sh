@@ -12,20 +12,24 @@
 # Usage: bench/plan_time.sh [BUILD_BIN_DIR] [MACHINE_JSON]
 #   MACHINE_JSON: the description to use; calibrated into that path first when it does not exist
 #   (default: a temporary one, calibrated).
-# Environment: ITERS (default 7) iterations a run.
+# Environment: ITERS (default 7) iterations a run; NVME_DIR (default: the current directory) the
+#   file system the NVMe optimizer-offload layouts swap to (it must take O_DIRECT: not a tmpfs).
 set -euo pipefail
 BIN_DIR="${1:-build/bin}"
 MACHINE="${2:-}"
 ITERS="${ITERS:-7}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
+SWAP="$(mktemp -d -p "${NVME_DIR:-$PWD}" plan-time-swap.XXXXXX)"
+trap 'rm -rf "$TMP" "$SWAP"' EXIT
 
 [[ -n "$MACHINE" ]] || MACHINE="$TMP/machine.json"
 if [[ ! -f "$MACHINE" ]]; then
   echo "calibrating this machine into $MACHINE (1 rank, then 2 ranks) ..."
-  "$BIN_DIR/tessera-plan" --calibrate --machine "$MACHINE" --name "this machine"
-  mpirun --oversubscribe -np 2 "$BIN_DIR/tessera-plan" --calibrate --machine "$MACHINE"
+  "$BIN_DIR/tessera-plan" --calibrate --machine "$MACHINE" --name "this machine" \
+    --nvme-path "$SWAP"
+  mpirun --oversubscribe -np 2 "$BIN_DIR/tessera-plan" --calibrate --machine "$MACHINE" \
+    --nvme-path "$SWAP"
 fi
 
 COMMON=(--mock-data --lr 1e-3 --train-iters "$ITERS" --eval-interval 0 --global-batch-size 8
@@ -95,6 +99,14 @@ layout "llama, 1 rank, bf16" - 1 "${LLAMA[@]}" --micro-batch-size 4 --bf16
 layout "llama, TP 2, bf16" - 2 "${LLAMA[@]}" --micro-batch-size 4 --tensor-model-parallel-size 2 \
   --bf16
 layout "llama, DP 2, ZeRO 2" - 2 "${LLAMA[@]}" --micro-batch-size 4 --zero-stage 2
+# NVMe optimizer offload (ZeRO 1 at DP 1): DeepSpeed's defaults (one sub-group), pipelined
+# sub-groups of 2 M elements, and bf16 (three arrays: the fp32 master weights too).
+OFFLOAD=(--zero-stage 1 --offload-optimizer-nvme-path "$SWAP")
+layout "gpt, 1 rank, NVMe offload" - 1 "${GPT[@]}" --micro-batch-size 4 "${OFFLOAD[@]}"
+layout "gpt, 1 rank, NVMe offload pipelined" - 1 "${GPT[@]}" --micro-batch-size 4 "${OFFLOAD[@]}" \
+  --offload-pipeline --offload-sub-group-size 2000000
+layout "gpt, 1 rank, NVMe offload, bf16" - 1 "${GPT[@]}" --micro-batch-size 4 "${OFFLOAD[@]}" \
+  --bf16 --offload-pipeline --offload-sub-group-size 2000000
 
 /usr/bin/python3 - "$TMP/rows" <<'PY'
 import json, statistics, sys

@@ -3,6 +3,7 @@
 //   tessera-plan --world-size N --machine FILE [--top K] <tessera-train's flags>
 //   tessera-plan --evaluate --world-size N [--machine FILE] [--json] <tessera-train's flags>
 //   [mpirun -np R] tessera-plan --calibrate --machine FILE [--name NAME] [--quick]
+//                               [--nvme-path DIR]
 //
 // Without --evaluate it searches: every layout of N ranks the flags leave open, predicted, those
 // that fit the machine's memory ranked by step time (plan/search.h).
@@ -15,7 +16,8 @@
 // allocated and MPI is not started: a 70 B model's layout is planned on a laptop.
 //
 // --calibrate measures this machine's rates with R ranks on it (plan/calibrate.h) and adds them
-// to FILE (created if absent; a configuration for R ranks already there is replaced).
+// to FILE (created if absent; a configuration for R ranks already there is replaced). With
+// --nvme-path DIR it also measures DIR's direct-I/O rates (the storage NVMe offload streams to).
 //
 // With --json the output is {"ranks": [{"rank": r, "coords": {...}, "memory_bytes": {category:
 // bytes}, "peak_bytes": n}, ...], "step_time_s": t, "components_s": {...}, ...}; step_time_s is
@@ -24,6 +26,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -59,6 +62,7 @@ constexpr const char* kUsage =
     "       tessera-plan --evaluate --world-size N [--machine FILE] [--json] <tessera-train's "
     "flags>\n"
     "       [mpirun -np R] tessera-plan --calibrate --machine FILE [--name NAME] [--quick]\n"
+    "                                   [--nvme-path DIR]\n"
     "Without --evaluate: every layout of N ranks (TP, SP, PP, virtual stages, DP, micro-batch,\n"
     "ZeRO stage, recomputation; any of them given as a flag is held fixed) predicted on the\n"
     "machine, those that fit its memory ranked by step time, with the mpirun command of each.\n"
@@ -72,7 +76,7 @@ struct PlanFlags {
   bool evaluate = false, calibrate = false, quick = false, json = false, help = false;
   int world_size = 0, top = 10, explain = -1;
   bool top_given = false;
-  std::string machine, name;
+  std::string machine, name, nvme_path;
   std::vector<const char*> train_argv;
 };
 
@@ -116,6 +120,8 @@ PlanFlags split_flags(int argc, char** argv) {
       f.machine = v;
     } else if (const char* v = value_of(a, "--name")) {
       f.name = v;
+    } else if (const char* v = value_of(a, "--nvme-path")) {
+      f.nvme_path = v;
     } else if (const char* v = value_of(a, "--explain")) {
       f.explain = parse_count("--explain", v, 0);
     } else if (const char* v = value_of(a, "--top")) {
@@ -131,8 +137,11 @@ PlanFlags split_flags(int argc, char** argv) {
     }
   }
   // Flags that would be ignored where they were given are refused instead.
-  if ((f.quick || !f.name.empty()) && !f.calibrate)
-    throw Error(std::string(f.quick ? "--quick" : "--name") + " applies to --calibrate only");
+  if ((f.quick || !f.name.empty() || !f.nvme_path.empty()) && !f.calibrate)
+    throw Error(std::string(f.quick           ? "--quick"
+                            : !f.name.empty() ? "--name"
+                                              : "--nvme-path") +
+                " applies to --calibrate only");
   if (f.calibrate && (f.evaluate || f.world_size > 0))
     throw Error("--calibrate measures this machine: give it without --evaluate and --world-size");
   if (f.explain >= 0 && (!f.evaluate || f.machine.empty() || f.json))
@@ -164,11 +173,9 @@ const char* json_key(int category) {
 // The step-time components in output order.
 std::vector<std::pair<const char*, double>> component_list(
     const tessera::plan::StepTimeComponents& c) {
-  return {{"compute", c.compute},
-          {"tp_comm", c.tp_comm},
-          {"pipeline_bubble", c.pipeline_bubble},
-          {"dp_comm", c.dp_comm},
-          {"optimizer", c.optimizer}};
+  return {
+      {"compute", c.compute}, {"tp_comm", c.tp_comm},     {"pipeline_bubble", c.pipeline_bubble},
+      {"dp_comm", c.dp_comm}, {"optimizer", c.optimizer}, {"offload_io", c.offload_io}};
 }
 
 int evaluate(const PlanFlags& f) {
@@ -313,6 +320,8 @@ int calibrate(const PlanFlags& f) {
   const bool existing = tessera::plan::machine_file_exists(f.machine);
   if (existing) m = tessera::plan::read_machine(f.machine);  // checked before measuring
   tessera::plan::check_machine_writable(f.machine);
+  if (!f.nvme_path.empty() && !std::filesystem::is_directory(f.nvme_path))
+    throw Error("--nvme-path " + f.nvme_path + ": not a directory");
   auto world = tessera::comm::ProcessGroup::world();
   int rc = 0;
   try {
@@ -328,6 +337,8 @@ int calibrate(const PlanFlags& f) {
       const int threads = tessera::default_num_threads();
       tessera::plan::HostConfiguration conf = tessera::plan::calibrate_host(
           *world, threads, {tessera::DType::kBF16, tessera::DType::kF16}, f.quick);
+      if (!f.nvme_path.empty())
+        conf.storage = tessera::plan::calibrate_storage(*world, f.nvme_path, f.quick);
       if (world->rank() == 0) {
         if (!existing) {
           m.name = f.name.empty() ? "this machine" : f.name;

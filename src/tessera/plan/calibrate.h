@@ -13,6 +13,7 @@
 // compute hides (Links::overlap), the cost of re-touching pages given back (4 and 64 MiB).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "tessera/comm/process_group.h"
@@ -26,5 +27,13 @@ namespace tessera::plan {
 // `quick`: only the smallest sizes (seconds instead of tens of them; for tests of the path).
 HostConfiguration calibrate_host(comm::ProcessGroup& world, int threads,
                                  const std::vector<DType>& dtypes, bool quick = false);
+
+// The direct-I/O write and read rates of directory `dir` (NVMe offload's swap directory) for one
+// rank while every rank of `world` streams a file of its own there at once: 1 GiB written, then
+// read back, in 64 MiB requests four in flight through offload::SwapIo (DeepSpeed's default aio
+// settings), the median of three rounds (`quick`: 16 MiB in 1 MiB requests, once). The files are
+// removed. tessera::Error naming `dir` when it is not a directory or refuses O_DIRECT.
+StorageRates calibrate_storage(comm::ProcessGroup& world, const std::string& dir,
+                               bool quick = false);
 
 }  // namespace tessera::plan

@@ -144,7 +144,13 @@ HostConfiguration read_configuration(const json& v, const std::string& where) {
   }
   kernels.done("fp32, bf16, fp16");
   if (r.has("intra_host")) c.intra_host = read_links(r.get("intra_host"), r.at("intra_host"));
-  r.done("ranks_per_host, threads_per_rank, kernels, intra_host");
+  if (r.has("storage")) {
+    Reader st(r.get("storage"), r.at("storage"));
+    c.storage.read_bytes_per_s = st.positive("read_bytes_per_s");
+    c.storage.write_bytes_per_s = st.positive("write_bytes_per_s");
+    st.done("read_bytes_per_s, write_bytes_per_s");
+  }
+  r.done("ranks_per_host, threads_per_rank, kernels, intra_host, storage");
   return c;
 }
 
@@ -291,6 +297,9 @@ std::string machine_json(const MachineDescription& m) {
     }
     const json links = links_json(c.intra_host);
     if (!links.empty()) cj["intra_host"] = links;
+    if (c.storage.described())
+      cj["storage"] = {{"read_bytes_per_s", c.storage.read_bytes_per_s},
+                       {"write_bytes_per_s", c.storage.write_bytes_per_s}};
     o["configurations"].push_back(cj);
   }
   const json inter = links_json(m.inter_host);

@@ -11,7 +11,8 @@
 //      {"ranks_per_host": R, "threads_per_rank": T,
 //       "kernels": {"fp32": {KERNEL: [[size, rate], ...], ...}, "bf16": {...}, "fp16": {...}},
 //       "intra_host": {COLLECTIVE: {"latency_s": a, "bus_bytes_per_s": b}, ...,
-//                      "overlap": f}}                                            // R > 1
+//                      "overlap": f},                                            // R > 1
+//       "storage": {"read_bytes_per_s": r, "write_bytes_per_s": w}}               // optional
 //    ],
 //    "inter_host": {COLLECTIVE: {...}},                                            // H > 1
 //    "peak_flops_per_s": {"bf16": F, ...}}                                          // optional
@@ -92,6 +93,14 @@ struct Links {
   void fill(const LinkRate& r) { rates.fill(r); }
 };
 
+// The swap directory's direct-I/O rates for one rank while every rank of the host streams to the
+// same device (NVMe offload's reads and writes; 0: not described). Reads and writes are priced
+// one after the other: a device serves them from one queue.
+struct StorageRates {
+  double read_bytes_per_s = 0, write_bytes_per_s = 0;
+  bool described() const { return read_bytes_per_s > 0 && write_bytes_per_s > 0; }
+};
+
 // One rank's rates while `ranks_per_host` ranks, of `threads_per_rank` threads each, share a host:
 // the kernels' curves by dtype and kind, and the collectives between ranks of that host.
 struct HostConfiguration {
@@ -99,6 +108,7 @@ struct HostConfiguration {
   // kernels[dtype][kind]; a dtype absent from the JSON has no curves (empty).
   std::map<DType, std::array<RateCurve, kKernelKinds>> kernels;
   Links intra_host;
+  StorageRates storage;
 };
 
 // A whole machine: its hosts (ranks fill them in rank order), their configurations, the links

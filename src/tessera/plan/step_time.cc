@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 
 #include "tessera/core/error.h"
 #include "tessera/pipeline/schedule.h"
 #include "tessera/plan/layer_work.h"
+#include "tessera/plan/offload_time.h"
 #include "tessera/train/flops.h"
 
 namespace tessera::plan {
@@ -171,6 +173,26 @@ std::string explain_pass(const char* title, double times, const PassWork& w, con
   return out + line;
 }
 
+// The optimizer offload's replay for rank r (plan/offload_time.h): the last backward starts
+// last_backward before the schedule ends, the step after the reduction's exposed share; the
+// update is AdamW's compute over the owned elements.
+OptimizerSwapTimes optimizer_swap_times(const train::RankLayout& r, double owned,
+                                        double schedule_end, double last_backward, double dp_comm,
+                                        double update, const StorageRates& storage) {
+  OptimizerSwapShape shape;
+  shape.owned_elements = owned;
+  shape.arrays = r.optimizer_offload_arrays;
+  shape.sub_group = static_cast<double>(r.optimizer_offload_sub_group);
+  shape.buffers = r.optimizer_offload_buffers;
+  shape.pipeline_read = r.optimizer_offload_pipeline_read;
+  shape.pipeline_write = r.optimizer_offload_pipeline_write;
+  IterationTimes it;
+  it.backward_start = std::max(0.0, schedule_end - last_backward);
+  it.optimizer_start = schedule_end + dp_comm;
+  it.update = update;
+  return simulate_optimizer_swap(shape, it, storage);
+}
+
 }  // namespace
 
 std::string explain_step_time(const model::ModelConfig& cfg, const comm::MeshLayout& mesh,
@@ -202,12 +224,26 @@ std::string explain_step_time(const model::ModelConfig& cfg, const comm::MeshLay
   }
   if (r.last_stage) out += explain_pass("the head", M, head_work(cfg, r), price, rank);
   const StepTimeComponents& c = t.ranks[rank];
-  char line[256];
+  char line[768];
   std::snprintf(line, sizeof line,
                 "  step: compute %.3f + tensor-parallel %.3f + pipeline bubble %.3f + "
-                "data-parallel %.3f + optimizer %.3f = %.3f ms (the step: rank %d's %.3f ms)\n",
+                "data-parallel %.3f + optimizer %.3f + offload I/O %.3f = %.3f ms (the step: "
+                "rank %d's %.3f ms)\n",
                 1e3 * c.compute, 1e3 * c.tp_comm, 1e3 * c.pipeline_bubble, 1e3 * c.dp_comm,
-                1e3 * c.optimizer, 1e3 * c.total(), t.critical_rank, 1e3 * t.step_s);
+                1e3 * c.optimizer, 1e3 * c.offload_io, 1e3 * c.total(), t.critical_rank,
+                1e3 * t.step_s);
+  if (r.optimizer_offload_buffer_bytes >= 0) {
+    const OptimizerSwapTimes& swap = t.optimizer_swap[rank];
+    std::snprintf(line + std::strlen(line), sizeof line - std::strlen(line),
+                  "  NVMe optimizer offload: %.3f GB read + %.3f GB written an iteration at "
+                  "%.2f / %.2f GB/s; the step waits %.3f ms for the gradients' writes, visits "
+                  "the state in %.3f ms (the update alone %.3f ms); with backward's re-faults of "
+                  "the released gradient pages: %.3f ms\n",
+                  1e-9 * swap.read_bytes, 1e-9 * swap.write_bytes,
+                  1e-9 * conf.storage.read_bytes_per_s, 1e-9 * conf.storage.write_bytes_per_s,
+                  1e3 * swap.boundary_wait, 1e3 * swap.visit, 1e3 * swap.update,
+                  1e3 * c.offload_io);
+  }
   return out + line;
 }
 
@@ -236,11 +272,18 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
   StepTimePrediction out;
   out.ranks_per_host = conf.ranks_per_host;
   out.ranks.resize(world);
+  out.optimizer_swap.resize(world);
   std::vector<std::vector<ChunkTimes>> times(world);
   for (int rank = 0; rank < world; ++rank) {
     const train::RankLayout& r = ranks[rank];
-    if (r.optimizer_offload_buffer_bytes >= 0 || r.param_offload_kept_elements >= 0)
-      throw Error("the step-time model does not cover NVMe offload yet");
+    if (r.param_offload_kept_elements >= 0)
+      throw Error(
+          "the step-time model does not cover parameter offload to NVMe yet "
+          "(--offload-param-nvme-path); optimizer offload it does");
+    if (r.optimizer_offload_buffer_bytes >= 0 && !conf.storage.described())
+      throw Error("machine '" + machine.name +
+                  "' has no storage rates for NVMe offload: measure them with tessera-plan "
+                  "--calibrate --nvme-path DIR (DIR on the offload's device)");
     times[rank] = chunk_times(cfg, r, price, rank);
   }
 
@@ -354,6 +397,17 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
     c.optimizer = price.kernel(KernelKind::kZeroFill, DType::kF32, P, P) +
                   price.kernel(KernelKind::kGradNorm, DType::kF32, owned, owned) +
                   price.kernel(KernelKind::kOptimizer, r.compute, owned, owned);
+    if (r.optimizer_offload_buffer_bytes >= 0) {
+      const OptimizerSwapTimes& swap = out.optimizer_swap[rank] = optimizer_swap_times(
+          r, owned, schedule_end[rank], last_backward[rank], c.dp_comm,
+          price.kernel(KernelKind::kOptimizer, r.compute, owned, owned), conf.storage);
+      // Backward writes the gradients into pages given back at the last boundary (a
+      // bucket's worth at a time).
+      const double released = 4 * owned;
+      c.offload_io =
+          swap.exposed() + price.kernel(KernelKind::kPageRefault, DType::kF32,
+                                        std::min(released, 4.0 * r.bucket_elements), released);
+    }
     const double step = c.total();
     if (step > out.step_s) {
       out.step_s = step;

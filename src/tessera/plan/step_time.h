@@ -13,11 +13,14 @@
 //               backward has produced its share of the rank's gradients), in the last micro-batch
 //               (ZeRO 0-1) or every micro-batch (ZeRO 2-3); ZeRO 3's gathers beyond the compute
 //               of the pass they are prefetched under; ZeRO 1-2's gather of updated values;
-//   + optimizer = zeroing the gradients, their norm, AdamW over the owned elements.
+//   + optimizer = zeroing the gradients, their norm, AdamW over the owned elements;
+//   + offload   = with the optimizer state on NVMe, what its I/O adds (plan/offload_time.h: the
+//               swapper replayed on the machine's storage rates) and backward's re-faults of the
+//               gradient pages given back at the boundary.
 // The step is the largest rank's (the gradient norm's all-reduce ends every rank's step together).
 //
 // Not modelled (predict_step_time refuses with one line): context parallelism, MoE layers,
-// NVMe offload.
+// parameter offload to NVMe.
 #pragma once
 
 #include <string>
@@ -26,6 +29,7 @@
 #include "tessera/comm/parallel_state.h"
 #include "tessera/model/config.h"
 #include "tessera/plan/machine.h"
+#include "tessera/plan/offload_time.h"
 #include "tessera/train/memory_report.h"
 
 namespace tessera::plan {
@@ -37,7 +41,10 @@ struct StepTimeComponents {
   double pipeline_bubble = 0;  // waiting inside the pipeline schedule (fill, drain, transfers)
   double dp_comm = 0;          // gradient reduction and ZeRO gathers not hidden by compute
   double optimizer = 0;        // gradient zeroing, norm, AdamW
-  double total() const { return compute + tp_comm + pipeline_bubble + dp_comm + optimizer; }
+  double offload_io = 0;       // NVMe offload's I/O the step waits for (plan/offload_time.h)
+  double total() const {
+    return compute + tp_comm + pipeline_bubble + dp_comm + optimizer + offload_io;
+  }
 };
 
 struct StepTimePrediction {
@@ -45,6 +52,7 @@ struct StepTimePrediction {
   int critical_rank = 0;  // the rank whose step is longest; components are its
   StepTimeComponents components;
   std::vector<StepTimeComponents> ranks;  // every rank's
+  std::vector<OptimizerSwapTimes> optimizer_swap;  // every rank's NVMe optimizer offload (or zeros)
   int ranks_per_host = 1;                 // of the machine configuration used
 };
 

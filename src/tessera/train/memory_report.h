@@ -53,6 +53,12 @@ struct RankLayout {
   // Optimizer state on NVMe (offload/nvme_state_storage.h): the bytes of its buffers, which are
   // all of it that is in memory; negative: the state is in memory.
   double optimizer_offload_buffer_bytes = -1;
+  // ... and how its swapper runs (offload::NvmeStateOptions; the step-time model's I/O): fp32
+  // arrays per owned element, sub-group size (elements), buffers, pipelined reads and writes.
+  int optimizer_offload_arrays = 0;
+  int64_t optimizer_offload_sub_group = 0;
+  int optimizer_offload_buffers = 0;
+  bool optimizer_offload_pipeline_read = false, optimizer_offload_pipeline_write = false;
   // Parameters on NVMe (ZeRO 3, offload/param_swap.h): the elements of sharded units' parts kept
   // in memory anyway (max_in_cpu); the other parts are on disk between uses, and the fp32 master
   // weights are a copy of their own whatever the compute dtype. Negative: no parameter offload.

@@ -173,6 +173,11 @@ std::vector<RankLayout> rank_layouts(const TrainArgs& a, const comm::MeshLayout&
       r.optimizer_offload_buffer_bytes =
           static_cast<double>(offload::NvmeStateStorage::buffer_bytes_for(
               owned, arrays, offload.state, optimizer_alignment));
+      r.optimizer_offload_arrays = arrays;
+      r.optimizer_offload_sub_group = offload.state.sub_group_size;
+      r.optimizer_offload_buffers = offload.state.buffer_count;
+      r.optimizer_offload_pipeline_read = offload.state.pipeline_read;
+      r.optimizer_offload_pipeline_write = offload.state.pipeline_write;
     }
     out.push_back(std::move(r));
   }

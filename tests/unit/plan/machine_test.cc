@@ -74,6 +74,22 @@ std::string error_of(const std::string& from, const std::string& to) {
   return "";
 }
 
+TEST(MachineDescription, StorageRatesReadBackAndAreChecked) {
+  const std::string storage =
+      "\"threads_per_rank\": 4, \"storage\": {\"read_bytes_per_s\": 1.5e9, "
+      "\"write_bytes_per_s\": 2e9},";
+  std::string text = kGood;
+  text.replace(text.find("\"threads_per_rank\": 4,"), 22, storage);
+  const MachineDescription m = parse_machine(text, "m.json");
+  EXPECT_DOUBLE_EQ(m.configuration(2).storage.read_bytes_per_s, 1.5e9);
+  EXPECT_DOUBLE_EQ(m.configuration(2).storage.write_bytes_per_s, 2e9);
+  EXPECT_EQ(machine_json(parse_machine(machine_json(m), "again")), machine_json(m));
+  EXPECT_FALSE(parse_machine(kGood, "good.json").configuration(2).storage.described());
+  EXPECT_EQ(error_of("\"threads_per_rank\": 4,",
+                     "\"threads_per_rank\": 4, \"storage\": {\"read_bytes_per_s\": 0},"),
+            "m.json.configurations[0].storage.read_bytes_per_s: expected a number > 0");
+}
+
 TEST(MachineDescription, BadFilesAreOneLineNamingTheKey) {
   EXPECT_EQ(error_of("\"add\"", "\"addd\""),
             "m.json.configurations[0].kernels.fp32.addd: unknown key (expected gemm_forward, "

@@ -226,3 +226,40 @@ TEST(StepTime, GroupsAcrossHostsUseTheInterHostLinks) {
 
 }  // namespace
 }  // namespace tessera::plan
+
+namespace tessera::plan {
+namespace {
+
+// NVMe optimizer offload: refused on a machine without storage rates (one line naming the
+// calibration that measures them); with them, the iteration's I/O is the swapper's (fp32
+// compute: two arrays, 8 bytes an owned element read and written, plus the gradients' 4 written
+// at the boundary and read by the step) and its exposed time joins the step as offload_io.
+TEST(StepTime, OptimizerOffloadPricesTheSwap) {
+  const Planned p = planned(
+      1, {"--micro-batch-size", "2", "--zero-stage", "1", "--offload-optimizer-nvme-path", "/tmp"});
+  try {
+    predict(p);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "machine 'by hand' has no storage rates for NVMe offload: measure them with "
+                 "tessera-plan --calibrate --nvme-path DIR (DIR on the offload's device)");
+  }
+  MachineDescription m = hand_machine();
+  for (HostConfiguration& c : m.configurations) c.storage = StorageRates{1e9, 2e9};
+  const StepTimePrediction t = predict_step_time(p.args.model, p.mesh, p.ranks, m);
+  const double owned = train::optimizer_owned_elements(p.args.model, p.ranks[0]);
+  const OptimizerSwapTimes& swap = t.optimizer_swap[0];
+  EXPECT_DOUBLE_EQ(swap.read_bytes, 12 * owned);
+  EXPECT_DOUBLE_EQ(swap.write_bytes, 12 * owned);
+  // One sub-group, no pipelining: the step reads the gradients and writes the state back.
+  EXPECT_NEAR(swap.visit, 4 * owned / 1e9 + 8 * owned / 2e9, 1e-12);
+  EXPECT_NEAR(t.components.offload_io, swap.exposed(), 1e-12);  // re-faults free here
+  EXPECT_NEAR(t.step_s, t.components.total(), 1e-15);
+  const Planned params = planned(
+      1, {"--micro-batch-size", "2", "--zero-stage", "3", "--offload-param-nvme-path", "/tmp"});
+  EXPECT_THROW(predict_step_time(params.args.model, params.mesh, params.ranks, m), Error);
+}
+
+}  // namespace
+}  // namespace tessera::plan

@@ -1,0 +1,162 @@
+// The replay of NVMe optimizer offload's I/O (contract in offload_time.h).
+
+#include "tessera/plan/offload_time.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "tessera/core/error.h"
+
+namespace tessera::plan {
+namespace {
+
+// The device: one queue, each request served after those issued before it.
+struct Device {
+  double free_at = 0;
+  double read_bytes = 0, write_bytes = 0;
+  const StorageRates& rates;
+  // Issued at `t`; returns when it completes.
+  double read(double t, double bytes) {
+    read_bytes += bytes;
+    free_at = std::max(t, free_at) + bytes / rates.read_bytes_per_s;
+    return free_at;
+  }
+  double write(double t, double bytes) {
+    write_bytes += bytes;
+    free_at = std::max(t, free_at) + bytes / rates.write_bytes_per_s;
+    return free_at;
+  }
+};
+
+// A buffer: the sub-group it holds (-1: none), when its read completes, whether the gradients
+// were read with it, and its last write: in flight until the swapper waits for it (`writing`),
+// complete at `write_done`.
+struct Slot {
+  int64_t group = -1;
+  double ready = 0;
+  bool grads = false;
+  bool writing = false;
+  int64_t written_group = -1;
+  double write_done = 0;
+};
+
+}  // namespace
+
+OptimizerSwapTimes simulate_optimizer_swap(const OptimizerSwapShape& shape,
+                                           const IterationTimes& it, const StorageRates& rates) {
+  if (!rates.described())
+    throw Error(
+        "the machine description has no storage rates for NVMe offload: measure them with "
+        "tessera-plan --calibrate --nvme-path DIR (DIR on the offload's device)");
+  TESSERA_CHECK(shape.owned_elements >= 0 && shape.sub_group > 0 && shape.buffers >= 2 &&
+                shape.arrays >= 1);
+  OptimizerSwapTimes out;
+  out.update = it.update;
+  const double n = shape.owned_elements;
+  if (n == 0) return out;
+  const double group = std::min(shape.sub_group, n);
+  const auto groups = static_cast<int64_t>(std::ceil(n / group));
+  const auto elements = [&](int64_t g) {
+    return std::min(group, n - static_cast<double>(g) * group);
+  };
+  const auto state_bytes = [&](int64_t g) { return 4.0 * shape.arrays * elements(g); };
+  const auto grad_bytes = [&](int64_t g) { return 4.0 * elements(g); };
+
+  Device disk{0, 0, 0, rates};
+  std::vector<Slot> slots(shape.buffers);
+  double t = 0;  // the training thread's clock
+  const auto slot_of = [&](int64_t g) -> Slot* {
+    for (Slot& s : slots)
+      if (s.group == g) return &s;
+    return nullptr;
+  };
+  const auto finish_write = [&](Slot& s) {
+    t = std::max(t, s.write_done);
+    s.writing = false;
+  };
+  // NvmeStateStorage::free_slot: an idle buffer, else (when it may wait) the one whose write was
+  // issued first, once that write completes; nullptr when every buffer holds a sub-group.
+  const auto free_slot = [&](bool may_wait) -> Slot* {
+    for (Slot& s : slots)
+      if (!s.writing && s.group < 0) return &s;
+    if (!may_wait) return nullptr;
+    Slot* oldest = nullptr;
+    for (Slot& s : slots)
+      if (s.writing && (oldest == nullptr || s.write_done < oldest->write_done)) oldest = &s;
+    if (oldest != nullptr) finish_write(*oldest);
+    return oldest;
+  };
+  const auto start_read = [&](Slot& s, int64_t g, bool with_grads) {
+    s.group = g;
+    s.grads = with_grads;
+    s.ready = disk.read(t, state_bytes(g) + (with_grads ? grad_bytes(g) : 0.0));
+  };
+  const auto read_grads = [&](Slot& s) {
+    s.ready = std::max(s.ready, disk.read(t, grad_bytes(s.group)));
+    s.grads = true;
+  };
+
+  constexpr int kIterations = 3;
+  for (int iteration = 0; iteration < kIterations; ++iteration) {
+    const double start = t;
+    const double before_read = disk.read_bytes, before_write = disk.write_bytes;
+    // prefetch(): the state of the first sub-groups, stopping at one whose write is in flight or
+    // when no buffer is idle.
+    const int64_t ahead = std::min<int64_t>(groups, shape.buffers - 1);
+    for (int64_t g = 0; g < ahead; ++g) {
+      if (slot_of(g) != nullptr) continue;
+      bool written_now = false;
+      for (const Slot& s : slots) written_now |= s.writing && s.written_group == g;
+      if (written_now) break;
+      Slot* s = free_slot(false);
+      if (s == nullptr) break;
+      start_read(*s, g, false);
+    }
+    // The gradients leave during the last micro-batch's backward; the step waits for them.
+    const double grads_written = disk.write(start + it.backward_start, 4.0 * n);
+    const double optimizer = start + it.optimizer_start;
+    t = std::max(optimizer, grads_written);
+    out.boundary_wait = t - optimizer;
+    const double visit_start = t;
+    // for_each_window(kStep): the last visit's writes first, then the sub-groups in order.
+    for (Slot& s : slots)
+      if (s.writing) finish_write(s);
+    int64_t next_read = 0;
+    for (int64_t g = 0; g < groups; ++g) {
+      Slot* s = slot_of(g);
+      if (s == nullptr) {
+        s = free_slot(true);
+        TESSERA_CHECK(s != nullptr);
+        start_read(*s, g, true);
+      } else if (!s->grads) {
+        read_grads(*s);
+      }
+      next_read = std::max(next_read, g + 1);
+      if (shape.pipeline_read)
+        for (; next_read < groups; ++next_read) {
+          if (Slot* held = slot_of(next_read)) {
+            if (!held->grads) read_grads(*held);
+            continue;
+          }
+          Slot* f = free_slot(true);
+          if (f == nullptr) break;
+          start_read(*f, next_read, true);
+        }
+      t = std::max(t, s->ready) + it.update * elements(g) / n;
+      s->write_done = disk.write(t, state_bytes(g));
+      s->writing = true;
+      s->written_group = g;
+      if (!shape.pipeline_write) finish_write(*s);
+      s->group = -1;
+      s->grads = false;
+    }
+    out.visit = t - visit_start;
+    out.read_bytes = disk.read_bytes - before_read;
+    out.write_bytes = disk.write_bytes - before_write;
+    // The next iteration starts as the step ends (its writes may still be in flight).
+  }
+  return out;
+}
+
+}  // namespace tessera::plan

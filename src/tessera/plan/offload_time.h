@@ -1,0 +1,58 @@
+// NVMe optimizer offload in the step-time model: the optimizer state's swapper
+// (offload/nvme_state_storage.h) and the gradients' writes at the accumulation boundary
+// (distributed/gradient_offload.h) replayed on a model of the device, one queue served in the
+// order requests are issued at the machine's measured read and write rates (plan/machine.h
+// StorageRates).
+//
+// One iteration, as the trainer runs it:
+//   - at its start, prefetch() reads the state of the first sub-groups (up to buffers - 1, none
+//     whose write from the last step is still in flight) while the model computes;
+//   - in the last micro-batch's backward the owned fp32 gradients are written (4 bytes an
+//     element), the step waiting for the last of them before it visits the state;
+//   - the step visits sub-group i: its state (unless prefetched) and its gradients are read, the
+//     update runs (its share of AdamW's compute time), the state is written back. With
+//     pipeline_read the next sub-groups are read ahead into free buffers (a buffer is free once
+//     its write completed); without pipeline_write each write is waited for before going on.
+//     Writes still in flight when the step ends overlap the next iteration (its prefetch and
+//     forward), as they do in the trainer.
+// Three iterations are replayed and the last is reported, so the writes a step leaves behind
+// weigh on the next one as in a steady run.
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/plan/machine.h"
+
+namespace tessera::plan {
+
+// What the swapper moves and how (train::RankLayout's optimizer_offload_* fields).
+struct OptimizerSwapShape {
+  double owned_elements = 0;  // n: the rank's elements of the optimizer state
+  int arrays = 0;             // fp32 arrays an element in the swap file (master, moments)
+  double sub_group = 0;       // elements a sub-group (the swap unit)
+  int buffers = 0;            // sub-groups in memory at once (>= 2)
+  bool pipeline_read = false, pipeline_write = false;
+};
+
+// The iteration around the step, in seconds from its start.
+struct IterationTimes {
+  double backward_start = 0;   // the last micro-batch's backward begins (gradients leave)
+  double optimizer_start = 0;  // the optimizer step begins (schedule and reduction done)
+  double update = 0;           // AdamW over all n elements, compute alone
+};
+
+struct OptimizerSwapTimes {
+  double boundary_wait = 0;  // the step waiting for the gradients' writes (and the prefetch)
+  double visit = 0;          // the step's visit: reads, updates, writes, as the step sees them
+  double update = 0;         // of it, the update's compute (IterationTimes::update)
+  double read_bytes = 0, write_bytes = 0;  // an iteration's
+  // The I/O's share of the step: what it adds to the update alone.
+  double exposed() const { return boundary_wait + visit - update; }
+};
+
+// tessera::Error (one line) when `rates` are not described.
+OptimizerSwapTimes simulate_optimizer_swap(const OptimizerSwapShape& shape,
+                                           const IterationTimes& iteration,
+                                           const StorageRates& rates);
+
+}  // namespace tessera::plan
