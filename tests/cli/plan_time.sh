@@ -3,7 +3,8 @@
 # clock: --calibrate writes a description --evaluate reads back (--quick sizes, 1 and 2 ranks);
 # the JSON's components add up to the step; --explain shows the same step; the search ranks its
 # candidates by step time and the first one's printed command, evaluated alone, predicts the
-# same step; and bad input — an unknown machine key, a model that fits nowhere, constraints no
+# same step; storage rates calibrated and an NVMe optimizer-offload layout priced; and bad
+# input — an unknown machine key, a model that fits nowhere, constraints no
 # layout meets, a missing machine — is one line and exit code 2. (How close the predictions come
 # to measured steps is a benchmark, bench/plan_time.sh: wall-clock figures are not asserted here.)
 # Usage: plan_time.sh BUILD_BIN_DIR
@@ -37,6 +38,32 @@ assert abs(sum(p["components_s"].values()) - p["step_time_s"]) <= 1e-9 * p["step
 PY
 }
 check "a calibrated description reads back and predicts" calibrated
+
+offloaded() {  # --calibrate --nvme-path adds storage rates; an NVMe optimizer-offload layout is
+  # then priced: offload_io > 0, the components still add up, --explain shows the I/O
+  local swap
+  swap="$(mktemp -d "$BIN_DIR/../tessera-plan-test.XXXXXX")" || return 1
+  local flags=(--evaluate --world-size 1 --machine "$TMP/s.json" "${COMMON[@]}" "${GPT[@]}"
+               --micro-batch-size 2 --zero-stage 1 --offload-optimizer-nvme-path "$swap")
+  "$PLAN" --calibrate --quick --machine "$TMP/s.json" --nvme-path "$swap" >/dev/null &&
+    [ -z "$(ls -A "$swap")" ] &&
+    "$PLAN" "${flags[@]}" --json >"$TMP/plan.json" &&
+    "$PLAN" "${flags[@]}" --explain 0 >"$TMP/out" &&
+    grep -q "NVMe optimizer offload: .* GB read + .* GB written an iteration" "$TMP/out" &&
+    /usr/bin/python3 - "$TMP/s.json" "$TMP/plan.json" <<'PY'
+import json, sys
+m, p = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+s = m["configurations"][0]["storage"]
+assert s["read_bytes_per_s"] > 0 and s["write_bytes_per_s"] > 0, s
+c = p["components_s"]
+assert c["offload_io"] > 0, c
+assert abs(sum(c.values()) - p["step_time_s"]) <= 1e-9 * p["step_time_s"]
+PY
+  local rc=$?
+  rm -rf "$swap"
+  return $rc
+}
+check "storage rates calibrated; optimizer offload priced" offloaded
 
 explained() {  # --explain's passes add up to the step's compute and TP parts; its last line is
   # the step --evaluate prints
@@ -97,6 +124,14 @@ check "calibrating without a file" bad "--calibrate needs --machine FILE" --cali
 check "a layout the time model does not cover" bad "does not cover context parallelism" \
   --evaluate --world-size 2 --machine "$A100" "${COMMON[@]}" "${GPT[@]}" \
   --context-parallel-size 2
+check "offload on a machine without storage rates" bad \
+  "machine 'DGX A100.*' has no storage rates for NVMe offload: measure them with tessera-plan --calibrate --nvme-path DIR" \
+  --evaluate --world-size 2 --machine "$A100" "${COMMON[@]}" "${GPT[@]}" --zero-stage 1 \
+  --offload-optimizer-nvme-path "$TMP"
+check "--nvme-path without --calibrate" bad "--nvme-path applies to --calibrate only" \
+  --evaluate --world-size 2 --nvme-path "$TMP" "${COMMON[@]}" "${GPT[@]}"
+check "--nvme-path that is not a directory" bad "--nvme-path $TMP/none: not a directory" \
+  --calibrate --machine "$TMP/n.json" --nvme-path "$TMP/none"
 check "a flag that would be ignored" bad "needs --evaluate and --machine, without --json" \
   --evaluate --world-size 2 --json --machine "$A100" --explain 0 "${COMMON[@]}" "${GPT[@]}"
 check "a rank the layout does not have" bad "the layout has ranks 0..1" \
