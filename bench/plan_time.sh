@@ -107,6 +107,11 @@ layout "gpt, 1 rank, NVMe offload pipelined" - 1 "${GPT[@]}" --micro-batch-size 
   --offload-pipeline --offload-sub-group-size 2000000
 layout "gpt, 1 rank, NVMe offload, bf16" - 1 "${GPT[@]}" --micro-batch-size 4 "${OFFLOAD[@]}" \
   --bf16 --offload-pipeline --offload-sub-group-size 2000000
+# ZeRO 3 parameters on NVMe, every part swapped; then with the optimizer state there too.
+PARAMS=(--zero-stage 3 --offload-param-nvme-path "$SWAP" --offload-param-max-in-cpu 0)
+layout "gpt, 1 rank, parameters on NVMe" - 1 "${GPT[@]}" --micro-batch-size 4 "${PARAMS[@]}"
+layout "gpt, 1 rank, parameters + optimizer on NVMe" - 1 "${GPT[@]}" --micro-batch-size 4 \
+  "${PARAMS[@]}" --offload-optimizer-nvme-path "$SWAP"
 
 /usr/bin/python3 - "$TMP/rows" <<'PY'
 import json, statistics, sys

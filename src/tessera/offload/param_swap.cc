@@ -51,7 +51,8 @@ ParamSwap::Sizes ParamSwap::sizes_for(const std::vector<int64_t>& part_elems,
                                       const ParamSwapOptions& options, int64_t elem_bytes,
                                       int64_t alignment) {
   Sizes out;
-  const std::vector<bool> kept = kept_in_memory(part_elems, options.max_in_cpu);
+  out.kept = kept_in_memory(part_elems, options.max_in_cpu);
+  const std::vector<bool>& kept = out.kept;
   int64_t largest = 0;
   for (size_t i = 0; i < part_elems.size(); ++i) {
     if (kept[i])

@@ -86,9 +86,10 @@ class ParamSwap final : public distributed::PartSwap {
   // prediction of the run's memory before anything exists, train/rank_layout.h): the elements
   // of the parts max_in_cpu keeps (`part_elems` in flat order, 0 for a unit not swapped), and
   // the bytes of the buffers for elements of `elem_bytes` on a file system of O_DIRECT alignment
-  // `alignment` (0 when nothing is swapped).
+  // `alignment` (0 when nothing is swapped), and which parts are kept.
   struct Sizes {
     int64_t kept_elems = 0, buffer_bytes = 0;
+    std::vector<bool> kept;  // per part: kept in memory (an empty part: false)
   };
   static Sizes sizes_for(const std::vector<int64_t>& part_elems, const ParamSwapOptions& options,
                          int64_t elem_bytes, int64_t alignment);

@@ -159,4 +159,79 @@ OptimizerSwapTimes simulate_optimizer_swap(const OptimizerSwapShape& shape,
   return out;
 }
 
+double simulate_param_pass(const std::vector<SwappedUnit>& pass, const ParamSwapShape& shape,
+                           const StorageRates& rates) {
+  if (!rates.described())
+    throw Error(
+        "the machine description has no storage rates for NVMe offload: measure them with "
+        "tessera-plan --calibrate --nvme-path DIR (DIR on the offload's device)");
+  TESSERA_CHECK(shape.piece_bytes > 0 && shape.buffers >= 2);
+  const int units = static_cast<int>(pass.size());
+  Device disk{0, 0, 0, rates};
+  double t = 0, compute = 0;
+  // Per unit: its pieces' sizes, how many of them are on their way (in order), when each
+  // completes; whether it is gathered (waited for).
+  std::vector<std::vector<double>> pieces(units), done(units);
+  std::vector<int> started(units, 0);
+  std::vector<bool> gathered(units, false);
+  for (int u = 0; u < units; ++u) {
+    for (double left = pass[u].bytes; left > 0; left -= shape.piece_bytes)
+      pieces[u].push_back(std::min(left, shape.piece_bytes));
+    done[u].resize(pieces[u].size());
+  }
+  int in_flight = 0;  // buffers holding a piece read or being read
+  const auto start_piece = [&](int u) {
+    done[u][started[u]] = disk.read(t, pieces[u][started[u]]);
+    ++started[u];
+    ++in_flight;
+  };
+  // ParamSwap::start_read: the unit's pieces not on their way, while buffers are free.
+  const auto start_read = [&](int u) {
+    while (started[u] < static_cast<int>(pieces[u].size())) {
+      if (in_flight >= shape.buffers) return false;
+      start_piece(u);
+    }
+    return true;
+  };
+  // ParamSwap::wait_read: the rest of the unit's pieces (cancelling the furthest read ahead when
+  // no buffer is free), each copied into place as it arrives, its buffer freed.
+  const auto wait_read = [&](int u) {
+    while (started[u] < static_cast<int>(pieces[u].size())) {
+      if (in_flight >= shape.buffers) {
+        for (int v = units - 1; v > u; --v)
+          if (!gathered[v] && started[v] > 0) {
+            --started[v];
+            --in_flight;
+            break;
+          }
+        TESSERA_CHECK(in_flight < shape.buffers);
+      }
+      start_piece(u);
+    }
+    for (double d : done[u]) t = std::max(t, d);
+    in_flight -= static_cast<int>(pieces[u].size());
+    gathered[u] = true;
+  };
+  for (int u = 0; u < units; ++u) {
+    if (!gathered[u]) wait_read(u);
+    // Zero3Params::acquire: reads ahead first, then the gathers ahead within the window.
+    for (int v = u + 1; v < units; ++v)
+      if (!gathered[v] && !start_read(v)) break;
+    double prefetched = 0;
+    for (int v = u + 1; v < units; ++v) {
+      if (pass[v].elements == 0) continue;  // persistent: always there
+      if (gathered[v]) {
+        prefetched += pass[v].elements;
+        continue;
+      }
+      if (prefetched + pass[v].elements > shape.window) break;
+      wait_read(v);
+      prefetched += pass[v].elements;
+    }
+    t += pass[u].compute;
+    compute += pass[u].compute;
+  }
+  return t - compute;
+}
+
 }  // namespace tessera::plan

@@ -17,9 +17,18 @@
 //     forward), as they do in the trainer.
 // Three iterations are replayed and the last is reported, so the writes a step leaves behind
 // weigh on the next one as in a steady run.
+//
+// ZeRO 3 parameter offload (offload/param_swap.h under distributed/zero3_params.h), one pass
+// (forward or backward) at a time: at each unit's acquisition in pass order, the reads of the
+// next units' parts start as far as the buffers allow (a buffer a piece of at most buffer_size
+// elements; a unit's read that finds no buffer free cancels the furthest read ahead, which is
+// issued again later), then the units within the prefetch window (stage3_prefetch_bucket_size
+// elements of gathered, unused units) are gathered, each waiting for its part's read; then the
+// unit computes. The optimizer step writes every swapped part once and waits for the writes.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "tessera/plan/machine.h"
 
@@ -54,5 +63,23 @@ struct OptimizerSwapTimes {
 OptimizerSwapTimes simulate_optimizer_swap(const OptimizerSwapShape& shape,
                                            const IterationTimes& iteration,
                                            const StorageRates& rates);
+
+// A unit of a pass in the order the pass uses it: the bytes of its part on NVMe (0: not swapped,
+// kept in memory by max_in_cpu), its elements as ZeRO 3 counts them for the prefetch window
+// (0: persistent, never dropped), and the compute that uses it.
+struct SwappedUnit {
+  double bytes = 0, elements = 0, compute = 0;
+};
+
+struct ParamSwapShape {
+  double piece_bytes = 0;  // buffer_size elements of the compute dtype
+  int buffers = 0;         // >= 2
+  double window = 0;       // the prefetch window, elements
+};
+
+// Seconds the pass waits for reads beyond its compute (the pass starting with every unit
+// dropped and no read in flight).
+double simulate_param_pass(const std::vector<SwappedUnit>& pass, const ParamSwapShape& shape,
+                           const StorageRates& rates);
 
 }  // namespace tessera::plan

@@ -193,6 +193,61 @@ OptimizerSwapTimes optimizer_swap_times(const train::RankLayout& r, double owned
   return simulate_optimizer_swap(shape, it, storage);
 }
 
+// ZeRO 3 parameter offload for rank r, an iteration's worth (plan/offload_time.h): every
+// micro-batch's forward and backward pass replayed over the rank's units in the order the pass
+// acquires them (forward: the embeddings, the layers, the head, whose work runs when backward
+// starts; backward the reverse), plus re-faulting each part's released pages when it is read
+// back, plus the step's writes of every swapped part beyond what the update hides (all of them
+// when the optimizer state streams to the same device).
+double param_swap_seconds(const model::ModelConfig& cfg, const train::RankLayout& r,
+                          const Pricer& price, int rank, double update,
+                          const StorageRates& storage) {
+  if (r.pp > 1)
+    throw Error(
+        "the step-time model does not cover parameter offload to NVMe under a pipeline yet");
+  const std::vector<int64_t> parts = train::zero3_part_elements(cfg, r);
+  const auto time = [&](const PassWork& w) { return price.kernels(w) + price.comms(w, rank); };
+  const LayerWork layer = layer_work(cfg, r), embedding = embedding_work(cfg, r);
+  const int n = static_cast<int>(r.layers.size());
+  const double rerun =
+      n > 0 ? recomputed_layers(r, n) * time(recompute_work(cfg, r, layer)) / n : 0;
+  const size_t expected = (r.first_stage ? 1 : 0) + r.layers.size() + (r.last_stage ? 1 : 0);
+  TESSERA_CHECK_MSG(parts.size() == expected && r.param_offload_kept_parts.size() == parts.size(),
+                    "internal: ZeRO 3 units of a dense model without a pipeline");
+  std::vector<SwappedUnit> forward(parts.size()), backward(parts.size());
+  double swapped_bytes = 0;
+  for (size_t u = 0; u < parts.size(); ++u) {
+    SwappedUnit unit;
+    if (parts[u] > 0 && !r.param_offload_kept_parts[u])
+      unit.bytes = static_cast<double>(parts[u]) * dtype_size(r.compute);
+    unit.elements = static_cast<double>(parts[u]) * r.dp;  // 0: persistent
+    swapped_bytes += unit.bytes;
+    const bool is_embedding = r.first_stage && u == 0;
+    const bool is_head = r.last_stage && u + 1 == parts.size();
+    SwappedUnit f = unit, b = unit;
+    f.compute = is_embedding ? time(embedding.forward) : is_head ? 0 : time(layer.forward);
+    b.compute = is_embedding ? time(embedding.backward)
+                : is_head    ? time(head_work(cfg, r))
+                             : time(layer.backward) + rerun;
+    forward[u] = f;
+    backward[parts.size() - 1 - u] = b;
+  }
+  if (swapped_bytes == 0) return 0;
+  ParamSwapShape shape;
+  shape.piece_bytes = static_cast<double>(r.param_offload_buffer_elements) * dtype_size(r.compute);
+  shape.buffers = r.param_offload_buffers;
+  shape.window = static_cast<double>(r.prefetch_elements);
+  const double passes =
+      simulate_param_pass(forward, shape, storage) + simulate_param_pass(backward, shape, storage);
+  const double refault =
+      price.kernel(KernelKind::kPageRefault, DType::kF32,
+                   swapped_bytes / static_cast<double>(parts.size()), swapped_bytes);
+  const double writes = swapped_bytes / storage.write_bytes_per_s;
+  const double step =
+      r.optimizer_offload_buffer_bytes >= 0 ? writes : std::max(0.0, writes - update);
+  return static_cast<double>(r.micro_batches) * (passes + 2 * refault) + step;
+}
+
 }  // namespace
 
 std::string explain_step_time(const model::ModelConfig& cfg, const comm::MeshLayout& mesh,
@@ -276,11 +331,8 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
   std::vector<std::vector<ChunkTimes>> times(world);
   for (int rank = 0; rank < world; ++rank) {
     const train::RankLayout& r = ranks[rank];
-    if (r.param_offload_kept_elements >= 0)
-      throw Error(
-          "the step-time model does not cover parameter offload to NVMe yet "
-          "(--offload-param-nvme-path); optimizer offload it does");
-    if (r.optimizer_offload_buffer_bytes >= 0 && !conf.storage.described())
+    if ((r.optimizer_offload_buffer_bytes >= 0 || r.param_offload_kept_elements >= 0) &&
+        !conf.storage.described())
       throw Error("machine '" + machine.name +
                   "' has no storage rates for NVMe offload: measure them with tessera-plan "
                   "--calibrate --nvme-path DIR (DIR on the offload's device)");
@@ -408,6 +460,10 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
           swap.exposed() + price.kernel(KernelKind::kPageRefault, DType::kF32,
                                         std::min(released, 4.0 * r.bucket_elements), released);
     }
+    if (r.param_offload_kept_elements >= 0)
+      c.offload_io += param_swap_seconds(
+          cfg, r, price, rank, price.kernel(KernelKind::kOptimizer, r.compute, owned, owned),
+          conf.storage);
     const double step = c.total();
     if (step > out.step_s) {
       out.step_s = step;

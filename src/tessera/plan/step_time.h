@@ -16,11 +16,13 @@
 //   + optimizer = zeroing the gradients, their norm, AdamW over the owned elements;
 //   + offload   = with the optimizer state on NVMe, what its I/O adds (plan/offload_time.h: the
 //               swapper replayed on the machine's storage rates) and backward's re-faults of the
-//               gradient pages given back at the boundary.
+//               gradient pages given back at the boundary; with ZeRO 3's parameters on NVMe, the
+//               passes' waits for their parts' reads, their pages' re-faults and the step's
+//               writes the update does not hide.
 // The step is the largest rank's (the gradient norm's all-reduce ends every rank's step together).
 //
 // Not modelled (predict_step_time refuses with one line): context parallelism, MoE layers,
-// parameter offload to NVMe.
+// parameter offload to NVMe under a pipeline.
 #pragma once
 
 #include <string>

@@ -66,6 +66,11 @@ struct RankLayout {
   // ... and the bytes of its buffers (the parameters' category of the accountant, outside the
   // flat buffer the report's parameter row measures).
   double param_offload_buffer_bytes = 0;
+  // ... and how its reads run (offload::ParamSwapOptions; the step-time model's I/O): which of
+  // zero3_part_elements' parts max_in_cpu keeps in memory, the buffers and their elements.
+  std::vector<bool> param_offload_kept_parts;
+  int param_offload_buffers = 0;
+  int64_t param_offload_buffer_elements = 0;
   // Activations: the pipeline (stage pp_rank of pp, `chunks` model chunks, each chunk's global
   // layers in `chunk_layers`), micro-batches per iteration and tokens per micro-batch.
   int pp = 1, pp_rank = 0;

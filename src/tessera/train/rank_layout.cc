@@ -162,6 +162,9 @@ std::vector<RankLayout> rank_layouts(const TrainArgs& a, const comm::MeshLayout&
           static_cast<int64_t>(dtype_size(r.compute)), param_alignment);
       r.param_offload_kept_elements = static_cast<double>(sizes.kept_elems);
       r.param_offload_buffer_bytes = static_cast<double>(sizes.buffer_bytes);
+      r.param_offload_kept_parts = sizes.kept;
+      r.param_offload_buffers = offload.param.buffer_count;
+      r.param_offload_buffer_elements = offload.param.buffer_size;
     }
     if (offload.optimizer_nvme) {
       // The fp32 arrays of an owned element (optim::Optimizer): the master weights when they are

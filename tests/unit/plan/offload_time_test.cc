@@ -62,6 +62,25 @@ TEST(OptimizerSwap, PipelinedSubGroupsOverlapReadsWithUpdates) {
   EXPECT_DOUBLE_EQ(simulate_optimizer_swap(pipelined, {10, 20, 4}, kDisk).visit, 14);
 }
 
+// ZeRO 3 parameter offload, one pass over three units of 1000 bytes, each computing 2 s, pieces
+// of 1000 bytes, 2 buffers. The first unit's read is waited for; the next two are read ahead
+// while it computes.
+TEST(ParamSwapReplay, ReadsAheadHideBehindCompute) {
+  const std::vector<SwappedUnit> pass(3, SwappedUnit{1000, 1, 2});
+  const ParamSwapShape no_window{1000, 2, 0};
+  // 1000 B/s: unit 0 read 0-1; 1 and 2 read 1-2 and 2-3 while 0 computes (1-3): only the first
+  // second waits.
+  EXPECT_DOUBLE_EQ(simulate_param_pass(pass, no_window, kDisk), 1);
+  // 250 B/s: reads 0-4, 4-8, 8-12; computes 4-6, 8-10, 12-14: 8 s of waiting.
+  EXPECT_DOUBLE_EQ(simulate_param_pass(pass, no_window, StorageRates{250, 2000}), 8);
+  // A prefetch window of 10 elements gathers units 1 and 2 ahead at unit 0's acquisition, each
+  // waiting for its read (done at 2 and 3): 3 s, the reads no longer behind compute.
+  EXPECT_DOUBLE_EQ(simulate_param_pass(pass, ParamSwapShape{1000, 2, 10}, kDisk), 3);
+  // Units kept in memory read nothing.
+  EXPECT_DOUBLE_EQ(
+      simulate_param_pass(std::vector<SwappedUnit>(3, SwappedUnit{0, 1, 2}), no_window, kDisk), 0);
+}
+
 TEST(OptimizerSwap, NoStorageRatesIsOneError) {
   try {
     simulate_optimizer_swap(one_group(false, false), {10, 20, 1}, StorageRates{});
