@@ -47,6 +47,7 @@ offloaded() {  # --calibrate --nvme-path adds storage rates; an NVMe optimizer-o
                --micro-batch-size 2 --zero-stage 1 --offload-optimizer-nvme-path "$swap")
   "$PLAN" --calibrate --quick --machine "$TMP/s.json" --nvme-path "$swap" >/dev/null &&
     [ -z "$(ls -A "$swap")" ] &&
+    "$PLAN" --calibrate --quick --machine "$TMP/s.json" >/dev/null &&  # keeps the storage rates
     "$PLAN" "${flags[@]}" --json >"$TMP/plan.json" &&
     "$PLAN" "${flags[@]}" --explain 0 >"$TMP/out" &&
     grep -q "NVMe optimizer offload: .* GB read + .* GB written an iteration" "$TMP/out" &&

@@ -63,19 +63,18 @@ StorageRates calibrate_storage(comm::ProcessGroup& world, const std::string& dir
   }
   offload::SwapIo io(io::AioConfig{}, io::IoBackend::kAuto);
   std::vector<double> writes, reads;
-  {
+  std::error_code ignored;
+  try {
     io::DirectFile file = io::DirectFile::create(path, total);
-    try {
-      for (int r = 0; r < rounds; ++r) {
-        writes.push_back(stream(world, io, file, buffers, request, total, true));
-        reads.push_back(stream(world, io, file, buffers, request, total, false));
-      }
-    } catch (...) {
-      std::filesystem::remove(path);
-      throw;
+    for (int r = 0; r < rounds; ++r) {
+      writes.push_back(stream(world, io, file, buffers, request, total, true));
+      reads.push_back(stream(world, io, file, buffers, request, total, false));
     }
+  } catch (...) {
+    std::filesystem::remove(path, ignored);
+    throw;
   }
-  std::filesystem::remove(path);
+  std::filesystem::remove(path, ignored);
   std::sort(writes.begin(), writes.end());
   std::sort(reads.begin(), reads.end());
   StorageRates rates;

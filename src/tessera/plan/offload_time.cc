@@ -114,7 +114,9 @@ OptimizerSwapTimes simulate_optimizer_swap(const OptimizerSwapShape& shape,
       start_read(*s, g, false);
     }
     // The gradients leave during the last micro-batch's backward; the step waits for them.
-    const double grads_written = disk.write(start + it.backward_start, 4.0 * n);
+    double grads_written = start;
+    for (const auto& [when, bytes] : it.gradient_writes)
+      grads_written = disk.write(start + when, bytes);
     const double optimizer = start + it.optimizer_start;
     t = std::max(optimizer, grads_written);
     out.boundary_wait = t - optimizer;
@@ -193,30 +195,38 @@ double simulate_param_pass(const std::vector<SwappedUnit>& pass, const ParamSwap
     }
     return true;
   };
-  // ParamSwap::wait_read: the rest of the unit's pieces (cancelling the furthest read ahead when
-  // no buffer is free), each copied into place as it arrives, its buffer freed.
+  // ParamSwap::wait_read: the unit's pieces in order, each waited for and its buffer freed once
+  // it arrives; before each, the pieces not on their way start as far as buffers are free, and
+  // if the piece itself still has none, the furthest read ahead of another unit is cancelled
+  // (it is read again later).
   const auto wait_read = [&](int u) {
-    while (started[u] < static_cast<int>(pieces[u].size())) {
-      if (in_flight >= shape.buffers) {
-        for (int v = units - 1; v > u; --v)
+    const int count = static_cast<int>(pieces[u].size());
+    for (int k = 0; k < count; ++k) {
+      while (started[u] < count && in_flight < shape.buffers) start_piece(u);
+      if (started[u] == k) {
+        for (int v = units - 1; v > u && in_flight >= shape.buffers; --v)
           if (!gathered[v] && started[v] > 0) {
             --started[v];
             --in_flight;
-            break;
           }
-        TESSERA_CHECK(in_flight < shape.buffers);
+        TESSERA_CHECK(in_flight < shape.buffers);  // only other units' reads ahead hold buffers
+        start_piece(u);
       }
-      start_piece(u);
+      t = std::max(t, done[u][k]);
+      --in_flight;
     }
-    for (double d : done[u]) t = std::max(t, d);
-    in_flight -= static_cast<int>(pieces[u].size());
     gathered[u] = true;
+  };
+  // Zero3Params::read_ahead: the next units' reads in pass order, until one finds no buffer.
+  const auto read_ahead = [&](int u) {
+    for (int v = u + 1; v < units; ++v)
+      if (!gathered[v] && !start_read(v)) return;
   };
   for (int u = 0; u < units; ++u) {
     if (!gathered[u]) wait_read(u);
-    // Zero3Params::acquire: reads ahead first, then the gathers ahead within the window.
-    for (int v = u + 1; v < units; ++v)
-      if (!gathered[v] && !start_read(v)) break;
+    // Zero3Params::acquire: reads ahead, the gathers ahead within the window (each waiting for
+    // its read), and reads ahead again into the buffers those gathers freed.
+    read_ahead(u);
     double prefetched = 0;
     for (int v = u + 1; v < units; ++v) {
       if (pass[v].elements == 0) continue;  // persistent: always there
@@ -228,6 +238,7 @@ double simulate_param_pass(const std::vector<SwappedUnit>& pass, const ParamSwap
       wait_read(v);
       prefetched += pass[v].elements;
     }
+    read_ahead(u);
     t += pass[u].compute;
     compute += pass[u].compute;
   }

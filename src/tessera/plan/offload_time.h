@@ -8,7 +8,8 @@
 //   - at its start, prefetch() reads the state of the first sub-groups (up to buffers - 1, none
 //     whose write from the last step is still in flight) while the model computes;
 //   - in the last micro-batch's backward the owned fp32 gradients are written (4 bytes an
-//     element), the step waiting for the last of them before it visits the state;
+//     element) as their buckets' reductions complete, the step waiting for the last of them
+//     before it visits the state;
 //   - the step visits sub-group i: its state (unless prefetched) and its gradients are read, the
 //     update runs (its share of AdamW's compute time), the state is written back. With
 //     pipeline_read the next sub-groups are read ahead into free buffers (a buffer is free once
@@ -23,11 +24,14 @@
 // next units' parts start as far as the buffers allow (a buffer a piece of at most buffer_size
 // elements; a unit's read that finds no buffer free cancels the furthest read ahead, which is
 // issued again later), then the units within the prefetch window (stage3_prefetch_bucket_size
-// elements of gathered, unused units) are gathered, each waiting for its part's read; then the
-// unit computes. The optimizer step writes every swapped part once and waits for the writes.
+// elements of gathered, unused units) are gathered, each waiting for its part's read (piece by
+// piece, each piece's buffer freed as it arrives), the reads ahead go on into the buffers that
+// freed; then the unit computes. The optimizer step writes every swapped part once and waits for
+// the writes.
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "tessera/plan/machine.h"
@@ -45,7 +49,9 @@ struct OptimizerSwapShape {
 
 // The iteration around the step, in seconds from its start.
 struct IterationTimes {
-  double backward_start = 0;   // the last micro-batch's backward begins (gradients leave)
+  // The owned gradients' writes, in the order they are issued: (when, bytes), as the last
+  // micro-batch's buckets complete their reduction.
+  std::vector<std::pair<double, double>> gradient_writes;
   double optimizer_start = 0;  // the optimizer step begins (schedule and reduction done)
   double update = 0;           // AdamW over all n elements, compute alone
 };

@@ -173,12 +173,16 @@ std::string explain_pass(const char* title, double times, const PassWork& w, con
   return out + line;
 }
 
-// The optimizer offload's replay for rank r (plan/offload_time.h): the last backward starts
-// last_backward before the schedule ends, the step after the reduction's exposed share; the
-// update is AdamW's compute over the owned elements.
-OptimizerSwapTimes optimizer_swap_times(const train::RankLayout& r, double owned,
-                                        double schedule_end, double last_backward, double dp_comm,
-                                        double update, const StorageRates& storage) {
+// The optimizer offload's replay for rank r (plan/offload_time.h). The owned gradients are written
+// as the last micro-batch's buckets complete: overlapped, bucket by bucket from the end of the
+// flat buffer at the share of the last backward that has produced them (the embeddings' last,
+// when backward ends); otherwise all when backward ends. The step starts when the last
+// micro-batch's reduction has ended (`last_reduction` after the schedule); the update is AdamW's
+// compute over the owned elements.
+OptimizerSwapTimes optimizer_swap_times(const train::RankLayout& r, double parameters, double owned,
+                                        double schedule_end, double last_backward,
+                                        double last_reduction, double update,
+                                        const StorageRates& storage) {
   OptimizerSwapShape shape;
   shape.owned_elements = owned;
   shape.arrays = r.optimizer_offload_arrays;
@@ -187,18 +191,33 @@ OptimizerSwapTimes optimizer_swap_times(const train::RankLayout& r, double owned
   shape.pipeline_read = r.optimizer_offload_pipeline_read;
   shape.pipeline_write = r.optimizer_offload_pipeline_write;
   IterationTimes it;
-  it.backward_start = std::max(0.0, schedule_end - last_backward);
-  it.optimizer_start = schedule_end + dp_comm;
+  const bool overlapped = r.overlap_grad_reduce && r.chunk_layers.size() == 1;
+  const double backward_start = std::max(0.0, schedule_end - last_backward);
+  if (!overlapped || parameters <= 0) {
+    it.gradient_writes.emplace_back(schedule_end, 4 * owned);
+  } else {
+    // (At most 10^4 writes: finer buckets are merged, which moves the timing little.)
+    const double bucket = std::max({static_cast<double>(r.bucket_elements), parameters / 1e4, 1.0});
+    for (double done = 0; done < parameters;) {
+      const double n = std::min(bucket, parameters - done);
+      done += n;
+      it.gradient_writes.emplace_back(backward_start + done / parameters * last_backward,
+                                      4 * owned * n / parameters);
+    }
+  }
+  it.optimizer_start = schedule_end + last_reduction;
   it.update = update;
   return simulate_optimizer_swap(shape, it, storage);
 }
 
 // ZeRO 3 parameter offload for rank r, an iteration's worth (plan/offload_time.h): every
-// micro-batch's forward and backward pass replayed over the rank's units in the order the pass
-// acquires them (forward: the embeddings, the layers, the head, whose work runs when backward
-// starts; backward the reverse), plus re-faulting each part's released pages when it is read
-// back, plus the step's writes of every swapped part beyond what the update hides (all of them
-// when the optimizer state streams to the same device).
+// micro-batch's forward and backward pass replayed over the units in the order the chunk runner
+// acquires them — forward: the embeddings, then the layers; backward: the head (with a tied
+// output layer, the embeddings too) before the head's work, then the layers from the last (with
+// their recomputation); the embeddings' backward needs no values and acquires nothing — plus
+// re-faulting each part's released pages when it is read back, plus the step's writes of every
+// swapped part: behind the update as far as it lasts (not when the optimizer state streams to
+// the same device), and the last part's always after it, as the step waits for every write.
 double param_swap_seconds(const model::ModelConfig& cfg, const train::RankLayout& r,
                           const Pricer& price, int rank, double update,
                           const StorageRates& storage) {
@@ -209,29 +228,41 @@ double param_swap_seconds(const model::ModelConfig& cfg, const train::RankLayout
   const auto time = [&](const PassWork& w) { return price.kernels(w) + price.comms(w, rank); };
   const LayerWork layer = layer_work(cfg, r), embedding = embedding_work(cfg, r);
   const int n = static_cast<int>(r.layers.size());
-  const double rerun =
-      n > 0 ? recomputed_layers(r, n) * time(recompute_work(cfg, r, layer)) / n : 0;
-  const size_t expected = (r.first_stage ? 1 : 0) + r.layers.size() + (r.last_stage ? 1 : 0);
-  TESSERA_CHECK_MSG(parts.size() == expected && r.param_offload_kept_parts.size() == parts.size(),
+  const int rerun_layers = recomputed_layers(r, n);
+  const double rerun = time(recompute_work(cfg, r, layer));
+  TESSERA_CHECK_MSG(r.first_stage && r.last_stage && parts.size() == static_cast<size_t>(n) + 2 &&
+                        r.param_offload_kept_parts.size() == parts.size(),
                     "internal: ZeRO 3 units of a dense model without a pipeline");
-  std::vector<SwappedUnit> forward(parts.size()), backward(parts.size());
-  double swapped_bytes = 0;
-  for (size_t u = 0; u < parts.size(); ++u) {
-    SwappedUnit unit;
+  // Unit u as the pass sees it: its swapped bytes and its elements for the prefetch window.
+  const auto unit = [&](size_t u, double compute) {
+    SwappedUnit s;
     if (parts[u] > 0 && !r.param_offload_kept_parts[u])
-      unit.bytes = static_cast<double>(parts[u]) * dtype_size(r.compute);
-    unit.elements = static_cast<double>(parts[u]) * r.dp;  // 0: persistent
-    swapped_bytes += unit.bytes;
-    const bool is_embedding = r.first_stage && u == 0;
-    const bool is_head = r.last_stage && u + 1 == parts.size();
-    SwappedUnit f = unit, b = unit;
-    f.compute = is_embedding ? time(embedding.forward) : is_head ? 0 : time(layer.forward);
-    b.compute = is_embedding ? time(embedding.backward)
-                : is_head    ? time(head_work(cfg, r))
-                             : time(layer.backward) + rerun;
-    forward[u] = f;
-    backward[parts.size() - 1 - u] = b;
+      s.bytes = static_cast<double>(parts[u]) * dtype_size(r.compute);
+    s.elements = static_cast<double>(parts[u]) * r.dp;  // 0: persistent
+    s.compute = compute;
+    return s;
+  };
+  const size_t head = parts.size() - 1;
+  std::vector<SwappedUnit> forward, backward;
+  forward.push_back(unit(0, time(embedding.forward)));
+  for (int l = 0; l < n; ++l) forward.push_back(unit(1 + l, time(layer.forward)));
+  const bool tied = !cfg.untie_embeddings_and_output_weights;
+  backward.push_back(unit(head, tied ? 0 : time(head_work(cfg, r))));
+  if (tied) backward.push_back(unit(0, time(head_work(cfg, r))));
+  // The block method recomputes a chunk's first layers; the others, all of them.
+  for (int l = n - 1; l >= 0; --l)
+    backward.push_back(unit(1 + l, time(layer.backward) + (l < rerun_layers ? rerun : 0)));
+  backward.push_back(SwappedUnit{0, 0, time(embedding.backward)});
+  // Every swapped part is written once a step (the head's is not acquired in forward); a
+  // micro-batch reads what its two passes acquire.
+  double swapped_bytes = backward.front().bytes, last_bytes = 0, reads = 0;
+  for (const SwappedUnit& u : forward) {
+    swapped_bytes += u.bytes;
+    if (u.bytes > 0) last_bytes = u.bytes;
   }
+  if (backward.front().bytes > 0) last_bytes = backward.front().bytes;  // last in flat order
+  for (const auto* pass : {&forward, &backward})
+    for (const SwappedUnit& u : *pass) reads += u.bytes;
   if (swapped_bytes == 0) return 0;
   ParamSwapShape shape;
   shape.piece_bytes = static_cast<double>(r.param_offload_buffer_elements) * dtype_size(r.compute);
@@ -239,13 +270,13 @@ double param_swap_seconds(const model::ModelConfig& cfg, const train::RankLayout
   shape.window = static_cast<double>(r.prefetch_elements);
   const double passes =
       simulate_param_pass(forward, shape, storage) + simulate_param_pass(backward, shape, storage);
-  const double refault =
-      price.kernel(KernelKind::kPageRefault, DType::kF32,
-                   swapped_bytes / static_cast<double>(parts.size()), swapped_bytes);
+  const double refault = price.kernel(KernelKind::kPageRefault, DType::kF32,
+                                      reads / static_cast<double>(parts.size()), reads);
   const double writes = swapped_bytes / storage.write_bytes_per_s;
+  const double last = last_bytes / storage.write_bytes_per_s;
   const double step =
-      r.optimizer_offload_buffer_bytes >= 0 ? writes : std::max(0.0, writes - update);
-  return static_cast<double>(r.micro_batches) * (passes + 2 * refault) + step;
+      r.optimizer_offload_buffer_bytes >= 0 ? writes : std::max(last, writes - update);
+  return static_cast<double>(r.micro_batches) * (passes + refault) + step;
 }
 
 }  // namespace
@@ -292,13 +323,16 @@ std::string explain_step_time(const model::ModelConfig& cfg, const comm::MeshLay
     std::snprintf(line + std::strlen(line), sizeof line - std::strlen(line),
                   "  NVMe optimizer offload: %.3f GB read + %.3f GB written an iteration at "
                   "%.2f / %.2f GB/s; the step waits %.3f ms for the gradients' writes, visits "
-                  "the state in %.3f ms (the update alone %.3f ms); with backward's re-faults of "
-                  "the released gradient pages: %.3f ms\n",
+                  "the state in %.3f ms (the update alone %.3f ms)\n",
                   1e-9 * swap.read_bytes, 1e-9 * swap.write_bytes,
                   1e-9 * conf.storage.read_bytes_per_s, 1e-9 * conf.storage.write_bytes_per_s,
-                  1e3 * swap.boundary_wait, 1e3 * swap.visit, 1e3 * swap.update,
-                  1e3 * c.offload_io);
+                  1e3 * swap.boundary_wait, 1e3 * swap.visit, 1e3 * swap.update);
   }
+  if (r.param_offload_kept_elements >= 0)
+    std::snprintf(line + std::strlen(line), sizeof line - std::strlen(line),
+                  "  NVMe parameter offload: %.3f ms an iteration (the passes' waits for reads, "
+                  "the parts' re-faults, the step's writes)\n",
+                  1e3 * t.param_swap_s[rank]);
   return out + line;
 }
 
@@ -328,6 +362,7 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
   out.ranks_per_host = conf.ranks_per_host;
   out.ranks.resize(world);
   out.optimizer_swap.resize(world);
+  out.param_swap_s.resize(world);
   std::vector<std::vector<ChunkTimes>> times(world);
   for (int rank = 0; rank < world; ++rank) {
     const train::RankLayout& r = ranks[rank];
@@ -388,6 +423,7 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
     // Gradient reduction over DP x CP: buckets of about bucket_elements fp32 elements from the end
     // of the rank's gradients (ZeRO 3: one per model unit, here taken as one per layer).
     const train::ModelStateBytes states = train::theoretical_model_states(cfg, r);
+    double last_reduction = 0;  // the last micro-batch's reduction beyond its backward
     const double P = states.parameter_elements;
     const int dp = r.dp;
     if (dp > 1) {
@@ -411,6 +447,7 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
       const bool overlapped = r.overlap_grad_reduce && r.chunk_layers.size() == 1;
       const double once =
           exposed_reduction(seconds, ready, last_backward[rank], overlapped, hidden);
+      last_reduction = once;
       c.dp_comm += every_micro_batch ? M * once : once;
       const double values = P * dtype_size(r.compute);
       if (r.zero_stage == 1 || r.zero_stage == 2)
@@ -449,21 +486,23 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
     c.optimizer = price.kernel(KernelKind::kZeroFill, DType::kF32, P, P) +
                   price.kernel(KernelKind::kGradNorm, DType::kF32, owned, owned) +
                   price.kernel(KernelKind::kOptimizer, r.compute, owned, owned);
+    const double update = price.kernel(KernelKind::kOptimizer, r.compute, owned, owned);
     if (r.optimizer_offload_buffer_bytes >= 0) {
-      const OptimizerSwapTimes& swap = out.optimizer_swap[rank] = optimizer_swap_times(
-          r, owned, schedule_end[rank], last_backward[rank], c.dp_comm,
-          price.kernel(KernelKind::kOptimizer, r.compute, owned, owned), conf.storage);
-      // Backward writes the gradients into pages given back at the last boundary (a
-      // bucket's worth at a time).
-      const double released = 4 * owned;
+      const OptimizerSwapTimes& swap = out.optimizer_swap[rank] =
+          optimizer_swap_times(r, P, owned, schedule_end[rank], last_backward[rank], last_reduction,
+                               update, conf.storage);
+      // Backward writes the gradients into pages given back at the last boundary (a bucket's
+      // worth at a time): the owned part (ZeRO 2-3 give the rest back already, priced above),
+      // the whole buffer at ZeRO 1.
+      const double released = 4 * (r.zero_stage == 1 ? P : owned);
       c.offload_io =
           swap.exposed() + price.kernel(KernelKind::kPageRefault, DType::kF32,
                                         std::min(released, 4.0 * r.bucket_elements), released);
     }
-    if (r.param_offload_kept_elements >= 0)
-      c.offload_io += param_swap_seconds(
-          cfg, r, price, rank, price.kernel(KernelKind::kOptimizer, r.compute, owned, owned),
-          conf.storage);
+    if (r.param_offload_kept_elements >= 0) {
+      out.param_swap_s[rank] = param_swap_seconds(cfg, r, price, rank, update, conf.storage);
+      c.offload_io += out.param_swap_s[rank];
+    }
     const double step = c.total();
     if (step > out.step_s) {
       out.step_s = step;

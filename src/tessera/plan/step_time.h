@@ -55,6 +55,7 @@ struct StepTimePrediction {
   StepTimeComponents components;
   std::vector<StepTimeComponents> ranks;  // every rank's
   std::vector<OptimizerSwapTimes> optimizer_swap;  // every rank's NVMe optimizer offload (or zeros)
+  std::vector<double> param_swap_s;       // every rank's ZeRO 3 parameter offload seconds (or 0)
   int ranks_per_host = 1;                 // of the machine configuration used
 };
 

@@ -169,6 +169,10 @@ TEST(KernelTargets, Bf16RoundingMatchesTheScalarOne) {
   for (uint32_t bits : finite) in.push_back(std::bit_cast<float>(bits));
   for (uint32_t bits : {0x7fc00001u, 0x7f800001u, 0xffc00000u})
     in.push_back(std::bit_cast<float>(bits));
+  // A NaN in the lower 8 lanes only of a block (each half of the AVX2 vector is tested).
+  in.resize((in.size() + 15) / 16 * 16, 2.0f);
+  in.push_back(std::bit_cast<float>(0x7f800001u));
+  in.resize(in.size() + 15, 3.0f);
   for (CpuTarget t : compiled_cpu_targets()) {
     if (!cpu_supports(t)) continue;
     ScopedCpuTarget scope(t);
