@@ -21,8 +21,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Requests of kRequestBytes, kInFlight at once: the offload's sub-groups and gradient chunks are
-// requests of megabytes, which the engine cuts into aio.block_size pieces queue_depth deep.
+// Requests in flight at once (of 64 MiB; 1 MiB quick): the offload's sub-groups and gradient
+// chunks are requests of megabytes, which the engine cuts into aio.block_size pieces
+// queue_depth deep.
 constexpr int kInFlight = 4;
 
 // Seconds to move `total` bytes of the file through `buffers` (write or read), every rank starting

@@ -1,4 +1,5 @@
-// The replay of NVMe optimizer offload's I/O (contract in offload_time.h).
+// The replays of NVMe offload's I/O, optimizer state and ZeRO 3 parameters (contract in
+// offload_time.h).
 
 #include "tessera/plan/offload_time.h"
 
@@ -41,14 +42,18 @@ struct Slot {
   double write_done = 0;
 };
 
-}  // namespace
-
-OptimizerSwapTimes simulate_optimizer_swap(const OptimizerSwapShape& shape,
-                                           const IterationTimes& it, const StorageRates& rates) {
+void require_rates(const StorageRates& rates) {
   if (!rates.described())
     throw Error(
         "the machine description has no storage rates for NVMe offload: measure them with "
         "tessera-plan --calibrate --nvme-path DIR (DIR on the offload's device)");
+}
+
+}  // namespace
+
+OptimizerSwapTimes simulate_optimizer_swap(const OptimizerSwapShape& shape,
+                                           const IterationTimes& it, const StorageRates& rates) {
+  require_rates(rates);
   TESSERA_CHECK(shape.owned_elements >= 0 && shape.sub_group > 0 && shape.buffers >= 2 &&
                 shape.arrays >= 1);
   OptimizerSwapTimes out;
@@ -163,10 +168,7 @@ OptimizerSwapTimes simulate_optimizer_swap(const OptimizerSwapShape& shape,
 
 double simulate_param_pass(const std::vector<SwappedUnit>& pass, const ParamSwapShape& shape,
                            const StorageRates& rates) {
-  if (!rates.described())
-    throw Error(
-        "the machine description has no storage rates for NVMe offload: measure them with "
-        "tessera-plan --calibrate --nvme-path DIR (DIR on the offload's device)");
+  require_rates(rates);
   TESSERA_CHECK(shape.piece_bytes > 0 && shape.buffers >= 2);
   const int units = static_cast<int>(pass.size());
   Device disk{0, 0, 0, rates};

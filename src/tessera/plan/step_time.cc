@@ -173,6 +173,23 @@ std::string explain_pass(const char* title, double times, const PassWork& w, con
   return out + line;
 }
 
+// Whether the trainer reduces gradient buckets while backward runs (with virtual stages it
+// reduces after the last chunk's backward).
+bool reduces_during_backward(const train::RankLayout& r) {
+  return r.overlap_grad_reduce && r.chunk_layers.size() == 1;
+}
+
+// `total` elements cut into buckets of `bucket` from the end of the flat buffer, in the order
+// backward completes them: each bucket's elements (the last one shorter).
+std::vector<double> buckets_from_end(double total, double bucket) {
+  std::vector<double> sizes;
+  for (double done = 0; done < total;) {
+    sizes.push_back(std::min(bucket, total - done));
+    done += sizes.back();
+  }
+  return sizes;
+}
+
 // The optimizer offload's replay for rank r (plan/offload_time.h). The owned gradients are written
 // as the last micro-batch's buckets complete: overlapped, bucket by bucket from the end of the
 // flat buffer at the share of the last backward that has produced them (the embeddings' last,
@@ -191,15 +208,14 @@ OptimizerSwapTimes optimizer_swap_times(const train::RankLayout& r, double param
   shape.pipeline_read = r.optimizer_offload_pipeline_read;
   shape.pipeline_write = r.optimizer_offload_pipeline_write;
   IterationTimes it;
-  const bool overlapped = r.overlap_grad_reduce && r.chunk_layers.size() == 1;
   const double backward_start = std::max(0.0, schedule_end - last_backward);
-  if (!overlapped || parameters <= 0) {
+  if (!reduces_during_backward(r) || parameters <= 0) {
     it.gradient_writes.emplace_back(schedule_end, 4 * owned);
   } else {
     // (At most 10^4 writes: finer buckets are merged, which moves the timing little.)
-    const double bucket = std::max({static_cast<double>(r.bucket_elements), parameters / 1e4, 1.0});
-    for (double done = 0; done < parameters;) {
-      const double n = std::min(bucket, parameters - done);
+    double done = 0;
+    for (double n : buckets_from_end(parameters, std::max({static_cast<double>(r.bucket_elements),
+                                                           parameters / 1e4, 1.0}))) {
       done += n;
       it.gradient_writes.emplace_back(backward_start + done / parameters * last_backward,
                                       4 * owned * n / parameters);
@@ -435,18 +451,16 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
           std::max({r.zero_stage == 3 ? P / (layers + 1) : static_cast<double>(r.bucket_elements),
                     P / 1e5, 1.0});
       std::vector<double> seconds, ready;
-      for (double done = 0; done < P;) {
-        const double n = std::min(bucket, P - done);
+      double done = 0;
+      for (double n : buckets_from_end(P, bucket)) {
         done += n;
         seconds.push_back(price.collective(reduce, GroupKind::kDataContext, 4 * n, rank));
         ready.push_back(done / P);
       }
       const bool every_micro_batch = r.zero_stage >= 2;
       const double hidden = price.overlap(GroupKind::kDataContext, rank);
-      // With virtual stages the trainer reduces after the last chunk's backward (no overlap).
-      const bool overlapped = r.overlap_grad_reduce && r.chunk_layers.size() == 1;
-      const double once =
-          exposed_reduction(seconds, ready, last_backward[rank], overlapped, hidden);
+      const double once = exposed_reduction(seconds, ready, last_backward[rank],
+                                            reduces_during_backward(r), hidden);
       last_reduction = once;
       c.dp_comm += every_micro_batch ? M * once : once;
       const double values = P * dtype_size(r.compute);
@@ -483,10 +497,9 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
     }
 
     const double owned = r.zero_stage >= 1 ? P / dp : P;
-    c.optimizer = price.kernel(KernelKind::kZeroFill, DType::kF32, P, P) +
-                  price.kernel(KernelKind::kGradNorm, DType::kF32, owned, owned) +
-                  price.kernel(KernelKind::kOptimizer, r.compute, owned, owned);
     const double update = price.kernel(KernelKind::kOptimizer, r.compute, owned, owned);
+    c.optimizer = price.kernel(KernelKind::kZeroFill, DType::kF32, P, P) +
+                  price.kernel(KernelKind::kGradNorm, DType::kF32, owned, owned) + update;
     if (r.optimizer_offload_buffer_bytes >= 0) {
       const OptimizerSwapTimes& swap = out.optimizer_swap[rank] =
           optimizer_swap_times(r, P, owned, schedule_end[rank], last_backward[rank], last_reduction,
