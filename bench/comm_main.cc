@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "flag_pairs.h"
 #include "tessera/comm/process_group.h"
 #include "tessera/core/tensor.h"
 
@@ -68,11 +69,16 @@ int main(int argc, char** argv) {
   int64_t min_bytes = 1024, max_bytes = int64_t{256} << 20;
   int rounds = 7;
   std::string only;  // --op NAME: run one operation
+  tessera::bench::require_flag_pairs(argc, argv, "comm");
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--min-bytes")) min_bytes = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--max-bytes")) max_bytes = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--rounds")) rounds = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--op")) only = argv[i + 1];
+    else {
+      std::fprintf(stderr, "comm: unknown flag %s\n", argv[i]);
+      return 2;
+    }
   }
   rounds = std::max(1, rounds);
   auto world = ProcessGroup::world();  // initialises MPI (MPI_THREAD_MULTIPLE)

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bench_models.h"
+#include "flag_pairs.h"
 #include "tessera/comm/parallel_state.h"
 #include "tessera/core/threads.h"
 #include "tessera/distributed/data_parallel_grads.h"
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
   int steps = 6, stage = 0;
   int64_t B = 1;
   int64_t bucket = 10'000'000;
+  tessera::bench::require_flag_pairs(argc, argv, "dp_overlap");
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--stage")) stage = std::atoi(argv[i + 1]);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bench_models.h"
+#include "flag_pairs.h"
 #include "read_bandwidth.h"
 #include "tessera/core/threads.h"
 #include "tessera/inference/engine.h"
@@ -84,6 +85,7 @@ int main(int argc, char** argv) {
   flags.dtype = "all";
   std::vector<int> batches = {1, 8, 32};
   std::string kv_cache_dtype = "auto";
+  tessera::bench::require_flag_pairs(argc, argv, "inference");
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
     if (flags.take(f, v)) continue;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bench_models.h"
+#include "flag_pairs.h"
 #include "tessera/core/threads.h"
 #include "tessera/kernels/build_info.h"
 #include "tessera/kernels/gemm.h"
@@ -79,6 +80,7 @@ StepTimes run(const ModelConfig& cfg, const std::vector<DType>& dtypes, int64_t 
 int main(int argc, char** argv) {
   int threads = 2, steps = 5;
   std::string which = "all", dtypes = "all", bf16_gemm;
+  tessera::bench::require_flag_pairs(argc, argv, "model_step");
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);

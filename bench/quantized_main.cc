@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "bench_models.h"
+#include "flag_pairs.h"
 #include "quantized_kernels.h"
 #include "read_bandwidth.h"
 #include "tessera/core/threads.h"
@@ -102,6 +103,7 @@ int main(int argc, char** argv) {
   flags.dtype = "bf16";
   std::string formats_arg = "fp6,int8,q8_0,q4";
   std::string kernels;  // "memory" or "cache": the kernels alone
+  tessera::bench::require_flag_pairs(argc, argv, "quantized");
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
     if (flags.take(f, v)) continue;

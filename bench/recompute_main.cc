@@ -13,6 +13,7 @@
 #include <string>
 
 #include "bench_models.h"
+#include "flag_pairs.h"
 #include "tessera/core/memory.h"
 #include "tessera/core/threads.h"
 #include "tessera/model/activation_memory.h"
@@ -38,10 +39,17 @@ int64_t activations_peak() {
 int main(int argc, char** argv) {
   int steps = 3, threads = 0;
   int64_t B = 2;
+  tessera::bench::require_flag_pairs(argc, argv, "recompute");
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--batch")) B = std::atoll(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--batch"))
+      B = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--threads"))
+      threads = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "recompute: unknown flag %s\n", argv[i]);
+      return 2;
+    }
   }
   set_num_threads(threads);
   const model::ModelConfig cfg = bench::llama_124m();

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench_models.h"
+#include "flag_pairs.h"
 #include "tessera/comm/parallel_state.h"
 #include "tessera/core/memory.h"
 #include "tessera/core/threads.h"
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
   int stage = 0;
   int64_t bucket = 1'000'000;
   std::string dtype_name = "bf16";
+  tessera::bench::require_flag_pairs(argc, argv, "zero_memory");
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--stage")) stage = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--dtype")) dtype_name = argv[i + 1];
