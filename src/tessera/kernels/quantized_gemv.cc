@@ -44,24 +44,24 @@ constexpr std::array<float, 64> kFp6 = fp6_values();
 
 thread_local ScratchBuffer t_row, t_scales;
 
-// Row r decoded into dst (cols floats), group by group with each group's scale (and minimum)
-// read once. The loops run over whole groups so the compiler vectorises them with the target's
-// instructions (widening int8 or nibbles to fp32); decoding 16 weights at a time into a small
-// buffer instead was scalar code, and each vector load of that buffer stalled on the scalar
-// stores just made to it (store-to-load forwarding: 69 % of the kernel's time in perf).
-// One group of 4-bit codes (2 * kHalf weights): byte j holds weight j in its low nibble and
-// weight j + kHalf in its high one. A compile-time length, so the loops vectorise (with the
-// group size known only at run time GCC left them scalar: q4 decoded at a quarter of int8's
-// speed).
+// 4-bit weights from their codes q (one per lane, widened to fp32): q * d + min in one fused
+// multiply-add (one rounding where the target has FMA; vec_generic.h). Every path decodes a
+// 4-bit weight through here, or looks it up in a table made here, so all give the same bits: one
+// operation where a product and a sum were two (measured: 4-bit decode bound by the vector ports,
+// docs/quantization.md).
+[[gnu::always_inline]] inline VecF nibble_value(VecF q, float d, float min) {
+  return fmadd(q, splat(d), splat(min));
+}
+
+// One group of 4-bit codes (2 * kHalf weights, kHalf 16 or 32): byte j holds weight j in its low
+// nibble and weight j + kHalf in its high one.
 template <int kHalf>
-[[gnu::always_inline]] inline void decode_nibbles(const uint8_t* __restrict b, float d, float lo,
-                                                  float* __restrict out) {
-  int32_t q[2 * kHalf];
-  for (int j = 0; j < kHalf; ++j) {
-    q[j] = b[j] & 15;
-    q[j + kHalf] = b[j] >> 4;
+[[gnu::always_inline]] inline void decode_nibbles(const uint8_t* b, float d, float lo, float* out) {
+  for (int j = 0; j < kHalf; j += kLanes) {
+    const VecI bytes = load_u8(b + j);
+    store(out + j, nibble_value(to_float(bytes & splat_i(15)), d, lo));
+    store(out + kHalf + j, nibble_value(to_float(shift_right(bytes, 4)), d, lo));
   }
-  for (int j = 0; j < 2 * kHalf; ++j) out[j] = static_cast<float>(q[j]) * d + lo;
 }
 
 // The row's scales (and minimums) widened from fp16 into scratch (2 * groups floats) with the
@@ -78,7 +78,13 @@ void widen_scales(const QuantizedWeightsView& w, int64_t groups, int64_t r, floa
   }
 }
 
-// `scratch` holds 2 * groups floats (widen_scales).
+// Row r decoded into dst (cols floats), group by group with each group's scale (and minimum)
+// read once. The loops run over whole groups so the compiler vectorises them with the target's
+// instructions (widening int8 or nibbles to fp32); decoding 16 weights at a time into a small
+// buffer instead was scalar code, and each vector load of that buffer stalled on the scalar
+// stores just made to it (store-to-load forwarding: 69 % of the kernel's time in perf).
+// `scratch` holds 2 * groups floats (widen_scales); 4-bit groups decode in the vector layer
+// (decode_nibbles).
 template <WeightCodes kType>
 void decode_row(const QuantizedWeightsView& w, int64_t r, float* dst, float* scratch) {
   const int64_t C = w.cols, G = w.group, groups = C / G;
@@ -367,9 +373,9 @@ template <WeightCodes kType, int kRows, bool kExact>
 }
 
 // The 16 values of a group of 4-bit codes, q * d + min for q = 0 .. 15 in lane q, rounded as
-// decode_row rounds each weight (the product, then the sum), so a lookup gives its bits.
+// every path rounds each weight (nibble_value), so a lookup gives its bits.
 [[gnu::always_inline]] inline VecF nibble_values(float d, float min) {
-  return to_float(iota_i()) * splat(d) + splat(min);
+  return nibble_value(to_float(iota_i()), d, min);
 }
 
 // A group's weights from their 4-bit codes q (one per lane), decoded as decode_row does.
@@ -378,7 +384,7 @@ template <WeightCodes kType, int kRows, bool kExact>
 template <typename I>
 [[gnu::always_inline]] inline VecF nibble_weights(I q, VecF values, float d, float min) {
   if constexpr (kFastLookup16) return lookup16(values, q);
-  return to_float(q) * splat(d) + splat(min);
+  return nibble_value(to_float(q), d, min);
 }
 
 // The codes in the low nibbles of a group's bytes (widened to lanes): masked, except where they

@@ -16,7 +16,8 @@
 //                       of rows and multiplies them with a GEMM (quant/quantized_linear.h).
 //
 // Numerics: a weight decodes exactly as quant::dequantize_row does (code times the fp16 scale in
-// fp32, plus the fp16 minimum for 4-bit codes); each output is a dot product over cols on four
+// fp32; for 4-bit codes q * d + min in one fused multiply-add, two roundings on x86-64 baseline,
+// which has no FMA); each output is a dot product over cols on four
 // 16-lane fp32 accumulators (block k of 16 weights into accumulator k mod 4, fused multiply-adds
 // where the target has FMA), summed (a0 + a1) + (a2 + a3) and then across lanes, so it equals
 // decode-then-fp32-GEMM to fp32 rounding; both ways of decoding give the same bits.

@@ -203,8 +203,8 @@ void dequantize_row(const QuantizedMatrix& q, int64_t row, float* out) {
         const float lo = from_half_bits(q.mins[row * groups + g]);
         const uint8_t* b = in + g * G / 2;
         for (int64_t j = 0; j < G / 2; ++j) {
-          out[g * G + j] = d * static_cast<float>(b[j] & 15) + lo;
-          out[g * G + j + G / 2] = d * static_cast<float>(b[j] >> 4) + lo;
+          out[g * G + j] = std::fma(d, static_cast<float>(b[j] & 15), lo);
+          out[g * G + j + G / 2] = std::fma(d, static_cast<float>(b[j] >> 4), lo);
         }
       }
       break;

@@ -16,8 +16,10 @@
 //         weight j + group/2 in its high one (llama.cpp's order, which SIMD unpacks with one
 //         mask and one shift). cols must be a multiple of the group.
 //
-// Decoding multiplies in fp32 by the stored fp16 scale (and adds the fp16 minimum): what every
-// kernel must reproduce. A QuantizedMatrix owns plain host memory (codes and fp16 bits).
+// Decoding multiplies in fp32 by the stored fp16 scale; a 4-bit weight is d·q + min in one fused
+// multiply-add (one rounding): what every kernel reproduces (on x86-64 baseline, which has no FMA,
+// the kernels round the product and the sum apart: the last bit may differ there). A
+// QuantizedMatrix owns plain host memory (codes and fp16 bits).
 #pragma once
 
 #include <cstdint>
