@@ -10,8 +10,11 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -276,6 +279,52 @@ TEST(ProcessGroup, SixteenBitReductionsAccumulateInFp32) {
     const double expected = get(ref32.to(d, MemoryCategory::kOther), 0);
     EXPECT_GT(expected, 1.0);
     for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(get(t, i), expected) << dtype_name(d);
+  }
+}
+
+// A two-rank fp32 sum reduce-scatter of 1 MiB or more a block runs as chunked exchanges
+// (comm/pair_reduction.h): each element must be the one fp32 sum of the two ranks' values, as
+// MPI's gives it, for block sizes that are and are not whole chunks; and a point-to-point
+// receive pending on the same group (tag 0, as the exchanges' first chunk) must get the peer's
+// send, not a chunk.
+TEST(ProcessGroup, TwoRankReduceScatterOfLargeBlocksIsTheFp32Sum) {
+  auto w = world();
+  const int n = w->size(), me = w->rank();
+  if (n < 2) GTEST_SKIP();
+  std::vector<std::vector<int>> pairs;
+  for (int r = 0; r + 1 < n; r += 2) pairs.push_back({r, r + 1});
+  if (n % 2) pairs.push_back({n - 1});
+  auto g = w->new_subgroups(pairs, "pairs");
+  if (g->size() != 2) GTEST_SKIP();
+  const int peer_world = g->world_ranks()[1 - g->rank()];
+  // Rank r's input element i: random normal values (their sums round), the same on any rank.
+  auto inputs_of = [](int world_rank, int64_t count) {
+    std::mt19937 rng(static_cast<unsigned>(1000 + world_rank));
+    std::normal_distribution<float> normal;
+    std::vector<float> v(static_cast<size_t>(count));
+    for (float& x : v) x = normal(rng);
+    return v;
+  };
+  for (int64_t block : {int64_t{300001}, int64_t{5} << 20}) {  // 1.2 MB; 20 MiB = 5 chunks
+    const std::vector<float> mine = inputs_of(me, 2 * block),
+                             theirs = inputs_of(peer_world, 2 * block);
+    Tensor in = Tensor::empty({2 * block}, DType::kF32), out = Tensor::empty({block}, DType::kF32);
+    std::copy(mine.begin(), mine.end(), in.data<float>());
+    Tensor note = input(DType::kF32, me, 7), got = Tensor::empty({7}, DType::kF32);
+    Work r = g->recv(got, 1 - g->rank());
+    Work rs = g->reduce_scatter(in, out, ReduceOp::kSum);
+    Work s = g->send(note, 1 - g->rank());
+    rs.wait();
+    r.wait();
+    s.wait();
+    const int64_t at = g->rank() * block;
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < block; ++i) {
+      const float expected = mine[at + i] + theirs[at + i];
+      if (std::memcmp(&expected, out.data<float>() + i, sizeof(float)) != 0) ++wrong;
+    }
+    EXPECT_EQ(wrong, 0) << "block " << block;
+    expect_elements(got, 0, 7, [&](int64_t i) { return value(DType::kF32, peer_world, i); });
   }
 }
 

@@ -90,7 +90,9 @@ class Work {
 //  - calls[op]: the MPI calls made to move those operations' data (MPI_Allreduce,
 //    MPI_Allgather, MPI_Reduce_scatter_block, MPI_Alltoall(v), MPI_Bcast, MPI_Isend, MPI_Irecv,
 //    MPI_Barrier), each counted on the thread that makes it, just before it is made. One per
-//    operation today; an operation split into several MPI calls counts each.
+//    operation today; an operation split into several MPI calls counts each. (A two-rank fp32
+//    sum reduce_scatter with 1 MiB or more a block runs as chunked exchanges instead of the one
+//    MPI call, comm/pair_reduction.h: counted as that call, with its bytes.)
 //  - sent_bytes[op] / received_bytes[op]: for each of those calls, count × size of the MPI
 //    datatype of the buffer MPI reads from (send side) and of the one it writes to (receive
 //    side), as passed to MPI. With n the group size and S the bytes of the full tensor as MPI

@@ -1,0 +1,81 @@
+#include "tessera/comm/pair_reduction.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "tessera/core/error.h"
+
+namespace tessera::comm::detail {
+namespace {
+
+constexpr int64_t kChunk = kPairChunkBytes / static_cast<int64_t>(sizeof(float));
+
+// The group communicator's duplicate for these exchanges (see the header). Group communicators
+// live until MPI_Finalize, so a handle is never reused for another group.
+MPI_Comm exchange_comm(MPI_Comm comm) {
+  static std::mutex mu;
+  static std::map<MPI_Comm, MPI_Comm> dups;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = dups.find(comm);
+  if (it == dups.end()) {
+    MPI_Comm dup = MPI_COMM_NULL;
+    if (MPI_Comm_dup(comm, &dup) != MPI_SUCCESS) throw Error("pair reduction: MPI_Comm_dup failed");
+    it = dups.emplace(comm, dup).first;
+  }
+  return it->second;
+}
+
+// Receives `count_in` floats from the peer into `recv` and sends `count_out` floats from `send`, as
+// chunks of at most kChunk (tagged with their index: at most 2^31 floats, 2048 chunks), every
+// receive posted before the first send; returns when all are done.
+void exchange(float* recv, int64_t count_in, const float* send, int64_t count_out, int peer,
+              MPI_Comm comm) {
+  std::vector<MPI_Request> reqs;
+  reqs.reserve(static_cast<size_t>((count_in + count_out) / kChunk + 2));
+  for (int64_t at = 0, k = 0; at < count_in; at += kChunk, ++k) {
+    reqs.emplace_back();
+    MPI_Irecv(recv + at, static_cast<int>(std::min(kChunk, count_in - at)), MPI_FLOAT, peer,
+              static_cast<int>(k), comm, &reqs.back());
+  }
+  for (int64_t at = 0, k = 0; at < count_out; at += kChunk, ++k) {
+    reqs.emplace_back();
+    MPI_Isend(send + at, static_cast<int>(std::min(kChunk, count_out - at)), MPI_FLOAT, peer,
+              static_cast<int>(k), comm, &reqs.back());
+  }
+  MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
+}
+
+void add_into(float* __restrict mine, const float* __restrict theirs, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) mine[i] += theirs[i];
+}
+
+int rank_in(MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  return rank;
+}
+
+}  // namespace
+
+bool pair_reduction_applies(MPI_Comm comm, const void* in, const void* out, int64_t count,
+                            MPI_Datatype type, MPI_Op op) {
+  if (type != MPI_FLOAT || op != MPI_SUM || count * 4 < kPairMinBytes) return false;
+  const auto* first = static_cast<const char*>(in);
+  const auto* at = static_cast<const char*>(out);
+  if (at < first + 8 * count && first < at + 4 * count) return false;  // overlapping
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  return size == 2;
+}
+
+void pair_reduce_scatter_sum(const float* in, float* out, int64_t count, MPI_Comm group_comm) {
+  MPI_Comm comm = exchange_comm(group_comm);
+  const int rank = rank_in(comm), peer = 1 - rank;
+  // The peer's values of this rank's block arrive in `out`; this rank's values are added there.
+  exchange(out, count, in + (1 - rank) * count, count, peer, comm);
+  add_into(out, in + rank * count, count);
+}
+
+}  // namespace tessera::comm::detail

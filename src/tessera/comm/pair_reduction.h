@@ -1,0 +1,39 @@
+// Internal to comm/: the fp32 sum reduce-scatter of exactly two ranks, made of chunked
+// nonblocking exchanges instead of MPI_Reduce_scatter_block.
+//
+// Why: Open MPI 4.1's reduce-scatter of two ranks moved a 40 MiB buffer 3.0-3.6x slower than
+// exchanging the halves does, on one host (shared memory) and between two hosts over TCP
+// (there at 37% of a 1 Gbit/s link's rate each way); measured by the comm bench
+// (bench/comm_main.cc, docs/performance.md). Each rank sends the peer's half as messages of at
+// most kPairChunkBytes, every receive posted before the first send, and adds its own half to
+// what arrives. (Its all-reduce is left to MPI: exchanged the same way it was 8-15% slower than
+// MPI's on one host.)
+//
+// Contract:
+//  - pair_reduction_applies(): the group has two members, the data is fp32, the operation a
+//    sum, the output at least kPairMinBytes (below it one MPI call's latency matters more) and
+//    the input and output apart.
+//  - Each element of rank r's block is the one IEEE sum of the two ranks' values: the bits
+//    MPI's two-rank reduction gives, as a + b = b + a exactly (only a NaN's payload may differ).
+//  - The exchanges run on a duplicate of the group's communicator made by the first call (the
+//    group's collectives run in the same order on both members, so both make it at the same
+//    point), so they cannot match the group's own point-to-point messages.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+
+namespace tessera::comm::detail {
+
+constexpr int64_t kPairChunkBytes = int64_t{4} << 20;
+constexpr int64_t kPairMinBytes = int64_t{1} << 20;
+
+bool pair_reduction_applies(MPI_Comm comm, const void* in, const void* out, int64_t count,
+                            MPI_Datatype type, MPI_Op op);
+
+// out (count floats) becomes this rank's block of the sum of in (2 * count floats): block r on
+// rank r, as MPI_Reduce_scatter_block.
+void pair_reduce_scatter_sum(const float* in, float* out, int64_t count, MPI_Comm comm);
+
+}  // namespace tessera::comm::detail
