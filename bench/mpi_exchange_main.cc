@@ -7,6 +7,8 @@
 //   one message    each rank MPI_Irecv + MPI_Send of BYTES (the ring step's pattern)
 //   chunked        the same bytes as CHUNK-byte messages, every send and receive posted at once
 //   all_reduce     MPI_Allreduce (sum, fp32) of 2 x BYTES in place: two such steps
+//   back to back   ROUNDS of those all-reduces with nothing between them, per call (a
+//                  data-parallel step's gradient buckets; the others start after a barrier)
 // Each figure is the median of ROUNDS, in seconds and in MB/s each way; a full-duplex link
 // of R bytes/s moves one message each way in BYTES / R.
 //
@@ -98,6 +100,10 @@ int main(int argc, char** argv) {
   const double t_one = median_seconds(rounds, one_message);
   const double t_chunked = median_seconds(rounds, chunked);
   const double t_reduce = median_seconds(rounds, all_reduce);
+  auto back_to_back = [&] {
+    for (int r = 0; r < rounds; ++r) all_reduce();
+  };
+  const double t_back_to_back = median_seconds(1, back_to_back) / rounds;
   if (rank == 0) {
     const double mb = static_cast<double>(bytes) / 1e6;
     std::printf("mpi_exchange: 2 ranks, %.1f MB each way, median of %d rounds\n", mb, rounds);
@@ -106,6 +112,8 @@ int main(int argc, char** argv) {
                 static_cast<long long>(per_chunk * 4), t_chunked, mb / t_chunked);
     std::printf("all_reduce of %.1f MB (two such steps): %.3f s (%.1f MB/s each way)\n", 2 * mb,
                 t_reduce, 2 * mb / t_reduce);
+    std::printf("all_reduce back to back, %d calls: %.3f s a call (%.1f MB/s each way)\n", rounds,
+                t_back_to_back, 2 * mb / t_back_to_back);
   }
   MPI_Finalize();
   return 0;
