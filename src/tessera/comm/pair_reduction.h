@@ -11,8 +11,8 @@
 //
 // Contract:
 //  - pair_reduction_applies(): the group has two members, the data is fp32, the operation a
-//    sum, the output at least kPairMinBytes (below it one MPI call's latency matters more) and
-//    the input and output apart.
+//    sum and the output at least kPairMinBytes (below it one MPI call's latency matters more):
+//    the same answer on both members. Input and output must not overlap (as for MPI's).
 //  - Each element of rank r's block is the one IEEE sum of the two ranks' values: the bits
 //    MPI's two-rank reduction gives, as a + b = b + a exactly (only a NaN's payload may differ).
 //  - The exchanges run on a duplicate of the group's communicator made by the first call (the
@@ -29,8 +29,7 @@ namespace tessera::comm::detail {
 constexpr int64_t kPairChunkBytes = int64_t{4} << 20;
 constexpr int64_t kPairMinBytes = int64_t{1} << 20;
 
-bool pair_reduction_applies(MPI_Comm comm, const void* in, const void* out, int64_t count,
-                            MPI_Datatype type, MPI_Op op);
+bool pair_reduction_applies(MPI_Comm comm, int64_t count, MPI_Datatype type, MPI_Op op);
 
 // out (count floats) becomes this rank's block of the sum of in (2 * count floats): block r on
 // rank r, as MPI_Reduce_scatter_block.
