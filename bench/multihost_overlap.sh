@@ -14,8 +14,9 @@
 #      backward, alternated; the compute alone is the same step at DP 1 on one host;
 #   3. the arithmetic: the reduction's time after backward against gradient bytes / the all_reduce
 #      bus bandwidth of 1. (2 ranks: the bus bytes are the buffer's); the step after backward
-#      against compute + that; the hidden share = 1 - (the reduction left after backward when
-#      overlapped) / (the reduction after backward).
+#      against compute + that; the same with the all-reduce's rate back to back and with the
+#      link's rate (bench/mpi_exchange); the hidden share = 1 - (the reduction left after
+#      backward when overlapped) / (the reduction after backward).
 # And, at the first rate, ZeRO 3's prefetched gathers: tessera-train gpt2-124m, DP 2, ZeRO 3,
 # 3 iterations, with the default --stage3-prefetch-bucket-size and with 0 (no prefetch).
 # Needs root with CAP_SYS_ADMIN (the namespaces). Takes ~10 minutes per rate on 2 cores.
@@ -45,6 +46,13 @@ for rate in "${RATES[@]}"; do
   # Bus bandwidth of the ProcessGroup path from its time per call (more digits than its GB/s
   # column): 40 MiB of bus bytes (2 ranks: the buffer's size).
   bus_gbs=$(echo "$bw_line" | awk '{printf "%.6f", 41943040 / ($6 * 1e3)}')
+  # The same all-reduce as the gradient buckets issue it, back to back (no barrier between calls),
+  # and the link's rate each way (one message, and chunks, each way at once): bench/mpi_exchange.
+  ex=$(bash "$MULTIHOST" --hosts 2 --slots 1 --rate "$rate" -- "$BIN/mpi_exchange" \
+    --bytes 20971520 --rounds 5 | tail -4)
+  echo "$ex"
+  b2b_mbs=$(echo "$ex" | sed -nE 's/^all_reduce back to back.*\(([0-9.]+) MB\/s each way\).*/\1/p')
+  link_mbs=$(echo "$ex" | sed -nE 's/^chunked.*\(([0-9.]+) MB\/s each way\).*/\1/p')
   out=$(bash "$MULTIHOST" --hosts 2 --slots 1 --rate "$rate" -- "$BIN/dp_overlap" \
     --steps "$STEPS" --micro-batch-size $B | tail -3)
   echo "$out"
@@ -54,9 +62,9 @@ for rate in "${RATES[@]}"; do
   on_ms=$(echo "$out" | sed -nE 's/^forward\+backward\+reduction: overlapped ([0-9.]+) ms.*/\1/p')
   off_ms=$(echo "$out" | sed -nE 's/^forward\+backward\+reduction: .*after backward ([0-9.]+) ms.*/\1/p')
   /usr/bin/python3 - "$compute_ms" "$on_ms" "$off_ms" "$exposed_on" "$exposed_off" "$grad_mb" \
-    "$bus_gbs" <<'PY'
+    "$bus_gbs" "$b2b_mbs" "$link_mbs" <<'PY'
 import sys
-compute, on, off, exp_on, exp_off, grad_mb, bus = (float(x) for x in sys.argv[1:])
+compute, on, off, exp_on, exp_off, grad_mb, bus, b2b, link = (float(x) for x in sys.argv[1:])
 comm_rate = grad_mb / bus  # ms: MB / (GB/s)
 fb_off = off - exp_off  # forward + backward of the DP 2 step, reduction after it
 print(f"arithmetic: the reduction alone (after backward) took {exp_off:.0f} ms; at the all_reduce "
@@ -65,6 +73,12 @@ print(f"arithmetic: the reduction alone (after backward) took {exp_off:.0f} ms; 
 predicted = compute + comm_rate
 print(f"  step after backward: predicted compute (DP 1) + communication = {compute:.0f} + "
       f"{comm_rate:.0f} = {predicted:.0f} ms; measured {off:.0f} ms ({100 * (off / predicted - 1):+.1f}%)")
+# Two ranks: an all-reduce moves the buffer's bytes each way, so MB / (MB/s each way) = seconds.
+for name, rate in (("back to back (mpi_exchange)", b2b), ("the link's rate each way", link)):
+    comm = grad_mb / rate * 1e3
+    print(f"  with the all-reduce {name}, {rate:.1f} MB/s: the reduction {exp_off:.0f} ms against "
+          f"{comm:.0f} ({100 * (exp_off / comm - 1):+.1f}%); the step {off:.0f} ms against "
+          f"{compute:.0f} + {comm:.0f} = {compute + comm:.0f} ({100 * (off / (compute + comm) - 1):+.1f}%)")
 print(f"  overlapped: {exp_on:.0f} ms of the reduction left after backward: hidden "
       f"1 - {exp_on:.0f} / {exp_off:.0f} = {100 * (1 - exp_on / exp_off):.1f}%; the step "
       f"{on:.0f} ms against {off:.0f} ms after backward ({100 * (1 - on / off):.1f}% shorter); "
