@@ -23,12 +23,9 @@
 // bytes}, "peak_bytes": n}, ...], "step_time_s": t, "components_s": {...}, ...}; step_time_s is
 // null without --machine. Bad flags, files or sizes that do not fit: one line on stderr, exit
 // code 2.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <exception>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -41,7 +38,6 @@
 #include "tessera/core/memory.h"
 #include "tessera/core/threads.h"
 #include "tessera/core/tool_main.h"
-#include "tessera/io/direct_file.h"
 #include "tessera/kernels/build_info.h"
 #include "tessera/plan/calibrate.h"
 #include "tessera/plan/machine.h"
@@ -323,18 +319,8 @@ int calibrate(const PlanFlags& f) {
   const bool existing = tessera::plan::machine_file_exists(f.machine);
   if (existing) m = tessera::plan::read_machine(f.machine);  // checked before measuring
   tessera::plan::check_machine_writable(f.machine);
-  if (!f.nvme_path.empty()) {
-    if (!std::filesystem::is_directory(f.nvme_path))
-      throw Error("--nvme-path " + f.nvme_path + ": not a directory");
-    // Before minutes of measuring: the directory must take direct I/O.
-    const std::string probe = f.nvme_path + "/tessera-plan-probe." + std::to_string(::getpid());
-    const bool direct = tessera::io::DirectFile::create_if_supported(probe, 0).has_value();
-    std::error_code ignored;
-    std::filesystem::remove(probe, ignored);
-    if (!direct)
-      throw Error("--nvme-path " + f.nvme_path +
-                  ": the file system refuses direct I/O (O_DIRECT), as NVMe offload needs");
-  }
+  // Before minutes of measuring: the directory must take direct I/O.
+  if (!f.nvme_path.empty()) tessera::plan::require_storage_dir(f.nvme_path);
   auto world = tessera::comm::ProcessGroup::world();
   int rc = 0;
   try {

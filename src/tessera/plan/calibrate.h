@@ -28,6 +28,11 @@ namespace tessera::plan {
 HostConfiguration calibrate_host(comm::ProcessGroup& world, int threads,
                                  const std::vector<DType>& dtypes, bool quick = false);
 
+// Throws tessera::Error naming `dir` unless it is a directory whose file system takes direct I/O
+// (O_DIRECT), as NVMe offload needs: checked by a probe file, removed again. Cheap; the tool calls
+// it before minutes of other measuring, calibrate_storage again before its own.
+void require_storage_dir(const std::string& dir);
+
 // The direct-I/O write and read rates of directory `dir` (NVMe offload's swap directory) for one
 // rank while every rank of `world` streams a file of its own there at once: 1 GiB written, then
 // read back, in 64 MiB requests four in flight through offload::SwapIo (DeepSpeed's default aio

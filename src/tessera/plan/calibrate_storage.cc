@@ -48,9 +48,19 @@ double stream(comm::ProcessGroup& world, offload::SwapIo& io, const io::DirectFi
 
 }  // namespace
 
+void require_storage_dir(const std::string& dir) {
+  if (!std::filesystem::is_directory(dir)) throw Error("--nvme-path " + dir + ": not a directory");
+  const std::string probe = dir + "/tessera-plan-probe." + std::to_string(::getpid());
+  const bool direct = io::DirectFile::create_if_supported(probe, 0).has_value();
+  std::error_code ignored;
+  std::filesystem::remove(probe, ignored);
+  if (!direct)
+    throw Error("--nvme-path " + dir +
+                ": the file system refuses direct I/O (O_DIRECT), as NVMe offload needs");
+}
+
 StorageRates calibrate_storage(comm::ProcessGroup& world, const std::string& dir, bool quick) {
-  if (!std::filesystem::is_directory(dir))
-    throw Error("--nvme-path " + dir + ": not a directory");
+  require_storage_dir(dir);
   const int64_t request = quick ? int64_t{1} << 20 : int64_t{64} << 20;
   const int64_t total = quick ? int64_t{16} << 20 : int64_t{1} << 30;
   const int rounds = quick ? 1 : 3;
