@@ -75,7 +75,7 @@ void counted_allgather(Counters& c, const void* in, void* out, int count, MPI_Da
 void counted_reduce_scatter(Counters& c, const void* in, void* out, int count, MPI_Datatype type,
                             MPI_Op op, int n, MPI_Comm comm) {
   c.call(OpType::kReduceScatter, mpi_bytes(int64_t{count} * n, type), mpi_bytes(count, type));
-  if (pair_reduction_applies(comm, count, type, op))
+  if (pair_reduction_applies(n, count, type, op))
     return pair_reduce_scatter_sum(static_cast<const float*>(in), static_cast<float*>(out), count,
                                    comm);
   MPI_Reduce_scatter_block(in, out, count, type, op, comm);

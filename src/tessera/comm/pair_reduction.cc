@@ -59,11 +59,8 @@ int rank_in(MPI_Comm comm) {
 
 }  // namespace
 
-bool pair_reduction_applies(MPI_Comm comm, int64_t count, MPI_Datatype type, MPI_Op op) {
-  if (type != MPI_FLOAT || op != MPI_SUM || count * 4 < kPairMinBytes) return false;
-  int size = 0;
-  MPI_Comm_size(comm, &size);
-  return size == 2;
+bool pair_reduction_applies(int group_size, int64_t count, MPI_Datatype type, MPI_Op op) {
+  return group_size == 2 && type == MPI_FLOAT && op == MPI_SUM && count * 4 >= kPairMinBytes;
 }
 
 void pair_reduce_scatter_sum(const float* in, float* out, int64_t count, MPI_Comm group_comm) {

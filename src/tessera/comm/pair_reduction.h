@@ -29,7 +29,7 @@ namespace tessera::comm::detail {
 constexpr int64_t kPairChunkBytes = int64_t{4} << 20;
 constexpr int64_t kPairMinBytes = int64_t{1} << 20;
 
-bool pair_reduction_applies(MPI_Comm comm, int64_t count, MPI_Datatype type, MPI_Op op);
+bool pair_reduction_applies(int group_size, int64_t count, MPI_Datatype type, MPI_Op op);
 
 // out (count floats) becomes this rank's block of the sum of in (2 * count floats): block r on
 // rank r, as MPI_Reduce_scatter_block.
