@@ -93,10 +93,16 @@ layout "gpt, PP 2, GPipe" gpt 2 "${GPT[@]}" --micro-batch-size 2 --pipeline-mode
   --pipeline-schedule gpipe
 layout "gpt, PP 2, interleaved (V 2)" gpt 2 "${GPT[@]}" --micro-batch-size 2 \
   --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+for type in p2p all_gather a2a; do
+  layout "gpt, CP 2 ($type)" gpt 2 "${GPT[@]}" --micro-batch-size 4 --context-parallel-size 2 \
+    --cp-comm-type "$type"
+done
 layout "gpt, 1 rank, bf16" - 1 "${GPT[@]}" --micro-batch-size 4 --bf16
 layout "gpt, DP 2, ZeRO 1, bf16" - 2 "${GPT[@]}" --micro-batch-size 4 --zero-stage 1 --bf16
 layout "llama, 1 rank, bf16" - 1 "${LLAMA[@]}" --micro-batch-size 4 --bf16
 layout "llama, TP 2, bf16" - 2 "${LLAMA[@]}" --micro-batch-size 4 --tensor-model-parallel-size 2 \
+  --bf16
+layout "llama, CP 2 (p2p), bf16" - 2 "${LLAMA[@]}" --micro-batch-size 4 --context-parallel-size 2 \
   --bf16
 layout "llama, DP 2, ZeRO 2" - 2 "${LLAMA[@]}" --micro-batch-size 4 --zero-stage 2
 # NVMe optimizer offload (ZeRO 1 at DP 1): DeepSpeed's defaults (one sub-group), pipelined

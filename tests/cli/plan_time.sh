@@ -39,6 +39,23 @@ PY
 }
 check "a calibrated description reads back and predicts" calibrated
 
+# Context parallelism: each type's exchanges in the layers' collectives, on the calibrated machine.
+context_parallel() {
+  for type in p2p all_gather a2a; do
+    "$PLAN" --evaluate --world-size 2 --machine "$TMP/m.json" --json "${COMMON[@]}" "${GPT[@]}" \
+      --micro-batch-size 2 --context-parallel-size 2 --cp-comm-type "$type" >"$TMP/cp.json" ||
+      return 1
+    /usr/bin/python3 - "$TMP/cp.json" <<'PY' || return 1
+import json, sys
+p = json.load(open(sys.argv[1]))
+c = p["components_s"]
+assert p["step_time_s"] > 0 and c["tp_comm"] > 0 and c["dp_comm"] > 0, c
+assert abs(sum(c.values()) - p["step_time_s"]) <= 1e-9 * p["step_time_s"]
+PY
+  done
+}
+check "context-parallel layouts are priced" context_parallel
+
 offloaded() {  # --calibrate --nvme-path adds storage rates; an NVMe optimizer-offload layout is
   # then priced: offload_io > 0, the components still add up, --explain shows the I/O
   local swap
@@ -122,9 +139,9 @@ check "constraints no layout meets" bad "not divisible by TP\*CP\*PP" \
 check "a missing machine file" bad "cannot read the file" \
   --evaluate --world-size 2 --machine "$TMP/none.json" "${COMMON[@]}" "${GPT[@]}"
 check "calibrating without a file" bad "--calibrate needs --machine FILE" --calibrate
-check "a layout the time model does not cover" bad "does not cover context parallelism" \
-  --evaluate --world-size 2 --machine "$A100" "${COMMON[@]}" "${GPT[@]}" \
-  --context-parallel-size 2
+check "a layout the time model does not cover" bad "does not cover MoE layers" \
+  --evaluate --world-size 2 --machine "$TMP/m.json" "${COMMON[@]}" --model mixtral-tiny \
+  --global-batch-size 8
 check "offload on a machine without storage rates" bad \
   "machine 'DGX A100.*' has no storage rates for NVMe offload: measure them with tessera-plan --calibrate --nvme-path DIR" \
   --evaluate --world-size 2 --machine "$A100" "${COMMON[@]}" "${GPT[@]}" --zero-stage 1 \

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "tessera/core/error.h"
 #include "tessera/model/shard.h"
 
 namespace tessera::plan {
@@ -12,7 +13,7 @@ using comm::GroupKind;
 // The shapes of one rank's layer: tokens N of the micro-batch (whole sequences), residual rows R
 // (N / TP under sequence parallelism), widths of this rank's projections.
 struct Shape {
-  double N, R, C, q, kv, F, up, T, B, heads;
+  double N, R, C, q, kv, F, up, T, B, heads, head_dim;
   DType dtype;
   int tp;
   bool sp;
@@ -27,6 +28,7 @@ Shape shape_of(const model::ModelConfig& c, const train::RankLayout& r) {
   s.R = s.sp ? s.N / r.tp : s.N;
   s.C = c.hidden_size;
   const double hd = c.head_dim();
+  s.head_dim = hd;
   s.heads = static_cast<double>(c.num_attention_heads) / r.tp;
   s.q = s.heads * hd;
   s.kv = model::units_per_rank(c.kv_heads(), r.tp) * hd;
@@ -47,8 +49,9 @@ class PassBuilder {
   void gemm(KernelKind kind, double M, double N, double K) {
     kernel(kind, std::min({M, N, K}), 2 * M * N * K, s_.dtype);
   }
-  void collective(CollectiveKind kind, GroupKind group, double bytes) {
-    pass_.comms.push_back({kind, group, bytes});
+  void collective(CollectiveKind kind, GroupKind group, double bytes, int ranks = 0,
+                  bool behind_attention = false) {
+    pass_.comms.push_back({kind, group, bytes, ranks, behind_attention});
   }
   // A linear layer's forward (N x in -> N x out), its bias added by the kernel.
   void linear_forward(double in, double out, bool bias) {
@@ -79,6 +82,7 @@ class PassBuilder {
     }
   }
   // Hidden dropout (when on) and the residual add, forward or backward.
+  void append(const PassWork& other) { pass_.append(other); }
   void dropout_add(double dropout) {
     if (dropout > 0) kernel(KernelKind::kDropout, s_.R * s_.C);
     kernel(KernelKind::kAdd, s_.R * s_.C);
@@ -89,6 +93,74 @@ class PassBuilder {
   const Shape& s_;
 };
 
+// The attention core of one micro-batch on this rank, forward and backward (LayerWork's comment
+// says how each context-parallel type is priced). FLOPs count as for the whole-sequence kernel:
+// 2 B T^2 HD a head forward (two products over half the T x T scores), the same units backward.
+struct CoreWork {
+  PassWork forward, backward;
+};
+CoreWork attention_core_work(const Shape& s, const train::RankLayout& r, int layer) {
+  using context::CommType;
+  CoreWork w;
+  PassBuilder f(w.forward, s), b(w.backward, s);
+  const double e = dtype_size(s.dtype), hd = s.head_dim;
+  const auto core = [&](double size, double flops) {
+    f.kernel(KernelKind::kAttentionForward, size, flops, s.dtype);
+    b.kernel(KernelKind::kAttentionBackward, size, flops, s.dtype);
+  };
+  const int N = r.cp;
+  if (N <= 1) {
+    core(s.T, 2 * s.B * s.T * s.T * hd * s.heads);
+    return w;
+  }
+  TESSERA_CHECK_MSG(layer >= 0 && static_cast<size_t>(layer) < r.cp_types.size(),
+                    "internal: no context-parallel type for layer " + std::to_string(layer));
+  const CommType type = r.cp_types[layer];
+  const double S = s.T * N;  // the whole sequence; s.T is this rank's share
+  const double kv_heads = s.kv / hd;
+  if (type == CommType::kAllGather) {
+    const double K = s.B * s.T * 2 * s.kv * e, D = s.B * s.T * 2 * s.kv * 4;
+    f.collective(CollectiveKind::kAllGather, GroupKind::kContext, N * K);
+    b.collective(CollectiveKind::kAllGather, GroupKind::kContext, N * K);
+    core(s.T, 2 * s.B * S * S * hd * s.heads / N);
+    b.collective(CollectiveKind::kReduceScatter, GroupKind::kContext, N * D);
+    return w;
+  }
+  // The all-to-all within groups of A ranks, then a ring across R of them.
+  const int A = type == CommType::kA2A ? N : type == CommType::kA2AP2P ? r.cp_a2a : 1;
+  const int R = N / A;
+  double L = s.T, heads = s.heads, kv = kv_heads;  // a rank's tokens and heads after it
+  if (A > 1) {
+    L = s.T * A;
+    heads = s.heads / A;
+    kv = kv_heads >= A ? kv_heads / A : 1;  // fewer groups than ranks: each takes the one it reads
+    const double qkv_bytes = s.B * L * (heads + 2 * kv) * hd * e,
+                 out_bytes = s.B * L * heads * hd * e;
+    // An all-to-all sends (A - 1) / A of the rank's buffer: all-gather's share of its output.
+    f.collective(CollectiveKind::kAllGather, GroupKind::kContext, qkv_bytes, A);
+    b.collective(CollectiveKind::kAllGather, GroupKind::kContext, out_bytes, A);
+  }
+  if (R == 1) {
+    core(L, 2 * s.B * L * L * hd * heads);
+  } else {
+    const double K = s.B * L * 2 * kv * hd * e, D = s.B * L * 2 * kv * hd * 4;
+    for (int step = 1; step < R; ++step) {
+      f.collective(CollectiveKind::kSendRecv, GroupKind::kContext, K, 2, true);
+      b.collective(CollectiveKind::kSendRecv, GroupKind::kContext, K, 2, true);
+    }
+    for (int step = 0; step < R; ++step)
+      b.collective(CollectiveKind::kSendRecv, GroupKind::kContext, D, 2, true);
+    core(L, 2 * s.B * (R * L) * (R * L) * hd * heads / R);
+  }
+  if (A > 1) {
+    const double qkv_bytes = s.B * L * (heads + 2 * kv) * hd * e,
+                 out_bytes = s.B * L * heads * hd * e;
+    f.collective(CollectiveKind::kAllGather, GroupKind::kContext, out_bytes, A);
+    b.collective(CollectiveKind::kAllGather, GroupKind::kContext, qkv_bytes, A);
+  }
+  return w;
+}
+
 }  // namespace
 
 void PassWork::append(const PassWork& other) {
@@ -96,18 +168,19 @@ void PassWork::append(const PassWork& other) {
   comms.insert(comms.end(), other.comms.begin(), other.comms.end());
 }
 
-LayerWork layer_work(const model::ModelConfig& c, const train::RankLayout& r) {
+LayerWork layer_work(const model::ModelConfig& c, const train::RankLayout& r, int layer) {
   const Shape s = shape_of(c, r);
   const bool rope = c.position_embedding == model::PositionEmbedding::kRope;
-  const double attention_flops = 2 * s.B * s.T * s.T * c.head_dim() * s.heads;
+  const CoreWork core = attention_core_work(s, r, layer);
   const double qkv = s.q + 2 * s.kv;
   LayerWork w;
+  w.attention_core = core.forward;
   PassBuilder f(w.forward, s);
   f.kernel(KernelKind::kNormForward, s.R * s.C);
   f.gather_rows();
   f.linear_forward(s.C, qkv, c.qkv_bias());
   if (rope) f.kernel(KernelKind::kRope, s.N * (s.q + s.kv));
-  f.kernel(KernelKind::kAttentionForward, s.T, attention_flops, s.dtype);
+  f.append(core.forward);
   f.linear_forward(s.q, s.C, false);
   f.reduce_rows();
   if (c.add_bias_linear) f.kernel(KernelKind::kAdd, s.R * s.C);
@@ -139,7 +212,7 @@ LayerWork layer_work(const model::ModelConfig& c, const train::RankLayout& r) {
   if (c.add_bias_linear) b.kernel(KernelKind::kAdd, s.R * s.C);
   b.gather_rows();
   b.linear_backward(s.q, s.C, false);
-  b.kernel(KernelKind::kAttentionBackward, s.T, attention_flops, s.dtype);
+  b.append(core.backward);
   if (rope) b.kernel(KernelKind::kRope, s.N * (s.q + s.kv));
   b.linear_backward(s.C, qkv, c.qkv_bias());
   b.reduce_rows();
@@ -148,17 +221,11 @@ LayerWork layer_work(const model::ModelConfig& c, const train::RankLayout& r) {
   return w;
 }
 
-PassWork recompute_work(const model::ModelConfig& c, const train::RankLayout& r,
-                        const LayerWork& layer) {
+PassWork recompute_work(const train::RankLayout& r, const LayerWork& layer) {
   using G = model::RecomputePolicy::Granularity;
   if (r.recompute.granularity == G::kFull) return layer.forward;
-  PassWork w;
-  if (r.recompute.granularity == G::kSelective) {
-    const Shape s = shape_of(c, r);
-    w.kernels.push_back({KernelKind::kAttentionForward, s.dtype, s.T,
-                         2 * s.B * s.T * s.T * c.head_dim() * s.heads});
-  }
-  return w;
+  if (r.recompute.granularity == G::kSelective) return layer.attention_core;
+  return {};
 }
 
 LayerWork embedding_work(const model::ModelConfig& c, const train::RankLayout& r) {

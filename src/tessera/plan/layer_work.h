@@ -29,11 +29,17 @@ struct KernelWork {
   double size = 0, amount = 0;
 };
 
-// A collective one rank waits for, over its group of `group` (the mesh's).
+// A collective one rank waits for, over its group of `group` (the mesh's), or over `ranks` of
+// it (a subgroup: the all-to-all of hierarchical context parallelism; a ring's neighbour
+// exchange, 2). `behind_attention`: a ring step's transfer, which the communication thread runs
+// while the attention kernels compute the block in hand (context/block_attention.h), so they hide
+// it by the link's overlap share (plan/machine.h Links::overlap), up to their own time.
 struct CommWork {
   CollectiveKind kind;
   comm::GroupKind group;
   double bytes = 0;  // the whole buffer (LinkRate's convention)
+  int ranks = 0;     // 0: the whole group
+  bool behind_attention = false;
 };
 
 // What one pass (a forward, a backward, a recomputation) runs, in order: its kernels and the
@@ -45,16 +51,28 @@ struct PassWork {
 };
 
 // One micro-batch of one dense transformer layer on this rank: forward, and backward without
-// recomputation (recompute_work adds what recomputation reruns).
+// recomputation (recompute_work adds what recomputation reruns); `attention_core`: the attention
+// core's forward alone (with context parallelism's exchanges), what selective recomputation
+// reruns.
+//
+// Under context parallelism (r.cp > 1) the core is priced as `layer`'s communication type runs it
+// (docs/context_parallel.md, the bytes per layer checked by dist.context_parallel): every rank
+// does 1/CP of the sequence's causal attention (the load-balanced split), at the attention rate
+// of the block it computes; `p2p` sends its key/value block CP - 1 times round the ring forward,
+// and in backward again with the dK/dV accumulators (fp32) CP times, each transfer behind the
+// block in hand; `all_gather` gathers the key/value blocks (again in backward) and
+// reduce-scatters dK/dV; `a2a` exchanges q/k/v and the output (their gradients in backward)
+// within the group and runs whole sequences of 1/CP of the heads; `a2a+p2p` does the all-to-all
+// within groups of r.cp_a2a and the ring across them.
 struct LayerWork {
-  PassWork forward, backward;
+  PassWork forward, backward, attention_core;
 };
-LayerWork layer_work(const model::ModelConfig& cfg, const train::RankLayout& r);
+// `layer`: the layer's index in the model (its context-parallel type, r.cp_types).
+LayerWork layer_work(const model::ModelConfig& cfg, const train::RankLayout& r, int layer);
 
 // What recomputing one layer reruns in backward under `r`'s policy: the layer's forward (full),
-// the attention core's forward (selective), nothing otherwise.
-PassWork recompute_work(const model::ModelConfig& cfg, const train::RankLayout& r,
-                        const LayerWork& layer);
+// the attention core's forward with its exchanges (selective), nothing otherwise.
+PassWork recompute_work(const train::RankLayout& r, const LayerWork& layer);
 
 // The embeddings' forward and backward (model chunk 0) and the head's step (the last model
 // chunk: final norm, output layer and loss, all run when its backward starts).

@@ -29,10 +29,19 @@ class Pricer {
     for (const KernelWork& k : w.kernels) s += kernel(k.kind, k.dtype, k.size, k.amount);
     return s;
   }
+  // The pass's collectives; a ring's transfers hide behind the pass's attention kernels by the
+  // overlap share of their link, up to those kernels' time.
   double comms(const PassWork& w, int rank) const {
-    double s = 0;
-    for (const CommWork& c : w.comms) s += collective(c.kind, c.group, c.bytes, rank);
-    return s;
+    double s = 0, ring = 0, attention = 0;
+    for (const CommWork& c : w.comms) (c.behind_attention ? ring : s) += collective(c, rank);
+    if (ring <= 0) return s;
+    for (const KernelWork& k : w.kernels)
+      if (k.kind == KernelKind::kAttentionForward || k.kind == KernelKind::kAttentionBackward)
+        attention += kernel(k.kind, k.dtype, k.size, k.amount);
+    return s + ring - std::min(overlap(GroupKind::kContext, rank) * ring, attention);
+  }
+  double collective(const CommWork& c, int rank) const {
+    return collective(c.kind, c.group, c.bytes, rank, c.ranks);
   }
   double kernel(KernelKind kind, DType dtype, double size, double amount) const {
     const auto it = conf_.kernels.find(dtype);
@@ -54,9 +63,11 @@ class Pricer {
   }
   // The share of a collective of that group that compute running meanwhile hides.
   double overlap(GroupKind group, int rank) const { return links(group, rank).overlap; }
-  double collective(CollectiveKind kind, GroupKind group, double bytes, int rank) const {
+  // `ranks`: a subgroup's size (0: the whole group), on the group's links.
+  double collective(CollectiveKind kind, GroupKind group, double bytes, int rank,
+                    int ranks = 0) const {
     const std::vector<int>& members = mesh_.group_of(group, rank);
-    const int n = static_cast<int>(members.size());
+    const int n = ranks > 0 ? ranks : static_cast<int>(members.size());
     if (n <= 1 || bytes <= 0) return 0;
     const Links& level = links(group, rank);
     const bool spans_hosts = &level == &machine_.inter_host;
@@ -91,8 +102,6 @@ int recomputed_layers(const train::RankLayout& r, int layers) {
 
 std::vector<ChunkTimes> chunk_times(const model::ModelConfig& cfg, const train::RankLayout& r,
                                     const Pricer& price, int rank) {
-  const LayerWork layer = layer_work(cfg, r);
-  const PassWork rerun = recompute_work(cfg, r, layer);
   const LayerWork embedding = embedding_work(cfg, r);
   const PassWork head = head_work(cfg, r);
   const int P = r.pp, V = static_cast<int>(r.chunk_layers.size());
@@ -101,13 +110,20 @@ std::vector<ChunkTimes> chunk_times(const model::ModelConfig& cfg, const train::
     const int n = static_cast<int>(r.chunk_layers[c].size());
     const int j = c * P + r.pp_rank;  // the model chunk
     ChunkTimes& t = out[c];
-    t.forward = n * price.kernels(layer.forward);
-    t.forward_tp = n * price.comms(layer.forward, rank);
-    t.backward = n * price.kernels(layer.backward);
-    t.backward_tp = n * price.comms(layer.backward, rank);
+    // The block method recomputes a chunk's first layers; the others, all of them.
     const int rerun_layers = recomputed_layers(r, n);
-    t.backward += rerun_layers * price.kernels(rerun);
-    t.backward_tp += rerun_layers * price.comms(rerun, rank);
+    for (int i = 0; i < n; ++i) {
+      const LayerWork layer = layer_work(cfg, r, r.chunk_layers[c][i]);
+      t.forward += price.kernels(layer.forward);
+      t.forward_tp += price.comms(layer.forward, rank);
+      t.backward += price.kernels(layer.backward);
+      t.backward_tp += price.comms(layer.backward, rank);
+      if (i < rerun_layers) {
+        const PassWork rerun = recompute_work(r, layer);
+        t.backward += price.kernels(rerun);
+        t.backward_tp += price.comms(rerun, rank);
+      }
+    }
     if (j == 0) {
       t.forward += price.kernels(embedding.forward);
       t.forward_tp += price.comms(embedding.forward, rank);
@@ -161,13 +177,22 @@ std::string explain_pass(const char* title, double times, const PassWork& w, con
     out += line;
     total += v.second;
   }
+  double listed = 0;
   for (const CommWork& c : w.comms) {
-    const double s = price.collective(c.kind, c.group, c.bytes, rank);
-    std::snprintf(line, sizeof line, "    %-25s %12.4g bytes             = %9.3f ms\n",
-                  collective_kind_name(c.kind), c.bytes, 1e3 * s);
+    const double s = price.collective(c, rank);
+    std::snprintf(line, sizeof line, "    %-25s %12.4g bytes%s = %9.3f ms\n",
+                  collective_kind_name(c.kind), c.bytes,
+                  c.behind_attention ? " (ring step) " : "             ", 1e3 * s);
     out += line;
-    total += s;
+    listed += s;
   }
+  const double exposed = price.comms(w, rank);
+  if (exposed < listed - 1e-12) {
+    std::snprintf(line, sizeof line, "    hidden behind the attention blocks      = %9.3f ms\n",
+                  -1e3 * (listed - exposed));
+    out += line;
+  }
+  total += exposed;
   std::snprintf(line, sizeof line, "    total %.3f ms, x %g = %.3f ms\n", 1e3 * total, times,
                 1e3 * total * times);
   return out + line;
@@ -242,10 +267,11 @@ double param_swap_seconds(const model::ModelConfig& cfg, const train::RankLayout
         "the step-time model does not cover parameter offload to NVMe under a pipeline yet");
   const std::vector<int64_t> parts = train::zero3_part_elements(cfg, r);
   const auto time = [&](const PassWork& w) { return price.kernels(w) + price.comms(w, rank); };
-  const LayerWork layer = layer_work(cfg, r), embedding = embedding_work(cfg, r);
+  const LayerWork embedding = embedding_work(cfg, r);
   const int n = static_cast<int>(r.layers.size());
   const int rerun_layers = recomputed_layers(r, n);
-  const double rerun = time(recompute_work(cfg, r, layer));
+  std::vector<LayerWork> layers;
+  for (int l = 0; l < n; ++l) layers.push_back(layer_work(cfg, r, r.layers[l]));
   TESSERA_CHECK_MSG(r.first_stage && r.last_stage && parts.size() == static_cast<size_t>(n) + 2 &&
                         r.param_offload_kept_parts.size() == parts.size(),
                     "internal: ZeRO 3 units of a dense model without a pipeline");
@@ -261,13 +287,15 @@ double param_swap_seconds(const model::ModelConfig& cfg, const train::RankLayout
   const size_t head = parts.size() - 1;
   std::vector<SwappedUnit> forward, backward;
   forward.push_back(unit(0, time(embedding.forward)));
-  for (int l = 0; l < n; ++l) forward.push_back(unit(1 + l, time(layer.forward)));
+  for (int l = 0; l < n; ++l) forward.push_back(unit(1 + l, time(layers[l].forward)));
   const bool tied = !cfg.untie_embeddings_and_output_weights;
   backward.push_back(unit(head, tied ? 0 : time(head_work(cfg, r))));
   if (tied) backward.push_back(unit(0, time(head_work(cfg, r))));
   // The block method recomputes a chunk's first layers; the others, all of them.
   for (int l = n - 1; l >= 0; --l)
-    backward.push_back(unit(1 + l, time(layer.backward) + (l < rerun_layers ? rerun : 0)));
+    backward.push_back(unit(
+        1 + l,
+        time(layers[l].backward) + (l < rerun_layers ? time(recompute_work(r, layers[l])) : 0)));
   backward.push_back(SwappedUnit{0, 0, time(embedding.backward)});
   // Every swapped part is written once a step (the head's is not acquired in forward); a
   // micro-batch reads what its two passes acquire.
@@ -306,7 +334,8 @@ std::string explain_step_time(const model::ModelConfig& cfg, const comm::MeshLay
   const train::RankLayout& r = ranks[rank];
   const double M = static_cast<double>(r.micro_batches);
   const int layers = static_cast<int>(r.layers.size());
-  const LayerWork layer = layer_work(cfg, r);
+  // The rank's first layer (a per-layer context-parallel type list can make the others differ).
+  const LayerWork layer = layer_work(cfg, r, r.layers.front());
   std::string out = "rank " + std::to_string(rank) + " on '" + machine.name + "' (" +
                     std::to_string(conf.ranks_per_host) + " rank(s) a host, " +
                     std::to_string(conf.threads_per_rank) +
@@ -317,8 +346,7 @@ std::string explain_step_time(const model::ModelConfig& cfg, const comm::MeshLay
   out += explain_pass("a layer's backward", M * layers, layer.backward, price, rank);
   int rerun = 0;
   for (const auto& l : r.chunk_layers) rerun += recomputed_layers(r, static_cast<int>(l.size()));
-  out += explain_pass("a layer's recomputation", M * rerun, recompute_work(cfg, r, layer), price,
-                      rank);
+  out += explain_pass("a layer's recomputation", M * rerun, recompute_work(r, layer), price, rank);
   if (r.first_stage) {
     const LayerWork e = embedding_work(cfg, r);
     out += explain_pass("the embedding's forward", M, e.forward, price, rank);
@@ -328,7 +356,7 @@ std::string explain_step_time(const model::ModelConfig& cfg, const comm::MeshLay
   const StepTimeComponents& c = t.ranks[rank];
   char line[768];
   std::snprintf(line, sizeof line,
-                "  step: compute %.3f + tensor-parallel %.3f + pipeline bubble %.3f + "
+                "  step: compute %.3f + layers' collectives (TP, CP) %.3f + pipeline bubble %.3f + "
                 "data-parallel %.3f + optimizer %.3f + offload I/O %.3f = %.3f ms (the step: "
                 "rank %d's %.3f ms)\n",
                 1e3 * c.compute, 1e3 * c.tp_comm, 1e3 * c.pipeline_bubble, 1e3 * c.dp_comm,
@@ -355,10 +383,6 @@ std::string explain_step_time(const model::ModelConfig& cfg, const comm::MeshLay
 StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::MeshLayout& mesh,
                                      const std::vector<train::RankLayout>& ranks,
                                      const MachineDescription& machine) {
-  if (mesh.context() > 1)
-    throw Error(
-        "the step-time model does not cover context parallelism yet "
-        "(--context-parallel-size > 1); the memory prediction does");
   if (cfg.moe.enabled())
     throw Error(
         "the step-time model does not cover MoE layers yet (--num-experts); the memory "

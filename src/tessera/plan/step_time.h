@@ -39,7 +39,9 @@ namespace tessera::plan {
 // Seconds of one iteration on one rank, by component (they add up to its step time).
 struct StepTimeComponents {
   double compute = 0;          // kernels: forward, backward, recomputation, every micro-batch
-  double tp_comm = 0;          // tensor-parallel collectives
+  // The collectives inside the layers the kernels wait for: tensor parallelism's and context
+  // parallelism's (a ring's transfers less what its attention blocks hide).
+  double tp_comm = 0;
   double pipeline_bubble = 0;  // waiting inside the pipeline schedule (fill, drain, transfers)
   double dp_comm = 0;          // gradient reduction and ZeRO gathers not hidden by compute
   double optimizer = 0;        // gradient zeroing, norm, AdamW
