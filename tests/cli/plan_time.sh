@@ -94,7 +94,7 @@ import re, sys
 text = open(sys.argv[1]).read()
 explained = float(re.search(r"\(the step: rank \d+'s ([0-9.]+) ms\)", text).group(1))
 passes = sum(float(t) for t in re.findall(r"total [0-9.]+ ms, x [0-9.]+ = ([0-9.]+) ms", text))
-parts = re.search(r"step: compute ([0-9.]+) \+ tensor-parallel ([0-9.]+)", text)
+parts = re.search(r"step: compute ([0-9.]+) \+ layers' collectives \(TP, CP\) ([0-9.]+)", text)
 assert abs(passes - float(parts.group(1)) - float(parts.group(2))) <= 1e-2, (passes, parts.groups())
 step = float(re.search(r"step time on .*: ([0-9.]+) s, MFU", text).group(1))
 assert abs(explained / 1e3 - step) <= 1e-4 * step, (explained, step)
