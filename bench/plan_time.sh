@@ -37,6 +37,11 @@ COMMON=(--mock-data --lr 1e-3 --train-iters "$ITERS" --eval-interval 0 --global-
 GPT=(--model gpt2-tiny --hidden-size 512 --num-attention-heads 8 --num-layers 4)
 LLAMA=(--model llama-tiny --hidden-size 512 --num-attention-heads 8 --num-query-groups 4
        --num-layers 4)
+# Mixtral-style: every layer 8 SwiGLU experts of 512, top-2 (capacity 1 padded: every expert
+# computes exactly its balanced rows, as the model prices them; dropless: as the router chose).
+MIXTRAL=(--model mixtral-tiny --hidden-size 512 --num-attention-heads 8 --num-query-groups 4
+         --num-layers 4 --moe-ffn-hidden-size 512)
+PADDED=(--moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity)
 : >"$TMP/rows"
 
 # layout NAME GROUP NP FLAGS...: predicted against measured; GROUP names the candidates ranked
@@ -105,6 +110,11 @@ layout "llama, TP 2, bf16" - 2 "${LLAMA[@]}" --micro-batch-size 4 --tensor-model
 layout "llama, CP 2 (p2p), bf16" - 2 "${LLAMA[@]}" --micro-batch-size 4 --context-parallel-size 2 \
   --bf16
 layout "llama, DP 2, ZeRO 2" - 2 "${LLAMA[@]}" --micro-batch-size 4 --zero-stage 2
+layout "mixtral, 1 rank, padded" - 1 "${MIXTRAL[@]}" --micro-batch-size 4 "${PADDED[@]}"
+layout "mixtral, 1 rank, dropless" - 1 "${MIXTRAL[@]}" --micro-batch-size 4
+layout "mixtral, EP 2, padded" - 2 "${MIXTRAL[@]}" --micro-batch-size 4 \
+  --expert-model-parallel-size 2 "${PADDED[@]}"
+layout "mixtral, DP 2, ZeRO 1, dropless" - 2 "${MIXTRAL[@]}" --micro-batch-size 4 --zero-stage 1
 # NVMe optimizer offload (ZeRO 1 at DP 1): DeepSpeed's defaults (one sub-group), pipelined
 # sub-groups of 2 M elements, and bf16 (three arrays: the fp32 master weights too).
 OFFLOAD=(--zero-stage 1 --offload-optimizer-nvme-path "$SWAP")

@@ -139,9 +139,9 @@ check "constraints no layout meets" bad "not divisible by TP\*CP\*PP" \
 check "a missing machine file" bad "cannot read the file" \
   --evaluate --world-size 2 --machine "$TMP/none.json" "${COMMON[@]}" "${GPT[@]}"
 check "calibrating without a file" bad "--calibrate needs --machine FILE" --calibrate
-check "a layout the time model does not cover" bad "does not cover MoE layers" \
-  --evaluate --world-size 2 --machine "$TMP/m.json" "${COMMON[@]}" --model mixtral-tiny \
-  --global-batch-size 8
+check "a layout the time model does not cover" bad "does not cover parameter offload" \
+  --evaluate --world-size 2 --machine "$TMP/m.json" "${COMMON[@]}" "${GPT[@]}" --zero-stage 3 \
+  --pipeline-model-parallel-size 2 --offload-param-nvme-path "$TMP"
 check "offload on a machine without storage rates" bad \
   "machine 'DGX A100.*' has no storage rates for NVMe offload: measure them with tessera-plan --calibrate --nvme-path DIR" \
   --evaluate --world-size 2 --machine "$A100" "${COMMON[@]}" "${GPT[@]}" --zero-stage 1 \

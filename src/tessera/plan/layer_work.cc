@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tessera/core/error.h"
+#include "tessera/model/activation_memory.h"
 #include "tessera/model/shard.h"
 
 namespace tessera::plan {
@@ -83,6 +84,27 @@ class PassBuilder {
   }
   // Hidden dropout (when on) and the residual add, forward or backward.
   void append(const PassWork& other) { pass_.append(other); }
+  // An MLP (model/mlp.h) over `rows` whole rows, `act` activation columns and `up` up-projection
+  // columns on this rank, its output (forward) or input gradient (backward) all-reduced over
+  // `tp` > 1 ranks in fp32 copies: an expert's or the shared expert's, never sequence-parallel.
+  void mlp_forward(double rows, double act, double up, bool bias, int tp) {
+    gemm(KernelKind::kGemmForward, rows, up, s_.C);
+    if (bias) kernel(KernelKind::kAdd, rows * up);
+    kernel(KernelKind::kActivationForward, rows * act);
+    gemm(KernelKind::kGemmForward, rows, s_.C, act);
+    if (tp > 1) collective(CollectiveKind::kAllReduce, GroupKind::kTensor, rows * s_.C * 4);
+    if (bias) kernel(KernelKind::kAdd, rows * s_.C);
+  }
+  void mlp_backward(double rows, double act, double up, bool bias, int tp) {
+    if (bias) kernel(KernelKind::kAdd, rows * s_.C);
+    gemm(KernelKind::kGemmInputGrad, rows, act, s_.C);
+    gemm(KernelKind::kGemmWeightGrad, s_.C, act, rows);
+    kernel(KernelKind::kActivationBackward, rows * act);
+    if (bias) kernel(KernelKind::kAdd, rows * up);
+    gemm(KernelKind::kGemmInputGrad, rows, s_.C, up);
+    gemm(KernelKind::kGemmWeightGrad, up, s_.C, rows);
+    if (tp > 1) collective(CollectiveKind::kAllReduce, GroupKind::kTensor, rows * s_.C * 4);
+  }
   void dropout_add(double dropout) {
     if (dropout > 0) kernel(KernelKind::kDropout, s_.R * s_.C);
     kernel(KernelKind::kAdd, s_.R * s_.C);
@@ -161,6 +183,84 @@ CoreWork attention_core_work(const Shape& s, const train::RankLayout& r, int lay
   return w;
 }
 
+// An MoE block (model/moe_layer.cc) in place of the MLP, one micro-batch, balanced routing
+// (model::balanced_moe_rows, as the memory prediction counts its rows): the block's input
+// gathered under SP; the router's product in fp32 (and its top-k, priced as element-wise work
+// over the logits); the rows permuted, sent to their experts' ranks and back (all-to-all: a rank
+// sends (EP - 1)/EP of its rows, priced at the all-gather's rate, which moves that share; the
+// all-gather dispatcher: every rank's rows to every rank) with their reorders; each local
+// expert's MLP over its rows (split over TP with its own all-reduces, or whole); the weighted
+// sum back; with experts whole under TP, the output (no SP) and the logits' and input gradients
+// summed over TP; the shared expert over the whole micro-batch; backward the reverse.
+struct MoeWork {
+  PassWork forward, backward;
+};
+MoeWork moe_work(const model::ModelConfig& c, const Shape& s, const train::RankLayout& r) {
+  const model::MoeConfig& m = c.moe;
+  const model::MoeRows rows =
+      model::balanced_moe_rows(c, r.tokens, r.ep, r.expert_tp, r.experts_whole ? r.tp : 1);
+  const double E = m.num_experts, local_experts = E / r.ep;
+  const double e = dtype_size(s.dtype), C = s.C, N = s.N;
+  const double act = static_cast<double>(c.moe_ffn()) / r.expert_tp;
+  const double up = c.swiglu ? 2 * act : act;
+  const bool bias = c.add_bias_linear, fold = r.experts_whole && r.tp > 1;
+  const bool allgather = m.dispatcher == moe::DispatcherType::kAllGather;
+  const double exchanged = allgather ? r.ep * rows.permuted * C * e : rows.permuted * C * e;
+  const CollectiveKind exchange = CollectiveKind::kAllGather;
+  MoeWork w;
+  PassBuilder f(w.forward, s), b(w.backward, s);
+  const auto router_gemm = [&](PassBuilder& p, KernelKind kind, double M, double Nn, double K) {
+    p.kernel(kind, std::min({M, Nn, K}), 2 * M * Nn * K, DType::kF32);
+  };
+  const auto travel = [&](PassBuilder& p) {  // dispatch or combine: the exchange and reorder
+    if (!rows.exchanged) return;
+    p.collective(exchange, GroupKind::kExpert, exchanged, r.ep);
+    p.kernel(KernelKind::kAdd, rows.local * C);
+  };
+  // Forward.
+  f.gather_rows();
+  router_gemm(f, KernelKind::kGemmForward, N, E, C);
+  if (r.tp > 1 && !s.sp)  // TP rank 0's logits decide
+    f.collective(CollectiveKind::kAllGather, GroupKind::kTensor, N * E * 4);
+  f.kernel(KernelKind::kAdd, N * E);  // the top-k
+  if (r.cp > 1 && m.aux_loss_coeff > 0 && m.load_balancing != model::MoeLoadBalancing::kNone)
+    f.collective(CollectiveKind::kAllReduce, GroupKind::kContext, s.B * E * 8);
+  if (rows.exchanged) f.collective(CollectiveKind::kAllGather, GroupKind::kExpert, r.ep * E * 8);
+  f.kernel(KernelKind::kAdd, rows.permuted * C);  // permute
+  travel(f);
+  for (int x = 0; x < static_cast<int>(local_experts); ++x)
+    f.mlp_forward(rows.per_expert, act, up, bias, r.expert_tp);
+  travel(f);
+  f.kernel(KernelKind::kAdd, rows.permuted * C);  // the weighted sum
+  if (fold && !s.sp) f.collective(CollectiveKind::kAllReduce, GroupKind::kTensor, N * C * 4);
+  if (m.shared_expert_size > 0) {
+    const double shared = static_cast<double>(m.shared_expert_size) / r.tp;
+    f.mlp_forward(N, shared, c.swiglu ? 2 * shared : shared, bias, r.tp);
+    f.kernel(KernelKind::kAdd, N * C);
+  }
+  // Backward.
+  if (s.sp) b.collective(CollectiveKind::kAllGather, GroupKind::kTensor, N * C * e);
+  b.kernel(KernelKind::kAdd, 2 * rows.permuted * C);  // the rows' and the weights' gradients
+  travel(b);
+  for (int x = 0; x < static_cast<int>(local_experts); ++x)
+    b.mlp_backward(rows.per_expert, act, up, bias, r.expert_tp);
+  travel(b);
+  b.kernel(KernelKind::kAdd, rows.permuted * C);  // summed into the tokens' gradients
+  b.kernel(KernelKind::kAdd, N * E);              // through the routing
+  if (fold) {
+    b.collective(CollectiveKind::kAllReduce, GroupKind::kTensor, N * E * 4);
+    if (!s.sp) b.collective(CollectiveKind::kAllReduce, GroupKind::kTensor, N * C * 4);
+  }
+  router_gemm(b, KernelKind::kGemmWeightGrad, E, C, N);
+  router_gemm(b, KernelKind::kGemmInputGrad, N, C, E);
+  if (m.shared_expert_size > 0) {
+    const double shared = static_cast<double>(m.shared_expert_size) / r.tp;
+    b.mlp_backward(N, shared, c.swiglu ? 2 * shared : shared, bias, r.tp);
+  }
+  b.kernel(KernelKind::kAdd, 2 * N * C);  // the fp32 sum and its rounding
+  return w;
+}
+
 }  // namespace
 
 void PassWork::append(const PassWork& other) {
@@ -186,26 +286,36 @@ LayerWork layer_work(const model::ModelConfig& c, const train::RankLayout& r, in
   if (c.add_bias_linear) f.kernel(KernelKind::kAdd, s.R * s.C);
   f.dropout_add(c.hidden_dropout);
   f.kernel(KernelKind::kNormForward, s.R * s.C);
-  f.gather_rows();
-  f.linear_forward(s.C, s.up, c.add_bias_linear);
-  f.kernel(KernelKind::kActivationForward, s.N * s.F);
-  f.linear_forward(s.F, s.C, false);
-  f.reduce_rows();
-  if (c.add_bias_linear) f.kernel(KernelKind::kAdd, s.R * s.C);
+  const bool moe = c.moe.enabled() && c.is_moe_layer(layer);
+  const MoeWork experts = moe ? moe_work(c, s, r) : MoeWork{};
+  if (moe) {
+    f.append(experts.forward);
+  } else {
+    f.gather_rows();
+    f.linear_forward(s.C, s.up, c.add_bias_linear);
+    f.kernel(KernelKind::kActivationForward, s.N * s.F);
+    f.linear_forward(s.F, s.C, false);
+    f.reduce_rows();
+    if (c.add_bias_linear) f.kernel(KernelKind::kAdd, s.R * s.C);
+  }
   f.dropout_add(c.hidden_dropout);
 
   // Backward, in transformer_layer.cc's order; a gathered input's gradient is reduce-scattered
   // back into rows (sequence parallelism) or all-reduced (the column-parallel layer's input).
   PassBuilder b(w.backward, s);
   if (c.hidden_dropout > 0) b.kernel(KernelKind::kDropout, s.R * s.C);
-  // A row-parallel layer's bias is added after the reduction, on the rank's rows: its gradient
-  // is summed there too.
-  if (c.add_bias_linear) b.kernel(KernelKind::kAdd, s.R * s.C);
-  b.gather_rows();  // the row-parallel output's gradient, gathered
-  b.linear_backward(s.F, s.C, false);
-  b.kernel(KernelKind::kActivationBackward, s.N * s.F);
-  b.linear_backward(s.C, s.up, c.add_bias_linear);
-  b.reduce_rows();
+  if (moe) {
+    b.append(experts.backward);
+  } else {
+    // A row-parallel layer's bias is added after the reduction, on the rank's rows: its
+    // gradient is summed there too.
+    if (c.add_bias_linear) b.kernel(KernelKind::kAdd, s.R * s.C);
+    b.gather_rows();  // the row-parallel output's gradient, gathered
+    b.linear_backward(s.F, s.C, false);
+    b.kernel(KernelKind::kActivationBackward, s.N * s.F);
+    b.linear_backward(s.C, s.up, c.add_bias_linear);
+    b.reduce_rows();
+  }
   b.kernel(KernelKind::kNormBackward, s.R * s.C);
   b.kernel(KernelKind::kAdd, s.R * s.C);
   if (c.hidden_dropout > 0) b.kernel(KernelKind::kDropout, s.R * s.C);

@@ -262,9 +262,7 @@ OptimizerSwapTimes optimizer_swap_times(const train::RankLayout& r, double param
 double param_swap_seconds(const model::ModelConfig& cfg, const train::RankLayout& r,
                           const Pricer& price, int rank, double update,
                           const StorageRates& storage) {
-  if (r.pp > 1)
-    throw Error(
-        "the step-time model does not cover parameter offload to NVMe under a pipeline yet");
+  TESSERA_CHECK_MSG(r.pp == 1, "internal: parameter offload under a pipeline is refused earlier");
   const std::vector<int64_t> parts = train::zero3_part_elements(cfg, r);
   const auto time = [&](const PassWork& w) { return price.kernels(w) + price.comms(w, rank); };
   const LayerWork embedding = embedding_work(cfg, r);
@@ -383,10 +381,10 @@ std::string explain_step_time(const model::ModelConfig& cfg, const comm::MeshLay
 StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::MeshLayout& mesh,
                                      const std::vector<train::RankLayout>& ranks,
                                      const MachineDescription& machine) {
-  if (cfg.moe.enabled())
-    throw Error(
-        "the step-time model does not cover MoE layers yet (--num-experts); the memory "
-        "prediction does");
+  for (const train::RankLayout& r : ranks)
+    if (r.param_offload_kept_elements >= 0 && r.pp > 1)
+      throw Error(
+          "the step-time model does not cover parameter offload to NVMe under a pipeline yet");
   const int world = mesh.world_size();
   const HostConfiguration& conf = machine.configuration_for_job(world);
   if (machine.kind == "measured")
@@ -460,26 +458,45 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
     }
     c.pipeline_bubble = std::max(0.0, schedule_end[rank] - c.compute - c.tp_comm);
 
-    // Gradient reduction over DP x CP: buckets of about bucket_elements fp32 elements from the end
-    // of the rank's gradients (ZeRO 3: one per model unit, here taken as one per layer).
+    // Gradient reduction: the dense parameters over DP x CP, the experts over the expert-DP group;
+    // each part in buckets of about bucket_elements fp32 elements from its end (ZeRO 3: one per
+    // model unit, here taken as one per layer), ready as backward produces its share of the part,
+    // the two parts' buckets queued together in that order.
     const train::ModelStateBytes states = train::theoretical_model_states(cfg, r);
     double last_reduction = 0;  // the last micro-batch's reduction beyond its backward
     const double P = states.parameter_elements;
-    const int dp = r.dp;
-    if (dp > 1) {
+    struct Part {
+      double elements;
+      GroupKind group;
+      int ranks;
+    };
+    std::vector<Part> parts;
+    for (const Part& part : {Part{P - states.expert_elements, GroupKind::kDataContext, r.dp},
+                             Part{states.expert_elements, GroupKind::kExpertData, r.expert_dp}})
+      if (part.elements > 0 && part.ranks > 1) parts.push_back(part);
+    if (!parts.empty()) {
       const CollectiveKind reduce =
           r.zero_stage == 0 ? CollectiveKind::kAllReduce : CollectiveKind::kReduceScatter;
       const int layers = std::max<int>(1, static_cast<int>(r.layers.size()));
-      // (At most 10^5 buckets are queued: finer ones are merged, which moves the overlap little.)
-      const double bucket =
-          std::max({r.zero_stage == 3 ? P / (layers + 1) : static_cast<double>(r.bucket_elements),
-                    P / 1e5, 1.0});
+      std::vector<std::pair<double, double>> queue;  // (ready share, seconds)
+      for (const Part& part : parts) {
+        // (At most 10^5 buckets are queued: finer ones are merged, which moves the overlap little.)
+        const double bucket = std::max({r.zero_stage == 3 ? part.elements / (layers + 1)
+                                                          : static_cast<double>(r.bucket_elements),
+                                        part.elements / 1e5, 1.0});
+        double done = 0;
+        for (double n : buckets_from_end(part.elements, bucket)) {
+          done += n;
+          queue.emplace_back(done / part.elements,
+                             price.collective(reduce, part.group, 4 * n, rank));
+        }
+      }
+      std::stable_sort(queue.begin(), queue.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
       std::vector<double> seconds, ready;
-      double done = 0;
-      for (double n : buckets_from_end(P, bucket)) {
-        done += n;
-        seconds.push_back(price.collective(reduce, GroupKind::kDataContext, 4 * n, rank));
-        ready.push_back(done / P);
+      for (const auto& [share, s] : queue) {
+        ready.push_back(share);
+        seconds.push_back(s);
       }
       const bool every_micro_batch = r.zero_stage >= 2;
       const double hidden = price.overlap(GroupKind::kDataContext, rank);
@@ -487,29 +504,30 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
                                             reduces_during_backward(r), hidden);
       last_reduction = once;
       c.dp_comm += every_micro_batch ? M * once : once;
-      const double values = P * dtype_size(r.compute);
-      if (r.zero_stage == 1 || r.zero_stage == 2)
-        c.dp_comm +=
-            price.collective(CollectiveKind::kAllGather, GroupKind::kDataContext, values, rank);
-      // ZeRO 2-3 give the pages of unowned gradient parts back after each reduction; backward
-      // faults them in again (every micro-batch). ZeRO 3 does the same with each unit's gathered
-      // parameters, twice a micro-batch (forward, backward).
-      const double unowned = 1.0 - 1.0 / dp;
+      // The updated values gathered (ZeRO 1-2; ZeRO 3 around every use), and the pages of the
+      // unowned parts given back and faulted in again (ZeRO 2-3's gradients every micro-batch;
+      // ZeRO 3's gathered values twice a micro-batch, forward and backward).
+      double gather = 0, unowned_values = 0, unowned_gradients = 0;
+      for (const Part& part : parts) {
+        const double values = part.elements * dtype_size(r.compute);
+        gather += price.collective(CollectiveKind::kAllGather, part.group, values, rank);
+        unowned_values += values * (1.0 - 1.0 / part.ranks);
+        unowned_gradients += 4 * part.elements * (1.0 - 1.0 / part.ranks);
+      }
+      if (r.zero_stage == 1 || r.zero_stage == 2) c.dp_comm += gather;
       if (r.zero_stage >= 2)
         c.dp_comm += M * price.kernel(KernelKind::kPageRefault, DType::kF32,
-                                      4 * P * unowned / layers, 4 * P * unowned);
+                                      unowned_gradients / layers, unowned_gradients);
       if (r.zero_stage == 3) {
         // Gathered before every forward and again in backward, prefetched under the compute of
         // the units before: what the pass's compute does not hide waits, and the first unit.
-        const double gather =
-            price.collective(CollectiveKind::kAllGather, GroupKind::kDataContext, values, rank);
         const ChunkTimes& t = times[rank][0];
         const double first = gather / std::max(1, layers + 1);
         const auto pass = [&](double compute) {
           return (1 - hidden) * gather + std::max(first, hidden * gather - compute);
         };
         const double refault = price.kernel(KernelKind::kPageRefault, DType::kF32,
-                                            values * unowned / layers, values * unowned);
+                                            unowned_values / layers, unowned_values);
         c.dp_comm += M * (pass(t.forward) + pass(t.backward) + 2 * refault);
       }
     }
@@ -520,7 +538,7 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
                                     4 * rows * cfg.hidden_size, rank);
     }
 
-    const double owned = r.zero_stage >= 1 ? P / dp : P;
+    const double owned = train::optimizer_owned_elements(cfg, r);
     const double update = price.kernel(KernelKind::kOptimizer, r.compute, owned, owned);
     c.optimizer = price.kernel(KernelKind::kZeroFill, DType::kF32, P, P) +
                   price.kernel(KernelKind::kGradNorm, DType::kF32, owned, owned) + update;

@@ -156,6 +156,7 @@ ModelStateBytes theoretical_model_states(const model::ModelConfig& c, const Rank
   }
   if (r.param_offload_kept_elements > 0) resident_params += r.param_offload_kept_elements;
   out.parameter_elements = dense + experts;
+  out.expert_elements = experts;
   const double sharded_share = dense / r.dp + experts / r.expert_dp;
   out.parameters = resident_params * dtype_size(r.compute);
   out.gradients = 4.0 * (r.zero_stage >= 2 ? sharded_share : out.parameter_elements);

@@ -94,6 +94,7 @@ struct RankLayout {
 
 struct ModelStateBytes {
   double parameter_elements = 0;  // P
+  double expert_elements = 0;     // the experts' part of P (reduced over the expert-DP group)
   double parameters = 0, gradients = 0, optimizer = 0;
 };
 

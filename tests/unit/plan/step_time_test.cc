@@ -194,6 +194,47 @@ TEST(StepTime, ContextParallelHalvesComputeAndPaysItsExchangesByHand) {
   }
 }
 
+// An MoE model (mixtral-tiny: every layer 8 SwiGLU experts, top-2; dropless routing priced
+// balanced): the compute is Megatron's active FLOPs (router, k experts, train/flops.h) at the rate.
+Planned planned_moe(int world, std::vector<std::string> flags) {
+  for (const char* f :
+       {"--mock-data", "--lr", "1e-3", "--train-iters", "1", "--model", "mixtral-tiny",
+        "--global-batch-size", "8", "--micro-batch-size", "2", "--hidden-dropout", "0"})
+    flags.push_back(f);
+  train::TrainArgs args = testing::parse_flags(flags);
+  comm::MeshLayout mesh = train::prepare_layout(args, world);
+  return {args, mesh, train::rank_layouts(args, mesh, 1)};
+}
+
+TEST(StepTime, MoeComputeIsActiveFlopsAndExpertParallelismPaysItsExchangesByHand) {
+  const Planned one = planned_moe(1, {});
+  const model::ModelConfig& c = one.args.model;
+  ASSERT_TRUE(c.moe.enabled());
+  const StepTimePrediction t1 = predict(one);
+  EXPECT_NEAR(t1.components.compute, flops(one, 1) / kGemm, 1e-9 * t1.step_s);
+  EXPECT_EQ(t1.components.tp_comm, 0);
+
+  // EP 2 on 2 ranks (DP 2, expert DP 1): each rank half the tokens and half the experts. A layer's
+  // micro-batch sends its N k rows (fp32) to the experts' rank and back, forward and backward
+  // (an all-to-all: half of each buffer leaves), after an all-gather of the E counts.
+  const Planned ep = planned_moe(2, {"--expert-model-parallel-size", "2"});
+  const StepTimePrediction t2 = predict(ep);
+  EXPECT_NEAR(t2.components.compute, flops(ep, 1) / 2 / kGemm, 1e-9 * t2.step_s);
+  const double N = 2.0 * c.seq_length, C = c.hidden_size, E = c.moe.num_experts;
+  const double L = c.num_layers, M = 2;  // micro-batches a rank: 8 / (2 x 2)
+  const double rows = kLink.seconds(CollectiveKind::kAllGather, N * c.moe.topk * C * 4, 2);
+  const double counts = kLink.seconds(CollectiveKind::kAllGather, 2 * E * 8, 2);
+  EXPECT_NEAR(t2.components.tp_comm, M * L * (counts + 4 * rows), 1e-12);
+
+  // The experts' gradients are reduced over the expert-DP group (one rank here), the rest over
+  // DP: against DP 2 without EP, where every expert is reduced too, the all-reduce (one bucket,
+  // 2 ranks: a latency plus the bytes at the bus rate) is short by every expert's fp32 gradient.
+  const Planned dp = planned_moe(2, {});
+  const double experts = L * E * 3 * C * c.moe_ffn();
+  EXPECT_NEAR(predict(dp).components.dp_comm - t2.components.dp_comm,
+              4 * experts / kLink.bus_bytes_per_s, 1e-6 * predict(dp).components.dp_comm);
+}
+
 TEST(StepTime, WhatItDoesNotCoverIsOneError) {
   MachineDescription m = hand_machine();
   m.configurations[0]
