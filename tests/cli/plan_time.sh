@@ -56,6 +56,16 @@ PY
 }
 check "context-parallel layouts are priced" context_parallel
 
+searched_cp_ep() {  # the search tries context and expert parallelism, and prices them
+  "$PLAN" --world-size 2 --machine "$TMP/m.json" --top 1000 "${COMMON[@]}" \
+    --model mixtral-tiny --global-batch-size 8 >"$TMP/search" &&
+    grep -q "^ *[0-9]*\. TP 1, CP 2, PP 1, DP 1, mbs" "$TMP/search" &&
+    grep -q "^ *[0-9]*\. TP 1, PP 1, DP 2, EP 2, mbs" "$TMP/search" &&
+    grep -q -- "--context-parallel-size 2" "$TMP/search" &&
+    grep -q -- "--expert-model-parallel-size 2" "$TMP/search"
+}
+check "the search tries context and expert parallelism" searched_cp_ep
+
 offloaded() {  # --calibrate --nvme-path adds storage rates; an NVMe optimizer-offload layout is
   # then priced: offload_io > 0, the components still add up, --explain shows the I/O
   local swap

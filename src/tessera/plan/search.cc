@@ -33,10 +33,31 @@ std::vector<int> divisors(int n) {
 using Choices = std::vector<Flags>;
 
 struct Layout {
-  int tp = 1, pp = 1;
+  int tp = 1, cp = 1, pp = 1;
   Flags flags;
   std::string summary;
 };
+
+// The context-parallel sizes of `ranks` ranks (N / (TP PP)) the sequence admits (it must divide
+// into 2 CP chunks), or the user's; each with the user's --cp-comm-type (default p2p).
+std::vector<int> context_sizes(const train::TrainArgs& user, int ranks) {
+  if (user.given(&train::TrainArgs::context_parallel_size)) return {user.context_parallel_size};
+  std::vector<int> out;
+  for (int cp : divisors(ranks))
+    if (user.model.seq_length % (2 * cp) == 0) out.push_back(cp);
+  return out;
+}
+
+// The expert-parallel sizes of an MoE model: divisors of DP x CP (`ranks`) that divide the
+// experts, or the user's; 1 for a dense model.
+std::vector<int> expert_sizes(const train::TrainArgs& user, int ranks) {
+  if (user.given(&train::TrainArgs::expert_model_parallel_size) || !user.model.moe.enabled())
+    return {user.expert_model_parallel_size};
+  std::vector<int> out;
+  for (int ep : divisors(ranks))
+    if (user.model.moe.num_experts % ep == 0) out.push_back(ep);
+  return out;
+}
 
 // The parallel layouts of N ranks the model admits, as flags, honouring those the user fixed.
 std::vector<Layout> parallel_layouts(const train::TrainArgs& user, int N) {
@@ -58,22 +79,31 @@ std::vector<Layout> parallel_layouts(const train::TrainArgs& user, int N) {
       std::vector<bool> sp_choices = {false};
       if (tp > 1 && !fixed_sp) sp_choices.push_back(true);
       if (tp > 1 && fixed_sp) sp_choices = {user.sequence_parallel};
-      for (int v : virtual_stages)
-        for (bool sp : sp_choices) {
-          Layout l{tp, pp, {}, {}};
-          if (!fixed_tp)
-            l.flags.insert(l.flags.end(), {"--tensor-model-parallel-size", std::to_string(tp)});
-          if (sp && !fixed_sp) l.flags.push_back("--sequence-parallel");
-          if (!fixed_pp)
-            l.flags.insert(l.flags.end(), {"--pipeline-model-parallel-size", std::to_string(pp)});
-          if (v > 1)
-            l.flags.insert(l.flags.end(), {"--num-layers-per-virtual-pipeline-stage",
-                                           std::to_string(m.num_layers / (pp * v))});
-          l.summary = "TP " + std::to_string(tp) + (sp ? " SP" : "") + ", PP " +
-                      std::to_string(pp) + (v > 1 ? " V " + std::to_string(v) : "") + ", DP " +
-                      std::to_string(N / (tp * pp));
-          out.push_back(l);
-        }
+      for (int cp : context_sizes(user, N / (tp * pp)))
+        for (int ep : expert_sizes(user, N / (tp * pp)))
+          for (int v : virtual_stages)
+            for (bool sp : sp_choices) {
+              Layout l{tp, cp, pp, {}, {}};
+              if (!fixed_tp)
+                l.flags.insert(l.flags.end(), {"--tensor-model-parallel-size", std::to_string(tp)});
+              if (sp && !fixed_sp) l.flags.push_back("--sequence-parallel");
+              if (!user.given(&train::TrainArgs::context_parallel_size) && cp > 1)
+                l.flags.insert(l.flags.end(), {"--context-parallel-size", std::to_string(cp)});
+              if (!user.given(&train::TrainArgs::expert_model_parallel_size) && ep > 1)
+                l.flags.insert(l.flags.end(), {"--expert-model-parallel-size", std::to_string(ep)});
+              if (!fixed_pp)
+                l.flags.insert(l.flags.end(),
+                               {"--pipeline-model-parallel-size", std::to_string(pp)});
+              if (v > 1)
+                l.flags.insert(l.flags.end(), {"--num-layers-per-virtual-pipeline-stage",
+                                               std::to_string(m.num_layers / (pp * v))});
+              l.summary = "TP " + std::to_string(tp) + (sp ? " SP" : "") +
+                          (cp > 1 ? ", CP " + std::to_string(cp) : "") + ", PP " +
+                          std::to_string(pp) + (v > 1 ? " V " + std::to_string(v) : "") + ", DP " +
+                          std::to_string(N / (tp * cp * pp)) +
+                          (ep > 1 ? ", EP " + std::to_string(ep) : "");
+              out.push_back(l);
+            }
     }
   }
   return out;
@@ -134,10 +164,10 @@ SearchResult search_layouts(const Flags& user_flags, int N, const MachineDescrip
   out.memory_per_rank = machine.memory_per_host_bytes / conf.ranks_per_host;
   double smallest = -1;
   for (const Layout& layout : parallel_layouts(user, N)) {
-    const int dp = N / (layout.tp * layout.pp);
+    const int dp = N / (layout.tp * layout.cp * layout.pp);
     std::vector<std::string> mbs_names, zero_names, recompute_names;
     const Choices mbs = micro_batches(user, dp, mbs_names);
-    const Choices zero = zero_stages(user, dp, zero_names);
+    const Choices zero = zero_stages(user, dp * layout.cp, zero_names);  // ZeRO shards over DP x CP
     const Choices recompute = recomputation(user, recompute_names);
     for (size_t b = 0; b < mbs.size(); ++b)
       for (size_t z = 0; z < zero.size(); ++z)

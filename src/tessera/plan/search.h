@@ -7,6 +7,9 @@
 // gives is held fixed (a constraint); the others are searched:
 //   --tensor-model-parallel-size t (t divides N and the attention heads), --sequence-parallel
 //   (on and off when t > 1), --pipeline-model-parallel-size p (p divides N / t and the layers),
+//   --context-parallel-size c (c divides N / (t p), the sequence divides into 2c chunks; the
+//   user's --cp-comm-type, default p2p), --expert-model-parallel-size e (an MoE model: e divides
+//   N / (t p) and the experts),
 //   --num-layers-per-virtual-pipeline-stage (2 virtual stages when they divide the layers),
 //   --micro-batch-size (powers of 2 dividing the global batch's share of a data-parallel rank),
 //   --zero-stage 0-3 (1-3 only with data parallelism), and recomputation (none, selective, full
