@@ -51,6 +51,15 @@ train two-hosts-tp-dp 2 2 "${FLAGS[@]}" "${PIN[@]}" "${TP_DP[@]}"
 check "2 hosts x 2 ranks, TP 2 x DP 2: bitwise equal to one host" bitwise one-host-tp-dp two-hosts-tp-dp
 check "2 hosts x 2 ranks, TP 2 x DP 2: no placement warning" no_warning "$TMP/two-hosts-tp-dp/err"
 
+# DP 2 with a host each, gradients of 6.8 MB (one bucket): between hosts the runtime all-reduces
+# two ranks' fp32 buffers of 1 MiB or more by exchanging them (comm/pair_reduction.h), on one
+# host with MPI_Allreduce; the bits must be the same.
+WIDER=(--hidden-size 256 --num-layers 2)
+train one-host-dp 0 2 "${FLAGS[@]}" "${PIN[@]}" "${WIDER[@]}"
+train two-hosts-dp 2 1 "${FLAGS[@]}" "${PIN[@]}" "${WIDER[@]}"
+check "2 hosts x 1 rank, DP 2, 6.8 MB of gradients: bitwise equal to one host" \
+  bitwise one-host-dp two-hosts-dp
+
 TP_PP_DP=(--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --zero-stage 1)
 train one-host-tp-pp-dp 0 8 "${FLAGS[@]}" "${PIN[@]}" "${TP_PP_DP[@]}"
 train four-hosts-tp-pp-dp 4 2 "${FLAGS[@]}" "${PIN[@]}" "${TP_PP_DP[@]}"

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "dist_main.h"
+#include "tessera/comm/pair_reduction.h"
 #include "tessera/core/error.h"
 #include "tessera/core/tensor.h"
 
@@ -287,6 +288,48 @@ TEST(ProcessGroup, SixteenBitReductionsAccumulateInFp32) {
 // MPI's gives it, for block sizes that are and are not whole chunks; and a point-to-point
 // receive pending on the same group (tag 0, as the exchanges' first chunk) must get the peer's
 // send, not a chunk.
+// The two-rank all-reduce by exchange (comm/pair_reduction.h), which the runtime takes when the
+// pair spans two hosts (tests/cli/multihost.sh runs it there, bitwise against one host): here
+// called directly on pairs of one host, against each element's IEEE sum and MPI_Allreduce's bits.
+TEST(ProcessGroup, TwoRankAllReduceByExchangeIsMpisFp32Sum) {
+  auto w = world();
+  const int n = w->size(), me = w->rank();
+  if (n < 2 || (n % 2 == 1 && me == n - 1)) {
+    MPI_Comm none = MPI_COMM_NULL;  // the odd one out takes part in the split only
+    MPI_Comm_split(MPI_COMM_WORLD, MPI_UNDEFINED, 0, &none);
+    GTEST_SKIP();
+  }
+  MPI_Comm pair = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, me / 2, me, &pair);
+  EXPECT_FALSE(tessera::comm::detail::pair_spans_hosts(pair));  // both ranks on this host
+  const int peer = me ^ 1;
+  for (int64_t count : {int64_t{300001}, int64_t{10} << 20}) {  // 1.2 MB; 40 MiB = 10 chunks
+    auto inputs_of = [count](int world_rank) {
+      std::mt19937 rng(static_cast<unsigned>(2000 + world_rank));
+      std::normal_distribution<float> normal;
+      std::vector<float> v(static_cast<size_t>(count));
+      for (float& x : v) x = normal(rng);
+      return v;
+    };
+    const std::vector<float> mine = inputs_of(me), theirs = inputs_of(peer);
+    std::vector<float> exchanged = mine, reference = mine;
+    tessera::comm::detail::pair_all_reduce_sum(exchanged.data(), count, pair);
+    MPI_Allreduce(MPI_IN_PLACE, reference.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                  pair);
+    int64_t not_sum = 0, not_mpi = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      const float sum = mine[i] + theirs[i];
+      not_sum += std::memcmp(&sum, &exchanged[i], sizeof(float)) != 0;
+      not_mpi += std::memcmp(&reference[i], &exchanged[i], sizeof(float)) != 0;
+    }
+    EXPECT_EQ(not_sum, 0) << count;
+    EXPECT_EQ(not_mpi, 0) << count;
+  }
+  // Not freed: the exchanges keep a duplicate keyed by the handle, which must not be reused for
+  // another communicator (the contract in pair_reduction.h; group communicators live until
+  // MPI_Finalize too).
+}
+
 TEST(ProcessGroup, TwoRankReduceScatterOfLargeBlocksIsTheFp32Sum) {
   auto w = world();
   const int n = w->size(), me = w->rank();

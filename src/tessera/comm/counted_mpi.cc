@@ -59,10 +59,12 @@ int64_t mpi_bytes(int64_t count, MPI_Datatype type) {
   return count * size;
 }
 
-void counted_allreduce(Counters& c, void* buf, int count, MPI_Datatype type, MPI_Op op,
+void counted_allreduce(Counters& c, void* buf, int count, MPI_Datatype type, MPI_Op op, int n,
                        MPI_Comm comm) {
   const int64_t bytes = mpi_bytes(count, type);
   c.call(OpType::kAllReduce, bytes, bytes);
+  if (pair_reduction_applies(n, count, type, op) && pair_spans_hosts(comm))
+    return pair_all_reduce_sum(static_cast<float*>(buf), count, comm);
   MPI_Allreduce(MPI_IN_PLACE, buf, count, type, op, comm);
 }
 

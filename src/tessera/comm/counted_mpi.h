@@ -33,7 +33,7 @@ int64_t mpi_bytes(int64_t count, MPI_Datatype type);
 
 // The MPI calls of the collectives, with MPI's arguments plus the group size n where the
 // receive (or send) buffer holds n blocks of `count`. Sent / received bytes counted:
-void counted_allreduce(Counters& c, void* buf, int count, MPI_Datatype type, MPI_Op op,
+void counted_allreduce(Counters& c, void* buf, int count, MPI_Datatype type, MPI_Op op, int n,
                        MPI_Comm comm);  // in place: count / count
 void counted_allgather(Counters& c, const void* in, void* out, int count, MPI_Datatype type, int n,
                        MPI_Comm comm);  // count / n·count

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -61,6 +62,32 @@ int rank_in(MPI_Comm comm) {
 
 bool pair_reduction_applies(int group_size, int64_t count, MPI_Datatype type, MPI_Op op) {
   return group_size == 2 && type == MPI_FLOAT && op == MPI_SUM && count * 4 >= kPairMinBytes;
+}
+
+bool pair_spans_hosts(MPI_Comm comm) {
+  static std::mutex mu;
+  static std::map<MPI_Comm, bool> spans;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = spans.find(comm);
+  if (it == spans.end()) {
+    MPI_Comm shared = MPI_COMM_NULL;
+    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared) != MPI_SUCCESS)
+      throw Error("pair reduction: MPI_Comm_split_type failed");
+    int n = 0;
+    MPI_Comm_size(shared, &n);
+    MPI_Comm_free(&shared);
+    it = spans.emplace(comm, n == 1).first;
+  }
+  return it->second;
+}
+
+void pair_all_reduce_sum(float* buf, int64_t count, MPI_Comm group_comm) {
+  MPI_Comm comm = exchange_comm(group_comm);
+  const int peer = 1 - rank_in(comm);
+  // Not zeroed: every element is received before it is read.
+  const std::unique_ptr<float[]> theirs(new float[static_cast<size_t>(count)]);
+  exchange(theirs.get(), count, buf, count, peer, comm);
+  add_into(buf, theirs.get(), count);
 }
 
 void pair_reduce_scatter_sum(const float* in, float* out, int64_t count, MPI_Comm group_comm) {

@@ -1,18 +1,25 @@
-// Internal to comm/: the fp32 sum reduce-scatter of exactly two ranks, made of chunked
-// nonblocking exchanges instead of MPI_Reduce_scatter_block.
+// Internal to comm/: the fp32 sum reduce-scatter and all-reduce of exactly two ranks, made of
+// chunked nonblocking exchanges instead of MPI_Reduce_scatter_block / MPI_Allreduce.
 //
 // Why: Open MPI 4.1's reduce-scatter of two ranks moved a 40 MiB buffer 3.0-3.6x slower than
 // exchanging the halves does, on one host (shared memory) and between two hosts over TCP
 // (there at 37% of a 1 Gbit/s link's rate each way); measured by the comm bench
 // (bench/comm_main.cc, docs/performance.md). Each rank sends the peer's half as messages of at
 // most kPairChunkBytes, every receive posted before the first send, and adds its own half to
-// what arrives. (Its all-reduce is left to MPI: exchanged the same way it was 8-15% slower than
-// MPI's on one host.)
+// what arrives. The all-reduce sends the whole buffer each way and adds what arrives (Open MPI's
+// recursive doubling for two ranks): between two hosts over TCP Open MPI's default, the ring,
+// reached 69% of a shaped 1 Gbit/s link each way after a barrier and 55% back to back, its
+// recursive doubling (coll_tuned_allreduce_algorithm 3) 94% either way (bench/mpi_exchange,
+// docs/distributed.md); on one host the exchange was 8-15% slower than MPI's own, so there the
+// all-reduce stays MPI's.
 //
 // Contract:
 //  - pair_reduction_applies(): the group has two members, the data is fp32, the operation a
 //    sum and the output at least kPairMinBytes (below it one MPI call's latency matters more):
 //    the same answer on both members. Input and output must not overlap (as for MPI's).
+//  - pair_spans_hosts(): whether the two members are on different hosts (no shared memory
+//    between them, MPI_Comm_split_type); collective over the group the first time for a
+//    communicator (both members ask at the same point: see the duplicate below), cached.
 //  - Each element of rank r's block is the one IEEE sum of the two ranks' values: the bits
 //    MPI's two-rank reduction gives, as a + b = b + a exactly (only a NaN's payload may differ).
 //  - The exchanges run on a duplicate of the group's communicator made by the first call (the
@@ -34,5 +41,10 @@ bool pair_reduction_applies(int group_size, int64_t count, MPI_Datatype type, MP
 // out (count floats) becomes this rank's block of the sum of in (2 * count floats): block r on
 // rank r, as MPI_Reduce_scatter_block.
 void pair_reduce_scatter_sum(const float* in, float* out, int64_t count, MPI_Comm comm);
+
+bool pair_spans_hosts(MPI_Comm comm);
+
+// buf (count floats) becomes the sum of both ranks' buf, in place, as MPI_Allreduce.
+void pair_all_reduce_sum(float* buf, int64_t count, MPI_Comm comm);
 
 }  // namespace tessera::comm::detail

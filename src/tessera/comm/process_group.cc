@@ -273,15 +273,16 @@ Work ProcessGroup::all_reduce(Tensor& t, ReduceOp op, std::source_location where
   require_reducible(t.dtype(), "all_reduce");
   const int count = detail::mpi_count(t.numel(), "all_reduce");
   MPI_Comm comm = impl_->comm;
+  const int n = size();
   Tensor tt = t;
   auto run = [=, c = impl_->counters]() mutable {
     if (is_half(tt.dtype())) {
       // Accumulate in fp32: convert, reduce, round back once.
       Tensor buf = tt.to(DType::kF32, MemoryCategory::kComm);
-      counted_allreduce(*c, buf.raw(), count, MPI_FLOAT, mpi_op(op), comm);
+      counted_allreduce(*c, buf.raw(), count, MPI_FLOAT, mpi_op(op), n, comm);
       tt.copy_from(buf);
     } else {
-      counted_allreduce(*c, tt.raw(), count, mpi_type(tt.dtype()), mpi_op(op), comm);
+      counted_allreduce(*c, tt.raw(), count, mpi_type(tt.dtype()), mpi_op(op), n, comm);
     }
   };
   return enqueue_collective(OpType::kAllReduce, t.dtype(), t.numel(), -1, static_cast<int>(op),
