@@ -65,6 +65,13 @@ searched_cp_ep() {  # the search tries context and expert parallelism, and price
     grep -q -- "--expert-model-parallel-size 2" "$TMP/search"
 }
 check "the search tries context and expert parallelism" searched_cp_ep
+searched_ulysses() {  # --ds-sequence-parallel-size fixes CP (a2a): every candidate at CP 2
+  "$PLAN" --world-size 2 --machine "$TMP/m.json" --top 1000 "${COMMON[@]}" "${GPT[@]}" \
+    --global-batch-size 8 --ds-sequence-parallel-size 2 >"$TMP/search" &&
+    [ "$(grep -c "^ *[0-9]*\. " "$TMP/search")" -gt 0 ] &&
+    ! grep "^ *[0-9]*\. " "$TMP/search" | grep -qv "CP 2, PP 1, DP 1"
+}
+check "a search with --ds-sequence-parallel-size keeps its CP" searched_ulysses
 
 offloaded() {  # --calibrate --nvme-path adds storage rates; an NVMe optimizer-offload layout is
   # then priced: offload_io > 0, the components still add up, --explain shows the I/O
@@ -149,6 +156,9 @@ check "constraints no layout meets" bad "not divisible by TP\*CP\*PP" \
 check "a missing machine file" bad "cannot read the file" \
   --evaluate --world-size 2 --machine "$TMP/none.json" "${COMMON[@]}" "${GPT[@]}"
 check "calibrating without a file" bad "--calibrate needs --machine FILE" --calibrate
+check "a CP size that does not divide the world" bad "not divisible by TP\*CP\*PP = 4" \
+  --world-size 2 --machine "$TMP/m.json" "${COMMON[@]}" "${GPT[@]}" --global-batch-size 8 \
+  --context-parallel-size 4
 check "a layout the time model does not cover" bad "does not cover parameter offload" \
   --evaluate --world-size 2 --machine "$TMP/m.json" "${COMMON[@]}" "${GPT[@]}" --zero-stage 3 \
   --pipeline-model-parallel-size 2 --offload-param-nvme-path "$TMP"

@@ -283,11 +283,6 @@ TEST(ProcessGroup, SixteenBitReductionsAccumulateInFp32) {
   }
 }
 
-// A two-rank fp32 sum reduce-scatter of 1 MiB or more a block runs as chunked exchanges
-// (comm/pair_reduction.h): each element must be the one fp32 sum of the two ranks' values, as
-// MPI's gives it, for block sizes that are and are not whole chunks; and a point-to-point
-// receive pending on the same group (tag 0, as the exchanges' first chunk) must get the peer's
-// send, not a chunk.
 // The two-rank all-reduce by exchange (comm/pair_reduction.h), which the runtime takes when the
 // pair spans two hosts (tests/cli/multihost.sh runs it there, bitwise against one host): here
 // called directly on pairs of one host, against each element's IEEE sum and MPI_Allreduce's bits.
@@ -330,6 +325,11 @@ TEST(ProcessGroup, TwoRankAllReduceByExchangeIsMpisFp32Sum) {
   // MPI_Finalize too).
 }
 
+// A two-rank fp32 sum reduce-scatter of 1 MiB or more a block runs as chunked exchanges
+// (comm/pair_reduction.h): each element must be the one fp32 sum of the two ranks' values, as
+// MPI's gives it, for block sizes that are and are not whole chunks; and a point-to-point
+// receive pending on the same group (tag 0, as the exchanges' first chunk) must get the peer's
+// send, not a chunk.
 TEST(ProcessGroup, TwoRankReduceScatterOfLargeBlocksIsTheFp32Sum) {
   auto w = world();
   const int n = w->size(), me = w->rank();

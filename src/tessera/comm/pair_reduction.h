@@ -44,7 +44,9 @@ void pair_reduce_scatter_sum(const float* in, float* out, int64_t count, MPI_Com
 
 bool pair_spans_hosts(MPI_Comm comm);
 
-// buf (count floats) becomes the sum of both ranks' buf, in place, as MPI_Allreduce.
+// buf (count floats) becomes the sum of both ranks' buf, in place, as MPI_Allreduce. The peer's
+// values arrive in a buffer as large as buf, allocated for the call and not counted by the memory
+// accountant (as MPI's own reductions allocate theirs).
 void pair_all_reduce_sum(float* buf, int64_t count, MPI_Comm comm);
 
 }  // namespace tessera::comm::detail

@@ -118,10 +118,12 @@ class PassBuilder {
 // The attention core of one micro-batch on this rank, forward and backward (LayerWork's comment
 // says how each context-parallel type is priced). FLOPs count as for the whole-sequence kernel:
 // 2 B T^2 HD a head forward (two products over half the T x T scores), the same units backward.
+// `recompute`: what selective recomputation reruns in backward: the forward less the q/k/v
+// all-to-all (the core reruns on the head-split q/k/v it saved, model/attention.cc).
 struct CoreWork {
-  PassWork forward, backward;
+  PassWork forward, backward, recompute;
 };
-CoreWork attention_core_work(const Shape& s, const train::RankLayout& r, int layer) {
+CoreWork attention_core_passes(const Shape& s, const train::RankLayout& r, int layer) {
   using context::CommType;
   CoreWork w;
   PassBuilder f(w.forward, s), b(w.backward, s);
@@ -170,8 +172,10 @@ CoreWork attention_core_work(const Shape& s, const train::RankLayout& r, int lay
       f.collective(CollectiveKind::kSendRecv, GroupKind::kContext, K, 2, true);
       b.collective(CollectiveKind::kSendRecv, GroupKind::kContext, K, 2, true);
     }
+    // dK/dV travel after each block's backward, waited for at once (block_attention.cc): only
+    // the key/value blocks' transfers run behind a block's kernels.
     for (int step = 0; step < R; ++step)
-      b.collective(CollectiveKind::kSendRecv, GroupKind::kContext, D, 2, true);
+      b.collective(CollectiveKind::kSendRecv, GroupKind::kContext, D, 2);
     core(L, 2 * s.B * (R * L) * (R * L) * hd * heads / R);
   }
   if (A > 1) {
@@ -180,6 +184,17 @@ CoreWork attention_core_work(const Shape& s, const train::RankLayout& r, int lay
     f.collective(CollectiveKind::kAllGather, GroupKind::kContext, out_bytes, A);
     b.collective(CollectiveKind::kAllGather, GroupKind::kContext, qkv_bytes, A);
   }
+  return w;
+}
+
+// The core's passes and what selective recomputation reruns of them.
+CoreWork attention_core_work(const Shape& s, const train::RankLayout& r, int layer) {
+  using context::CommType;
+  CoreWork w = attention_core_passes(s, r, layer);
+  w.recompute = w.forward;
+  if (r.cp > 1 && !r.cp_types.empty() && r.cp_types[layer] != CommType::kP2P &&
+      r.cp_types[layer] != CommType::kAllGather)
+    w.recompute.comms.erase(w.recompute.comms.begin());  // the q/k/v all-to-all comes first
   return w;
 }
 
@@ -220,11 +235,14 @@ MoeWork moe_work(const model::ModelConfig& c, const Shape& s, const train::RankL
   // Forward.
   f.gather_rows();
   router_gemm(f, KernelKind::kGemmForward, N, E, C);
-  if (r.tp > 1 && !s.sp)  // TP rank 0's logits decide
-    f.collective(CollectiveKind::kAllGather, GroupKind::kTensor, N * E * 4);
+  if (r.tp > 1 && !s.sp)  // TP rank 0's logits decide: broadcast, the whole buffer sent
+    f.collective(CollectiveKind::kSendRecv, GroupKind::kTensor, N * E * 4);
   f.kernel(KernelKind::kAdd, N * E);  // the top-k
-  if (r.cp > 1 && m.aux_loss_coeff > 0 && m.load_balancing != model::MoeLoadBalancing::kNone)
-    f.collective(CollectiveKind::kAllReduce, GroupKind::kContext, s.B * E * 8);
+  if (r.cp > 1 && m.aux_loss_coeff > 0 && m.load_balancing != model::MoeLoadBalancing::kNone) {
+    // The counts (int64) of the micro-batch, or of each sequence.
+    const double rows = m.load_balancing == model::MoeLoadBalancing::kSeqAuxLoss ? s.B : 1;
+    f.collective(CollectiveKind::kAllReduce, GroupKind::kContext, rows * E * 8);
+  }
   if (rows.exchanged) f.collective(CollectiveKind::kAllGather, GroupKind::kExpert, r.ep * E * 8);
   f.kernel(KernelKind::kAdd, rows.permuted * C);  // permute
   travel(f);
@@ -274,7 +292,7 @@ LayerWork layer_work(const model::ModelConfig& c, const train::RankLayout& r, in
   const CoreWork core = attention_core_work(s, r, layer);
   const double qkv = s.q + 2 * s.kv;
   LayerWork w;
-  w.attention_core = core.forward;
+  w.attention_core = core.recompute;
   PassBuilder f(w.forward, s);
   f.kernel(KernelKind::kNormForward, s.R * s.C);
   f.gather_rows();

@@ -51,19 +51,19 @@ struct PassWork {
 };
 
 // One micro-batch of one dense transformer layer on this rank: forward, and backward without
-// recomputation (recompute_work adds what recomputation reruns); `attention_core`: the attention
-// core's forward alone (with context parallelism's exchanges), what selective recomputation
-// reruns.
+// recomputation (recompute_work adds what recomputation reruns); `attention_core`: what selective
+// recomputation reruns, the attention core's forward with context parallelism's exchanges less
+// the q/k/v all-to-all (the core reruns on the head-split q/k/v it saved).
 //
 // Under context parallelism (r.cp > 1) the core is priced as `layer`'s communication type runs it
 // (docs/context_parallel.md, the bytes per layer checked by dist.context_parallel): every rank
 // does 1/CP of the sequence's causal attention (the load-balanced split), at the attention rate
 // of the block it computes; `p2p` sends its key/value block CP - 1 times round the ring forward,
-// and in backward again with the dK/dV accumulators (fp32) CP times, each transfer behind the
-// block in hand; `all_gather` gathers the key/value blocks (again in backward) and
-// reduce-scatters dK/dV; `a2a` exchanges q/k/v and the output (their gradients in backward)
-// within the group and runs whole sequences of 1/CP of the heads; `a2a+p2p` does the all-to-all
-// within groups of r.cp_a2a and the ring across them.
+// and in backward again, each behind the block in hand, then the dK/dV accumulators (fp32) CP
+// times, each waited for after its block; `all_gather` gathers the key/value blocks (again in
+// backward) and reduce-scatters dK/dV; `a2a` exchanges q/k/v and the output (their gradients in
+// backward) within the group and runs whole sequences of 1/CP of the heads; `a2a+p2p` does the
+// all-to-all within groups of r.cp_a2a and the ring across them.
 struct LayerWork {
   PassWork forward, backward, attention_core;
 };
@@ -71,7 +71,7 @@ struct LayerWork {
 LayerWork layer_work(const model::ModelConfig& cfg, const train::RankLayout& r, int layer);
 
 // What recomputing one layer reruns in backward under `r`'s policy: the layer's forward (full),
-// the attention core's forward with its exchanges (selective), nothing otherwise.
+// LayerWork::attention_core (selective), nothing otherwise.
 PassWork recompute_work(const train::RankLayout& r, const LayerWork& layer);
 
 // The embeddings' forward and backward (model chunk 0) and the head's step (the last model

@@ -41,7 +41,9 @@ struct Layout {
 // The context-parallel sizes of `ranks` ranks (N / (TP PP)) the sequence admits (it must divide
 // into 2 CP chunks), or the user's; each with the user's --cp-comm-type (default p2p).
 std::vector<int> context_sizes(const train::TrainArgs& user, int ranks) {
-  if (user.given(&train::TrainArgs::context_parallel_size)) return {user.context_parallel_size};
+  // (--ds-sequence-parallel-size sets it too.)
+  if (user.given(&train::TrainArgs::context_parallel_size) || user.context_parallel_size > 1)
+    return {user.context_parallel_size};
   std::vector<int> out;
   for (int cp : divisors(ranks))
     if (user.model.seq_length % (2 * cp) == 0) out.push_back(cp);
@@ -81,29 +83,32 @@ std::vector<Layout> parallel_layouts(const train::TrainArgs& user, int N) {
       if (tp > 1 && fixed_sp) sp_choices = {user.sequence_parallel};
       for (int cp : context_sizes(user, N / (tp * pp)))
         for (int ep : expert_sizes(user, N / (tp * pp)))
-          for (int v : virtual_stages)
-            for (bool sp : sp_choices) {
-              Layout l{tp, cp, pp, {}, {}};
-              if (!fixed_tp)
-                l.flags.insert(l.flags.end(), {"--tensor-model-parallel-size", std::to_string(tp)});
-              if (sp && !fixed_sp) l.flags.push_back("--sequence-parallel");
-              if (!user.given(&train::TrainArgs::context_parallel_size) && cp > 1)
-                l.flags.insert(l.flags.end(), {"--context-parallel-size", std::to_string(cp)});
-              if (!user.given(&train::TrainArgs::expert_model_parallel_size) && ep > 1)
-                l.flags.insert(l.flags.end(), {"--expert-model-parallel-size", std::to_string(ep)});
-              if (!fixed_pp)
-                l.flags.insert(l.flags.end(),
-                               {"--pipeline-model-parallel-size", std::to_string(pp)});
-              if (v > 1)
-                l.flags.insert(l.flags.end(), {"--num-layers-per-virtual-pipeline-stage",
-                                               std::to_string(m.num_layers / (pp * v))});
-              l.summary = "TP " + std::to_string(tp) + (sp ? " SP" : "") +
-                          (cp > 1 ? ", CP " + std::to_string(cp) : "") + ", PP " +
-                          std::to_string(pp) + (v > 1 ? " V " + std::to_string(v) : "") + ", DP " +
-                          std::to_string(N / (tp * cp * pp)) +
-                          (ep > 1 ? ", EP " + std::to_string(ep) : "");
-              out.push_back(l);
-            }
+          if ((N / (tp * pp)) % cp == 0)  // (a CP size the user fixed may not divide)
+            for (int v : virtual_stages)
+              for (bool sp : sp_choices) {
+                Layout l{tp, cp, pp, {}, {}};
+                if (!fixed_tp)
+                  l.flags.insert(l.flags.end(),
+                                 {"--tensor-model-parallel-size", std::to_string(tp)});
+                if (sp && !fixed_sp) l.flags.push_back("--sequence-parallel");
+                if (cp != user.context_parallel_size)
+                  l.flags.insert(l.flags.end(), {"--context-parallel-size", std::to_string(cp)});
+                if (!user.given(&train::TrainArgs::expert_model_parallel_size) && ep > 1)
+                  l.flags.insert(l.flags.end(),
+                                 {"--expert-model-parallel-size", std::to_string(ep)});
+                if (!fixed_pp)
+                  l.flags.insert(l.flags.end(),
+                                 {"--pipeline-model-parallel-size", std::to_string(pp)});
+                if (v > 1)
+                  l.flags.insert(l.flags.end(), {"--num-layers-per-virtual-pipeline-stage",
+                                                 std::to_string(m.num_layers / (pp * v))});
+                l.summary = "TP " + std::to_string(tp) + (sp ? " SP" : "") +
+                            (cp > 1 ? ", CP " + std::to_string(cp) : "") + ", PP " +
+                            std::to_string(pp) + (v > 1 ? " V " + std::to_string(v) : "") +
+                            ", DP " + std::to_string(N / (tp * cp * pp)) +
+                            (ep > 1 ? ", EP " + std::to_string(ep) : "");
+                out.push_back(l);
+              }
     }
   }
   return out;

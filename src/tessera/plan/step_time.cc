@@ -381,10 +381,18 @@ std::string explain_step_time(const model::ModelConfig& cfg, const comm::MeshLay
 StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::MeshLayout& mesh,
                                      const std::vector<train::RankLayout>& ranks,
                                      const MachineDescription& machine) {
-  for (const train::RankLayout& r : ranks)
-    if (r.param_offload_kept_elements >= 0 && r.pp > 1)
+  for (const train::RankLayout& r : ranks) {
+    if (r.param_offload_kept_elements < 0) continue;
+    if (r.pp > 1)
       throw Error(
           "the step-time model does not cover parameter offload to NVMe under a pipeline yet");
+    // Expert parallelism (or whole experts under TP) makes an MoE layer two units.
+    if (train::zero3_part_elements(cfg, r).size() != r.layers.size() + 2)
+      throw Error(
+          "the step-time model does not cover parameter offload to NVMe with experts in units "
+          "of their own yet (--expert-model-parallel-size > 1 or "
+          "--expert-tensor-parallel-size 1)");
+  }
   const int world = mesh.world_size();
   const HostConfiguration& conf = machine.configuration_for_job(world);
   if (machine.kind == "measured")

@@ -158,8 +158,9 @@ TEST(StepTime, ContextParallelHalvesComputeAndPaysItsExchangesByHand) {
   const double message = kLink.seconds(CollectiveKind::kSendRecv, K, 2);
   const double dkv = kLink.seconds(CollectiveKind::kSendRecv, D, 2);
   {
-    // p2p: one block forward, one block and two dK/dV backward, behind the attention blocks
-    // (the hand machine's overlap is 1: hidden up to the blocks' time).
+    // p2p: one block forward, one block and two dK/dV backward; the blocks' transfers behind
+    // the attention kernels (the hand machine's overlap is 1: hidden up to the kernels' time),
+    // the dK/dV ones waited for.
     const Planned p = cp("p2p");
     const StepTimePrediction t = predict(p);
     EXPECT_NEAR(t.components.compute, flops(p, 1) / 2 / kGemm, 1e-9 * t.step_s);
@@ -191,6 +192,13 @@ TEST(StepTime, ContextParallelHalvesComputeAndPaysItsExchangesByHand) {
                                   "--recompute-granularity", "selective"});
     const double base = predict(cp("p2p")).components.tp_comm;
     EXPECT_NEAR(predict(p).components.tp_comm - base, M * L * (message - attention_fwd), 1e-12);
+    // Under a2a it reruns on the head-split q/k/v it saved: only the output's all-to-all again.
+    const Planned a2a =
+        planned(2, {"--micro-batch-size", "2", "--context-parallel-size", "2", "--cp-comm-type",
+                    "a2a", "--recompute-granularity", "selective"});
+    const double out = B * 64 * (C / 2) * e;
+    EXPECT_NEAR(predict(a2a).components.tp_comm - predict(cp("a2a")).components.tp_comm,
+                M * L * kLink.seconds(CollectiveKind::kAllGather, out, 2), 1e-12);
   }
 }
 
@@ -236,6 +244,10 @@ TEST(StepTime, MoeComputeIsActiveFlopsAndExpertParallelismPaysItsExchangesByHand
 }
 
 TEST(StepTime, WhatItDoesNotCoverIsOneError) {
+  // Parameter offload with experts in units of their own: an error, not a failed check.
+  const Planned moe = planned_moe(2, {"--expert-model-parallel-size", "2", "--zero-stage", "3",
+                                      "--offload-param-nvme-path", "/tmp"});
+  EXPECT_THROW(predict(moe), Error);
   MachineDescription m = hand_machine();
   m.configurations[0]
       .kernels[DType::kF32][static_cast<int>(KernelKind::kNormForward)]
