@@ -13,17 +13,33 @@ namespace {
 
 constexpr int64_t kChunk = kPairChunkBytes / static_cast<int64_t>(sizeof(float));
 
-// The group communicator's duplicate for these exchanges (see the header). Group communicators
-// live until MPI_Finalize, so a handle is never reused for another group.
-MPI_Comm exchange_comm(MPI_Comm comm) {
+// What the pair operations keep for a group communicator (see the header), made by the first of
+// them on it: the duplicate their exchanges run on, and whether the two members are on different
+// hosts (no shared memory between them). Both are collective; the group's collectives run in the
+// same order on both members, so both make them at the same point. Group communicators live
+// until MPI_Finalize, so a handle is never reused for another group.
+struct PairComm {
+  MPI_Comm exchange = MPI_COMM_NULL;
+  bool spans_hosts = false;
+};
+
+const PairComm& pair_comm(MPI_Comm comm) {
   static std::mutex mu;
-  static std::map<MPI_Comm, MPI_Comm> dups;
+  static std::map<MPI_Comm, PairComm> known;
   std::lock_guard<std::mutex> lock(mu);
-  auto it = dups.find(comm);
-  if (it == dups.end()) {
-    MPI_Comm dup = MPI_COMM_NULL;
-    if (MPI_Comm_dup(comm, &dup) != MPI_SUCCESS) throw Error("pair reduction: MPI_Comm_dup failed");
-    it = dups.emplace(comm, dup).first;
+  auto it = known.find(comm);
+  if (it == known.end()) {
+    PairComm p;
+    if (MPI_Comm_dup(comm, &p.exchange) != MPI_SUCCESS)
+      throw Error("pair reduction: MPI_Comm_dup failed");
+    MPI_Comm shared = MPI_COMM_NULL;
+    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared) != MPI_SUCCESS)
+      throw Error("pair reduction: MPI_Comm_split_type failed");
+    int on_this_host = 0;
+    MPI_Comm_size(shared, &on_this_host);
+    MPI_Comm_free(&shared);
+    p.spans_hosts = on_this_host == 1;
+    it = known.emplace(comm, p).first;
   }
   return it->second;
 }
@@ -64,25 +80,10 @@ bool pair_reduction_applies(int group_size, int64_t count, MPI_Datatype type, MP
   return group_size == 2 && type == MPI_FLOAT && op == MPI_SUM && count * 4 >= kPairMinBytes;
 }
 
-bool pair_spans_hosts(MPI_Comm comm) {
-  static std::mutex mu;
-  static std::map<MPI_Comm, bool> spans;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = spans.find(comm);
-  if (it == spans.end()) {
-    MPI_Comm shared = MPI_COMM_NULL;
-    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared) != MPI_SUCCESS)
-      throw Error("pair reduction: MPI_Comm_split_type failed");
-    int n = 0;
-    MPI_Comm_size(shared, &n);
-    MPI_Comm_free(&shared);
-    it = spans.emplace(comm, n == 1).first;
-  }
-  return it->second;
-}
+bool pair_spans_hosts(MPI_Comm comm) { return pair_comm(comm).spans_hosts; }
 
 void pair_all_reduce_sum(float* buf, int64_t count, MPI_Comm group_comm) {
-  MPI_Comm comm = exchange_comm(group_comm);
+  MPI_Comm comm = pair_comm(group_comm).exchange;
   const int peer = 1 - rank_in(comm);
   // Not zeroed: every element is received before it is read.
   const std::unique_ptr<float[]> theirs(new float[static_cast<size_t>(count)]);
@@ -95,7 +96,7 @@ void pair_reduce_scatter_sum(const float* in, float* out, int64_t count, MPI_Com
   // already overwritten.
   if (out < in + 2 * count && in < out + count)
     throw Error("reduce_scatter: the output overlaps the input");
-  MPI_Comm comm = exchange_comm(group_comm);
+  MPI_Comm comm = pair_comm(group_comm).exchange;
   const int rank = rank_in(comm), peer = 1 - rank;
   // The peer's values of this rank's block arrive in `out`; this rank's values are added there.
   exchange(out, count, in + (1 - rank) * count, count, peer, comm);

@@ -18,13 +18,13 @@
 //    sum and the output at least kPairMinBytes (below it one MPI call's latency matters more):
 //    the same answer on both members. Input and output must not overlap (as for MPI's).
 //  - pair_spans_hosts(): whether the two members are on different hosts (no shared memory
-//    between them, MPI_Comm_split_type); collective over the group the first time for a
-//    communicator (both members ask at the same point: see the duplicate below), cached.
+//    between them, MPI_Comm_split_type), found with the duplicate below.
 //  - Each element of rank r's block is the one IEEE sum of the two ranks' values: the bits
 //    MPI's two-rank reduction gives, as a + b = b + a exactly (only a NaN's payload may differ).
-//  - The exchanges run on a duplicate of the group's communicator made by the first call (the
-//    group's collectives run in the same order on both members, so both make it at the same
-//    point), so they cannot match the group's own point-to-point messages.
+//  - The exchanges run on a duplicate of the group's communicator made by the first call of any
+//    of these on it, with the host question (both collective; the group's collectives run in the
+//    same order on both members, so both make them at the same point), so they cannot match the
+//    group's own point-to-point messages.
 #pragma once
 
 #include <mpi.h>
