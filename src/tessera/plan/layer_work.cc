@@ -47,9 +47,11 @@ class PassBuilder {
     if (amount > 0) pass_.kernels.push_back({kind, dtype, size, amount});
   }
   void kernel(KernelKind kind, double elements) { kernel(kind, elements, elements, s_.dtype); }
-  void gemm(KernelKind kind, double M, double N, double K) {
-    kernel(kind, std::min({M, N, K}), 2 * M * N * K, s_.dtype);
+  // (`dtype`: the router's products run in fp32 whatever the compute dtype.)
+  void gemm(KernelKind kind, double M, double N, double K, DType dtype) {
+    kernel(kind, std::min({M, N, K}), 2 * M * N * K, dtype);
   }
+  void gemm(KernelKind kind, double M, double N, double K) { gemm(kind, M, N, K, s_.dtype); }
   void collective(CollectiveKind kind, GroupKind group, double bytes, int ranks = 0,
                   bool behind_attention = false) {
     pass_.comms.push_back({kind, group, bytes, ranks, behind_attention});
@@ -123,19 +125,27 @@ class PassBuilder {
 struct CoreWork {
   PassWork forward, backward, recompute;
 };
-CoreWork attention_core_passes(const Shape& s, const train::RankLayout& r, int layer) {
+CoreWork attention_core_work(const Shape& s, const train::RankLayout& r, int layer) {
   using context::CommType;
   CoreWork w;
-  PassBuilder f(w.forward, s), b(w.backward, s);
+  // The forward is built as what recomputation reruns, `qkv_in` (the q/k/v all-to-all) put in
+  // front at the end.
+  PassWork qkv_in;
+  PassBuilder f(w.recompute, s), b(w.backward, s), in(qkv_in, s);
   const double e = dtype_size(s.dtype), hd = s.head_dim;
   const auto core = [&](double size, double flops) {
     f.kernel(KernelKind::kAttentionForward, size, flops, s.dtype);
     b.kernel(KernelKind::kAttentionBackward, size, flops, s.dtype);
   };
+  const auto done = [&] {
+    w.forward = qkv_in;
+    w.forward.append(w.recompute);
+    return w;
+  };
   const int N = r.cp;
   if (N <= 1) {
     core(s.T, 2 * s.B * s.T * s.T * hd * s.heads);
-    return w;
+    return done();
   }
   TESSERA_CHECK_MSG(layer >= 0 && static_cast<size_t>(layer) < r.cp_types.size(),
                     "internal: no context-parallel type for layer " + std::to_string(layer));
@@ -148,20 +158,21 @@ CoreWork attention_core_passes(const Shape& s, const train::RankLayout& r, int l
     b.collective(CollectiveKind::kAllGather, GroupKind::kContext, N * K);
     core(s.T, 2 * s.B * S * S * hd * s.heads / N);
     b.collective(CollectiveKind::kReduceScatter, GroupKind::kContext, N * D);
-    return w;
+    return done();
   }
   // The all-to-all within groups of A ranks, then a ring across R of them.
   const int A = type == CommType::kA2A ? N : type == CommType::kA2AP2P ? r.cp_a2a : 1;
   const int R = N / A;
   double L = s.T, heads = s.heads, kv = kv_heads;  // a rank's tokens and heads after it
+  double qkv_bytes = 0, out_bytes = 0;             // its q/k/v and output after it
   if (A > 1) {
     L = s.T * A;
     heads = s.heads / A;
     kv = kv_heads >= A ? kv_heads / A : 1;  // fewer groups than ranks: each takes the one it reads
-    const double qkv_bytes = s.B * L * (heads + 2 * kv) * hd * e,
-                 out_bytes = s.B * L * heads * hd * e;
+    qkv_bytes = s.B * L * (heads + 2 * kv) * hd * e;
+    out_bytes = s.B * L * heads * hd * e;
     // An all-to-all sends (A - 1) / A of the rank's buffer: all-gather's share of its output.
-    f.collective(CollectiveKind::kAllGather, GroupKind::kContext, qkv_bytes, A);
+    in.collective(CollectiveKind::kAllGather, GroupKind::kContext, qkv_bytes, A);
     b.collective(CollectiveKind::kAllGather, GroupKind::kContext, out_bytes, A);
   }
   if (R == 1) {
@@ -179,23 +190,10 @@ CoreWork attention_core_passes(const Shape& s, const train::RankLayout& r, int l
     core(L, 2 * s.B * (R * L) * (R * L) * hd * heads / R);
   }
   if (A > 1) {
-    const double qkv_bytes = s.B * L * (heads + 2 * kv) * hd * e,
-                 out_bytes = s.B * L * heads * hd * e;
     f.collective(CollectiveKind::kAllGather, GroupKind::kContext, out_bytes, A);
     b.collective(CollectiveKind::kAllGather, GroupKind::kContext, qkv_bytes, A);
   }
-  return w;
-}
-
-// The core's passes and what selective recomputation reruns of them.
-CoreWork attention_core_work(const Shape& s, const train::RankLayout& r, int layer) {
-  using context::CommType;
-  CoreWork w = attention_core_passes(s, r, layer);
-  w.recompute = w.forward;
-  if (r.cp > 1 && !r.cp_types.empty() && r.cp_types[layer] != CommType::kP2P &&
-      r.cp_types[layer] != CommType::kAllGather)
-    w.recompute.comms.erase(w.recompute.comms.begin());  // the q/k/v all-to-all comes first
-  return w;
+  return done();
 }
 
 // An MoE block (model/moe_layer.cc) in place of the MLP, one micro-batch, balanced routing
@@ -224,9 +222,6 @@ MoeWork moe_work(const model::ModelConfig& c, const Shape& s, const train::RankL
   const CollectiveKind exchange = CollectiveKind::kAllGather;
   MoeWork w;
   PassBuilder f(w.forward, s), b(w.backward, s);
-  const auto router_gemm = [&](PassBuilder& p, KernelKind kind, double M, double Nn, double K) {
-    p.kernel(kind, std::min({M, Nn, K}), 2 * M * Nn * K, DType::kF32);
-  };
   const auto travel = [&](PassBuilder& p) {  // dispatch or combine: the exchange and reorder
     if (!rows.exchanged) return;
     p.collective(exchange, GroupKind::kExpert, exchanged, r.ep);
@@ -234,7 +229,7 @@ MoeWork moe_work(const model::ModelConfig& c, const Shape& s, const train::RankL
   };
   // Forward.
   f.gather_rows();
-  router_gemm(f, KernelKind::kGemmForward, N, E, C);
+  f.gemm(KernelKind::kGemmForward, N, E, C, DType::kF32);
   if (r.tp > 1 && !s.sp)  // TP rank 0's logits decide: broadcast, the whole buffer sent
     f.collective(CollectiveKind::kSendRecv, GroupKind::kTensor, N * E * 4);
   f.kernel(KernelKind::kAdd, N * E);  // the top-k
@@ -269,8 +264,8 @@ MoeWork moe_work(const model::ModelConfig& c, const Shape& s, const train::RankL
     b.collective(CollectiveKind::kAllReduce, GroupKind::kTensor, N * E * 4);
     if (!s.sp) b.collective(CollectiveKind::kAllReduce, GroupKind::kTensor, N * C * 4);
   }
-  router_gemm(b, KernelKind::kGemmWeightGrad, E, C, N);
-  router_gemm(b, KernelKind::kGemmInputGrad, N, C, E);
+  b.gemm(KernelKind::kGemmWeightGrad, E, C, N, DType::kF32);
+  b.gemm(KernelKind::kGemmInputGrad, N, C, E, DType::kF32);
   if (m.shared_expert_size > 0) {
     const double shared = static_cast<double>(m.shared_expert_size) / r.tp;
     b.mlp_backward(N, shared, c.swiglu ? 2 * shared : shared, bias, r.tp);
