@@ -1,10 +1,10 @@
 // The quantized matrix-vector kernel alone (build/bin/quantized --kernels memory|cache): for each
-// format, kernels::quantized_gemv on one input row against the read rate measured in the same
-// run, beside the bf16 matrix-vector kernel on the same shapes — what the model-level figures
-// (decode tokens/s) are made of, without the rest of a decode step. `memory`: 8 matrices of
-// LLaMA-1B's MLP shape (5632 x 2048, ~92 M weights, far beyond the caches), so the codes come
-// from memory. `cache`: one 256 x 2048 matrix 200 times, so they come from the caches and the
-// figure is the kernel's decoding rate (run it at --threads 1 for one core's).
+// format, kernels::quantized_gemv and quantized_gemv_bf16 on one input row against the read rate
+// measured in the same run, beside the bf16 matrix-vector kernel on the same shapes — what the
+// model-level figures (decode tokens/s) are made of, without the rest of a decode step. `memory`: 8
+// matrices of LLaMA-1B's MLP shape (5632 x 2048, ~92 M weights, far beyond the caches), so the
+// codes come from memory. `cache`: one 256 x 2048 matrix 200 times, so they come from the caches
+// and the figure is the kernel's decoding rate (run it at --threads 1 for one core's).
 #pragma once
 
 #include <algorithm>
@@ -61,19 +61,29 @@ inline void quantized_kernel_speeds(const std::vector<quant::QuantFormat>& forma
         static_cast<long long>(rows), static_cast<long long>(cols), from, rate,
         100 * rate / read_gb_s);
   }
+  std::vector<bf16> x16(cols);
+  for (int64_t i = 0; i < cols; ++i) x16[i] = bf16(x[i]);
   for (quant::QuantFormat f : formats) {
     const quant::QuantizedMatrix q = quant::quantize(weights.data(), rows, cols, f);
     std::vector<quant::QuantizedMatrix> mats(distinct, q);
-    const double rate = best_rate(static_cast<double>(products) * q.bytes(), [&] {
-      for (int64_t r = 0; r < repeats; ++r)
-        for (const auto& m : mats)
-          kernels::quantized_gemv(out.data(), x.data(), quant::weights_view(m), 1);
-    });
-    std::printf(
-        "kernel %s gemv (%lld x %lld, one row, from %s): %.1f GB/s, %.0f%% of the read "
-        "rate, %.2f G weights/s (bf16 at the read rate: %.2f)\n",
-        quant::quant_format_name(f), static_cast<long long>(rows), static_cast<long long>(cols),
-        from, rate, 100 * rate / read_gb_s, rate * rows * cols / q.bytes(), read_gb_s / 2);
+    // fp32 inputs (an fp32 model's), then bf16 ones (a bf16 model's: kernels/quantized_gemv.h).
+    for (const bool bf16_inputs : {false, true}) {
+      const double rate = best_rate(static_cast<double>(products) * q.bytes(), [&] {
+        for (int64_t r = 0; r < repeats; ++r)
+          for (const auto& m : mats) {
+            if (bf16_inputs)
+              kernels::quantized_gemv_bf16(out.data(), x16.data(), quant::weights_view(m), 1);
+            else
+              kernels::quantized_gemv(out.data(), x.data(), quant::weights_view(m), 1);
+          }
+      });
+      std::printf(
+          "kernel %s gemv, %s inputs (%lld x %lld, one row, from %s): %.1f GB/s, %.0f%% of the "
+          "read rate, %.2f G weights/s (bf16 at the read rate: %.2f)\n",
+          quant::quant_format_name(f), bf16_inputs ? "bf16" : "fp32", static_cast<long long>(rows),
+          static_cast<long long>(cols), from, rate, 100 * rate / read_gb_s,
+          rate * rows * cols / q.bytes(), read_gb_s / 2);
+    }
   }
 }
 

@@ -22,6 +22,7 @@
   X(linear)                     \
   X(norms)                      \
   X(quantized_gemv)             \
+  X(quantized_gemv_bf16)        \
   X(rope)
 
 #define TESSERA_DECLARE_REGISTER(file) void register_##file();

@@ -16,33 +16,9 @@
 TESSERA_TARGET_BEGIN
 namespace {
 
-// Below this many weights a fork/join of the OpenMP team costs about what the second core saves
-// (as gemv.cc).
-constexpr int64_t kParallelWeights = int64_t{1} << 16;
+#include "tessera/kernels/quantized_rows.inc"
 
-// The fused kernels ask for the codes this many bytes ahead of the ones they decode (a row's
-// codes run on into the next row's, which the same thread decodes next): with the hardware
-// prefetcher alone a core's stream of codes stalled on memory between the decoding (llama-1b
-// decode, FP6, 2 threads, bench/quantized_main.cc in an A/B of two runs each on 2026-12-02:
-// 26.3-28.8 tokens/s without, 35.9-36.3 with 2048 bytes ahead; 8192 ahead measured slower,
-// 4096 within the noise of 2048).
-constexpr int64_t kPrefetchBytes = 2048;
-
-// The 64 FP6 e3m2 values (quant/fp6.h): subnormal m/16 for exponent 0, else (1 + m/4) 2^(e-3).
-constexpr std::array<float, 64> fp6_values() {
-  std::array<float, 64> v{};
-  for (int code = 0; code < 64; ++code) {
-    const int e = (code >> 2) & 7, m = code & 3;
-    float x = e == 0 ? static_cast<float>(m) / 16 : 1.0f + static_cast<float>(m) / 4;
-    for (int k = 3; k > e && e != 0; --k) x /= 2;  // 2^(e-3) for e in 1..3
-    for (int k = 3; k < e; ++k) x *= 2;            // for e in 4..7
-    v[code] = (code & 0x20) ? -x : x;
-  }
-  return v;
-}
-constexpr std::array<float, 64> kFp6 = fp6_values();
-
-thread_local ScratchBuffer t_row, t_scales;
+thread_local ScratchBuffer t_row;
 
 // 4-bit weights from their codes q (one per lane, widened to fp32): q * d + min in one fused
 // multiply-add (one rounding where the target has FMA; vec_generic.h). Every path decodes a
@@ -61,20 +37,6 @@ template <int kHalf>
     const VecI bytes = load_u8(b + j);
     store(out + j, nibble_value(to_float(bytes & splat_i(15)), d, lo));
     store(out + kHalf + j, nibble_value(to_float(shift_right(bytes, 4)), d, lo));
-  }
-}
-
-// The row's scales (and minimums) widened from fp16 into scratch (2 * groups floats) with the
-// vector layer (a scalar fp16 conversion per group of 32 cost more than the group's decoding).
-void widen_scales(const QuantizedWeightsView& w, int64_t groups, int64_t r, float* scratch) {
-  const auto* s16 = reinterpret_cast<const fp16*>(w.scales + r * groups);
-  for_each_block(0, groups,
-                 [&](int64_t i, int lanes) { store(scratch + i, load(s16 + i, lanes), lanes); });
-  if (w.mins != nullptr) {
-    const auto* m16 = reinterpret_cast<const fp16*>(w.mins + r * groups);
-    for_each_block(0, groups, [&](int64_t i, int lanes) {
-      store(scratch + groups + i, load(m16 + i, lanes), lanes);
-    });
   }
 }
 

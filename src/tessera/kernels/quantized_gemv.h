@@ -12,6 +12,12 @@
 //                       more rows (or rows not made of whole blocks) a row is decoded into a
 //                       one-row fp32 buffer that stays in L1, then dotted. Parallel over output
 //                       rows (each thread streams its own contiguous part of the codes).
+//   quantized_gemv_bf16 the same for bf16 inputs (a bf16 model's activations). Where the CPU
+//                       has AVX512-BF16 and the matrix is made of whole chunks of 64 weights
+//                       (FP6 also needing AVX512_VBMI), the codes decode to bf16 numbers exactly
+//                       and vdpbf16ps multiplies them with the inputs in pairs, the scales
+//                       applied to the sums (quantized_gemv_bf16.cc); elsewhere the inputs are
+//                       widened to fp32 for quantized_gemv, whose bits it then has.
 //   dequantize_rows     rows [r0, r1) decoded into fp32 (r1 - r0, cols): prefill decodes tiles
 //                       of rows and multiplies them with a GEMM (quant/quantized_linear.h).
 //
@@ -20,11 +26,16 @@
 // which has no FMA); each output is a dot product over cols on four
 // 16-lane fp32 accumulators (block k of 16 weights into accumulator k mod 4, fused multiply-adds
 // where the target has FMA), summed (a0 + a1) + (a2 + a3) and then across lanes, so it equals
-// decode-then-fp32-GEMM to fp32 rounding; both ways of decoding give the same bits.
+// decode-then-fp32-GEMM to fp32 rounding; both ways of decoding give the same bits. The bf16
+// pair kernels multiply exactly and sum in a different order (products in pairs into four
+// accumulators, a row's or group's scale times its sum; 4-bit minimums times the inputs' group
+// sums), also within fp32 rounding of the exact product, and each output's bits do not depend
+// on M.
 #pragma once
 
 #include <cstdint>
 
+#include "tessera/core/dtype.h"
 #include "tessera/kernels/dispatch.h"
 
 namespace tessera::kernels {
@@ -61,6 +72,11 @@ inline int64_t quantized_row_bytes(WeightCodes codes_type, int64_t cols) {
 
 inline void quantized_gemv(float* out, const float* inp, const QuantizedWeightsView& w, int64_t M) {
   dispatch<&quantized_gemv>(out, inp, w, M);
+}
+
+inline void quantized_gemv_bf16(float* out, const bf16* inp, const QuantizedWeightsView& w,
+                                int64_t M) {
+  dispatch<&quantized_gemv_bf16>(out, inp, w, M);
 }
 
 inline void dequantize_rows(float* out, const QuantizedWeightsView& w, int64_t r0, int64_t r1) {

@@ -49,13 +49,21 @@ Tensor quantized_linear_forward(const Tensor& x, const QuantizedMatrix& w, const
                     "quantized linear: input of " + std::to_string(x.dim(1)) + " columns for a " +
                         std::to_string(w.rows) + " x " + std::to_string(w.cols) + " weight");
   const int64_t N = x.dim(0), OC = w.rows, C = w.cols;
-  const Tensor x32 = x.dtype() == DType::kF32 ? x : x.to(DType::kF32, MemoryCategory::kActivations);
+  auto as_f32 = [&] {
+    return x.dtype() == DType::kF32 ? x : x.to(DType::kF32, MemoryCategory::kActivations);
+  };
   Tensor out32 = Tensor::empty({N, OC}, DType::kF32, MemoryCategory::kActivations);
   const kernels::QuantizedWeightsView view = weights_view(w);
   if (N == 0 || OC == 0) {
+  } else if (N <= kernels::kQuantizedGemvMaxRows && x.dtype() == DType::kBF16) {
+    // bf16 activations as they are: where the CPU multiplies bf16 pairs the decoded codes meet
+    // them without widening (kernels/quantized_gemv.h).
+    kernels::quantized_gemv_bf16(out32.data<float>(), x.data<bf16>(), view, N);
   } else if (N <= kernels::kQuantizedGemvMaxRows) {
+    const Tensor x32 = as_f32();
     kernels::quantized_gemv(out32.data<float>(), x32.data<float>(), view, N);
   } else {
+    const Tensor x32 = as_f32();
     // Each decoded tile is the GEMM's A (tile rows x C) against x^T: its product, the tile's
     // columns of out transposed, is contiguous, and is turned into out while it is in the caches.
     // Writing the product straight into its columns of out (leading dimension OC) instead ran

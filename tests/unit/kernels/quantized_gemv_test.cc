@@ -95,6 +95,7 @@ const Case kCases[] = {
     {WeightCodes::kNibble, 31, 96, 32},   {WeightCodes::kNibble, 20, 192, 64},
     {WeightCodes::kNibble, 300, 512, 32},  // enough weights for the team
     {WeightCodes::kInt8, 70, 1024, 1024},  // per row, whole blocks (decoded in registers)
+    {WeightCodes::kInt8, 9, 192, 32},      // Q8_0 blocks in whole chunks of 64 (bf16 pairs)
 };
 
 TEST(QuantizedGemv, EqualsTheDecodedMatrixProductInDouble) {
@@ -142,6 +143,45 @@ TEST(QuantizedGemv, DecodingInRegistersHasTheBitsOfDecodingIntoABuffer) {
         ASSERT_EQ(out[i], buffered[i])
             << "type " << static_cast<int>(c.type) << " " << c.rows << "x" << c.cols << " group "
             << c.group << " M " << M << " output " << i;
+    }
+  }
+}
+
+// bf16 inputs (quantized_gemv_bf16): bf16 pairs where the CPU has them and the shape is made of
+// chunks of 64, the widened fp32 path elsewhere; either way within fp32 rounding of the exact
+// product, and each output's bits the same whatever the number of input rows.
+TEST(QuantizedGemv, Bf16InputsEqualTheDecodedMatrixProductInDouble) {
+  for (const Case& c : kCases) {
+    const Matrix m = make(c, static_cast<unsigned>(c.rows * 5 + c.cols));
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal;
+    std::vector<bf16> x(8 * c.cols);
+    for (bf16& v : x) v = bf16(normal(rng));
+    std::vector<float> one(8 * c.rows);
+    for (int64_t i = 0; i < 8; ++i)
+      quantized_gemv_bf16(one.data() + i * c.rows, x.data() + i * c.cols, m.view, 1);
+    double worst = 0;
+    for (int64_t i = 0; i < 8; ++i)
+      for (int64_t r = 0; r < c.rows; ++r) {
+        double ref = 0, mag = 0;
+        for (int64_t k = 0; k < c.cols; ++k) {
+          const double p =
+              static_cast<double>(static_cast<float>(x[i * c.cols + k])) * m.dense[r * c.cols + k];
+          ref += p;
+          mag += std::fabs(p);
+        }
+        worst = std::max(worst, std::fabs(one[i * c.rows + r] - ref) /
+                                    (mag * 1e-6 * std::sqrt(double(c.cols)) + 1e-30));
+      }
+    EXPECT_LE(worst, 1.0) << "type " << static_cast<int>(c.type) << " " << c.rows << "x" << c.cols
+                          << " group " << c.group;
+    for (int64_t M : {2, 3, 4, 5, 8}) {
+      std::vector<float> out(M * c.rows);
+      quantized_gemv_bf16(out.data(), x.data(), m.view, M);
+      for (int64_t i = 0; i < M * c.rows; ++i)
+        ASSERT_EQ(out[i], one[i]) << "type " << static_cast<int>(c.type) << " " << c.rows << "x"
+                                  << c.cols << " group " << c.group << " M " << M << " output "
+                                  << i;
     }
   }
 }

@@ -7,7 +7,8 @@
 // code. Two functions exist only where they are one or a few instructions, each announced by a
 // constant every target defines: lookup16 (kFastLookup16, AVX-512) and unpack6x64 (kUnpack6x64,
 // AVX-512, compiled for AVX512_VBMI and callable only where cpu_has_avx512_vbmi()); kernels use
-// them under `if constexpr`.
+// them under `if constexpr`. On the avx512bf16 target words_avx512bf16.h adds 32-lane bf16
+// words and their pairwise dot products (TESSERA_BF16_DOT, for kernels under `#if`).
 // Sixteen lanes on every target (two ymm registers on AVX2, four 128-bit registers on
 // baseline) keep a kernel's blocking, summation order and masks the same everywhere: a target
 // changes speed, and only the last bits of results where it fuses a multiply-add or rounds an
@@ -31,6 +32,9 @@
 #include "tessera/kernels/simd/vec_generic.h"
 #endif
 #include "tessera/kernels/simd/vec_fp8.h"
+#if defined(TESSERA_TARGET_AVX512BF16)
+#include "tessera/kernels/simd/words_avx512bf16.h"  // defines TESSERA_BF16_DOT
+#endif
 
 TESSERA_TARGET_BEGIN
 // The target this compile is for (register_kernel's first argument).

@@ -1,0 +1,343 @@
+// Products of weight-only quantized matrices with bf16 inputs (contract in quantized_gemv.h),
+// compiled once per CPU target. Where the CPU has AVX512-BF16 (words_avx512bf16.h) every
+// format's codes decode to bf16 numbers exactly — an FP6 e3m2 value, a 4-bit code, an int8
+// code's high and low halves (16 h + l) — and are multiplied with the bf16 inputs in pairs by
+// vdpbf16ps, the scales applied to the sums: per 64 weights about 8 instructions against the
+// fp32 path's ~18 (widening each code to fp32, its lookup or conversion, the scale, a
+// multiply-add per 16). Elsewhere, and for shapes the pair kernels do not take, the inputs are
+// widened to fp32 for quantized_gemv.
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstdint>
+#include <type_traits>
+
+#include "tessera/core/dtype.h"
+#include "tessera/core/error.h"
+#include "tessera/kernels/gemm_clock.h"
+#include "tessera/kernels/quantized_gemv.h"
+#include "tessera/kernels/scratch.h"
+#include "tessera/kernels/simd/vec.h"
+
+TESSERA_TARGET_BEGIN
+namespace {
+
+#include "tessera/kernels/quantized_rows.inc"
+
+thread_local ScratchBuffer t_widened;
+
+// The bf16 inputs widened (exactly) to fp32 and multiplied by quantized_gemv: the fp32 path's
+// bits.
+void widened_gemv(float* out, const bf16* inp, const QuantizedWeightsView& w, int64_t M) {
+  float* x = t_widened.floats(M * w.cols);
+  for_each_block(0, M * w.cols,
+                 [&](int64_t i, int lanes) { store(x + i, load(inp + i, lanes), lanes); });
+  ::tessera::kernels::quantized_gemv(out, x, w, M);
+}
+
+#if defined(TESSERA_BF16_DOT)
+
+// Input rows whose products share one decoding of a weight row: 4 accumulators each, 16 of the
+// 32 registers for 4 rows.
+constexpr int kPairRows = 4;
+
+thread_local ScratchBuffer t_prepared;
+
+// bf16 bits of a value that bf16 holds exactly (every entry of the tables below).
+constexpr uint16_t exact_bf16(float v) {
+  return static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16);
+}
+
+struct alignas(64) Words64 {
+  uint16_t w[64];
+};
+// FP6 code c (sign included) -> its value in bf16: 2 mantissa bits fit bf16's 7.
+constexpr Words64 fp6_words() {
+  Words64 t{};
+  for (int c = 0; c < 64; ++c) t.w[c] = exact_bf16(kFp6[c]);
+  return t;
+}
+// Index i -> bf16(i & 15): a 4-bit code, or an int8 code's low half, in an index's bits 0-3
+// (bit 4, which vpermw also reads, may be anything).
+constexpr Words64 low_nibble_words() {
+  Words64 t{};
+  for (int i = 0; i < 32; ++i) t.w[i] = exact_bf16(static_cast<float>(i & 15));
+  return t;
+}
+// Index i -> bf16(16 h) for h the signed 5-bit value of i: an int8 code's high half, c >> 4 in
+// -8 .. 7, whose two's complement bits 0-4 vpermw reads.
+constexpr Words64 int8_high_words() {
+  Words64 t{};
+  for (int i = 0; i < 32; ++i) t.w[i] = exact_bf16(16.0f * static_cast<float>(i < 16 ? i : i - 32));
+  return t;
+}
+constexpr Words64 kFp6Words = fp6_words();
+constexpr Words64 kLowNibbleWords = low_nibble_words();
+constexpr Words64 kInt8HighWords = int8_high_words();
+
+// Four accumulators per input row: chunk k (64 weights, two vectors of 32 words) of a weight
+// row adds into accumulators 2 (k % 2) and 2 (k % 2) + 1, so no accumulator waits on the
+// previous chunk's dot products. The total is ((a0 + a1) + (a2 + a3)) across lanes.
+template <int kRows>
+struct PairAccumulators {
+  VecF acc[kRows][4];
+  PairAccumulators() {
+    for (auto& row : acc)
+      for (VecF& a : row) a = zero();
+  }
+  float total(int x) const { return reduce_add((acc[x][0] + acc[x][1]) + (acc[x][2] + acc[x][3])); }
+};
+
+// Calls chunk(i, a) for the 64-weight chunks of a row of C weights (C a multiple of 64), a the
+// first of the chunk's two accumulators (0 for even chunks, 2 for odd), as a constant.
+template <typename Chunk>
+[[gnu::always_inline]] inline void for_each_chunk(int64_t C, Chunk chunk) {
+  int64_t i = 0;
+  for (; i + 128 <= C; i += 128) {
+    chunk(i, std::integral_constant<int, 0>{});
+    chunk(i + 64, std::integral_constant<int, 2>{});
+  }
+  if (i < C) chunk(i, std::integral_constant<int, 0>{});
+}
+
+// Chunk i (64 weights) of an FP6 row into accumulators k and k + 1 (fp6_rows). A function, not
+// a lambda, so that it is compiled for VBMI as its caller is.
+template <int k, int kRows, bool kExact>
+TESSERA_VBMI [[gnu::always_inline]] inline void fp6_chunk(PairAccumulators<kRows>& s,
+                                                          const bf16* inp, int64_t C, int64_t i,
+                                                          const uint8_t* p, VecW lo, VecW hi) {
+  prefetch_ahead(p, kPrefetchBytes);
+  VecW q[2];
+  if (kExact && i + 64 == C)
+    unpack6x64_words<true>(p, q);
+  else
+    unpack6x64_words<false>(p, q);
+  const VecW w0 = lookup64_words(lo, hi, q[0]), w1 = lookup64_words(lo, hi, q[1]);
+  for (int x = 0; x < kRows; ++x) {
+    s.acc[x][k] = dot_pairs(s.acc[x][k], w0, load_words(inp + x * C + i));
+    s.acc[x][k + 1] = dot_pairs(s.acc[x][k + 1], w1, load_words(inp + x * C + i + 32));
+  }
+}
+
+// FP6 (one scale a row, C a multiple of 64, AVX512_VBMI): each chunk's 64 codes unpacked to
+// words and looked up in the 64 signed values; the row's scale multiplies the total. kExact:
+// the matrix's last row, whose last chunk must not read past its 48 bytes. (The chunks as
+// for_each_chunk orders them, written out: its lambda would not be compiled for VBMI.)
+template <int kRows, bool kExact>
+TESSERA_VBMI [[gnu::noinline]] void fp6_rows(float* out, const bf16* inp,
+                                             const QuantizedWeightsView& w, int64_t o, float d) {
+  const int64_t C = w.cols;
+  const uint8_t* codes = w.codes + o * (C / 4 * 3);
+  const VecW lo = load_words(kFp6Words.w), hi = load_words(kFp6Words.w + 32);
+  PairAccumulators<kRows> s;
+  int64_t i = 0;
+  for (; i + 128 <= C; i += 128) {
+    fp6_chunk<0, kRows, kExact>(s, inp, C, i, codes + i / 4 * 3, lo, hi);
+    fp6_chunk<2, kRows, kExact>(s, inp, C, i + 64, codes + (i + 64) / 4 * 3, lo, hi);
+  }
+  if (i < C) fp6_chunk<0, kRows, kExact>(s, inp, C, i, codes + i / 4 * 3, lo, hi);
+  for (int x = 0; x < kRows; ++x) out[x * w.rows + o] = s.total(x) * d;
+}
+
+// int8 codes, one scale a row (group == C) or one per 32 (Q8_0), C a multiple of 64: 32 codes
+// widened to words, each c = 16 (c >> 4) + (c & 15) as two exact bf16 halves dotted with the
+// same inputs. One scale a row multiplies the total; a group's scale its own sum.
+template <int kRows, bool kPerRow>
+[[gnu::noinline]] void int8_rows(float* out, const bf16* inp, const QuantizedWeightsView& w,
+                                 int64_t o, const float* scales) {
+  const int64_t C = w.cols;
+  const int8_t* codes = reinterpret_cast<const int8_t*>(w.codes + o * C);
+  const VecW low = load_words(kLowNibbleWords.w), high = load_words(kInt8HighWords.w);
+  PairAccumulators<kRows> s;
+  for_each_chunk(
+      C, [&](int64_t i, auto a) __attribute__((always_inline)) {
+        constexpr int k = decltype(a)::value;
+        prefetch_ahead(codes + i, kPrefetchBytes);
+        const VecW c0 = widen_s8_words(codes + i), c1 = widen_s8_words(codes + i + 32);
+        const VecW l0 = lookup32_words(low, c0),
+                   h0 = lookup32_words(high, shift_right_arith_words(c0, 4));
+        const VecW l1 = lookup32_words(low, c1),
+                   h1 = lookup32_words(high, shift_right_arith_words(c1, 4));
+        for (int x = 0; x < kRows; ++x) {
+          const VecW x0 = load_words(inp + x * C + i), x1 = load_words(inp + x * C + i + 32);
+          if constexpr (kPerRow) {
+            s.acc[x][k] = dot_pairs(dot_pairs(s.acc[x][k], l0, x0), h0, x0);
+            s.acc[x][k + 1] = dot_pairs(dot_pairs(s.acc[x][k + 1], l1, x1), h1, x1);
+          } else {
+            const float* d = scales + i / 32;
+            s.acc[x][k] =
+                fmadd(dot_pairs(dot_pairs(zero(), l0, x0), h0, x0), splat(d[0]), s.acc[x][k]);
+            s.acc[x][k + 1] =
+                fmadd(dot_pairs(dot_pairs(zero(), l1, x1), h1, x1), splat(d[1]), s.acc[x][k + 1]);
+          }
+        }
+      });
+  for (int x = 0; x < kRows; ++x)
+    out[x * w.rows + o] = kPerRow ? s.total(x) * scales[0] : s.total(x);
+}
+
+// The inputs as 4-bit kernels read them (prepare_nibble_inputs): for groups of 32, each 64 of a
+// row reordered as the codes' nibbles come (a group's byte j holds weights j and j + 16, so the
+// low nibbles of two groups' 32 bytes are weights 0-15 of each, the high ones 16-31); and each
+// row's group sums (sum of x over the group), which the minimums multiply.
+struct NibbleInputs {
+  const bf16* words = nullptr;        // M x C
+  const float* group_sums = nullptr;  // M x groups
+};
+
+NibbleInputs prepare_nibble_inputs(const bf16* inp, const QuantizedWeightsView& w, int64_t M) {
+  const int64_t C = w.cols, G = w.group, groups = C / G;
+  auto* room = static_cast<char*>(
+      t_prepared.get(static_cast<size_t>(M * C) * sizeof(bf16) + M * groups * sizeof(float)));
+  auto* sums = reinterpret_cast<float*>(room);
+  auto* words = reinterpret_cast<bf16*>(room + M * groups * sizeof(float));
+  for (int64_t x = 0; x < M; ++x) {
+    const bf16* in = inp + x * C;
+    for (int64_t g = 0; g < groups; ++g) {
+      float sum = 0;
+      for (int64_t j = 0; j < G; ++j) sum += static_cast<float>(in[g * G + j]);
+      sums[x * groups + g] = sum;
+    }
+    bf16* to = words + x * C;
+    if (G == 64) {
+      std::copy(in, in + C, to);
+      continue;
+    }
+    for (int64_t i = 0; i < C; i += 64)
+      for (int64_t j = 0; j < 16; ++j) {
+        to[i + j] = in[i + j];
+        to[i + 16 + j] = in[i + 32 + j];
+        to[i + 32 + j] = in[i + 16 + j];
+        to[i + 48 + j] = in[i + 48 + j];
+      }
+  }
+  return {words, sums};
+}
+
+// 4-bit codes with a scale and minimum per group of 32 or 64 (C a multiple of 64): 32 bytes
+// widened to words give 64 codes, the low nibbles and the high ones, each looked up as an exact
+// bf16 integer. A group's weights are q d + min, so its contribution is d (sum of q x) plus
+// min (sum of x): the first from the pair products scaled per group (two groups of 32 share a
+// vector, lanes 0-7 and 8-15), the second from the inputs' group sums once per row.
+template <int kRows>
+[[gnu::noinline]] void nibble_rows(float* out, const NibbleInputs& in,
+                                   const QuantizedWeightsView& w, int64_t o, const float* scales,
+                                   const float* mins) {
+  const int64_t C = w.cols, G = w.group, groups = C / G;
+  const uint8_t* codes = w.codes + o * (C / 2);
+  const VecW values = load_words(kLowNibbleWords.w);
+  PairAccumulators<kRows> s;
+  for_each_chunk(
+      C, [&](int64_t i, auto a) __attribute__((always_inline)) {
+        constexpr int k = decltype(a)::value;
+        prefetch_ahead(codes + i / 2, kPrefetchBytes);
+        const VecW b = widen_u8_words(codes + i / 2);
+        const VecW lo = lookup32_words(values, b),
+                   hi = lookup32_words(values, shift_right_words(b, 4));
+        const VecF d = G == 64 ? splat(scales[i / 64]) : splat_halves(scales + i / 32);
+        for (int x = 0; x < kRows; ++x) {
+          const bf16* xw = in.words + x * C + i;
+          const VecF sum =
+              dot_pairs(dot_pairs(zero(), lo, load_words(xw)), hi, load_words(xw + 32));
+          s.acc[x][k] = fmadd(sum, d, s.acc[x][k]);
+        }
+      });
+  for (int x = 0; x < kRows; ++x) {
+    const float* sums = in.group_sums + x * groups;
+    VecF m = zero();
+    for_each_block(0, groups, [&](int64_t g, int lanes) {
+      m = fmadd(load(mins + g, lanes), load(sums + g, lanes), m);
+    });
+    out[x * w.rows + o] = s.total(x) + reduce_add(m);
+  }
+}
+
+// Whether the pair kernels take this matrix: whole chunks of 64, FP6 with its one scale a row
+// (and the byte permutes of AVX512_VBMI), int8 a row or Q8_0's 32, 4-bit groups of 32 or 64.
+bool pairs_fit(const QuantizedWeightsView& w) {
+  if (w.cols % 64 != 0) return false;
+  switch (w.codes_type) {
+    case WeightCodes::kFp6:
+      return w.group == w.cols && cpu_has_avx512_vbmi();
+    case WeightCodes::kInt8:
+      return w.group == w.cols || w.group == 32;
+    case WeightCodes::kNibble:
+      return w.group == 32 || w.group == 64;
+  }
+  return false;
+}
+
+// Output row o for input rows [0, M) in blocks of up to kPairRows: every output has the same
+// bits whatever M is (each block re-decodes the row from L1).
+template <int kRows>
+void pair_rows_of(float* out, const bf16* inp, const NibbleInputs& nibbles,
+                  const QuantizedWeightsView& w, int64_t o, const float* scales,
+                  const float* mins) {
+  const int64_t groups = w.cols / w.group;
+  switch (w.codes_type) {
+    case WeightCodes::kFp6:
+      if (o + 1 == w.rows) return fp6_rows<kRows, true>(out, inp, w, o, scales[0]);
+      return fp6_rows<kRows, false>(out, inp, w, o, scales[0]);
+    case WeightCodes::kInt8:
+      if (groups == 1) return int8_rows<kRows, true>(out, inp, w, o, scales);
+      return int8_rows<kRows, false>(out, inp, w, o, scales);
+    case WeightCodes::kNibble:
+      return nibble_rows<kRows>(out, nibbles, w, o, scales, mins);
+  }
+}
+
+void pair_gemv(float* out, const bf16* inp, const QuantizedWeightsView& w, int64_t M) {
+  const int64_t C = w.cols, groups = C / w.group;
+  NibbleInputs nibbles;
+  if (w.codes_type == WeightCodes::kNibble) nibbles = prepare_nibble_inputs(inp, w, M);
+#pragma omp parallel if (w.rows * C >= kParallelWeights)
+  {
+    float* scales = t_scales.floats(2 * groups);
+    const float* mins = w.mins != nullptr ? scales + groups : nullptr;
+#pragma omp for schedule(static)
+    for (int64_t o = 0; o < w.rows; ++o) {
+      widen_scales(w, groups, o, scales);
+      for (int64_t x = 0; x < M; x += kPairRows) {
+        float* y = out + x * w.rows;
+        const bf16* xs = inp + x * C;
+        NibbleInputs part{nibbles.words + x * C, nibbles.group_sums + x * groups};
+        switch (std::min<int64_t>(kPairRows, M - x)) {
+          case 1:
+            pair_rows_of<1>(y, xs, part, w, o, scales, mins);
+            break;
+          case 2:
+            pair_rows_of<2>(y, xs, part, w, o, scales, mins);
+            break;
+          case 3:
+            pair_rows_of<3>(y, xs, part, w, o, scales, mins);
+            break;
+          default:
+            pair_rows_of<4>(y, xs, part, w, o, scales, mins);
+        }
+      }
+    }
+  }
+}
+
+#endif  // TESSERA_BF16_DOT
+
+}  // namespace
+
+void quantized_gemv_bf16(float* out, const bf16* inp, const QuantizedWeightsView& w, int64_t M) {
+  TESSERA_CHECK(M >= 1 && M <= kQuantizedGemvMaxRows && w.rows >= 0 && w.cols >= 0);
+  TESSERA_CHECK(w.group > 0 && w.cols % w.group == 0);
+  TESSERA_CHECK(w.codes_type != WeightCodes::kNibble || w.group == 32 || w.group == 64);
+#if defined(TESSERA_BF16_DOT)
+  if (pairs_fit(w)) {
+    const detail::GemmClock clock;  // counted with the GEMMs (gemm.h's gemm_seconds)
+    return pair_gemv(out, inp, w, M);
+  }
+#endif
+  widened_gemv(out, inp, w, M);
+}
+
+void register_quantized_gemv_bf16() {
+  register_kernel<&kernels::quantized_gemv_bf16>(kThisTarget, &quantized_gemv_bf16);
+}
+
+TESSERA_TARGET_END

@@ -1,0 +1,113 @@
+// 32 bf16 lanes and their dot products, on the avx512bf16 target only (TESSERA_BF16_DOT is
+// defined there): for kernels whose weights decode to bf16 numbers exactly — FP6 e3m2 values,
+// 4-bit codes, an int8 code's two halves — and whose inputs are bf16. vdpbf16ps multiplies 32
+// pairs of bf16 exactly and adds each two products into one fp32 lane, so a decoded weight costs
+// a 16-bit lookup instead of a widening to fp32, a lookup and a multiply-add per 16 weights.
+// Its sums round to nearest even in fp32 and treat subnormal inputs and results as zero.
+//
+// VecW holds 32 16-bit lanes (bf16 bits or small integers); word tables are 32 or 64 entries
+// held in registers. unpack6x64_words needs AVX512_VBMI as unpack6x64 does (TESSERA_VBMI,
+// callable only where cpu_has_avx512_vbmi()). Included by simd/vec.h after vec_avx512.h.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "tessera/core/dtype.h"
+
+#define TESSERA_BF16_DOT 1
+
+TESSERA_TARGET_BEGIN
+
+struct VecW {
+  __m512i v;
+};
+constexpr __mmask32 kAllWords = ~__mmask32{0};
+
+inline VecW load_words(const void* p) { return VecW{_mm512_loadu_si512(p)}; }
+// 32 bytes widened to 32 words, unsigned or signed.
+inline VecW widen_u8_words(const uint8_t* p) {
+  return VecW{_mm512_maskz_cvtepu8_epi16(kAllWords,
+                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
+}
+inline VecW widen_s8_words(const int8_t* p) {
+  return VecW{_mm512_maskz_cvtepi8_epi16(kAllWords,
+                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
+}
+inline VecW shift_right_words(VecW a, unsigned bits) {
+  return VecW{_mm512_maskz_srli_epi16(kAllWords, a.v, bits)};
+}
+inline VecW shift_right_arith_words(VecW a, unsigned bits) {
+  return VecW{_mm512_maskz_srai_epi16(kAllWords, a.v, bits)};
+}
+// Lane i: table[idx_i & 31] (one vpermw).
+inline VecW lookup32_words(VecW table, VecW idx) {
+  return VecW{_mm512_maskz_permutexvar_epi16(kAllWords, idx.v, table.v)};
+}
+// Lane i: (lo, hi)[idx_i & 63], a 64-entry table in two registers (one vpermt2w).
+inline VecW lookup64_words(VecW lo, VecW hi, VecW idx) {
+  return VecW{_mm512_maskz_permutex2var_epi16(kAllWords, lo.v, idx.v, hi.v)};
+}
+// acc lane i + a[2i] * b[2i] + a[2i + 1] * b[2i + 1], a and b bf16 (vdpbf16ps).
+inline VecF dot_pairs(VecF acc, VecW a, VecW b) {
+  return VecF{
+      _mm512_dpbf16_ps(acc.v, reinterpret_cast<__m512bh&>(a.v), reinterpret_cast<__m512bh&>(b.v))};
+}
+
+// Lanes 0-7 p[0], lanes 8-15 p[1]: the scales of two groups whose products share a vector.
+inline VecF splat_halves(const float* p) {
+  const __m512 two =
+      _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p))));
+  return VecF{_mm512_maskz_permutexvar_ps(
+      kAll, _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), two)};
+}
+
+namespace words_detail {
+struct alignas(64) Bytes64 {
+  uint8_t b[64];
+};
+struct alignas(64) Words32 {
+  uint16_t w[32];
+};
+// 64 6-bit codes in 48 bytes, 4 codes in each 3 bytes b0 b1 b2 most significant bit first. Word
+// k of half h (code c = 32h + k of the 64, t = c % 4 in its group of 3 bytes at 3 (c / 4))
+// gathers the two bytes holding the code as a big-endian 16-bit value (low byte the later one):
+// codes 0 and 1 of a group lie in b0 b1, codes 2 and 3 in b1 b2. Shifting that value right by
+// 10, 4, 6 or 0 (t = 0 .. 3) puts the code in bits 0-5.
+constexpr Bytes64 gather_words(int h) {
+  Bytes64 x{};
+  for (int k = 0; k < 32; ++k) {
+    const int c = 32 * h + k, first = 3 * (c / 4) + (c % 4 < 2 ? 0 : 1);
+    x.b[2 * k] = static_cast<uint8_t>(first + 1);
+    x.b[2 * k + 1] = static_cast<uint8_t>(first);
+  }
+  return x;
+}
+constexpr Words32 code_shifts() {
+  Words32 x{};
+  constexpr uint16_t kShift[4] = {10, 4, 6, 0};
+  for (int k = 0; k < 32; ++k) x.w[k] = kShift[k % 4];
+  return x;
+}
+inline constexpr Bytes64 kGatherWords[2] = {gather_words(0), gather_words(1)};
+inline constexpr Words32 kCodeShifts = code_shifts();
+}  // namespace words_detail
+
+// The 64 6-bit codes at p (48 bytes) into two vectors: code 32h + k in bits 0-5 of lane k of
+// out[h] (the bits above are unspecified; lookup64_words reads only bits 0-5). kExact: read only
+// the 48 bytes (the last chunk of a buffer); otherwise the 16 after them must be readable.
+template <bool kExact>
+TESSERA_VBMI inline void unpack6x64_words(const uint8_t* p, VecW out[2]) {
+  using namespace words_detail;
+  const __m512i bytes =
+      kExact ? _mm512_maskz_loadu_epi8((__mmask64{1} << 48) - 1, p) : _mm512_loadu_si512(p);
+  const __m512i shifts = _mm512_load_si512(kCodeShifts.w);
+  for (int h = 0; h < 2; ++h) {
+    const __m512i pairs =
+        _mm512_maskz_permutexvar_epi8(~__mmask64{0}, _mm512_load_si512(kGatherWords[h].b), bytes);
+    out[h] = VecW{_mm512_maskz_srlv_epi16(kAllWords, pairs, shifts)};
+  }
+}
+
+TESSERA_TARGET_END
