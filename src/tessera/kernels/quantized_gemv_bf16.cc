@@ -300,7 +300,11 @@ void pair_gemv(float* out, const bf16* inp, const QuantizedWeightsView& w, int64
       for (int64_t x = 0; x < M; x += kPairRows) {
         float* y = out + x * w.rows;
         const bf16* xs = inp + x * C;
-        NibbleInputs part{nibbles.words + x * C, nibbles.group_sums + x * groups};
+        // (Offsets only into prepared inputs: 4-bit codes' alone exist.)
+        const NibbleInputs part =
+            nibbles.words == nullptr
+                ? nibbles
+                : NibbleInputs{nibbles.words + x * C, nibbles.group_sums + x * groups};
         switch (std::min<int64_t>(kPairRows, M - x)) {
           case 1:
             pair_rows_of<1>(y, xs, part, w, o, scales, mins);
