@@ -219,11 +219,11 @@ NibbleInputs prepare_nibble_inputs(const bf16* inp, const QuantizedWeightsView& 
 // bf16 integer. A group's weights are q d + min, so its contribution is d (sum of q x) plus
 // min (sum of x): the first from the pair products scaled per group (two groups of 32 share a
 // vector, lanes 0-7 and 8-15), the second from the inputs' group sums once per row.
-template <int kRows>
+template <int kRows, int G>
 [[gnu::noinline]] void nibble_rows(float* out, const NibbleInputs& in,
                                    const QuantizedWeightsView& w, int64_t o, const float* scales,
                                    const float* mins) {
-  const int64_t C = w.cols, G = w.group, groups = C / G;
+  const int64_t C = w.cols, groups = C / G;
   const uint8_t* codes = w.codes + o * (C / 2);
   const VecW values = load_words(kLowNibbleWords.w);
   PairAccumulators<kRows> s;
@@ -234,7 +234,11 @@ template <int kRows>
         const VecW b = widen_u8_words(codes + i / 2);
         const VecW lo = lookup32_words(values, b),
                    hi = lookup32_words(values, shift_right_words(b, 4));
-        const VecF d = G == 64 ? splat(scales[i / 64]) : splat_halves(scales + i / 32);
+        VecF d;
+        if constexpr (G == 64)
+          d = splat(scales[i / 64]);
+        else
+          d = splat_halves(scales + i / 32);
         for (int x = 0; x < kRows; ++x) {
           const bf16* xw = in.words + x * C + i;
           const VecF sum =
@@ -282,7 +286,9 @@ void pair_rows_of(float* out, const bf16* inp, const NibbleInputs& nibbles,
       if (groups == 1) return int8_rows<kRows, true>(out, inp, w, o, scales);
       return int8_rows<kRows, false>(out, inp, w, o, scales);
     case WeightCodes::kNibble:
-      return nibble_rows<kRows>(out, nibbles, w, o, scales, mins);
+      // The group size as a constant: no test of it per chunk.
+      if (w.group == 64) return nibble_rows<kRows, 64>(out, nibbles, w, o, scales, mins);
+      return nibble_rows<kRows, 32>(out, nibbles, w, o, scales, mins);
   }
 }
 

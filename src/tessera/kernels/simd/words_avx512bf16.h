@@ -64,9 +64,7 @@ inline VecF splat_halves(const float* p) {
 }
 
 namespace words_detail {
-struct alignas(64) Bytes64 {
-  uint8_t b[64];
-};
+using unpack6x64_detail::Bytes64;  // vec_avx512.h's 64-byte control vectors
 struct alignas(64) Words32 {
   uint16_t w[32];
 };
