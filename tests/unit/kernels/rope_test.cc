@@ -97,6 +97,24 @@ TEST(RopePositions, OffsetShardEqualsSliceOfFullSequence) {
   for (int64_t i = 0; i < part.qkv_size(); ++i) ASSERT_EQ(y_part[i], y_full[6 * full.width() + i]);
 }
 
+TEST(RopePositions, PerSampleRowsMatchTheReferenceWithFewerOrMoreRowsThanPositions) {
+  // Per-sample positions in [0, max_position): a decode step has fewer rows than positions (a
+  // table row per token), a packed batch more (a table of every position). Both are the
+  // contract's rotation, and the same bits as passing the positions as one sample's.
+  const float theta = 10000.0f;
+  const auto check = [&](const Shape& s, const std::vector<int32_t>& pos, int64_t max_position) {
+    const std::vector<float> x = testing::random_normal(s.qkv_size(), 7);
+    std::vector<float> y = x, y_positions = x;
+    rope_forward(y.data(), pos.data(), s.B, s.T, s.NH, s.KV, s.HD, theta, /*per_sample=*/true,
+                 max_position);
+    rope_forward(y_positions.data(), pos.data(), s.B, s.T, s.NH, s.KV, s.HD, theta);
+    EXPECT_LT(testing::max_scaled_error(y, reference_rope(x, pos, s, theta)), 1e-6);
+    for (int64_t i = 0; i < s.qkv_size(); ++i) ASSERT_EQ(y[i], y_positions[i]) << i;
+  };
+  check(Shape{1, 5, 3, 1, 16}, {3, 0, 4095, 17, 5}, 4096);
+  check(Shape{1, 12, 2, 2, 8}, {0, 1, 2, 3, 0, 1, 0, 1, 2, 0, 3, 2}, 4);
+}
+
 TEST(RopeBf16, MatchesFp32OnTheSameInputs) {
   const Shape s{2, 7, 3, 1, 16};
   std::vector<int32_t> pos = {0, 1, 2, 100, 200, 300, 4000};
