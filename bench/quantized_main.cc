@@ -45,15 +45,15 @@ struct Speed {
 };
 
 // One request of `prompt` tokens generating `decode`, greedy: the prefill step and the decode
-// steps timed apart (best of `repeats`).
+// steps timed apart (best of kRepeats).
 //
 // Best of four: the project's machines are shared virtual ones whose speed moves by tens of
 // percent from one second to the next (the same build measured 39 and 63 q4 tokens/s minutes
 // apart), and the read rate the figures are held against is a best of five passes too.
 constexpr int kRepeats = 4;
-Speed measure(tessera::model::GPTModel& model, int64_t prompt, int64_t decode, int repeats) {
+Speed measure(tessera::model::GPTModel& model, int64_t prompt, int64_t decode) {
   Speed best;
-  for (int r = 0; r < repeats; ++r) {
+  for (int r = 0; r < kRepeats; ++r) {
     inference::EngineOptions o;
     o.max_sequences = 1;
     o.prefill_chunk = prompt;
@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
     tessera::model::GPTModel model(m.cfg, dtype, 1);
     const double cached = prompt + decode / 2.0;
     bandwidth = std::max(bandwidth, tessera::bench::read_bandwidth_gbs());
-    const Speed plain = measure(model, prompt, decode, kRepeats);
+    const Speed plain = measure(model, prompt, decode);
     const double plain_bytes = bytes_per_token(model, nullptr, kGroup, cached);
     const double plain_limit = bandwidth * 1e9 / plain_bytes;
     std::printf(
@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
     for (quant::QuantFormat f : formats) {
       model.quantize_weights(f, kGroup, /*output_layer=*/true);
       bandwidth = std::max(bandwidth, tessera::bench::read_bandwidth_gbs());
-      const Speed s = measure(model, prompt, decode, kRepeats);
+      const Speed s = measure(model, prompt, decode);
       const double bytes = bytes_per_token(model, &f, kGroup, cached);
       const double limit = bandwidth * 1e9 / bytes;
       std::printf(

@@ -61,11 +61,9 @@ void rotate(Float* qkv, const int32_t* positions, int64_t B, int64_t T, int NH, 
   // in every layer) get a table row per token instead: the table of all P positions cost more
   // sincos than the whole step's rotation, 22 layers x 2048 x 32 per decoded token of a 1 B
   // model. The same angles either way (float(position) * inv_freq), so the same bits.
-  const bool row_table = per_sample && B * T < P;
-  if (row_table)
-    build_table(cos_t, sin_t, positions, B * T, HD, theta, scaling);
-  else
-    build_table(cos_t, sin_t, per_sample ? nullptr : positions, P, HD, theta, scaling);
+  const bool every_position = per_sample && B * T >= P;
+  const int64_t table_rows = every_position ? P : per_sample ? B * T : T;
+  build_table(cos_t, sin_t, every_position ? nullptr : positions, table_rows, HD, theta, scaling);
   const int half = HD / 2;
   const int64_t width = (int64_t{NH} + 2 * KV) * HD;
   const int rotated_heads = NH + KV;  // queries then keys; values follow and are left alone
@@ -73,7 +71,7 @@ void rotate(Float* qkv, const int32_t* positions, int64_t B, int64_t T, int NH, 
   for (int64_t row = 0; row < B * T; ++row) {
     const int64_t position = per_sample ? positions[row] : row % T;
     TESSERA_CHECK(position >= 0 && position < P);
-    const int64_t t = row_table ? row : position;
+    const int64_t t = every_position ? position : per_sample ? row : row % T;
     const float* c = cos_t.data() + t * half;
     const float* s = sin_t.data() + t * half;
     Float* token = qkv + row * width;
