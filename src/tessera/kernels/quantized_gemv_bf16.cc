@@ -57,8 +57,8 @@ constexpr Words64 fp6_words() {
   for (int c = 0; c < 64; ++c) t.w[c] = exact_bf16(kFp6[c]);
   return t;
 }
-// Index i -> bf16(i & 15): a 4-bit code, or an int8 code's low half, in an index's bits 0-3
-// (bit 4, which vpermw also reads, may be anything).
+// Index i -> bf16(i & 15): an int8 code's low half in an index's bits 0-3 (bit 4, which vpermw
+// also reads, may be anything).
 constexpr Words64 low_nibble_words() {
   Words64 t{};
   for (int i = 0; i < 32; ++i) t.w[i] = exact_bf16(static_cast<float>(i & 15));
@@ -85,32 +85,33 @@ struct PairAccumulators {
     for (auto& row : acc)
       for (VecF& a : row) a = zero();
   }
-  float total(int x) const { return reduce_add((acc[x][0] + acc[x][1]) + (acc[x][2] + acc[x][3])); }
+  VecF sum(int x) const { return (acc[x][0] + acc[x][1]) + (acc[x][2] + acc[x][3]); }
+  float total(int x) const { return reduce_add(sum(x)); }
 };
 
-// Calls chunk(i, a) for the 64-weight chunks of a row of C weights (C a multiple of 64), a the
-// first of the chunk's kPerChunk accumulators, as a constant: chunk c takes accumulators
-// kPerChunk (c mod 4 / kPerChunk) onwards, so that each of the four is added to once every
-// 4 / kPerChunk chunks. (A 4-bit chunk's one multiply-add into every other accumulator, two in
-// turn, ran at 7.6 cycles a chunk on an AMD EPYC (Zen 5), into four in turn at 4.0: the same
-// loop, measured alone from L1 on 2026-12-04.)
-template <int kPerChunk, typename Chunk>
+// Calls chunk(i, a) for the kChunk-weight chunks of a row of C weights (C a multiple of 64; a
+// last chunk of 128 may be half), a the first of the chunk's kPerChunk accumulators, as a
+// constant: chunk c takes accumulators kPerChunk (c mod 4 / kPerChunk) onwards, so that each of
+// the four is added to once every 4 / kPerChunk chunks. (A 4-bit chunk's one multiply-add into
+// every other accumulator, two in turn, ran at 7.6 cycles a chunk on an AMD EPYC (Zen 5), into
+// four in turn at 4.0: the same loop, measured alone from L1 on 2026-12-04.)
+template <int kPerChunk, int64_t kChunk, typename Chunk>
 [[gnu::always_inline]] inline void for_each_chunk(int64_t C, Chunk chunk) {
   static_assert(kPerChunk == 1 || kPerChunk == 2);
-  constexpr int64_t kTurn = 4 / kPerChunk * 64;  // weights before an accumulator comes again
+  constexpr int64_t kTurn = 4 / kPerChunk * kChunk;  // weights before an accumulator comes again
   int64_t i = 0;
   for (; i + kTurn <= C; i += kTurn) {
     chunk(i, std::integral_constant<int, 0>{});
-    chunk(i + 64, std::integral_constant<int, kPerChunk>{});
+    chunk(i + kChunk, std::integral_constant<int, kPerChunk>{});
     if constexpr (kPerChunk == 1) {
-      chunk(i + 128, std::integral_constant<int, 2>{});
-      chunk(i + 192, std::integral_constant<int, 3>{});
+      chunk(i + 2 * kChunk, std::integral_constant<int, 2>{});
+      chunk(i + 3 * kChunk, std::integral_constant<int, 3>{});
     }
   }
   if (i < C) chunk(i, std::integral_constant<int, 0>{});
+  if (i + kChunk < C) chunk(i + kChunk, std::integral_constant<int, kPerChunk>{});
   if constexpr (kPerChunk == 1) {
-    if (i + 64 < C) chunk(i + 64, std::integral_constant<int, 1>{});
-    if (i + 128 < C) chunk(i + 128, std::integral_constant<int, 2>{});
+    if (i + 2 * kChunk < C) chunk(i + 2 * kChunk, std::integral_constant<int, 2>{});
   }
 }
 
@@ -163,7 +164,7 @@ template <int kRows, bool kPerRow>
   const int8_t* codes = reinterpret_cast<const int8_t*>(w.codes + o * C);
   const VecW low = load_words(kLowNibbleWords.w), high = load_words(kInt8HighWords.w);
   PairAccumulators<kRows> s;
-  for_each_chunk<2>(
+  for_each_chunk<2, 64>(
       C, [&](int64_t i, auto a) __attribute__((always_inline)) {
         constexpr int k = decltype(a)::value;
         prefetch_ahead(codes + i, kPrefetchBytes);
@@ -190,21 +191,52 @@ template <int kRows, bool kPerRow>
     out[x * w.rows + o] = kPerRow ? s.total(x) * scales[0] : s.total(x);
 }
 
-// The inputs as 4-bit kernels read them (prepare_nibble_inputs): for groups of 32, each 64 of a
-// row reordered as the codes' nibbles come (a group's byte j holds weights j and j + 16, so the
-// low nibbles of two groups' 32 bytes are weights 0-15 of each, the high ones 16-31); and each
-// row's group sums (sum of x over the group), which the minimums multiply.
+// 4-bit codes are read 64 bytes (128 weights, a block) at a time as 32 words, and each word's
+// four nibbles become four vectors with no shuffle: nibble k of every word shifted to bits 3-6
+// and bf16 1.0's bits set, which is the bf16 number 1 + q / 16 exactly (q the code). Those four
+// vectors hold the block's weights in the order kNibbleOrder gives; the inputs are reordered
+// to it once a product (prepare_nibble_inputs) so the loop only loads them. (The way before,
+// 32 bytes widened to words and each nibble looked up by vpermw, spent 3 shuffles a 64 weights
+// where this spends none: on an AMD EPYC (Zen 5) its decoding alone took ~2.7 cycles a 64.)
+constexpr int64_t kNibbleBlock = 128;
+constexpr uint16_t kBf16One = 0x3F80;
+
+// Position in its block of the weight whose code is nibble k of word t (entry 32 k + t) for
+// groups of G: word t holds bytes 2t and 2t + 1; nibble k is byte 2t + k / 2's low (k even) or
+// high half; byte j of a group holds its weights j and j + G / 2.
+struct alignas(64) NibbleOrder {
+  uint16_t at[kNibbleBlock];
+};
+constexpr NibbleOrder nibble_order(int G) {
+  NibbleOrder order{};
+  for (int k = 0; k < 4; ++k)
+    for (int t = 0; t < 32; ++t) {
+      const int byte = 2 * t + k / 2, half = G / 2;
+      order.at[32 * k + t] =
+          static_cast<uint16_t>(G * (byte / half) + byte % half + (k % 2) * half);
+    }
+  return order;
+}
+constexpr NibbleOrder kNibbleOrder32 = nibble_order(32);
+constexpr NibbleOrder kNibbleOrder64 = nibble_order(64);
+
+// The inputs as the 4-bit kernels read them: each row's blocks reordered by the nibble order
+// (rows `stride` apart, a last half block's other half zero), and each row's group sums (sum of
+// x over the group), which the minimums multiply.
 struct NibbleInputs {
-  const bf16* words = nullptr;        // M x C
+  const bf16* words = nullptr;        // M x stride
   const float* group_sums = nullptr;  // M x groups
+  int64_t stride = 0;
 };
 
 NibbleInputs prepare_nibble_inputs(const bf16* inp, const QuantizedWeightsView& w, int64_t M) {
   const int64_t C = w.cols, G = w.group, groups = C / G;
+  const int64_t stride = (C + kNibbleBlock - 1) / kNibbleBlock * kNibbleBlock;
   auto* room = static_cast<char*>(
-      t_prepared.get(static_cast<size_t>(M * C) * sizeof(bf16) + M * groups * sizeof(float)));
+      t_prepared.get(static_cast<size_t>(M * stride) * sizeof(bf16) + M * groups * sizeof(float)));
   auto* sums = reinterpret_cast<float*>(room);
   auto* words = reinterpret_cast<bf16*>(room + M * groups * sizeof(float));
+  const uint16_t* order = (G == 64 ? kNibbleOrder64 : kNibbleOrder32).at;
   for (int64_t x = 0; x < M; ++x) {
     const bf16* in = inp + x * C;
     // In vectors: this runs on one thread before the team decodes (one 16 x 2048 product on one
@@ -214,60 +246,69 @@ NibbleInputs prepare_nibble_inputs(const bf16* inp, const QuantizedWeightsView& 
       for (int64_t j = kLanes; j < G; j += kLanes) sum = sum + load(in + g * G + j);
       sums[x * groups + g] = reduce_add(sum);
     }
-    bf16* to = words + x * C;
-    if (G == 64) {
-      std::copy(in, in + C, to);
-      continue;
-    }
-    for (int64_t i = 0; i < C; i += 64) {
-      std::copy_n(in + i, 16, to + i);
-      std::copy_n(in + i + 32, 16, to + i + 16);
-      std::copy_n(in + i + 16, 16, to + i + 32);
-      std::copy_n(in + i + 48, 16, to + i + 48);
+    bf16* to = words + x * stride;
+    for (int64_t i = 0; i < C; i += kNibbleBlock) {
+      const bf16* from = in + i;
+      bf16 last[kNibbleBlock] = {};  // a half block, its other half zero
+      if (i + kNibbleBlock > C) from = std::copy(in + i, in + C, last) - (C - i);
+      permute128_words(&from->bits, order, &to[i].bits);
     }
   }
-  return {words, sums};
+  return {words, sums, stride};
 }
 
-// 4-bit codes with a scale and minimum per group of 32 or 64 (C a multiple of 64): 32 bytes
-// widened to words give 64 codes, the low nibbles and the high ones, each looked up as an exact
-// bf16 integer. A group's weights are q d + min, so its contribution is d (sum of q x) plus
-// min (sum of x): the first from the pair products scaled per group (two groups of 32 share a
-// vector, lanes 0-7 and 8-15), the second from the inputs' group sums once per row.
+// 4-bit codes with a scale and minimum per group of 32 or 64 (C a multiple of 64), a block of
+// 128 at a time (the last may be half): a group's weights are q d + min, and the block's four
+// vectors hold 1 + q / 16, so its contribution is 16 d (sum of (1 + q / 16) x) + (min - 16 d)
+// (sum of x). The first from the pair products scaled per group (lanes 4g to 4g + 3 of a
+// block's sums are group g's for groups of 32, lanes 8g to 8g + 7 for 64), the 16 applied to
+// the row's total (exact); the second from the inputs' group sums once per row. Each block's
+// two halves (nibbles 0 and 1, 2 and 3) go to two accumulators. The fp16 scales and minimums
+// are read where they are used (widening a row's into scratch first waited on their lines).
 template <int kRows, int G>
 [[gnu::noinline]] void nibble_rows(float* out, const NibbleInputs& in,
-                                   const QuantizedWeightsView& w, int64_t o, const float* scales,
-                                   const float* mins) {
+                                   const QuantizedWeightsView& w, int64_t o) {
   const int64_t C = w.cols, groups = C / G;
   const uint8_t* codes = w.codes + o * (C / 2);
-  const VecW values = load_words(kLowNibbleWords.w);
+  const auto* scales = reinterpret_cast<const fp16*>(w.scales + o * groups);
+  const auto* mins = reinterpret_cast<const fp16*>(w.mins + o * groups);
+  const VecW keep = splat_words(0x78), one = splat_words(kBf16One);
   PairAccumulators<kRows> s;
-  for_each_chunk<1>(
+  for_each_chunk<2, kNibbleBlock>(
       C, [&](int64_t i, auto a) __attribute__((always_inline)) {
         constexpr int k = decltype(a)::value;
         prefetch_ahead(codes + i / 2, kPrefetchBytes);
-        const VecW b = widen_u8_words(codes + i / 2);
-        const VecW lo = lookup32_words(values, b),
-                   hi = lookup32_words(values, shift_right_words(b, 4));
+        // A last half block: its other 16 words zero, their inputs zero (prepare_nibble_inputs).
+        const bool whole = i + kNibbleBlock <= C;
+        const VecW b = whole ? load_words(codes + i / 2) : load_half_words(codes + i / 2);
+        const VecW n0 = keep_and_set_words(shift_left_words(b, 3), keep, one),
+                   n1 = keep_and_set_words(shift_right_words(b, 1), keep, one),
+                   n2 = keep_and_set_words(shift_right_words(b, 5), keep, one),
+                   n3 = keep_and_set_words(shift_right_words(b, 9), keep, one);
         VecF d;
         if constexpr (G == 64)
-          d = splat(scales[i / 64]);
+          d = splat_halves(scales + i / 64, whole ? 2 : 1);
         else
-          d = splat_halves(scales + i / 32);
+          d = splat_quarters(scales + i / 32, whole ? 4 : 2);
         for (int x = 0; x < kRows; ++x) {
-          const bf16* xw = in.words + x * C + i;
-          const VecF sum =
-              dot_pairs(dot_pairs(zero(), lo, load_words(xw)), hi, load_words(xw + 32));
-          s.acc[x][k] = fmadd(sum, d, s.acc[x][k]);
+          const bf16* xw = in.words + x * in.stride + i;
+          const VecF low =
+              dot_pairs(dot_pairs(zero(), n0, load_words(xw)), n1, load_words(xw + 32));
+          const VecF high =
+              dot_pairs(dot_pairs(zero(), n2, load_words(xw + 64)), n3, load_words(xw + 96));
+          s.acc[x][k] = fmadd(low, d, s.acc[x][k]);
+          s.acc[x][k + 1] = fmadd(high, d, s.acc[x][k + 1]);
         }
       });
+  const VecF minus16 = splat(-16.0f), sixteen = splat(16.0f);
   for (int x = 0; x < kRows; ++x) {
     const float* sums = in.group_sums + x * groups;
     VecF m = zero();
     for_each_block(0, groups, [&](int64_t g, int lanes) {
-      m = fmadd(load(mins + g, lanes), load(sums + g, lanes), m);
+      const VecF shifted_min = fmadd(minus16, load(scales + g, lanes), load(mins + g, lanes));
+      m = fmadd(shifted_min, load(sums + g, lanes), m);
     });
-    out[x * w.rows + o] = s.total(x) + reduce_add(m);
+    out[x * w.rows + o] = reduce_add(fmadd(sixteen, s.sum(x), m));
   }
 }
 
@@ -290,8 +331,7 @@ bool pairs_fit(const QuantizedWeightsView& w) {
 // bits whatever M is (each block re-decodes the row from L1).
 template <int kRows>
 void pair_rows_of(float* out, const bf16* inp, const NibbleInputs& nibbles,
-                  const QuantizedWeightsView& w, int64_t o, const float* scales,
-                  const float* mins) {
+                  const QuantizedWeightsView& w, int64_t o, const float* scales) {
   const int64_t groups = w.cols / w.group;
   switch (w.codes_type) {
     case WeightCodes::kFp6:
@@ -302,8 +342,8 @@ void pair_rows_of(float* out, const bf16* inp, const NibbleInputs& nibbles,
       return int8_rows<kRows, false>(out, inp, w, o, scales);
     case WeightCodes::kNibble:
       // The group size as a constant: no test of it per chunk.
-      if (w.group == 64) return nibble_rows<kRows, 64>(out, nibbles, w, o, scales, mins);
-      return nibble_rows<kRows, 32>(out, nibbles, w, o, scales, mins);
+      if (w.group == 64) return nibble_rows<kRows, 64>(out, nibbles, w, o);
+      return nibble_rows<kRows, 32>(out, nibbles, w, o);
   }
 }
 
@@ -313,11 +353,11 @@ void pair_gemv(float* out, const bf16* inp, const QuantizedWeightsView& w, int64
   if (w.codes_type == WeightCodes::kNibble) nibbles = prepare_nibble_inputs(inp, w, M);
 #pragma omp parallel if (w.rows * C >= kParallelWeights)
   {
+    // FP6's and int8's scales widened a row at a time (4-bit kernels read their fp16 ones).
     float* scales = t_scales.floats(2 * groups);
-    const float* mins = w.mins != nullptr ? scales + groups : nullptr;
 #pragma omp for schedule(static)
     for (int64_t o = 0; o < w.rows; ++o) {
-      widen_scales(w, groups, o, scales);
+      if (w.codes_type != WeightCodes::kNibble) widen_scales(w, groups, o, scales);
       for (int64_t x = 0; x < M; x += kPairRows) {
         float* y = out + x * w.rows;
         const bf16* xs = inp + x * C;
@@ -325,19 +365,20 @@ void pair_gemv(float* out, const bf16* inp, const QuantizedWeightsView& w, int64
         const NibbleInputs part =
             nibbles.words == nullptr
                 ? nibbles
-                : NibbleInputs{nibbles.words + x * C, nibbles.group_sums + x * groups};
+                : NibbleInputs{nibbles.words + x * nibbles.stride, nibbles.group_sums + x * groups,
+                               nibbles.stride};
         switch (std::min<int64_t>(kPairRows, M - x)) {
           case 1:
-            pair_rows_of<1>(y, xs, part, w, o, scales, mins);
+            pair_rows_of<1>(y, xs, part, w, o, scales);
             break;
           case 2:
-            pair_rows_of<2>(y, xs, part, w, o, scales, mins);
+            pair_rows_of<2>(y, xs, part, w, o, scales);
             break;
           case 3:
-            pair_rows_of<3>(y, xs, part, w, o, scales, mins);
+            pair_rows_of<3>(y, xs, part, w, o, scales);
             break;
           default:
-            pair_rows_of<4>(y, xs, part, w, o, scales, mins);
+            pair_rows_of<4>(y, xs, part, w, o, scales);
         }
       }
     }

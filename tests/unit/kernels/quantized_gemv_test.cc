@@ -88,12 +88,17 @@ Matrix make(const Case& c, unsigned seed) {
 
 const Case kCases[] = {
     {WeightCodes::kFp6, 37, 100, 100},  // tail of 4 weights after six blocks of 16
-    {WeightCodes::kFp6, 64, 1024, 1024},  {WeightCodes::kFp6, 5, 64, 64},  // whole 64-code chunks
+    {WeightCodes::kFp6, 64, 1024, 1024},
+    {WeightCodes::kFp6, 5, 64, 64},    // whole 64-code chunks
     {WeightCodes::kFp6, 7, 80, 80},    // whole blocks of 16, not of 64: decoded block by block
     {WeightCodes::kInt8, 33, 77, 77},  // per row, an odd tail
     {WeightCodes::kInt8, 50, 96, 32},  // Q8_0 blocks
-    {WeightCodes::kNibble, 31, 96, 32},   {WeightCodes::kNibble, 20, 192, 64},
+    {WeightCodes::kNibble, 31, 96, 32},
+    {WeightCodes::kNibble, 20, 192, 64},
     {WeightCodes::kNibble, 300, 512, 32},  // enough weights for the team
+    // bf16 pairs take 4-bit codes 128 weights at a time: rows ending in half a block
+    {WeightCodes::kNibble, 13, 320, 32},
+    {WeightCodes::kNibble, 6, 64, 64},
     {WeightCodes::kInt8, 70, 1024, 1024},  // per row, whole blocks (decoded in registers)
     {WeightCodes::kInt8, 9, 192, 32},      // Q8_0 blocks in whole chunks of 64 (bf16 pairs)
 };

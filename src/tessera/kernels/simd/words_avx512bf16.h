@@ -35,6 +35,18 @@ inline VecW widen_s8_words(const int8_t* p) {
   return VecW{_mm512_maskz_cvtepi8_epi16(kAllWords,
                                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
 }
+// 16 words from p (32 bytes) in lanes 0-15, lanes 16-31 zero.
+inline VecW load_half_words(const void* p) {
+  return VecW{_mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
+}
+inline VecW splat_words(uint16_t w) { return VecW{_mm512_set1_epi16(static_cast<short>(w))}; }
+inline VecW shift_left_words(VecW a, unsigned bits) {
+  return VecW{_mm512_maskz_slli_epi16(kAllWords, a.v, bits)};
+}
+// (a & keep) | set, bit by bit (one vpternlogd).
+inline VecW keep_and_set_words(VecW a, VecW keep, VecW set) {
+  return VecW{_mm512_ternarylogic_epi32(a.v, keep.v, set.v, 0xEA)};
+}
 inline VecW shift_right_words(VecW a, unsigned bits) {
   return VecW{_mm512_maskz_srli_epi16(kAllWords, a.v, bits)};
 }
@@ -55,12 +67,34 @@ inline VecF dot_pairs(VecF acc, VecW a, VecW b) {
       _mm512_dpbf16_ps(acc.v, reinterpret_cast<__m512bh&>(a.v), reinterpret_cast<__m512bh&>(b.v))};
 }
 
-// Lanes 0-7 p[0], lanes 8-15 p[1]: the scales of two groups whose products share a vector.
-inline VecF splat_halves(const float* p) {
-  const __m512 two =
-      _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p))));
+// Lanes 8q to 8q + 7 p[q] (q = 0, 1), and lanes 4q to 4q + 3 p[q] (q = 0 .. 3): the fp16
+// scales of two or four groups whose products share a vector. Only the first n are read; lanes
+// of the others are zero.
+inline VecF splat_halves(const fp16* p, int n = 2) {
+  const __m128 f = _mm_cvtph_ps(_mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << n) - 1), p));
   return VecF{_mm512_maskz_permutexvar_ps(
-      kAll, _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), two)};
+      kAll, _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+      _mm512_castps128_ps512(f))};
+}
+inline VecF splat_quarters(const fp16* p, int n = 4) {
+  const __m128 f = _mm_cvtph_ps(_mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << n) - 1), p));
+  return VecF{_mm512_maskz_permutexvar_ps(
+      kAll, _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+      _mm512_castps128_ps512(f))};
+}
+
+// to[j] = from[order[j]] for 128 words (each order[j] < 128): each 32 of to from two vpermt2w
+// over the four vectors of from and a blend on the index's bit 6.
+inline void permute128_words(const uint16_t* from, const uint16_t* order, uint16_t* to) {
+  const __m512i v0 = _mm512_loadu_si512(from), v1 = _mm512_loadu_si512(from + 32),
+                v2 = _mm512_loadu_si512(from + 64), v3 = _mm512_loadu_si512(from + 96);
+  for (int k = 0; k < 4; ++k) {
+    const __m512i idx = _mm512_loadu_si512(order + 32 * k);
+    const __m512i low = _mm512_maskz_permutex2var_epi16(kAllWords, v0, idx, v1),
+                  high = _mm512_maskz_permutex2var_epi16(kAllWords, v2, idx, v3);
+    const __mmask32 from_high = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(64));
+    _mm512_storeu_si512(to + 32 * k, _mm512_mask_blend_epi16(from_high, low, high));
+  }
 }
 
 namespace words_detail {
