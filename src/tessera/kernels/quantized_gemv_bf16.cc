@@ -1,11 +1,11 @@
 // Products of weight-only quantized matrices with bf16 inputs (contract in quantized_gemv.h),
 // compiled once per CPU target. Where the CPU has AVX512-BF16 (words_avx512bf16.h) every
-// format's codes decode to bf16 numbers exactly — an FP6 e3m2 value, a 4-bit code, an int8
-// code's high and low halves (16 h + l) — and are multiplied with the bf16 inputs in pairs by
-// vdpbf16ps, the scales applied to the sums: per 64 weights about 8 instructions against the
-// fp32 path's ~18 (widening each code to fp32, its lookup or conversion, the scale, a
-// multiply-add per 16). Elsewhere, and for shapes the pair kernels do not take, the inputs are
-// widened to fp32 for quantized_gemv.
+// format's codes decode to bf16 numbers exactly — an FP6 e3m2 value, a 4-bit code q as
+// 1 + q / 16, an int8 code's high and low halves (16 h + l) — and are multiplied with the bf16
+// inputs in pairs by vdpbf16ps, the scales applied to the sums: per 64 weights about 8
+// instructions against the fp32 path's ~18 (widening each code to fp32, its lookup or
+// conversion, the scale, a multiply-add per 16). Elsewhere, and for shapes the pair kernels do not
+// take, the inputs are widened to fp32 for quantized_gemv.
 #include <algorithm>
 #include <array>
 #include <bit>
