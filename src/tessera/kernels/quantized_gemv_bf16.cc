@@ -90,29 +90,20 @@ struct PairAccumulators {
 };
 
 // Calls chunk(i, a) for the kChunk-weight chunks of a row of C weights (C a multiple of 64; a
-// last chunk of 128 may be half), a the first of the chunk's kPerChunk accumulators, as a
-// constant: chunk c takes accumulators kPerChunk (c mod 4 / kPerChunk) onwards, so that each of
-// the four is added to once every 4 / kPerChunk chunks. (A 4-bit chunk's one multiply-add into
-// every other accumulator, two in turn, ran at 7.6 cycles a chunk on an AMD EPYC (Zen 5), into
-// four in turn at 4.0: the same loop, measured alone from L1 on 2026-12-04.)
-template <int kPerChunk, int64_t kChunk, typename Chunk>
+// last chunk of 128 may be half), a the first of the chunk's two accumulators, as a constant:
+// chunks take accumulators 0 and 1, then 2 and 3, in turn, so that no accumulator waits on the
+// previous chunk's sums. (A 4-bit loop with one multiply-add a chunk ran at 7.6 cycles a 64
+// weights on an AMD EPYC (Zen 5) with two accumulators in turn, at 4.0 with four: measured
+// alone from L1.)
+template <int64_t kChunk, typename Chunk>
 [[gnu::always_inline]] inline void for_each_chunk(int64_t C, Chunk chunk) {
-  static_assert(kPerChunk == 1 || kPerChunk == 2);
-  constexpr int64_t kTurn = 4 / kPerChunk * kChunk;  // weights before an accumulator comes again
   int64_t i = 0;
-  for (; i + kTurn <= C; i += kTurn) {
+  for (; i + 2 * kChunk <= C; i += 2 * kChunk) {
     chunk(i, std::integral_constant<int, 0>{});
-    chunk(i + kChunk, std::integral_constant<int, kPerChunk>{});
-    if constexpr (kPerChunk == 1) {
-      chunk(i + 2 * kChunk, std::integral_constant<int, 2>{});
-      chunk(i + 3 * kChunk, std::integral_constant<int, 3>{});
-    }
+    chunk(i + kChunk, std::integral_constant<int, 2>{});
   }
   if (i < C) chunk(i, std::integral_constant<int, 0>{});
-  if (i + kChunk < C) chunk(i + kChunk, std::integral_constant<int, kPerChunk>{});
-  if constexpr (kPerChunk == 1) {
-    if (i + 2 * kChunk < C) chunk(i + 2 * kChunk, std::integral_constant<int, 2>{});
-  }
+  if (i + kChunk < C) chunk(i + kChunk, std::integral_constant<int, 2>{});
 }
 
 // Chunk i (64 weights) of an FP6 row into accumulators k and k + 1 (fp6_rows). A function, not
@@ -164,7 +155,7 @@ template <int kRows, bool kPerRow>
   const int8_t* codes = reinterpret_cast<const int8_t*>(w.codes + o * C);
   const VecW low = load_words(kLowNibbleWords.w), high = load_words(kInt8HighWords.w);
   PairAccumulators<kRows> s;
-  for_each_chunk<2, 64>(
+  for_each_chunk<64>(
       C, [&](int64_t i, auto a) __attribute__((always_inline)) {
         constexpr int k = decltype(a)::value;
         prefetch_ahead(codes + i, kPrefetchBytes);
@@ -197,7 +188,8 @@ template <int kRows, bool kPerRow>
 // vectors hold the block's weights in the order kNibbleOrder gives; the inputs are reordered
 // to it once a product (prepare_nibble_inputs) so the loop only loads them. (The way before,
 // 32 bytes widened to words and each nibble looked up by vpermw, spent 3 shuffles a 64 weights
-// where this spends none: on an AMD EPYC (Zen 5) its decoding alone took ~2.7 cycles a 64.)
+// where this spends none: on an AMD EPYC (Zen 5), measured alone from L1 on 2026-12-04, that
+// loop took 4.0 cycles a 64 weights, this one 2.7.)
 constexpr int64_t kNibbleBlock = 128;
 constexpr uint16_t kBf16One = 0x3F80;
 
@@ -274,7 +266,7 @@ template <int kRows, int G>
   const auto* mins = reinterpret_cast<const fp16*>(w.mins + o * groups);
   const VecW keep = splat_words(0x78), one = splat_words(kBf16One);
   PairAccumulators<kRows> s;
-  for_each_chunk<2, kNibbleBlock>(
+  for_each_chunk<kNibbleBlock>(
       C, [&](int64_t i, auto a) __attribute__((always_inline)) {
         constexpr int k = decltype(a)::value;
         prefetch_ahead(codes + i / 2, kPrefetchBytes);

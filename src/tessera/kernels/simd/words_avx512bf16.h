@@ -26,11 +26,7 @@ struct VecW {
 constexpr __mmask32 kAllWords = ~__mmask32{0};
 
 inline VecW load_words(const void* p) { return VecW{_mm512_loadu_si512(p)}; }
-// 32 bytes widened to 32 words, unsigned or signed.
-inline VecW widen_u8_words(const uint8_t* p) {
-  return VecW{_mm512_maskz_cvtepu8_epi16(kAllWords,
-                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
-}
+// 32 signed bytes widened to 32 words.
 inline VecW widen_s8_words(const int8_t* p) {
   return VecW{_mm512_maskz_cvtepi8_epi16(kAllWords,
                                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
