@@ -28,9 +28,10 @@
 // where the target has FMA), summed (a0 + a1) + (a2 + a3) and then across lanes, so it equals
 // decode-then-fp32-GEMM to fp32 rounding; both ways of decoding give the same bits. The bf16
 // pair kernels multiply exactly and sum in a different order (products in pairs into four
-// accumulators, a row's or group's scale times its sum; 4-bit minimums times the inputs' group
-// sums), also within fp32 rounding of the exact product, and each output's bits do not depend
-// on M.
+// accumulators, a row's or group's scale times its sum; 4-bit codes decoded as 1 + q/16, so a
+// group adds 16 d (its sum) + (min - 16 d) (the inputs' group sum), which cancel in part: the
+// rounding error grows with (16 + q) d |x| rather than with the weights), also within fp32
+// rounding of the exact product, and each output's bits do not depend on M.
 #pragma once
 
 #include <cstdint>

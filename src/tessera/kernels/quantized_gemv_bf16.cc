@@ -92,9 +92,9 @@ struct PairAccumulators {
 // Calls chunk(i, a) for the kChunk-weight chunks of a row of C weights (C a multiple of 64; a
 // last chunk of 128 may be half), a the first of the chunk's two accumulators, as a constant:
 // chunks take accumulators 0 and 1, then 2 and 3, in turn, so that no accumulator waits on the
-// previous chunk's sums. (A 4-bit loop with one multiply-add a chunk ran at 7.6 cycles a 64
-// weights on an AMD EPYC (Zen 5) with two accumulators in turn, at 4.0 with four: measured
-// alone from L1.)
+// previous chunk's sums. (The 4-bit loop before the present one, one multiply-add a chunk of 64,
+// ran at 7.6 cycles a chunk on an AMD EPYC (Zen 5) with two accumulators in turn and at 4.0
+// with four: measured alone from L1 on 2026-12-04.)
 template <int64_t kChunk, typename Chunk>
 [[gnu::always_inline]] inline void for_each_chunk(int64_t C, Chunk chunk) {
   int64_t i = 0;
@@ -239,11 +239,13 @@ NibbleInputs prepare_nibble_inputs(const bf16* inp, const QuantizedWeightsView& 
       sums[x * groups + g] = reduce_add(sum);
     }
     bf16* to = words + x * stride;
-    for (int64_t i = 0; i < C; i += kNibbleBlock) {
-      const bf16* from = in + i;
-      bf16 last[kNibbleBlock] = {};  // a half block, its other half zero
-      if (i + kNibbleBlock > C) from = std::copy(in + i, in + C, last) - (C - i);
-      permute128_words(&from->bits, order, &to[i].bits);
+    int64_t i = 0;
+    for (; i + kNibbleBlock <= C; i += kNibbleBlock)
+      permute128_words(&in[i].bits, order, &to[i].bits);
+    if (i < C) {  // a half block, its other half zero
+      bf16 last[kNibbleBlock] = {};
+      std::copy(in + i, in + C, last);
+      permute128_words(&last[0].bits, order, &to[i].bits);
     }
   }
   return {words, sums, stride};
@@ -345,8 +347,9 @@ void pair_gemv(float* out, const bf16* inp, const QuantizedWeightsView& w, int64
   if (w.codes_type == WeightCodes::kNibble) nibbles = prepare_nibble_inputs(inp, w, M);
 #pragma omp parallel if (w.rows * C >= kParallelWeights)
   {
-    // FP6's and int8's scales widened a row at a time (4-bit kernels read their fp16 ones).
-    float* scales = t_scales.floats(2 * groups);
+    // FP6's and int8's scales widened a row at a time (4-bit kernels read their fp16 scales and
+    // minimums; the other formats have no minimums, so groups floats are room enough).
+    float* scales = t_scales.floats(groups);
 #pragma omp for schedule(static)
     for (int64_t o = 0; o < w.rows; ++o) {
       if (w.codes_type != WeightCodes::kNibble) widen_scales(w, groups, o, scales);

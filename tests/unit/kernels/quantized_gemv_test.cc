@@ -96,9 +96,13 @@ const Case kCases[] = {
     {WeightCodes::kNibble, 31, 96, 32},
     {WeightCodes::kNibble, 20, 192, 64},
     {WeightCodes::kNibble, 300, 512, 32},  // enough weights for the team
-    // bf16 pairs take 4-bit codes 128 weights at a time: rows ending in half a block
+    // bf16 pairs take 4-bit codes 128 weights at a time, two blocks a turn: rows ending in half a
+    // block after whole turns, in the second block of a turn, in a whole block alone
     {WeightCodes::kNibble, 13, 320, 32},
     {WeightCodes::kNibble, 6, 64, 64},
+    {WeightCodes::kNibble, 5, 448, 32},
+    {WeightCodes::kNibble, 7, 384, 64},
+    {WeightCodes::kNibble, 3, 640, 64},
     {WeightCodes::kInt8, 70, 1024, 1024},  // per row, whole blocks (decoded in registers)
     {WeightCodes::kInt8, 9, 192, 32},      // Q8_0 blocks in whole chunks of 64 (bf16 pairs)
 };

@@ -1,8 +1,9 @@
 // 32 bf16 lanes and their dot products, on the avx512bf16 target only (TESSERA_BF16_DOT is
 // defined there): for kernels whose weights decode to bf16 numbers exactly — FP6 e3m2 values,
-// 4-bit codes, an int8 code's two halves — and whose inputs are bf16. vdpbf16ps multiplies 32
-// pairs of bf16 exactly and adds each two products into one fp32 lane, so a decoded weight costs
-// a 16-bit lookup instead of a widening to fp32, a lookup and a multiply-add per 16 weights.
+// 4-bit codes (as 1 + q/16), an int8 code's two halves — and whose inputs are bf16. vdpbf16ps
+// multiplies 32 pairs of bf16 exactly and adds each two products into one fp32 lane, so a decoded
+// weight costs a 16-bit lookup or two bit operations instead of a widening to fp32, a lookup and
+// a multiply-add per 16 weights.
 // Its sums round to nearest even in fp32 and treat subnormal inputs and results as zero.
 //
 // VecW holds 32 16-bit lanes (bf16 bits or small integers); word tables are 32 or 64 entries
@@ -66,13 +67,13 @@ inline VecF dot_pairs(VecF acc, VecW a, VecW b) {
 // Lanes 8q to 8q + 7 p[q] (q = 0, 1), and lanes 4q to 4q + 3 p[q] (q = 0 .. 3): the fp16
 // scales of two or four groups whose products share a vector. Only the first n are read; lanes
 // of the others are zero.
-inline VecF splat_halves(const fp16* p, int n = 2) {
+inline VecF splat_halves(const fp16* p, int n) {
   const __m128 f = _mm_cvtph_ps(_mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << n) - 1), p));
   return VecF{_mm512_maskz_permutexvar_ps(
       kAll, _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
       _mm512_castps128_ps512(f))};
 }
-inline VecF splat_quarters(const fp16* p, int n = 4) {
+inline VecF splat_quarters(const fp16* p, int n) {
   const __m128 f = _mm_cvtph_ps(_mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << n) - 1), p));
   return VecF{_mm512_maskz_permutexvar_ps(
       kAll, _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
