@@ -281,9 +281,9 @@ template <int kRows, int G>
                    n3 = keep_and_set_words(shift_right_words(b, 9), keep, one);
         VecF d;
         if constexpr (G == 64)
-          d = splat_halves(scales + i / 64, whole ? 2 : 1);
+          d = splat_groups<8>(scales + i / 64, whole ? 2 : 1);
         else
-          d = splat_quarters(scales + i / 32, whole ? 4 : 2);
+          d = splat_groups<4>(scales + i / 32, whole ? 4 : 2);
         for (int x = 0; x < kRows; ++x) {
           const bf16* xw = in.words + x * in.stride + i;
           const VecF low =
@@ -294,16 +294,16 @@ template <int kRows, int G>
           s.acc[x][k + 1] = fmadd(high, d, s.acc[x][k + 1]);
         }
       });
+  // The minimums' terms: each group's min - 16 d once, for every input row.
   const VecF minus16 = splat(-16.0f), sixteen = splat(16.0f);
-  for (int x = 0; x < kRows; ++x) {
-    const float* sums = in.group_sums + x * groups;
-    VecF m = zero();
-    for_each_block(0, groups, [&](int64_t g, int lanes) {
-      const VecF shifted_min = fmadd(minus16, load(scales + g, lanes), load(mins + g, lanes));
-      m = fmadd(shifted_min, load(sums + g, lanes), m);
-    });
-    out[x * w.rows + o] = reduce_add(fmadd(sixteen, s.sum(x), m));
-  }
+  VecF m[kRows];
+  for (VecF& v : m) v = zero();
+  for_each_block(0, groups, [&](int64_t g, int lanes) {
+    const VecF shifted_min = fmadd(minus16, load(scales + g, lanes), load(mins + g, lanes));
+    for (int x = 0; x < kRows; ++x)
+      m[x] = fmadd(shifted_min, load(in.group_sums + x * groups + g, lanes), m[x]);
+  });
+  for (int x = 0; x < kRows; ++x) out[x * w.rows + o] = reduce_add(fmadd(sixteen, s.sum(x), m[x]));
 }
 
 // Whether the pair kernels take this matrix: whole chunks of 64, FP6 with its one scale a row

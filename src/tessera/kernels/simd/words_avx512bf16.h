@@ -64,20 +64,18 @@ inline VecF dot_pairs(VecF acc, VecW a, VecW b) {
       _mm512_dpbf16_ps(acc.v, reinterpret_cast<__m512bh&>(a.v), reinterpret_cast<__m512bh&>(b.v))};
 }
 
-// Lanes 8q to 8q + 7 p[q] (q = 0, 1), and lanes 4q to 4q + 3 p[q] (q = 0 .. 3): the fp16
-// scales of two or four groups whose products share a vector. Only the first n are read; lanes
-// of the others are zero.
-inline VecF splat_halves(const fp16* p, int n) {
-  const __m128 f = _mm_cvtph_ps(_mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << n) - 1), p));
-  return VecF{_mm512_maskz_permutexvar_ps(
-      kAll, _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-      _mm512_castps128_ps512(f))};
-}
-inline VecF splat_quarters(const fp16* p, int n) {
-  const __m128 f = _mm_cvtph_ps(_mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << n) - 1), p));
-  return VecF{_mm512_maskz_permutexvar_ps(
-      kAll, _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-      _mm512_castps128_ps512(f))};
+// Lanes kGroupLanes q to kGroupLanes (q + 1) - 1 hold p[q], for the fp16 scales of the groups
+// whose products share a vector (kGroupLanes 4 or 8: four or two groups). Only the first n are
+// read (the vector layer's masked fp16 load); lanes of the others are zero.
+template <int kGroupLanes>
+inline VecF splat_groups(const fp16* p, int n) {
+  static_assert(kGroupLanes == 4 || kGroupLanes == 8);
+  constexpr int kShift = kGroupLanes == 4 ? 2 : 3;
+  const __m512i lane_group =
+      _mm512_set_epi32(15 >> kShift, 14 >> kShift, 13 >> kShift, 12 >> kShift, 11 >> kShift,
+                       10 >> kShift, 9 >> kShift, 8 >> kShift, 7 >> kShift, 6 >> kShift,
+                       5 >> kShift, 4 >> kShift, 3 >> kShift, 2 >> kShift, 1 >> kShift, 0);
+  return VecF{_mm512_maskz_permutexvar_ps(kAll, lane_group, load(p, n).v)};
 }
 
 // to[j] = from[order[j]] for 128 words (each order[j] < 128): each 32 of to from two vpermt2w
