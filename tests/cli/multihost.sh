@@ -1,6 +1,7 @@
 #!/bin/bash
 # Runs across "hosts" (network namespaces, scripts/multihost.sh: each its own hostname and
 # address, TCP between them) against the same layout on one host:
+#   - 2 hosts x 1 rank, DP 2 (ZeRO 0 and 1), 26 MB of gradients, the pair exchange's chunks;
 #   - 2 hosts x 2 ranks, TP 2 x DP 2, and 4 hosts x 2 ranks, TP 2 x PP 2 x DP 2 with ZeRO 1, bf16,
 #     20 iterations: losses and gradient norms of every iteration equal (tessera-compare with
 #     zero tolerances) and the exported weights byte for byte equal (cmp) to mpirun -np 4 / -np 8
@@ -51,14 +52,21 @@ train two-hosts-tp-dp 2 2 "${FLAGS[@]}" "${PIN[@]}" "${TP_DP[@]}"
 check "2 hosts x 2 ranks, TP 2 x DP 2: bitwise equal to one host" bitwise one-host-tp-dp two-hosts-tp-dp
 check "2 hosts x 2 ranks, TP 2 x DP 2: no placement warning" no_warning "$TMP/two-hosts-tp-dp/err"
 
-# DP 2 with a host each, gradients of 6.8 MB (one bucket): between hosts the runtime all-reduces
-# two ranks' fp32 buffers of 1 MiB or more by exchanging them (comm/pair_reduction.h), on one
-# host with MPI_Allreduce; the bits must be the same.
-WIDER=(--hidden-size 256 --num-layers 2)
+# DP 2 with a host each, gradients of 26 MB (one bucket; 7 of the exchange's 4 MiB chunks, so
+# its two receive buffers are reused): between hosts the runtime all-reduces two ranks' fp32
+# buffers of 1 MiB or more by exchanging them (comm/pair_reduction.h), on one host with
+# MPI_Allreduce; the bits must be the same.
+WIDER=(--hidden-size 512 --num-layers 2)
 train one-host-dp 0 2 "${FLAGS[@]}" "${PIN[@]}" "${WIDER[@]}"
 train two-hosts-dp 2 1 "${FLAGS[@]}" "${PIN[@]}" "${WIDER[@]}"
-check "2 hosts x 1 rank, DP 2, 6.8 MB of gradients: bitwise equal to one host" \
+check "2 hosts x 1 rank, DP 2, 26 MB of gradients: bitwise equal to one host" \
   bitwise one-host-dp two-hosts-dp
+# The same with ZeRO 1: between hosts the gradients are reduce-scattered by the exchange too,
+# its sends on a thread of their own there (comm/pair_reduction.cc).
+train one-host-dp-zero1 0 2 "${FLAGS[@]}" "${PIN[@]}" "${WIDER[@]}" --zero-stage 1
+train two-hosts-dp-zero1 2 1 "${FLAGS[@]}" "${PIN[@]}" "${WIDER[@]}" --zero-stage 1
+check "2 hosts x 1 rank, DP 2, ZeRO 1, 26 MB of gradients: bitwise equal to one host" \
+  bitwise one-host-dp-zero1 two-hosts-dp-zero1
 
 TP_PP_DP=(--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --zero-stage 1)
 train one-host-tp-pp-dp 0 8 "${FLAGS[@]}" "${PIN[@]}" "${TP_PP_DP[@]}"

@@ -1,9 +1,11 @@
 #include "tessera/comm/pair_reduction.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "tessera/core/error.h"
@@ -44,28 +46,74 @@ const PairComm& pair_comm(MPI_Comm comm) {
   return it->second;
 }
 
-// Receives `count_in` floats from the peer into `recv` and sends `count_out` floats from `send`, as
-// chunks of at most kChunk (tagged with their index: at most 2^31 floats, 2048 chunks), every
-// receive posted before the first send; returns when all are done.
-void exchange(float* recv, int64_t count_in, const float* send, int64_t count_out, int peer,
-              MPI_Comm comm) {
-  std::vector<MPI_Request> reqs;
-  reqs.reserve(static_cast<size_t>((count_in + count_out) / kChunk + 2));
-  for (int64_t at = 0, k = 0; at < count_in; at += kChunk, ++k) {
-    reqs.emplace_back();
-    MPI_Irecv(recv + at, static_cast<int>(std::min(kChunk, count_in - at)), MPI_FLOAT, peer,
-              static_cast<int>(k), comm, &reqs.back());
-  }
-  for (int64_t at = 0, k = 0; at < count_out; at += kChunk, ++k) {
-    reqs.emplace_back();
-    MPI_Isend(send + at, static_cast<int>(std::min(kChunk, count_out - at)), MPI_FLOAT, peer,
-              static_cast<int>(k), comm, &reqs.back());
-  }
-  MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
-}
-
 void add_into(float* __restrict mine, const float* __restrict theirs, int64_t n) {
   for (int64_t i = 0; i < n; ++i) mine[i] += theirs[i];
+}
+
+// Sends `count` floats from `send` to the peer and receives as many from it, as chunks of at most
+// kChunk (tagged with their index: at most 2^31 floats, 2048 chunks), and calls
+// add(at, n, received) for the received values of [at, at + n): on one host once, for the whole
+// buffer, after everything has arrived (into `recv`); between hosts once a chunk, in order, as
+// each arrives (into `recv`, or with `recv` null into one of two chunk-sized buffers) and only
+// after the same chunk of `send` has gone, so that `add` may overwrite `send` (an all-reduce in
+// place) and the sum of one chunk overlaps the transfer of the next.
+//
+// On one host every receive is posted before the first send and one thread waits for them all.
+// Between hosts (over TCP) the sends run on a thread of their own, a blocking send a chunk,
+// while the calling thread receives. Why: with one thread progressing both directions, Open
+// MPI 4.1's TCP transport moved back-to-back exchanges at half the link's rate each way, as if
+// the link were half duplex (63 MB/s each way on a shaped 1 Gbit/s link, for any chunk size,
+// tbf queue bound, TCP congestion control or socket buffer size; an exchange after 10 ms of
+// silence ran at the link's rate), where the two threads reached 105-110 MB/s, and plain TCP
+// sockets 120 MB/s each way on one connection (2026-12-04, docs/distributed.md). The sends must
+// not be too small: a blocking send waits for the receiver's answer to its request, and 256 KiB
+// chunks moved 32 MB/s there, 1 and 4 MiB 105-110. On one host the second thread made the
+// exchange 12x slower (two ranks' four threads spinning on two cores), so there the one-thread
+// form stays.
+template <typename Add>
+void exchange_and_add(const float* send, float* recv, int64_t count, int peer, MPI_Comm comm,
+                      bool between_hosts, const Add& add) {
+  const int64_t chunks = (count + kChunk - 1) / kChunk;
+  const auto size = [count](int64_t k) {
+    return static_cast<int>(std::min(kChunk, count - k * kChunk));
+  };
+  const auto tag = [](int64_t k) { return static_cast<int>(k); };
+  if (!between_hosts) {
+    std::vector<MPI_Request> reqs(static_cast<size_t>(2 * chunks));
+    for (int64_t k = 0; k < chunks; ++k)
+      MPI_Irecv(recv + k * kChunk, size(k), MPI_FLOAT, peer, tag(k), comm, &reqs[k]);
+    for (int64_t k = 0; k < chunks; ++k)
+      MPI_Isend(send + k * kChunk, size(k), MPI_FLOAT, peer, tag(k), comm, &reqs[chunks + k]);
+    MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
+    add(0, count, recv);
+    return;
+  }
+  std::atomic<int64_t> sent{0};  // chunks of `send` gone
+  std::thread sender([&] {
+    for (int64_t k = 0; k < chunks; ++k) {
+      MPI_Send(send + k * kChunk, size(k), MPI_FLOAT, peer, tag(k), comm);
+      sent.store(k + 1, std::memory_order_release);
+      sent.notify_one();
+    }
+  });
+  const std::unique_ptr<float[]> slots(recv == nullptr ? new float[2 * kChunk] : nullptr);
+  const auto landing = [&](int64_t k) {
+    return recv != nullptr ? recv + k * kChunk : slots.get() + (k % 2) * kChunk;
+  };
+  // Chunk k + 1's receive is posted before chunk k is summed (its buffer, chunk k - 1's, is free).
+  MPI_Request pending[2];
+  MPI_Irecv(landing(0), size(0), MPI_FLOAT, peer, tag(0), comm, &pending[0]);
+  for (int64_t k = 0; k < chunks; ++k) {
+    if (k + 1 < chunks)
+      MPI_Irecv(landing(k + 1), size(k + 1), MPI_FLOAT, peer, tag(k + 1), comm,
+                &pending[(k + 1) % 2]);
+    MPI_Wait(&pending[k % 2], MPI_STATUS_IGNORE);
+    for (int64_t gone = sent.load(std::memory_order_acquire); gone <= k;
+         gone = sent.load(std::memory_order_acquire))
+      sent.wait(gone, std::memory_order_acquire);
+    add(k * kChunk, size(k), landing(k));
+  }
+  sender.join();
 }
 
 int rank_in(MPI_Comm comm) {
@@ -83,12 +131,15 @@ bool pair_reduction_applies(int group_size, int64_t count, MPI_Datatype type, MP
 bool pair_spans_hosts(MPI_Comm comm) { return pair_comm(comm).spans_hosts; }
 
 void pair_all_reduce_sum(float* buf, int64_t count, MPI_Comm group_comm) {
-  MPI_Comm comm = pair_comm(group_comm).exchange;
-  const int peer = 1 - rank_in(comm);
-  // Not zeroed: every element is received before it is read.
-  const std::unique_ptr<float[]> theirs(new float[static_cast<size_t>(count)]);
-  exchange(theirs.get(), count, buf, count, peer, comm);
-  add_into(buf, theirs.get(), count);
+  const PairComm& pair = pair_comm(group_comm);
+  const int peer = 1 - rank_in(pair.exchange);
+  // On one host the peer's values arrive in a buffer as large as buf (not zeroed: every element
+  // is received before it is read); between hosts chunk by chunk (exchange_and_add).
+  const std::unique_ptr<float[]> theirs(pair.spans_hosts ? nullptr
+                                                         : new float[static_cast<size_t>(count)]);
+  exchange_and_add(
+      buf, theirs.get(), count, peer, pair.exchange, pair.spans_hosts,
+      [buf](int64_t at, int64_t n, const float* received) { add_into(buf + at, received, n); });
 }
 
 void pair_reduce_scatter_sum(const float* in, float* out, int64_t count, MPI_Comm group_comm) {
@@ -96,11 +147,13 @@ void pair_reduce_scatter_sum(const float* in, float* out, int64_t count, MPI_Com
   // already overwritten.
   if (out < in + 2 * count && in < out + count)
     throw Error("reduce_scatter: the output overlaps the input");
-  MPI_Comm comm = pair_comm(group_comm).exchange;
-  const int rank = rank_in(comm), peer = 1 - rank;
+  const PairComm& pair = pair_comm(group_comm);
+  const int rank = rank_in(pair.exchange), peer = 1 - rank;
   // The peer's values of this rank's block arrive in `out`; this rank's values are added there.
-  exchange(out, count, in + (1 - rank) * count, count, peer, comm);
-  add_into(out, in + rank * count, count);
+  const float* mine = in + rank * count;
+  exchange_and_add(
+      in + (1 - rank) * count, out, count, peer, pair.exchange, pair.spans_hosts,
+      [out, mine](int64_t at, int64_t n, const float*) { add_into(out + at, mine + at, n); });
 }
 
 }  // namespace tessera::comm::detail

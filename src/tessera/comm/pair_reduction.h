@@ -5,9 +5,11 @@
 // exchanging the halves does, on one host (shared memory) and between two hosts over TCP
 // (there at 37% of a 1 Gbit/s link's rate each way); measured by the comm bench
 // (bench/comm_main.cc, docs/performance.md). Each rank sends the peer's half as messages of at
-// most kPairChunkBytes, every receive posted before the first send, and adds its own half to
-// what arrives. The all-reduce sends the whole buffer each way and adds what arrives (Open MPI's
-// recursive doubling for two ranks): between two hosts over TCP Open MPI's default, the ring,
+// most kPairChunkBytes and adds its own half to what arrives: on one host every receive posted
+// before the first send; between hosts the sends on a thread of their own and each chunk summed
+// as it arrives (one thread progressing both directions ran at half a TCP link's rate; measured
+// in pair_reduction.cc). The all-reduce sends the whole buffer each way and adds what arrives (Open
+// MPI's recursive doubling for two ranks): between two hosts over TCP Open MPI's default, the ring,
 // reached 69% of a shaped 1 Gbit/s link each way after a barrier and 55% back to back, its
 // recursive doubling (coll_tuned_allreduce_algorithm 3) 94% either way (bench/mpi_exchange,
 // docs/distributed.md); on one host the exchange was 8-15% slower than MPI's own, so there the
@@ -45,7 +47,8 @@ void pair_reduce_scatter_sum(const float* in, float* out, int64_t count, MPI_Com
 bool pair_spans_hosts(MPI_Comm comm);
 
 // buf (count floats) becomes the sum of both ranks' buf, in place, as MPI_Allreduce. The peer's
-// values arrive in a buffer as large as buf, allocated for the call and not counted by the memory
+// values arrive in a buffer as large as buf on one host, in two 4 MiB buffers between hosts
+// (summed chunk by chunk as they arrive), allocated for the call and not counted by the memory
 // accountant (as MPI's own reductions allocate theirs).
 void pair_all_reduce_sum(float* buf, int64_t count, MPI_Comm comm);
 
