@@ -1,7 +1,7 @@
 #!/bin/bash
 # Runs across "hosts" (network namespaces, scripts/multihost.sh: each its own hostname and
 # address, TCP between them) against the same layout on one host:
-#   - 2 hosts x 1 rank, DP 2 (ZeRO 0 and 1), 26 MB of gradients, the pair exchange's chunks;
+#   - 2 hosts x 1 rank, DP 2 (ZeRO 0, 1 and 3), 26 MB of gradients, the pair exchange's chunks;
 #   - 2 hosts x 2 ranks, TP 2 x DP 2, and 4 hosts x 2 ranks, TP 2 x PP 2 x DP 2 with ZeRO 1, bf16,
 #     20 iterations: losses and gradient norms of every iteration equal (tessera-compare with
 #     zero tolerances) and the exported weights byte for byte equal (cmp) to mpirun -np 4 / -np 8
@@ -61,12 +61,15 @@ train one-host-dp 0 2 "${FLAGS[@]}" "${PIN[@]}" "${WIDER[@]}"
 train two-hosts-dp 2 1 "${FLAGS[@]}" "${PIN[@]}" "${WIDER[@]}"
 check "2 hosts x 1 rank, DP 2, 26 MB of gradients: bitwise equal to one host" \
   bitwise one-host-dp two-hosts-dp
-# The same with ZeRO 1: between hosts the gradients are reduce-scattered by the exchange too,
-# its sends on a thread of their own there (comm/pair_reduction.cc).
-train one-host-dp-zero1 0 2 "${FLAGS[@]}" "${PIN[@]}" "${WIDER[@]}" --zero-stage 1
-train two-hosts-dp-zero1 2 1 "${FLAGS[@]}" "${PIN[@]}" "${WIDER[@]}" --zero-stage 1
-check "2 hosts x 1 rank, DP 2, ZeRO 1, 26 MB of gradients: bitwise equal to one host" \
-  bitwise one-host-dp-zero1 two-hosts-dp-zero1
+# The same with ZeRO 1 and 3: between hosts the gradients are reduce-scattered, and the
+# parameters all-gathered, by the exchange too, its sends on a thread of their own there
+# (comm/pair_reduction.cc).
+for stage in 1 3; do
+  train one-host-dp-zero$stage 0 2 "${FLAGS[@]}" "${PIN[@]}" "${WIDER[@]}" --zero-stage $stage
+  train two-hosts-dp-zero$stage 2 1 "${FLAGS[@]}" "${PIN[@]}" "${WIDER[@]}" --zero-stage $stage
+  check "2 hosts x 1 rank, DP 2, ZeRO $stage, 26 MB of gradients: bitwise equal to one host" \
+    bitwise one-host-dp-zero$stage two-hosts-dp-zero$stage
+done
 
 TP_PP_DP=(--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --zero-stage 1)
 train one-host-tp-pp-dp 0 8 "${FLAGS[@]}" "${PIN[@]}" "${TP_PP_DP[@]}"

@@ -70,7 +70,10 @@ void counted_allreduce(Counters& c, void* buf, int count, MPI_Datatype type, MPI
 
 void counted_allgather(Counters& c, const void* in, void* out, int count, MPI_Datatype type, int n,
                        MPI_Comm comm) {
-  c.call(OpType::kAllGather, mpi_bytes(count, type), mpi_bytes(int64_t{count} * n, type));
+  const int64_t bytes = mpi_bytes(count, type);
+  c.call(OpType::kAllGather, bytes, bytes * n);
+  if (n == 2 && bytes >= kPairMinBytes && pair_spans_hosts(comm))
+    return pair_all_gather(in, out, bytes, comm);
   MPI_Allgather(in, count, type, out, count, type, comm);
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -13,7 +14,9 @@
 namespace tessera::comm::detail {
 namespace {
 
-constexpr int64_t kChunk = kPairChunkBytes / static_cast<int64_t>(sizeof(float));
+// Elements of T in one chunk.
+template <typename T>
+constexpr int64_t kChunk = kPairChunkBytes / static_cast<int64_t>(sizeof(T));
 
 // What the pair operations keep for a group communicator (see the header), made by the first of
 // them on it: the duplicate their exchanges run on, and whether the two members are on different
@@ -50,8 +53,8 @@ void add_into(float* __restrict mine, const float* __restrict theirs, int64_t n)
   for (int64_t i = 0; i < n; ++i) mine[i] += theirs[i];
 }
 
-// Sends `count` floats from `send` to the peer and receives as many from it, as chunks of at most
-// kChunk (tagged with their index: at most 2^31 floats, 2048 chunks), and calls
+// Sends `count` elements of T (MPI type `type`) from `send` to the peer and receives as many from
+// it, as chunks of kPairChunkBytes at most (tagged with their index), and calls
 // add(at, n, received) for the received values of [at, at + n): on one host once, for the whole
 // buffer, after everything has arrived (into `recv`); between hosts once a chunk, in order, as
 // each arrives (into `recv`, or with `recv` null into one of two chunk-sized buffers) and only
@@ -70,20 +73,20 @@ void add_into(float* __restrict mine, const float* __restrict theirs, int64_t n)
 // chunks moved 32 MB/s there, 1 and 4 MiB 105-110. On one host the second thread made the
 // exchange 12x slower (two ranks' four threads spinning on two cores), so there the one-thread
 // form stays.
-template <typename Add>
-void exchange_and_add(const float* send, float* recv, int64_t count, int peer, MPI_Comm comm,
-                      bool between_hosts, const Add& add) {
-  const int64_t chunks = (count + kChunk - 1) / kChunk;
+template <typename T, typename Add>
+void exchange_and_add(const T* send, T* recv, int64_t count, MPI_Datatype type, int peer,
+                      MPI_Comm comm, bool between_hosts, const Add& add) {
+  const int64_t chunks = (count + kChunk<T> - 1) / kChunk<T>;
   const auto size = [count](int64_t k) {
-    return static_cast<int>(std::min(kChunk, count - k * kChunk));
+    return static_cast<int>(std::min(kChunk<T>, count - k * kChunk<T>));
   };
   const auto tag = [](int64_t k) { return static_cast<int>(k); };
   if (!between_hosts) {
     std::vector<MPI_Request> reqs(static_cast<size_t>(2 * chunks));
     for (int64_t k = 0; k < chunks; ++k)
-      MPI_Irecv(recv + k * kChunk, size(k), MPI_FLOAT, peer, tag(k), comm, &reqs[k]);
+      MPI_Irecv(recv + k * kChunk<T>, size(k), type, peer, tag(k), comm, &reqs[k]);
     for (int64_t k = 0; k < chunks; ++k)
-      MPI_Isend(send + k * kChunk, size(k), MPI_FLOAT, peer, tag(k), comm, &reqs[chunks + k]);
+      MPI_Isend(send + k * kChunk<T>, size(k), type, peer, tag(k), comm, &reqs[chunks + k]);
     MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
     add(0, count, recv);
     return;
@@ -91,27 +94,26 @@ void exchange_and_add(const float* send, float* recv, int64_t count, int peer, M
   std::atomic<int64_t> sent{0};  // chunks of `send` gone
   std::thread sender([&] {
     for (int64_t k = 0; k < chunks; ++k) {
-      MPI_Send(send + k * kChunk, size(k), MPI_FLOAT, peer, tag(k), comm);
+      MPI_Send(send + k * kChunk<T>, size(k), type, peer, tag(k), comm);
       sent.store(k + 1, std::memory_order_release);
       sent.notify_one();
     }
   });
-  const std::unique_ptr<float[]> slots(recv == nullptr ? new float[2 * kChunk] : nullptr);
+  const std::unique_ptr<T[]> slots(recv == nullptr ? new T[2 * kChunk<T>] : nullptr);
   const auto landing = [&](int64_t k) {
-    return recv != nullptr ? recv + k * kChunk : slots.get() + (k % 2) * kChunk;
+    return recv != nullptr ? recv + k * kChunk<T> : slots.get() + (k % 2) * kChunk<T>;
   };
   // Chunk k + 1's receive is posted before chunk k is summed (its buffer, chunk k - 1's, is free).
   MPI_Request pending[2];
-  MPI_Irecv(landing(0), size(0), MPI_FLOAT, peer, tag(0), comm, &pending[0]);
+  MPI_Irecv(landing(0), size(0), type, peer, tag(0), comm, &pending[0]);
   for (int64_t k = 0; k < chunks; ++k) {
     if (k + 1 < chunks)
-      MPI_Irecv(landing(k + 1), size(k + 1), MPI_FLOAT, peer, tag(k + 1), comm,
-                &pending[(k + 1) % 2]);
+      MPI_Irecv(landing(k + 1), size(k + 1), type, peer, tag(k + 1), comm, &pending[(k + 1) % 2]);
     MPI_Wait(&pending[k % 2], MPI_STATUS_IGNORE);
     for (int64_t gone = sent.load(std::memory_order_acquire); gone <= k;
          gone = sent.load(std::memory_order_acquire))
       sent.wait(gone, std::memory_order_acquire);
-    add(k * kChunk, size(k), landing(k));
+    add(k * kChunk<T>, size(k), landing(k));
   }
   sender.join();
 }
@@ -138,7 +140,7 @@ void pair_all_reduce_sum(float* buf, int64_t count, MPI_Comm group_comm) {
   const std::unique_ptr<float[]> theirs(pair.spans_hosts ? nullptr
                                                          : new float[static_cast<size_t>(count)]);
   exchange_and_add(
-      buf, theirs.get(), count, peer, pair.exchange, pair.spans_hosts,
+      buf, theirs.get(), count, MPI_FLOAT, peer, pair.exchange, pair.spans_hosts,
       [buf](int64_t at, int64_t n, const float* received) { add_into(buf + at, received, n); });
 }
 
@@ -152,8 +154,21 @@ void pair_reduce_scatter_sum(const float* in, float* out, int64_t count, MPI_Com
   // The peer's values of this rank's block arrive in `out`; this rank's values are added there.
   const float* mine = in + rank * count;
   exchange_and_add(
-      in + (1 - rank) * count, out, count, peer, pair.exchange, pair.spans_hosts,
+      in + (1 - rank) * count, out, count, MPI_FLOAT, peer, pair.exchange, pair.spans_hosts,
       [out, mine](int64_t at, int64_t n, const float*) { add_into(out + at, mine + at, n); });
+}
+
+void pair_all_gather(const void* in, void* out, int64_t bytes, MPI_Comm group_comm) {
+  const PairComm& pair = pair_comm(group_comm);
+  const int rank = rank_in(pair.exchange), peer = 1 - rank;
+  const char* mine = static_cast<const char*>(in);
+  char* whole = static_cast<char*>(out);
+  // MPI's all-gather takes no overlapping buffers either (bar MPI_IN_PLACE, which no caller uses).
+  if (mine < whole + 2 * bytes && whole < mine + bytes)
+    throw Error("all_gather: the input overlaps the output");
+  std::memcpy(whole + rank * bytes, mine, static_cast<size_t>(bytes));
+  exchange_and_add(mine, whole + peer * bytes, bytes, MPI_BYTE, peer, pair.exchange,
+                   pair.spans_hosts, [](int64_t, int64_t, const char*) {});
 }
 
 }  // namespace tessera::comm::detail

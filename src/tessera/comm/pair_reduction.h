@@ -1,5 +1,6 @@
-// Internal to comm/: the fp32 sum reduce-scatter and all-reduce of exactly two ranks, made of
-// chunked nonblocking exchanges instead of MPI_Reduce_scatter_block / MPI_Allreduce.
+// Internal to comm/: the fp32 sum reduce-scatter and all-reduce, and the all-gather, of exactly two
+// ranks, made of chunked exchanges instead of MPI_Reduce_scatter_block / MPI_Allreduce /
+// MPI_Allgather.
 //
 // Why: Open MPI 4.1's reduce-scatter of two ranks moved a 40 MiB buffer 3.0-3.6x slower than
 // exchanging the halves does, on one host (shared memory) and between two hosts over TCP
@@ -45,6 +46,13 @@ bool pair_reduction_applies(int group_size, int64_t count, MPI_Datatype type, MP
 void pair_reduce_scatter_sum(const float* in, float* out, int64_t count, MPI_Comm comm);
 
 bool pair_spans_hosts(MPI_Comm comm);
+
+// out (2 * bytes) becomes both ranks' `in` (bytes each), rank r's at out + r * bytes, as
+// MPI_Allgather of two ranks; in and out must not overlap. Applies to any data: the runtime uses
+// it between hosts for 1 MiB or more (kPairMinBytes), where Open MPI's all-gather of two ranks
+// back to back moved half the link's rate each way (63 MB/s on a shaped 1 Gbit/s link, 2026-12-04,
+// docs/distributed.md), as its exchanges did.
+void pair_all_gather(const void* in, void* out, int64_t bytes, MPI_Comm comm);
 
 // buf (count floats) becomes the sum of both ranks' buf, in place, as MPI_Allreduce. The peer's
 // values arrive in a buffer as large as buf on one host, in two 4 MiB buffers between hosts
