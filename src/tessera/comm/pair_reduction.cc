@@ -91,6 +91,8 @@ void exchange_and_add(const T* send, T* recv, int64_t count, MPI_Datatype type, 
     add(0, count, recv);
     return;
   }
+  // Allocated before the sender starts: nothing may throw while it runs.
+  const std::unique_ptr<T[]> slots(recv == nullptr ? new T[2 * kChunk<T>] : nullptr);
   std::atomic<int64_t> sent{0};  // chunks of `send` gone
   std::thread sender([&] {
     for (int64_t k = 0; k < chunks; ++k) {
@@ -99,7 +101,6 @@ void exchange_and_add(const T* send, T* recv, int64_t count, MPI_Datatype type, 
       sent.notify_one();
     }
   });
-  const std::unique_ptr<T[]> slots(recv == nullptr ? new T[2 * kChunk<T>] : nullptr);
   const auto landing = [&](int64_t k) {
     return recv != nullptr ? recv + k * kChunk<T> : slots.get() + (k % 2) * kChunk<T>;
   };
