@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -54,12 +55,19 @@ void add_into(float* __restrict mine, const float* __restrict theirs, int64_t n)
 }
 
 // Sends `count` elements of T (MPI type `type`) from `send` to the peer and receives as many from
-// it, as chunks of kPairChunkBytes at most (tagged with their index), and calls
-// add(at, n, received) for the received values of [at, at + n): on one host once, for the whole
-// buffer, after everything has arrived (into `recv`); between hosts once a chunk, in order, as
-// each arrives (into `recv`, or with `recv` null into one of two chunk-sized buffers) and only
-// after the same chunk of `send` has gone, so that `add` may overwrite `send` (an all-reduce in
-// place) and the sum of one chunk overlaps the transfer of the next.
+// it, as chunks of kPairChunkBytes at most, and calls add(at, n, received) for the received
+// values of [at, at + n): on one host once, for the whole buffer, after everything has arrived
+// (into `recv`); between hosts once a chunk, in order, as each arrives (into `recv`, or with
+// `recv` null, allowed only there, into one of two chunk-sized buffers) and only after the same
+// chunk of `send` has gone, so that `add` may overwrite `send` (an all-reduce in place) and the
+// sum of one chunk overlaps the transfer of the next. `add` must not throw.
+//
+// Messages are tagged with their chunk's index (an int count of at most 8-byte elements is at
+// most 4096 chunks, under MPI's least tag bound of 32767). Tags repeat from one exchange to the
+// next on the same communicator; they cannot match across exchanges because the pair's
+// operations run one at a time (ProcessGroup's collectives do) and each returns only when its
+// messages are done (the sender thread joined), so MPI's ordering of messages with the same
+// source, tag and communicator pairs each chunk with its own exchange.
 //
 // On one host every receive is posted before the first send and one thread waits for them all.
 // Between hosts (over TCP) the sends run on a thread of their own, a blocking send a chunk,
@@ -76,6 +84,7 @@ void add_into(float* __restrict mine, const float* __restrict theirs, int64_t n)
 template <typename T, typename Add>
 void exchange_and_add(const T* send, T* recv, int64_t count, MPI_Datatype type, int peer,
                       MPI_Comm comm, bool between_hosts, const Add& add) {
+  if (count == 0) return;  // no message (a receive posted here would take the next exchange's)
   const int64_t chunks = (count + kChunk<T> - 1) / kChunk<T>;
   const auto size = [count](int64_t k) {
     return static_cast<int>(std::min(kChunk<T>, count - k * kChunk<T>));
@@ -94,13 +103,23 @@ void exchange_and_add(const T* send, T* recv, int64_t count, MPI_Datatype type, 
   // Allocated before the sender starts: nothing may throw while it runs.
   const std::unique_ptr<T[]> slots(recv == nullptr ? new T[2 * kChunk<T>] : nullptr);
   std::atomic<int64_t> sent{0};  // chunks of `send` gone
-  std::thread sender([&] {
-    for (int64_t k = 0; k < chunks; ++k) {
-      MPI_Send(send + k * kChunk<T>, size(k), type, peer, tag(k), comm);
-      sent.store(k + 1, std::memory_order_release);
-      sent.notify_one();
-    }
-  });
+  std::thread sender;
+  std::vector<MPI_Request> sends;  // only when no thread could be started
+  try {
+    sender = std::thread([&] {
+      for (int64_t k = 0; k < chunks; ++k) {
+        MPI_Send(send + k * kChunk<T>, size(k), type, peer, tag(k), comm);
+        sent.store(k + 1, std::memory_order_release);
+        sent.notify_one();
+      }
+    });
+  } catch (const std::system_error&) {
+    // Out of threads: the same messages, sent nonblocking from this thread (slower, as above,
+    // but the peer, which cannot know, still gets every chunk).
+    sends.resize(static_cast<size_t>(chunks));
+    for (int64_t k = 0; k < chunks; ++k)
+      MPI_Isend(send + k * kChunk<T>, size(k), type, peer, tag(k), comm, &sends[k]);
+  }
   const auto landing = [&](int64_t k) {
     return recv != nullptr ? recv + k * kChunk<T> : slots.get() + (k % 2) * kChunk<T>;
   };
@@ -111,12 +130,13 @@ void exchange_and_add(const T* send, T* recv, int64_t count, MPI_Datatype type, 
     if (k + 1 < chunks)
       MPI_Irecv(landing(k + 1), size(k + 1), type, peer, tag(k + 1), comm, &pending[(k + 1) % 2]);
     MPI_Wait(&pending[k % 2], MPI_STATUS_IGNORE);
-    for (int64_t gone = sent.load(std::memory_order_acquire); gone <= k;
+    if (!sender.joinable()) MPI_Wait(&sends[k], MPI_STATUS_IGNORE);
+    for (int64_t gone = sent.load(std::memory_order_acquire); sender.joinable() && gone <= k;
          gone = sent.load(std::memory_order_acquire))
       sent.wait(gone, std::memory_order_acquire);
     add(k * kChunk<T>, size(k), landing(k));
   }
-  sender.join();
+  if (sender.joinable()) sender.join();
 }
 
 int rank_in(MPI_Comm comm) {
