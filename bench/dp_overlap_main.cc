@@ -7,7 +7,10 @@
 // not hide. Hidden = 1 - overlapped's / after's.
 //
 //   mpirun -np 2 build/bin/dp_overlap [--steps S] [--stage 0|1] [--bucket ELEMS]
-//                                     [--micro-batch-size B]
+//                                     [--micro-batch-size B] [--embedding-rows 0|1]
+//
+// --embedding-rows 0: the word embedding's gradient reduced whole after its backward (the last
+// bucket) instead of by rows (distributed/data_parallel_grads.h), for comparison.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,6 +29,7 @@ int main(int argc, char** argv) {
   int steps = 6, stage = 0;
   int64_t B = 1;
   int64_t bucket = 10'000'000;
+  bool embedding_rows = true;
   tessera::bench::require_flag_pairs(argc, argv, "dp_overlap");
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
@@ -33,6 +37,8 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--bucket")) bucket = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--micro-batch-size"))
       B = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--embedding-rows"))
+      embedding_rows = std::atoi(argv[i + 1]) != 0;
     else {
       std::fprintf(stderr, "dp_overlap: unknown flag %s\n", argv[i]);
       return 2;
@@ -46,8 +52,10 @@ int main(int argc, char** argv) {
     const model::ModelConfig cfg = bench::gpt2_124m();
     const int64_t T = cfg.seq_length;
     model::GPTModel model(cfg, DType::kF32, 1, {}, dp->size());
+    const auto [wte_begin, wte_end] = model.word_embedding_range();
     distributed::DataParallelGrads overlapped(
-        model.params(), dp, distributed::ShardingPlan::for_stage(stage, bucket, true));
+        model.params(), dp, distributed::ShardingPlan::for_stage(stage, bucket, true), {}, nullptr,
+        {}, {{wte_begin, embedding_rows ? wte_end : wte_begin}, cfg.hidden_size});
     distributed::DataParallelGrads after(
         model.params(), dp, distributed::ShardingPlan::for_stage(stage, bucket, false));
     const bench::BenchBatch data(cfg, B);
@@ -60,7 +68,8 @@ int main(int argc, char** argv) {
         dp->barrier().wait();
         const auto t0 = std::chrono::steady_clock::now();
         g.start_iteration();
-        runner.set_grads_ready_hook([&](int64_t offset) { g.grads_ready(offset); });
+        runner.set_grads_ready_hook([&](int64_t offset) { g.grads_ready(offset); },
+                                    g.embedding_rows());
         runner.forward_backward(data.batch, model.context(B, T, s, 1, s + 1, true), 1.0f / T);
         runner.set_grads_ready_hook(nullptr);
         const auto t1 = std::chrono::steady_clock::now();
@@ -78,10 +87,12 @@ int main(int argc, char** argv) {
     const double on_exposed = exposed[0][exposed[0].size() / 2];
     const double off_exposed = exposed[1][exposed[1].size() / 2];
     if (world->rank() == 0) {
-      std::printf("dp_overlap: gpt2-124m fp32, DP %d, ZeRO %d, B=%lld T=%lld, %d gradient buckets, "
-                  "1 thread per rank, median of %d alternating steps\n",
-                  dp->size(), stage, static_cast<long long>(B), static_cast<long long>(T),
-                  overlapped.num_buckets(), steps);
+      std::printf(
+          "dp_overlap: gpt2-124m fp32, DP %d, ZeRO %d, B=%lld T=%lld, %d gradient buckets, "
+          "1 thread per rank, median of %d alternating steps; overlapped: word embedding "
+          "reduced %s\n",
+          dp->size(), stage, static_cast<long long>(B), static_cast<long long>(T),
+          overlapped.num_buckets(), steps, overlapped.embedding_rows() ? "by rows" : "whole, last");
       std::printf("gradients reduced per step: %.1f MB (fp32)\n",
                   4e-6 * static_cast<double>(model.params().numel()));
       std::printf(

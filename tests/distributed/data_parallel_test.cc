@@ -10,6 +10,7 @@
 // ranks: 2 4
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -120,6 +121,83 @@ void check(int stage, bool overlap) {
     EXPECT_EQ(mine, std::vector<float>(first.data<float>(), first.data<float>() + first.numel()));
   }
 }
+
+// ZeRO 0 with the word embedding reduced by rows: its buckets leave at the first readiness
+// report (after the output layer's backward), the rows its tokens touched are summed over DP at
+// the end, and the result is the single process's gradient up to the order of the sums.
+void check_embedding_rows(bool tied) {
+  auto world = ProcessGroup::world();
+  comm::ParallelState mesh(world, comm::MeshLayout(world->size(), {}));
+  auto dp = mesh.group(comm::GroupKind::kData);
+  const int n = dp->size(), d = dp->rank();
+  const model::ModelConfig cfg = testing::small_model_config(tied);
+  const int64_t micro = 2, global = micro * n;
+  const float scale = 1.0f / (global * cfg.seq_length);
+
+  model::GPTModel ref(cfg, DType::kF32, 11);
+  ref.params().zero_grads();
+  for (int64_t s = 0; s < global; ++s) testing::small_model_micro_batch(ref, s, 1, scale);
+
+  model::GPTModel model(cfg, DType::kF32, 11, {}, n);
+  model::ChunkRunner runner(model);
+  const auto [wte_begin, wte_end] = model.word_embedding_range();
+  ASSERT_GT(wte_end, wte_begin);
+  DataParallelGrads grads(model.params(), dp, ShardingPlan::for_stage(0, 65536, true), {}, nullptr,
+                          {}, {{wte_begin, wte_end}, cfg.hidden_size});
+  model::EmbeddingRowGrads* rows = grads.embedding_rows();
+  ASSERT_NE(rows, nullptr);
+  // Not at ZeRO 1, nor without overlap: there the embedding is reduced whole, as before.
+  for (const auto& plan :
+       {ShardingPlan::for_stage(1, 65536, true), ShardingPlan::for_stage(0, 65536, false)})
+    EXPECT_EQ(DataParallelGrads(model.params(), dp, plan, {}, nullptr, {},
+                                {{wte_begin, wte_end}, cfg.hidden_size})
+                  .embedding_rows(),
+              nullptr);
+  grads.start_iteration();
+  testing::small_model_micro_batch(runner, d, 1, scale);  // accumulates only
+  dp->reset_stats();
+  int64_t issued_at_first_report = -1;
+  runner.set_grads_ready_hook(
+      [&](int64_t offset) {
+        grads.grads_ready(offset);
+        if (issued_at_first_report < 0)
+          issued_at_first_report = dp->stats().issued_of(OpType::kAllReduce);
+      },
+      rows);
+  testing::small_model_micro_batch(runner, n + d, 1, scale);
+  runner.set_grads_ready_hook(nullptr);
+  // At the first report (after the output layer) only the embedding's one bucket is final: the
+  // output norm shares the last bucket (64 Ki elements) with the last layers. Reduced whole, the
+  // embedding would leave last.
+  EXPECT_EQ(issued_at_first_report, 1);
+  // This rank's rows: the distinct tokens of its micro-batch (sample n + d of the stream).
+  std::vector<int32_t> want_rows;
+  for (int64_t i = 0; i < cfg.seq_length; ++i)
+    want_rows.push_back(
+        static_cast<int32_t>((7 * ((n + d) * cfg.seq_length + i) + 3) % cfg.vocab_size));
+  std::sort(want_rows.begin(), want_rows.end());
+  want_rows.erase(std::unique(want_rows.begin(), want_rows.end()), want_rows.end());
+  EXPECT_TRUE(rows->filled);
+  EXPECT_EQ(rows->rows, want_rows);
+  grads.finish();
+  EXPECT_FALSE(rows->armed);
+  // Two small all-gathers (row counts, row indices) and one all-reduce of the rows' union.
+  EXPECT_EQ(dp->stats().calls_of(OpType::kAllGather), 2);
+  EXPECT_EQ(dp->stats().calls_of(OpType::kAllReduce), grads.num_buckets() + 1);
+
+  const float* got = model.params().flat_grads().data<float>();
+  const float* want = ref.params().flat_grads().data<float>();
+  double max_err = 0, max_ref = 0;
+  for (int64_t i = 0; i < ref.params().numel(); ++i) {
+    max_err = std::max(max_err, std::fabs(double(got[i]) - want[i]));
+    max_ref = std::max(max_ref, std::fabs(double(want[i])));
+  }
+  EXPECT_LE(max_err, 1e-5 * max_ref);
+  EXPECT_GT(max_ref, 0.0);
+}
+
+TEST(DataParallelGrads, TiedEmbeddingByRowsMatchesSingleProcess) { check_embedding_rows(true); }
+TEST(DataParallelGrads, UntiedEmbeddingByRowsMatchesSingleProcess) { check_embedding_rows(false); }
 
 TEST(DataParallelGrads, AllReduceMatchesSingleProcess) { check(0, true); }
 TEST(DataParallelGrads, AllReduceWithoutOverlap) { check(0, false); }

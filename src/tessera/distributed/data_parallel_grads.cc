@@ -7,12 +7,39 @@
 #include "tessera/core/memory.h"
 
 namespace tessera::distributed {
+namespace {
+
+// `buckets` (from the end of the buffer to its start) cut wherever one of `ranges` begins or
+// ends strictly inside one, so that each piece lies inside a range or outside all of them.
+std::vector<FlatRange> cut_at_edges(const std::vector<FlatRange>& buckets,
+                                    const std::vector<FlatRange>& ranges) {
+  std::vector<FlatRange> cut;
+  for (const FlatRange& b : buckets) {
+    std::vector<int64_t> edges = {b.begin, b.end};
+    for (const FlatRange& r : ranges) {
+      if (r.begin > b.begin && r.begin < b.end) edges.push_back(r.begin);
+      if (r.end > b.begin && r.end < b.end) edges.push_back(r.end);
+    }
+    std::sort(edges.rbegin(), edges.rend());
+    for (size_t i = 0; i + 1 < edges.size(); ++i) cut.push_back({edges[i + 1], edges[i]});
+  }
+  return cut;
+}
+
+bool inside_one(const FlatRange& piece, const std::vector<FlatRange>& ranges) {
+  return std::any_of(ranges.begin(), ranges.end(), [&](const FlatRange& r) {
+    return piece.begin >= r.begin && piece.end <= r.end;
+  });
+}
+
+}  // namespace
 
 DataParallelGrads::DataParallelGrads(model::ParameterSet& params,
                                      std::shared_ptr<comm::ProcessGroup> dp,
                                      const ShardingPlan& plan, std::vector<FlatRange> buckets,
                                      std::shared_ptr<comm::ProcessGroup> expert_dp,
-                                     std::vector<FlatRange> expert_ranges)
+                                     std::vector<FlatRange> expert_ranges,
+                                     std::pair<FlatRange, int64_t> embedding_rows)
     : params_(params), dp_(std::move(dp)), expert_dp_(std::move(expert_dp)), plan_(plan) {
   const int64_t bucket_elems = plan.bucket_elems;
   if (dp_) {
@@ -44,34 +71,38 @@ DataParallelGrads::DataParallelGrads(model::ParameterSet& params,
       end = begin;
     }
   }
+  // The word embedding by rows: only where its whole reduction is an all-reduce overlapped
+  // with backward (ZeRO 1-2 would hold its reduce-scatter's output through backward), its edges
+  // on multiples of DP. Its buckets are its own.
+  const auto& [rows_range, row_elems] = embedding_rows;
+  if (rows_range.size() > 0 && row_elems > 0 && dp_size_ > 1 && plan.overlap_grad_reduce &&
+      plan.stage == ShardingPlan::Stage::kReplicated && rows_range.begin % dp_size_ == 0 &&
+      rows_range.end % dp_size_ == 0) {
+    rows_range_ = rows_range;
+    row_elems_ = row_elems;
+    buckets_ = cut_at_edges(buckets_, {rows_range_});
+  }
   // Expert ranges become buckets of their own (split off any bucket they fall into).
   expert_bucket_.assign(buckets_.size(), 0);
   if (!expert_ranges.empty()) {
-    std::vector<FlatRange> cut;
-    std::vector<char> expert;
-    for (const FlatRange& b : buckets_) {  // from the end of the buffer
-      std::vector<int64_t> edges = {b.begin, b.end};
-      for (const FlatRange& r : expert_ranges) {
-        if (r.begin > b.begin && r.begin < b.end) edges.push_back(r.begin);
-        if (r.end > b.begin && r.end < b.end) edges.push_back(r.end);
-      }
-      std::sort(edges.rbegin(), edges.rend());
-      for (size_t i = 0; i + 1 < edges.size(); ++i) {
-        const FlatRange piece{edges[i + 1], edges[i]};
-        const bool in_expert = std::any_of(expert_ranges.begin(), expert_ranges.end(),
-                                           [&](const FlatRange& r) {
-                                             return piece.begin >= r.begin && piece.end <= r.end;
-                                           });
-        cut.push_back(piece);
-        expert.push_back(in_expert ? 1 : 0);
-      }
-    }
-    buckets_ = std::move(cut);
-    expert_bucket_ = std::move(expert);
-    for (size_t b = 0; b < buckets_.size(); ++b)
+    buckets_ = cut_at_edges(buckets_, expert_ranges);
+    expert_bucket_.assign(buckets_.size(), 0);
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      expert_bucket_[b] = inside_one(buckets_[b], expert_ranges) ? 1 : 0;
       TESSERA_CHECK_MSG(buckets_[b].size() % size_of(b) == 0,
                         "an expert bucket does not split over the expert-data-parallel group");
+    }
   }
+  // Launch order: the embedding's buckets by rows first (final after the output layer's
+  // backward), then every other bucket from the end of the buffer.
+  rows_bucket_.assign(buckets_.size(), 0);
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (rows_range_.size() > 0 && inside_one(buckets_[b], {rows_range_})) {
+      rows_bucket_[b] = 1;
+      launch_order_.push_back(b);
+    }
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (!rows_bucket_[b]) launch_order_.push_back(b);
   if (sharded()) {
     for (size_t b = buckets_.size(); b-- > 0;) owned_.push_back(owned_part(b));
   } else {
@@ -140,19 +171,70 @@ void DataParallelGrads::complete(size_t b) {
 
 void DataParallelGrads::grads_ready(int64_t offset) {
   if (!plan_.overlap_grad_reduce) return;
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_].begin >= offset)
-    launch(next_launch_++);
+  // The same order on every rank: collectives must match.
+  while (next_launch_ < launch_order_.size() && ready(launch_order_[next_launch_], offset))
+    launch(launch_order_[next_launch_++]);
   // Stage 2 gives pages back as soon as a bucket is reduced, not at the end of backward; so
   // does the boundary hook (the gradients leave memory) at any stage.
   if (plan_.shards_gradients() || leaving_at_boundary())
-    while (next_complete_ < next_launch_ && work_[next_complete_].done())
-      complete(next_complete_++);
+    while (next_complete_ < next_launch_ && work_[launch_order_[next_complete_]].done())
+      complete(launch_order_[next_complete_++]);
 }
 
 void DataParallelGrads::finish() {
-  while (next_launch_ < buckets_.size()) launch(next_launch_++);
-  while (next_complete_ < buckets_.size()) complete(next_complete_++);
+  while (next_launch_ < launch_order_.size()) launch(launch_order_[next_launch_++]);
+  while (next_complete_ < launch_order_.size()) complete(launch_order_[next_complete_++]);
   next_launch_ = next_complete_ = 0;
+  if (rows_.armed) {
+    TESSERA_CHECK_MSG(rows_.filled,
+                      "the embedding's rows were armed but backward did not fill them");
+    reduce_embedding_rows();
+    rows_.armed = false;
+    rows_.clear();
+  }
+}
+
+void DataParallelGrads::reduce_embedding_rows() {
+  comm::ProcessGroup& group = *dp_;
+  // Every rank's touched rows, padded with -1 to the longest list, then their union.
+  Tensor count = Tensor::empty({1}, DType::kI64, MemoryCategory::kComm);
+  Tensor counts = Tensor::empty({dp_size_}, DType::kI64, MemoryCategory::kComm);
+  count.data<int64_t>()[0] = static_cast<int64_t>(rows_.rows.size());
+  group.all_gather(count, counts).wait();
+  const int64_t longest =
+      *std::max_element(counts.data<int64_t>(), counts.data<int64_t>() + dp_size_);
+  if (longest == 0) return;
+  Tensor mine = Tensor::empty({longest}, DType::kI32, MemoryCategory::kComm);
+  Tensor all = Tensor::empty({longest * dp_size_}, DType::kI32, MemoryCategory::kComm);
+  std::fill(mine.data<int32_t>(), mine.data<int32_t>() + longest, -1);
+  std::copy(rows_.rows.begin(), rows_.rows.end(), mine.data<int32_t>());
+  group.all_gather(mine, all).wait();
+  std::vector<int32_t> rows;
+  for (int64_t i = 0; i < all.numel(); ++i)
+    if (all.data<int32_t>()[i] >= 0) rows.push_back(all.data<int32_t>()[i]);
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+
+  // This rank's rows at their places in the union (zeros elsewhere), summed over DP.
+  const int64_t C = row_elems_;
+  Tensor sum =
+      Tensor::zeros({static_cast<int64_t>(rows.size()) * C}, DType::kF32, MemoryCategory::kComm);
+  float* sums = sum.data<float>();
+  const float* local = rows_.grad.data<float>();
+  for (size_t i = 0; i < rows_.rows.size(); ++i) {
+    const int64_t at = std::lower_bound(rows.begin(), rows.end(), rows_.rows[i]) - rows.begin();
+    std::copy(local + i * C, local + (i + 1) * C, sums + at * C);
+  }
+  group.all_reduce(sum, comm::ReduceOp::kSum).wait();
+
+  // Added to the reduced rest, in the elements this rank holds reduced.
+  float* grads = params_.flat_grads().data<float>();
+  for (const FlatRange& own : owned_)
+    for (size_t u = 0; u < rows.size(); ++u) {
+      const int64_t row = rows_range_.begin + rows[u] * C;
+      const int64_t begin = std::max(row, own.begin), end = std::min(row + C, own.end);
+      for (int64_t e = begin; e < end; ++e) grads[e] += sums[u * C + (e - row)];
+    }
 }
 
 void DataParallelGrads::gather_values() {

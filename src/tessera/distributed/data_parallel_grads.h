@@ -30,6 +30,16 @@
 //     units whose parameters distributed::Zero3Params gathers when used (experts' units over
 //     the expert-DP group); gather_values() has nothing to do.
 //
+// The word embedding by rows (stage 0 with overlap, DP > 1, when the caller names its range):
+// its backward runs last, so its bucket would be reduced after backward where nothing hides it.
+// Instead the caller hands the runner embedding_rows() with the readiness hook; the embedding's
+// backward then writes the rows its tokens touched there (model/embedding_row_grads.h) and its
+// flat gradient (the tied output layer's part, earlier micro-batches' sums) is final at the
+// first readiness report, so its buckets are reduced first, while backward goes on. finish()
+// then sums the touched rows over DP (their union: an all-gather of row indices, one all-reduce
+// of those rows) and adds them in. Each element is then sum(flat parts) + sum(rows) instead of
+// sum(flat part + rows): the same terms in another order.
+//
 // Expert parallelism: the flat ranges of this rank's MoE experts (GPTModel::expert_ranges())
 // hold parameters that only the ranks of this rank's expert-data-parallel group share, so the
 // buckets are cut at their edges and an expert bucket is reduced, sharded and gathered over that
@@ -39,10 +49,12 @@
 
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "tessera/comm/process_group.h"
 #include "tessera/distributed/sharding_plan.h"
+#include "tessera/model/embedding_row_grads.h"
 #include "tessera/model/parameter.h"
 
 namespace tessera::distributed {
@@ -68,10 +80,13 @@ class DataParallelGrads {
   // (stage 3: the model's units); empty = cut by plan.bucket_elems. `params` must outlive this.
   // `expert_dp` and `expert_ranges` (increasing, each a multiple of DP): the expert-data-parallel
   // group and the flat ranges it reduces (none without expert parallelism).
+  // `embedding_rows`: the word embedding's flat range and its row length, to reduce it by rows
+  // where that applies (see above; an empty range: never).
   DataParallelGrads(model::ParameterSet& params, std::shared_ptr<comm::ProcessGroup> dp,
                     const ShardingPlan& plan, std::vector<FlatRange> buckets = {},
                     std::shared_ptr<comm::ProcessGroup> expert_dp = nullptr,
-                    std::vector<FlatRange> expert_ranges = {});
+                    std::vector<FlatRange> expert_ranges = {},
+                    std::pair<FlatRange, int64_t> embedding_rows = {});
 
   // Zeroes the gradients for a new iteration (stage 2: the owned parts; the rest is released;
   // with a boundary hook, everything is released: zero pages until backward writes them).
@@ -90,6 +105,11 @@ class DataParallelGrads {
   // Marks gradients at flat offsets >= `offset` final for this micro-batch; with overlap, starts
   // reducing every bucket that became complete (and, stage 2, finishes buckets already reduced).
   void grads_ready(int64_t offset);
+  // The sink to hand model::ChunkRunner::set_grads_ready_hook with the hook in every reducing
+  // micro-batch, or nullptr where the embedding is not reduced by rows.
+  model::EmbeddingRowGrads* embedding_rows() {
+    return rows_range_.size() > 0 && !boundary_hook_ ? &rows_ : nullptr;
+  }
   // After a reducing micro-batch's backward: reduces what is left and waits for every bucket.
   // After the last micro-batch the gradients of owned() are reduced.
   void finish();
@@ -112,6 +132,11 @@ class DataParallelGrads {
 
  private:
   void launch(size_t bucket);
+  // Whether bucket b's gradients are final once those at offsets >= `offset` are.
+  bool ready(size_t b, int64_t offset) const {
+    return buckets_[b].begin >= offset || (rows_bucket_[b] && rows_.armed);
+  }
+  void reduce_embedding_rows();  // sums the armed rows over DP and adds them into owned()
   void complete(size_t bucket);  // waits for it; copies its reduced part into place
   // The group that reduces bucket b (nullptr: one rank), its size and this rank's index in it.
   comm::ProcessGroup* group_of(size_t b) const {
@@ -131,9 +156,14 @@ class DataParallelGrads {
   std::vector<char> expert_bucket_;  // per bucket: reduced over expert_dp_
   ShardingPlan plan_;
   std::vector<FlatRange> buckets_;  // from the end of the buffer to its start
+  std::vector<size_t> launch_order_;  // bucket indices: the embedding's by rows first, then all
+  FlatRange rows_range_;              // the word embedding reduced by rows (empty: none)
+  int64_t row_elems_ = 0;
+  std::vector<char> rows_bucket_;  // per bucket: inside rows_range_
+  model::EmbeddingRowGrads rows_;
   std::vector<FlatRange> owned_;
-  size_t next_launch_ = 0;           // buckets [0, next_launch_) have been launched
-  size_t next_complete_ = 0;         // buckets [0, next_complete_) have been completed
+  size_t next_launch_ = 0;           // launch_order_[0, next_launch_) have been launched
+  size_t next_complete_ = 0;         // launch_order_[0, next_complete_) have been completed
   std::vector<comm::Work> work_;     // per bucket
   std::vector<Tensor> scatter_out_;  // per bucket: the reduce-scatter output (this rank's part)
   bool boundary_ = true;

@@ -95,6 +95,16 @@ Tensor ChunkRunner::forward_chunk(int chunk, const Tensor& input, const Batch& b
   return x;
 }
 
+void ChunkRunner::set_grads_ready_hook(std::function<void(int64_t offset)> hook,
+                                       EmbeddingRowGrads* rows) {
+  TESSERA_CHECK_MSG(!rows || (hook && model_.num_chunks() == 1 && model_.chunk_shape(0).embeds),
+                    "embedding rows need a readiness hook and a part of one chunk with the "
+                    "embeddings");
+  grads_ready_ = std::move(hook);
+  embedding_rows_ = rows;
+  if (rows) rows->armed = true;
+}
+
 Tensor ChunkRunner::backward_chunk(int chunk, const Tensor& grad_output, const Batch& batch,
                                    const StepContext& ctx, float grad_scale, ChunkActivations& act,
                                    LossSum* loss) {
@@ -137,7 +147,8 @@ Tensor ChunkRunner::backward_chunk(int chunk, const Tensor& grad_output, const B
     if (report) grads_ready_(model_.layer_offset(l));
   }
   if (c.embeds) {
-    model_.embed_backward(dx, batch, ctx);  // writes gradients only: no parameter values needed
+    // Writes gradients only: no parameter values needed.
+    model_.embed_backward(dx, batch, ctx, report ? embedding_rows_ : nullptr);
     dx = Tensor();
     if (report) grads_ready_(0);
   }

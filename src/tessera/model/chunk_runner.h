@@ -65,9 +65,12 @@ class ChunkRunner {
   // >= `offset` are final for this micro-batch, if this rank's part is one chunk: after the
   // output layer, after each layer's backward (its first parameter's offset), and 0 after the
   // embedding. The data-parallel reducer starts reducing buckets from it while backward continues.
-  void set_grads_ready_hook(std::function<void(int64_t offset)> hook) {
-    grads_ready_ = std::move(hook);
-  }
+  // With `rows` (only for a part that is one chunk holding the embeddings) the word embedding's
+  // backward goes there instead of into its flat gradient (model/embedding_row_grads.h), so
+  // that gradient is final from the first call on; rows->armed says so until the reducer
+  // disarms it.
+  void set_grads_ready_hook(std::function<void(int64_t offset)> hook,
+                            EmbeddingRowGrads* rows = nullptr);
 
   // One chunk's forward for one micro-batch: `input` is the previous chunk's output (ignored by
   // the chunk holding the embeddings, which reads batch.tokens); returns this chunk's output
@@ -101,6 +104,7 @@ class ChunkRunner {
   ParamAccess* access_ = nullptr;
   ActivationProbe* probe_ = nullptr;
   std::function<void(int64_t)> grads_ready_;
+  EmbeddingRowGrads* embedding_rows_ = nullptr;  // with grads_ready_, or nullptr
   // The units each chunk's passes acquire, in order (ParamAccess::begin_pass): per chunk, its
   // training forward, its evaluation forward (the last chunk's goes on to the head) and its
   // backward.

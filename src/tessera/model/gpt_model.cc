@@ -255,7 +255,14 @@ Tensor GPTModel::embed(const Batch& batch, const StepContext& ctx) const {
   return x;
 }
 
-void GPTModel::embed_backward(Tensor dx, const Batch& batch, const StepContext& ctx) {
+std::pair<int64_t, int64_t> GPTModel::word_embedding_range() const {
+  if (!part_.embedding) return {0, 0};
+  const Parameter& p = params_.get(top_names(cfg_).wte);
+  return {p.offset, p.offset + p.numel()};
+}
+
+void GPTModel::embed_backward(Tensor dx, const Batch& batch, const StepContext& ctx,
+                              EmbeddingRowGrads* rows) {
   const int64_t N = batch.B * batch.T, C = cfg_.hidden_size;
   const std::vector<int32_t> pos = token_positions(ctx);
   visit_float(dx.dtype(), [&](auto tag) {
@@ -271,6 +278,21 @@ void GPTModel::embed_backward(Tensor dx, const Batch& batch, const StepContext& 
                                   C, 0, 0);
   });
   const Tensor dfull = tp_.row_output_backward(dx, batch.B);
+  if (rows) {
+    // The same kernel over a table of just the touched rows: each row still receives its
+    // tokens' gradients in token order, from zero.
+    std::vector<int32_t> local;
+    rows->collect(batch.tokens, N, vocab_start_, vocab_local_, local);
+    rows->grad = Tensor::zeros({static_cast<int64_t>(rows->rows.size()), C}, DType::kF32,
+                               MemoryCategory::kComm);
+    visit_float(dfull.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::embedding_backward(rows->grad.data<float>(), nullptr, dfull.data<T>(), local.data(),
+                                  nullptr, N, C, 0, rows->grad.dim(0));
+    });
+    rows->filled = true;
+    return;
+  }
   visit_float(dfull.dtype(), [&](auto tag) {
     using T = decltype(tag);
     kernels::embedding_backward(dwte_.data<float>(), nullptr, dfull.data<T>(), batch.tokens,

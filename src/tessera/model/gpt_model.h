@@ -26,6 +26,7 @@
 
 #include "tessera/model/config.h"
 #include "tessera/model/context.h"
+#include "tessera/model/embedding_row_grads.h"
 #include "tessera/model/norm.h"
 #include "tessera/model/parameter.h"
 #include "tessera/model/transformer_layer.h"
@@ -146,13 +147,19 @@ class GPTModel {
   // a pipeline (the first stage's embedding, or the last stage's copy; a unit of its own), else
   // {0, 0}. Its gradient is summed over the embedding group before the optimizer step.
   std::pair<int64_t, int64_t> tied_embedding_range() const { return layout_.tied_range; }
+  // The flat range of the word embedding (this rank's vocabulary rows) when this rank's part
+  // holds the embeddings, else {0, 0}; each of its rows is hidden_size elements.
+  std::pair<int64_t, int64_t> word_embedding_range() const;
 
   // The units' arithmetic. Each needs its unit's parameters in place (under ZeRO 3, acquired:
   // ChunkRunner does that). Parameter grads accumulate (+=) grad_scale * d(loss_sum)/d(param).
   // Embeddings: vocab-parallel lookup, positions and dropout of this rank's rows (ctx.local_N()).
   Tensor embed(const Batch& batch, const StepContext& ctx) const;
-  // Consumes `dx`: its buffer is overwritten (the last use of the embedding gradient).
-  void embed_backward(Tensor dx, const Batch& batch, const StepContext& ctx);
+  // Consumes `dx`: its buffer is overwritten (the last use of the embedding gradient). With
+  // `rows`, the word embedding's gradient goes there as the rows its tokens touched, and its
+  // flat gradient is not written (model/embedding_row_grads.h).
+  void embed_backward(Tensor dx, const Batch& batch, const StepContext& ctx,
+                      EmbeddingRowGrads* rows = nullptr);
   // Local layer l; `saved` receives what its backward needs (a scratch one keeps nothing).
   Tensor layer_forward(int l, const Tensor& x, TransformerLayer::Saved& saved,
                        const StepContext& ctx);

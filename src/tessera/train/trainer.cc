@@ -221,7 +221,8 @@ Trainer::StepOutcome Trainer::train_step(int64_t iteration) {
   hooks.before = [&](int m) {
     dp_grads_->set_accumulation_boundary(m == num_micro - 1);
     if (dp_grads_->reduces_in(m, num_micro))
-      runner_->set_grads_ready_hook([this](int64_t offset) { dp_grads_->grads_ready(offset); });
+      runner_->set_grads_ready_hook([this](int64_t offset) { dp_grads_->grads_ready(offset); },
+                                    dp_grads_->embedding_rows());
   };
   hooks.after = [&](int m) {
     runner_->set_grads_ready_hook(nullptr);

@@ -227,11 +227,18 @@ void Trainer::build_gradient_sharding(const distributed::ShardingPlan& sharding)
   const bool split_tied = model_->tied_embedding_range().second > 0;
   std::vector<distributed::FlatRange> experts;
   for (const auto& [b, e] : model_->expert_ranges()) experts.push_back({b, e});
+  // The word embedding is reduced by rows where the reducer can (distributed/
+  // data_parallel_grads.h): its backward must run inside this rank's one chunk.
+  std::pair<distributed::FlatRange, int64_t> embedding_rows;
+  if (model_->num_chunks() == 1) {
+    const auto [begin, end] = model_->word_embedding_range();
+    embedding_rows = {{begin, end}, model_->config().hidden_size};
+  }
   dp_grads_ = std::make_unique<distributed::DataParallelGrads>(
       model_->params(), dp_, sharding,
       !sharding.shards_parameters() && split_tied ? unit_buckets(*model_, sharding.bucket_elems)
                                                   : units,
-      edp_, experts);
+      edp_, experts, embedding_rows);
   if (sharding.shards_parameters()) {
     // Experts' units are sharded over the expert-DP group (as their gradients and optimizer
     // state), the others over DP.
