@@ -492,11 +492,34 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
         const double bucket = std::max({r.zero_stage == 3 ? part.elements / (layers + 1)
                                                           : static_cast<double>(r.bucket_elements),
                                         part.elements / 1e5, 1.0});
+        // ZeRO 0 overlapped reduces the word embedding by rows (distributed/
+        // data_parallel_grads.h): its flat gradient leaves first, final once the output layer's
+        // backward is (taken as backward's start); after backward the ranks exchange their rows'
+        // indices and all-reduce the union of the rows their tokens touched.
+        const bool by_rows = part.group == GroupKind::kDataContext && r.zero_stage == 0 &&
+                             r.first_stage && reduces_during_backward(r) &&
+                             r.optimizer_offload_buffer_bytes < 0;
+        const double C = static_cast<double>(cfg.hidden_size);
+        const double vocab_rows = static_cast<double>(cfg.padded_vocab_size(r.tp) / r.tp);
+        const double embedding = by_rows ? vocab_rows * C : 0;
+        for (double n : buckets_from_end(embedding, bucket))
+          queue.emplace_back(0.0, price.collective(reduce, part.group, 4 * n, rank));
+        const double rest = part.elements - embedding;
         double done = 0;
-        for (double n : buckets_from_end(part.elements, bucket)) {
+        for (double n : buckets_from_end(rest, bucket)) {
           done += n;
-          queue.emplace_back(done / part.elements,
-                             price.collective(reduce, part.group, 4 * n, rank));
+          queue.emplace_back(done / rest, price.collective(reduce, part.group, 4 * n, rank));
+        }
+        if (by_rows) {
+          // At most a micro-batch's tokens of rows a rank, every rank's different.
+          const double mine = std::min(vocab_rows, static_cast<double>(r.tokens));
+          const double rows = std::min(vocab_rows, mine * part.ranks);
+          queue.emplace_back(
+              1.0,
+              price.collective(CollectiveKind::kAllGather, part.group, 8.0 * part.ranks, rank) +
+                  price.collective(CollectiveKind::kAllGather, part.group, 4 * mine * part.ranks,
+                                   rank) +
+                  price.collective(CollectiveKind::kAllReduce, part.group, 4 * rows * C, rank));
         }
       }
       std::stable_sort(queue.begin(), queue.end(),
