@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -50,6 +51,23 @@ const PairComm& pair_comm(MPI_Comm comm) {
   return it->second;
 }
 
+// Waits for `request` without holding a core: a test, then a short sleep, until it is done.
+// MPI_Wait (and a blocking send) poll the transport without pause, and between hosts a transfer
+// lasts as long as the link needs (35 ms a 4 MiB chunk at 1 Gbit/s), so the receiving thread
+// and the sender took cycles from the backward pass the reduction overlaps. Measured with
+// bench/dp_overlap between two shaped hosts with one core each (2026-12-04, three runs each):
+// the overlapped step 7.0-7.25 s busy, 6.79-6.90 s sleeping (the forward and backward under it
+// 5.6-5.8 s busy, 4.4-4.7 s sleeping); the reduction alone after backward 4.94-5.01 s busy,
+// 4.55-4.64 s sleeping (the link's rate: 4.17 s). A pause of 50 us is nothing to a link.
+void wait_sleeping(MPI_Request* request) {
+  int done = 0;
+  MPI_Test(request, &done, MPI_STATUS_IGNORE);
+  while (!done) {
+    std::this_thread::sleep_for(std::chrono::microseconds(kPairPollMicroseconds));
+    MPI_Test(request, &done, MPI_STATUS_IGNORE);
+  }
+}
+
 void add_into(float* __restrict mine, const float* __restrict theirs, int64_t n) {
   for (int64_t i = 0; i < n; ++i) mine[i] += theirs[i];
 }
@@ -70,15 +88,16 @@ void add_into(float* __restrict mine, const float* __restrict theirs, int64_t n)
 // source, tag and communicator pairs each chunk with its own exchange.
 //
 // On one host every receive is posted before the first send and one thread waits for them all.
-// Between hosts (over TCP) the sends run on a thread of their own, a blocking send a chunk,
-// while the calling thread receives. Why: with one thread progressing both directions, Open
+// Between hosts (over TCP) the sends run on a thread of their own, one chunk at a time (each
+// waited for before the next is sent), while the calling thread receives; both wait with pauses
+// (wait_sleeping). Why: with one thread progressing both directions, Open
 // MPI 4.1's TCP transport moved back-to-back exchanges at half the link's rate each way, as if
 // the link were half duplex (63 MB/s each way on a shaped 1 Gbit/s link, for any chunk size,
 // tbf queue bound, TCP congestion control or socket buffer size; an exchange after 10 ms of
 // silence ran at the link's rate), where the two threads reached 105-110 MB/s, and plain TCP
 // sockets 120 MB/s each way on one connection (2026-12-04, docs/distributed.md). The sends must
-// not be too small: a blocking send waits for the receiver's answer to its request, and 256 KiB
-// chunks moved 32 MB/s there, 1 and 4 MiB 105-110. On one host the second thread made the
+// not be too small: a send waits for the receiver's answer to its request, and 256 KiB chunks
+// moved 32 MB/s there, 1 and 4 MiB 105-110. On one host the second thread made the
 // exchange 12x slower (two ranks' four threads spinning on two cores), so there the one-thread
 // form stays.
 template <typename T, typename Add>
@@ -108,7 +127,9 @@ void exchange_and_add(const T* send, T* recv, int64_t count, MPI_Datatype type, 
   try {
     sender = std::thread([&] {
       for (int64_t k = 0; k < chunks; ++k) {
-        MPI_Send(send + k * kChunk<T>, size(k), type, peer, tag(k), comm);
+        MPI_Request request;
+        MPI_Isend(send + k * kChunk<T>, size(k), type, peer, tag(k), comm, &request);
+        wait_sleeping(&request);
         sent.store(k + 1, std::memory_order_release);
         sent.notify_one();
       }
@@ -129,8 +150,8 @@ void exchange_and_add(const T* send, T* recv, int64_t count, MPI_Datatype type, 
   for (int64_t k = 0; k < chunks; ++k) {
     if (k + 1 < chunks)
       MPI_Irecv(landing(k + 1), size(k + 1), type, peer, tag(k + 1), comm, &pending[(k + 1) % 2]);
-    MPI_Wait(&pending[k % 2], MPI_STATUS_IGNORE);
-    if (!sender.joinable()) MPI_Wait(&sends[k], MPI_STATUS_IGNORE);
+    wait_sleeping(&pending[k % 2]);
+    if (!sender.joinable()) wait_sleeping(&sends[k]);
     for (int64_t gone = sent.load(std::memory_order_acquire); sender.joinable() && gone <= k;
          gone = sent.load(std::memory_order_acquire))
       sent.wait(gone, std::memory_order_acquire);
