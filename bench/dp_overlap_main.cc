@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
     const auto [wte_begin, wte_end] = model.word_embedding_range();
     distributed::DataParallelGrads overlapped(
         model.params(), dp, distributed::ShardingPlan::for_stage(stage, bucket, true), {}, nullptr,
-        {}, {{wte_begin, embedding_rows ? wte_end : wte_begin}, cfg.hidden_size});
+        {}, {{wte_begin, embedding_rows ? wte_end : wte_begin}, cfg.hidden_size, B * T});
     distributed::DataParallelGrads after(
         model.params(), dp, distributed::ShardingPlan::for_stage(stage, bucket, false));
     const bench::BenchBatch data(cfg, B);

@@ -11,7 +11,8 @@
 # dropless ones are checked for the model states (their rows follow the router). Under ZeRO 2-3
 # with overlapped reduction the theory of the buffers is a bound (buckets reduced early give
 # their buffer back, at a time that depends on timing): checked as one, and exactly with
-# --no-overlap-grad-reduce. The kernels' scratch ("other") is checked wherever the activations are
+# --no-overlap-grad-reduce; so is it where ZeRO 0's word-embedding rows are the largest buffer
+# (as many as the distinct tokens). The kernels' scratch ("other") is checked wherever the activations are
 # (against the plan for the CPU target and GEMM path the run takes). The report lists every
 # category and the peak resident set.
 # Usage: memory_report.sh BUILD_BIN_DIR
@@ -59,8 +60,9 @@ PY
 }
 
 layout() {  # layout NAME NP FLAGS...: one run, its report checked (activations too, unless a
-            # dropless MoE run: then the buffers as a bound)
-  local name="$1" np="$2" what=activations
+            # dropless MoE run: then the buffers as a bound; WHAT=bound_dense: the buffers as a
+            # bound, the activations exactly)
+  local name="$1" np="$2" what="${WHAT:-activations}"
   shift 2
   [[ " $* " == *" mixtral-tiny "* && " $* " != *" --moe-pad-expert-input-to-capacity "* ]] &&
     what=bound
@@ -69,7 +71,11 @@ layout() {  # layout NAME NP FLAGS...: one run, its report checked (activations 
     within_5_percent $what
 }
 
-for stage in 0 1; do layout "DP 2, ZeRO $stage" 2 "${GPT[@]}" --zero-stage "$stage"; done
+# ZeRO 0 reduces the word embedding's rows after backward (distributed/data_parallel_grads.h):
+# as many as the distinct tokens of the ranks' micro-batches, which the theory bounds by their
+# count (mock data repeats tokens), so where those rows are the largest buffer it is a bound.
+WHAT=bound_dense layout "DP 2, ZeRO 0" 2 "${GPT[@]}" --zero-stage 0
+layout "DP 2, ZeRO 1" 2 "${GPT[@]}" --zero-stage 1
 # ZeRO 2-3 reduce each bucket as backward reaches it and give a bucket's buffer back once its
 # reduce-scatter is done: when that happens depends on timing, so the peak is checked exactly with
 # the reduction at the end of backward and as a bound with it overlapped (the default).
@@ -112,7 +118,7 @@ LLAMA=(--model llama-tiny --hidden-size 256 --num-attention-heads 4 --num-query-
        --num-layers 4)
 layout "LLaMA-style (narrow MLP: the attention's backward is the larger)" 1 "${LLAMA[@]}"
 layout "LLaMA-style, CP 2 (p2p)" 2 "${LLAMA[@]}" --context-parallel-size 2
-layout "LLaMA-style, CP 4 (a2a, key/value groups replicated)" 4 "${LLAMA[@]}" \
+WHAT=bound_dense layout "LLaMA-style, CP 4 (a2a, key/value groups replicated)" 4 "${LLAMA[@]}" \
   --context-parallel-size 4 --cp-comm-type a2a
 layout "MoE, padded to capacity" 1 "${MOE[@]}" "${PADDED[@]}"
 layout "MoE EP 4 (all-to-all), ZeRO 1, padded" 4 "${MOE[@]}" "${PADDED[@]}" \

@@ -143,16 +143,21 @@ void check_embedding_rows(bool tied) {
   const auto [wte_begin, wte_end] = model.word_embedding_range();
   ASSERT_GT(wte_end, wte_begin);
   DataParallelGrads grads(model.params(), dp, ShardingPlan::for_stage(0, 65536, true), {}, nullptr,
-                          {}, {{wte_begin, wte_end}, cfg.hidden_size});
+                          {}, {{wte_begin, wte_end}, cfg.hidden_size, cfg.seq_length});
   model::EmbeddingRowGrads* rows = grads.embedding_rows();
   ASSERT_NE(rows, nullptr);
   // Not at ZeRO 1, nor without overlap: there the embedding is reduced whole, as before.
   for (const auto& plan :
        {ShardingPlan::for_stage(1, 65536, true), ShardingPlan::for_stage(0, 65536, false)})
     EXPECT_EQ(DataParallelGrads(model.params(), dp, plan, {}, nullptr, {},
-                                {{wte_begin, wte_end}, cfg.hidden_size})
+                                {{wte_begin, wte_end}, cfg.hidden_size, cfg.seq_length})
                   .embedding_rows(),
               nullptr);
+  // Nor where the rows' union could pass half the embedding's 64 rows (8 tokens a rank here).
+  const ShardingPlan zero0 = ShardingPlan::for_stage(0, 65536, true);
+  EXPECT_TRUE(embedding_by_rows(zero0, 4, {{0, 64 * 64}, 64, 8}));
+  EXPECT_FALSE(embedding_by_rows(zero0, 4, {{0, 64 * 64}, 64, 9}));
+  EXPECT_FALSE(embedding_by_rows(zero0, 1, {{0, 64 * 64}, 64, 8}));
   grads.start_iteration();
   testing::small_model_micro_batch(runner, d, 1, scale);  // accumulates only
   dp->reset_stats();

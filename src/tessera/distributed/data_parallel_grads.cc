@@ -39,7 +39,7 @@ DataParallelGrads::DataParallelGrads(model::ParameterSet& params,
                                      const ShardingPlan& plan, std::vector<FlatRange> buckets,
                                      std::shared_ptr<comm::ProcessGroup> expert_dp,
                                      std::vector<FlatRange> expert_ranges,
-                                     std::pair<FlatRange, int64_t> embedding_rows)
+                                     const EmbeddingRowsLayout& embedding_rows)
     : params_(params), dp_(std::move(dp)), expert_dp_(std::move(expert_dp)), plan_(plan) {
   const int64_t bucket_elems = plan.bucket_elems;
   if (dp_) {
@@ -71,15 +71,10 @@ DataParallelGrads::DataParallelGrads(model::ParameterSet& params,
       end = begin;
     }
   }
-  // The word embedding by rows: only where its whole reduction is an all-reduce overlapped
-  // with backward (ZeRO 1-2 would hold its reduce-scatter's output through backward), its edges
-  // on multiples of DP. Its buckets are its own.
-  const auto& [rows_range, row_elems] = embedding_rows;
-  if (rows_range.size() > 0 && row_elems > 0 && dp_size_ > 1 && plan.overlap_grad_reduce &&
-      plan.stage == ShardingPlan::Stage::kReplicated && rows_range.begin % dp_size_ == 0 &&
-      rows_range.end % dp_size_ == 0) {
-    rows_range_ = rows_range;
-    row_elems_ = row_elems;
+  // The word embedding by rows: its buckets are its own.
+  if (embedding_by_rows(plan, dp_size_, embedding_rows)) {
+    rows_range_ = embedding_rows.range;
+    row_elems_ = embedding_rows.row_elems;
     buckets_ = cut_at_edges(buckets_, {rows_range_});
   }
   // Expert ranges become buckets of their own (split off any bucket they fall into).
@@ -96,13 +91,15 @@ DataParallelGrads::DataParallelGrads(model::ParameterSet& params,
   // Launch order: the embedding's buckets by rows first (final after the output layer's
   // backward), then every other bucket from the end of the buffer.
   rows_bucket_.assign(buckets_.size(), 0);
-  for (size_t b = 0; b < buckets_.size(); ++b)
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    buffer_order_.push_back(b);
     if (rows_range_.size() > 0 && inside_one(buckets_[b], {rows_range_})) {
       rows_bucket_[b] = 1;
-      launch_order_.push_back(b);
+      rows_first_order_.push_back(b);
     }
+  }
   for (size_t b = 0; b < buckets_.size(); ++b)
-    if (!rows_bucket_[b]) launch_order_.push_back(b);
+    if (!rows_bucket_[b]) rows_first_order_.push_back(b);
   if (sharded()) {
     for (size_t b = buckets_.size(); b-- > 0;) owned_.push_back(owned_part(b));
   } else {
@@ -172,18 +169,20 @@ void DataParallelGrads::complete(size_t b) {
 void DataParallelGrads::grads_ready(int64_t offset) {
   if (!plan_.overlap_grad_reduce) return;
   // The same order on every rank: collectives must match.
-  while (next_launch_ < launch_order_.size() && ready(launch_order_[next_launch_], offset))
-    launch(launch_order_[next_launch_++]);
+  const std::vector<size_t>& order = launch_order();
+  while (next_launch_ < order.size() && ready(order[next_launch_], offset))
+    launch(order[next_launch_++]);
   // Stage 2 gives pages back as soon as a bucket is reduced, not at the end of backward; so
   // does the boundary hook (the gradients leave memory) at any stage.
   if (plan_.shards_gradients() || leaving_at_boundary())
-    while (next_complete_ < next_launch_ && work_[launch_order_[next_complete_]].done())
-      complete(launch_order_[next_complete_++]);
+    while (next_complete_ < next_launch_ && work_[order[next_complete_]].done())
+      complete(order[next_complete_++]);
 }
 
 void DataParallelGrads::finish() {
-  while (next_launch_ < launch_order_.size()) launch(launch_order_[next_launch_++]);
-  while (next_complete_ < launch_order_.size()) complete(launch_order_[next_complete_++]);
+  const std::vector<size_t>& order = launch_order();
+  while (next_launch_ < order.size()) launch(order[next_launch_++]);
+  while (next_complete_ < order.size()) complete(order[next_complete_++]);
   next_launch_ = next_complete_ = 0;
   if (rows_.armed) {
     TESSERA_CHECK_MSG(rows_.filled,

@@ -30,7 +30,8 @@
 //     units whose parameters distributed::Zero3Params gathers when used (experts' units over
 //     the expert-DP group); gather_values() has nothing to do.
 //
-// The word embedding by rows (stage 0 with overlap, DP > 1, when the caller names its range):
+// The word embedding by rows (stage 0 with overlap, DP > 1, when the caller names its range and
+// the rows' union cannot pass half of it: embedding_by_rows()):
 // its backward runs last, so its bucket would be reduced after backward where nothing hides it.
 // Instead the caller hands the runner embedding_rows() with the readiness hook; the embedding's
 // backward then writes the rows its tokens touched there (model/embedding_row_grads.h) and its
@@ -47,9 +48,9 @@
 // buckets padded to multiples of DP split evenly over it too.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <memory>
-#include <utility>
 #include <vector>
 
 #include "tessera/comm/process_group.h"
@@ -72,6 +73,33 @@ inline FlatRange part_of(const FlatRange& range, int parts, int index) {
   return {range.begin + index * part, range.begin + (index + 1) * part};
 }
 
+// Where the word embedding lies in a rank's flat gradient and how it is used: for
+// DataParallelGrads to reduce it by rows (see above). An empty range: never.
+struct EmbeddingRowsLayout {
+  FlatRange range;        // the word embedding's flat range (this rank's vocabulary rows)
+  int64_t row_elems = 0;  // elements of a row (the hidden size)
+  int64_t tokens = 0;     // tokens of a micro-batch on this rank
+};
+
+// At most how many rows the union of `dp` ranks' rows holds: min(vocab rows, tokens x DP).
+inline int64_t embedding_rows_bound(int64_t vocab_rows, int64_t tokens, int dp) {
+  return std::min(vocab_rows, tokens * dp);
+}
+
+// Whether the reduction takes the word embedding by rows: ZeRO 0 overlapped over more than one
+// rank (at ZeRO 1-2 its reduce-scatter's output buffer would be held through backward, where
+// activations peak), its edges on multiples of DP, and the rows' union bound at most half its
+// rows (beyond that reducing it whole after backward moves fewer bytes in all). The caller
+// makes sure the rank's part is one chunk holding the embeddings.
+inline bool embedding_by_rows(const ShardingPlan& plan, int dp, const EmbeddingRowsLayout& e) {
+  if (e.range.size() == 0 || e.row_elems <= 0 || dp < 2 || !plan.overlap_grad_reduce ||
+      plan.stage != ShardingPlan::Stage::kReplicated || e.range.begin % dp != 0 ||
+      e.range.end % dp != 0)
+    return false;
+  const int64_t vocab_rows = e.range.size() / e.row_elems;
+  return 2 * embedding_rows_bound(vocab_rows, e.tokens, dp) <= vocab_rows;
+}
+
 class DataParallelGrads {
  public:
   // `dp` may be nullptr (one data-parallel rank: nothing to reduce). params.numel() must be a
@@ -80,13 +108,12 @@ class DataParallelGrads {
   // (stage 3: the model's units); empty = cut by plan.bucket_elems. `params` must outlive this.
   // `expert_dp` and `expert_ranges` (increasing, each a multiple of DP): the expert-data-parallel
   // group and the flat ranges it reduces (none without expert parallelism).
-  // `embedding_rows`: the word embedding's flat range and its row length, to reduce it by rows
-  // where that applies (see above; an empty range: never).
+  // `embedding_rows`: the word embedding, to reduce it by rows where embedding_by_rows() says.
   DataParallelGrads(model::ParameterSet& params, std::shared_ptr<comm::ProcessGroup> dp,
                     const ShardingPlan& plan, std::vector<FlatRange> buckets = {},
                     std::shared_ptr<comm::ProcessGroup> expert_dp = nullptr,
                     std::vector<FlatRange> expert_ranges = {},
-                    std::pair<FlatRange, int64_t> embedding_rows = {});
+                    const EmbeddingRowsLayout& embedding_rows = {});
 
   // Zeroes the gradients for a new iteration (stage 2: the owned parts; the rest is released;
   // with a boundary hook, everything is released: zero pages until backward writes them).
@@ -156,14 +183,20 @@ class DataParallelGrads {
   std::vector<char> expert_bucket_;  // per bucket: reduced over expert_dp_
   ShardingPlan plan_;
   std::vector<FlatRange> buckets_;  // from the end of the buffer to its start
-  std::vector<size_t> launch_order_;  // bucket indices: the embedding's by rows first, then all
+  // Bucket indices in launch order: with the embedding's rows armed, its buckets first, then
+  // the others from the end of the buffer; unarmed (a caller that did not hand the sink over),
+  // all from the end of the buffer. Either way the same on every rank.
+  const std::vector<size_t>& launch_order() const {
+    return rows_.armed ? rows_first_order_ : buffer_order_;
+  }
+  std::vector<size_t> rows_first_order_, buffer_order_;
   FlatRange rows_range_;              // the word embedding reduced by rows (empty: none)
   int64_t row_elems_ = 0;
   std::vector<char> rows_bucket_;  // per bucket: inside rows_range_
   model::EmbeddingRowGrads rows_;
   std::vector<FlatRange> owned_;
-  size_t next_launch_ = 0;           // launch_order_[0, next_launch_) have been launched
-  size_t next_complete_ = 0;         // launch_order_[0, next_complete_) have been completed
+  size_t next_launch_ = 0;           // launch_order()[0, next_launch_) have been launched
+  size_t next_complete_ = 0;         // launch_order()[0, next_complete_) have been completed
   std::vector<comm::Work> work_;     // per bucket
   std::vector<Tensor> scatter_out_;  // per bucket: the reduce-scatter output (this rank's part)
   bool boundary_ = true;

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "tessera/core/error.h"
+#include "tessera/distributed/data_parallel_grads.h"
 #include "tessera/pipeline/schedule.h"
 #include "tessera/plan/layer_work.h"
 #include "tessera/plan/offload_time.h"
@@ -492,16 +493,15 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
         const double bucket = std::max({r.zero_stage == 3 ? part.elements / (layers + 1)
                                                           : static_cast<double>(r.bucket_elements),
                                         part.elements / 1e5, 1.0});
-        // ZeRO 0 overlapped reduces the word embedding by rows (distributed/
+        // ZeRO 0 overlapped may reduce the word embedding by rows (distributed/
         // data_parallel_grads.h): its flat gradient leaves first, final once the output layer's
         // backward is (taken as backward's start); after backward the ranks exchange their rows'
         // indices and all-reduce the union of the rows their tokens touched.
-        const bool by_rows = part.group == GroupKind::kDataContext && r.zero_stage == 0 &&
-                             r.first_stage && reduces_during_backward(r) &&
-                             r.optimizer_offload_buffer_bytes < 0;
         const double C = static_cast<double>(cfg.hidden_size);
-        const double vocab_rows = static_cast<double>(cfg.padded_vocab_size(r.tp) / r.tp);
-        const double embedding = by_rows ? vocab_rows * C : 0;
+        const int64_t vocab_rows = cfg.padded_vocab_size(r.tp) / r.tp;
+        const bool by_rows = part.group == GroupKind::kDataContext && reduces_during_backward(r) &&
+                             train::reduces_embedding_by_rows(cfg, r);
+        const double embedding = by_rows ? static_cast<double>(vocab_rows) * C : 0;
         for (double n : buckets_from_end(embedding, bucket))
           queue.emplace_back(0.0, price.collective(reduce, part.group, 4 * n, rank));
         const double rest = part.elements - embedding;
@@ -512,8 +512,9 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
         }
         if (by_rows) {
           // At most a micro-batch's tokens of rows a rank, every rank's different.
-          const double mine = std::min(vocab_rows, static_cast<double>(r.tokens));
-          const double rows = std::min(vocab_rows, mine * part.ranks);
+          const double mine = static_cast<double>(std::min<int64_t>(vocab_rows, r.tokens));
+          const double rows = static_cast<double>(
+              distributed::embedding_rows_bound(vocab_rows, r.tokens, part.ranks));
           queue.emplace_back(
               1.0,
               price.collective(CollectiveKind::kAllGather, part.group, 8.0 * part.ranks, rank) +

@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <cstdio>
+#include <numeric>
 
+#include "tessera/distributed/data_parallel_grads.h"
 #include "tessera/kernels/scratch_plan.h"
 #include "tessera/model/activation_memory.h"
 #include "tessera/model/scratch_memory.h"
@@ -477,7 +478,32 @@ double allocated_parameter_elements(const model::ModelConfig& c, const RankLayou
   return elements;
 }
 
+bool reduces_embedding_by_rows(const model::ModelConfig& c, const RankLayout& r) {
+  if (!r.first_stage || r.chunk_layers.size() != 1 || r.optimizer_offload_buffer_bytes >= 0)
+    return false;
+  const int64_t vocab_rows = c.padded_vocab_size(r.tp) / r.tp;
+  return distributed::embedding_by_rows(
+      distributed::ShardingPlan::for_stage(r.zero_stage, r.bucket_elements, r.overlap_grad_reduce),
+      r.dp, {{0, vocab_rows * c.hidden_size}, c.hidden_size, r.tokens});
+}
+
+double theoretical_embedding_rows_buffers(const model::ModelConfig& c, const RankLayout& r) {
+  if (!reduces_embedding_by_rows(c, r)) return 0;
+  const int64_t vocab_rows = c.padded_vocab_size(r.tp) / r.tp;
+  const double mine = static_cast<double>(std::min(vocab_rows, r.tokens));
+  const double all =
+      static_cast<double>(distributed::embedding_rows_bound(vocab_rows, r.tokens, r.dp));
+  // Rows of fp32 (this rank's and the union's); the count, every rank's count, this rank's
+  // indices padded to the longest list and every rank's.
+  return 4.0 * (mine + all) * c.hidden_size + 8.0 * (1 + r.dp) + 4.0 * mine * (1 + r.dp);
+}
+
 double theoretical_comm_buffers(const model::ModelConfig& c, const RankLayout& r) {
+  return std::max(theoretical_backward_comm_buffers(c, r),
+                  theoretical_zero_buffers(c, r) + theoretical_embedding_rows_buffers(c, r));
+}
+
+double theoretical_backward_comm_buffers(const model::ModelConfig& c, const RankLayout& r) {
   const double zero = theoretical_zero_buffers(c, r);
   const double N = static_cast<double>(r.tokens), C = c.hidden_size;
   const double elem = dtype_size(r.compute);

@@ -134,7 +134,19 @@ double theoretical_activations(const model::ModelConfig& cfg, const RankLayout& 
 // one arriving, and in backward their fp32 gradient accumulators; all_gather every rank's blocks
 // and (backward) their fp32 accumulators; a2a the all-to-all's send and receive copies of q, k,
 // v; a2a+p2p the larger of its group's all-to-all and its ring.
+// ZeRO 0 overlapped, the word embedding's rows reduced after backward (distributed/
+// data_parallel_grads.h) are in this category too: when it applies, its peak is the larger of the
+// above and those rows' buffers.
 double theoretical_comm_buffers(const model::ModelConfig& cfg, const RankLayout& r);
+// The part of theoretical_comm_buffers held during backward (everything but the embedding's rows).
+double theoretical_backward_comm_buffers(const model::ModelConfig& cfg, const RankLayout& r);
+
+// Whether this rank's reduction takes the word embedding by rows (distributed::embedding_by_rows
+// for a rank whose part is one chunk holding the embeddings), and the buffers that takes at the
+// end of backward: this rank's rows (at most a micro-batch's tokens), their union over DP (at
+// most DP times that), both C fp32 elements a row, and the row indices exchanged.
+bool reduces_embedding_by_rows(const model::ModelConfig& cfg, const RankLayout& r);
+double theoretical_embedding_rows_buffers(const model::ModelConfig& cfg, const RankLayout& r);
 
 // The ZeRO 1-3 part of theoretical_comm_buffers alone: every unit's reduce-scattered gradient
 // part, 4 x elements / sharers, which fills up as backward reduces buckets and is held until the

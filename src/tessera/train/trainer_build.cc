@@ -229,10 +229,12 @@ void Trainer::build_gradient_sharding(const distributed::ShardingPlan& sharding)
   for (const auto& [b, e] : model_->expert_ranges()) experts.push_back({b, e});
   // The word embedding is reduced by rows where the reducer can (distributed/
   // data_parallel_grads.h): its backward must run inside this rank's one chunk.
-  std::pair<distributed::FlatRange, int64_t> embedding_rows;
+  distributed::EmbeddingRowsLayout embedding_rows;
   if (model_->num_chunks() == 1) {
     const auto [begin, end] = model_->word_embedding_range();
-    embedding_rows = {{begin, end}, model_->config().hidden_size};
+    embedding_rows = {{begin, end},
+                      model_->config().hidden_size,
+                      args_.micro_batch_size * args_.model.seq_length / cp_size_};
   }
   dp_grads_ = std::make_unique<distributed::DataParallelGrads>(
       model_->params(), dp_, sharding,

@@ -7,7 +7,6 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 
 #include "tessera/core/error.h"
@@ -113,25 +112,6 @@ TEST(StepTime, FullRecomputationAddsTheLayersForward) {
               layers_forward / kGemm, 1e-9 * predict(full).step_s);
 }
 
-// ZeRO 0 overlapped reduces the word embedding by rows (distributed/data_parallel_grads.h): its
-// flat part leaves at backward's start, and after backward come two all-gathers (each rank's
-// count of rows, then their indices) and the all-reduce of the union of the rows: at most a
-// micro-batch's tokens from each of the DP ranks. The embedding's elements on this rank, and that
-// tail's time on `link`.
-double word_embedding_elements(const Planned& p) {
-  const model::ModelConfig& c = p.args.model;
-  return static_cast<double>(c.padded_vocab_size(1)) * c.hidden_size;
-}
-double rows_tail(const Planned& p, const LinkRate& link) {
-  const model::ModelConfig& c = p.args.model;
-  const double vocab = static_cast<double>(c.padded_vocab_size(1));
-  const double mine = std::min(vocab, static_cast<double>(p.ranks[0].tokens));
-  const double dp = p.ranks[0].dp, rows = std::min(vocab, mine * dp);
-  return link.seconds(CollectiveKind::kAllGather, 8 * dp, 2) +
-         link.seconds(CollectiveKind::kAllGather, 4 * mine * dp, 2) +
-         link.seconds(CollectiveKind::kAllReduce, 4 * rows * c.hidden_size, 2);
-}
-
 TEST(StepTime, DataParallelReductionByHand) {
   for (int stage : {0, 1}) {
     const Planned p =
@@ -139,19 +119,40 @@ TEST(StepTime, DataParallelReductionByHand) {
     const StepTimePrediction t = predict(p);
     EXPECT_NEAR(t.components.compute, flops(p, 1) / 2 / kGemm, 1e-9 * t.step_s);
     // One bucket (the model is far below 40M elements), ready when backward ends: all of it
-    // waits. ZeRO 1 reduce-scatters, then gathers the updated fp32 values. ZeRO 0 reduces the
-    // word embedding first (hidden: the overlap share is 1) and its rows after backward.
+    // waits. ZeRO 1 reduce-scatters, then gathers the updated fp32 values.
     // The parameters with the embedding's rows padded (257 -> 384), as the trainer allocates.
     const model::ModelConfig& c = p.args.model;
     const double P = static_cast<double>(c.num_parameters()) +
                      static_cast<double>(c.padded_vocab_size(1) - c.vocab_size) * c.hidden_size;
-    const double expected = stage == 0 ? kLink.seconds(CollectiveKind::kAllReduce,
-                                                       4 * (P - word_embedding_elements(p)), 2) +
-                                             rows_tail(p, kLink)
+    const double expected = stage == 0 ? kLink.seconds(CollectiveKind::kAllReduce, 4 * P, 2)
                                        : kLink.seconds(CollectiveKind::kReduceScatter, 4 * P, 2) +
                                              kLink.seconds(CollectiveKind::kAllGather, 4 * P, 2);
     EXPECT_NEAR(t.components.dp_comm, expected, 1e-3 * expected) << "ZeRO " << stage;
   }
+}
+
+// ZeRO 0 overlapped reduces the word embedding by rows (distributed/data_parallel_grads.h) where
+// the rows' union is at most half the embedding: its flat part leaves at backward's start (hidden:
+// the overlap share is 1), and after backward come two all-gathers (each rank's count of rows,
+// then their indices, padded to a micro-batch's tokens) and the all-reduce of the union of the
+// rows, at most a micro-batch's tokens from each DP rank. Micro-batches of 64 tokens: at most
+// 128 of the 384 rows (by rows); of 128 tokens: 256 (whole, as DataParallelReductionByHand).
+TEST(StepTime, WordEmbeddingByRowsByHand) {
+  const Planned p = planned(2, {"--micro-batch-size", "1"});
+  const model::ModelConfig& c = p.args.model;
+  const double P = train::theoretical_model_states(c, p.ranks[0]).parameter_elements;
+  const double vocab = static_cast<double>(c.padded_vocab_size(1));
+  ASSERT_EQ(vocab, 384);
+  const double E = vocab * c.hidden_size, tokens = 64, rows = 2 * tokens;
+  const double tail = kLink.seconds(CollectiveKind::kAllGather, 8 * 2, 2) +
+                      kLink.seconds(CollectiveKind::kAllGather, 4 * tokens * 2, 2) +
+                      kLink.seconds(CollectiveKind::kAllReduce, 4 * rows * c.hidden_size, 2);
+  // One bucket besides the embedding's, ready when backward ends.
+  EXPECT_NEAR(predict(p).components.dp_comm,
+              kLink.seconds(CollectiveKind::kAllReduce, 4 * (P - E), 2) + tail, 1e-12);
+  const Planned wide = planned(2, {"--micro-batch-size", "2"});
+  EXPECT_NEAR(predict(wide).components.dp_comm, kLink.seconds(CollectiveKind::kAllReduce, 4 * P, 2),
+              1e-12);
 }
 
 TEST(StepTime, PipelineBubbleOfEqualStages) {
@@ -309,28 +310,19 @@ TEST(StepTime, BucketQueueAndOverlapShare) {
   MachineDescription m = hand_machine();
   m.configurations[1].intra_host.overlap = 0;
   const train::ModelStateBytes states = train::theoretical_model_states(p.args.model, p.ranks[0]);
-  // The word embedding's buckets (reduced first, by rows) and the rest's.
-  const double embedding = word_embedding_elements(p);
-  const double elements = states.parameter_elements - embedding;
-  const double bucket = static_cast<double>(p.ranks[0].bucket_elements);
-  const double buckets = std::ceil(elements / bucket) + std::ceil(embedding / bucket);
+  const double elements = states.parameter_elements;
+  const double buckets = std::ceil(elements / p.ranks[0].bucket_elements);
   ASSERT_GT(buckets, 3);
   const double serial = predict_step_time(p.args.model, p.mesh, p.ranks, m).components.dp_comm;
-  EXPECT_NEAR(serial,
-              buckets * kLink.latency_s + 4 * (elements + embedding) / kLink.bus_bytes_per_s +
-                  rows_tail(p, kLink),
+  EXPECT_NEAR(serial, buckets * kLink.latency_s + 4 * elements / kLink.bus_bytes_per_s,
               1e-3 * serial);
   const double hidden = predict(p).components.dp_comm;
   EXPECT_LT(hidden, 0.5 * serial);
   // Buckets are cut from the end of the gradients; the last reduced is what remains at the
-  // start after the embedding, ready when backward ends, and (each bucket taking microseconds
-  // against a backward of milliseconds) the only one left to wait for, with the rows, but for
-  // what is left of the bucket before it when the last is a small remainder (ready a few
-  // microseconds after it): at most that bucket.
-  const double last = elements - (std::ceil(elements / bucket) - 1) * bucket;
-  const double tail = kLink.seconds(CollectiveKind::kAllReduce, 4 * last, 2) + rows_tail(p, kLink);
-  EXPECT_GE(hidden, tail - 1e-12);
-  EXPECT_LE(hidden, tail + kLink.seconds(CollectiveKind::kAllReduce, 4 * bucket, 2));
+  // start, ready when backward ends, and (each bucket taking microseconds against a backward of
+  // milliseconds) the only one left to wait for.
+  const double last = elements - (buckets - 1) * p.ranks[0].bucket_elements;
+  EXPECT_NEAR(hidden, kLink.seconds(CollectiveKind::kAllReduce, 4 * last, 2), 1e-12);
 
   const std::vector<std::string> interleaved = {"--micro-batch-size",
                                                 "1",
@@ -355,9 +347,7 @@ TEST(StepTime, GroupsAcrossHostsUseTheInterHostLinks) {
   const Planned p = planned(2, {"--micro-batch-size", "2"});
   const double P = train::theoretical_model_states(p.args.model, p.ranks[0]).parameter_elements;
   EXPECT_NEAR(predict_step_time(p.args.model, p.mesh, p.ranks, m).components.dp_comm,
-              slow.seconds(CollectiveKind::kAllReduce, 4 * (P - word_embedding_elements(p)), 2) +
-                  rows_tail(p, slow),
-              1e-12);
+              slow.seconds(CollectiveKind::kAllReduce, 4 * P, 2), 1e-12);
 }
 
 }  // namespace
