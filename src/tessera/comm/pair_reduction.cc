@@ -59,11 +59,15 @@ const PairComm& pair_comm(MPI_Comm comm) {
 // the overlapped step 7.0-7.25 s busy, 6.79-6.90 s sleeping (the forward and backward under it
 // 5.6-5.8 s busy, 4.4-4.7 s sleeping); the reduction alone after backward 4.94-5.01 s busy,
 // 4.55-4.64 s sleeping (the link's rate: 4.17 s). A pause of 50 us is nothing to a link.
+// The first 200 us are polled without pause, so a transfer that a fast link completes in
+// about that long (a 4 MiB chunk at 100 Gbit/s: 0.34 ms) is not held back by the pauses.
 void wait_sleeping(MPI_Request* request) {
   int done = 0;
+  const auto start = std::chrono::steady_clock::now();
   MPI_Test(request, &done, MPI_STATUS_IGNORE);
   while (!done) {
-    std::this_thread::sleep_for(std::chrono::microseconds(kPairPollMicroseconds));
+    if (std::chrono::steady_clock::now() - start > std::chrono::microseconds(200))
+      std::this_thread::sleep_for(std::chrono::microseconds(kPairPollMicroseconds));
     MPI_Test(request, &done, MPI_STATUS_IGNORE);
   }
 }
