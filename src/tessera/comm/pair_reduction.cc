@@ -1,5 +1,8 @@
 #include "tessera/comm/pair_reduction.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -56,9 +59,10 @@ const PairComm& pair_comm(MPI_Comm comm) {
 // lasts as long as the link needs (35 ms a 4 MiB chunk at 1 Gbit/s), so the receiving thread
 // and the sender took cycles from the backward pass the reduction overlaps. Measured with
 // bench/dp_overlap between two shaped hosts with one core each (2026-12-04, three runs each):
-// the overlapped step 7.0-7.25 s busy, 6.79-6.90 s sleeping (the forward and backward under it
-// 5.6-5.8 s busy, 4.4-4.7 s sleeping); the reduction alone after backward 4.94-5.01 s busy,
-// 4.55-4.64 s sleeping (the link's rate: 4.17 s). A pause of 50 us is nothing to a link.
+// the overlapped step 7.0-7.25 s busy, 6.79-6.90 s with 50 us pauses (the forward and backward
+// under it 5.6-5.8 s busy, 4.4-4.7 s pausing); the reduction alone after backward 4.94-5.01 s
+// busy, 4.55-4.64 s pausing (the link's rate: 4.17 s). A pause of tens of microseconds is
+// nothing to a link; the threads take ordinary scheduling for it (OrdinaryScheduling).
 // The first 200 us are polled without pause, so a transfer that a fast link completes in
 // about that long (a 4 MiB chunk at 100 Gbit/s: 0.34 ms) is not held back by the pauses.
 void wait_sleeping(MPI_Request* request) {
@@ -71,6 +75,37 @@ void wait_sleeping(MPI_Request* request) {
     MPI_Test(request, &done, MPI_STATUS_IGNORE);
   }
 }
+
+// For its lifetime the calling thread is scheduled as an ordinary thread (SCHED_OTHER), and as
+// it was before afterwards. The communication thread runs as SCHED_BATCH (comm/runtime.cc: woken
+// for a short operation it must not preempt the thread that issued it), and a thread it starts
+// inherits that. But between hosts an exchange lasts as long as the link needs, and its two
+// threads wake every few tens of microseconds to feed the transport: a SCHED_BATCH thread woken
+// under a computing one waits for its tick (milliseconds), so the transfer starved under backward.
+// Measured with bench/dp_overlap between two shaped hosts with one core each (2026-12-04): the
+// share of the reduction hidden behind backward 46.1 / 52.2% as SCHED_BATCH with 50 us pauses,
+// 59.3 / 58.5 / 61.3% ordinary with 50 us, 66.1 / 63.0% ordinary with 20 us; the overlapped step
+// 6.85 / 6.85 s, 6.69 / 6.91 / 6.75 s, 6.78 / 6.62 s. Best effort: a thread that cannot change
+// its policy keeps it.
+class OrdinaryScheduling {
+ public:
+  OrdinaryScheduling() {
+    if (pthread_getschedparam(pthread_self(), &policy_, &param_) != 0 || policy_ == SCHED_OTHER)
+      return;
+    const sched_param ordinary{};
+    changed_ = pthread_setschedparam(pthread_self(), SCHED_OTHER, &ordinary) == 0;
+  }
+  ~OrdinaryScheduling() {
+    if (changed_) pthread_setschedparam(pthread_self(), policy_, &param_);
+  }
+  OrdinaryScheduling(const OrdinaryScheduling&) = delete;
+  OrdinaryScheduling& operator=(const OrdinaryScheduling&) = delete;
+
+ private:
+  int policy_ = SCHED_OTHER;
+  sched_param param_{};
+  bool changed_ = false;
+};
 
 void add_into(float* __restrict mine, const float* __restrict theirs, int64_t n) {
   for (int64_t i = 0; i < n; ++i) mine[i] += theirs[i];
@@ -123,6 +158,7 @@ void exchange_and_add(const T* send, T* recv, int64_t count, MPI_Datatype type, 
     add(0, count, recv);
     return;
   }
+  const OrdinaryScheduling scheduling;
   // Allocated before the sender starts: nothing may throw while it runs.
   const std::unique_ptr<T[]> slots(recv == nullptr ? new T[2 * kChunk<T>] : nullptr);
   std::atomic<int64_t> sent{0};  // chunks of `send` gone
@@ -130,6 +166,7 @@ void exchange_and_add(const T* send, T* recv, int64_t count, MPI_Datatype type, 
   std::vector<MPI_Request> sends;  // only when no thread could be started
   try {
     sender = std::thread([&] {
+      const OrdinaryScheduling sender_scheduling;
       for (int64_t k = 0; k < chunks; ++k) {
         MPI_Request request;
         MPI_Isend(send + k * kChunk<T>, size(k), type, peer, tag(k), comm, &request);

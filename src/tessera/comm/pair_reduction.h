@@ -39,7 +39,7 @@ namespace tessera::comm::detail {
 constexpr int64_t kPairChunkBytes = int64_t{4} << 20;
 constexpr int64_t kPairMinBytes = int64_t{1} << 20;
 // Between hosts, the pause between two tests of an unfinished transfer (pair_reduction.cc).
-constexpr int kPairPollMicroseconds = 50;
+constexpr int kPairPollMicroseconds = 20;
 
 bool pair_reduction_applies(int group_size, int64_t count, MPI_Datatype type, MPI_Op op);
 
