@@ -5,6 +5,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/core/memory.h"
+#include "tessera/kernels/elementwise.h"
 
 namespace tessera::distributed {
 namespace {
@@ -226,14 +227,10 @@ void DataParallelGrads::reduce_embedding_rows() {
   }
   group.all_reduce(sum, comm::ReduceOp::kSum).wait();
 
-  // Added to the reduced rest, in the elements this rank holds reduced.
-  float* grads = params_.flat_grads().data<float>();
-  for (const FlatRange& own : owned_)
-    for (size_t u = 0; u < rows.size(); ++u) {
-      const int64_t row = rows_range_.begin + rows[u] * C;
-      const int64_t begin = std::max(row, own.begin), end = std::min(row + C, own.end);
-      for (int64_t e = begin; e < end; ++e) grads[e] += sums[u * C + (e - row)];
-    }
+  // Added to the reduced rest (ZeRO 0: every rank holds all of it).
+  float* grads = params_.flat_grads().data<float>() + rows_range_.begin;
+  for (size_t u = 0; u < rows.size(); ++u)
+    kernels::add(grads + rows[u] * C, grads + rows[u] * C, sums + u * C, C);
 }
 
 void DataParallelGrads::gather_values() {

@@ -6,7 +6,6 @@
 #include <map>
 
 #include "tessera/core/error.h"
-#include "tessera/distributed/data_parallel_grads.h"
 #include "tessera/pipeline/schedule.h"
 #include "tessera/plan/layer_work.h"
 #include "tessera/plan/offload_time.h"
@@ -498,10 +497,11 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
         // backward is (taken as backward's start); after backward the ranks exchange their rows'
         // indices and all-reduce the union of the rows their tokens touched.
         const double C = static_cast<double>(cfg.hidden_size);
-        const int64_t vocab_rows = cfg.padded_vocab_size(r.tp) / r.tp;
-        const bool by_rows = part.group == GroupKind::kDataContext && reduces_during_backward(r) &&
-                             train::reduces_embedding_by_rows(cfg, r);
-        const double embedding = by_rows ? static_cast<double>(vocab_rows) * C : 0;
+        const train::EmbeddingRowsTheory rows =
+            part.group == GroupKind::kDataContext && reduces_during_backward(r)
+                ? train::embedding_rows_theory(cfg, r)
+                : train::EmbeddingRowsTheory{};
+        const double embedding = rows.vocab_rows * C;
         for (double n : buckets_from_end(embedding, bucket))
           queue.emplace_back(0.0, price.collective(reduce, part.group, 4 * n, rank));
         const double rest = part.elements - embedding;
@@ -510,18 +510,14 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
           done += n;
           queue.emplace_back(done / rest, price.collective(reduce, part.group, 4 * n, rank));
         }
-        if (by_rows) {
-          // At most a micro-batch's tokens of rows a rank, every rank's different.
-          const double mine = static_cast<double>(std::min<int64_t>(vocab_rows, r.tokens));
-          const double rows = static_cast<double>(
-              distributed::embedding_rows_bound(vocab_rows, r.tokens, part.ranks));
+        // The rows: every rank's count, their indices padded to the longest list, their union.
+        if (rows.applies)
           queue.emplace_back(
               1.0,
               price.collective(CollectiveKind::kAllGather, part.group, 8.0 * part.ranks, rank) +
-                  price.collective(CollectiveKind::kAllGather, part.group, 4 * mine * part.ranks,
-                                   rank) +
-                  price.collective(CollectiveKind::kAllReduce, part.group, 4 * rows * C, rank));
-        }
+                  price.collective(CollectiveKind::kAllGather, part.group,
+                                   4 * rows.mine * part.ranks, rank) +
+                  price.collective(CollectiveKind::kAllReduce, part.group, 4 * rows.all * C, rank));
       }
       std::stable_sort(queue.begin(), queue.end(),
                        [](const auto& a, const auto& b) { return a.first < b.first; });

@@ -478,24 +478,27 @@ double allocated_parameter_elements(const model::ModelConfig& c, const RankLayou
   return elements;
 }
 
-bool reduces_embedding_by_rows(const model::ModelConfig& c, const RankLayout& r) {
+EmbeddingRowsTheory embedding_rows_theory(const model::ModelConfig& c, const RankLayout& r) {
   if (!r.first_stage || r.chunk_layers.size() != 1 || r.optimizer_offload_buffer_bytes >= 0)
-    return false;
+    return {};
   const int64_t vocab_rows = c.padded_vocab_size(r.tp) / r.tp;
-  return distributed::embedding_by_rows(
-      distributed::ShardingPlan::for_stage(r.zero_stage, r.bucket_elements, r.overlap_grad_reduce),
-      r.dp, {{0, vocab_rows * c.hidden_size}, c.hidden_size, r.tokens});
+  if (!distributed::embedding_by_rows(distributed::ShardingPlan::for_stage(
+                                          r.zero_stage, r.bucket_elements, r.overlap_grad_reduce),
+                                      r.dp,
+                                      {{0, vocab_rows * c.hidden_size}, c.hidden_size, r.tokens}))
+    return {};
+  return {true, static_cast<double>(vocab_rows),
+          static_cast<double>(std::min(vocab_rows, r.tokens)),
+          static_cast<double>(distributed::embedding_rows_bound(vocab_rows, r.tokens, r.dp))};
 }
 
 double theoretical_embedding_rows_buffers(const model::ModelConfig& c, const RankLayout& r) {
-  if (!reduces_embedding_by_rows(c, r)) return 0;
-  const int64_t vocab_rows = c.padded_vocab_size(r.tp) / r.tp;
-  const double mine = static_cast<double>(std::min(vocab_rows, r.tokens));
-  const double all =
-      static_cast<double>(distributed::embedding_rows_bound(vocab_rows, r.tokens, r.dp));
+  const EmbeddingRowsTheory rows = embedding_rows_theory(c, r);
   // Rows of fp32 (this rank's and the union's); the count, every rank's count, this rank's
   // indices padded to the longest list and every rank's.
-  return 4.0 * (mine + all) * c.hidden_size + 8.0 * (1 + r.dp) + 4.0 * mine * (1 + r.dp);
+  return rows.applies ? 4.0 * (rows.mine + rows.all) * c.hidden_size + 8.0 * (1 + r.dp) +
+                            4.0 * rows.mine * (1 + r.dp)
+                      : 0.0;
 }
 
 double theoretical_comm_buffers(const model::ModelConfig& c, const RankLayout& r) {

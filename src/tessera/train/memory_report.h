@@ -142,10 +142,16 @@ double theoretical_comm_buffers(const model::ModelConfig& cfg, const RankLayout&
 double theoretical_backward_comm_buffers(const model::ModelConfig& cfg, const RankLayout& r);
 
 // Whether this rank's reduction takes the word embedding by rows (distributed::embedding_by_rows
-// for a rank whose part is one chunk holding the embeddings), and the buffers that takes at the
-// end of backward: this rank's rows (at most a micro-batch's tokens), their union over DP (at
-// most DP times that), both C fp32 elements a row, and the row indices exchanged.
-bool reduces_embedding_by_rows(const model::ModelConfig& cfg, const RankLayout& r);
+// for a rank whose part is one chunk holding the embeddings), and how many rows it moves at most:
+// this rank's (a micro-batch's tokens, at most its vocabulary rows) and their union over the
+// gradient ranks. All zero where it does not apply.
+struct EmbeddingRowsTheory {
+  bool applies = false;
+  double vocab_rows = 0, mine = 0, all = 0;
+};
+EmbeddingRowsTheory embedding_rows_theory(const model::ModelConfig& cfg, const RankLayout& r);
+// The buffers that takes at the end of backward: this rank's rows and the union's, both C fp32
+// elements a row, and the row indices exchanged.
 double theoretical_embedding_rows_buffers(const model::ModelConfig& cfg, const RankLayout& r);
 
 // The ZeRO 1-3 part of theoretical_comm_buffers alone: every unit's reduce-scattered gradient
