@@ -10,9 +10,12 @@
 #   - iteration time of Table 5 of Korthikanti et al. 2022, "Reducing Activation Recomputation
 #     in Large Transformer Models" (22 B to 1 T, full recomputation and sequence parallelism +
 #     selective recomputation, configurations of its Table 3);
-#   - activation memory of the first pipeline stage for those configurations, against the
-#     paper's per-layer formulas (its Table 2) for L layers (the 1F1B first stage holds P
-#     micro-batches of L/P layers; x (1 + (P-1)/(PV)) with V virtual stages).
+#   - activation memory the first pipeline stage's layers keep for those configurations
+#     (train::theoretical_kept_activations: what the formulas count, without the layer being
+#     recomputed, the pipeline's transfer buffers and the backward's working set, which the
+#     predicted peak printed beside it adds), against the paper's per-layer formulas (its
+#     Table 2) for L layers (the 1F1B first stage holds P micro-batches of L/P layers;
+#     x (1 + (P-1)/(PV)) with V virtual stages).
 # Each row prints the published figure, the prediction and the error; then the largest errors.
 #
 # Usage: bench/plan_published.sh [BUILD_BIN_DIR] [MACHINE_JSON]
@@ -42,10 +45,10 @@ def evaluate(gpus, heads, hidden, layers, tp, pp, batch, mbs, extra):
     return json.loads(out.stdout)
 
 errors = {"time": [], "memory": []}
-def row(kind, label, published, predicted, unit):
+def row(kind, label, published, predicted, unit, more=""):
     e = (predicted - published) / published
     errors[kind].append((abs(e), label))
-    print(f"| {label} | {published:.4g} {unit} | {predicted:.4g} {unit} | {e:+.1%} |")
+    print(f"| {label} | {published:.4g} {unit} | {predicted:.4g} {unit} | {e:+.1%} |{more}")
 
 # Narayanan et al. 2021, Table 1: (B params, heads, hidden, layers, TP, PP, GPUs, batch, TFLOP/s
 # per GPU). Micro-batch size (not in the table): 1 under a pipeline, else 4; no interleaving;
@@ -79,16 +82,20 @@ for name, a, h, l, tp, pp, gpus, batch, mbs, v, full_s, seqsel_s in CONFIGS:
     for mode, extra, published in (("full", FULL, full_s), ("sequence + selective", SEQSEL, seqsel_s)):
         r = evaluate(gpus, a, h, l, tp, pp, batch, mbs, extra + virtual)
         row("time", f"{name}, {mode}", published, r["step_time_s"], "s")
-        memory.append((name, mode, a, h, l, tp, pp, mbs, v, r["ranks"][0]["memory_bytes"]["activations"]))
+        first = r["ranks"][0]
+        memory.append((name, mode, a, h, l, tp, pp, mbs, v, first["kept_activations_bytes"],
+                       first["memory_bytes"]["activations"]))
 
 print("\nKorthikanti et al. 2022, Table 2 formulas at Table 3's configurations: activation memory "
-      "of the first stage (GiB)\n")
-print("| model, recomputation | paper's formula | predicted | error |\n| --- | --- | --- | --- |")
-for name, mode, a, h, l, tp, pp, mbs, v, predicted in memory:
+      "the first stage's layers keep (GiB), and the activations' peak predicted beside it\n")
+print("| model, recomputation | paper's formula | predicted, kept | error | predicted peak |\n"
+      "| --- | --- | --- | --- | --- |")
+for name, mode, a, h, l, tp, pp, mbs, v, kept, peak in memory:
     sbh = S * mbs * h
     per_layer = 2 * sbh if mode == "full" else 34 * sbh / tp
     interleave = 1 + (pp - 1) / (pp * v) if v > 1 else 1
-    row("memory", f"{name}, {mode}", per_layer * l * interleave / 2**30, predicted / 2**30, "GiB")
+    row("memory", f"{name}, {mode}", per_layer * l * interleave / 2**30, kept / 2**30, "GiB",
+        f" {peak / 2**30:.4g} GiB |")
 
 for kind, limit in (("time", 0.15), ("memory", 0.10)):
     e = errors[kind]

@@ -20,9 +20,9 @@
 // --nvme-path DIR it also measures DIR's direct-I/O rates (the storage NVMe offload streams to).
 //
 // With --json the output is {"ranks": [{"rank": r, "coords": {...}, "memory_bytes": {category:
-// bytes}, "peak_bytes": n}, ...], "step_time_s": t, "components_s": {...}, ...}; step_time_s is
-// null without --machine. Bad flags, files or sizes that do not fit: one line on stderr, exit
-// code 2.
+// bytes}, "peak_bytes": n, "kept_activations_bytes": n}, ...], "step_time_s": t, "components_s":
+// {...}, ...}; step_time_s is null without --machine. Bad flags, files or sizes that do not fit:
+// one line on stderr, exit code 2.
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -223,6 +223,7 @@ int evaluate(const PlanFlags& f) {
       for (int k = 0; k < train::kReportCategories; ++k)
         r["memory_bytes"][json_key(k)] = static_cast<int64_t>(p.categories[k]);
       r["peak_bytes"] = static_cast<int64_t>(p.peak_bytes);
+      r["kept_activations_bytes"] = static_cast<int64_t>(p.kept_activations);
       if (!f.machine.empty()) r["step_time_s"] = time.ranks[rank].total();
       out["ranks"].push_back(r);
       continue;

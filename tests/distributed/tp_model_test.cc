@@ -145,8 +145,11 @@ TEST(TensorParallelModel, LlamaSequenceParallelMatchesSingleProcess) {
 // (backward), plus the 3 all-reduces of b*s fp32 values of vocab-parallel cross-entropy. An
 // all-reduce hands MPI its whole tensor, S bytes, to send and to receive (in place). Under SP
 // every activation all-reduce becomes an all-gather (sends the S/n slice, receives S) plus a
-// reduce-scatter (sends S, receives S/n); the cross-entropy all-reduces are unchanged. In the
-// ring model (comm::ring_bytes) both layouts move 2(n-1)/n * S per activation all-reduce.
+// reduce-scatter (sends S, receives S/n); the cross-entropy all-reduces are unchanged; and each
+// layer's two column-parallel layers (QKV, MLP up), which keep only their slice of the input,
+// gather it again in backward: 2 more all-gathers a layer. In the ring model (comm::ring_bytes)
+// an activation all-reduce moves 2(n-1)/n * S, as its all-gather and reduce-scatter do together,
+// and a gather again (n-1)/n * S.
 // At TP 1 nothing is communicated (the mappings skip a group of one).
 void check_comm_volume(const ModelConfig& cfg, bool sequence_parallel) {
   auto mesh = testing::tensor_parallel_world_mesh();
@@ -170,8 +173,9 @@ void check_comm_volume(const ModelConfig& cfg, bool sequence_parallel) {
     EXPECT_EQ(stats.received_bytes_of(op), received);
   };
   const int64_t ce_calls = n > 1 ? 3 : 0;
+  const int64_t regathers = sequence_parallel && n > 1 ? 2 * cfg.num_layers : 0;
   if (sequence_parallel) {
-    expect_op(OpType::kAllGather, AC, AC * S / n, AC * S);
+    expect_op(OpType::kAllGather, AC + regathers, (AC + regathers) * S / n, (AC + regathers) * S);
     expect_op(OpType::kReduceScatter, AC, AC * S, AC * S / n);
     expect_op(OpType::kAllReduce, ce_calls, 3 * CE, 3 * CE);
   } else {
@@ -179,12 +183,13 @@ void check_comm_volume(const ModelConfig& cfg, bool sequence_parallel) {
     expect_op(OpType::kReduceScatter, 0, 0, 0);
     expect_op(OpType::kAllReduce, AC + ce_calls, AC * S + 3 * CE, AC * S + 3 * CE);
   }
-  EXPECT_EQ(stats.total_sent_bytes(), (sequence_parallel ? AC * (S + S / n) : AC * S) + 3 * CE);
+  EXPECT_EQ(stats.total_sent_bytes(),
+            (sequence_parallel ? AC * (S + S / n) + regathers * S / n : AC * S) + 3 * CE);
   const int64_t ring =
       comm::ring_bytes(OpType::kAllReduce, n, stats.sent_bytes_of(OpType::kAllReduce)) +
       comm::ring_bytes(OpType::kAllGather, n, stats.received_bytes_of(OpType::kAllGather)) +
       comm::ring_bytes(OpType::kReduceScatter, n, stats.sent_bytes_of(OpType::kReduceScatter));
-  EXPECT_EQ(ring, 2 * (n - 1) * (AC * S + 3 * CE) / n);
+  EXPECT_EQ(ring, 2 * (n - 1) * (AC * S + 3 * CE) / n + (n - 1) * regathers * S / n);
 }
 
 TEST(TensorParallelModel, CommunicationVolumeMatchesAnalyticCount) {

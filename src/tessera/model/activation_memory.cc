@@ -71,11 +71,12 @@ double layer_activation_bytes(const ModelConfig& c, int64_t N, DType dtype,
     qkv = head_split * (NH / head_split + 2 * units_per_rank(kv, head_split)) * HD;
     core_outputs = 2 * NH * HD;  // the head split's and, after the exchange back, the sequence's
   }
-  double bytes = elem * rows * (C /*input*/ + C /*residual*/) +
-                 elem * N *
-                     (C /*norm1 output, gathered*/ + qkv /*q, k, v*/ +
-                      core_outputs /*attention output*/ + C /*norm2 output, gathered*/) +
-                 elem * mlp +
+  // The column-parallel layers keep their inputs as the residual stream holds them (gathered
+  // again in backward, model/parallel_linear.h); an MoE block keeps its input gathered.
+  const double mlp_input_rows = moe != nullptr ? static_cast<double>(N) : rows;
+  double bytes = elem * rows * (C /*input*/ + C /*residual*/ + C /*norm1 output*/) +
+                 elem * N * (qkv /*q, k, v*/ + core_outputs /*attention output*/) +
+                 elem * mlp_input_rows * C /*norm2 output*/ + elem * mlp +
                  4.0 * (2 * stats * rows /*two norms*/ + N * NH /*attention log-sum-exp*/);
   // Selective recomputation reruns the attention core: its output and log-sum-exp are not kept.
   if (granularity == G::kSelective) bytes -= elem * N * core_outputs + 4.0 * N * NH;
@@ -101,15 +102,17 @@ double layer_backward_working_bytes(const ModelConfig& c, int64_t N, DType dtype
   // query gradient beside the packed q, k, v gradient (instead of the projection's input
   // gradient, which comes after they are freed); in a head split of A ranks, the output
   // gradient there and q, k, v's gradient there beside its exchange back (or the input gradient).
-  double core = N * C;
+  // The QKV projection's backward: its input gradient before the reduction and, under SP, its
+  // input gathered again beside it (freed before the reduce-scatter's slice is allocated).
+  const double projection = N * C + (sequence_parallel ? N * C : 0.0);
+  double core = projection;
   if (cp_blocks) core = std::max(core, (4.0 * N * NH + 4.0 * N * NH * HD) / elem);
   if (head_split > 1) {
     const double heads = NH / head_split + 2 * units_per_rank(kv, head_split);
-    core = N * NH * HD + std::max(N * C, head_split * heads * HD * N);
+    core = N * NH * HD + std::max(projection, head_split * heads * HD * N);
   }
-  const double attention =
-      elem * (rows * C + (sequence_parallel ? rows : N) * C + rows * C + dropout_copies +
-              N * NH * HD + N * (NH + 2 * KV) * HD + core + (sequence_parallel ? rows * C : 0.0));
+  const double attention = elem * (rows * C + (sequence_parallel ? rows : N) * C + rows * C +
+                                   dropout_copies + N * NH * HD + N * (NH + 2 * KV) * HD + core);
   if (moe != nullptr) {
     const double half = dtype != DType::kF32 ? 4.0 * (N * C + c.moe.num_experts * C) : 0.0;
     const double base =
@@ -135,7 +138,7 @@ double layer_backward_working_bytes(const ModelConfig& c, int64_t N, DType dtype
   const double mlp =
       elem * (rows * C /*incoming gradient*/ + N * F /*d activation*/ + N * up /*d up*/ +
               N * C /*d input, before the reduction*/ +
-              (sequence_parallel ? rows * C : 0.0) /*its reduce-scattered slice*/ +
+              (sequence_parallel ? N * C : 0.0) /*the input gathered again, beside it*/ +
               (c.hidden_dropout > 0 ? rows * C : 0.0) /*the dropout's gradient, a copy*/);
   return std::max(mlp, attention);
 }

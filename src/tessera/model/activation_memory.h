@@ -33,8 +33,9 @@ MoeRows balanced_moe_rows(const ModelConfig& cfg, int64_t N, int ep, int expert_
 // Bytes kept by one dense layer for N tokens of a micro-batch (the whole sequence's, before any
 // sequence-parallel split) with activations of `dtype`, for the granularity of `policy` (full:
 // the layer's input only, as if every layer started its own recompute group), on one of `tp`
-// tensor-parallel ranks (`sequence_parallel`: the residual stream's rows split over them; the
-// column-parallel layers' inputs are kept gathered, whole). No dropout (its masks are
+// tensor-parallel ranks (`sequence_parallel`: the residual stream's rows split over them, and
+// the column-parallel layers keep their inputs as those rows, gathering them again in backward;
+// an MoE block keeps its input gathered). No dropout (its masks are
 // regenerated, never stored). With `moe` an MoE layer: its block keeps the expert inputs and
 // outputs of its rows, each expert's up projection and activation, and the shared expert's, in
 // place of the dense MLP's (the router's logits and routing are host vectors, a few bytes per
@@ -50,17 +51,17 @@ double layer_activation_bytes(const ModelConfig& cfg, int64_t N, DType dtype,
 // The buffers a dense layer's backward holds at once at its largest, beside what the layers keep:
 // in the MLP's backward, the incoming gradient (residual rows), the activation's and the up
 // projection's gradients (this rank's columns) and the input gradient before its reduction
-// (whole rows; under sequence parallelism also the reduced slice), and with hidden dropout the
-// incoming gradient through the dropout (a new buffer of residual rows).
-// With `moe`, the MoE block's backward (moe_layer.cc, in its order): the incoming gradient
-// (gathered under SP), the input gradient, fp32 copies of the input and the router weight (16-bit
-// activations), the rows' gradient, then the larger of the experts' phase (the exchanged rows,
-// the experts' input gradients and one expert's MLP backward), the combine (the rows back) and
-// the shared expert's phase.
-// The attention's phase, when larger (a narrow MLP): the MLP's input gradient and the residual's
-// (with its dropout copy) held, the output projection's input gradient, q, k, v's and the
-// projection's input gradient; `head_split` as for layer_activation_bytes, `cp_blocks` the
-// key/value blocks of context parallelism's p2p and all_gather (the core's fp32 buffers).
+// (whole rows; under sequence parallelism also the input gathered again), and with hidden dropout
+// the incoming gradient through the dropout (a new buffer of residual rows). With `moe`, the MoE
+// block's backward (moe_layer.cc, in its order): the incoming gradient (gathered under SP), the
+// input gradient, fp32 copies of the input and the router weight (16-bit activations), the rows'
+// gradient, then the larger of the experts' phase (the exchanged rows, the experts' input gradients
+// and one expert's MLP backward), the combine (the rows back) and the shared expert's phase. The
+// attention's phase, when larger (a narrow MLP): the MLP's input gradient and the residual's (with
+// its dropout copy) held, the output projection's input gradient, q, k, v's and the projection's
+// input gradient (and its input gathered again under sequence parallelism); `head_split` as for
+// layer_activation_bytes, `cp_blocks` the key/value blocks of context parallelism's p2p and
+// all_gather (the core's fp32 buffers).
 double layer_backward_working_bytes(const ModelConfig& cfg, int64_t N, DType dtype, int tp = 1,
                                     bool sequence_parallel = false, const MoeRows* moe = nullptr,
                                     int head_split = 1, bool cp_blocks = false);

@@ -343,7 +343,10 @@ Tensor GPTModel::logits(const Tensor& x, int64_t B) const {
 
 ColumnParallelLinear GPTModel::output_layer() const {
   if (quantized_head_) return *quantized_head_;
-  return ColumnParallelLinear(Linear(head_w_, dhead_w_, Tensor(), Tensor()), &tp_);
+  // Its backward follows its forward at once (head()): the gathered input is kept, not gathered
+  // twice.
+  return ColumnParallelLinear(Linear(head_w_, dhead_w_, Tensor(), Tensor()), &tp_,
+                              ColumnParallelLinear::KeptInput::kGathered);
 }
 
 void GPTModel::quantize_weights(quant::QuantFormat format, int64_t group, bool output_layer) {
@@ -355,7 +358,8 @@ void GPTModel::quantize_weights(const WeightQuantizer& quantizer, bool output_la
   if (output_layer && head_w_.defined()) {
     Linear head(head_w_, Tensor(), Tensor(), Tensor());
     head.set_weight_names({"lm_head.weight"});  // one name whether tied to the embedding or not
-    quantized_head_ = ColumnParallelLinear(std::move(head), &tp_);
+    quantized_head_ =
+        ColumnParallelLinear(std::move(head), &tp_, ColumnParallelLinear::KeptInput::kGathered);
     quantized_head_->quantize(quantizer);
   }
 }

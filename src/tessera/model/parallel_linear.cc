@@ -5,12 +5,21 @@
 namespace tessera::model {
 
 Tensor ColumnParallelLinear::forward(const Tensor& x, int64_t batch, Tensor* input) const {
-  *input = tp_->column_input_forward(x, batch);
-  return local_.forward(*input);
+  const Tensor gathered = tp_->column_input_forward(x, batch);
+  *input = kept_ == KeptInput::kGathered ? gathered : x;
+  return local_.forward(gathered);
 }
 
 Tensor ColumnParallelLinear::backward(const Tensor& dy, const Tensor& input, int64_t batch) const {
-  return tp_->column_input_backward(local_.backward(dy, input), batch);
+  Tensor dx;
+  {
+    // The gathered input lives only for the products: freed before the reduction's slice is
+    // allocated (model/activation_memory.h counts the backward's peak this way).
+    const Tensor gathered =
+        kept_ == KeptInput::kGathered ? input : tp_->column_input_regather(input, batch);
+    dx = local_.backward(dy, gathered);
+  }
+  return tp_->column_input_backward(std::move(dx), batch);
 }
 
 Tensor RowParallelLinear::forward(const Tensor& x, int64_t batch) const {

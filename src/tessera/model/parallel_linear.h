@@ -1,8 +1,8 @@
 // Megatron's column- and row-parallel linear layers over this rank's weight shards.
 //
 //   ColumnParallelLinear: W (OC, C) split by output rows. Input: the residual stream's rows
-//     (the sequence slice under --sequence-parallel, gathered here); output: (B*S, OC/T), this
-//     rank's features of every token. The bias is split like the rows.
+//     (the sequence slice under --sequence-parallel, gathered here, and again in backward);
+//     output: (B*S, OC/T), this rank's features of every token. The bias is split like the rows.
 //   RowParallelLinear: W (OC, IC) split by input columns. Input: (B*S, IC/T) from a column
 //     layer; output: the residual stream's rows (B*S_local, OC), the partial products reduced
 //     over TP (all-reduce, or reduce-scatter under SP). The bias is whole on every rank and added
@@ -19,13 +19,24 @@ namespace tessera::model {
 
 class ColumnParallelLinear {
  public:
-  ColumnParallelLinear() = default;
-  ColumnParallelLinear(Linear local, const parallel::TensorParallel* tp)
-      : local_(std::move(local)), tp_(tp) {}
+  // What forward() hands back for backward() under sequence parallelism.
+  enum class KeptInput {
+    // The rows the residual stream holds (B*S_local, C); backward gathers them again (Megatron's
+    // choice: a layer keeps 1/T of its input, for one more all-gather in backward). For layers
+    // whose input is kept between forward and backward.
+    kLocalRows,
+    // The gathered input (B*S, C): no second gather. For a layer whose backward follows its
+    // forward at once (the output layer), where nothing is kept between them.
+    kGathered,
+  };
 
-  // x: residual-stream rows (B*S_local, C) -> (B*S, OC/T). *input receives the layer's full
-  // input (B*S, C), which backward() needs (under SP the gathered copy is kept, so backward
-  // does not gather again).
+  ColumnParallelLinear() = default;
+  ColumnParallelLinear(Linear local, const parallel::TensorParallel* tp,
+                       KeptInput kept = KeptInput::kLocalRows)
+      : local_(std::move(local)), tp_(tp), kept_(kept) {}
+
+  // x: residual-stream rows (B*S_local, C) -> (B*S, OC/T). *input receives what backward()
+  // needs: x itself, or under SP with kGathered the gathered (B*S, C) copy.
   Tensor forward(const Tensor& x, int64_t batch, Tensor* input) const;
   // dy (B*S, OC/T), input from forward -> dx (B*S_local, C); accumulates dW, db.
   Tensor backward(const Tensor& dy, const Tensor& input, int64_t batch) const;
@@ -35,6 +46,7 @@ class ColumnParallelLinear {
  private:
   Linear local_;
   const parallel::TensorParallel* tp_ = nullptr;
+  KeptInput kept_ = KeptInput::kLocalRows;
 };
 
 class RowParallelLinear {

@@ -326,6 +326,7 @@ LayerWork layer_work(const model::ModelConfig& c, const train::RankLayout& r, in
     b.gather_rows();  // the row-parallel output's gradient, gathered
     b.linear_backward(s.F, s.C, false);
     b.kernel(KernelKind::kActivationBackward, s.N * s.F);
+    b.gather_rows();  // the up projection's input, gathered again from the rows it kept
     b.linear_backward(s.C, s.up, c.add_bias_linear);
     b.reduce_rows();
   }
@@ -337,6 +338,7 @@ LayerWork layer_work(const model::ModelConfig& c, const train::RankLayout& r, in
   b.linear_backward(s.q, s.C, false);
   b.append(core.backward);
   if (rope) b.kernel(KernelKind::kRope, s.N * (s.q + s.kv));
+  b.gather_rows();  // the QKV projection's input, gathered again
   b.linear_backward(s.C, qkv, c.qkv_bias());
   b.reduce_rows();
   b.kernel(KernelKind::kNormBackward, s.R * s.C);

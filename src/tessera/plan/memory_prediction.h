@@ -35,6 +35,8 @@ struct RankMemoryPrediction {
   std::array<double, train::kReportCategories> categories{};
   double allocated_parameters = 0, allocated_gradients = 0;  // the accountant's view
   double peak_bytes = 0;
+  // Of the activations' peak, what the layers keep (train::theoretical_kept_activations).
+  double kept_activations = 0;
 };
 
 RankMemoryPrediction predict_rank_memory(const model::ModelConfig& cfg, const train::RankLayout& r);

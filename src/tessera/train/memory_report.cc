@@ -179,6 +179,7 @@ namespace {
 // largest working set.
 struct ActivationParts {
   double others = 0, current = 0, buffers = 0, working = 0;
+  double kept = 0;  // what the layers keep for the micro-batches in flight, nothing rerun
   double total() const { return others + current + buffers + working; }
 };
 
@@ -233,6 +234,7 @@ ActivationParts activation_parts(const model::ModelConfig& c, const RankLayout& 
   const int64_t in_flight = std::min(warmup + 1, total);
   parts.others = (in_flight - 1) * chunk_kept;
   parts.current = chunk_at_backward;
+  parts.kept = in_flight * chunk_kept;
   // The pipeline's transfer buffers (residual rows each) when the first backward runs: the
   // receives posted and not yet consumed, besides the gradient that backward takes (counted in its
   // working set below), and the outputs sent so far, each held until its send completes (taken
@@ -284,6 +286,11 @@ ActivationParts activation_parts(const model::ModelConfig& c, const RankLayout& 
 double theoretical_activations(const model::ModelConfig& c, const RankLayout& r) {
   if (r.chunk_layers.empty()) return -1;
   return activation_parts(c, r).total();
+}
+
+double theoretical_kept_activations(const model::ModelConfig& c, const RankLayout& r) {
+  if (r.chunk_layers.empty()) return -1;
+  return activation_parts(c, r).kept;
 }
 
 double theoretical_zero_buffers(const model::ModelConfig& c, const RankLayout& r) {

@@ -119,6 +119,10 @@ std::vector<int64_t> zero3_part_elements(const model::ModelConfig& cfg, const Ra
 // rank's; a layer whose core runs in a head split (a2a, a2a+p2p) keeps its q, k, v there and its
 // core's output in both splits.
 double theoretical_activations(const model::ModelConfig& cfg, const RankLayout& r);
+// Of that peak, only what the layers keep for the micro-batches in flight when the first backward
+// starts (recomputation's kept inputs, not the group it reruns; no transfer buffers, no working
+// set): the quantity Korthikanti et al. 2022's per-layer formulas count (its Table 2).
+double theoretical_kept_activations(const model::ModelConfig& cfg, const RankLayout& r);
 
 // The communication buffers' peak: ZeRO 1-3's reduce-scattered gradient parts (4 P / DP, an
 // expert unit's over expert-DP; held until the step) plus the larger of a tensor-parallel

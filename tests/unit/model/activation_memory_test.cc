@@ -66,5 +66,36 @@ TEST(MoeRows, AnMoeLayerKeepsItsRowsInPlaceOfTheDenseMlp) {
                          2.0 * (128 * 128 + 16 * (384 + 768 + 128)));
 }
 
+// Korthikanti et al. 2022 (Table 2) count 34 s b h / t bytes a layer under TP t with sequence
+// parallelism and selective recomputation (16-bit, GPT, ffn 4h). Here, with s b = 64 tokens,
+// h = 128, t = 2 (32 residual rows a rank), bf16: the input, the residual and the first norm's
+// output (the QKV projection's input, kept as the rank's rows), q, k and v (3 h of all 64
+// tokens, t = 2 heads' worth each: 3 h / t a token), the second norm's output (the up
+// projection's input, the rank's rows), the up projection's and GELU's outputs (4 h / t each of
+// 64 tokens): 2 (3 + 3 + 1 + 4 + 4) sbh/t = 30 sbh/t, and the two LayerNorms' fp32 mean and rstd
+// per row. The paper's other 4 sbh/t: the output projection's input (2; rebuilt by the
+// recomputed core here) and the two hidden-dropout masks of a byte each (regenerated from the
+// RNG here, never stored).
+TEST(LayerActivationBytes, SequenceParallelSelectiveIsKorthikantisCountLessWhatIsRebuilt) {
+  ModelConfig c;
+  c.hidden_size = 128;
+  c.num_attention_heads = 4;
+  c.ffn_hidden_size = 512;
+  c.seq_length = 64;
+  c.normalization = Normalization::kLayerNorm;
+  c.swiglu = false;
+  c.hidden_dropout = 0.1f;
+  using G = RecomputePolicy::Granularity;
+  const double sbh_t = 64.0 * 128 / 2;
+  EXPECT_EQ(layer_activation_bytes(c, 64, DType::kBF16, G::kSelective, 2, true),
+            30 * sbh_t + 4.0 * 2 * 2 * 32);
+  // Without sequence parallelism the residual stream's tensors hold all 64 tokens: 8 sbh + 22
+  // sbh/t, the paper's TP-only row with selective recomputation, sbh (10 + 24/t), less the two
+  // masks (2 sbh) and the output projection's input (2 sbh/t).
+  EXPECT_EQ(
+      layer_activation_bytes(c, 64, DType::kBF16, G::kSelective, 2, false),
+      2.0 * 64 * 128 * (1 + 1 + 1 + 1) + 2.0 * 64 * (3 * 64 + 4 * 64 + 4 * 64) + 4.0 * 2 * 2 * 64);
+}
+
 }  // namespace
 }  // namespace tessera::model

@@ -95,10 +95,11 @@ TEST(StepTime, TensorParallelHalvesComputeAndPaysItsAllReducesByHand) {
   const StepTimePrediction s = predict(sp);
   const double scatter = kLink.seconds(CollectiveKind::kReduceScatter, 4 * N * C, 2);
   const double gather = kLink.seconds(CollectiveKind::kAllGather, 4 * N * C, 2);
-  // A layer: 2 gathers and 2 scatters forward, 2 and 2 backward; the embedding 1 scatter
+  // A layer: 2 gathers and 2 scatters forward, 2 and 2 backward, and 2 gathers again in backward
+  // (the QKV and MLP-up projections keep only their rows of the input); the embedding 1 scatter
   // forward and 1 gather backward; the head 1 gather and 1 scatter (and the loss's three).
-  EXPECT_NEAR(s.components.tp_comm, M * ((4 * 4 + 2) * scatter + (4 * 4 + 2) * gather + 3 * loss),
-              1e-12);
+  EXPECT_NEAR(s.components.tp_comm,
+              M * ((4 * 4 + 2) * scatter + (4 * 4 + 2 + 2 * 4) * gather + 3 * loss), 1e-12);
 }
 
 TEST(StepTime, FullRecomputationAddsTheLayersForward) {
