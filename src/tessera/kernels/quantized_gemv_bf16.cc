@@ -351,11 +351,15 @@ constexpr int64_t kScaleRowsAhead = 4;
 [[gnu::always_inline]] inline void prefetch_scales_ahead(const QuantizedWeightsView& w, int64_t o,
                                                          int64_t groups) {
   if (o + kScaleRowsAhead >= w.rows) return;
-  const int64_t at = (o + kScaleRowsAhead) * groups;
-  for (int64_t g = 0; g < groups; g += 32) {  // 32 fp16 values a 64-byte line
-    prefetch(w.scales + at + g);
-    if (w.mins != nullptr) prefetch(w.mins + at + g);
-  }
+  // Every 64-byte line the row's 2 * groups bytes touch.
+  const auto lines = [&](const uint16_t* values) {
+    const uintptr_t first = reinterpret_cast<uintptr_t>(values + (o + kScaleRowsAhead) * groups);
+    const uintptr_t end = first + 2 * static_cast<uintptr_t>(groups);
+    for (uintptr_t line = first & ~uintptr_t{63}; line < end; line += 64)
+      prefetch(reinterpret_cast<const void*>(line));
+  };
+  lines(w.scales);
+  if (w.mins != nullptr) lines(w.mins);
 }
 
 void pair_gemv(float* out, const bf16* inp, const QuantizedWeightsView& w, int64_t M) {

@@ -93,7 +93,8 @@ double layer_backward_working_bytes(const ModelConfig& c, int64_t N, DType dtype
   // The attention's phase, after the MLP's (transformer_layer.cc): the incoming gradient and its
   // dropout copy, the MLP's input gradient (reduced: residual rows under SP), the residual's
   // gradient and its dropout copy, then the output projection's input gradient, q, k, v's and
-  // the QKV projection's input gradient before its reduction (and its slice under SP).
+  // the QKV projection's input gradient before its reduction (beside its input gathered again
+  // under SP).
   const double HD = c.head_dim(), NH = c.num_attention_heads / static_cast<double>(tp);
   const int kv = units_per_rank(c.kv_heads(), tp);
   const double KV = kv;

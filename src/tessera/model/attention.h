@@ -40,7 +40,7 @@ namespace tessera::model {
 class Attention {
  public:
   struct Saved {
-    Tensor inp;   // normalised input, the residual stream's rows (the slice under SP)
+    Tensor inp;   // normalised input as forward() received it (under SP this rank's rows)
     Tensor qkv;   // (N, (NH+2KV)*HD) of this rank's heads, after RoPE; under CP a2a and
                   // a2a+p2p the head split (B * A * T rows, HeadColumns' columns; A = N for a2a)
     Tensor attn;  // (N, NH*HD) of this rank's heads, attention output before the projection

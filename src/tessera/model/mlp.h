@@ -17,7 +17,7 @@ namespace tessera::model {
 class Mlp {
  public:
   struct Saved {  // F is this rank's F/T features
-    Tensor inp;   // input, the residual stream's rows (the slice under SP)
+    Tensor inp;   // the input as forward() received it (under SP this rank's rows)
     Tensor h;     // (N, F) or (N, 2F) for SwiGLU: the up projection's output
     Tensor act;   // (N, F): activation output, input of the down projection
   };

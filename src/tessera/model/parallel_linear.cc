@@ -13,8 +13,9 @@ Tensor ColumnParallelLinear::forward(const Tensor& x, int64_t batch, Tensor* inp
 Tensor ColumnParallelLinear::backward(const Tensor& dy, const Tensor& input, int64_t batch) const {
   Tensor dx;
   {
-    // The gathered input lives only for the products: freed before the reduction's slice is
-    // allocated (model/activation_memory.h counts the backward's peak this way).
+    // With kLocalRows the input gathered again lives only for the products: freed before the
+    // reduction's slice is allocated (model/activation_memory.h counts the backward's peak this
+    // way). With kGathered the caller's kept copy is used and stays the caller's.
     const Tensor gathered =
         kept_ == KeptInput::kGathered ? input : tp_->column_input_regather(input, batch);
     dx = local_.backward(dy, gathered);

@@ -36,7 +36,8 @@ class ColumnParallelLinear {
       : local_(std::move(local)), tp_(tp), kept_(kept) {}
 
   // x: residual-stream rows (B*S_local, C) -> (B*S, OC/T). *input receives what backward()
-  // needs: x itself, or under SP with kGathered the gathered (B*S, C) copy.
+  // needs: x itself (a handle to the same storage: the caller must not change x before
+  // backward), or under SP with kGathered the gathered (B*S, C) copy.
   Tensor forward(const Tensor& x, int64_t batch, Tensor* input) const;
   // dy (B*S, OC/T), input from forward -> dx (B*S_local, C); accumulates dW, db.
   Tensor backward(const Tensor& dy, const Tensor& input, int64_t batch) const;

@@ -1,0 +1,70 @@
+// The kept activations tessera-plan reports (plan/memory_prediction.h kept_activations, the
+// `kept_activations_bytes` of --json) against a count by hand from the per-layer bytes
+// (model/activation_memory.h, itself held against the memory accountant elsewhere): what the
+// layers keep for the micro-batches in flight when the first backward starts, and nothing the
+// activations' peak adds besides (the layer being recomputed, transfer buffers, working set).
+#include "tessera/plan/memory_prediction.h"
+
+#include <gtest/gtest.h>
+
+#include "tessera/model/activation_memory.h"
+#include "tessera/train/rank_layout.h"
+#include "testing/parse_flags.h"
+
+namespace tessera::plan {
+namespace {
+
+using G = model::RecomputePolicy::Granularity;
+
+struct Planned {
+  train::TrainArgs args;
+  std::vector<train::RankLayout> ranks;
+};
+
+// gpt2-tiny, 4 layers of C 128, 8 micro-batches of 2 x 64 tokens (global batch 16), bf16.
+Planned planned(int world, std::vector<std::string> flags) {
+  for (const char* f : {"--mock-data", "--lr", "1e-3", "--train-iters", "1", "--model", "gpt2-tiny",
+                        "--hidden-size", "128", "--num-attention-heads", "4", "--num-layers", "4",
+                        "--global-batch-size", "16", "--micro-batch-size", "2", "--bf16"})
+    flags.push_back(f);
+  train::TrainArgs args = testing::parse_flags(flags);
+  const comm::MeshLayout mesh = train::prepare_layout(args, world);
+  return {args, train::rank_layouts(args, mesh, 1)};
+}
+
+double layer_bytes(const Planned& p, G granularity, int tp = 1, bool sp = false) {
+  return model::layer_activation_bytes(p.args.model, 2 * 64, DType::kBF16, granularity, tp, sp);
+}
+
+TEST(KeptActivations, OneRankKeepsOneMicroBatchOfEveryLayer) {
+  const Planned p = planned(1, {});
+  const RankMemoryPrediction m = predict_rank_memory(p.args.model, p.ranks[0]);
+  EXPECT_DOUBLE_EQ(m.kept_activations, 4 * layer_bytes(p, G::kNone));
+  // The peak adds the backward's working set and the output layer's: strictly more.
+  EXPECT_GT(m.categories[3], m.kept_activations);
+}
+
+TEST(KeptActivations, OneFOneBStageKeepsItsInFlightMicroBatches) {
+  // PP 2 x TP 2 with SP: stage 0 holds min(P, M) = 2 micro-batches of its 2 layers, stage 1 one;
+  // each layer's bytes are one TP rank's with the residual rows split.
+  const Planned p = planned(4, {"--pipeline-model-parallel-size", "2",
+                                "--tensor-model-parallel-size", "2", "--sequence-parallel"});
+  for (const train::RankLayout& r : p.ranks) {
+    const double in_flight = r.pp_rank == 0 ? 2 : 1;
+    EXPECT_DOUBLE_EQ(predict_rank_memory(p.args.model, r).kept_activations,
+                     in_flight * 2 * layer_bytes(p, G::kNone, 2, true))
+        << "pp rank " << r.pp_rank;
+  }
+}
+
+TEST(KeptActivations, FullRecomputationKeepsEachLayersInputNotTheRerun) {
+  const Planned p = planned(1, {"--recompute-granularity", "full", "--recompute-method",
+                                "uniform", "--recompute-num-layers", "1"});
+  const RankMemoryPrediction m = predict_rank_memory(p.args.model, p.ranks[0]);
+  // Each layer's input: 128 tokens x 128 bf16 values.
+  EXPECT_DOUBLE_EQ(m.kept_activations, 4 * 2.0 * 128 * 128);
+  EXPECT_DOUBLE_EQ(layer_bytes(p, G::kFull), 2.0 * 128 * 128);
+}
+
+}  // namespace
+}  // namespace tessera::plan
