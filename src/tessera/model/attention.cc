@@ -247,6 +247,10 @@ Tensor Attention::backward(const Tensor& dy, const Saved& s, const StepContext& 
   Tensor dqkv = mode_ == CpMode::kBlocks || mode_ == CpMode::kA2AP2P
                     ? blocks_.backward(dcore, s.qkv, core_out, lse, block_shape(ctx, &doc))
                     : whole(ctx).backward(dcore, s.qkv, core_out, lse);
+  // Selective recomputation's rerun outputs are freed before the QKV projection's backward (its
+  // working set, model/activation_memory.h, does not hold them); otherwise these are handles to
+  // what `s` keeps.
+  attn = attn_heads = lse = Tensor();
   if (head_split()) dqkv = exchange_.to_sequence(dqkv, ctx.B, qkv_cols_, in_order);
   visit_float(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
