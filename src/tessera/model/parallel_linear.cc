@@ -17,7 +17,7 @@ Tensor ColumnParallelLinear::backward(const Tensor& dy, const Tensor& input, int
     // reduction's slice is allocated (model/activation_memory.h counts the backward's peak this
     // way). With kGathered the caller's kept copy is used and stays the caller's.
     const Tensor gathered =
-        kept_ == KeptInput::kGathered ? input : tp_->column_input_regather(input, batch);
+        kept_ == KeptInput::kGathered ? input : tp_->column_input_forward(input, batch);
     dx = local_.backward(dy, gathered);
   }
   return tp_->column_input_backward(std::move(dx), batch);

@@ -108,10 +108,6 @@ Tensor gather_from_sequence_parallel_region_forward(const Tensor& x, comm::Proce
   return all_gather_sequence(x, tp, batch, "gather_from_sequence_parallel_region_forward");
 }
 
-Tensor regather_sequence_parallel_input(const Tensor& x, comm::ProcessGroup& tp, int64_t batch) {
-  return all_gather_sequence(x, tp, batch, "regather_sequence_parallel_input");
-}
-
 Tensor gather_from_sequence_parallel_region_backward(const Tensor& dy, comm::ProcessGroup& tp,
                                                      int64_t batch) {
   return reduce_scatter_sequence(dy, tp, batch, "gather_from_sequence_parallel_region_backward");

@@ -50,11 +50,6 @@ inline Tensor reduce_from_tp_region_backward(const Tensor& dy, comm::ProcessGrou
 // tensor, the slices in rank order within each sample.
 Tensor gather_from_sequence_parallel_region_forward(const Tensor& x, comm::ProcessGroup& tp,
                                                     int64_t batch = 1);
-// Backward, first half (Megatron-Core's LinearWithGradAccumulationAndAsyncCommunication under
-// sequence parallelism): a column-parallel layer that kept only its slice x (batch, S/n, ...)
-// gathers it again for its weight gradient; the same all-gather as the forward, under its own
-// name in error messages.
-Tensor regather_sequence_parallel_input(const Tensor& x, comm::ProcessGroup& tp, int64_t batch = 1);
 // Backward: dy (batch, S, ...) is this rank's partial gradient of the gathered tensor; returns
 // (batch, S/n, ...) = rank's slice of the sum over ranks.
 Tensor gather_from_sequence_parallel_region_backward(const Tensor& dy, comm::ProcessGroup& tp,

@@ -46,12 +46,6 @@ Tensor TensorParallel::column_input_forward(const Tensor& x, int64_t batch) cons
   return gather_from_sequence_parallel_region_forward(x, *group_, batch);
 }
 
-Tensor TensorParallel::column_input_regather(const Tensor& x, int64_t batch) const {
-  if (!sequence_parallel_) return x;
-  ScopedTimer t(comm_seconds_);
-  return regather_sequence_parallel_input(x, *group_, batch);
-}
-
 Tensor TensorParallel::column_input_backward(Tensor dx, int64_t batch) const {
   if (size_ == 1) return dx;
   ScopedTimer t(comm_seconds_);

@@ -8,7 +8,6 @@
 //
 //   point                       without SP                    with SP
 //   column_input_forward        identity                      all-gather the sequence
-//   column_input_regather       identity                      all-gather the kept slice again
 //   column_input_backward       all-reduce dx                 reduce-scatter dx
 //   row_output_forward          all-reduce y                  reduce-scatter y
 //   row_output_backward         identity                      all-gather dy
@@ -41,9 +40,9 @@ class TensorParallel {
   int64_t seq_begin(int64_t seq_length) const;
   int64_t seq_local(int64_t seq_length) const;
 
+  // Also in a column layer's backward under SP, to gather again the rows it kept (Megatron-Core's
+  // LinearWithGradAccumulationAndAsyncCommunication: model/parallel_linear.h).
   Tensor column_input_forward(const Tensor& x, int64_t batch) const;
-  // In a column layer's backward: its input again from the rows it kept (x itself without SP).
-  Tensor column_input_regather(const Tensor& x, int64_t batch) const;
   Tensor column_input_backward(Tensor dx, int64_t batch) const;
   Tensor row_output_forward(Tensor y, int64_t batch) const;
   Tensor row_output_backward(const Tensor& dy, int64_t batch) const;
