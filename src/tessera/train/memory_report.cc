@@ -179,13 +179,19 @@ namespace {
 // largest working set.
 struct ActivationParts {
   double others = 0, current = 0, buffers = 0, working = 0;
-  double kept = 0;  // what the layers keep for the micro-batches in flight, nothing rerun
   double total() const { return others + current + buffers + working; }
 };
 
-ActivationParts activation_parts(const model::ModelConfig& c, const RankLayout& r) {
+// What the layers keep: the largest model chunk's bytes for one micro-batch (kept) and at its first
+// backward (its last recompute group rerun whole), and the model-chunk micro-batches in flight
+// when the first backward starts.
+struct KeptLayers {
+  double chunk_kept = 0, chunk_at_backward = 0;
+  int64_t in_flight = 0;
+};
+
+KeptLayers kept_layers(const model::ModelConfig& c, const RankLayout& r) {
   using G = model::RecomputePolicy::Granularity;
-  ActivationParts parts;
   const int64_t N = r.tokens;
   const model::MoeRows moe = moe_rows(c, r);
   // A layer's bytes kept by a micro-batch under `granularity`.
@@ -231,10 +237,18 @@ ActivationParts activation_parts(const model::ModelConfig& c, const RankLayout& 
   if (P > 1 && r.schedule == pipeline::ScheduleKind::kOneFOneB) warmup = std::min(P - s - 1, M);
   if (P > 1 && r.schedule == pipeline::ScheduleKind::kInterleaved)
     warmup = M == P ? total : std::min(2 * (P - s - 1) + (V - 1) * P, total);
-  const int64_t in_flight = std::min(warmup + 1, total);
-  parts.others = (in_flight - 1) * chunk_kept;
-  parts.current = chunk_at_backward;
-  parts.kept = in_flight * chunk_kept;
+  return {chunk_kept, chunk_at_backward, std::min(warmup + 1, total)};
+}
+
+ActivationParts activation_parts(const model::ModelConfig& c, const RankLayout& r) {
+  ActivationParts parts;
+  const int64_t N = r.tokens;
+  const model::MoeRows moe = moe_rows(c, r);
+  const KeptLayers kept = kept_layers(c, r);
+  parts.others = (kept.in_flight - 1) * kept.chunk_kept;
+  parts.current = kept.chunk_at_backward;
+  const int64_t P = r.pp, M = r.micro_batches;
+  const int V = static_cast<int>(r.chunk_layers.size());
   // The pipeline's transfer buffers (residual rows each) when the first backward runs: the
   // receives posted and not yet consumed, besides the gradient that backward takes (counted in its
   // working set below), and the outputs sent so far, each held until its send completes (taken
@@ -290,7 +304,8 @@ double theoretical_activations(const model::ModelConfig& c, const RankLayout& r)
 
 double theoretical_kept_activations(const model::ModelConfig& c, const RankLayout& r) {
   if (r.chunk_layers.empty()) return -1;
-  return activation_parts(c, r).kept;
+  const KeptLayers kept = kept_layers(c, r);
+  return kept.in_flight * kept.chunk_kept;
 }
 
 double theoretical_zero_buffers(const model::ModelConfig& c, const RankLayout& r) {
