@@ -12,22 +12,24 @@
 //         for each A micro-panel of kMR rows                                 (stays in L1)
 //           for each B micro-panel: micro-kernel, kMR x kNR accumulators over k = 0..kc
 //
-// When the thread does not pack A itself (A packed whole by the team, or an fp32 A read in
-// place), the k0 and n0 loops swap: every depth block of a column block runs before the next
+// When the thread does not pack A itself (A packed whole by the team, or an fp32 or bf16 A read
+// in place), the k0 and n0 loops swap: every depth block of a column block runs before the next
 // column block, so that block of C stays in cache (gemm_block).
 //
 // Threads (gemm_parallel): C is cut into column blocks (or row blocks), two per thread, taken
 // from a dynamic schedule, so a core that runs slower (a shared machine, a VM's other tenant) does
 // not hold the team up by more than half a block. Every column block needs all of A:
-// the team packs A once, whole, before (nothing to pack for an fp32 A read in place), and every
+// the team packs A once, whole, before (nothing to pack for an A read in place), and every
 // row block needs all of B, packed once likewise; an operand too large for that budget makes each
 // thread take one contiguous block and pack its own.
 //
 // Packing is where 16-bit operands are widened: a bf16 or fp16 element is read once, as 2
 // bytes, into the fp32 panel the micro-kernel reads anyway, so a 16-bit product costs what an
 // fp32 product does, without a separate widening pass over its operands and output (which is
-// what the widened path, gemm_widened.h, pays). An fp32 A that is not transposed is not packed:
-// the micro-kernel broadcasts from its rows in place.
+// what the widened path, gemm_widened.h, pays). An fp32 or bf16 A that is not transposed is not
+// packed: the micro-kernel broadcasts from its rows in place, widening a bf16 pair of depths per
+// 32-bit load (a packed bf16 A cost a barrier and a pass: the forward products ran 2-3% behind
+// oneDNN's sgemm at AVX2 with it; docs/performance.md).
 //
 // Summation order (gemm_packed.h): the blocking never changes which products are summed in
 // which order, so the tiles, blocks and threads above change speed, not bits.
@@ -90,7 +92,7 @@ int64_t b_block_floats(int64_t K) { return std::min<int64_t>(kKC, K) * b_block_c
 
 // Where the micro-kernel reads element (r, k) of an A micro-panel.
 enum class ALayout {
-  kRows,    // a[r * a_rs + k]: A's own rows (fp32, not transposed) or rows widened by packing
+  kRows,    // a[r * a_rs + k]: A's own rows (fp32 or bf16, not transposed) or fp16 rows widened
   kKMajor,  // a[k * kMR + r]: packed k-major, kMR values per k (A transposed)
 };
 
@@ -99,15 +101,21 @@ enum class ALayout {
 // broadcasts R values of A. Every loop over r and v is unrolled: the accumulators must be
 // registers, not an array in memory. The tile goes to a buffer, not to C: the epilogue's
 // run-time choices (dtype, beta, depth block) would otherwise be branches around the k loop.
-template <int R, ALayout kLayout>
-void micro_kernel(float* tile, const float* a, int64_t a_rs, const float* b, int kc) {
+//
+// A is fp32 (packed, or rows in place) or bf16 rows in place (TA). A bf16 value is broadcast
+// from a 32-bit load of it and its successor, shifted (simd splat_bf16), instead of a packing
+// pass widening A first; the last depth, whose successor may lie past A, is read alone.
+template <int R, ALayout kLayout, typename TA>
+void micro_kernel(float* tile, const TA* a, int64_t a_rs, const float* b, int kc) {
+  static_assert(std::is_same_v<TA, float> ||
+                (std::is_same_v<TA, bf16> && kLayout == ALayout::kRows));
   VecF acc[R][kNV];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < kNV; ++v) acc[r][v] = zero();
-#pragma GCC unroll 4
-  for (int k = 0; k < kc; ++k) {
+  // Depth k, A's values from a_at(r).
+  const auto step = [&](int k, auto a_at) {
     VecF bv[kNV];
     // B's micro-panel streams from L2 (kNV lines per k) and a k-major A panel from L2 or L3 on
     // its first tile: asked for ahead of use, as the hardware prefetcher alone was late (one A/B
@@ -122,10 +130,22 @@ void micro_kernel(float* tile, const float* a, int64_t a_rs, const float* b, int
     for (int v = 0; v < kNV; ++v) bv[v] = load(b + k * kNR + 16 * v);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const VecF ar = splat(kLayout == ALayout::kRows ? a[r * a_rs + k] : a[k * kMR + r]);
+      const VecF ar = a_at(r);
 #pragma GCC unroll 4
       for (int v = 0; v < kNV; ++v) acc[r][v] = fmadd(ar, bv[v], acc[r][v]);
     }
+  };
+  if constexpr (std::is_same_v<TA, bf16>) {
+#pragma GCC unroll 4
+    for (int k = 0; k + 1 < kc; ++k) step(k, [&](int r) { return splat_bf16(a + r * a_rs + k); });
+    // The last depth: its pair would reach past the row (past A, on A's last row).
+    step(kc - 1, [&](int r) { return splat(static_cast<float>(a[r * a_rs + kc - 1])); });
+  } else {
+#pragma GCC unroll 4
+    for (int k = 0; k < kc; ++k)
+      step(k, [&](int r) {
+        return splat(kLayout == ALayout::kRows ? a[r * a_rs + k] : a[k * kMR + r]);
+      });
   }
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
@@ -135,9 +155,8 @@ void micro_kernel(float* tile, const float* a, int64_t a_rs, const float* b, int
 
 // The micro-kernel for `rows` < kMR rows of A in place (the last rows of a product; packed
 // k-major panels are zero-padded to kMR rows instead).
-template <int R>
-void micro_kernel_rows(int rows, float* tile, const float* a, int64_t a_rs, const float* b,
-                       int kc) {
+template <int R, typename TA>
+void micro_kernel_rows(int rows, float* tile, const TA* a, int64_t a_rs, const float* b, int kc) {
   if (rows == R) return micro_kernel<R, ALayout::kRows>(tile, a, a_rs, b, kc);
   if constexpr (R > 1) micro_kernel_rows<R - 1>(rows, tile, a, a_rs, b, kc);
 }
@@ -280,8 +299,9 @@ struct Product {
   TC* C;
   int64_t ldc;
   float* partial;  // fp32 partial sums of a 16-bit C (row stride N) when K > kKC, else null
-  // A is packed (widened or transposed) rather than read in place.
-  bool packs_a() const { return trans_a || !std::is_same_v<TA, float>; }
+  // A is packed (transposed, or fp16 widened) rather than read in place: the micro-kernel
+  // broadcasts from an fp32 or bf16 A's own rows.
+  bool packs_a() const { return packed_gemm_packs_a(trans_a, std::is_same_v<TA, fp16>); }
   // Rows and columns rounded up to whole micro-panels.
   int64_t m_padded() const { return (M + kMR - 1) / kMR * kMR; }
   int64_t n_padded() const { return (N + kNR - 1) / kNR * kNR; }
@@ -331,7 +351,7 @@ struct SharedPanels {
 
 // The block C[m_begin:m_end, n_begin:n_end] of the product on the calling thread. A and B come
 // from `a_shared` / `b_shared` where given, else the thread packs them itself (A block once per
-// depth block, B block once per column block and depth block), or reads an fp32 A in place.
+// depth block, B block once per column block and depth block), or reads an fp32 or bf16 A in place.
 //
 // Loop order: a thread that packs its own A block does so once per depth block for all its
 // columns (depth blocks outside the column blocks, GotoBLAS's order). Where A needs no packing
@@ -361,10 +381,11 @@ void gemm_block(const Product<TA, TB, TC>& g, int64_t m_begin, int64_t m_end, in
     for (int i = 0; i < mc; i += kMR) {
       const int rows = std::min(kMR, mc - i);
       const int64_t m = m0 + i;
+      // A's micro-panel: packed (shared by the team or the thread's own), else A's rows.
       const float* a = a_shared.data != nullptr ? a_shared.at(k0, m, kc)
                        : own_a                  ? a_pack + int64_t{i} * kc
-                               : reinterpret_cast<const float*>(g.A) + m * g.lda + k0;
-      const int64_t a_rs = g.packs_a() ? kc : g.lda;
+                                                : nullptr;
+      const TA* a_rows = g.A + m * g.lda + k0;
       for (int j = 0; j < nc; j += kNR) {
         const int64_t n = n0 + j;
         const int cols = std::min(kNR, nc - j);
@@ -374,10 +395,12 @@ void gemm_block(const Product<TA, TB, TC>& g, int64_t m_begin, int64_t m_end, in
         if (partial != nullptr) prefetch_block(partial, g.N, rows, cols);
         if (g.trans_a)
           micro_kernel<kMR, ALayout::kKMajor>(tile, a, 0, b, kc);
-        else if (rows == kMR)
-          micro_kernel<kMR, ALayout::kRows>(tile, a, a_rs, b, kc);
-        else
-          micro_kernel_rows<kMR - 1>(rows, tile, a, a_rs, b, kc);
+        else if (a != nullptr)  // fp16 rows, widened by packing
+          rows == kMR ? micro_kernel<kMR, ALayout::kRows>(tile, a, kc, b, kc)
+                      : micro_kernel_rows<kMR - 1>(rows, tile, a, kc, b, kc);
+        else if constexpr (std::is_same_v<TA, float> || std::is_same_v<TA, bf16>)
+          rows == kMR ? micro_kernel<kMR, ALayout::kRows>(tile, a_rows, g.lda, b, kc)
+                      : micro_kernel_rows<kMR - 1>(rows, tile, a_rows, g.lda, b, kc);
         store_tile(tile, rows, cols, g.C + m * g.ldc + n, g.ldc, partial, g.N, epi);
       }
     }
@@ -410,7 +433,7 @@ constexpr int64_t kSharedPackElements = int64_t{8} << 20;
 // How a team of `threads` (> 1) shares a product: threads take blocks of C's columns or of its
 // rows, as many blocks as keep them equally busy on a machine whose cores do not run at one
 // speed (dynamic schedule). Every block needs all of the other operand: it is packed once,
-// whole, by the team and shared (nothing to pack for an fp32 A in place). Columns split unless
+// whole, by the team and shared (nothing to pack for an A read in place). Columns split unless
 // rows need the smaller shared operand. An operand too large to share makes each thread take one
 // contiguous block and pack what it needs itself.
 struct TeamLayout {

@@ -4,8 +4,8 @@
 //
 // Same arguments and conventions as gemm.h (leading dimensions, K == 0, beta == 0 never reads C).
 // A and B are both fp32, bf16 or fp16; C is fp32, or the operands' 16-bit type (beta must then be
-// 0). 16-bit operands are widened to fp32 while they are packed, products accumulate in fp32, and
-// a 16-bit C is rounded to nearest even once, from the fp32 sum.
+// 0). 16-bit operands are widened to fp32 (exactly) as they are packed or read, products
+// accumulate in fp32, and a 16-bit C is rounded to nearest even once, from the fp32 sum.
 //
 // Summation order, the same on every CPU target and for any thread count: K is cut into depth
 // blocks of kPackedGemmDepth; within a block, element (m, n) is acc = 0, then for k in order
@@ -46,9 +46,10 @@ void packed_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
 }
 
 // The scratch one packed_gemm call grows (ScratchBuffer sizes in bytes; 0: that buffer is not
-// used), for a product of M x N x K on a team of `threads` threads, `packs_a` when A is 16-bit or
-// transposed (an fp32 A not transposed is read in place), `c_16bit` for a 16-bit C. From the sizing
-// code the call allocates with (gemm_packed.cc); for the plan of kernels/scratch_plan.h.
+// used), for a product of M x N x K on a team of `threads` threads, `packs_a` when A is fp16 or
+// transposed (an fp32 or bf16 A not transposed is read in place; packed_gemm_packs_a), `c_16bit`
+// for a 16-bit C. From the sizing code the call allocates with (gemm_packed.cc); for the plan of
+// kernels/scratch_plan.h.
 struct PackedGemmScratch {
   int workers = 0;      // threads that take blocks of C (each with the buffers below)
   int64_t a_block = 0;  // a worker's A block, packed by itself
@@ -56,6 +57,8 @@ struct PackedGemmScratch {
   int64_t shared = 0;   // the operand packed whole and shared by the team (calling thread's)
   int64_t partial = 0;  // a 16-bit C's fp32 running sum over the depth blocks (calling thread's)
 };
+// Whether packed_gemm packs (widens or transposes) an A of this kind rather than read it in place.
+inline bool packed_gemm_packs_a(bool trans_a, bool a_is_fp16) { return trans_a || a_is_fp16; }
 inline PackedGemmScratch packed_gemm_scratch(int64_t M, int64_t N, int64_t K, bool packs_a,
                                              bool c_16bit, int threads) {
   return dispatch<&packed_gemm_scratch>(M, N, K, packs_a, c_16bit, threads);

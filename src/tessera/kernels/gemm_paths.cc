@@ -39,8 +39,9 @@ void gemm_16bit(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
 // plan_gemm for the blocked GEMM: its buffers, named per packed_gemm<TA, TB, TC> instantiation
 // (each declares its own thread_local ones) and per thread for the blocks a thread packs.
 void plan_packed_gemm(ScratchPlan& plan, const GemmShape& g) {
-  const PackedGemmScratch s = packed_gemm_scratch(g.M, g.N, g.K, g.trans_a || g.a != DType::kF32,
-                                                  g.c != DType::kF32, g.threads);
+  const PackedGemmScratch s =
+      packed_gemm_scratch(g.M, g.N, g.K, packed_gemm_packs_a(g.trans_a, g.a == DType::kF16),
+                          g.c != DType::kF32, g.threads);
   const std::string types =
       std::string("blocked ") + dtype_name(g.a) + "," + dtype_name(g.b) + ">" + dtype_name(g.c);
   for (int t = 0; t < s.workers; ++t) {

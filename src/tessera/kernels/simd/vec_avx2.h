@@ -63,6 +63,13 @@ inline __m256 widen_bf16(const bf16* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 inline VecF load(const float* p) { return VecF{_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+// splat_bf16 (contract in vec_generic.h): one broadcast load of the 32-bit word at p (p[0] in its
+// low half) and a shift: an fp32 broadcast's cost plus one integer op, which needs no FMA port.
+inline VecF splat_bf16(const bf16* p) {
+  const __m256i w = _mm256_castps_si256(_mm256_broadcast_ss(reinterpret_cast<const float*>(p)));
+  const __m256 x = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  return VecF{x, x};
+}
 inline VecF load(const bf16* p) { return VecF{widen_bf16(p), widen_bf16(p + 8)}; }
 inline VecF load(const fp16* p) {
   return VecF{_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),

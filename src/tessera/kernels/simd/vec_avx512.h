@@ -62,6 +62,12 @@ inline VecF widen_bf16(__m256i h) {
       _mm512_maskz_slli_epi32(kAll, _mm512_maskz_cvtepu16_epi32(kAll, h), 16))};
 }
 inline VecF load(const float* p) { return VecF{_mm512_loadu_ps(p)}; }
+// splat_bf16 (contract in vec_generic.h): as in vec_avx2.h, a 32-bit broadcast load and a shift.
+inline VecF splat_bf16(const bf16* p) {
+  const __m512i w =
+      _mm512_castps_si512(_mm512_broadcastss_ps(_mm_load_ss(reinterpret_cast<const float*>(p))));
+  return VecF{_mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, w, 16))};
+}
 inline VecF load(const bf16* p) {
   return widen_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }

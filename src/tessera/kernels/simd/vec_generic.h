@@ -119,6 +119,10 @@ inline VecF load(const float* p) {
   std::memcpy(&v, p, sizeof v);
   return VecF{v};
 }
+// p[0] widened to fp32 (exactly) and broadcast; p[1] must be readable too: the intrinsic
+// versions load both as one 32-bit word and shift. A GEMM micro-kernel reads a bf16 operand in
+// place with it (kernels/gemm_packed.cc).
+inline VecF splat_bf16(const bf16* p) { return splat(static_cast<float>(p[0])); }
 inline VecF load(const bf16* p) {
   U16x16 h;
   std::memcpy(&h, p, sizeof h);
