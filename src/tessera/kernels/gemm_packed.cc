@@ -27,9 +27,9 @@
 // bytes, into the fp32 panel the micro-kernel reads anyway, so a 16-bit product costs what an
 // fp32 product does, without a separate widening pass over its operands and output (which is
 // what the widened path, gemm_widened.h, pays). An fp32 or bf16 A that is not transposed is not
-// packed: the micro-kernel broadcasts from its rows in place, widening a bf16 pair of depths per
-// 32-bit load (a packed bf16 A cost a barrier and a pass: the forward products ran 2-3% behind
-// oneDNN's sgemm at AVX2 with it; docs/performance.md).
+// packed: the micro-kernel broadcasts from its rows in place (a bf16 value widened by a shift,
+// simd splat_bf16), so such an A costs no packing pass, no team barrier before the products and
+// no widened copy in scratch (not measurably faster at AVX2, docs/performance.md).
 //
 // Summation order (gemm_packed.h): the blocking never changes which products are summed in
 // which order, so the tiles, blocks and threads above change speed, not bits.

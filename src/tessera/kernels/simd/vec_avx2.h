@@ -66,8 +66,10 @@ inline VecF load(const float* p) { return VecF{_mm256_loadu_ps(p), _mm256_loadu_
 // splat_bf16 (contract in vec_generic.h): one broadcast load of the 32-bit word at p (p[0] in its
 // low half) and a shift: an fp32 broadcast's cost plus one integer op, which needs no FMA port.
 inline VecF splat_bf16(const bf16* p) {
-  const __m256i w = _mm256_castps_si256(_mm256_broadcast_ss(reinterpret_cast<const float*>(p)));
-  const __m256 x = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  float pair;  // the two bf16's bits (memcpy: no aliasing of bf16 storage as float)
+  std::memcpy(&pair, p, sizeof pair);
+  const __m256 x =
+      _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(_mm256_set1_ps(pair)), 16));
   return VecF{x, x};
 }
 inline VecF load(const bf16* p) { return VecF{widen_bf16(p), widen_bf16(p + 8)}; }

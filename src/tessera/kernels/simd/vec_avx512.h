@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "tessera/core/dtype.h"
 
@@ -64,8 +65,9 @@ inline VecF widen_bf16(__m256i h) {
 inline VecF load(const float* p) { return VecF{_mm512_loadu_ps(p)}; }
 // splat_bf16 (contract in vec_generic.h): as in vec_avx2.h, a 32-bit broadcast load and a shift.
 inline VecF splat_bf16(const bf16* p) {
-  const __m512i w =
-      _mm512_castps_si512(_mm512_broadcastss_ps(_mm_load_ss(reinterpret_cast<const float*>(p))));
+  float pair;  // the two bf16's bits (memcpy: no aliasing of bf16 storage as float)
+  std::memcpy(&pair, p, sizeof pair);
+  const __m512i w = _mm512_castps_si512(_mm512_set1_ps(pair));
   return VecF{_mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, w, 16))};
 }
 inline VecF load(const bf16* p) {
