@@ -20,9 +20,11 @@
 // --nvme-path DIR it also measures DIR's direct-I/O rates (the storage NVMe offload streams to).
 //
 // With --json the output is {"ranks": [{"rank": r, "coords": {...}, "memory_bytes": {category:
-// bytes}, "peak_bytes": n, "kept_activations_bytes": n}, ...], "step_time_s": t, "components_s":
-// {...}, ...}; step_time_s is null without --machine. Bad flags, files or sizes that do not fit:
-// one line on stderr, exit code 2.
+// bytes}, "peak_bytes": n, "kept_activations_bytes": n, "step_time_s": t, "compute_gemm_s": t},
+// ...], "step_time_s": t, "components_s":
+// {...}, "compute_gemm_s": t, ...} (compute_gemm_s: the products' part of the compute component,
+// what tessera-train's metrics file measures as gemm_s); step_time_s is null without --machine. Bad
+// flags, files or sizes that do not fit: one line on stderr, exit code 2.
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -224,7 +226,10 @@ int evaluate(const PlanFlags& f) {
         r["memory_bytes"][json_key(k)] = static_cast<int64_t>(p.categories[k]);
       r["peak_bytes"] = static_cast<int64_t>(p.peak_bytes);
       r["kept_activations_bytes"] = static_cast<int64_t>(p.kept_activations);
-      if (!f.machine.empty()) r["step_time_s"] = time.ranks[rank].total();
+      if (!f.machine.empty()) {
+        r["step_time_s"] = time.ranks[rank].total();
+        r["compute_gemm_s"] = time.ranks[rank].compute_gemm;
+      }
       out["ranks"].push_back(r);
       continue;
     }
@@ -246,6 +251,7 @@ int evaluate(const PlanFlags& f) {
     out["step_time_s"] = time.step_s;
     out["components_s"] = nlohmann::json::object();
     for (const auto& [name, seconds] : parts) out["components_s"][name] = seconds;
+    out["compute_gemm_s"] = time.components.compute_gemm;  // of compute: the products
     out["critical_rank"] = time.critical_rank;
     out["mfu"] = mfu;
     out["machine"] = {

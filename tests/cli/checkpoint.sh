@@ -29,7 +29,7 @@ FLAGS=(--model gpt2-tiny --tokenizer-type ByteLevel --data-path "$TMP/c_text_doc
 
 # The run's numbers without the timings.
 numbers() {
-  sed -E 's/"(iter_time_s|tokens_per_s|tflops_per_rank|peak_mem_bytes|data_wait_s)":[^,}]*,?//g' "$@"
+  sed -E 's/"(iter_time_s|tokens_per_s|tflops_per_rank|peak_mem_bytes|data_wait_s|gemm_s)":[^,}]*,?//g' "$@"
 }
 
 # resume NAME NP "LAYOUT" EXTRA...: straight run, then 10 + save / load + 10; bitwise equal.

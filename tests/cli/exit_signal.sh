@@ -13,7 +13,7 @@ FLAGS=(--model gpt2-tiny --mock-data --lr 1e-3 --lr-decay-style cosine --lr-warm
        --log-interval 1000 --num-threads 1 --zero-stage 1)
 
 numbers() {  # the metrics without the timings
-  sed -E 's/"(iter_time_s|tokens_per_s|tflops_per_rank|peak_mem_bytes|data_wait_s)":[^,}]*,?//g' "$@"
+  sed -E 's/"(iter_time_s|tokens_per_s|tflops_per_rank|peak_mem_bytes|data_wait_s|gemm_s)":[^,}]*,?//g' "$@"
 }
 
 # interrupted NAME TARGET(ranks|launcher): starts 2 ranks, sends SIGTERM once 30 iterations are

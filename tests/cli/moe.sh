@@ -38,7 +38,7 @@ check "  drops nothing" test "$(key "$TMP/dropless.jsonl" moe_dropped_fraction)"
 
 # The run's numbers without the timings.
 numbers() {
-  sed -E 's/"(iter_time_s|tokens_per_s|tflops_per_rank|peak_mem_bytes|data_wait_s)":[^,}]*,?//g' "$@"
+  sed -E 's/"(iter_time_s|tokens_per_s|tflops_per_rank|peak_mem_bytes|data_wait_s|gemm_s)":[^,}]*,?//g' "$@"
 }
 # resume NAME NP LAYOUT...: 10 straight equal 5 + save / load + 5, bitwise.
 resume() {

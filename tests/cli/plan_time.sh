@@ -35,6 +35,9 @@ assert 0 <= two["intra_host"]["overlap"] <= 1 and two["intra_host"]["all_reduce"
 assert all(r > 0 for k in two["kernels"].values() for curve in k.values() for _, r in curve)
 assert p["step_time_s"] > 0 and p["machine"]["ranks_per_host"] == 2, p
 assert abs(sum(p["components_s"].values()) - p["step_time_s"]) <= 1e-9 * p["step_time_s"]
+# The products' part of compute, per rank and the critical rank's (gemm_s's prediction).
+assert 0 < p["compute_gemm_s"] < p["components_s"]["compute"], p
+assert p["ranks"][p["critical_rank"]]["compute_gemm_s"] == p["compute_gemm_s"], p["ranks"]
 PY
 }
 check "a calibrated description reads back and predicts" calibrated

@@ -56,6 +56,11 @@ enum class KernelKind {
   kCount
 };
 inline constexpr int kKernelKinds = static_cast<int>(KernelKind::kCount);
+// The linear layers' matrix products (the kinds kernels::gemm runs).
+inline bool is_gemm(KernelKind kind) {
+  return kind == KernelKind::kGemmForward || kind == KernelKind::kGemmInputGrad ||
+         kind == KernelKind::kGemmWeightGrad;
+}
 const char* kernel_kind_name(KernelKind kind);
 
 enum class CollectiveKind { kAllReduce, kReduceScatter, kAllGather, kSendRecv, kCount };

@@ -29,6 +29,13 @@ class Pricer {
     for (const KernelWork& k : w.kernels) s += kernel(k.kind, k.dtype, k.size, k.amount);
     return s;
   }
+  // The part of kernels(w) in matrix products.
+  double gemms(const PassWork& w) const {
+    double s = 0;
+    for (const KernelWork& k : w.kernels)
+      if (is_gemm(k.kind)) s += kernel(k.kind, k.dtype, k.size, k.amount);
+    return s;
+  }
   // The pass's collectives; a ring's transfers hide behind the pass's attention kernels by the
   // overlap share of their link, up to those kernels' time.
   double comms(const PassWork& w, int rank) const {
@@ -88,6 +95,7 @@ class Pricer {
 // One rank's chunk times: kernels and tensor-parallel collectives apart.
 struct ChunkTimes {
   double forward = 0, forward_tp = 0, backward = 0, backward_tp = 0;
+  double gemm = 0;  // of forward + backward: the products
   double total(bool fwd) const { return fwd ? forward + forward_tp : backward + backward_tp; }
 };
 
@@ -118,10 +126,12 @@ std::vector<ChunkTimes> chunk_times(const model::ModelConfig& cfg, const train::
       t.forward_tp += price.comms(layer.forward, rank);
       t.backward += price.kernels(layer.backward);
       t.backward_tp += price.comms(layer.backward, rank);
+      t.gemm += price.gemms(layer.forward) + price.gemms(layer.backward);
       if (i < rerun_layers) {
         const PassWork rerun = recompute_work(r, layer);
         t.backward += price.kernels(rerun);
         t.backward_tp += price.comms(rerun, rank);
+        t.gemm += price.gemms(rerun);
       }
     }
     if (j == 0) {
@@ -129,10 +139,12 @@ std::vector<ChunkTimes> chunk_times(const model::ModelConfig& cfg, const train::
       t.forward_tp += price.comms(embedding.forward, rank);
       t.backward += price.kernels(embedding.backward);
       t.backward_tp += price.comms(embedding.backward, rank);
+      t.gemm += price.gemms(embedding.forward) + price.gemms(embedding.backward);
     }
     if (j == V * P - 1) {
       t.backward += price.kernels(head);
       t.backward_tp += price.comms(head, rank);
+      t.gemm += price.gemms(head);
     }
   }
   return out;
@@ -462,6 +474,7 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
     const double M = static_cast<double>(r.micro_batches);
     for (const ChunkTimes& t : times[rank]) {
       c.compute += M * (t.forward + t.backward);
+      c.compute_gemm += M * t.gemm;
       c.tp_comm += M * (t.forward_tp + t.backward_tp);
     }
     c.pipeline_bubble = std::max(0.0, schedule_end[rank] - c.compute - c.tp_comm);

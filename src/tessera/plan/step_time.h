@@ -46,6 +46,9 @@ struct StepTimeComponents {
   double dp_comm = 0;          // gradient reduction and ZeRO gathers not hidden by compute
   double optimizer = 0;        // gradient zeroing, norm, AdamW
   double offload_io = 0;       // NVMe offload's I/O the step waits for (plan/offload_time.h)
+  // Of compute: the linear layers' products (the gemm_* kernel kinds), what tessera-train's
+  // metrics file reports measured as gemm_s (kernels::gemm_seconds). Not a further component.
+  double compute_gemm = 0;
   double total() const {
     return compute + tp_comm + pipeline_bubble + dp_comm + optimizer + offload_io;
   }

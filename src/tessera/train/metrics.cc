@@ -34,6 +34,7 @@ void MetricsWriter::write(const IterationMetrics& m) {
   j["tflops_per_rank"] = m.tflops_per_rank;
   j["peak_mem_bytes"] = m.peak_mem_bytes;
   j["data_wait_s"] = m.data_wait_s;
+  j["gemm_s"] = m.gemm_s;
   if (m.val_loss) j["val_loss"] = *m.val_loss;
   if (m.io.enabled) {
     j["io_read_bytes"] = m.io.read_bytes;

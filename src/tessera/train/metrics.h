@@ -43,6 +43,10 @@ struct IterationMetrics {
   double tflops_per_rank = 0;
   int64_t peak_mem_bytes = 0;
   double data_wait_s = 0;      // time the step waited for its micro-batches (the prefetcher)
+  // Wall time this rank's step spent inside matrix products (kernels::gemm_seconds: the outermost
+  // gemm calls, summed over the threads that call them), for comparison with tessera-plan's
+  // compute_gemm_s.
+  double gemm_s = 0;
   std::optional<double> val_loss;
   MoeStepReport moe;           // MoE models: the step's router statistics (moe_step.h)
   IoStepReport io;             // offloaded state: the iteration's swap I/O

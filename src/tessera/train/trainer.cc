@@ -16,6 +16,7 @@
 #include "tessera/core/clock.h"
 #include "tessera/core/threads.h"
 #include "tessera/distributed/sum_scalars.h"
+#include "tessera/kernels/gemm.h"
 #include "tessera/moe/token_dispatcher.h"
 #include "tessera/optim/deepspeed_lr_schedule.h"
 #include "tessera/train/deepspeed_config.h"
@@ -437,8 +438,10 @@ int64_t Trainer::train() {
   for (iteration = start_iteration_ + 1; iteration <= train_iters_; ++iteration) {
     MemoryAccountant::instance().reset_peaks();
     const auto t0 = Clock::now();
+    const double gemm_before = kernels::gemm_seconds();
     const StepOutcome step = train_step(iteration);
     const double dt = seconds_since(t0);
+    const double gemm_s = kernels::gemm_seconds() - gemm_before;
     consumed_samples_ += current_batch_;
     const double flops_per_iter = flops_of(current_batch_);
     const int64_t tokens_per_iter = current_batch_ * a.model.seq_length;
@@ -461,6 +464,7 @@ int64_t Trainer::train() {
     m.tflops_per_rank = flops_per_iter / world_size_ / dt / 1e12;
     m.peak_mem_bytes = MemoryAccountant::instance().snapshot().total_peak;
     m.data_wait_s = prefetcher_->take_wait_seconds();
+    m.gemm_s = gemm_s;
     m.moe = step.moe;
     if (offload_->io) {
       const offload::SwapIo::Counters now = offload_->io->counters();

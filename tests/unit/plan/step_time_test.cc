@@ -102,6 +102,30 @@ TEST(StepTime, TensorParallelHalvesComputeAndPaysItsAllReducesByHand) {
               M * ((4 * 4 + 2) * scatter + (4 * 4 + 2 + 2 * 4) * gather + 3 * loss), 1e-12);
 }
 
+TEST(StepTime, ProductsAreTheComputeAGemmFreeMachineDoesNotPay) {
+  // compute_gemm is the part of compute priced by the gemm_* kinds: the same layout on a machine
+  // whose products are free pays the rest alone, and no products.
+  MachineDescription gemm_free = hand_machine();
+  for (HostConfiguration& c : gemm_free.configurations)
+    for (auto& [dtype, curves] : c.kernels)
+      for (KernelKind g :
+           {KernelKind::kGemmForward, KernelKind::kGemmInputGrad, KernelKind::kGemmWeightGrad})
+        curves[static_cast<int>(g)].points = {{1, kFree}};
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{"--micro-batch-size", "2"},
+        {"--micro-batch-size", "2", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+         "--recompute-granularity", "full", "--recompute-method", "uniform",
+         "--recompute-num-layers", "1"}}) {
+    const Planned p = planned(2, flags);
+    const StepTimePrediction t = predict(p);
+    const StepTimePrediction rest = predict_step_time(p.args.model, p.mesh, p.ranks, gemm_free);
+    EXPECT_GT(t.components.compute_gemm, 0.5 * t.components.compute);
+    EXPECT_NEAR(t.components.compute_gemm, t.components.compute - rest.components.compute,
+                1e-9 * t.step_s);
+    EXPECT_LT(rest.components.compute_gemm, 1e-9 * t.step_s);
+  }
+}
+
 TEST(StepTime, FullRecomputationAddsTheLayersForward) {
   const Planned base = planned(1, {"--micro-batch-size", "2"});
   const Planned full = planned(1, {"--micro-batch-size", "2", "--recompute-granularity", "full",

@@ -116,10 +116,15 @@ TEST(Trainer, LossFallsAndMetricsAreComplete) {
   EXPECT_EQ(t.train(), 30);
   const auto m = read_metrics(a.metrics_file);
   ASSERT_EQ(m.size(), 30u);
-  for (const char* key : {"iteration", "consumed_samples", "lm_loss", "lr", "grad_norm",
-                          "loss_scale", "skipped", "iter_time_s", "tokens_per_s",
-                          "tflops_per_rank", "peak_mem_bytes"})
+  for (const char* key :
+       {"iteration", "consumed_samples", "lm_loss", "lr", "grad_norm", "loss_scale", "skipped",
+        "iter_time_s", "tokens_per_s", "tflops_per_rank", "peak_mem_bytes", "gemm_s"})
     EXPECT_TRUE(m[0].contains(key)) << key;
+  // The products' time is the iteration's own (not the run's so far), and part of it.
+  for (const auto& row : m) {
+    EXPECT_GT(row["gemm_s"].get<double>(), 0.0) << row["iteration"];
+    EXPECT_LT(row["gemm_s"].get<double>(), row["iter_time_s"].get<double>()) << row["iteration"];
+  }
   EXPECT_EQ(m[29]["consumed_samples"], 240);
   EXPECT_TRUE(m[29].contains("val_loss"));
   const double first = m[0]["lm_loss"], last = m[29]["lm_loss"];
