@@ -5,9 +5,11 @@
 # GPT- and a LLaMA-style model on 1-2 ranks (no oversubscription: 2 ranks x 1 thread or 1 x 2 on
 # the 2 cores) predicts the step time (tessera-plan --evaluate --machine) and measures it
 # (tessera-train's metrics file: the median iter_time_s of iterations 3..N, the first two being
-# warm-up). Prints each layout's predicted and measured seconds, the error and the predicted
-# components; then the median and largest |error|, and which GPT layout the plan ranks first
-# against the measured best (same model, same global batch).
+# warm-up). Prints each layout's predicted and measured seconds, the error, rank 0's matrix
+# products predicted (compute_gemm_s) against measured (gemm_s) and the rest (step less products),
+# and the predicted components; then the median and largest |error| of the step and of the
+# products, and which GPT layout the plan ranks first against the measured best (same model,
+# same global batch).
 #
 # Usage: bench/plan_time.sh [BUILD_BIN_DIR] [MACHINE_JSON]
 #   MACHINE_JSON: the description to use; calibrated into that path first when it does not exist

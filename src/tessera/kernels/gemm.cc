@@ -250,7 +250,7 @@ Bf16GemmPath bf16_gemm_path() {
   int path = g_bf16_path.load(std::memory_order_acquire);
   if (path < 0) {
     // Native only with hardware bf16 dot products: below that oneDNN either refuses bf16
-    // (AVX2) or emulates it. There the blocked GEMM, widening while it packs, runs where its
+    // (AVX2) or emulates it. There the blocked GEMM, widening as it packs or reads, runs where its
     // micro-kernel is register-blocked for the target (AVX2, AVX-512: as fast as oneDNN's fp32
     // or faster); on the baseline target oneDNN's SSE4.1 sgemm is 1.7x faster than it, so bf16
     // is widened for that (docs/performance.md, "bf16 GEMM without bf16 instructions").

@@ -60,16 +60,17 @@ void gemm_fp32_a(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
 // 16-bit operand costs one widening pass per call, and a caller using it twice can save one.
 bool gemm_widens(DType dtype);
 
-// How bf16 GEMMs run: oneDNN's bf16 matmul, Tessera's blocked GEMM widening while it packs, or
-// widened copies for oneDNN's fp32 matmul. Chosen at the first bf16 GEMM: oneDNN bf16 where
-// oneDNN's effective ISA has bf16 dot products, else the blocked GEMM (measured faster than the
-// widened path there, docs/performance.md). fp16 follows it, with the blocked GEMM in place of
-// oneDNN bf16. Benchmarks and tests may set it (kOneDnnBf16 throws tessera::Error where oneDNN
-// has no bf16 matmul).
+// How bf16 GEMMs run: oneDNN's bf16 matmul, Tessera's blocked GEMM (widening as it packs or reads
+// its operands), or widened copies for oneDNN's fp32 matmul. Chosen at the first bf16 GEMM:
+// oneDNN bf16 where oneDNN's effective ISA has bf16 dot products, else the blocked GEMM (measured
+// faster than the widened path there, docs/performance.md). fp16 follows it, with the blocked GEMM
+// in place of oneDNN bf16. Benchmarks and tests may set it (kOneDnnBf16 throws tessera::Error
+// where oneDNN has no bf16 matmul).
 enum class Bf16GemmPath { kOneDnnBf16, kPacked, kWidenToFp32 };
 Bf16GemmPath bf16_gemm_path();
 void set_bf16_gemm_path(Bf16GemmPath path);
-// "oneDNN bf16", "blocked, widened while packing" or "widened to fp32".
+// "oneDNN bf16", "blocked, widened while packing" (the name the version line has printed since
+// the blocked GEMM came; a bf16 A is now widened as it is read) or "widened to fp32".
 const char* bf16_gemm_path_name(Bf16GemmPath path);
 
 // One gemm call without its data, for plan_gemm: the arguments of the functions above, the

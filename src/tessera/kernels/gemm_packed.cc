@@ -355,7 +355,7 @@ struct SharedPanels {
 //
 // Loop order: a thread that packs its own A block does so once per depth block for all its
 // columns (depth blocks outside the column blocks, GotoBLAS's order). Where A needs no packing
-// by the thread (shared, or fp32 in place) the depth blocks run inside each column block
+// by the thread (shared, or fp32 or bf16 in place) the depth blocks run inside each column block
 // instead, so a column block of C (and a 16-bit C's fp32 partial sums) stays in cache while
 // every depth block is added to it, rather than going to memory and back once per depth block
 // (the LM head's forward product has 1024 x 50304 partial sums, 200 MB; the speed difference in
@@ -385,7 +385,6 @@ void gemm_block(const Product<TA, TB, TC>& g, int64_t m_begin, int64_t m_end, in
       const float* a = a_shared.data != nullptr ? a_shared.at(k0, m, kc)
                        : own_a                  ? a_pack + int64_t{i} * kc
                                                 : nullptr;
-      const TA* a_rows = g.A + m * g.lda + k0;
       for (int j = 0; j < nc; j += kNR) {
         const int64_t n = n0 + j;
         const int cols = std::min(kNR, nc - j);
@@ -398,9 +397,11 @@ void gemm_block(const Product<TA, TB, TC>& g, int64_t m_begin, int64_t m_end, in
         else if (a != nullptr)  // fp16 rows, widened by packing
           rows == kMR ? micro_kernel<kMR, ALayout::kRows>(tile, a, kc, b, kc)
                       : micro_kernel_rows<kMR - 1>(rows, tile, a, kc, b, kc);
-        else if constexpr (std::is_same_v<TA, float> || std::is_same_v<TA, bf16>)
+        else if constexpr (std::is_same_v<TA, float> || std::is_same_v<TA, bf16>) {
+          const TA* a_rows = g.A + m * g.lda + k0;  // (formed only here: A not transposed)
           rows == kMR ? micro_kernel<kMR, ALayout::kRows>(tile, a_rows, g.lda, b, kc)
                       : micro_kernel_rows<kMR - 1>(rows, tile, a_rows, g.lda, b, kc);
+        }
         store_tile(tile, rows, cols, g.C + m * g.ldc + n, g.ldc, partial, g.N, epi);
       }
     }

@@ -229,6 +229,8 @@ MoeWork moe_work(const model::ModelConfig& c, const Shape& s, const train::RankL
   };
   // Forward.
   f.gather_rows();
+  // (In fp64, --moe-router-dtype fp64, the router runs in scalar loops outside kernels::gemm, so
+  // tessera-train's gemm_s does not count what compute_gemm_s does here.)
   f.gemm(KernelKind::kGemmForward, N, E, C, DType::kF32);
   if (r.tp > 1 && !s.sp)  // TP rank 0's logits decide: broadcast, the whole buffer sent
     f.collective(CollectiveKind::kSendRecv, GroupKind::kTensor, N * E * 4);

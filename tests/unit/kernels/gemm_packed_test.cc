@@ -4,6 +4,8 @@
 #include "tessera/kernels/gemm_packed.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -184,6 +186,49 @@ TEST(PackedGemm, EdgesOfRegisterTilesAndDepthBlocks) {
     for (bool ta : {false, true})
       for (bool tb : {false, true}) check_all_types({ta, tb, s[0], s[1], s[2], 1.0f, 1.0f});
   for (const auto& s : shapes) check_all_types({true, false, s[0], s[1], s[2], 0.5f, 0.0f});
+}
+
+// `count` elements of T ending exactly where an inaccessible page begins: reading one element
+// past them faults.
+template <typename T>
+class BeforeAGuardPage {
+ public:
+  explicit BeforeAGuardPage(size_t count) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t bytes = count * sizeof(T), room = (bytes + page - 1) / page * page;
+    length_ = room + page;
+    base_ = static_cast<char*>(
+        mmap(nullptr, length_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    EXPECT_NE(base_, MAP_FAILED);
+    EXPECT_EQ(mprotect(base_ + room, page, PROT_NONE), 0);
+    data_ = reinterpret_cast<T*>(base_ + room - bytes);
+  }
+  ~BeforeAGuardPage() { munmap(base_, length_); }
+  T* data() { return data_; }
+
+ private:
+  char* base_ = nullptr;
+  size_t length_ = 0;
+  T* data_ = nullptr;
+};
+
+TEST(PackedGemm, ABf16ReadInPlaceStopsAtItsLastElement) {
+  // A bf16 A is read in place, each value broadcast from a 32-bit load of it and its successor,
+  // bar a row's last depth: an A of exactly M x K elements (lda == K) right before an
+  // inaccessible page (a read past its end faults) gives the bits of the same values in padded
+  // rows.
+  for (int64_t K : {1, 2, 3, 383, 384, 385, 769}) {
+    const Problem p{false, false, 7, 33, K, 1.0f, 0.0f};
+    const Operands<bf16, bf16> x(p, 5 + K);
+    const std::vector<bf16> padded = run(p, x);
+    BeforeAGuardPage<bf16> exact(static_cast<size_t>(p.M * K));
+    for (int64_t m = 0; m < p.M; ++m)
+      for (int64_t k = 0; k < K; ++k) exact.data()[m * K + k] = x.a_t[m * p.lda() + k];
+    std::vector<bf16> c = x.c0;
+    packed_gemm(false, false, p.M, p.N, K, 1.0f, exact.data(), K, x.b_t.data(), p.ldb(), 0.0f,
+                c.data(), p.ldc());
+    EXPECT_EQ(std::memcmp(c.data(), padded.data(), c.size() * sizeof(bf16)), 0) << p.name();
+  }
 }
 
 TEST(PackedGemm, LargeProductsOnTheThreadTeam) {
