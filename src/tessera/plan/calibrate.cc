@@ -151,7 +151,8 @@ void measure_gemms(comm::ProcessGroup& world, Curves& c, const Limits& lim) {
   }
 }
 
-// Causal attention, 8 heads of 64, one sample of 128 .. 1024 tokens.
+// Causal attention, 8 heads of 64, one sample of 128 .. 1024 tokens; and what the probabilities'
+// dropout (p 0.1, Megatron's default) adds to a forward and a backward pass, per causal score.
 template <typename T>
 void measure_attention(comm::ProcessGroup& world, Curves& c, const Limits& lim) {
   constexpr int NH = 8, HD = 64;
@@ -170,6 +171,21 @@ void measure_attention(comm::ProcessGroup& world, Curves& c, const Limits& lim) 
     });
     add_point(c, KernelKind::kAttentionForward, static_cast<double>(len), flops / fwd);
     add_point(c, KernelKind::kAttentionBackward, static_cast<double>(len), flops / bwd);
+    kernels::AttentionDropout dropout;
+    dropout.p = 0.1f;
+    dropout.key = PhiloxKey{3, 4};
+    const double fwd_dropout = seconds_per_call(world, lim, [&] {
+      kernels::attention_forward(out.data(), lse.data(), qkv.data(), 1, len, NH, NH, HD, dropout);
+    });
+    const double bwd_dropout = seconds_per_call(world, lim, [&] {
+      kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), 1,
+                                  len, NH, NH, HD, dropout);
+    });
+    // Two passes' masks over the causal scores; a difference lost in the timing noise is taken
+    // as 1% of the passes (a rate must be positive).
+    const double scores = 2.0 * NH * len * len / 2;
+    const double extra = std::max(fwd_dropout + bwd_dropout - fwd - bwd, 0.01 * (fwd + bwd));
+    add_point(c, KernelKind::kAttentionDropout, static_cast<double>(len), scores / extra);
   }
 }
 

@@ -125,7 +125,8 @@ class PassBuilder {
 struct CoreWork {
   PassWork forward, backward, recompute;
 };
-CoreWork attention_core_work(const Shape& s, const train::RankLayout& r, int layer) {
+CoreWork attention_core_work(const Shape& s, const train::RankLayout& r, int layer,
+                             float attention_dropout) {
   using context::CommType;
   CoreWork w;
   // The forward is built as what recomputation reruns, `qkv_in` (the q/k/v all-to-all) put in
@@ -136,6 +137,13 @@ CoreWork attention_core_work(const Shape& s, const train::RankLayout& r, int lay
   const auto core = [&](double size, double flops) {
     f.kernel(KernelKind::kAttentionForward, size, flops, s.dtype);
     b.kernel(KernelKind::kAttentionBackward, size, flops, s.dtype);
+    // The probabilities' dropout mask, drawn in each pass over the scores (flops count 4 HD a
+    // causal score: its two products).
+    if (attention_dropout > 0) {
+      const double scores = flops / (4 * hd);
+      f.kernel(KernelKind::kAttentionDropout, size, scores, s.dtype);
+      b.kernel(KernelKind::kAttentionDropout, size, scores, s.dtype);
+    }
   };
   const auto done = [&] {
     w.forward = qkv_in;
@@ -286,7 +294,7 @@ void PassWork::append(const PassWork& other) {
 LayerWork layer_work(const model::ModelConfig& c, const train::RankLayout& r, int layer) {
   const Shape s = shape_of(c, r);
   const bool rope = c.position_embedding == model::PositionEmbedding::kRope;
-  const CoreWork core = attention_core_work(s, r, layer);
+  const CoreWork core = attention_core_work(s, r, layer, c.attention_dropout);
   const double qkv = s.q + 2 * s.kv;
   LayerWork w;
   w.attention_core = core.recompute;

@@ -33,7 +33,8 @@ constexpr const char* kKernelNames[kKernelKinds] = {"gemm_forward",
                                                     "optimizer",
                                                     "grad_norm",
                                                     "zero_fill",
-                                                    "page_refault"};
+                                                    "page_refault",
+                                                    "attention_dropout"};
 constexpr const char* kCollectiveNames[kCollectiveKinds] = {"all_reduce", "reduce_scatter",
                                                             "all_gather", "send_recv"};
 constexpr DType kDtypes[] = {DType::kF32, DType::kBF16, DType::kF16};

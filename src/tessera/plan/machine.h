@@ -53,6 +53,10 @@ enum class KernelKind {
   kZeroFill,      // zeroing the gradient buffers: elements/s
   kPageRefault,   // touching memory whose pages were given back (ZeRO 2-3's unowned parts):
                   // the extra seconds beyond the write, as bytes/s by bytes a call
+  // The attention probabilities' dropout mask, drawn in forward and again in backward over the
+  // causal scores (B x heads x T^2 / 2 a pass): score elements/s by sequence length. Optional:
+  // a description whose attention rates include it leaves it out, and it is then priced at 0.
+  kAttentionDropout,
   kCount
 };
 inline constexpr int kKernelKinds = static_cast<int>(KernelKind::kCount);

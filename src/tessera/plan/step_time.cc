@@ -54,6 +54,8 @@ class Pricer {
     const auto it = conf_.kernels.find(dtype);
     const RateCurve* curve =
         it == conf_.kernels.end() ? nullptr : &it->second[static_cast<int>(kind)];
+    // (Left out by a description whose attention rates include the mask: nothing more to pay.)
+    if (kind == KernelKind::kAttentionDropout && (curve == nullptr || curve->empty())) return 0;
     if (curve == nullptr || curve->empty())
       throw Error("machine '" + machine_.name + "' has no " + dtype_name(dtype) + " rate for " +
                   kernel_kind_name(kind) + " (" + std::to_string(conf_.ranks_per_host) +

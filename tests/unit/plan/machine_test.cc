@@ -95,7 +95,8 @@ TEST(MachineDescription, BadFilesAreOneLineNamingTheKey) {
             "m.json.configurations[0].kernels.fp32.addd: unknown key (expected gemm_forward, "
             "gemm_input_grad, gemm_weight_grad, attention_forward, attention_backward, "
             "norm_forward, norm_backward, activation_forward, activation_backward, add, dropout, "
-            "rope, embedding, cross_entropy, optimizer, grad_norm, zero_fill, page_refault)");
+            "rope, embedding, cross_entropy, optimizer, grad_norm, zero_fill, page_refault, "
+            "attention_dropout)");
   EXPECT_EQ(error_of("\"hosts\": 2,", ""), "m.json: missing key \"hosts\"");
   EXPECT_EQ(error_of("[[64, 1e10], [1024, 5e10]]", "[[64, 1e10], [64, 5e10]]"),
             "m.json.configurations[0].kernels.fp32.gemm_forward[1]: sizes must increase");

@@ -126,6 +126,30 @@ TEST(StepTime, ProductsAreTheComputeAGemmFreeMachineDoesNotPay) {
   }
 }
 
+TEST(StepTime, AttentionDropoutPaysItsMaskInEachPassOrNothingWhereLeftOut) {
+  // gpt2-tiny keeps Megatron's --attention-dropout 0.1: each layer's core draws the mask over its
+  // causal scores, B x heads x T^2 / 2 = 2 x 4 x 64 x 64 / 2 a micro-batch, in forward and again in
+  // backward; 4 layers, 4 micro-batches.
+  const Planned p = planned(1, {"--micro-batch-size", "2"});
+  const double base = predict(p).components.compute;
+  constexpr double kRate = 1e9;
+  MachineDescription m = hand_machine();
+  for (HostConfiguration& c : m.configurations)
+    for (auto& [dtype, curves] : c.kernels)
+      curves[static_cast<int>(KernelKind::kAttentionDropout)].points = {{1, kRate}};
+  const double scores = 2 * 4 * 64 * 64 / 2.0;
+  EXPECT_NEAR(predict_step_time(p.args.model, p.mesh, p.ranks, m).components.compute - base,
+              2 * 4 * 4 * scores / kRate, 1e-12);
+  // Without the dropout nothing is added; a description without the curve prices it at 0.
+  const Planned off = planned(1, {"--micro-batch-size", "2", "--attention-dropout", "0"});
+  EXPECT_NEAR(predict_step_time(off.args.model, off.mesh, off.ranks, m).components.compute, base,
+              1e-12);
+  for (HostConfiguration& c : m.configurations)
+    for (auto& [dtype, curves] : c.kernels)
+      curves[static_cast<int>(KernelKind::kAttentionDropout)].points.clear();
+  EXPECT_NEAR(predict_step_time(p.args.model, p.mesh, p.ranks, m).components.compute, base, 1e-12);
+}
+
 TEST(StepTime, FullRecomputationAddsTheLayersForward) {
   const Planned base = planned(1, {"--micro-batch-size", "2"});
   const Planned full = planned(1, {"--micro-batch-size", "2", "--recompute-granularity", "full",
