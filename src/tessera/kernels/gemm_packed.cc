@@ -153,8 +153,8 @@ void micro_kernel(float* tile, const TA* a, int64_t a_rs, const float* b, int kc
     for (int v = 0; v < kNV; ++v) store(tile + r * kNR + 16 * v, acc[r][v]);
 }
 
-// The micro-kernel for `rows` < kMR rows of A in place (the last rows of a product; packed
-// k-major panels are zero-padded to kMR rows instead).
+// The micro-kernel for `rows` <= R rows of A's rows (in place, or fp16 widened by packing): fewer
+// than kMR in the last rows of a product (packed k-major panels are zero-padded to kMR instead).
 template <int R, typename TA>
 void micro_kernel_rows(int rows, float* tile, const TA* a, int64_t a_rs, const float* b, int kc) {
   if (rows == R) return micro_kernel<R, ALayout::kRows>(tile, a, a_rs, b, kc);
@@ -395,13 +395,10 @@ void gemm_block(const Product<TA, TB, TC>& g, int64_t m_begin, int64_t m_end, in
         if (g.trans_a)
           micro_kernel<kMR, ALayout::kKMajor>(tile, a, 0, b, kc);
         else if (a != nullptr)  // fp16 rows, widened by packing
-          rows == kMR ? micro_kernel<kMR, ALayout::kRows>(tile, a, kc, b, kc)
-                      : micro_kernel_rows<kMR - 1>(rows, tile, a, kc, b, kc);
-        else if constexpr (std::is_same_v<TA, float> || std::is_same_v<TA, bf16>) {
-          const TA* a_rows = g.A + m * g.lda + k0;  // (formed only here: A not transposed)
-          rows == kMR ? micro_kernel<kMR, ALayout::kRows>(tile, a_rows, g.lda, b, kc)
-                      : micro_kernel_rows<kMR - 1>(rows, tile, a_rows, g.lda, b, kc);
-        }
+          micro_kernel_rows<kMR>(rows, tile, a, kc, b, kc);
+        else if constexpr (std::is_same_v<TA, float> || std::is_same_v<TA, bf16>)
+          // (A's rows formed only here, where A is not transposed.)
+          micro_kernel_rows<kMR>(rows, tile, g.A + m * g.lda + k0, g.lda, b, kc);
         store_tile(tile, rows, cols, g.C + m * g.ldc + n, g.ldc, partial, g.N, epi);
       }
     }

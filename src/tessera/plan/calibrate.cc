@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <utility>
 
 #include "tessera/core/tensor.h"
 #include "tessera/core/threads.h"
@@ -161,26 +162,24 @@ void measure_attention(comm::ProcessGroup& world, Curves& c, const Limits& lim) 
     std::vector<T> out(len * NH * HD), dqkv(qkv.size());
     std::vector<float> lse(NH * len);
     const double flops = 2.0 * len * len * HD * NH;
-    const kernels::AttentionDropout none;
-    const double fwd = seconds_per_call(world, lim, [&] {
-      kernels::attention_forward(out.data(), lse.data(), qkv.data(), 1, len, NH, NH, HD, none);
-    });
-    const double bwd = seconds_per_call(world, lim, [&] {
-      kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), 1,
-                                  len, NH, NH, HD, none);
-    });
+    // Seconds of a forward and of a backward pass with `dropout`.
+    const auto passes = [&](const kernels::AttentionDropout& dropout) {
+      const double fwd = seconds_per_call(world, lim, [&] {
+        kernels::attention_forward(out.data(), lse.data(), qkv.data(), 1, len, NH, NH, HD, dropout);
+      });
+      const double bwd = seconds_per_call(world, lim, [&] {
+        kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), 1,
+                                    len, NH, NH, HD, dropout);
+      });
+      return std::pair{fwd, bwd};
+    };
+    const auto [fwd, bwd] = passes(kernels::AttentionDropout{});
     add_point(c, KernelKind::kAttentionForward, static_cast<double>(len), flops / fwd);
     add_point(c, KernelKind::kAttentionBackward, static_cast<double>(len), flops / bwd);
     kernels::AttentionDropout dropout;
     dropout.p = 0.1f;
     dropout.key = PhiloxKey{3, 4};
-    const double fwd_dropout = seconds_per_call(world, lim, [&] {
-      kernels::attention_forward(out.data(), lse.data(), qkv.data(), 1, len, NH, NH, HD, dropout);
-    });
-    const double bwd_dropout = seconds_per_call(world, lim, [&] {
-      kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), 1,
-                                  len, NH, NH, HD, dropout);
-    });
+    const auto [fwd_dropout, bwd_dropout] = passes(dropout);
     // Two passes' masks over the causal scores; a difference lost in the timing noise is taken
     // as 1% of the passes (a rate must be positive).
     const double scores = 2.0 * NH * len * len / 2;

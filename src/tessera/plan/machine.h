@@ -60,6 +60,9 @@ enum class KernelKind {
   kCount
 };
 inline constexpr int kKernelKinds = static_cast<int>(KernelKind::kCount);
+// A kind a description may leave out, priced at 0 then: the attention dropout's mask, which a
+// description's attention rates may already include (the DGX A100 one's do).
+inline bool kernel_kind_optional(KernelKind kind) { return kind == KernelKind::kAttentionDropout; }
 // The linear layers' matrix products (the kinds kernels::gemm runs).
 inline bool is_gemm(KernelKind kind) {
   return kind == KernelKind::kGemmForward || kind == KernelKind::kGemmInputGrad ||

@@ -24,16 +24,14 @@ class Pricer {
   Pricer(const MachineDescription& m, const HostConfiguration& conf, const comm::MeshLayout& mesh)
       : machine_(m), conf_(conf), mesh_(mesh) {}
 
-  double kernels(const PassWork& w) const {
+  // The pass's kernels; their matrix products' part also added to *gemm where given.
+  double kernels(const PassWork& w, double* gemm = nullptr) const {
     double s = 0;
-    for (const KernelWork& k : w.kernels) s += kernel(k.kind, k.dtype, k.size, k.amount);
-    return s;
-  }
-  // The part of kernels(w) in matrix products.
-  double gemms(const PassWork& w) const {
-    double s = 0;
-    for (const KernelWork& k : w.kernels)
-      if (is_gemm(k.kind)) s += kernel(k.kind, k.dtype, k.size, k.amount);
+    for (const KernelWork& k : w.kernels) {
+      const double seconds = kernel(k.kind, k.dtype, k.size, k.amount);
+      s += seconds;
+      if (gemm != nullptr && is_gemm(k.kind)) *gemm += seconds;
+    }
     return s;
   }
   // The pass's collectives; a ring's transfers hide behind the pass's attention kernels by the
@@ -54,8 +52,7 @@ class Pricer {
     const auto it = conf_.kernels.find(dtype);
     const RateCurve* curve =
         it == conf_.kernels.end() ? nullptr : &it->second[static_cast<int>(kind)];
-    // (Left out by a description whose attention rates include the mask: nothing more to pay.)
-    if (kind == KernelKind::kAttentionDropout && (curve == nullptr || curve->empty())) return 0;
+    if (kernel_kind_optional(kind) && (curve == nullptr || curve->empty())) return 0;
     if (curve == nullptr || curve->empty())
       throw Error("machine '" + machine_.name + "' has no " + dtype_name(dtype) + " rate for " +
                   kernel_kind_name(kind) + " (" + std::to_string(conf_.ranks_per_host) +
@@ -124,29 +121,25 @@ std::vector<ChunkTimes> chunk_times(const model::ModelConfig& cfg, const train::
     const int rerun_layers = recomputed_layers(r, n);
     for (int i = 0; i < n; ++i) {
       const LayerWork layer = layer_work(cfg, r, r.chunk_layers[c][i]);
-      t.forward += price.kernels(layer.forward);
+      t.forward += price.kernels(layer.forward, &t.gemm);
       t.forward_tp += price.comms(layer.forward, rank);
-      t.backward += price.kernels(layer.backward);
+      t.backward += price.kernels(layer.backward, &t.gemm);
       t.backward_tp += price.comms(layer.backward, rank);
-      t.gemm += price.gemms(layer.forward) + price.gemms(layer.backward);
       if (i < rerun_layers) {
         const PassWork rerun = recompute_work(r, layer);
-        t.backward += price.kernels(rerun);
+        t.backward += price.kernels(rerun, &t.gemm);
         t.backward_tp += price.comms(rerun, rank);
-        t.gemm += price.gemms(rerun);
       }
     }
     if (j == 0) {
-      t.forward += price.kernels(embedding.forward);
+      t.forward += price.kernels(embedding.forward, &t.gemm);
       t.forward_tp += price.comms(embedding.forward, rank);
-      t.backward += price.kernels(embedding.backward);
+      t.backward += price.kernels(embedding.backward, &t.gemm);
       t.backward_tp += price.comms(embedding.backward, rank);
-      t.gemm += price.gemms(embedding.forward) + price.gemms(embedding.backward);
     }
     if (j == V * P - 1) {
-      t.backward += price.kernels(head);
+      t.backward += price.kernels(head, &t.gemm);
       t.backward_tp += price.comms(head, rank);
-      t.gemm += price.gemms(head);
     }
   }
   return out;
