@@ -82,6 +82,7 @@ cleanup() {
   [ -f "$WORK/munge/munged.pid" ] &&
     { munged --stop --socket="$WORK/munge/socket" >/dev/null 2>&1 ||
       kill -9 "$(cat "$WORK/munge/munged.pid")" 2>/dev/null; }
+  disown -a 2>/dev/null  # mpirun is a background job: no "Killed" line when it is killed below
   for ns in "${made[@]}"; do
     pids=$(ip netns pids "$ns" 2>/dev/null)
     [ -n "$pids" ] && kill -9 $pids 2>/dev/null
@@ -161,8 +162,12 @@ if [ "$SLURM" -eq 1 ]; then
   ip netns exec "$HUB" env SLURM_CONF="$WORK/slurm/slurm.conf" "$@"
   exit
 fi
+# In the background and waited for: bash runs a trap only once its foreground command has ended,
+# so an interrupt or a `timeout` during a hung run would otherwise leave the namespaces and the
+# processes in them; `wait` returns at the signal and the EXIT trap kills and removes them.
 # shellcheck disable=SC2086  # MPIRUN_ARGS is a list of arguments
 ip netns exec "$HUB" mpirun -np $((HOSTS * SLOTS)) --hostfile "$WORK/hostfile" \
   --mca plm_rsh_agent "$WORK/agent" --mca plm_rsh_no_tree_spawn 1 --bind-to none \
   --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 \
-  $MPIRUN_ARGS "$@"
+  $MPIRUN_ARGS "$@" < /dev/stdin &
+wait $!

@@ -12,7 +12,10 @@
 #   - the example layouts (examples/multihost) and others keep TP inside hosts (--print-mesh);
 #   - a checkpoint saved across hosts into a shared directory loads on one host; --save into a
 #     directory each host has privately (--private-dir) is refused with one line, exit 2;
-#   - no namespace a run made (its hub and two hosts) remains after it.
+#   - between hosts the pair exchanges use a TCP connection of their own; with TESSERA_PAIR_SOCKET=0
+#     MPI's transport, one warning line, the same bits;
+#   - no namespace a run made (its hub and two hosts) remains after it, nor after a run stopped
+#     by a signal (timeout) while its program still ran.
 # Without network namespaces (no root, or no CAP_SYS_ADMIN) the script exits 77: ctest reports it
 # skipped, not passed.
 # Usage: multihost.sh BUILD_BIN_DIR
@@ -61,6 +64,21 @@ train one-host-dp 0 2 "${FLAGS[@]}" "${PIN[@]}" "${WIDER[@]}"
 train two-hosts-dp 2 1 "${FLAGS[@]}" "${PIN[@]}" "${WIDER[@]}"
 check "2 hosts x 1 rank, DP 2, 26 MB of gradients: bitwise equal to one host" \
   bitwise one-host-dp two-hosts-dp
+# The exchanges between hosts go over a TCP connection of the pair's own (comm/pair_socket.h):
+# the run above made it, so it printed no fallback warning. With TESSERA_PAIR_SOCKET=0 they go
+# through MPI's transport instead: one warning line, and the same bits.
+outputs two-hosts-dp-mpi
+logged two-hosts-dp-mpi bash "$MULTIHOST" --hosts 2 --slots 1 \
+  --mpirun-args "-x TESSERA_PAIR_SOCKET=0" -- \
+  "$BIN_DIR/tessera-train" "${FLAGS[@]}" "${PIN[@]}" "${WIDER[@]}" "${OUTPUTS[@]}"
+pair_transport() {
+  local fallback="use MPI's TCP transport .* instead of a connection of their own"
+  ! grep -q "$fallback" "$TMP/two-hosts-dp/err" &&
+    [ "$(grep -c "^tessera: warning: the pair exchanges between host0 and host1 $fallback: TESSERA_PAIR_SOCKET=0 on host0\$" "$TMP/two-hosts-dp-mpi/err")" -eq 1 ] &&
+    bitwise one-host-dp two-hosts-dp-mpi
+}
+check "2 hosts x 1 rank, DP 2: own TCP connection by default; MPI's transport with TESSERA_PAIR_SOCKET=0, one warning, same bits" \
+  pair_transport
 # The same with ZeRO 1 and 3: between hosts the gradients are reduce-scattered, and the
 # parameters all-gathered, by the exchange too, its sends on a thread of their own there
 # (comm/pair_reduction.cc).
@@ -149,6 +167,35 @@ teardown() {
     sort -u >"$TMP/made" && [ "$(wc -l <"$TMP/made")" -eq 3 ] && no_namespace_left
 }
 check "no namespace (nor its veth and bridge) remains after a run" teardown
+# ... nor after a run stopped by a signal sent to the test bed alone while its program still runs
+# (an interrupt, ctest's or a scheduler's kill): it waits for mpirun in the background, so its
+# trap runs at once, kills the processes in the namespaces and removes them.
+interrupted() {
+  local bed code prefix="" waited
+  bash "$MULTIHOST" --hosts 2 --slots 1 -- \
+    sh -c 'echo "$TESSERA_MULTIHOST_PREFIX" > "$0"; exec sleep 607' "$TMP/interrupted.prefix" \
+    2>"$TMP/interrupted.err" &
+  bed=$!
+  for waited in $(seq 60); do
+    prefix=$(head -1 "$TMP/interrupted.prefix" 2>/dev/null) && [ -n "$prefix" ] && break
+    sleep 0.5
+  done
+  kill -TERM "$bed"
+  for waited in $(seq 20); do kill -0 "$bed" 2>/dev/null || break; sleep 0.5; done
+  if kill -0 "$bed" 2>/dev/null; then  # still waiting on mpirun: fail, and clean up by hand
+    echo "  the test bed did not end within 10 s of its TERM" >&2
+    pkill -9 -f "^sleep 607$"
+    wait "$bed"
+    return 1
+  fi
+  wait "$bed"
+  code=$?
+  sleep 2  # kill -9 is delivered at once but a process may take a moment to go
+  [ "$code" -eq 130 ] && [ -n "$prefix" ] && ! ip netns list | grep -q "^$prefix" &&
+    ! pgrep -f "^sleep 607$" >/dev/null ||
+    { echo "  exit $code, prefix '$prefix'; namespaces: $(ip netns list | tr '\n' ' ')" >&2; false; }
+}
+check "no namespace or process remains after a run stopped by a signal" interrupted
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <exception>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -14,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "tessera/comm/pair_socket.h"
 #include "tessera/core/error.h"
 
 namespace tessera::comm::detail {
@@ -24,13 +27,15 @@ template <typename T>
 constexpr int64_t kChunk = kPairChunkBytes / static_cast<int64_t>(sizeof(T));
 
 // What the pair operations keep for a group communicator (see the header), made by the first of
-// them on it: the duplicate their exchanges run on, and whether the two members are on different
-// hosts (no shared memory between them). Both are collective; the group's collectives run in the
-// same order on both members, so both make them at the same point. Group communicators live
-// until MPI_Finalize, so a handle is never reused for another group.
+// them on it: the duplicate their exchanges run on, whether the two members are on different
+// hosts (no shared memory between them) and, if they are, the TCP connection the exchanges use
+// (null where it could not be made: then MPI's transport). All are collective; the group's
+// collectives run in the same order on both members, so both make them at the same point. Group
+// communicators live until MPI_Finalize, so a handle is never reused for another group.
 struct PairComm {
   MPI_Comm exchange = MPI_COMM_NULL;
   bool spans_hosts = false;
+  std::shared_ptr<PairSocket> socket;
 };
 
 const PairComm& pair_comm(MPI_Comm comm) {
@@ -49,6 +54,7 @@ const PairComm& pair_comm(MPI_Comm comm) {
     MPI_Comm_size(shared, &on_this_host);
     MPI_Comm_free(&shared);
     p.spans_hosts = on_this_host == 1;
+    if (p.spans_hosts) p.socket = PairSocket::connect(p.exchange);
     it = known.emplace(comm, p).first;
   }
   return it->second;
@@ -111,6 +117,58 @@ void add_into(float* __restrict mine, const float* __restrict theirs, int64_t n)
   for (int64_t i = 0; i < n; ++i) mine[i] += theirs[i];
 }
 
+// exchange_and_add (below) between hosts over the pair's TCP connection: `chunks` chunks of
+// size(k) elements. The sender thread writes them back to back; this thread reads each into its
+// place (`recv`, or one chunk-sized buffer when `recv` is null) and adds it once the same chunk of
+// `send` has gone. Both block in the kernel, which moves the data meanwhile. A failure on either
+// side aborts the connection (so the other's blocked call returns), joins the sender and throws.
+template <typename T, typename Size, typename Add>
+void exchange_over_socket(const T* send, T* recv, int64_t chunks, const Size& size,
+                          PairSocket& socket, const Add& add) {
+  constexpr int64_t kFailed = std::numeric_limits<int64_t>::max();
+  const OrdinaryScheduling scheduling;
+  const std::unique_ptr<T[]> slot(recv == nullptr ? new T[kChunk<T>] : nullptr);
+  std::atomic<int64_t> sent{0};  // chunks of `send` gone, or kFailed
+  std::exception_ptr send_error;
+  std::thread sender;
+  try {
+    sender = std::thread([&] {
+      const OrdinaryScheduling sender_scheduling;
+      try {
+        for (int64_t k = 0; k < chunks; ++k) {
+          socket.send_all(send + k * kChunk<T>, size(k) * int64_t{sizeof(T)});
+          sent.store(k + 1, std::memory_order_release);
+          sent.notify_one();
+        }
+      } catch (...) {
+        send_error = std::current_exception();
+        socket.abort();
+        sent.store(kFailed, std::memory_order_release);
+        sent.notify_one();
+      }
+    });
+  } catch (const std::system_error& e) {
+    throw Error(std::string("pair exchange: cannot start its sending thread: ") + e.what());
+  }
+  try {
+    for (int64_t k = 0; k < chunks; ++k) {
+      T* landing = recv != nullptr ? recv + k * kChunk<T> : slot.get();
+      socket.recv_all(landing, size(k) * int64_t{sizeof(T)});
+      int64_t gone = sent.load(std::memory_order_acquire);
+      for (; gone <= k; gone = sent.load(std::memory_order_acquire))
+        sent.wait(gone, std::memory_order_acquire);
+      if (gone == kFailed) break;
+      add(k * kChunk<T>, size(k), landing);
+    }
+  } catch (...) {
+    socket.abort();
+    sender.join();
+    throw;
+  }
+  sender.join();
+  if (send_error) std::rethrow_exception(send_error);
+}
+
 // Sends `count` elements of T (MPI type `type`) from `send` to the peer and receives as many from
 // it, as chunks of kPairChunkBytes at most, and calls add(at, n, received) for the received
 // values of [at, at + n): on one host once, for the whole buffer, after everything has arrived
@@ -127,13 +185,14 @@ void add_into(float* __restrict mine, const float* __restrict theirs, int64_t n)
 // source, tag and communicator pairs each chunk with its own exchange.
 //
 // On one host every receive is posted before the first send and one thread waits for them all.
-// Between hosts (over TCP) the sends run on a thread of their own, one chunk at a time (each
-// waited for before the next is sent), while the calling thread receives; both wait with pauses
-// (wait_sleeping). Why: with one thread progressing both directions, Open
-// MPI 4.1's TCP transport moved back-to-back exchanges at half the link's rate each way, as if
-// the link were half duplex (63 MB/s each way on a shaped 1 Gbit/s link, for any chunk size,
-// tbf queue bound, TCP congestion control or socket buffer size; an exchange after 10 ms of
-// silence ran at the link's rate), where the two threads reached 105-110 MB/s, and plain TCP
+// Between hosts the sends run on a thread of their own while the calling thread receives: over
+// the pair's own TCP connection (pair_socket.h) where it has one, both blocking in the kernel;
+// otherwise over MPI, one chunk at a time (each waited for before the next is sent), both
+// waiting with pauses (wait_sleeping). Why the two threads: with one thread progressing both
+// directions, Open MPI 4.1's TCP transport moved back-to-back exchanges at half the link's rate
+// each way, as if the link were half duplex (63 MB/s each way on a shaped 1 Gbit/s link, for any
+// chunk size, tbf queue bound, TCP congestion control or socket buffer size; an exchange after 10
+// ms of silence ran at the link's rate), where the two threads reached 105-110 MB/s, and plain TCP
 // sockets 120 MB/s each way on one connection (2026-12-04, docs/distributed.md). The sends must
 // not be too small: a send waits for the receiver's answer to its request, and 256 KiB chunks
 // moved 32 MB/s there, 1 and 4 MiB 105-110. On one host the second thread made the
@@ -141,14 +200,16 @@ void add_into(float* __restrict mine, const float* __restrict theirs, int64_t n)
 // form stays.
 template <typename T, typename Add>
 void exchange_and_add(const T* send, T* recv, int64_t count, MPI_Datatype type, int peer,
-                      MPI_Comm comm, bool between_hosts, const Add& add) {
+                      const PairComm& pair, const Add& add) {
   if (count == 0) return;  // no message (a receive posted here would take the next exchange's)
   const int64_t chunks = (count + kChunk<T> - 1) / kChunk<T>;
   const auto size = [count](int64_t k) {
     return static_cast<int>(std::min(kChunk<T>, count - k * kChunk<T>));
   };
+  if (pair.socket) return exchange_over_socket(send, recv, chunks, size, *pair.socket, add);
   const auto tag = [](int64_t k) { return static_cast<int>(k); };
-  if (!between_hosts) {
+  const MPI_Comm comm = pair.exchange;
+  if (!pair.spans_hosts) {
     std::vector<MPI_Request> reqs(static_cast<size_t>(2 * chunks));
     for (int64_t k = 0; k < chunks; ++k)
       MPI_Irecv(recv + k * kChunk<T>, size(k), type, peer, tag(k), comm, &reqs[k]);
@@ -223,7 +284,7 @@ void pair_all_reduce_sum(float* buf, int64_t count, MPI_Comm group_comm) {
   const std::unique_ptr<float[]> theirs(pair.spans_hosts ? nullptr
                                                          : new float[static_cast<size_t>(count)]);
   exchange_and_add(
-      buf, theirs.get(), count, MPI_FLOAT, peer, pair.exchange, pair.spans_hosts,
+      buf, theirs.get(), count, MPI_FLOAT, peer, pair,
       [buf](int64_t at, int64_t n, const float* received) { add_into(buf + at, received, n); });
 }
 
@@ -237,7 +298,7 @@ void pair_reduce_scatter_sum(const float* in, float* out, int64_t count, MPI_Com
   // The peer's values of this rank's block arrive in `out`; this rank's values are added there.
   const float* mine = in + rank * count;
   exchange_and_add(
-      in + (1 - rank) * count, out, count, MPI_FLOAT, peer, pair.exchange, pair.spans_hosts,
+      in + (1 - rank) * count, out, count, MPI_FLOAT, peer, pair,
       [out, mine](int64_t at, int64_t n, const float*) { add_into(out + at, mine + at, n); });
 }
 
@@ -250,8 +311,8 @@ void pair_all_gather(const void* in, void* out, int64_t bytes, MPI_Comm group_co
   if (mine < whole + 2 * bytes && whole < mine + bytes)
     throw Error("all_gather: the input overlaps the output");
   std::memcpy(whole + rank * bytes, mine, static_cast<size_t>(bytes));
-  exchange_and_add(mine, whole + peer * bytes, bytes, MPI_BYTE, peer, pair.exchange,
-                   pair.spans_hosts, [](int64_t, int64_t, const char*) {});
+  exchange_and_add(mine, whole + peer * bytes, bytes, MPI_BYTE, peer, pair,
+                   [](int64_t, int64_t, const char*) {});
 }
 
 }  // namespace tessera::comm::detail

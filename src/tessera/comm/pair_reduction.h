@@ -9,12 +9,14 @@
 // most kPairChunkBytes and adds its own half to what arrives: on one host every receive posted
 // before the first send; between hosts the sends on a thread of their own and each chunk summed
 // as it arrives (one thread progressing both directions ran at half a TCP link's rate; measured
-// in pair_reduction.cc). The all-reduce sends the whole buffer each way and adds what arrives (Open
-// MPI's recursive doubling for two ranks): between two hosts over TCP Open MPI's default, the ring,
-// reached 69% of a shaped 1 Gbit/s link each way after a barrier and 55% back to back, its
-// recursive doubling (coll_tuned_allreduce_algorithm 3) 94% either way (bench/mpi_exchange,
-// docs/distributed.md); on one host the exchange was 8-15% slower than MPI's own, so there the
-// all-reduce stays MPI's.
+// in pair_reduction.cc), over a TCP connection of the pair's own (pair_socket.h: the kernel moves
+// the bytes while both threads block, where MPI's transport had to be polled) or, where that
+// connection cannot be made, over MPI. The all-reduce sends the whole buffer each way and adds what
+// arrives (Open MPI's recursive doubling for two ranks): between two hosts over TCP Open MPI's
+// default, the ring, reached 69% of a shaped 1 Gbit/s link each way after a barrier and 55% back to
+// back, its recursive doubling (coll_tuned_allreduce_algorithm 3) 94% either way
+// (bench/mpi_exchange, docs/distributed.md); on one host the exchange was 8-15% slower than MPI's
+// own, so there the all-reduce stays MPI's.
 //
 // Contract:
 //  - pair_reduction_applies(): the group has two members, the data is fp32, the operation a
@@ -57,9 +59,9 @@ bool pair_spans_hosts(MPI_Comm comm);
 void pair_all_gather(const void* in, void* out, int64_t bytes, MPI_Comm comm);
 
 // buf (count floats) becomes the sum of both ranks' buf, in place, as MPI_Allreduce. The peer's
-// values arrive in a buffer as large as buf on one host, in two 4 MiB buffers between hosts
-// (summed chunk by chunk as they arrive), allocated for the call and not counted by the memory
-// accountant (as MPI's own reductions allocate theirs).
+// values arrive in a buffer as large as buf on one host, in one 4 MiB buffer between hosts (two
+// over MPI's transport; summed chunk by chunk as they arrive), allocated for the call and not
+// counted by the memory accountant (as MPI's own reductions allocate theirs).
 void pair_all_reduce_sum(float* buf, int64_t count, MPI_Comm comm);
 
 }  // namespace tessera::comm::detail
