@@ -2,7 +2,8 @@
 // all_to_all through ProcessGroup (queued on the communication thread, caller waits on the Work)
 // next to the plain MPI call on the same buffers, measured in the same run, interleaved.
 //
-//   mpirun -np 2 build/bin/comm [--min-bytes 1024] [--max-bytes 268435456] [--rounds 7] [--op all_reduce]
+//   mpirun -np 2 build/bin/comm [--min-bytes 1024] [--max-bytes 268435456] [--rounds 7] [--op
+//   all_reduce]
 //
 // Size S follows nccl-tests: the all_reduce buffer, the all_gather output, the reduce_scatter
 // input, the all_to_all input (fp32). Bus bandwidth = comm::ring_bytes(op, n, S) / time, i.e.
@@ -14,7 +15,12 @@
 // figure is the MEDIAN over the rounds: what a typical call costs, where the best round (used
 // before) rewards whichever path had one lucky round on a shared machine.
 // "ratio" = ProcessGroup bandwidth / MPI bandwidth (goal: >= 0.90 for S >= 1 MiB).
+// "cpu%": the process's CPU time (user + system, every thread) over the wall time while a path's
+// calls ran, in % of one core, the busiest rank's, median over the rounds: what moving the data
+// takes from computation that would share the cores (MPI's waits poll; between hosts the pair
+// exchanges block in the kernel, comm/pair_socket.h).
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -37,14 +43,27 @@ using tessera::comm::OpType;
 using tessera::comm::ProcessGroup;
 using tessera::comm::ReduceOp;
 
-// Seconds per call of fn, the slowest rank's, averaged over `iters` calls.
-double time_per_call(MPI_Comm comm, int iters, const std::function<void()>& fn) {
+double process_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+}
+
+struct Timing {
+  double seconds = 0;    // per call, the slowest rank's, averaged over the calls
+  double cpu_share = 0;  // process CPU time / wall time, the busiest rank's
+};
+
+Timing time_per_call(MPI_Comm comm, int iters, const std::function<void()>& fn) {
   MPI_Barrier(comm);
+  const double cpu0 = process_cpu_seconds();
   const double t0 = MPI_Wtime();
   for (int i = 0; i < iters; ++i) fn();
-  double dt = (MPI_Wtime() - t0) / iters;
-  MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, comm);
-  return dt;
+  const double wall = MPI_Wtime() - t0;
+  double worst[2] = {wall / iters, (process_cpu_seconds() - cpu0) / wall};
+  MPI_Allreduce(MPI_IN_PLACE, worst, 2, MPI_DOUBLE, MPI_MAX, comm);
+  return {worst[0], worst[1]};
 }
 
 double median(std::vector<double> v) {
@@ -89,8 +108,8 @@ int main(int argc, char** argv) {
     std::printf("comm bench: %d ranks, fp32, check_collectives=%d; bus bandwidth in GB/s "
                 "(1e9 B/s)\n",
                 n, ProcessGroup::check_collectives() ? 1 : 0);
-    std::printf("%-15s %9s %12s %10s %12s %10s %7s\n", "op", "size", "MPI us", "MPI GB/s",
-                "PG us", "PG GB/s", "ratio");
+    std::printf("%-15s %9s %12s %10s %12s %10s %7s %8s %8s\n", "op", "size", "MPI us", "MPI GB/s",
+                "PG us", "PG GB/s", "ratio", "MPI cpu%", "PG cpu%");
   }
   const char* ops[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"};
   for (const char* op : ops) {
@@ -133,23 +152,30 @@ int main(int argc, char** argv) {
       // size the iterations, then warm up again for ~5 ms each.
       raw();
       pg();
-      const double est = time_per_call(comm, 1, raw);
+      const double est = time_per_call(comm, 1, raw).seconds;
       int iters = static_cast<int>(std::clamp(0.05 / std::max(est, 1e-7), 1.0, 2000.0));
       MPI_Bcast(&iters, 1, MPI_INT, 0, comm);
       time_per_call(comm, std::max(1, iters / 10), raw);
       time_per_call(comm, std::max(1, iters / 10), pg);
-      std::vector<double> ts_raw, ts_pg;
+      std::vector<double> ts_raw, ts_pg, cpu_raw, cpu_pg;
+      const auto round = [&](const std::function<void()>& fn, std::vector<double>& ts,
+                             std::vector<double>& cpu) {
+        const Timing t = time_per_call(comm, iters, fn);
+        ts.push_back(t.seconds);
+        cpu.push_back(t.cpu_share);
+      };
       for (int r = 0; r < rounds; ++r) {  // alternate which path goes first
-        if (r % 2 == 0) ts_raw.push_back(time_per_call(comm, iters, raw));
-        ts_pg.push_back(time_per_call(comm, iters, pg));
-        if (r % 2 == 1) ts_raw.push_back(time_per_call(comm, iters, raw));
+        if (r % 2 == 0) round(raw, ts_raw, cpu_raw);
+        round(pg, ts_pg, cpu_pg);
+        if (r % 2 == 1) round(raw, ts_raw, cpu_raw);
       }
       const double t_raw = median(ts_raw), t_pg = median(ts_pg);
       const double bus = static_cast<double>(tessera::comm::ring_bytes(type, n, count * 4));
       const double bw_raw = bus / t_raw / 1e9, bw_pg = bus / t_pg / 1e9;
       if (me == 0) {
-        std::printf("%-15s %9s %12.1f %10.2f %12.1f %10.2f %7.3f\n", op, human(bytes).c_str(),
-                    t_raw * 1e6, bw_raw, t_pg * 1e6, bw_pg, bw_pg / bw_raw);
+        std::printf("%-15s %9s %12.1f %10.2f %12.1f %10.2f %7.3f %8.0f %8.0f\n", op,
+                    human(bytes).c_str(), t_raw * 1e6, bw_raw, t_pg * 1e6, bw_pg, bw_pg / bw_raw,
+                    100 * median(cpu_raw), 100 * median(cpu_pg));
         std::fflush(stdout);
       }
     }

@@ -17,10 +17,13 @@
 #      against compute + that; the same with the all-reduce's rate back to back and with the
 #      link's rate (bench/mpi_exchange); the hidden share = 1 - (the reduction left after
 #      backward when overlapped) / (the reduction after backward); the overlapped step against
-#      compute + (1 - the hidden share) x the gradient bytes at the link's rate; and what
-#      overlapping saved of the step, as a share of the reduction after backward.
+#      compute + (1 - the hidden share) x the gradient bytes at the link's rate, the compute being
+#      DP 1's and the DP 2 step's own (its forward and backward with the reduction after them);
+#      and what overlapping saved of the step, as a share of the reduction after backward.
 # And, at the first rate, ZeRO 3's prefetched gathers: tessera-train gpt2-124m, DP 2, ZeRO 3,
-# 3 iterations, with the default --stage3-prefetch-bucket-size and with 0 (no prefetch).
+# 3 iterations, with the default --stage3-prefetch-bucket-size and with 0 (no prefetch), and the
+# share of the gathers' time at the link's rate that prefetching saved.
+# MICRO_BATCH=B sets the micro-batch (default 4).
 # Needs root with CAP_SYS_ADMIN (the namespaces). Takes ~10 minutes per rate on 2 cores.
 set -eu
 BIN="${1:-build/bin}"
@@ -31,7 +34,10 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 MULTIHOST="$ROOT/scripts/multihost.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 STEPS="${STEPS:-2}"
-B=4
+# The micro-batch (x 256 tokens): backward's length against the reduction's. At 1 Gbit/s the
+# reduction of GPT-2 124M's gradients takes ~4.2 s, backward ~2.4 s at B 4 and ~4.8 s at B 8 (one
+# core a rank): only with backward at least as long can most of it be hidden.
+B="${MICRO_BATCH:-4}"
 
 echo "== compute alone: dp_overlap at DP 1, one host"
 compute_line=$(mpirun -np 1 "$BIN/dp_overlap" --steps "$STEPS" --micro-batch-size $B | tail -1)
@@ -98,10 +104,18 @@ predicted_on = compute + (1 - hidden_share) * link_comm
 print(f"  overlapped step: predicted compute + (1 - hidden) x the reduction at the link's rate = "
       f"{compute:.0f} + {1 - hidden_share:.3f} x {link_comm:.0f} = {predicted_on:.0f} ms; measured {on:.0f} ms "
       f"({100 * (on / predicted_on - 1):+.1f}%)")
+# The same with the DP 2 step's own compute: its forward and backward with the reduction after
+# them (nothing overlaps), measured in this run. DP 1 computes alone on the machine, so its one
+# rank has the caches, memory bandwidth and clock of an otherwise idle machine; the DP 2 ranks
+# compute side by side, as each host's ranks would.
+predicted_own = fb_off + (1 - hidden_share) * link_comm
+print(f"  with the DP 2 step's own compute: {fb_off:.0f} + {1 - hidden_share:.3f} x {link_comm:.0f} = "
+      f"{predicted_own:.0f} ms; measured {on:.0f} ms ({100 * (on / predicted_own - 1):+.1f}%)")
 PY
   if [ "$first" -eq 1 ]; then
     first=0
     echo "-- ZeRO 3 (tessera-train gpt2-124m fp32, DP 2, B $B x 256, 3 iterations): prefetched gathers"
+    declare -A iteration_ms
     for prefetch in 50000000 0; do
       line=$(bash "$MULTIHOST" --hosts 2 --slots 1 --rate "$rate" -- "$BIN/tessera-train" \
         --model gpt2-124m --mock-data --lr 1e-4 --train-iters 3 --micro-batch-size $B \
@@ -109,6 +123,18 @@ PY
         --num-threads 1 --zero-stage 3 --stage3-prefetch-bucket-size "$prefetch" |
         grep "iteration        3/" | sed -E 's/.*elapsed time per iteration \(ms\): ([0-9.]+).*/\1/')
       echo "stage3_prefetch_bucket_size $prefetch: iteration 3 took $line ms"
+      iteration_ms[$prefetch]=$line
     done
+    # Each rank gathers the other's half of the fp32 parameters before forward and again before
+    # backward: the gradients' bytes each way an iteration. Without prefetching every gather waits
+    # in front of its layer; what prefetching saves is the part it hid behind computation.
+    /usr/bin/python3 - "${iteration_ms[50000000]}" "${iteration_ms[0]}" "$grad_mb" "$link_mbs" <<'PY'
+import sys
+on, off, grad_mb, link = (float(x) for x in sys.argv[1:])
+gathers = grad_mb / link * 1e3
+print(f"  ZeRO 3's gathers: {grad_mb:.0f} MB each way an iteration, {gathers:.0f} ms at the link's "
+      f"rate; prefetching saved {off:.0f} - {on:.0f} = {off - on:.0f} ms: "
+      f"{100 * (off - on) / gathers:.1f}% of the gathers hidden")
+PY
   fi
 done

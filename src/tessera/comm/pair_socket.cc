@@ -33,7 +33,7 @@ constexpr int kAcceptSlackMillis = 2000;
 // What each member tells the other before connecting (exchanged over MPI, as bytes).
 struct Offer {
   int32_t usable = 0;                 // 0: this member cannot or will not use a socket
-  uint16_t port = 0;                  // its listening port (network order)
+  uint16_t port = 0;                  // rank 1's listening port (network order)
   int32_t addresses = 0;              // how many of `address` are filled
   uint32_t address[kMaxAddresses]{};  // IPv4, network order
   uint32_t netmask[kMaxAddresses]{};
@@ -125,7 +125,8 @@ std::vector<uint32_t> addresses_to_try(const Offer& mine, const Offer& theirs) {
   return near;
 }
 
-// The connecting member: the first of the peer's addresses that answers, with the cookie sent.
+// The connecting member: the first of the peer's addresses where the peer answers (each side
+// sends its cookie, each checks the other's).
 int connect_to(const Offer& mine, const Offer& theirs, std::string& reason, std::string& peer) {
   for (uint32_t address : addresses_to_try(mine, theirs)) {
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -147,17 +148,25 @@ int connect_to(const Offer& mine, const Offer& theirs, std::string& reason, std:
     } else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0) {
       error = errno;
     }
+    // The peer answers with its own cookie: an address of this host's own that shares the peer's
+    // subnet (a container bridge on every machine) may lead to some other listener.
+    uint64_t answer = 0;
     if (error == 0 && make_blocking_and_fast(fd) &&
         send(fd, &mine.cookie, sizeof mine.cookie, MSG_NOSIGNAL) ==
-            static_cast<ssize_t>(sizeof mine.cookie))
+            static_cast<ssize_t>(sizeof mine.cookie) &&
+        wait_ready(fd, POLLIN, deadline) &&
+        recv(fd, &answer, sizeof answer, MSG_WAITALL) == static_cast<ssize_t>(sizeof answer) &&
+        answer == theirs.cookie)
       return fd;
-    reason = "cannot connect to " + peer + ": " + std::strerror(error ? error : errno);
+    reason = "cannot connect to " + peer + ": " +
+             (error ? std::strerror(error) : "no answer with the peer's cookie");
     close(fd);
   }
   return -1;
 }
 
-// The accepting member: the first connection that presents the connecting member's cookie.
+// The accepting member: the first connection that presents the connecting member's cookie,
+// answered with this member's.
 int accept_from(int listener, const Offer& mine, const Offer& theirs, std::string& reason) {
   const auto deadline =
       std::chrono::steady_clock::now() +
@@ -170,7 +179,9 @@ int accept_from(int listener, const Offer& mine, const Offer& theirs, std::strin
     uint64_t cookie = 0;
     if (wait_ready(fd, POLLIN, deadline) &&
         recv(fd, &cookie, sizeof cookie, MSG_WAITALL) == static_cast<ssize_t>(sizeof cookie) &&
-        cookie == theirs.cookie && make_blocking_and_fast(fd))
+        cookie == theirs.cookie && make_blocking_and_fast(fd) &&
+        send(fd, &mine.cookie, sizeof mine.cookie, MSG_NOSIGNAL) ==
+            static_cast<ssize_t>(sizeof mine.cookie))
       return fd;
     close(fd);  // a stray connection, or one that said nothing
   }
@@ -193,7 +204,7 @@ std::unique_ptr<PairSocket> PairSocket::connect(MPI_Comm comm) {
     set_reason(mine, std::string("TESSERA_PAIR_SOCKET=0 on ") + mine.host);
   } else {
     fill_addresses(mine);
-    if (mine.usable) listener = listen_any(mine);
+    if (mine.usable && rank == 1) listener = listen_any(mine);  // rank 0 connects
     std::random_device random;
     mine.cookie = (uint64_t{random()} << 32) ^ random();
   }

@@ -18,8 +18,9 @@
 //    when either member has TESSERA_PAIR_SOCKET=0 in its environment, has no IPv4 address
 //    besides loopback, or cannot connect within a few seconds (a firewall); rank 0 of `comm`
 //    then prints one warning line naming the reason. The member of rank 0 connects to the other's
-//    listening port (an ephemeral one on every address) and proves itself with a random 64-bit
-//    cookie the two exchanged over MPI, so a stray connection to the port is refused.
+//    listening port (an ephemeral one on every address); each side sends the random 64-bit cookie
+//    it gave the other over MPI and checks the other's, so a stray connection to the port is
+//    refused and a connection to some other listener is not taken for the peer.
 //  - send_all / recv_all move exactly `bytes` and block until done; one thread may send while
 //    another receives. Both members must move the same byte sequence in the same order (the pair
 //    operations run one at a time and in the same order on both). A failure (the peer gone) throws
