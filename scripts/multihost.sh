@@ -163,11 +163,12 @@ if [ "$SLURM" -eq 1 ]; then
   exit
 fi
 # In the background and waited for: bash runs a trap only once its foreground command has ended,
-# so an interrupt or a `timeout` during a hung run would otherwise leave the namespaces and the
-# processes in them; `wait` returns at the signal and the EXIT trap kills and removes them.
+# so a TERM sent to this script alone during a hung run would otherwise leave the namespaces and
+# the processes in them; `wait` returns at the signal and the EXIT trap kills and removes them.
+# (`<&0`: a background job's stdin would otherwise be /dev/null; mpirun forwards it to rank 0.)
 # shellcheck disable=SC2086  # MPIRUN_ARGS is a list of arguments
 ip netns exec "$HUB" mpirun -np $((HOSTS * SLOTS)) --hostfile "$WORK/hostfile" \
   --mca plm_rsh_agent "$WORK/agent" --mca plm_rsh_no_tree_spawn 1 --bind-to none \
   --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 \
-  $MPIRUN_ARGS "$@" < /dev/stdin &
+  $MPIRUN_ARGS "$@" <&0 &
 wait $!

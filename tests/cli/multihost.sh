@@ -12,8 +12,9 @@
 #   - the example layouts (examples/multihost) and others keep TP inside hosts (--print-mesh);
 #   - a checkpoint saved across hosts into a shared directory loads on one host; --save into a
 #     directory each host has privately (--private-dir) is refused with one line, exit 2;
-#   - between hosts the pair exchanges use a TCP connection of their own; with TESSERA_PAIR_SOCKET=0
-#     MPI's transport, one warning line, the same bits;
+#   - between hosts the pair exchanges use a TCP connection of their own (TESSERA_PAIR_SOCKET=verbose
+#     names it); with TESSERA_PAIR_SOCKET=0, or no route to the address host1 offers, MPI's
+#     transport, one warning line with the reason, the same bits;
 #   - no namespace a run made (its hub and two hosts) remains after it, nor after a run stopped
 #     by a signal (timeout) while its program still ran.
 # Without network namespaces (no root, or no CAP_SYS_ADMIN) the script exits 77: ctest reports it
@@ -65,19 +66,37 @@ train two-hosts-dp 2 1 "${FLAGS[@]}" "${PIN[@]}" "${WIDER[@]}"
 check "2 hosts x 1 rank, DP 2, 26 MB of gradients: bitwise equal to one host" \
   bitwise one-host-dp two-hosts-dp
 # The exchanges between hosts go over a TCP connection of the pair's own (comm/pair_socket.h):
-# the run above made it, so it printed no fallback warning. With TESSERA_PAIR_SOCKET=0 they go
-# through MPI's transport instead: one warning line, and the same bits.
-outputs two-hosts-dp-mpi
-logged two-hosts-dp-mpi bash "$MULTIHOST" --hosts 2 --slots 1 \
-  --mpirun-args "-x TESSERA_PAIR_SOCKET=0" -- \
-  "$BIN_DIR/tessera-train" "${FLAGS[@]}" "${PIN[@]}" "${WIDER[@]}" "${OUTPUTS[@]}"
-pair_transport() {
-  local fallback="use MPI's TCP transport .* instead of a connection of their own"
-  ! grep -q "$fallback" "$TMP/two-hosts-dp/err" &&
-    [ "$(grep -c "^tessera: warning: the pair exchanges between host0 and host1 $fallback: TESSERA_PAIR_SOCKET=0 on host0\$" "$TMP/two-hosts-dp-mpi/err")" -eq 1 ] &&
-    bitwise one-host-dp two-hosts-dp-mpi
+# the run above made it, so it printed no fallback warning; with TESSERA_PAIR_SOCKET=verbose the
+# same run says which connection it made. With TESSERA_PAIR_SOCKET=0, or when no connection can
+# be made (host1 offers only an address host0 has no route to: TESSERA_PAIR_SOCKET_IF selects
+# 10.78.0.12 on a veth pair of host1's own, so the connection fails and host1 waits out its
+# accept), they go
+# through MPI's transport instead: one warning line with the reason, and the same bits.
+pair_run() {  # pair_run NAME ENV...: the DP 2 run above with environment variables for both ranks
+  local name="$1" env_args="" setting
+  shift
+  for setting in "$@"; do env_args="$env_args -x $setting"; done
+  outputs "$name"
+  logged "$name" bash "$MULTIHOST" --hosts 2 --slots 1 --mpirun-args "$env_args" -- \
+    sh -c '[ "$(hostname)" != host1 ] || { ip link add pair0 type veth peer name pair1 &&
+      ip addr add 10.78.0.12/24 dev pair0 && ip link set pair0 up && ip link set pair1 up; } &&
+      exec "$0" "$@"' \
+    "$BIN_DIR/tessera-train" "${FLAGS[@]}" "${PIN[@]}" "${WIDER[@]}" "${OUTPUTS[@]}"
 }
-check "2 hosts x 1 rank, DP 2: own TCP connection by default; MPI's transport with TESSERA_PAIR_SOCKET=0, one warning, same bits" \
+pair_run two-hosts-dp-verbose TESSERA_PAIR_SOCKET=verbose
+pair_run two-hosts-dp-mpi TESSERA_PAIR_SOCKET=0
+pair_run two-hosts-dp-unreachable TESSERA_PAIR_SOCKET_IF=10.78.0.0/24
+pair_transport() {
+  local fallback="^tessera: warning: the pair exchanges between host0 and host1 use MPI's TCP transport .* instead of a connection of their own"
+  ! grep -q "$fallback" "$TMP/two-hosts-dp/err" &&
+    [ "$(grep -c "^tessera: the pair exchanges between host0 and host1 use a TCP connection of their own, to host1 (10\.77\.0\.12:[0-9]*)\$" "$TMP/two-hosts-dp-verbose/err")" -eq 1 ] &&
+    bitwise one-host-dp two-hosts-dp-verbose &&
+    [ "$(grep -c "$fallback: TESSERA_PAIR_SOCKET=0 on host0\$" "$TMP/two-hosts-dp-mpi/err")" -eq 1 ] &&
+    bitwise one-host-dp two-hosts-dp-mpi &&
+    [ "$(grep -c "$fallback: cannot connect to host1 (10\.78\.0\.12:[0-9]*): Network is unreachable\$" "$TMP/two-hosts-dp-unreachable/err")" -eq 1 ] &&
+    bitwise one-host-dp two-hosts-dp-unreachable
+}
+check "2 hosts x 1 rank, DP 2: own TCP connection by default; MPI's transport with TESSERA_PAIR_SOCKET=0 or no route, one warning, same bits" \
   pair_transport
 # The same with ZeRO 1 and 3: between hosts the gradients are reduce-scattered, and the
 # parameters all-gathered, by the exchange too, its sends on a thread of their own there
@@ -167,9 +186,9 @@ teardown() {
     sort -u >"$TMP/made" && [ "$(wc -l <"$TMP/made")" -eq 3 ] && no_namespace_left
 }
 check "no namespace (nor its veth and bridge) remains after a run" teardown
-# ... nor after a run stopped by a signal sent to the test bed alone while its program still runs
-# (an interrupt, ctest's or a scheduler's kill): it waits for mpirun in the background, so its
-# trap runs at once, kills the processes in the namespaces and removes them.
+# ... nor after a run stopped by a TERM sent to the test bed alone while its program still runs
+# (ctest's or a scheduler's kill): it waits for mpirun in the background, so its trap runs at
+# once, kills the processes in the namespaces and removes them.
 interrupted() {
   local bed code prefix="" waited
   bash "$MULTIHOST" --hosts 2 --slots 1 -- \
@@ -182,8 +201,8 @@ interrupted() {
   done
   kill -TERM "$bed"
   for waited in $(seq 20); do kill -0 "$bed" 2>/dev/null || break; sleep 0.5; done
-  if kill -0 "$bed" 2>/dev/null; then  # still waiting on mpirun: fail, and clean up by hand
-    echo "  the test bed did not end within 10 s of its TERM" >&2
+  if kill -0 "$bed" 2>/dev/null; then  # still waiting on mpirun: fail (its trap cleans up once
+    echo "  the test bed did not end within 10 s of its TERM" >&2  # its program is gone)
     pkill -9 -f "^sleep 607$"
     wait "$bed"
     return 1
@@ -191,7 +210,7 @@ interrupted() {
   wait "$bed"
   code=$?
   sleep 2  # kill -9 is delivered at once but a process may take a moment to go
-  [ "$code" -eq 130 ] && [ -n "$prefix" ] && ! ip netns list | grep -q "^$prefix" &&
+  [ "$code" -eq 130 ] && [ -n "$prefix" ] && ! ip netns list | grep -qE "^${prefix}(hub|h[0-9]+)( |$)" &&
     ! pgrep -f "^sleep 607$" >/dev/null ||
     { echo "  exit $code, prefix '$prefix'; namespaces: $(ip netns list | tr '\n' ' ')" >&2; false; }
 }

@@ -117,14 +117,17 @@ void add_into(float* __restrict mine, const float* __restrict theirs, int64_t n)
   for (int64_t i = 0; i < n; ++i) mine[i] += theirs[i];
 }
 
-// exchange_and_add (below) between hosts over the pair's TCP connection: `chunks` chunks of
-// size(k) elements. The sender thread writes them back to back; this thread reads each into its
+// exchange_and_add (below) between hosts over the pair's TCP connection: `count` elements as
+// `chunks` chunks of size(k). The sender thread writes a header (the exchange's number and size)
+// and the chunks back to back; this thread checks the peer's header, reads each chunk into its
 // place (`recv`, or one chunk-sized buffer when `recv` is null) and adds it once the same chunk of
 // `send` has gone. Both block in the kernel, which moves the data meanwhile. A failure on either
-// side aborts the connection (so the other's blocked call returns), joins the sender and throws.
+// side aborts the connection (so the other's blocked call returns, here and on the peer), joins
+// the sender and throws (the sender's error first: it is the cause when both failed).
 template <typename T, typename Size, typename Add>
-void exchange_over_socket(const T* send, T* recv, int64_t chunks, const Size& size,
+void exchange_over_socket(const T* send, T* recv, int64_t count, int64_t chunks, const Size& size,
                           PairSocket& socket, const Add& add) {
+  const int64_t bytes = count * int64_t{sizeof(T)};
   constexpr int64_t kFailed = std::numeric_limits<int64_t>::max();
   const OrdinaryScheduling scheduling;
   const std::unique_ptr<T[]> slot(recv == nullptr ? new T[kChunk<T>] : nullptr);
@@ -135,6 +138,7 @@ void exchange_over_socket(const T* send, T* recv, int64_t chunks, const Size& si
     sender = std::thread([&] {
       const OrdinaryScheduling sender_scheduling;
       try {
+        socket.send_header(bytes);
         for (int64_t k = 0; k < chunks; ++k) {
           socket.send_all(send + k * kChunk<T>, size(k) * int64_t{sizeof(T)});
           sent.store(k + 1, std::memory_order_release);
@@ -148,9 +152,11 @@ void exchange_over_socket(const T* send, T* recv, int64_t chunks, const Size& si
       }
     });
   } catch (const std::system_error& e) {
+    socket.abort();  // the peer, blocked on this rank's bytes, fails at once instead of waiting
     throw Error(std::string("pair exchange: cannot start its sending thread: ") + e.what());
   }
   try {
+    socket.expect_header(bytes);
     for (int64_t k = 0; k < chunks; ++k) {
       T* landing = recv != nullptr ? recv + k * kChunk<T> : slot.get();
       socket.recv_all(landing, size(k) * int64_t{sizeof(T)});
@@ -163,6 +169,7 @@ void exchange_over_socket(const T* send, T* recv, int64_t chunks, const Size& si
   } catch (...) {
     socket.abort();
     sender.join();
+    if (send_error) std::rethrow_exception(send_error);
     throw;
   }
   sender.join();
@@ -206,7 +213,7 @@ void exchange_and_add(const T* send, T* recv, int64_t count, MPI_Datatype type, 
   const auto size = [count](int64_t k) {
     return static_cast<int>(std::min(kChunk<T>, count - k * kChunk<T>));
   };
-  if (pair.socket) return exchange_over_socket(send, recv, chunks, size, *pair.socket, add);
+  if (pair.socket) return exchange_over_socket(send, recv, count, chunks, size, *pair.socket, add);
   const auto tag = [](int64_t k) { return static_cast<int>(k); };
   const MPI_Comm comm = pair.exchange;
   if (!pair.spans_hosts) {
