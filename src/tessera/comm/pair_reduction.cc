@@ -117,6 +117,14 @@ void add_into(float* __restrict mine, const float* __restrict theirs, int64_t n)
   for (int64_t i = 0; i < n; ++i) mine[i] += theirs[i];
 }
 
+// Waits until the sender thread's count of chunks gone passes k; returns the count.
+int64_t wait_past(const std::atomic<int64_t>& sent, int64_t k) {
+  int64_t gone = sent.load(std::memory_order_acquire);
+  for (; gone <= k; gone = sent.load(std::memory_order_acquire))
+    sent.wait(gone, std::memory_order_acquire);
+  return gone;
+}
+
 // exchange_and_add (below) between hosts over the pair's TCP connection: `count` elements as
 // `chunks` chunks of size(k). The sender thread writes a header (the exchange's number and size)
 // and the chunks back to back; this thread checks the peer's header, reads each chunk into its
@@ -160,10 +168,7 @@ void exchange_over_socket(const T* send, T* recv, int64_t count, int64_t chunks,
     for (int64_t k = 0; k < chunks; ++k) {
       T* landing = recv != nullptr ? recv + k * kChunk<T> : slot.get();
       socket.recv_all(landing, size(k) * int64_t{sizeof(T)});
-      int64_t gone = sent.load(std::memory_order_acquire);
-      for (; gone <= k; gone = sent.load(std::memory_order_acquire))
-        sent.wait(gone, std::memory_order_acquire);
-      if (gone == kFailed) break;
+      if (wait_past(sent, k) == kFailed) break;
       add(k * kChunk<T>, size(k), landing);
     }
   } catch (...) {
@@ -261,9 +266,7 @@ void exchange_and_add(const T* send, T* recv, int64_t count, MPI_Datatype type, 
       MPI_Irecv(landing(k + 1), size(k + 1), type, peer, tag(k + 1), comm, &pending[(k + 1) % 2]);
     wait_sleeping(&pending[k % 2]);
     if (!sender.joinable()) wait_sleeping(&sends[k]);
-    for (int64_t gone = sent.load(std::memory_order_acquire); sender.joinable() && gone <= k;
-         gone = sent.load(std::memory_order_acquire))
-      sent.wait(gone, std::memory_order_acquire);
+    if (sender.joinable()) wait_past(sent, k);
     add(k * kChunk<T>, size(k), landing(k));
   }
   if (sender.joinable()) sender.join();

@@ -240,7 +240,7 @@ int connect_to(const Offer& mine, const Offer& theirs, std::string& reason, std:
 // kPairConnectMillis of its arrival, answered with this member's.
 int accept_from(int listener, const Offer& mine, const Offer& theirs, std::string& reason,
                 std::string& peer) {
-  const int attempts = std::max(1, std::min(mine.addresses, kMaxAddresses));
+  const int attempts = std::max(1, mine.addresses);  // rank 0 tries each once
   const int wait_ms = kPairConnectMillis * attempts + kPairAcceptSlackMillis;
   const auto deadline = Clock::now() + std::chrono::milliseconds(wait_ms);
   reason = std::string("no connection from ") + theirs.host + " within " +
