@@ -420,6 +420,17 @@ double theoretical_backward_peak(const model::ModelConfig& c, const RankLayout& 
   return std::max(most, at_finish);
 }
 
+namespace {
+
+// A unit's elements in the flat buffers: padded to a multiple of lcm(DP, expert DP), so that it
+// splits evenly over whichever group shards it.
+double padded_unit_elements(const Unit& u, const RankLayout& r) {
+  const double multiple = static_cast<double>(std::lcm(int64_t{r.dp}, int64_t{r.expert_dp}));
+  return std::ceil(u.elements / multiple) * multiple;
+}
+
+}  // namespace
+
 double theoretical_zero3_gather_sends(const model::ModelConfig& c, const RankLayout& r) {
   if (r.zero_stage != 3) return 0;
   // Backward's pass (model/chunk_runner.cc): the head's units (the output layer's, with the word
@@ -458,29 +469,30 @@ double theoretical_zero3_gather_sends(const model::ModelConfig& c, const RankLay
   const auto rerun_before_peak = [&](const Unit* u) {
     return std::find(rerun.begin(), rerun.end(), u->layer) != rerun.end();
   };
+  const auto persistent = [&](const Unit& u) {
+    return u.elements < r.persistence_threshold || (u.experts ? r.expert_dp : r.dp) == 1;
+  };
+  // stage3_max_live_parameters bounds every unit whole at once (Zero3Params::acquire): the
+  // persistent ones, those of the first acquisition, in use, and those gathered ahead.
+  double live = 0;
+  for (const Unit& u : units)
+    if (persistent(u)) live += padded_unit_elements(u, r);
+  if (!pass.empty())
+    for (const Unit* u : pass[0])
+      if (!persistent(*u)) live += padded_unit_elements(*u, r);
   double elements = 0, bytes = 0;
   for (size_t a = 1; a < pass.size(); ++a)
     for (const Unit* u : pass[a]) {
-      if (rerun_before_peak(u)) continue;
-      const int sharers = u->experts ? r.expert_dp : r.dp;
-      if (u->elements < r.persistence_threshold || sharers == 1) continue;
-      if (elements + u->elements > r.prefetch_elements) return bytes;
+      if (rerun_before_peak(u) || persistent(*u)) continue;
+      const double whole = padded_unit_elements(*u, r);
+      if (elements + u->elements > r.prefetch_elements || live + whole > r.max_live_elements)
+        return bytes;
       elements += u->elements;
-      bytes += dtype_size(r.compute) * u->elements / sharers;
+      live += whole;
+      bytes += dtype_size(r.compute) * u->elements / (u->experts ? r.expert_dp : r.dp);
     }
   return bytes;
 }
-
-namespace {
-
-// A unit's elements in the flat buffers: padded to a multiple of lcm(DP, expert DP), so that it
-// splits evenly over whichever group shards it.
-double padded_unit_elements(const Unit& u, const RankLayout& r) {
-  const double multiple = static_cast<double>(std::lcm(int64_t{r.dp}, int64_t{r.expert_dp}));
-  return std::ceil(u.elements / multiple) * multiple;
-}
-
-}  // namespace
 
 std::vector<int64_t> zero3_part_elements(const model::ModelConfig& c, const RankLayout& r) {
   std::vector<int64_t> parts;

@@ -89,6 +89,7 @@ struct RankLayout {
   // about bucket_elements elements of whole units merged from the end (ZeRO 3: one per unit).
   int64_t bucket_elements = 40'000'000;
   int64_t prefetch_elements = 50'000'000;  // ZeRO 3's units gathered ahead
+  int64_t max_live_elements = 1'000'000'000;  // ZeRO 3's units whole at once, at most
   bool overlap_grad_reduce = true;
 };
 
