@@ -101,6 +101,9 @@ void add_point(Curves& c, KernelKind kind, double size, double rate) {
 // projections, timed together for each of a linear layer's three products (forward, input
 // gradient, weight gradient), so each rate is that of the layer's mix of shapes (keyed by C, the
 // smallest dimension of every product).
+// What a kernel's operands rotate over so that they are not in the core's own caches (below).
+constexpr int64_t kColdBytes = int64_t{64} << 20;
+
 template <typename T>
 void measure_gemms(comm::ProcessGroup& world, Curves& c, const Limits& lim) {
   constexpr int64_t M = 1024;
@@ -111,7 +114,6 @@ void measure_gemms(comm::ProcessGroup& world, Curves& c, const Limits& lim) {
     // product finds them in the last-level cache or memory, not in the core's own caches (one
     // set, reused call after call, priced a small GPT's products at 0.557 s a step where a
     // profile of the step measured ~0.62 s; docs/planning.md).
-    constexpr int64_t kColdBytes = int64_t{64} << 20;
     const int64_t set_bytes =
         static_cast<int64_t>(sizeof(T)) * (4 * C * C + 2 * M * 4 * C) + 4 * (4 * C * C);
     const int copies = static_cast<int>(std::clamp<int64_t>(kColdBytes / set_bytes, 2, 64));
@@ -195,29 +197,53 @@ void measure_elementwise(comm::ProcessGroup& world, Curves& c, bool fp32, const 
   for (int64_t n = int64_t{1} << 16; n <= lim.elements; n *= 4) {
     const int64_t N = n / C;
     const double size = static_cast<double>(n);
-    const std::vector<T> a = values<T>(n), b = values<T>(n), weight = values<T>(C, 1.0f);
-    std::vector<T> out(n), out2(n);
+    const std::vector<T> weight = values<T>(C, 1.0f);
+    // The activation kernels' operands rotate over sets of at least kColdBytes, as the products'
+    // do: in a step a norm, an activation, an add or a dropout reads tensors written passes or
+    // kernels before, from the last-level cache or memory, not the core's own caches.
+    struct Operands {
+      std::vector<T> a, b, out, out2;
+    };
+    const int copies = static_cast<int>(
+        std::clamp<int64_t>(kColdBytes / (4 * n * static_cast<int64_t>(sizeof(T))), 1, 64));
+    std::vector<Operands> sets;
+    for (int i = 0; i < copies; ++i)
+      sets.push_back({values<T>(n), values<T>(n), std::vector<T>(n), std::vector<T>(n)});
+    size_t next = 0;
+    const auto operands = [&]() -> Operands& { return sets[next++ % sets.size()]; };
+    const std::vector<T>& b = sets[0].b;
+    std::vector<T>& out = sets[0].out;
     std::vector<float> mean(N), rstd(N), dweight(C), dbias(C);
     const auto rate = [&](KernelKind kind, double amount, const std::function<void()>& run) {
       add_point(c, kind, size, amount / seconds_per_call(world, lim, run));
     };
     rate(KernelKind::kNormForward, size, [&] {
-      kernels::layer_norm_forward(out.data(), mean.data(), rstd.data(), a.data(), weight.data(),
+      Operands& o = operands();
+      kernels::layer_norm_forward(o.out.data(), mean.data(), rstd.data(), o.a.data(), weight.data(),
                                   weight.data(), N, C, 1e-5f);
     });
     rate(KernelKind::kNormBackward, size, [&] {
-      kernels::layer_norm_backward(out2.data(), dweight.data(), dbias.data(), b.data(), a.data(),
-                                   weight.data(), mean.data(), rstd.data(), N, C);
+      Operands& o = operands();
+      kernels::layer_norm_backward(o.out2.data(), dweight.data(), dbias.data(), o.b.data(),
+                                   o.a.data(), weight.data(), mean.data(), rstd.data(), N, C);
     });
-    rate(KernelKind::kActivationForward, size,
-         [&] { kernels::gelu_forward(out.data(), a.data(), n); });
-    rate(KernelKind::kActivationBackward, size,
-         [&] { kernels::gelu_backward(out2.data(), b.data(), a.data(), n); });
-    rate(KernelKind::kAdd, size, [&] { kernels::add(out.data(), a.data(), b.data(), n); });
+    rate(KernelKind::kActivationForward, size, [&] {
+      Operands& o = operands();
+      kernels::gelu_forward(o.out.data(), o.a.data(), n);
+    });
+    rate(KernelKind::kActivationBackward, size, [&] {
+      Operands& o = operands();
+      kernels::gelu_backward(o.out2.data(), o.b.data(), o.a.data(), n);
+    });
+    rate(KernelKind::kAdd, size, [&] {
+      Operands& o = operands();
+      kernels::add(o.out.data(), o.a.data(), o.b.data(), n);
+    });
     kernels::TokenCoords coords;
     coords.local_seq = coords.global_seq = N;
     rate(KernelKind::kDropout, size, [&] {
-      kernels::dropout_forward(out.data(), a.data(), PhiloxKey{1, 2}, coords, N, C, 0.1f);
+      Operands& o = operands();
+      kernels::dropout_forward(o.out.data(), o.a.data(), PhiloxKey{1, 2}, coords, N, C, 0.1f);
     });
     // RoPE on q and k of 8 query and 8 key/value heads of 64 (the values untouched).
     {

@@ -8,7 +8,9 @@
 // repeated calls for at least ~40 ms of wall-clock time; rank 0's figures are the result.
 // Sizes: a transformer layer's four products over 1024 rows at hidden widths 64 .. 1024 (each of
 // a linear layer's forward, input gradient and weight gradient), causal attention at 128 .. 1024
-// tokens, other kernels at 2^16 .. 2^22 elements, collectives over `world` at 64 KiB .. 64 MiB
+// tokens, other kernels at 2^16 .. 2^22 elements (the products', norms', activations', adds' and
+// dropout's operands rotated over 64 MiB of copies: a step finds them outside the core's own
+// caches), collectives over `world` at 64 KiB .. 64 MiB
 // (latency and bus bandwidth fitted by least squares; none with one rank) and the share of one that
 // compute hides (Links::overlap), the cost of re-touching pages given back (4 and 64 MiB).
 #pragma once
