@@ -96,14 +96,15 @@ void add_point(Curves& c, KernelKind kind, double size, double rate) {
   c[static_cast<int>(kind)].points.emplace_back(size, rate);
 }
 
+// What the products' and the activation kernels' operands rotate over, so that a call finds them
+// outside the core's own caches, as a step does (measure_gemms, measure_elementwise).
+constexpr int64_t kColdBytes = int64_t{64} << 20;
+
 // A transformer layer's products at 1024 rows and hidden widths C = 64 .. 1024: the q/k/v
 // projection (C -> 3C), the output projection (C -> C), the MLP's up (C -> 4C) and down (4C -> C)
 // projections, timed together for each of a linear layer's three products (forward, input
 // gradient, weight gradient), so each rate is that of the layer's mix of shapes (keyed by C, the
 // smallest dimension of every product).
-// What a kernel's operands rotate over so that they are not in the core's own caches (below).
-constexpr int64_t kColdBytes = int64_t{64} << 20;
-
 template <typename T>
 void measure_gemms(comm::ProcessGroup& world, Curves& c, const Limits& lim) {
   constexpr int64_t M = 1024;
