@@ -92,7 +92,7 @@ class PassBuilder {
   void mlp_forward(double rows, double act, double up, bool bias, int tp) {
     gemm(KernelKind::kGemmForward, rows, up, s_.C);
     if (bias) kernel(KernelKind::kAdd, rows * up);
-    kernel(KernelKind::kActivationForward, rows * act);
+    kernel(KernelKind::kActivationForward, rows * up);
     gemm(KernelKind::kGemmForward, rows, s_.C, act);
     if (tp > 1) collective(CollectiveKind::kAllReduce, GroupKind::kTensor, rows * s_.C * 4);
     if (bias) kernel(KernelKind::kAdd, rows * s_.C);
@@ -101,7 +101,7 @@ class PassBuilder {
     if (bias) kernel(KernelKind::kAdd, rows * s_.C);
     gemm(KernelKind::kGemmInputGrad, rows, act, s_.C);
     gemm(KernelKind::kGemmWeightGrad, s_.C, act, rows);
-    kernel(KernelKind::kActivationBackward, rows * act);
+    kernel(KernelKind::kActivationBackward, rows * up);
     if (bias) kernel(KernelKind::kAdd, rows * up);
     gemm(KernelKind::kGemmInputGrad, rows, s_.C, up);
     gemm(KernelKind::kGemmWeightGrad, up, s_.C, rows);
@@ -316,7 +316,7 @@ LayerWork layer_work(const model::ModelConfig& c, const train::RankLayout& r, in
   } else {
     f.gather_rows();
     f.linear_forward(s.C, s.up, c.add_bias_linear);
-    f.kernel(KernelKind::kActivationForward, s.N * s.F);
+    f.kernel(KernelKind::kActivationForward, s.N * s.up);
     f.linear_forward(s.F, s.C, false);
     f.reduce_rows();
     if (c.add_bias_linear) f.kernel(KernelKind::kAdd, s.R * s.C);
@@ -335,7 +335,7 @@ LayerWork layer_work(const model::ModelConfig& c, const train::RankLayout& r, in
     if (c.add_bias_linear) b.kernel(KernelKind::kAdd, s.R * s.C);
     b.gather_rows();  // the row-parallel output's gradient, gathered
     b.linear_backward(s.F, s.C, false);
-    b.kernel(KernelKind::kActivationBackward, s.N * s.F);
+    b.kernel(KernelKind::kActivationBackward, s.N * s.up);
     b.gather_rows();  // the up projection's input, gathered again from the rows it kept
     b.linear_backward(s.C, s.up, c.add_bias_linear);
     b.reduce_rows();

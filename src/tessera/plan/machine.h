@@ -41,7 +41,10 @@ enum class KernelKind {
   kAttentionBackward,  // its backward: forward-FLOP units per second, by sequence length
   kNormForward,        // LayerNorm / RMSNorm: elements/s by elements per call
   kNormBackward,
-  kActivationForward,  // GELU (or SwiGLU's gate x value): output elements/s
+  // GELU, or SwiGLU's silu(gate) x value: elements/s of the activation's input, one an output
+  // for GELU, two (the gate and the value) for SwiGLU, whose kernels take 1.9x (forward) and
+  // 2.2x (backward) GELU's time an output (kernels::swiglu_*, 1024 x 512 fp32, the EPYC).
+  kActivationForward,
   kActivationBackward,
   kAdd,           // residual and bias adds: elements/s
   kDropout,       // dropout mask and scale, forward or backward: elements/s
