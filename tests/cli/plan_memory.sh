@@ -127,6 +127,9 @@ layout "gpt DP 2, ZeRO 3, full recomputation, uniform 2" 2 "${GPT[@]}" --micro-b
 # at the limit (the plan without it predicted 53.2 MiB where 48.0 was measured).
 layout "gpt DP 2, ZeRO 3, at most 1000000 parameters live" 2 "${GPT[@]}" --micro-batch-size 2 \
   --zero-stage 3 --stage3-max-live-parameters 1000000
+layout "gpt DP 2, ZeRO 3, full recomputation, uniform 2, at most 1000000 parameters live" 2 \
+  "${GPT[@]}" --micro-batch-size 2 --zero-stage 3 --recompute-granularity full \
+  --recompute-method uniform --recompute-num-layers 2 --stage3-max-live-parameters 1000000
 # Optimizer state on NVMe: in memory are its buffers (sub-groups of 20000 elements, fewer than a
 # rank owns; and DeepSpeed's default 1e9, more: one sub-group of the whole owned state).
 mkdir -p "$TMP/nvme"
@@ -180,6 +183,10 @@ check "an unknown flag" bad "unknown-flag" --evaluate --world-size 1 "${COMMON[@
 check "a schedule the layout cannot run" bad "multiple of --pipeline-model-parallel-size" \
   --evaluate --world-size 2 "${COMMON[@]}" "${GPT[@]}" --micro-batch-size 1 \
   --global-batch-size 3 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+check "a live limit below a unit (the trainer's words)" bad \
+  "stage3-max-live-parameters 300000 is below what one step needs live: 512 persistent + 789760" \
+  --evaluate --world-size 2 "${COMMON[@]}" "${GPT[@]}" --micro-batch-size 2 --zero-stage 3 \
+  --stage3-max-live-parameters 300000
 check "a search without a machine" bad "the search needs --machine FILE" --world-size 2 \
   "${COMMON[@]}" "${GPT[@]}"
 

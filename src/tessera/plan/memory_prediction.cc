@@ -6,6 +6,7 @@ namespace tessera::plan {
 
 RankMemoryPrediction predict_rank_memory(const model::ModelConfig& cfg,
                                          const train::RankLayout& r) {
+  train::check_zero3_live_limit(cfg, r);
   RankMemoryPrediction p;
   const train::ModelStateBytes states = train::theoretical_model_states(cfg, r);
   const double activations = train::theoretical_activations(cfg, r);

@@ -39,6 +39,8 @@ struct RankMemoryPrediction {
   double kept_activations = 0;
 };
 
+// tessera::Error, as the trainer's, for a layout the trainer refuses at start: ZeRO 3's
+// --stage3-max-live-parameters below a step's least (train::check_zero3_live_limit).
 RankMemoryPrediction predict_rank_memory(const model::ModelConfig& cfg, const train::RankLayout& r);
 
 }  // namespace tessera::plan

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <numeric>
 
+#include "tessera/core/error.h"
 #include "tessera/distributed/data_parallel_grads.h"
 #include "tessera/kernels/scratch_plan.h"
 #include "tessera/model/activation_memory.h"
@@ -429,7 +430,31 @@ double padded_unit_elements(const Unit& u, const RankLayout& r) {
   return std::ceil(u.elements / multiple) * multiple;
 }
 
+// Zero3Params's rule (distributed/zero3_params.cc persistent_unit), on the padded size: a unit
+// below the threshold stays whole, and so does one sharded over a single rank unless its
+// parameters are offloaded (then it is read back around each use like the others).
+bool zero3_persistent(const Unit& u, const RankLayout& r) {
+  return padded_unit_elements(u, r) < r.persistence_threshold ||
+         ((u.experts ? r.expert_dp : r.dp) == 1 && r.param_offload_kept_elements < 0);
+}
+
 }  // namespace
+
+void check_zero3_live_limit(const model::ModelConfig& c, const RankLayout& r) {
+  if (r.zero_stage != 3) return;
+  double persistent = 0, largest = 0;
+  for (const Unit& u : rank_units(c, r)) {
+    if (zero3_persistent(u, r))
+      persistent += padded_unit_elements(u, r);
+    else
+      largest = std::max(largest, padded_unit_elements(u, r));
+  }
+  if (largest > 0 && persistent + largest > static_cast<double>(r.max_live_elements))
+    throw Error(
+        "--stage3-max-live-parameters " + std::to_string(r.max_live_elements) +
+        " is below what one step needs live: " + std::to_string(static_cast<int64_t>(persistent)) +
+        " persistent + " + std::to_string(static_cast<int64_t>(largest)) + " of the largest unit");
+}
 
 double theoretical_zero3_gather_sends(const model::ModelConfig& c, const RankLayout& r) {
   if (r.zero_stage != 3) return 0;
@@ -455,6 +480,10 @@ double theoretical_zero3_gather_sends(const model::ModelConfig& c, const RankLay
       pass.emplace_back();
     pass.back().push_back(&units[i]);
   }
+  // Within a layer the units go in their own order (the dense unit before its experts'), as the
+  // chunk runner acquires them.
+  for (size_t a = r.last_stage ? 1 : 0; a < pass.size(); ++a)
+    std::reverse(pass[a].begin(), pass[a].end());
   // Under full uniform recomputation the first backward reruns the last group's forward, which
   // acquires (and so waits for) its layers before the activations reach their peak: those
   // gathers are done by then.
@@ -469,27 +498,29 @@ double theoretical_zero3_gather_sends(const model::ModelConfig& c, const RankLay
   const auto rerun_before_peak = [&](const Unit* u) {
     return std::find(rerun.begin(), rerun.end(), u->layer) != rerun.end();
   };
-  const auto persistent = [&](const Unit& u) {
-    return u.elements < r.persistence_threshold || (u.experts ? r.expert_dp : r.dp) == 1;
-  };
+  const auto sharers = [&](const Unit& u) { return u.experts ? r.expert_dp : r.dp; };
+  const auto persistent = [&](const Unit& u) { return zero3_persistent(u, r); };
   // stage3_max_live_parameters bounds every unit whole at once (Zero3Params::acquire): the
-  // persistent ones, those of the first acquisition, in use, and those gathered ahead.
+  // persistent ones, those in use when the gathers ahead are started — the head's at the first
+  // acquisition, or under full recomputation the rerun group's, acquired after the head was
+  // released — and those gathered ahead.
+  const auto in_use = [&](const Unit& u) {
+    if (!rerun.empty()) return u.role == Unit::Role::kLayer && rerun_before_peak(&u);
+    return !pass.empty() && std::find(pass[0].begin(), pass[0].end(), &u) != pass[0].end();
+  };
   double live = 0;
   for (const Unit& u : units)
-    if (persistent(u)) live += padded_unit_elements(u, r);
-  if (!pass.empty())
-    for (const Unit* u : pass[0])
-      if (!persistent(*u)) live += padded_unit_elements(*u, r);
+    if (persistent(u) || in_use(u)) live += padded_unit_elements(u, r);
   double elements = 0, bytes = 0;
   for (size_t a = 1; a < pass.size(); ++a)
     for (const Unit* u : pass[a]) {
       if (rerun_before_peak(u) || persistent(*u)) continue;
       const double whole = padded_unit_elements(*u, r);
-      if (elements + u->elements > r.prefetch_elements || live + whole > r.max_live_elements)
+      if (elements + whole > r.prefetch_elements || live + whole > r.max_live_elements)
         return bytes;
-      elements += u->elements;
+      elements += whole;
       live += whole;
-      bytes += dtype_size(r.compute) * u->elements / (u->experts ? r.expert_dp : r.dp);
+      if (sharers(*u) > 1) bytes += dtype_size(r.compute) * u->elements / sharers(*u);
     }
   return bytes;
 }

@@ -178,6 +178,11 @@ double theoretical_backward_peak(const model::ModelConfig& cfg, const RankLayout
 // each gather sends a copy of the rank's owned part (compute dtype) until the unit is used.
 double theoretical_zero3_gather_sends(const model::ModelConfig& cfg, const RankLayout& r);
 
+// tessera::Error, worded as the trainer's (distributed/zero3_params.h), when ZeRO 3's
+// --stage3-max-live-parameters is below what a step needs whole at once on this rank: its
+// persistent units and the largest other one.
+void check_zero3_live_limit(const model::ModelConfig& cfg, const RankLayout& r);
+
 // Elements of the rank's flat parameter buffer as GPTModel allocates it: each unit padded to a
 // multiple of lcm(DP, expert DP), ZeRO 3's unowned parts included (they are allocated, and only
 // their pages are given back). The memory accountant counts the values and fp32 gradients at this
