@@ -199,9 +199,10 @@ void measure_elementwise(comm::ProcessGroup& world, Curves& c, bool fp32, const 
     const int64_t N = n / C;
     const double size = static_cast<double>(n);
     const std::vector<T> weight = values<T>(C, 1.0f);
-    // The activation kernels' operands rotate over sets of at least kColdBytes, as the products'
-    // do: in a step a norm, an activation, an add or a dropout reads tensors written passes or
-    // kernels before, from the last-level cache or memory, not the core's own caches.
+    // The activation kernels' operands rotate over copies of about kColdBytes together (at most
+    // 64: 32 MiB for 16-bit values at 2^16 elements), as the products' do: in a step a norm, an
+    // activation, an add or a dropout reads tensors written passes or kernels before, from the
+    // last-level cache or memory, not the core's own caches.
     struct Operands {
       std::vector<T> a, b, out, out2;
     };
