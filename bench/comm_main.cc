@@ -2,8 +2,8 @@
 // all_to_all through ProcessGroup (queued on the communication thread, caller waits on the Work)
 // next to the plain MPI call on the same buffers, measured in the same run, interleaved.
 //
-//   mpirun -np 2 build/bin/comm [--min-bytes 1024] [--max-bytes 268435456] [--rounds 7] [--op
-//   all_reduce]
+//   mpirun -np 2 build/bin/comm [--min-bytes 1024] [--max-bytes 268435456] [--rounds 7]
+//                               [--op all_reduce]
 //
 // Size S follows nccl-tests: the all_reduce buffer, the all_gather output, the reduce_scatter
 // input, the all_to_all input (fp32). Bus bandwidth = comm::ring_bytes(op, n, S) / time, i.e.

@@ -20,12 +20,11 @@
 #include <thread>
 #include <vector>
 
+#include "tessera/core/clock.h"
 #include "tessera/core/error.h"
 
 namespace tessera::comm::detail {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 constexpr int kMaxAddresses = 16;
 constexpr int kSetupTag = 32001;  // above the exchanges' chunk tags (pair_reduction.cc)

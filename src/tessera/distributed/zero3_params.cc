@@ -7,16 +7,17 @@
 #include "tessera/core/memory.h"
 
 namespace tessera::distributed {
-namespace {
 
-// Whether a unit of `elems` elements sharded `parts` ways stays whole between uses: in one part
-// there is nothing to shard (unless it is offloaded: then the part, the whole unit, goes to
-// disk), and below the threshold a gather per use costs more than the memory it saves.
 bool persistent_unit(int64_t elems, int parts, int64_t persistence_threshold, bool offload) {
   return (parts == 1 && !offload) || elems < persistence_threshold;
 }
 
-}  // namespace
+void require_live_limit(int64_t max_live_elems, int64_t persistent_elems, int64_t largest) {
+  if (largest > 0 && persistent_elems + largest > max_live_elems)
+    throw Error("--stage3-max-live-parameters " + std::to_string(max_live_elems) +
+                " is below what one step needs live: " + std::to_string(persistent_elems) +
+                " persistent + " + std::to_string(largest) + " of the largest unit");
+}
 
 Zero3Params::Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::ProcessGroup> dp,
                          std::vector<FlatRange> units, const ShardingPlan& plan,
@@ -49,11 +50,7 @@ Zero3Params::Zero3Params(model::ParameterSet& params, std::shared_ptr<comm::Proc
     else
       largest = std::max(largest, units_[u].size());
   }
-  // The least a step needs live: the persistent units and the largest other one in use.
-  if (largest > 0 && persistent_elems + largest > max_live_elems_)
-    throw Error("--stage3-max-live-parameters " + std::to_string(max_live_elems_) +
-                " is below what one step needs live: " + std::to_string(persistent_elems) +
-                " persistent + " + std::to_string(largest) + " of the largest unit");
+  require_live_limit(max_live_elems_, persistent_elems, largest);
   if (swap_) {
     // The initial owned parts go to disk first (drop() only releases a part read back).
     std::vector<PartSwap::Range> parts(n, {0, 0});

@@ -38,6 +38,14 @@
 
 namespace tessera::distributed {
 
+// Whether a unit of `elems` elements sharded `parts` ways stays whole between uses: in one part
+// there is nothing to shard (unless it is offloaded: then the part, the whole unit, goes to
+// disk), and below the threshold a gather per use costs more than the memory it saves.
+bool persistent_unit(int64_t elems, int parts, int64_t persistence_threshold, bool offload);
+// The least a step needs live is the persistent units and the largest other one in use:
+// tessera::Error (naming --stage3-max-live-parameters) when `max_live_elems` is below it.
+void require_live_limit(int64_t max_live_elems, int64_t persistent_elems, int64_t largest);
+
 class Zero3Params : public model::ParamAccess {
  public:
   // Collective over `dp`. `units`: the model's unit ranges (each a multiple of DP). Drops the

@@ -96,9 +96,24 @@ void add_point(Curves& c, KernelKind kind, double size, double rate) {
   c[static_cast<int>(kind)].points.emplace_back(size, rate);
 }
 
-// What the products' and the activation kernels' operands rotate over, so that a call finds them
-// outside the core's own caches, as a step does (measure_gemms, measure_elementwise).
-constexpr int64_t kColdBytes = int64_t{64} << 20;
+// Copies of one call's operands, about 64 MiB together (`least` to 64 of them), handed out in
+// turn: a call then finds its operands in the last-level cache or memory, not the core's own
+// caches, as a step does (measure_gemms, measure_elementwise).
+template <typename Operands>
+class RotatingOperands {
+ public:
+  RotatingOperands(int64_t bytes_a_set, int least, const std::function<Operands()>& make) {
+    constexpr int64_t kColdBytes = int64_t{64} << 20;
+    const int64_t copies = std::clamp<int64_t>(kColdBytes / bytes_a_set, least, 64);
+    for (int64_t i = 0; i < copies; ++i) sets_.push_back(make());
+  }
+  Operands& next() { return sets_[next_++ % sets_.size()]; }
+  Operands& first() { return sets_.front(); }
+
+ private:
+  std::vector<Operands> sets_;
+  size_t next_ = 0;
+};
 
 // A transformer layer's products at 1024 rows and hidden widths C = 64 .. 1024: the q/k/v
 // projection (C -> 3C), the output projection (C -> C), the MLP's up (C -> 4C) and down (4C -> C)
@@ -110,41 +125,36 @@ void measure_gemms(comm::ProcessGroup& world, Curves& c, const Limits& lim) {
   constexpr int64_t M = 1024;
   for (int64_t C = 64; C <= lim.width; C *= 2) {
     const int64_t shapes[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};  // (in, out)
-    // Each call takes the next of `copies` sets of operands, together at least kColdBytes: in a
-    // step every layer's weights, saved inputs and gradients are touched once a pass, so a
-    // product finds them in the last-level cache or memory, not in the core's own caches (one
-    // set, reused call after call, priced a small GPT's products at 0.557 s a step where a
-    // profile of the step measured ~0.62 s; docs/planning.md).
-    const int64_t set_bytes =
-        static_cast<int64_t>(sizeof(T)) * (4 * C * C + 2 * M * 4 * C) + 4 * (4 * C * C);
-    const int copies = static_cast<int>(std::clamp<int64_t>(kColdBytes / set_bytes, 2, 64));
+    // Each call takes the next set of operands: in a step every layer's weights, saved inputs
+    // and gradients are touched once a pass (one set, reused call after call, priced a small
+    // GPT's products at 0.557 s a step where a profile of the step measured ~0.62 s;
+    // docs/planning.md).
     struct Operands {
       std::vector<T> x, w, dy;
       std::vector<float> dw;
     };
-    std::vector<Operands> sets;
-    for (int i = 0; i < copies; ++i)
-      sets.push_back({values<T>(M * 4 * C), values<T>(4 * C * C), values<T>(M * 4 * C),
-                      std::vector<float>(4 * C * C, 0.0f)});
+    RotatingOperands<Operands> sets(
+        static_cast<int64_t>(sizeof(T)) * (4 * C * C + 2 * M * 4 * C) + 4 * (4 * C * C), 2, [&] {
+          return Operands{values<T>(M * 4 * C), values<T>(4 * C * C), values<T>(M * 4 * C),
+                          std::vector<float>(4 * C * C, 0.0f)};
+        });
     std::vector<T> y(M * 4 * C), dx(M * 4 * C);
     double flops = 0;
     for (const auto& [in, out] : shapes) flops += 2.0 * M * in * out;
-    size_t next = 0;
-    const auto operands = [&]() -> Operands& { return sets[next++ % sets.size()]; };
     const double fwd = seconds_per_call(world, lim, [&] {
-      Operands& o = operands();
+      Operands& o = sets.next();
       for (const auto& [in, out] : shapes)
         kernels::gemm(false, true, M, out, in, 1.0f, o.x.data(), in, o.w.data(), in, 0.0f, y.data(),
                       out);
     });
     const double igrad = seconds_per_call(world, lim, [&] {
-      Operands& o = operands();
+      Operands& o = sets.next();
       for (const auto& [in, out] : shapes)
         kernels::gemm(false, false, M, in, out, 1.0f, o.dy.data(), out, o.w.data(), in, 0.0f,
                       dx.data(), in);
     });
     const double wgrad = seconds_per_call(world, lim, [&] {
-      Operands& o = operands();
+      Operands& o = sets.next();
       for (const auto& [in, out] : shapes)
         kernels::gemm(true, false, out, in, M, 1.0f, o.dy.data(), out, o.x.data(), in, 1.0f,
                       o.dw.data(), in);
@@ -199,52 +209,47 @@ void measure_elementwise(comm::ProcessGroup& world, Curves& c, bool fp32, const 
     const int64_t N = n / C;
     const double size = static_cast<double>(n);
     const std::vector<T> weight = values<T>(C, 1.0f);
-    // The activation kernels' operands rotate over copies of about kColdBytes together (at most
-    // 64: 32 MiB for 16-bit values at 2^16 elements), as the products' do: in a step a norm, an
-    // activation, an add or a dropout reads tensors written passes or kernels before, from the
-    // last-level cache or memory, not the core's own caches.
+    // The activation kernels' operands rotate as the products' do (at most 64 copies: 32 MiB
+    // for 16-bit values at 2^16 elements): in a step a norm, an activation, an add or a dropout
+    // reads tensors written passes or kernels before.
     struct Operands {
       std::vector<T> a, b, out, out2;
     };
-    const int copies = static_cast<int>(
-        std::clamp<int64_t>(kColdBytes / (4 * n * static_cast<int64_t>(sizeof(T))), 1, 64));
-    std::vector<Operands> sets;
-    for (int i = 0; i < copies; ++i)
-      sets.push_back({values<T>(n), values<T>(n), std::vector<T>(n), std::vector<T>(n)});
-    size_t next = 0;
-    const auto operands = [&]() -> Operands& { return sets[next++ % sets.size()]; };
-    const std::vector<T>& b = sets[0].b;
-    std::vector<T>& out = sets[0].out;
+    RotatingOperands<Operands> sets(4 * n * static_cast<int64_t>(sizeof(T)), 1, [&] {
+      return Operands{values<T>(n), values<T>(n), std::vector<T>(n), std::vector<T>(n)};
+    });
+    const std::vector<T>& b = sets.first().b;
+    std::vector<T>& out = sets.first().out;
     std::vector<float> mean(N), rstd(N), dweight(C), dbias(C);
     const auto rate = [&](KernelKind kind, double amount, const std::function<void()>& run) {
       add_point(c, kind, size, amount / seconds_per_call(world, lim, run));
     };
     rate(KernelKind::kNormForward, size, [&] {
-      Operands& o = operands();
+      Operands& o = sets.next();
       kernels::layer_norm_forward(o.out.data(), mean.data(), rstd.data(), o.a.data(), weight.data(),
                                   weight.data(), N, C, 1e-5f);
     });
     rate(KernelKind::kNormBackward, size, [&] {
-      Operands& o = operands();
+      Operands& o = sets.next();
       kernels::layer_norm_backward(o.out2.data(), dweight.data(), dbias.data(), o.b.data(),
                                    o.a.data(), weight.data(), mean.data(), rstd.data(), N, C);
     });
     rate(KernelKind::kActivationForward, size, [&] {
-      Operands& o = operands();
+      Operands& o = sets.next();
       kernels::gelu_forward(o.out.data(), o.a.data(), n);
     });
     rate(KernelKind::kActivationBackward, size, [&] {
-      Operands& o = operands();
+      Operands& o = sets.next();
       kernels::gelu_backward(o.out2.data(), o.b.data(), o.a.data(), n);
     });
     rate(KernelKind::kAdd, size, [&] {
-      Operands& o = operands();
+      Operands& o = sets.next();
       kernels::add(o.out.data(), o.a.data(), o.b.data(), n);
     });
     kernels::TokenCoords coords;
     coords.local_seq = coords.global_seq = N;
     rate(KernelKind::kDropout, size, [&] {
-      Operands& o = operands();
+      Operands& o = sets.next();
       kernels::dropout_forward(o.out.data(), o.a.data(), PhiloxKey{1, 2}, coords, N, C, 0.1f);
     });
     // RoPE on q and k of 8 query and 8 key/value heads of 64 (the values untouched).

@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <numeric>
 
-#include "tessera/core/error.h"
 #include "tessera/distributed/data_parallel_grads.h"
+#include "tessera/distributed/zero3_params.h"
 #include "tessera/kernels/scratch_plan.h"
 #include "tessera/model/activation_memory.h"
 #include "tessera/model/scratch_memory.h"
@@ -75,6 +75,10 @@ std::vector<Unit> rank_units(const model::ModelConfig& c, const RankLayout& r) {
   }
   return units;
 }
+
+// The ranks a unit's parameters, gradients and optimizer state are sharded over: the
+// data-parallel group, or the expert-data-parallel one for an expert's unit.
+int unit_sharers(const Unit& u, const RankLayout& r) { return u.experts ? r.expert_dp : r.dp; }
 
 std::string mib(double bytes) {
   char buf[32];
@@ -149,7 +153,7 @@ ModelStateBytes theoretical_model_states(const model::ModelConfig& c, const Rank
   double dense = 0, experts = 0, resident_params = 0;
   for (const Unit& u : rank_units(c, r)) {
     (u.experts ? experts : dense) += u.elements;
-    const int sharers = u.experts ? r.expert_dp : r.dp;
+    const int sharers = unit_sharers(u, r);
     // ZeRO 3: a unit below the persistence threshold stays whole (DeepSpeed's rule).
     const bool sharded = r.zero_stage == 3 && u.elements >= r.persistence_threshold;
     // With parameter offload a sharded unit's part is on NVMe between uses.
@@ -313,7 +317,7 @@ double theoretical_zero_buffers(const model::ModelConfig& c, const RankLayout& r
   // Every unit's reduce-scattered gradient part (an expert unit's over expert-DP).
   double zero = 0;
   for (const Unit& u : rank_units(c, r)) {
-    const int sharers = u.experts ? r.expert_dp : r.dp;
+    const int sharers = unit_sharers(u, r);
     if (r.zero_stage >= 1 && sharers > 1) zero += 4.0 * u.elements / sharers;
   }
   return zero;
@@ -400,7 +404,7 @@ double theoretical_backward_peak(const model::ModelConfig& c, const RankLayout& 
   double total = activations, parts = 0, open_elements = 0, open_bytes = 0, most = activations;
   for (size_t i = units.size(); i-- > 0;) {
     const Unit& u = units[i];
-    const int sharers = u.experts ? r.expert_dp : r.dp;
+    const int sharers = unit_sharers(u, r);
     if (open_elements > 0 && open_elements + u.elements > bucket) {
       parts += open_bytes;
       open_elements = open_bytes = 0;
@@ -430,12 +434,11 @@ double padded_unit_elements(const Unit& u, const RankLayout& r) {
   return std::ceil(u.elements / multiple) * multiple;
 }
 
-// Zero3Params's rule (distributed/zero3_params.cc persistent_unit), on the padded size: a unit
-// below the threshold stays whole, and so does one sharded over a single rank unless its
-// parameters are offloaded (then it is read back around each use like the others).
+// Zero3Params's rule (distributed::persistent_unit), on the unit's size in the flat buffers.
 bool zero3_persistent(const Unit& u, const RankLayout& r) {
-  return padded_unit_elements(u, r) < r.persistence_threshold ||
-         ((u.experts ? r.expert_dp : r.dp) == 1 && r.param_offload_kept_elements < 0);
+  return distributed::persistent_unit(static_cast<int64_t>(padded_unit_elements(u, r)),
+                                      unit_sharers(u, r), r.persistence_threshold,
+                                      r.param_offload_kept_elements >= 0);
 }
 
 }  // namespace
@@ -449,11 +452,8 @@ void check_zero3_live_limit(const model::ModelConfig& c, const RankLayout& r) {
     else
       largest = std::max(largest, padded_unit_elements(u, r));
   }
-  if (largest > 0 && persistent + largest > static_cast<double>(r.max_live_elements))
-    throw Error(
-        "--stage3-max-live-parameters " + std::to_string(r.max_live_elements) +
-        " is below what one step needs live: " + std::to_string(static_cast<int64_t>(persistent)) +
-        " persistent + " + std::to_string(static_cast<int64_t>(largest)) + " of the largest unit");
+  distributed::require_live_limit(r.max_live_elements, static_cast<int64_t>(persistent),
+                                  static_cast<int64_t>(largest));
 }
 
 double theoretical_zero3_gather_sends(const model::ModelConfig& c, const RankLayout& r) {
@@ -498,8 +498,6 @@ double theoretical_zero3_gather_sends(const model::ModelConfig& c, const RankLay
   const auto rerun_before_peak = [&](const Unit* u) {
     return std::find(rerun.begin(), rerun.end(), u->layer) != rerun.end();
   };
-  const auto sharers = [&](const Unit& u) { return u.experts ? r.expert_dp : r.dp; };
-  const auto persistent = [&](const Unit& u) { return zero3_persistent(u, r); };
   // stage3_max_live_parameters bounds every unit whole at once (Zero3Params::acquire): the
   // persistent ones, those in use when the gathers ahead are started — the head's at the first
   // acquisition, or under full recomputation the rerun group's, acquired after the head was
@@ -510,17 +508,18 @@ double theoretical_zero3_gather_sends(const model::ModelConfig& c, const RankLay
   };
   double live = 0;
   for (const Unit& u : units)
-    if (persistent(u) || in_use(u)) live += padded_unit_elements(u, r);
+    if (zero3_persistent(u, r) || in_use(u)) live += padded_unit_elements(u, r);
   double elements = 0, bytes = 0;
   for (size_t a = 1; a < pass.size(); ++a)
     for (const Unit* u : pass[a]) {
-      if (rerun_before_peak(u) || persistent(*u)) continue;
+      if (rerun_before_peak(u) || zero3_persistent(*u, r)) continue;
       const double whole = padded_unit_elements(*u, r);
       if (elements + whole > r.prefetch_elements || live + whole > r.max_live_elements)
         return bytes;
       elements += whole;
       live += whole;
-      if (sharers(*u) > 1) bytes += dtype_size(r.compute) * u->elements / sharers(*u);
+      const int sharers = unit_sharers(*u, r);
+      if (sharers > 1) bytes += dtype_size(r.compute) * u->elements / sharers;
     }
   return bytes;
 }
@@ -529,7 +528,7 @@ std::vector<int64_t> zero3_part_elements(const model::ModelConfig& c, const Rank
   std::vector<int64_t> parts;
   for (const Unit& u : rank_units(c, r)) {
     const double padded = padded_unit_elements(u, r);
-    const int sharers = u.experts ? r.expert_dp : r.dp;
+    const int sharers = unit_sharers(u, r);
     parts.push_back(u.elements < r.persistence_threshold
                         ? 0
                         : static_cast<int64_t>(std::llround(padded / sharers)));
