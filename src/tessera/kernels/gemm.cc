@@ -252,8 +252,9 @@ Bf16GemmPath bf16_gemm_path() {
     // Native only with hardware bf16 dot products: below that oneDNN either refuses bf16
     // (AVX2) or emulates it. There the blocked GEMM, widening as it packs or reads, runs where its
     // micro-kernel is register-blocked for the target (AVX2, AVX-512: as fast as oneDNN's fp32
-    // or faster); on the baseline target oneDNN's SSE4.1 sgemm is 1.7x faster than it, so bf16
-    // is widened for that (docs/performance.md, "bf16 GEMM without bf16 instructions").
+    // or faster); on the baseline target oneDNN's SSE4.1 sgemm is faster than its bf16 products
+    // (model_step's bf16 ran at 0.88x fp32 on them, 0.97-0.98x widened), so bf16 is widened for
+    // that (docs/performance.md, "bf16 GEMM without bf16 instructions").
     active_cpu_target();  // applies TESSERA_CPU_TARGET's cap to oneDNN before its first use
     path = static_cast<int>(onednn_has_bf16_dot_products() && onednn_has_bf16_matmul()
                                 ? Bf16GemmPath::kOneDnnBf16

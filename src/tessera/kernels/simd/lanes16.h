@@ -1,0 +1,291 @@
+// Lanes16<E>: 16 lanes of E held as native-width (16-byte) GCC vectors, the storage of the
+// portable vector layer (vec_generic.h).
+//
+// Why parts and not one 64-byte vector: a 64-byte GCC vector has no machine mode on SSE2 or
+// NEON, so GCC keeps every such value in memory and each operation reloads and stores it. The
+// x86-64 baseline GEMM micro-kernel kept its accumulators on the stack that way and ran at 0.6x
+// oneDNN's SSE4.1 sgemm (bench/gemm_bench, 2026-12-05). A struct of 16-byte vectors is split
+// into registers. Every operation here applies to each part in turn (constant trip counts,
+// unrolled), so the lanes' arithmetic is exactly the 64-byte vector's.
+//
+// Contract: lane i lives in part i / kPer at position i % kPer (lanes in memory order, as a
+// plain array of 16 E). Binary operators take two Lanes16 of the same E, or one and a scalar
+// (converted to E); comparisons give all-ones / zero signed-integer lanes of E's width, as GCC's
+// vector comparisons do. Conversions between element types are named functions below.
+//
+// Included by vec_generic.h (this file opens its own target region); do not include directly.
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the 16-bit <-> 32-bit lane shuffles below assume little-endian lanes");
+
+// Every function of the portable layer is forced inline: each operation is a few statements per
+// part, and a call passing a 64-byte struct through the stack would cost more than the
+// operation (GCC declined to inline bf16 rounding into a store without it).
+#define TESSERA_LANES_INLINE [[gnu::always_inline]] inline
+
+TESSERA_TARGET_BEGIN
+
+template <typename E>
+struct Lanes16 {
+  static constexpr int kPer = 16 / static_cast<int>(sizeof(E));  // lanes per part
+  static constexpr int kParts = 16 / kPer;
+  typedef E Part __attribute__((vector_size(16)));
+  Part p[kParts];
+
+  E operator[](int i) const { return p[i / kPer][i % kPer]; }
+  void set(int i, E x) { p[i / kPer][i % kPer] = x; }
+};
+
+// Signed integer lanes of E's width: what a comparison of E lanes gives.
+template <typename E>
+using MaskLanesOf =
+    Lanes16<std::conditional_t<sizeof(E) == 8, int64_t,
+                               std::conditional_t<sizeof(E) == 4, int32_t, int16_t>>>;
+
+// Lane 0 of v in every lane of a part.
+template <typename Part, std::size_t... I>
+TESSERA_LANES_INLINE Part splat_lane0(Part v, std::index_sequence<I...>) {
+  return __builtin_shufflevector(v, v, (0 * static_cast<int>(I))...);
+}
+// Every lane x, bit for bit (-0.0 and NaN payloads kept: no arithmetic touches x). One shuffle
+// per part: setting the 16 lanes one by one went through memory (10x slower in a GEMM kernel).
+template <typename E>
+TESSERA_LANES_INLINE Lanes16<E> broadcast(E x) {
+  typename Lanes16<E>::Part one{};
+  one[0] = x;
+  const typename Lanes16<E>::Part all =
+      splat_lane0(one, std::make_index_sequence<Lanes16<E>::kPer>());
+  Lanes16<E> r;
+#pragma GCC unroll 8
+  for (int i = 0; i < Lanes16<E>::kParts; ++i) r.p[i] = all;
+  return r;
+}
+
+// 16 lanes from memory and back, one part at a time.
+template <typename E>
+TESSERA_LANES_INLINE Lanes16<E> load_lanes(const E* src) {
+  Lanes16<E> r;
+#pragma GCC unroll 8
+  for (int i = 0; i < Lanes16<E>::kParts; ++i)
+    std::memcpy(&r.p[i], src + i * Lanes16<E>::kPer, sizeof r.p[i]);
+  return r;
+}
+template <typename E>
+TESSERA_LANES_INLINE void store_lanes(E* dst, const Lanes16<E>& x) {
+#pragma GCC unroll 8
+  for (int i = 0; i < Lanes16<E>::kParts; ++i)
+    std::memcpy(dst + i * Lanes16<E>::kPer, &x.p[i], sizeof x.p[i]);
+}
+
+// ---- lane-wise operators ---------------------------------------------------------------------
+#define TESSERA_LANES16_BINARY(op)                                                              \
+  template <typename E>                                                                         \
+  TESSERA_LANES_INLINE Lanes16<E> operator op(const Lanes16<E>& a, const Lanes16<E>& b) {       \
+    Lanes16<E> r;                                                                               \
+    _Pragma("GCC unroll 8") for (int i = 0; i < Lanes16<E>::kParts; ++i) r.p[i] =               \
+        a.p[i] op b.p[i];                                                                       \
+    return r;                                                                                   \
+  }                                                                                             \
+  template <typename E>                                                                         \
+  TESSERA_LANES_INLINE Lanes16<E> operator op(const Lanes16<E>& a, std::type_identity_t<E> s) { \
+    Lanes16<E> r;                                                                               \
+    _Pragma("GCC unroll 8") for (int i = 0; i < Lanes16<E>::kParts; ++i) r.p[i] = a.p[i] op s;  \
+    return r;                                                                                   \
+  }                                                                                             \
+  template <typename E>                                                                         \
+  TESSERA_LANES_INLINE Lanes16<E> operator op(std::type_identity_t<E> s, const Lanes16<E>& a) { \
+    Lanes16<E> r;                                                                               \
+    _Pragma("GCC unroll 8") for (int i = 0; i < Lanes16<E>::kParts; ++i) r.p[i] = s op a.p[i];  \
+    return r;                                                                                   \
+  }                                                                                             \
+  template <typename E, typename B>                                                             \
+  TESSERA_LANES_INLINE Lanes16<E>& operator op##=(Lanes16<E>& a, const B& b) {                  \
+    return a = a op b;                                                                          \
+  }
+TESSERA_LANES16_BINARY(+)
+TESSERA_LANES16_BINARY(-)
+TESSERA_LANES16_BINARY(*)
+TESSERA_LANES16_BINARY(/)
+TESSERA_LANES16_BINARY(&)
+TESSERA_LANES16_BINARY(|)
+TESSERA_LANES16_BINARY(^)
+TESSERA_LANES16_BINARY(<<)
+TESSERA_LANES16_BINARY(>>)
+#undef TESSERA_LANES16_BINARY
+
+#define TESSERA_LANES16_COMPARE(op)                                                            \
+  template <typename E>                                                                        \
+  TESSERA_LANES_INLINE MaskLanesOf<E> operator op(const Lanes16<E>& a, const Lanes16<E>& b) {  \
+    MaskLanesOf<E> r;                                                                          \
+    _Pragma("GCC unroll 8") for (int i = 0; i < Lanes16<E>::kParts; ++i) r.p[i] =              \
+        a.p[i] op b.p[i];                                                                      \
+    return r;                                                                                  \
+  }                                                                                            \
+  template <typename E>                                                                        \
+  TESSERA_LANES_INLINE MaskLanesOf<E> operator op(const Lanes16<E>& a,                         \
+                                                  std::type_identity_t<E> s) {                 \
+    MaskLanesOf<E> r;                                                                          \
+    _Pragma("GCC unroll 8") for (int i = 0; i < Lanes16<E>::kParts; ++i) r.p[i] = a.p[i] op s; \
+    return r;                                                                                  \
+  }
+TESSERA_LANES16_COMPARE(==)
+TESSERA_LANES16_COMPARE(!=)
+TESSERA_LANES16_COMPARE(<)
+TESSERA_LANES16_COMPARE(<=)
+TESSERA_LANES16_COMPARE(>)
+TESSERA_LANES16_COMPARE(>=)
+#undef TESSERA_LANES16_COMPARE
+
+template <typename E>
+TESSERA_LANES_INLINE Lanes16<E> operator-(const Lanes16<E>& a) {
+  Lanes16<E> r;
+#pragma GCC unroll 8
+  for (int i = 0; i < Lanes16<E>::kParts; ++i) r.p[i] = -a.p[i];
+  return r;
+}
+template <typename E>
+TESSERA_LANES_INLINE Lanes16<E> operator~(const Lanes16<E>& a) {
+  Lanes16<E> r;
+#pragma GCC unroll 8
+  for (int i = 0; i < Lanes16<E>::kParts; ++i) r.p[i] = ~a.p[i];
+  return r;
+}
+
+// ---- conversions -----------------------------------------------------------------------------
+// The same bits as lanes of another type of the same width.
+template <typename To, typename E>
+TESSERA_LANES_INLINE To bitcast(const Lanes16<E>& a) {
+  static_assert(To::kParts == Lanes16<E>::kParts, "bitcast keeps the lane width");
+  To r;
+#pragma GCC unroll 8
+  for (int i = 0; i < To::kParts; ++i) r.p[i] = reinterpret_cast<typename To::Part>(a.p[i]);
+  return r;
+}
+// Each lane converted as a scalar cast would (float to int truncates), same lane width.
+template <typename To, typename E>
+TESSERA_LANES_INLINE To convert(const Lanes16<E>& a) {
+  static_assert(To::kParts == Lanes16<E>::kParts, "convert keeps the lane width");
+  To r;
+#pragma GCC unroll 8
+  for (int i = 0; i < To::kParts; ++i) r.p[i] = __builtin_convertvector(a.p[i], typename To::Part);
+  return r;
+}
+// Lanes [Off, Off + sizeof...(I)) of a part, as a shorter vector (a shuffle, no memory).
+template <int Off, typename Part, std::size_t... I>
+TESSERA_LANES_INLINE auto take_lanes(Part v, std::index_sequence<I...>) {
+  return __builtin_shufflevector(v, v, (Off + static_cast<int>(I))...);
+}
+// Lanes [Off, Off + kPer / 2) of v interleaved with zero lanes: little-endian, each becomes the
+// zero-extended low half of a lane twice as wide (SSE2's punpcklwd / punpckhwd with zero).
+template <int Off, typename Part, std::size_t... I>
+TESSERA_LANES_INLINE Part interleave_zero(Part v, std::index_sequence<I...>) {
+  constexpr int kPer = static_cast<int>(sizeof...(I));
+  return __builtin_shufflevector(
+      v, Part{}, (I % 2 == 0 ? Off + static_cast<int>(I) / 2 : kPer + static_cast<int>(I) / 2)...);
+}
+// The even lanes of x then of y: little-endian, the low halves of lanes twice as wide.
+template <typename Part, std::size_t... I>
+TESSERA_LANES_INLINE Part even_lanes(Part x, Part y, std::index_sequence<I...>) {
+  return __builtin_shufflevector(x, y, (2 * static_cast<int>(I))...);
+}
+
+// Zero lanes interleaved with lanes [Off, Off + kPer / 2) of v: little-endian, each becomes the
+// high half of a lane twice as wide, its low half zero. The zero lanes' indices follow the
+// interleave's pattern so GCC sees one punpckl/h (an index of 0 for all of them made it insert
+// lanes one by one from general registers).
+template <int Off, typename Part, std::size_t... I>
+TESSERA_LANES_INLINE Part interleave_zero_high(Part v, std::index_sequence<I...>) {
+  constexpr int kPer = static_cast<int>(sizeof...(I));
+  return __builtin_shufflevector(Part{}, v,
+                                 ((I % 2 == 0 ? 0 : kPer) + Off + static_cast<int>(I) / 2)...);
+}
+// The odd lanes of x then of y: little-endian, the high halves of lanes twice as wide.
+template <typename Part, std::size_t... I>
+TESSERA_LANES_INLINE Part odd_lanes(Part x, Part y, std::index_sequence<I...>) {
+  return __builtin_shufflevector(x, y, (2 * static_cast<int>(I) + 1)...);
+}
+
+// Each lane converted to a type twice as wide, as a scalar cast would (unsigned lanes
+// zero-extended, fp32 to fp64 exactly): each source part gives two destination parts, from its
+// low and high halves.
+template <typename To, typename E>
+TESSERA_LANES_INLINE To widen(const Lanes16<E>& a) {
+  static_assert(To::kParts == 2 * Lanes16<E>::kParts, "widen doubles the lane width");
+  static_assert(std::is_floating_point_v<E> || std::is_unsigned_v<E>);
+  constexpr int kPer = Lanes16<E>::kPer;
+  To r;
+#pragma GCC unroll 8
+  for (int i = 0; i < Lanes16<E>::kParts; ++i) {
+    if constexpr (std::is_floating_point_v<E>) {
+      r.p[2 * i] = __builtin_convertvector(
+          take_lanes<0>(a.p[i], std::make_index_sequence<kPer / 2>()), typename To::Part);
+      r.p[2 * i + 1] = __builtin_convertvector(
+          take_lanes<kPer / 2>(a.p[i], std::make_index_sequence<kPer / 2>()), typename To::Part);
+    } else {
+      r.p[2 * i] = reinterpret_cast<typename To::Part>(
+          interleave_zero<0>(a.p[i], std::make_index_sequence<kPer>()));
+      r.p[2 * i + 1] = reinterpret_cast<typename To::Part>(
+          interleave_zero<kPer / 2>(a.p[i], std::make_index_sequence<kPer>()));
+    }
+  }
+  return r;
+}
+// Each unsigned lane truncated to a type half as wide (its low bits): two source parts make
+// one destination part.
+template <typename To, typename E>
+TESSERA_LANES_INLINE To narrow(const Lanes16<E>& a) {
+  static_assert(2 * To::kParts == Lanes16<E>::kParts, "narrow halves the lane width");
+  static_assert(std::is_unsigned_v<E>);
+  using Part = typename To::Part;
+  To r;
+#pragma GCC unroll 8
+  for (int i = 0; i < To::kParts; ++i)
+    r.p[i] = even_lanes(reinterpret_cast<Part>(a.p[2 * i]), reinterpret_cast<Part>(a.p[2 * i + 1]),
+                        std::make_index_sequence<To::kPer>());
+  return r;
+}
+
+// Each unsigned lane as the high half of a lane twice as wide, the low half zero (lane << the
+// narrow width): one interleave per destination part, no shift.
+template <typename To, typename E>
+TESSERA_LANES_INLINE To widen_to_high(const Lanes16<E>& a) {
+  static_assert(To::kParts == 2 * Lanes16<E>::kParts && std::is_unsigned_v<E>);
+  constexpr int kPer = Lanes16<E>::kPer;
+  To r;
+#pragma GCC unroll 8
+  for (int i = 0; i < Lanes16<E>::kParts; ++i) {
+    r.p[2 * i] = reinterpret_cast<typename To::Part>(
+        interleave_zero_high<0>(a.p[i], std::make_index_sequence<kPer>()));
+    r.p[2 * i + 1] = reinterpret_cast<typename To::Part>(
+        interleave_zero_high<kPer / 2>(a.p[i], std::make_index_sequence<kPer>()));
+  }
+  return r;
+}
+// The high half of each unsigned lane (lane >> the narrow width), in a type half as wide.
+template <typename To, typename E>
+TESSERA_LANES_INLINE To narrow_high(const Lanes16<E>& a) {
+  static_assert(2 * To::kParts == Lanes16<E>::kParts && std::is_unsigned_v<E>);
+  using Part = typename To::Part;
+  To r;
+#pragma GCC unroll 8
+  for (int i = 0; i < To::kParts; ++i)
+    r.p[i] = odd_lanes(reinterpret_cast<Part>(a.p[2 * i]), reinterpret_cast<Part>(a.p[2 * i + 1]),
+                       std::make_index_sequence<To::kPer>());
+  return r;
+}
+// Whether any lane is non-zero.
+template <typename E>
+TESSERA_LANES_INLINE bool any_set(const Lanes16<E>& a) {
+  typedef uint64_t Words __attribute__((vector_size(16)));
+  Words all = reinterpret_cast<Words>(a.p[0]);
+#pragma GCC unroll 8
+  for (int i = 1; i < Lanes16<E>::kParts; ++i) all |= reinterpret_cast<Words>(a.p[i]);
+  return (all[0] | all[1]) != 0;
+}
+
+TESSERA_TARGET_END
