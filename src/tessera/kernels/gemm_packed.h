@@ -30,9 +30,9 @@ constexpr int kPackedGemmDepth = 384;
 
 // Whether the micro-kernel is register-blocked for `target`'s vector registers (the x86-64 FMA
 // targets). Elsewhere it runs on the portable vector layer: correct, but on x86-64 baseline its
-// bf16 products run at 0.75-1.0x oneDNN's SSE4.1 sgemm (fp32 ones 0.85-1.0x; docs/performance.md),
-// and it was never measured on arm64 against oneDNN, so gemm.h widens 16-bit products for oneDNN
-// there instead.
+// bf16 products run at 0.75-1.05x oneDNN's SSE4.1 sgemm (fp32 ones 0.82-1.02x;
+// docs/performance.md), and it was never measured on arm64 against oneDNN, so gemm.h widens 16-bit
+// products for oneDNN there instead.
 inline bool blocked_gemm_is_tuned(CpuTarget target) {
   return target == CpuTarget::kAvx2 || target == CpuTarget::kAvx512 ||
          target == CpuTarget::kAvx512Bf16;

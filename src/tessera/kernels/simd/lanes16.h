@@ -14,6 +14,7 @@
 // vector comparisons do. Conversions between element types are named functions below.
 //
 // Included by vec_generic.h (this file opens its own target region); do not include directly.
+#pragma once
 
 #include <cstdint>
 #include <cstring>
@@ -37,8 +38,8 @@ struct Lanes16 {
   typedef E Part __attribute__((vector_size(16)));
   Part p[kParts];
 
-  E operator[](int i) const { return p[i / kPer][i % kPer]; }
-  void set(int i, E x) { p[i / kPer][i % kPer] = x; }
+  [[gnu::always_inline]] E operator[](int i) const { return p[i / kPer][i % kPer]; }
+  [[gnu::always_inline]] void set(int i, E x) { p[i / kPer][i % kPer] = x; }
 };
 
 // Signed integer lanes of E's width: what a comparison of E lanes gives.
@@ -66,20 +67,22 @@ TESSERA_LANES_INLINE Lanes16<E> broadcast(E x) {
   return r;
 }
 
-// 16 lanes from memory and back, one part at a time.
+// 16 lanes from memory and back, one part at a time. The parts' offsets are taken in bytes:
+// src may be a cast pointer to 16-bit storage types (bf16, fp16), not an array of E.
 template <typename E>
 TESSERA_LANES_INLINE Lanes16<E> load_lanes(const E* src) {
   Lanes16<E> r;
 #pragma GCC unroll 8
   for (int i = 0; i < Lanes16<E>::kParts; ++i)
-    std::memcpy(&r.p[i], src + i * Lanes16<E>::kPer, sizeof r.p[i]);
+    std::memcpy(&r.p[i], reinterpret_cast<const unsigned char*>(src) + i * sizeof r.p[i],
+                sizeof r.p[i]);
   return r;
 }
 template <typename E>
 TESSERA_LANES_INLINE void store_lanes(E* dst, const Lanes16<E>& x) {
 #pragma GCC unroll 8
   for (int i = 0; i < Lanes16<E>::kParts; ++i)
-    std::memcpy(dst + i * Lanes16<E>::kPer, &x.p[i], sizeof x.p[i]);
+    std::memcpy(reinterpret_cast<unsigned char*>(dst) + i * sizeof x.p[i], &x.p[i], sizeof x.p[i]);
 }
 
 // ---- lane-wise operators ---------------------------------------------------------------------
@@ -168,8 +171,8 @@ TESSERA_LANES_INLINE To bitcast(const Lanes16<E>& a) {
 }
 // Each lane converted as a scalar cast would (float to int truncates), same lane width.
 template <typename To, typename E>
-TESSERA_LANES_INLINE To convert(const Lanes16<E>& a) {
-  static_assert(To::kParts == Lanes16<E>::kParts, "convert keeps the lane width");
+TESSERA_LANES_INLINE To convert_lanes(const Lanes16<E>& a) {
+  static_assert(To::kParts == Lanes16<E>::kParts, "convert_lanes keeps the lane width");
   To r;
 #pragma GCC unroll 8
   for (int i = 0; i < To::kParts; ++i) r.p[i] = __builtin_convertvector(a.p[i], typename To::Part);

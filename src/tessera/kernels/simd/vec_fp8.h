@@ -3,7 +3,7 @@
 // (load(p, n): lanes [0, n) read, the others zero, nothing outside them touched). Stores are
 // not needed (a KV cache row is written once per token, by scalar code).
 //
-// Included by simd/vec.h inside the target region; do not include directly.
+// Included by simd/vec.h; do not include directly.
 
 #include <cmath>
 #include <cstring>

@@ -1,7 +1,7 @@
 // The portable vector layer: 16 fp32 lanes written with GCC vector extensions, which the
 // compiler lowers to whatever the architecture's baseline has (SSE2 on x86-64, NEON on arm64).
-// The lanes are held as four 16-byte vectors (simd/lanes16.h), the width of those registers;
-// the one intrinsic is arm64's fused multiply-add (GCC does not vectorize __builtin_fmaf).
+// The lanes are held as 16-byte vectors (simd/lanes16.h: four for fp32 lanes), the width of
+// those registers; the one intrinsic is arm64's fused multiply-add (fmadd below).
 //
 // This file is the reference semantics of the vector layer (simd/vec.h): vec_avx2.h and
 // vec_avx512.h implement the same functions with intrinsics, and the tests compare every
@@ -67,7 +67,7 @@ TESSERA_LANES_INLINE VecF zero() { return VecF{F32x16{}}; }
 TESSERA_LANES_INLINE VecF splat(float x) { return VecF{broadcast(x)}; }
 TESSERA_LANES_INLINE VecI splat_i(int32_t x) { return VecI{I32x16{} + x}; }
 TESSERA_LANES_INLINE VecI iota_i() {
-  I32x16 v;
+  I32x16 v{};
   for (int i = 0; i < kLanes; ++i) v.set(i, i);
   return VecI{v};
 }
@@ -119,9 +119,10 @@ TESSERA_LANES_INLINE U32x16 float_to_half(F32x16 x) {
 TESSERA_LANES_INLINE U32x16 round_to_bf16_high(F32x16 x) {
   const U32x16 u = bitcast<U32x16>(x);
   const U32x16 rounded = u + 0x7fffu + ((u >> 16) & 1u);
-  // NaN is rare: one test of all lanes (x != x only for NaN), then the select only if needed.
-  // The select and its NaN test cost as much as the rounding (bench/pointwise_bench, baseline).
-  const I32x16 nan = x != x;
+  // NaN is rare: one test of all lanes, then the select only if needed (the select cost as much
+  // as the rounding; bench/pointwise_bench, baseline). An integer compare, not x != x, which
+  // -ffinite-math-only would fold away.
+  const I32x16 nan = bitcast<I32x16>(u & 0x7fffffffu) > 0x7f800000;
   if (__builtin_expect(!any_set(nan), 1)) return rounded;
   return (bitcast<U32x16>(nan) & (u | 0x400000u)) | (bitcast<U32x16>(~nan) & rounded);
 }
@@ -170,7 +171,8 @@ TESSERA_LANES_INLINE VecF fmadd(VecF a, VecF b, VecF c) {
 #pragma GCC unroll 4
   for (int i = 0; i < F32x16::kParts; ++i) {
 #if defined(__aarch64__)
-    // One fmla per part (GCC left __builtin_fmaf on lanes scalar outside of loops it vectorized).
+    // One fmla per part: GCC left __builtin_fmaf on single lanes scalar where no surrounding
+    // loop got vectorized.
     using N = float32x4_t;
     r.p[i] = reinterpret_cast<F32x16::Part>(vfmaq_f32(reinterpret_cast<N>(c.v.p[i]),
                                                       reinterpret_cast<N>(a.v.p[i]),
@@ -210,7 +212,7 @@ TESSERA_LANES_INLINE VecF round_small(VecF x) {
 // p * 2^k for integral k in [-150, 129] with a single rounding: 2^k is applied in two halves,
 // each a normal power of two, and the first product is exact (|p| within [0.5, 2]).
 TESSERA_LANES_INLINE VecF scale_pow2(VecF p, VecF k) {
-  const I32x16 ki = convert<I32x16>(k.v);
+  const I32x16 ki = convert_lanes<I32x16>(k.v);
   const I32x16 k1 = ki / 2, k2 = ki - k1;
   return VecF{p.v * as_f32((k1 + 127) << 23) * as_f32((k2 + 127) << 23)};
 }
@@ -282,7 +284,7 @@ TESSERA_LANES_INLINE void mul_wide_u32(VecI a, VecI b, VecI* hi, VecI* lo) {
   *lo = VecI{bitcast<I32x16>(narrow<U32x16>(p))};
 }
 // Signed integers to fp32 (exact below 2^24).
-TESSERA_LANES_INLINE VecF to_float(VecI a) { return VecF{convert<F32x16>(a.v)}; }
+TESSERA_LANES_INLINE VecF to_float(VecI a) { return VecF{convert_lanes<F32x16>(a.v)}; }
 
 // ---- narrow codes (weight-only quantization, kernels/quantized_gemv.cc) ---------------------
 // Whole blocks only: each reads exactly the bytes of its 16 lanes.
@@ -290,7 +292,7 @@ TESSERA_LANES_INLINE VecF to_float(VecI a) { return VecF{convert<F32x16>(a.v)}; 
 TESSERA_LANES_INLINE VecF load(const int8_t* p) {
   I32x16 v;
   for (int i = 0; i < kLanes; ++i) v.set(i, p[i]);
-  return VecF{convert<F32x16>(v)};
+  return VecF{convert_lanes<F32x16>(v)};
 }
 // 16 unsigned bytes, each zero-extended into a 32-bit lane.
 TESSERA_LANES_INLINE VecI load_u8(const uint8_t* p) {
@@ -354,3 +356,4 @@ TESSERA_LANES_INLINE void transpose16(VecF (&x)[16]) {
 TESSERA_LANES_INLINE void prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
 
 TESSERA_TARGET_END
+#undef TESSERA_LANES_INLINE
