@@ -158,13 +158,19 @@ void unpermute_backward(T* drows, float* dweights, const T* dy, const T* rows,
       const float w = weights[t * k + a];
       T* d = drows + row * C;
       const T* r = rows + row * C;
-      double dot = 0;
-      for (int64_t c = 0; c < C; ++c) {
-        const float gc = to_f32(g[c]);
-        d[c] = from_f32<T>(w * gc);
-        dot += static_cast<double>(gc) * to_f32(r[c]);
-      }
-      dweights[t * k + a] = static_cast<float>(dot);
+      for (int64_t c = 0; c < C; ++c) d[c] = from_f32<T>(w * to_f32(g[c]));
+      // The dot in eight running sums, added in a fixed tree: the compiler vectorises them (one
+      // sum in order cannot be reordered), 1.8x faster than the single sum at 1024 x 768, top-2
+      // (fp32 and bf16, 2 threads; a throwaway harness). The order depends on C only.
+      constexpr int kSums = 8;
+      double sum[kSums] = {};
+      int64_t c = 0;
+      for (; c + kSums <= C; c += kSums)
+        for (int j = 0; j < kSums; ++j)
+          sum[j] += static_cast<double>(to_f32(g[c + j])) * to_f32(r[c + j]);
+      for (; c < C; ++c) sum[0] += static_cast<double>(to_f32(g[c])) * to_f32(r[c]);
+      dweights[t * k + a] = static_cast<float>(((sum[0] + sum[1]) + (sum[2] + sum[3])) +
+                                               ((sum[4] + sum[5]) + (sum[6] + sum[7])));
     }
   }
 }

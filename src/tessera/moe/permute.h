@@ -74,7 +74,8 @@ void permute_backward_f32(float* dx, const T* dout, const Permutation& p, int64_
 template <typename T>
 void unpermute(T* y, const T* rows, const float* weights, const Permutation& p, int64_t C);
 // drows (rows, C) = weights * dy[token] (zero for padding; overwritten); dweights (T*k) =
-// dot(dy[t], rows[row]) accumulated in double, 0 for dropped choices (overwritten).
+// dot(dy[t], rows[row]) accumulated in double (in a fixed order that depends on C only), 0 for
+// dropped choices (overwritten).
 template <typename T>
 void unpermute_backward(T* drows, float* dweights, const T* dy, const T* rows,
                         const float* weights, const Permutation& p, int64_t C);
