@@ -183,44 +183,37 @@ template <int Off, typename Part, std::size_t... I>
 TESSERA_LANES_INLINE auto take_lanes(Part v, std::index_sequence<I...>) {
   return __builtin_shufflevector(v, v, (Off + static_cast<int>(I))...);
 }
-// Lanes [Off, Off + kPer / 2) of v interleaved with zero lanes: little-endian, each becomes the
-// zero-extended low half of a lane twice as wide (SSE2's punpcklwd / punpckhwd with zero).
+// Lanes [Off, Off + kPer / 2) of x and of y interleaved: x[Off], y[Off], x[Off + 1], ... (SSE2's
+// punpckl/h when Off is 0 / kPer / 2). With zero for one operand, little-endian, each lane of the
+// other becomes the low (x) or high (y) half of a lane twice as wide; the zero lanes' indices
+// follow the interleave's pattern so GCC sees one unpack (an index of 0 for all of them made it
+// insert lanes one by one from general registers).
 template <int Off, typename Part, std::size_t... I>
-TESSERA_LANES_INLINE Part interleave_zero(Part v, std::index_sequence<I...>) {
+TESSERA_LANES_INLINE Part interleave(Part x, Part y, std::index_sequence<I...>) {
   constexpr int kPer = static_cast<int>(sizeof...(I));
-  return __builtin_shufflevector(
-      v, Part{}, (I % 2 == 0 ? Off + static_cast<int>(I) / 2 : kPer + static_cast<int>(I) / 2)...);
-}
-// The even lanes of x then of y: little-endian, the low halves of lanes twice as wide.
-template <typename Part, std::size_t... I>
-TESSERA_LANES_INLINE Part even_lanes(Part x, Part y, std::index_sequence<I...>) {
-  return __builtin_shufflevector(x, y, (2 * static_cast<int>(I))...);
-}
-
-// Zero lanes interleaved with lanes [Off, Off + kPer / 2) of v: little-endian, each becomes the
-// high half of a lane twice as wide, its low half zero. The zero lanes' indices follow the
-// interleave's pattern so GCC sees one punpckl/h (an index of 0 for all of them made it insert
-// lanes one by one from general registers).
-template <int Off, typename Part, std::size_t... I>
-TESSERA_LANES_INLINE Part interleave_zero_high(Part v, std::index_sequence<I...>) {
-  constexpr int kPer = static_cast<int>(sizeof...(I));
-  return __builtin_shufflevector(Part{}, v,
+  return __builtin_shufflevector(x, y,
                                  ((I % 2 == 0 ? 0 : kPer) + Off + static_cast<int>(I) / 2)...);
 }
-// The odd lanes of x then of y: little-endian, the high halves of lanes twice as wide.
-template <typename Part, std::size_t... I>
-TESSERA_LANES_INLINE Part odd_lanes(Part x, Part y, std::index_sequence<I...>) {
-  return __builtin_shufflevector(x, y, (2 * static_cast<int>(I) + 1)...);
+// Lanes First, First + 2, ... of x then of y: little-endian, the low (First 0) or high (First 1)
+// halves of lanes twice as wide.
+template <int First, typename Part, std::size_t... I>
+TESSERA_LANES_INLINE Part every_other(Part x, Part y, std::index_sequence<I...>) {
+  return __builtin_shufflevector(x, y, (2 * static_cast<int>(I) + First)...);
 }
 
-// Each lane converted to a type twice as wide, as a scalar cast would (unsigned lanes
-// zero-extended, fp32 to fp64 exactly): each source part gives two destination parts, from its
-// low and high halves.
-template <typename To, typename E>
+// Which half of a lane twice as wide an unsigned lane occupies in widen and narrow.
+enum class Half { kLow, kHigh };
+
+// Each lane converted to a type twice as wide: fp32 to fp64 exactly; an unsigned lane into the
+// low half, zero-extended as a scalar cast would (Half::kLow), or into the high half with the
+// low half zero, i.e. shifted left by its width (Half::kHigh). Each source part gives two
+// destination parts, from its low and high halves.
+template <typename To, Half kHalf = Half::kLow, typename E>
 TESSERA_LANES_INLINE To widen(const Lanes16<E>& a) {
   static_assert(To::kParts == 2 * Lanes16<E>::kParts, "widen doubles the lane width");
-  static_assert(std::is_floating_point_v<E> || std::is_unsigned_v<E>);
+  static_assert(std::is_unsigned_v<E> || (std::is_floating_point_v<E> && kHalf == Half::kLow));
   constexpr int kPer = Lanes16<E>::kPer;
+  using Part = typename Lanes16<E>::Part;
   To r;
 #pragma GCC unroll 8
   for (int i = 0; i < Lanes16<E>::kParts; ++i) {
@@ -230,17 +223,20 @@ TESSERA_LANES_INLINE To widen(const Lanes16<E>& a) {
       r.p[2 * i + 1] = __builtin_convertvector(
           take_lanes<kPer / 2>(a.p[i], std::make_index_sequence<kPer / 2>()), typename To::Part);
     } else {
+      const Part x = kHalf == Half::kLow ? a.p[i] : Part{};
+      const Part y = kHalf == Half::kLow ? Part{} : a.p[i];
       r.p[2 * i] = reinterpret_cast<typename To::Part>(
-          interleave_zero<0>(a.p[i], std::make_index_sequence<kPer>()));
+          interleave<0>(x, y, std::make_index_sequence<kPer>()));
       r.p[2 * i + 1] = reinterpret_cast<typename To::Part>(
-          interleave_zero<kPer / 2>(a.p[i], std::make_index_sequence<kPer>()));
+          interleave<kPer / 2>(x, y, std::make_index_sequence<kPer>()));
     }
   }
   return r;
 }
-// Each unsigned lane truncated to a type half as wide (its low bits): two source parts make
-// one destination part.
-template <typename To, typename E>
+// Each unsigned lane's low half (truncated, as a scalar cast would: Half::kLow) or high half
+// (shifted right by the narrow width: Half::kHigh), in a type half as wide: two source parts
+// make one destination part.
+template <typename To, Half kHalf = Half::kLow, typename E>
 TESSERA_LANES_INLINE To narrow(const Lanes16<E>& a) {
   static_assert(2 * To::kParts == Lanes16<E>::kParts, "narrow halves the lane width");
   static_assert(std::is_unsigned_v<E>);
@@ -248,37 +244,10 @@ TESSERA_LANES_INLINE To narrow(const Lanes16<E>& a) {
   To r;
 #pragma GCC unroll 8
   for (int i = 0; i < To::kParts; ++i)
-    r.p[i] = even_lanes(reinterpret_cast<Part>(a.p[2 * i]), reinterpret_cast<Part>(a.p[2 * i + 1]),
+    r.p[i] = every_other < kHalf == Half::kLow
+                 ? 0
+                 : 1 > (reinterpret_cast<Part>(a.p[2 * i]), reinterpret_cast<Part>(a.p[2 * i + 1]),
                         std::make_index_sequence<To::kPer>());
-  return r;
-}
-
-// Each unsigned lane as the high half of a lane twice as wide, the low half zero (lane << the
-// narrow width): one interleave per destination part, no shift.
-template <typename To, typename E>
-TESSERA_LANES_INLINE To widen_to_high(const Lanes16<E>& a) {
-  static_assert(To::kParts == 2 * Lanes16<E>::kParts && std::is_unsigned_v<E>);
-  constexpr int kPer = Lanes16<E>::kPer;
-  To r;
-#pragma GCC unroll 8
-  for (int i = 0; i < Lanes16<E>::kParts; ++i) {
-    r.p[2 * i] = reinterpret_cast<typename To::Part>(
-        interleave_zero_high<0>(a.p[i], std::make_index_sequence<kPer>()));
-    r.p[2 * i + 1] = reinterpret_cast<typename To::Part>(
-        interleave_zero_high<kPer / 2>(a.p[i], std::make_index_sequence<kPer>()));
-  }
-  return r;
-}
-// The high half of each unsigned lane (lane >> the narrow width), in a type half as wide.
-template <typename To, typename E>
-TESSERA_LANES_INLINE To narrow_high(const Lanes16<E>& a) {
-  static_assert(2 * To::kParts == Lanes16<E>::kParts && std::is_unsigned_v<E>);
-  using Part = typename To::Part;
-  To r;
-#pragma GCC unroll 8
-  for (int i = 0; i < To::kParts; ++i)
-    r.p[i] = odd_lanes(reinterpret_cast<Part>(a.p[2 * i]), reinterpret_cast<Part>(a.p[2 * i + 1]),
-                       std::make_index_sequence<To::kPer>());
   return r;
 }
 // Whether any lane is non-zero.

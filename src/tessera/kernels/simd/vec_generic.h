@@ -65,7 +65,7 @@ TESSERA_LANES_INLINE I32x16 as_i32(F32x16 x) { return bitcast<I32x16>(x); }
 TESSERA_LANES_INLINE VecF zero() { return VecF{F32x16{}}; }
 // Every lane x, bit for bit (-0.0 stays -0.0: adding it to a zero vector would not).
 TESSERA_LANES_INLINE VecF splat(float x) { return VecF{broadcast(x)}; }
-TESSERA_LANES_INLINE VecI splat_i(int32_t x) { return VecI{I32x16{} + x}; }
+TESSERA_LANES_INLINE VecI splat_i(int32_t x) { return VecI{broadcast(x)}; }
 TESSERA_LANES_INLINE VecI iota_i() {
   I32x16 v{};
   for (int i = 0; i < kLanes; ++i) v.set(i, i);
@@ -134,8 +134,8 @@ TESSERA_LANES_INLINE VecF load(const float* p) { return VecF{load_lanes(p)}; }
 // place with it (kernels/gemm_packed.cc).
 TESSERA_LANES_INLINE VecF splat_bf16(const bf16* p) { return splat(static_cast<float>(p[0])); }
 TESSERA_LANES_INLINE VecF load(const bf16* p) {
-  return VecF{
-      bitcast<F32x16>(widen_to_high<U32x16>(load_lanes(reinterpret_cast<const uint16_t*>(p))))};
+  return VecF{bitcast<F32x16>(
+      widen<U32x16, Half::kHigh>(load_lanes(reinterpret_cast<const uint16_t*>(p))))};
 }
 TESSERA_LANES_INLINE VecF load(const fp16* p) {
   return VecF{half_to_float(widen<U32x16>(load_lanes(reinterpret_cast<const uint16_t*>(p))))};
@@ -150,7 +150,7 @@ TESSERA_LANES_INLINE VecI load_i(const int32_t* p, int n) {
 // ---- stores: round to nearest even for 16-bit types -----------------------------------------
 TESSERA_LANES_INLINE void store(float* p, VecF x) { store_lanes(p, x.v); }
 TESSERA_LANES_INLINE void store(bf16* p, VecF x) {
-  store_lanes(reinterpret_cast<uint16_t*>(p), narrow_high<U16x16>(round_to_bf16_high(x.v)));
+  store_lanes(reinterpret_cast<uint16_t*>(p), narrow<U16x16, Half::kHigh>(round_to_bf16_high(x.v)));
 }
 TESSERA_LANES_INLINE void store(fp16* p, VecF x) {
   store_lanes(reinterpret_cast<uint16_t*>(p), narrow<U16x16>(float_to_half(x.v)));
