@@ -1,4 +1,5 @@
-// Memory-bound kernels: LayerNorm, RMSNorm, GELU, SwiGLU, embedding, dropout.
+// Memory-bound kernels: LayerNorm, RMSNorm, GELU, SwiGLU, embedding, dropout, a linear layer's
+// bias.
 //
 // Reported: GB/s = bytes read + written per call / time. Per call (s = sizeof(T), N tokens):
 //   layer_norm fwd   N C s (inp) + 2 C s (weight, bias) + N C s (out) + 8 N (mean, rstd)
@@ -9,6 +10,8 @@
 //   embedding fwd    8 N (ids) + 2 N C s (wte, wpe rows) + N C s (out)
 //   embedding bwd    8 N + N C s (dout) + 2 * 2 N C 4 (read-modify-write of the dwte, dwpe rows)
 //   dropout fwd/bwd  2 N C s
+//   bias fwd         2 N C s (out, in place) + C s (bias): a linear layer's bias pass after a
+//                    product that wrote T (kernels/linear.h bias_forward)
 // The per-chunk partials of the norm backward (ceil(N/64) C floats, cache resident) are not
 // counted. At N = 1024, C = 768 the tensors are 1.5-3 MB: they live in L2/L3, so these are
 // cache bandwidths; N = 8192 shows the DRAM-bound figures.
@@ -30,6 +33,7 @@
 #include "tessera/kernels/activations.h"
 #include "tessera/kernels/dropout.h"
 #include "tessera/kernels/embedding.h"
+#include "tessera/kernels/linear.h"
 #include "tessera/kernels/norms.h"
 
 namespace tessera::kernels {
@@ -139,6 +143,19 @@ void BM_GeluForward(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
   }
   set_gbps(state, 2.0 * z.N * z.C * sizeof(T));
+}
+
+template <typename T>
+void BM_BiasForward(benchmark::State& state) {
+  const Sizes z(state);
+  const auto bias = filled<T>(z.C, 2);
+  auto out = filled<T>(z.N * z.C, 1);  // in place: each call adds the bias once more (no overflow
+                                       // in a run's few thousand calls, so no NaN path either)
+  for (auto _ : state) {
+    bias_forward(out.data(), bias.data(), z.N, z.C);
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_gbps(state, 2.0 * z.N * z.C * sizeof(T) + z.C * sizeof(T));
 }
 
 template <typename T>
@@ -270,6 +287,8 @@ BENCHMARK_TEMPLATE(BM_GeluForward, float)->Apply(hidden_args);
 BENCHMARK_TEMPLATE(BM_GeluForward, bf16)->Apply(hidden_args);
 BENCHMARK_TEMPLATE(BM_GeluBackward, float)->Apply(hidden_args);
 BENCHMARK_TEMPLATE(BM_GeluBackward, bf16)->Apply(hidden_args);
+BENCHMARK_TEMPLATE(BM_BiasForward, float)->Apply(hidden_args);
+BENCHMARK_TEMPLATE(BM_BiasForward, bf16)->Apply(hidden_args);
 BENCHMARK_TEMPLATE(BM_SwiGluForward, float)->Apply(ffn_args);
 BENCHMARK_TEMPLATE(BM_SwiGluForward, bf16)->Apply(ffn_args);
 BENCHMARK_TEMPLATE(BM_SwiGluBackward, float)->Apply(ffn_args);

@@ -26,13 +26,25 @@ constexpr int64_t kParallelElems = int64_t{1} << 16;
 // bf16 matmul, or the blocked GEMM) `out` already holds the product rounded to 16 bits, so the
 // result is rounded twice (product, then sum): within one ulp, and it keeps the gemm's 16-bit
 // output (no fp32 temporary of N x OC).
+// fp32 is a plain loop, which GCC vectorises; 16-bit rows go through the vector layer
+// (simd/vec.h), whose 16-bit loads and stores are core/dtype.h's conversions bit for bit: as a
+// plain loop GCC left the rounding scalar, and the bf16 pass took 2.8x the fp32 one's time at the
+// AVX2 cap (perf of model_step's gpt2 step). The same sum either way; measured 2026-12-05 (`bench/
+// pointwise_bench` BiasForward, docs/performance.md): bf16 1.6-1.8x faster on the vector layer at
+// every target, fp32 20-40% slower there at baseline and avx512 than as the plain loop.
 template <typename T, typename TIn>
 void add_bias(T* out, const TIn* in, const T* bias, int64_t N, int64_t OC) {
 #pragma omp parallel for schedule(static) if (N * OC >= kParallelElems)
   for (int64_t n = 0; n < N; ++n) {
     T* row = out + n * OC;
     const TIn* src = in + n * OC;
-    for (int64_t o = 0; o < OC; ++o) row[o] = from_f32<T>(to_f32(src[o]) + to_f32(bias[o]));
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<TIn, float>) {
+      for (int64_t o = 0; o < OC; ++o) row[o] = src[o] + bias[o];
+    } else {
+      for_each_block(0, OC, [&](int64_t o, int lanes) {
+        store(row + o, load(src + o, lanes) + load(bias + o, lanes), lanes);
+      });
+    }
   }
 }
 

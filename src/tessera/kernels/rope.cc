@@ -8,14 +8,19 @@
 #include "tessera/kernels/rope.h"
 
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
 #include "tessera/kernels/simd/vec.h"
 
-// Plain loops, compiled per target like every kernel so the compiler vectorises the rotation
-// with the target's instructions (-ffp-contract=off keeps the results identical on all).
+// Compiled per target like every kernel. The fp32 rotation is a plain loop, which GCC vectorises;
+// 16-bit rows go through the vector layer (simd/vec.h), because as a plain loop GCC left their
+// rounding scalar (bench/attention_bench Rope, 2026-12-05: bf16 1.4-1.6x faster on the vector
+// layer at every target; fp32 there 30% slower at baseline, level elsewhere). Products and sums
+// are separate in both (no fused multiply-add: -ffp-contract=off), so every target gives the same
+// bits.
 TESSERA_TARGET_BEGIN
 namespace {
 
@@ -77,12 +82,19 @@ void rotate(Float* qkv, const int32_t* positions, int64_t B, int64_t T, int NH, 
     Float* token = qkv + row * width;
     for (int head = 0; head < rotated_heads; ++head) {
       Float* x = token + int64_t{head} * HD;
-      for (int i = 0; i < half; ++i) {
-        const float a = to_f32(x[i]);
-        const float b = to_f32(x[i + half]);
-        const float si = sign * s[i];
-        x[i] = from_f32<Float>(a * c[i] - b * si);
-        x[i + half] = from_f32<Float>(b * c[i] + a * si);
+      if constexpr (std::is_same_v<Float, float>) {
+        for (int i = 0; i < half; ++i) {
+          const float a = x[i], b = x[i + half], si = sign * s[i];
+          x[i] = a * c[i] - b * si;
+          x[i + half] = b * c[i] + a * si;
+        }
+      } else {
+        for_each_block(0, half, [&](int64_t i, int lanes) {
+          const VecF a = load(x + i, lanes), b = load(x + i + half, lanes);
+          const VecF ci = load(c + i, lanes), si = splat(sign) * load(s + i, lanes);
+          store(x + i, a * ci - b * si, lanes);
+          store(x + i + half, b * ci + a * si, lanes);
+        });
       }
     }
   }

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "tessera/kernels/gemm.h"
@@ -62,6 +63,39 @@ TEST(LinearForward, Bf16MatchesDoubleReference) {
   EXPECT_LT(max_scaled_error(to_float(out), reference_forward(inp, weight, bias.data(), N, C, OC)),
             1e-2);
 }
+
+// The bias pass in place on 16-bit rows is core/dtype.h's rounding of the fp32 sum, bit for bit,
+// on every target: rows of 37 (a tail), ties that round to even both ways, a NaN and infinities
+// passed through, and a sum that overflows to infinity.
+template <typename T>
+void expect_bias_pass_rounds_as_scalar() {
+  const int64_t N = 5, OC = kOC;
+  std::vector<float> values = random_normal(N * OC, 21, 3.0f), bias = random_normal(OC, 22);
+  values[3] = std::numeric_limits<float>::quiet_NaN();
+  values[OC + 1] = std::numeric_limits<float>::infinity();
+  values[2 * OC + 36] = -std::numeric_limits<float>::infinity();
+  values[3 * OC + 5] = std::numeric_limits<float>::max();
+  bias[5] = std::numeric_limits<float>::max();
+  std::vector<T> out(N * OC), bias16(OC);
+  for (int64_t i = 0; i < N * OC; ++i) out[i] = from_f32<T>(values[i]);
+  for (int64_t o = 0; o < OC; ++o) bias16[o] = from_f32<T>(bias[o]);
+  // Ties: 1 + half an ulp of T (to even: down) and 1 + 3 halves (up), as a value plus a bias.
+  const float ulp = std::is_same_v<T, bf16> ? 0x1p-7f : 0x1p-10f;
+  out[4 * OC + 7] = from_f32<T>(1.0f), bias16[7] = from_f32<T>(ulp / 2);
+  out[4 * OC + 8] = from_f32<T>(1.0f + ulp), bias16[8] = from_f32<T>(ulp / 2);
+  std::vector<T> expected(N * OC);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < OC; ++o)
+      expected[n * OC + o] = from_f32<T>(to_f32(out[n * OC + o]) + to_f32(bias16[o]));
+  ASSERT_EQ(to_f32(expected[4 * OC + 7]), 1.0f);
+  ASSERT_EQ(to_f32(expected[4 * OC + 8]), 1.0f + 2 * ulp);
+  bias_forward(out.data(), bias16.data(), N, OC);
+  for (int64_t i = 0; i < N * OC; ++i)
+    ASSERT_EQ(out[i].bits, expected[i].bits) << "element " << i << " of " << N << " x " << OC;
+}
+
+TEST(BiasForward, Bf16RoundsAsScalar) { expect_bias_pass_rounds_as_scalar<bf16>(); }
+TEST(BiasForward, Fp16RoundsAsScalar) { expect_bias_pass_rounds_as_scalar<fp16>(); }
 
 TEST(LinearBackward, Fp32MatchesFiniteDifferences) {
   auto inp = random_normal(kN * kC, 7), weight = random_normal(kOC * kC, 8, 0.3f);

@@ -115,21 +115,29 @@ TEST(RopePositions, PerSampleRowsMatchTheReferenceWithFewerOrMoreRowsThanPositio
   check(Shape{1, 12, 2, 2, 8}, {0, 1, 2, 3, 0, 1, 0, 1, 2, 0, 3, 2}, 4);
 }
 
-TEST(RopeBf16, MatchesFp32OnTheSameInputs) {
-  const Shape s{2, 7, 3, 1, 16};
-  std::vector<int32_t> pos = {0, 1, 2, 100, 200, 300, 4000};
-  const std::vector<float> x = testing::round_to_bf16(testing::random_normal(s.qkv_size(), 6));
-  std::vector<float> y32 = x;
-  std::vector<bf16> y16 = testing::to_bf16(x);
-  rope_forward(y32.data(), pos.data(), s.B, s.T, s.NH, s.KV, s.HD, 10000.0f);
-  rope_forward(y16.data(), pos.data(), s.B, s.T, s.NH, s.KV, s.HD, 10000.0f);
-  // Same fp32 arithmetic, then one rounding to bf16 (at most half an ulp: 2^-8 of each value).
-  EXPECT_LT(testing::max_scaled_error(testing::to_float(y16), y32), 4e-3);
-  std::vector<float> d32 = x;
-  std::vector<bf16> d16 = testing::to_bf16(x);
-  rope_backward(d32.data(), pos.data(), s.B, s.T, s.NH, s.KV, s.HD, 10000.0f);
-  rope_backward(d16.data(), pos.data(), s.B, s.T, s.NH, s.KV, s.HD, 10000.0f);
-  EXPECT_LT(testing::max_scaled_error(testing::to_float(d16), d32), 4e-3);
+TEST(RopeBf16, IsTheFp32RotationRoundedOnce) {
+  // Head dimensions whose halves are a partial vector (8) and a full one plus a tail (20).
+  for (int HD : {16, 40}) {
+    const Shape s{2, 7, 3, 1, HD};
+    std::vector<int32_t> pos = {0, 1, 2, 100, 200, 300, 4000};
+    const std::vector<float> x = testing::round_to_bf16(testing::random_normal(s.qkv_size(), 6));
+    // Same fp32 arithmetic on the same (exact bf16) values, then one rounding to nearest even:
+    // the bits of the fp32 rotation's result rounded by core/dtype.h, on every target.
+    for (bool backward : {false, true}) {
+      std::vector<float> y32 = x;
+      std::vector<bf16> y16 = testing::to_bf16(x);
+      if (backward) {
+        rope_backward(y32.data(), pos.data(), s.B, s.T, s.NH, s.KV, s.HD, 10000.0f);
+        rope_backward(y16.data(), pos.data(), s.B, s.T, s.NH, s.KV, s.HD, 10000.0f);
+      } else {
+        rope_forward(y32.data(), pos.data(), s.B, s.T, s.NH, s.KV, s.HD, 10000.0f);
+        rope_forward(y16.data(), pos.data(), s.B, s.T, s.NH, s.KV, s.HD, 10000.0f);
+      }
+      for (size_t i = 0; i < y16.size(); ++i)
+        ASSERT_EQ(y16[i].bits, from_f32<bf16>(y32[i]).bits)
+            << "HD " << HD << (backward ? ", backward" : ", forward") << ", element " << i;
+    }
+  }
 }
 
 }  // namespace
