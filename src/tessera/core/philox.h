@@ -73,17 +73,52 @@ inline std::array<uint32_t, 4> philox_block(PhiloxKey key, uint64_t row, uint64_
 // Uniform in [0, 1) with 24 random bits.
 inline float uint_to_unit_float(uint32_t x) { return (x >> 8) * (1.0f / 16777216.0f); }
 
-// A standard normal value for global element (row, col), via Box-Muller on the block's lanes
-// (lanes 0,1 give the pair for lanes 0,1; lanes 2,3 for 2,3).
+// Standard normal values of global elements (row, col), via Box-Muller on the lanes of each
+// element's block (lanes 0,1 give the pair for lanes 0,1; lanes 2,3 for 2,3). The elements of a
+// block share its Philox rounds and those of a pair its logarithm and square root: visiting a
+// row's elements in order (as parameter initialisation does) computes each once, where a
+// value-by-value call computes them per element. The values do not depend on the order of the
+// calls. (ParameterSet::allocate of 124 M parameters, 2 threads: 3.3-3.7 s with a key, a block
+// and a pair per element, 1.2 s this way; docs/performance.md, "Parameter initialisation".)
+class PhiloxNormals {
+ public:
+  explicit PhiloxNormals(PhiloxKey key) : key_(key) {}
+  float operator()(uint64_t row, uint64_t col) {
+    const uint64_t col4 = col / 4;
+    if (!block_valid_ || row != row_ || col4 != col4_) {
+      block_ = philox_block(key_, row, col4);
+      row_ = row;
+      col4_ = col4;
+      block_valid_ = true;
+      pair_valid_[0] = pair_valid_[1] = false;
+    }
+    const int pair = static_cast<int>(col % 4) / 2;
+    if (!pair_valid_[pair]) {
+      // (x + 0.5) / 2^24 keeps u1 away from 0 so log() is finite.
+      const double u1 = ((block_[2 * pair] >> 8) + 0.5) / 16777216.0;
+      const double u2 = (block_[2 * pair + 1] >> 8) / 16777216.0;
+      const double radius = std::sqrt(-2.0 * std::log(u1)), angle = 6.283185307179586 * u2;
+      // Both of the pair's values at once: GCC makes the two calls one sincos, whose results
+      // are glibc's cos and sin bit for bit (the same routines).
+      values_[2 * pair] = static_cast<float>(radius * std::cos(angle));
+      values_[2 * pair + 1] = static_cast<float>(radius * std::sin(angle));
+      pair_valid_[pair] = true;
+    }
+    return values_[col % 4];
+  }
+
+ private:
+  PhiloxKey key_;
+  bool block_valid_ = false;
+  uint64_t row_ = 0, col4_ = 0;
+  std::array<uint32_t, 4> block_{};
+  bool pair_valid_[2] = {false, false};
+  float values_[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+};
+
+// One standard normal value for global element (row, col): PhiloxNormals' value.
 inline float philox_normal(PhiloxKey key, uint64_t row, uint64_t col) {
-  const auto r = philox_block(key, row, col / 4);
-  const int pair = static_cast<int>(col % 4) / 2;
-  // (x + 0.5) / 2^24 keeps u1 away from 0 so log() is finite.
-  const double u1 = ((r[2 * pair] >> 8) + 0.5) / 16777216.0;
-  const double u2 = (r[2 * pair + 1] >> 8) / 16777216.0;
-  const double radius = std::sqrt(-2.0 * std::log(u1));
-  const double angle = 6.283185307179586 * u2;
-  return static_cast<float>(col % 2 == 0 ? radius * std::cos(angle) : radius * std::sin(angle));
+  return PhiloxNormals(key)(row, col);
 }
 
 }  // namespace tessera

@@ -1,5 +1,7 @@
 #include "tessera/model/parameter.h"
 
+#include <omp.h>
+
 #include <algorithm>
 
 #include "tessera/core/memory.h"
@@ -65,11 +67,26 @@ void ParameterSet::initial_values(const Parameter& p, float* out, int64_t lo, in
   std::vector<int64_t> global_col(split_cols ? cols : 0);
   for (size_t i = 0; i < global_row.size(); ++i) global_row[i] = p.global_index(i);
   for (size_t i = 0; i < global_col.size(); ++i) global_col[i] = p.global_index(i);
-#pragma omp parallel for
-  for (int64_t i = lo; i < hi; ++i) {
-    const int64_t r = i / cols, c = i % cols;
-    out[i - lo] =
-        init_value(p, seed_, split_rows ? global_row[r] : r, split_cols ? global_col[c] : c);
+  if (p.init != InitKind::kNormal) {
+    std::fill(out, out + (hi - lo), init_value(p, seed_, 0, 0));
+    return;
+  }
+  // init_value's numbers, with the key made once and each thread walking its contiguous share in
+  // order (row and column stepped, not divided out per element), so neighbours share their
+  // Philox block and Box-Muller pair (PhiloxNormals).
+  const PhiloxKey key = philox_key(seed_, RngPurpose::kInit, fnv1a64(p.name));
+  const int64_t n = hi - lo;
+#pragma omp parallel if (n >= 4096)
+  {
+    const int64_t teams = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t begin = lo + n * t / teams, end = lo + n * (t + 1) / teams;
+    PhiloxNormals normals(key);
+    int64_t r = begin / cols, c = begin % cols;
+    for (int64_t i = begin; i < end; ++i) {
+      out[i - lo] =
+          p.init_std * normals(split_rows ? global_row[r] : r, split_cols ? global_col[c] : c);
+      if (++c == cols) c = 0, ++r;
+    }
   }
 }
 
@@ -102,6 +119,10 @@ void ParameterSet::allocate(DType compute_dtype, uint64_t seed, int64_t multiple
     }
     Tensor flat = values_.slice_rows(p.offset, p.offset + n);
     for (const auto& [lo, hi] : parts) {
+      if (compute_dtype == DType::kF32) {  // in place: no copy of the parameter's size
+        initial_values(p, flat.data<float>() + lo, lo, hi);
+        continue;
+      }
       Tensor init = Tensor::empty({hi - lo}, DType::kF32, MemoryCategory::kOther);
       initial_values(p, init.data<float>(), lo, hi);
       flat.slice_rows(lo, hi).copy_from(init);

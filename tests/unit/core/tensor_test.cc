@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "tessera/core/philox.h"
 #include "testing/numeric.h"
@@ -79,6 +81,33 @@ TEST(Philox, NormalHasUnitMomentsAndDependsOnlyOnCoordinates) {
   EXPECT_NEAR(sum_sq / n, 1.0, 0.01);
   EXPECT_EQ(philox_normal(key, 3, 12345), philox_normal(key, 3, 12345));
   EXPECT_NE(philox_normal(key, 3, 12345), philox_normal(key, 4, 12345));
+}
+
+// PhiloxNormals shares a block's Philox rounds and a pair's logarithm between the elements that
+// use them; whatever the order of the calls (along a row, backwards, alternating rows with the
+// same column block), each value is Box-Muller on the element's own block, computed here from
+// philox_block directly.
+TEST(Philox, NormalsAreBoxMullerOfTheElementsBlockInAnyOrder) {
+  const PhiloxKey key = philox_key(7, RngPurpose::kInit, 5);
+  const auto box_muller = [&](uint64_t row, uint64_t col) {
+    const auto r = philox_block(key, row, col / 4);
+    const int pair = static_cast<int>(col % 4) / 2;
+    const double u1 = ((r[2 * pair] >> 8) + 0.5) / 16777216.0;
+    const double u2 = (r[2 * pair + 1] >> 8) / 16777216.0;
+    const double radius = std::sqrt(-2.0 * std::log(u1)), angle = 6.283185307179586 * u2;
+    return static_cast<float>(col % 2 == 0 ? radius * std::cos(angle) : radius * std::sin(angle));
+  };
+  std::vector<std::pair<uint64_t, uint64_t>> order;
+  for (uint64_t c = 0; c < 11; ++c) order.push_back({2, c});
+  for (uint64_t c = 11; c-- > 0;) order.push_back({3, c});
+  for (uint64_t c = 0; c < 11; ++c) order.push_back({c % 2 == 0 ? 4 : 5, c / 2});
+  order.push_back({6, 1});  // the other element of a pair first, then the pair's first
+  order.push_back({6, 0});
+  PhiloxNormals normals(key);
+  for (const auto& [row, col] : order) {
+    EXPECT_EQ(normals(row, col), box_muller(row, col)) << "row " << row << ", col " << col;
+    EXPECT_EQ(philox_normal(key, row, col), box_muller(row, col));
+  }
 }
 
 }  // namespace
