@@ -11,9 +11,9 @@
 #include "tessera/kernels/scratch_plan.h"
 #include "tessera/kernels/simd/vec.h"
 
-// The bias loops are plain C++, compiled per target so the compiler vectorises them with the
-// target's instructions; the products go through gemm (gemm.h chooses oneDNN, the blocked GEMM
-// or widening to fp32 for 16-bit types).
+// Compiled per target: the bias loops use the target's instructions (plain C++ the compiler
+// vectorises, or the vector layer for 16-bit rows); the products go through gemm (gemm.h chooses
+// oneDNN, the blocked GEMM or widening to fp32 for 16-bit types).
 TESSERA_TARGET_BEGIN
 namespace {
 
@@ -27,11 +27,13 @@ constexpr int64_t kParallelElems = int64_t{1} << 16;
 // result is rounded twice (product, then sum): within one ulp, and it keeps the gemm's 16-bit
 // output (no fp32 temporary of N x OC).
 // fp32 is a plain loop, which GCC vectorises; 16-bit rows go through the vector layer
-// (simd/vec.h), whose 16-bit loads and stores are core/dtype.h's conversions bit for bit: as a
-// plain loop GCC left the rounding scalar, and the bf16 pass took 2.8x the fp32 one's time at the
-// AVX2 cap (perf of model_step's gpt2 step). The same sum either way; measured 2026-12-05 (`bench/
-// pointwise_bench` BiasForward, docs/performance.md): bf16 1.6-1.8x faster on the vector layer at
-// every target, fp32 20-40% slower there at baseline and avx512 than as the plain loop.
+// (simd/vec.h), whose 16-bit loads and stores are core/dtype.h's conversions bit for bit (but
+// for avx512bf16's bf16 stores, which give fp32 subnormals as zeros: docs/performance.md, "CPU
+// targets"): as a plain loop GCC left the rounding scalar, and the bf16 pass took 2.8x the fp32
+// one's time at the AVX2 cap (perf of model_step's gpt2 step). The same sum either way; measured
+// 2026-12-05 (`bench/pointwise_bench` BiasForward, docs/performance.md): bf16 1.6-1.9x faster on
+// the vector layer at baseline, avx2 and avx512bf16 (1.1x at avx512), fp32 20-40% slower there at
+// baseline and avx512 than as the plain loop.
 template <typename T, typename TIn>
 void add_bias(T* out, const TIn* in, const T* bias, int64_t N, int64_t OC) {
 #pragma omp parallel for schedule(static) if (N * OC >= kParallelElems)

@@ -58,6 +58,11 @@ int64_t Parameter::global_index(int64_t i) const {
 void ParameterSet::initial_values(const Parameter& p, float* out, int64_t lo, int64_t hi) const {
   if (hi < 0) hi = p.numel();
   TESSERA_CHECK(0 <= lo && lo <= hi && hi <= p.numel());
+  if (lo == hi) return;  // (a parameter of no elements may have no columns to step through)
+  if (p.init != InitKind::kNormal) {
+    std::fill(out, out + (hi - lo), init_value(p, seed_, 0, 0));
+    return;
+  }
   // The shard as (rows, cols), a vector being one row; map the split coordinate to global.
   const bool vector = p.local_shape.size() <= 1;
   const int64_t cols = p.local_shape.empty() ? 1 : p.local_shape.back();
@@ -67,10 +72,6 @@ void ParameterSet::initial_values(const Parameter& p, float* out, int64_t lo, in
   std::vector<int64_t> global_col(split_cols ? cols : 0);
   for (size_t i = 0; i < global_row.size(); ++i) global_row[i] = p.global_index(i);
   for (size_t i = 0; i < global_col.size(); ++i) global_col[i] = p.global_index(i);
-  if (p.init != InitKind::kNormal) {
-    std::fill(out, out + (hi - lo), init_value(p, seed_, 0, 0));
-    return;
-  }
   // init_value's numbers, with the key made once and each thread walking its contiguous share in
   // order (row and column stepped, not divided out per element), so neighbours share their
   // Philox block and Box-Muller pair (PhiloxNormals).
@@ -78,8 +79,8 @@ void ParameterSet::initial_values(const Parameter& p, float* out, int64_t lo, in
   const int64_t n = hi - lo;
 #pragma omp parallel if (n >= 4096)
   {
-    const int64_t teams = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t begin = lo + n * t / teams, end = lo + n * (t + 1) / teams;
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t begin = lo + n * t / threads, end = lo + n * (t + 1) / threads;
     PhiloxNormals normals(key);
     int64_t r = begin / cols, c = begin % cols;
     for (int64_t i = begin; i < end; ++i) {

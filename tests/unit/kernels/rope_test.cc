@@ -116,13 +116,17 @@ TEST(RopePositions, PerSampleRowsMatchTheReferenceWithFewerOrMoreRowsThanPositio
 }
 
 TEST(RopeBf16, IsTheFp32RotationRoundedOnce) {
-  // Head dimensions whose halves are a partial vector (8) and a full one plus a tail (20).
-  for (int HD : {16, 40}) {
-    const Shape s{2, 7, 3, 1, HD};
-    std::vector<int32_t> pos = {0, 1, 2, 100, 200, 300, 4000};
+  // Head dimensions whose halves are a partial vector (8) and full ones plus a tail (20); the
+  // second shape rotates 655 360 elements, so that a multiply-add fused where the fp32 rotation
+  // rounds twice would show (it moves about 2 in 10^5 of the bf16 results).
+  const std::vector<Shape> shapes = {{2, 7, 3, 1, 16}, {4, 256, 12, 4, 40}};
+  for (const Shape& s : shapes) {
+    std::vector<int32_t> pos(s.T);
+    for (int64_t t = 0; t < s.T; ++t) pos[t] = static_cast<int32_t>(t * 37 % 4001);
     const std::vector<float> x = testing::round_to_bf16(testing::random_normal(s.qkv_size(), 6));
     // Same fp32 arithmetic on the same (exact bf16) values, then one rounding to nearest even:
-    // the bits of the fp32 rotation's result rounded by core/dtype.h, on every target.
+    // the bits of the fp32 rotation's result rounded by core/dtype.h, on every target (no
+    // result here is an fp32 subnormal, which avx512bf16's bf16 stores give as zero).
     for (bool backward : {false, true}) {
       std::vector<float> y32 = x;
       std::vector<bf16> y16 = testing::to_bf16(x);
@@ -135,7 +139,7 @@ TEST(RopeBf16, IsTheFp32RotationRoundedOnce) {
       }
       for (size_t i = 0; i < y16.size(); ++i)
         ASSERT_EQ(y16[i].bits, from_f32<bf16>(y32[i]).bits)
-            << "HD " << HD << (backward ? ", backward" : ", forward") << ", element " << i;
+            << "HD " << s.HD << (backward ? ", backward" : ", forward") << ", element " << i;
     }
   }
 }

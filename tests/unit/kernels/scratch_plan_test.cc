@@ -38,30 +38,26 @@ TEST(ScratchPlan, BuffersKeepTheirLargestAndTheLargestTemporaryAdds) {
 }
 
 // The accountant's peak of kOther above its level before, while `calls` run on a new thread of
-// a team of `threads`. The accountant is the process's: the OpenMP team of an earlier worker
-// thread ends after that thread does, and its threads' buffers are freed when they get to it,
-// which on a loaded machine can fall inside this measurement and lower it (seen once in a
-// dozen runs with a build running beside). The worker frees its own buffers before join
-// returns, so the level after equals the level before unless such a free came in between: then
-// the calls run again.
+// a team of `threads`. The worker frees its own buffers when it ends, before join returns; the
+// other threads of its OpenMP team free theirs when they end, which libgomp lets happen later.
+// Such a free inside the next measurement lowered it (a 1-thread measurement after a 2-thread
+// one failed once in about a dozen runs with a build running beside), so this waits for the
+// level to come back before returning, and a level that does not come back (a leak) fails.
 int64_t measured_peak(int threads, const std::function<void()>& calls) {
   MemoryAccountant& accountant = MemoryAccountant::instance();
-  const auto other = [&](bool peak) {
-    const MemorySnapshot s = accountant.snapshot();
-    return (peak ? s.peak : s.current)[int(MemoryCategory::kOther)];
-  };
-  for (int attempt = 0;; ++attempt) {
-    const int64_t before = other(false);
-    accountant.reset_peaks();
-    std::thread worker([&] {
-      omp_set_num_threads(threads);
-      calls();
-    });
-    worker.join();
-    const int64_t peak = other(true);
-    if (other(false) == before || attempt == 20) return peak - before;
+  const auto level = [&] { return accountant.snapshot().current[int(MemoryCategory::kOther)]; };
+  const int64_t before = level();
+  accountant.reset_peaks();
+  std::thread worker([&] {
+    omp_set_num_threads(threads);
+    calls();
+  });
+  worker.join();
+  const int64_t peak = accountant.snapshot().peak[int(MemoryCategory::kOther)];
+  for (int waits = 0; level() != before && waits < 100; ++waits)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  EXPECT_EQ(level(), before) << "kOther did not come back to its level within 5 s of the calls";
+  return peak - before;
 }
 
 // A linear layer's forward and backward (the products of a transformer's layers) and a norm's

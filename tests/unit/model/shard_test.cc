@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "tessera/core/error.h"
 #include "tessera/model/parameter.h"
 
@@ -69,6 +73,42 @@ TEST(Shard, ShardsInitialiseFromGlobalCoordinates) {
         if (p.shard.tp_dim == 0 && !vector) r = p.global_index(r);
         else c = p.global_index(c);
         EXPECT_EQ(p.value.data<float>()[i], g.value.data<float>()[r * gcols + c]) << name << i;
+      }
+    }
+  }
+}
+
+// initial_values over ranges that start and end inside rows, on the threads' path (4096 elements
+// or more) and below it, of column-split shards whose columns are not multiples of 4 (a Philox
+// block straddles them): every value is init_value's at its global coordinates. Parameters of no
+// elements allocate; constant kinds are their constant.
+TEST(Shard, InitialValuesOfAnyRangeAreInitValues) {
+  for (int tp = 1; tp <= 2; ++tp) {
+    ParameterSet set(tp, tp - 1);
+    set.add("w", {67, 130}, InitKind::kNormal, 0.5f, true, ShardSpec::split(1));
+    set.add("rows", {90, 61}, InitKind::kNormal, 0.5f, true, ShardSpec::split(0));
+    set.add("empty", {3, 0}, InitKind::kNormal, 0.5f, true);
+    set.add("nothing", {0}, InitKind::kNormal, 0.5f, true);
+    set.add("ones", {5}, InitKind::kOnes, 0.0f, false);
+    set.allocate(DType::kF32, 11);
+    for (const char* name : {"w", "rows", "empty", "nothing", "ones"}) {
+      const Parameter& p = set.get(name);
+      const int64_t cols = p.local_shape.back();
+      const bool split_rows = p.shard.tp_dim == 0;
+      for (const auto& [lo, hi] : std::vector<std::pair<int64_t, int64_t>>{
+               {0, p.numel()},
+               {std::min<int64_t>(7, p.numel()), p.numel()},
+               {p.numel() / 3, p.numel() / 3 + std::min<int64_t>(p.numel() / 3, 100)}}) {
+        std::vector<float> out(static_cast<size_t>(hi - lo), -1.0f);
+        set.initial_values(p, out.data(), lo, hi);
+        for (int64_t i = lo; i < hi; ++i) {
+          const int64_t r = i / cols, c = i % cols;
+          const float expected = ParameterSet::init_value(p, 11, split_rows ? p.global_index(r) : r,
+                                                          split_rows ? c : p.global_index(c));
+          ASSERT_EQ(out[i - lo], expected)
+              << name << " at " << i << " of [" << lo << ", " << hi << "), tp " << tp;
+          ASSERT_EQ(p.value.data<float>()[i], expected) << name << " at " << i;
+        }
       }
     }
   }
