@@ -17,7 +17,7 @@
 
 // Compiled per target like every kernel. The fp32 rotation is a plain loop, which GCC vectorises;
 // 16-bit rows go through the vector layer (simd/vec.h), because as a plain loop GCC left their
-// rounding scalar (bench/attention_bench Rope, 2026-12-05: bf16 1.6x faster on the vector layer
+// rounding scalar (bench/attention_bench Rope, 2026-12-05: bf16 1.5-1.6x faster on the vector layer
 // at baseline and avx2, 1.1-1.3x at avx512 and avx512bf16; fp32 there 30% slower at baseline,
 // level elsewhere). Products and sums are separate in both (no fused multiply-add:
 // -ffp-contract=off), so every target gives the same bits, but for avx512bf16's bf16 stores,
