@@ -8,6 +8,12 @@
 #include "tessera/core/philox.h"
 
 namespace tessera::model {
+namespace {
+// The key of a parameter's initial values: the seed and its name (parameter.h, init_value).
+PhiloxKey init_key(const Parameter& p, uint64_t seed) {
+  return philox_key(seed, RngPurpose::kInit, fnv1a64(p.name));
+}
+}  // namespace
 
 Parameter& ParameterSet::add(std::string name, Shape shape, InitKind init, float init_std,
                              bool weight_decay, ShardSpec shard) {
@@ -41,8 +47,7 @@ float ParameterSet::init_value(const Parameter& p, uint64_t seed, int64_t row, i
     case InitKind::kOnes:
       return 1.0f;
     case InitKind::kNormal: {
-      const PhiloxKey key = philox_key(seed, RngPurpose::kInit, fnv1a64(p.name));
-      return p.init_std * philox_normal(key, row, col);
+      return p.init_std * philox_normal(init_key(p, seed), row, col);
     }
   }
   return 0.0f;
@@ -75,7 +80,7 @@ void ParameterSet::initial_values(const Parameter& p, float* out, int64_t lo, in
   // init_value's numbers, with the key made once and each thread walking its contiguous share in
   // order (row and column stepped, not divided out per element), so neighbours share their
   // Philox block and Box-Muller pair (PhiloxNormals).
-  const PhiloxKey key = philox_key(seed_, RngPurpose::kInit, fnv1a64(p.name));
+  const PhiloxKey key = init_key(p, seed_);
   const int64_t n = hi - lo;
 #pragma omp parallel if (n >= 4096)
   {

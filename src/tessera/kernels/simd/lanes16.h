@@ -144,39 +144,43 @@ TESSERA_LANES16_COMPARE(>)
 TESSERA_LANES16_COMPARE(>=)
 #undef TESSERA_LANES16_COMPARE
 
+// f applied to each part of a, giving the parts of a To (as many parts: the same lane width).
+// The one loop behind the unary operators and the same-width conversions below.
+template <typename To, typename E, typename F>
+TESSERA_LANES_INLINE To map_parts(const Lanes16<E>& a, F f) {
+  static_assert(To::kParts == Lanes16<E>::kParts, "map_parts keeps the lane width");
+  To r;
+#pragma GCC unroll 8
+  for (int i = 0; i < To::kParts; ++i) r.p[i] = f(a.p[i]);
+  return r;
+}
+
 template <typename E>
 TESSERA_LANES_INLINE Lanes16<E> operator-(const Lanes16<E>& a) {
-  Lanes16<E> r;
-#pragma GCC unroll 8
-  for (int i = 0; i < Lanes16<E>::kParts; ++i) r.p[i] = -a.p[i];
-  return r;
+  return map_parts<Lanes16<E>>(
+      a, [](auto v) __attribute__((always_inline)) { return -v; });
 }
 template <typename E>
 TESSERA_LANES_INLINE Lanes16<E> operator~(const Lanes16<E>& a) {
-  Lanes16<E> r;
-#pragma GCC unroll 8
-  for (int i = 0; i < Lanes16<E>::kParts; ++i) r.p[i] = ~a.p[i];
-  return r;
+  return map_parts<Lanes16<E>>(
+      a, [](auto v) __attribute__((always_inline)) { return ~v; });
 }
 
 // ---- conversions -----------------------------------------------------------------------------
 // The same bits as lanes of another type of the same width.
 template <typename To, typename E>
 TESSERA_LANES_INLINE To bitcast(const Lanes16<E>& a) {
-  static_assert(To::kParts == Lanes16<E>::kParts, "bitcast keeps the lane width");
-  To r;
-#pragma GCC unroll 8
-  for (int i = 0; i < To::kParts; ++i) r.p[i] = reinterpret_cast<typename To::Part>(a.p[i]);
-  return r;
+  return map_parts<To>(
+      a,
+      [](auto v) __attribute__((always_inline)) { return reinterpret_cast<typename To::Part>(v); });
 }
 // Each lane converted as a scalar cast would (float to int truncates), same lane width.
 template <typename To, typename E>
 TESSERA_LANES_INLINE To convert_lanes(const Lanes16<E>& a) {
-  static_assert(To::kParts == Lanes16<E>::kParts, "convert_lanes keeps the lane width");
-  To r;
-#pragma GCC unroll 8
-  for (int i = 0; i < To::kParts; ++i) r.p[i] = __builtin_convertvector(a.p[i], typename To::Part);
-  return r;
+  return map_parts<To>(
+      a, [](auto v) __attribute__((always_inline)) {
+        return __builtin_convertvector(v, typename To::Part);
+      });
 }
 // Lanes [Off, Off + sizeof...(I)) of a part, as a shorter vector (a shuffle, no memory).
 template <int Off, typename Part, std::size_t... I>
