@@ -8,17 +8,23 @@
 #     the experts at EP 2, EP 2 x EDP 2 (ZeRO 1), EP 4 x EDP 2 (ZeRO 2), TP 2 x EP 2 (expert TP 2),
 #     TP 2 x EP 2 with expert TP 1 (ZeRO 1) and EP 2 x EDP 2 at ZeRO 3, against the formula
 #     (tessera-train's "> expert parallel:" line, mixtral-tiny, one iteration);
-#  3. learning: on the demo's data (scripts/demo-data.sh), the demo's dense LLaMA-style model
+#  3. dropless: a Mixtral-style model (8 SwiGLU experts of 512, top 2, width 512, 4 layers) trained
+#     on one rank with its experts' rows as the router chose them and with each padded to its
+#     balanced share, interleaved twice (ITERATIONS iterations each, default 8): each run's median
+#     step and matrix-product time over iterations 3.. (tessera-train's metrics file) and the
+#     process's peak resident set (/usr/bin/time; docs/performance.md, "Products whose token counts vary");
+#  4. learning: on the demo's data (scripts/demo-data.sh), the demo's dense LLaMA-style model
 #     (examples/demo_llama.json: ffn 352) and its MoE twin of equal active parameters per token
 #     (8 experts of ffn 176, top 2, Mixtral's aux loss 0.01), trained for the same tokens with the
 #     same schedule; prints both validation losses.
-# Usage: bench/moe.sh [BUILD_BIN_DIR] [speed|ep|learning|all] [ITERATIONS (learning, default 600)]
+# Usage: bench/moe.sh [BUILD_BIN_DIR] [speed|ep|dropless|learning|all]
+#                     [ITERATIONS (learning, default 600; dropless, default 8)]
 #                     [tessera-train flags for both learning runs, e.g. --hidden-dropout 0.1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="${1:-build/bin}"
 what="${2:-all}"
-iters="${3:-600}"
+iters="${3:-}"
 extra=("${@:4}")
 
 if [ "$what" = all ] || [ "$what" = speed ]; then
@@ -48,7 +54,36 @@ if [ "$what" = all ] || [ "$what" = ep ]; then
   done
 fi
 
+if [ "$what" = all ] || [ "$what" = dropless ]; then
+  tmp="$(mktemp -d)"
+  mixtral=(--mock-data --lr 1e-3 --train-iters "${iters:-8}" --eval-interval 0
+           --global-batch-size 8 --micro-batch-size 4 --seq-length 256
+           --max-position-embeddings 256 --vocab-size 8192 --model mixtral-tiny --hidden-size 512
+           --num-attention-heads 8 --num-query-groups 4 --num-layers 4 --moe-ffn-hidden-size 512)
+  for run in 1 2; do
+    for routing in padded dropless; do
+      capacity=()
+      [ "$routing" = padded ] &&
+        capacity=(--moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity)
+      rm -f "$tmp/metrics.jsonl"
+      # The whole run's peak resident set (the memory report's is the first iteration's).
+      /usr/bin/time -o "$tmp/rss_kib" -f %M "$BIN/tessera-train" "${mixtral[@]}" "${capacity[@]}" \
+        --metrics-file "$tmp/metrics.jsonl" >/dev/null
+      /usr/bin/python3 - "$tmp/metrics.jsonl" "$routing" "$(cat "$tmp/rss_kib")" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][2:]
+step = statistics.median(r["iter_time_s"] for r in rows)
+gemm = statistics.median(r["gemm_s"] for r in rows)
+rss = int(sys.argv[3]) / 1024
+print(f"{sys.argv[2]:<9} step {step:.3f} s  products {gemm:.3f} s  peak RSS {rss:.0f} MiB")
+PY
+    done
+  done
+  rm -rf "$tmp"
+fi
+
 if [ "$what" = all ] || [ "$what" = learning ]; then
+  iters="${iters:-600}"
   bash scripts/demo-data.sh
   out=demo-run/moe-bench
   mkdir -p "$out"

@@ -17,6 +17,7 @@ packages=(
   liburing-dev                         # NVMe offload: io_uring for asynchronous direct I/O
   libcpp-httplib-dev curl              # tessera-serve's HTTP server; its tests' client
   fio                                  # bench: the disk's own read/write figures to compare with
+  time                                 # bench: a run's peak resident set (/usr/bin/time -f %M)
   python3-protobuf python3-crcmod      # tests: an independent reader of TensorBoard event files
   python3-numpy                        # tests: the float64 reference forward of HF families
   python3-jinja2                       # tests: chat templates' expected renderings (Jinja2 itself)

@@ -146,9 +146,22 @@ MatmulKey matmul_key(const GemmShape& g, int team) {
                    serial ? 1 : team};
 }
 
-std::shared_ptr<const Matmul> cached_matmul(const MatmulKey& key) {
+std::mutex& matmul_cache_mutex() {
   static std::mutex mutex;
+  return mutex;
+}
+std::map<MatmulKey, std::shared_ptr<const Matmul>>& matmul_cache() {
   static std::map<MatmulKey, std::shared_ptr<const Matmul>> cache;
+  return cache;
+}
+size_t matmul_cache_size() {
+  std::lock_guard<std::mutex> lock(matmul_cache_mutex());
+  return matmul_cache().size();
+}
+
+std::shared_ptr<const Matmul> cached_matmul(const MatmulKey& key) {
+  std::mutex& mutex = matmul_cache_mutex();
+  auto& cache = matmul_cache();
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key);
@@ -160,13 +173,11 @@ std::shared_ptr<const Matmul> cached_matmul(const MatmulKey& key) {
   return cache.emplace(key, std::move(mm)).first->second;
 }
 
+// One product on its own primitive (M, N, K > 0).
 template <typename TA, typename TC>
-void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                 const TA* A, int64_t lda, const TA* B, int64_t ldb, float beta, TC* C,
-                 int64_t ldc) {
-  check_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
-  if (M == 0 || N == 0) return;
-  if (K == 0) return scale_c(M, N, beta, C, ldc);
+void run_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                const TA* A, int64_t lda, const TA* B, int64_t ldb, float beta, TC* C,
+                int64_t ldc) {
   // oneDNN sizes its parallel loops from omp_get_max_threads() when a primitive is created.
   const MatmulKey key = matmul_key(GemmShape{trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta,
                                              dtype_of<TA>(), dtype_of<TA>(), dtype_of<TC>()},
@@ -191,6 +202,42 @@ void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
   }
   mm->primitive.execute(stream, args);
   stream.wait();
+}
+
+// Calls piece(m0, rows, k0, depth) for the pieces of an M x K product that VaryingTokenCounts
+// (gemm.h) runs: rows in order of bounded sizes, and for each its depth the same way when
+// `split_depth`, else whole.
+template <typename Piece>
+void for_each_bounded_piece(int64_t M, int64_t K, bool split_depth, Piece piece) {
+  for (int64_t m0 = 0; m0 < M;) {
+    const int64_t rows = detail::bounded_size(M - m0);
+    for (int64_t k0 = 0; k0 < K;) {
+      const int64_t depth = split_depth ? detail::bounded_size(K - k0) : K - k0;
+      piece(m0, rows, k0, depth);
+      k0 += depth;
+    }
+    m0 += rows;
+  }
+}
+
+template <typename TA, typename TC>
+void onednn_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const TA* A, int64_t lda, const TA* B, int64_t ldb, float beta, TC* C,
+                 int64_t ldc) {
+  check_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  if (K == 0) return scale_c(M, N, beta, C, ldc);
+  if (!detail::token_counts_vary())
+    return run_matmul(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  // Row piece m0 of op(A) starts at row m0 of A, or column m0 when A is stored transposed; depth
+  // piece k0 at column k0 of op(A) and row k0 of op(B).
+  for_each_bounded_piece(M, K, std::is_same_v<TC, float>,
+                         [&](int64_t m0, int64_t rows, int64_t k0, int64_t depth) {
+                           const TA* a = A + (trans_a ? k0 * lda + m0 : m0 * lda + k0);
+                           const TA* b = B + (trans_b ? k0 : k0 * ldb);
+                           run_matmul(trans_a, trans_b, rows, N, depth, alpha, a, lda, b, ldb,
+                                      k0 == 0 ? beta : 1.0f, C + m0 * ldc, ldc);
+                         });
 }
 
 }  // namespace
@@ -220,14 +267,26 @@ template void native_bf16_gemm<bf16>(bool, bool, int64_t, int64_t, int64_t, floa
 
 void plan_onednn_gemm(ScratchPlan& plan, const GemmShape& g) {
   if (g.M == 0 || g.N == 0 || g.K == 0) return;  // no primitive runs (onednn_gemm)
-  const MatmulKey key = matmul_key(g, g.threads);
-  const TeamScope team(key.threads);
-  const size_t bytes = cached_matmul(key)->scratchpad_bytes;
-  if (bytes == 0) return;
-  // One scratchpad per calling thread and onednn_gemm<TA, TC> instantiation.
-  plan.grow(std::string("oneDNN scratchpad ") + dtype_name(g.a) + ">" + dtype_name(g.c),
-            static_cast<int64_t>(bytes));
+  const auto plan_piece = [&](int64_t rows, int64_t depth) {
+    GemmShape piece = g;
+    piece.M = rows;
+    piece.K = depth;
+    const MatmulKey key = matmul_key(piece, g.threads);
+    const TeamScope team(key.threads);
+    const size_t bytes = cached_matmul(key)->scratchpad_bytes;
+    if (bytes == 0) return;
+    // One scratchpad per calling thread and onednn_gemm<TA, TC> instantiation.
+    plan.grow(std::string("oneDNN scratchpad ") + dtype_name(g.a) + ">" + dtype_name(g.c),
+              static_cast<int64_t>(bytes));
+  };
+  if (!detail::token_counts_vary()) return plan_piece(g.M, g.K);
+  // The pieces onednn_gemm runs inside a VaryingTokenCounts scope.
+  for_each_bounded_piece(
+      g.M, g.K, g.c == DType::kF32,
+      [&](int64_t, int64_t rows, int64_t, int64_t depth) { plan_piece(rows, depth); });
 }
+
+size_t onednn_primitives_cached() { return matmul_cache_size(); }
 
 }  // namespace detail
 

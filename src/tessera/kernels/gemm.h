@@ -60,6 +60,29 @@ void gemm_fp32_a(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
 // 16-bit operand costs one widening pass per call, and a caller using it twice can save one.
 bool gemm_widens(DType dtype);
 
+// Declares, on the calling thread and for the scope's lifetime, that the products made meanwhile
+// have token counts that change from call to call: dropless MoE experts' rows
+// (model/moe_layer.cc), an inference step's rows (inference/engine.cc). oneDNN builds and
+// JIT-compiles a primitive for each shape, which gemm keeps for the next call of that shape
+// (0.2-0.7 ms and about 80 KiB each on an AMD EPYC, docs/performance.md): such callers created one
+// for every new count, without bound (a dropless MoE run's resident set grew by 1.2 GiB in 60
+// steps). Inside the scope a oneDNN product runs as pieces whose M, and K where C is fp32 (a weight
+// gradient's depth is its token count), have at most kBoundedShapeBits significant bits: the
+// largest such size first, then the rest the same way (M 1213 = 1152 + 60 + 1). Depth pieces
+// accumulate into C in order (the first with beta, the rest with 1); a 16-bit C's K is not split,
+// since each piece would round it. So the sizes are bounded (every size below 2^bits, then
+// 2^(bits-1) between one power of two and the next), and the bits are still a function of the
+// call's shape alone: the same rows give the same result in any layout. Scopes nest; products
+// outside one, and those on the blocked GEMM (which keeps nothing per shape), are unchanged.
+class VaryingTokenCounts {
+ public:
+  VaryingTokenCounts();
+  ~VaryingTokenCounts();
+  VaryingTokenCounts(const VaryingTokenCounts&) = delete;
+  VaryingTokenCounts& operator=(const VaryingTokenCounts&) = delete;
+};
+constexpr int kBoundedShapeBits = 4;
+
 // How bf16 GEMMs run: oneDNN's bf16 matmul, Tessera's blocked GEMM (widening as it packs or reads
 // its operands), or widened copies for oneDNN's fp32 matmul. Chosen at the first bf16 GEMM:
 // oneDNN bf16 where oneDNN's effective ISA has bf16 dot products, else the blocked GEMM (measured

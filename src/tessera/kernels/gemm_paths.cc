@@ -2,6 +2,8 @@
 // blocked GEMM (gemm_packed.h) or the widened fp32 path (gemm_widened.h), as bf16_gemm_path()
 // says. Shared by the full build (gemm.cc chooses the path) and the build without oneDNN
 // (gemm_reference.cc).
+#include <algorithm>
+#include <bit>
 #include <string>
 #include <type_traits>
 
@@ -53,6 +55,25 @@ void plan_packed_gemm(ScratchPlan& plan, const GemmShape& g) {
 }
 
 }  // namespace
+
+namespace {
+thread_local int t_varying_token_counts = 0;  // open VaryingTokenCounts scopes on this thread
+}  // namespace
+
+VaryingTokenCounts::VaryingTokenCounts() { ++t_varying_token_counts; }
+VaryingTokenCounts::~VaryingTokenCounts() { --t_varying_token_counts; }
+
+namespace detail {
+
+bool token_counts_vary() { return t_varying_token_counts > 0; }
+
+int64_t bounded_size(int64_t n) {
+  const int drop =
+      std::max(0, static_cast<int>(std::bit_width(static_cast<uint64_t>(n))) - kBoundedShapeBits);
+  return (n >> drop) << drop;
+}
+
+}  // namespace detail
 
 void plan_gemm(ScratchPlan& plan, const GemmShape& g) {
   if (g.a == DType::kF32 && g.b == DType::kF32) return detail::plan_onednn_gemm(plan, g);

@@ -33,6 +33,13 @@ void native_bf16_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
                       const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, TC* C,
                       int64_t ldc);
 
+// Whether the calling thread is inside a VaryingTokenCounts scope (gemm.h).
+bool token_counts_vary();
+// The largest size <= n (n > 0) with at most kBoundedShapeBits significant bits (gemm.h).
+int64_t bounded_size(int64_t n);
+// oneDNN primitives gemm keeps (0 without oneDNN): what VaryingTokenCounts bounds, for tests.
+size_t onednn_primitives_cached();
+
 // plan_gemm (gemm.h) for the widened path: the fp32 copies of 16-bit operands (one buffer each per
 // calling thread and widened_gemm<TA, TB> instantiation), of a 16-bit output (per
 // widened_gemm<TA, TB, TC>), then the fp32 product's own scratch.

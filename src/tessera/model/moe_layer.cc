@@ -351,6 +351,9 @@ Tensor MoeLayer::experts_forward(const Tensor& rows, const std::vector<int64_t>&
                                  std::vector<Mlp::Saved>& saved) const {
   Tensor out = Tensor::empty(rows.shape(), rows.dtype());
   saved.assign(experts_.size(), Mlp::Saved{});
+  // An expert's rows change from step to step (as the router chooses, up to any capacity): the
+  // products keep to a bounded set of oneDNN shapes (gemm.h).
+  const kernels::VaryingTokenCounts varying;
   // One MLP per expert over its contiguous rows: two GEMMs each, never a loop over tokens.
   for (size_t e = 0; e < experts_.size(); ++e) {
     const int64_t b = expert_begin[e], end = expert_begin[e + 1];
@@ -363,6 +366,7 @@ Tensor MoeLayer::experts_forward(const Tensor& rows, const std::vector<int64_t>&
 Tensor MoeLayer::experts_backward(const Tensor& drows, const std::vector<int64_t>& expert_begin,
                                   const std::vector<Mlp::Saved>& saved) const {
   Tensor out = Tensor::empty(drows.shape(), drows.dtype());
+  const kernels::VaryingTokenCounts varying;  // as in experts_forward
   for (size_t e = 0; e < experts_.size(); ++e) {
     const int64_t b = expert_begin[e], end = expert_begin[e + 1];
     if (b == end) continue;

@@ -61,7 +61,10 @@ void plan_layer_scratch(kernels::ScratchPlan& plan, const ModelConfig& c, int64_
   kernels::plan_gemm(plan, GemmShape{false, false, N, C, E, E, C, C, 1.0f, 1.0f, DType::kF32,
                                      DType::kF32, DType::kF32, threads});
   const int64_t rows = std::llround(moe->per_expert);
-  if (rows > 0) plan_mlp(plan, c, rows, c.moe_ffn(), moe->expert_tp, dtype, threads);
+  if (rows > 0) {
+    const kernels::VaryingTokenCounts varying;  // the products' pieces, as the experts run them
+    plan_mlp(plan, c, rows, c.moe_ffn(), moe->expert_tp, dtype, threads);
+  }
   // The shared expert: tensor-parallel without the sequence split, on the micro-batch's rows.
   if (c.moe.shared_expert_size > 0)
     plan_mlp(plan, c, N, c.moe.shared_expert_size, tp, dtype, threads);

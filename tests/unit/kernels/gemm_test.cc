@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tessera/core/error.h"
+#include "tessera/kernels/gemm_widened.h"
 #include "testing/numeric.h"
 
 namespace tessera::kernels {
@@ -244,6 +245,63 @@ TEST(Gemm, ConcurrentCallersShareCachedPrimitives) {
   for (const Problem& p : {make_problem(false, true, 33, 47, 80, 1.0f, 0.0f),
                            make_problem(false, true, 130, 140, 150, 1.0f, 0.0f)})
     concurrent_check(p);
+}
+
+TEST(Gemm, BoundedSizeKeepsFourSignificantBits) {
+  // Hand-worked: 1213 = 0b10010111101 -> 0b10010000000; then 61 = 0b111101 -> 0b111100.
+  const int64_t cases[][2] = {{1, 1},       {15, 15},     {16, 16},    {17, 16},
+                              {31, 30},     {61, 60},     {255, 240},  {1024, 1024},
+                              {1025, 1024}, {1213, 1152}, {4095, 3840}};
+  for (const auto& c : cases) EXPECT_EQ(detail::bounded_size(c[0]), c[1]) << c[0];
+}
+
+TEST(Gemm, VaryingTokenCountsGivesTheProductOnEveryPath) {
+  // Rows and depths that split into several pieces (37 = 36 + 1, 83 = 80 + 3, 150 = 144 + 6),
+  // every transpose, alpha and beta: the pieces make the whole product.
+  const VaryingTokenCounts varying;
+  const int64_t shapes[][3] = {{37, 19, 83}, {150, 33, 37}, {1, 5, 150}};
+  for (const auto& s : shapes)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (float beta : {0.0f, 0.5f}) {
+          const Problem p = make_problem(ta, tb, s[0], s[1], s[2], 0.75f, beta);
+          EXPECT_LT(run_error(p, Path::kF32), kF32Tol) << "fp32 " << p.name();
+          EXPECT_LT(run_error(p, Path::kBf16ToF32), kF32Tol) << "bf16->fp32 " << p.name();
+          EXPECT_LT(run_error(p, Path::kFp32AToF32), kF32Tol) << "fp32 A->fp32 " << p.name();
+          if (beta == 0.0f) {
+            EXPECT_LT(run_error(p, Path::kBf16ToBf16), kBf16OutTol) << "bf16->bf16 " << p.name();
+            EXPECT_LT(run_error(p, Path::kFp32AToBf16), kBf16OutTol) << "fp32 A->bf16 " << p.name();
+          }
+        }
+}
+
+TEST(Gemm, VaryingTokenCountsBoundsThePrimitivesCreated) {
+#if defined(TESSERA_WITHOUT_ONEDNN)
+  GTEST_SKIP() << "the build without oneDNN keeps no primitives";
+#endif
+  // A forward product's rows and a weight gradient's depth taking every count from 1 to 200, as
+  // an expert's rows do. Sizes up to 200 with at most four significant bits: 1-16, then 8 an
+  // octave (18-30, 32-60, 64-120) and 128-192 (5): 44.
+  const int64_t N = 24, K = 8, counts = 200;
+  std::vector<float> a(counts * K, 0.5f), b(counts * N, 0.25f), c(counts * N), w(K * N);
+  const auto sweep = [&](int64_t n_offset) {
+    const size_t before = detail::onednn_primitives_cached();
+    for (int64_t m = 1; m <= counts; ++m) {
+      // Each sweep its own N, so that neither reuses the other's primitives.
+      gemm(false, false, m, N - n_offset, K, 1.0f, a.data(), K, b.data(), N, 0.0f, c.data(), N);
+      gemm(true, false, K, N - n_offset, m, 1.0f, a.data(), K, b.data(), N, 1.0f, w.data(), N);
+    }
+    return detail::onednn_primitives_cached() - before;
+  };
+  {
+    const VaryingTokenCounts varying;
+    EXPECT_LE(sweep(0), 2 * 44u);
+  }
+  EXPECT_GT(sweep(1), 4 * 44u);  // outside the scope, one a shape (400 unless cached before)
+  // Values at the last count: the forward rows hold K * 0.5 * 0.25; the weight gradient summed
+  // every depth from 1 to 200 (beta 1) from zero: 0.125 * 200 * 201 / 2 in each sweep.
+  EXPECT_EQ(c[(counts - 1) * N], 1.0f);
+  EXPECT_EQ(w[0], 2 * 0.125f * counts * (counts + 1) / 2);
 }
 
 TEST(Gemm, MeasurePeakRejectsDtypesWithoutGemm) {
