@@ -18,7 +18,7 @@
 #     (8 experts of ffn 176, top 2, Mixtral's aux loss 0.01), trained for the same tokens with the
 #     same schedule; prints both validation losses.
 # Usage: bench/moe.sh [BUILD_BIN_DIR] [speed|ep|dropless|learning|all]
-#                     [ITERATIONS (learning, default 600; dropless, default 8)]
+#                     [ITERATIONS (learning, default 600; dropless alone, default 8)]
 #                     [tessera-train flags for both learning runs, e.g. --hidden-dropout 0.1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,7 +56,9 @@ fi
 
 if [ "$what" = all ] || [ "$what" = dropless ]; then
   tmp="$(mktemp -d)"
-  mixtral=(--mock-data --lr 1e-3 --train-iters "${iters:-8}" --eval-interval 0
+  dropless_iters=8
+  [ "$what" = dropless ] && dropless_iters="${iters:-8}"  # with "all", ITERATIONS is learning's
+  mixtral=(--mock-data --lr 1e-3 --train-iters "$dropless_iters" --eval-interval 0
            --global-batch-size 8 --micro-batch-size 4 --seq-length 256
            --max-position-embeddings 256 --vocab-size 8192 --model mixtral-tiny --hidden-size 512
            --num-attention-heads 8 --num-query-groups 4 --num-layers 4 --moe-ffn-hidden-size 512)

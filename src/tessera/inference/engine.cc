@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "tessera/core/error.h"
-#include "tessera/kernels/gemm.h"
 #include "tessera/model/shard.h"
 
 namespace tessera::inference {
@@ -170,9 +169,6 @@ std::vector<uint64_t> Engine::step() {
     seqs.push_back({rows, s.cached, &s.blocks});
   }
   const int64_t n = static_cast<int64_t>(tokens.size());
-  // The step's rows change with the batch and the prompts: the products keep to a bounded set of
-  // oneDNN shapes (gemm.h), so a server does not build primitives for every row count it meets.
-  const kernels::VaryingTokenCounts varying;
   const Tensor hidden = model_.forward_cached(tokens.data(), positions.data(), n, *cache_, seqs);
 
   // The rows whose logits are needed: a sequence's last row when it predicts a new token, and

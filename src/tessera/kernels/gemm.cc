@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -146,31 +147,63 @@ MatmulKey matmul_key(const GemmShape& g, int team) {
                    serial ? 1 : team};
 }
 
-std::mutex& matmul_cache_mutex() {
-  static std::mutex mutex;
-  return mutex;
-}
-std::map<MatmulKey, std::shared_ptr<const Matmul>>& matmul_cache() {
-  static std::map<MatmulKey, std::shared_ptr<const Matmul>> cache;
+// The primitives kept for the next call of their shape, the least recently used given up beyond
+// the capacity (detail::kKeptPrimitives): a caller meeting ever new shapes (a quantized prefill's
+// token count is its products' N) keeps a bounded number. A primitive made again for a shape
+// computes as the one given up did: the bits depend on the shape, not on what is kept.
+class MatmulCache {
+ public:
+  std::shared_ptr<const Matmul> find(const MatmulKey& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = entries_.find(key);
+    if (it == entries_.end()) return nullptr;
+    order_.splice(order_.begin(), order_, it->second.second);  // now the most recent
+    return it->second.first;
+  }
+  // Keeps `mm` for `key` (or returns the one a racing thread kept first).
+  std::shared_ptr<const Matmul> keep(const MatmulKey& key, std::shared_ptr<const Matmul> mm) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = entries_.find(key);
+    if (it != entries_.end()) return it->second.first;
+    order_.push_front(key);
+    entries_.emplace(key, std::make_pair(mm, order_.begin()));
+    evict_beyond(capacity_);
+    return mm;
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return entries_.size();
+  }
+  void set_capacity(size_t capacity) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    capacity_ = capacity;
+    evict_beyond(capacity_);
+  }
+
+ private:
+  // A primitive given up while another thread runs it lives on in that thread's shared_ptr.
+  void evict_beyond(size_t capacity) {
+    while (entries_.size() > capacity) {
+      entries_.erase(order_.back());
+      order_.pop_back();
+    }
+  }
+  std::mutex mutex_;
+  std::list<MatmulKey> order_;  // most recently used first
+  std::map<MatmulKey, std::pair<std::shared_ptr<const Matmul>, std::list<MatmulKey>::iterator>>
+      entries_;
+  size_t capacity_ = detail::kKeptPrimitives;
+};
+
+MatmulCache& matmul_cache() {
+  static MatmulCache cache;
   return cache;
-}
-size_t matmul_cache_size() {
-  std::lock_guard<std::mutex> lock(matmul_cache_mutex());
-  return matmul_cache().size();
 }
 
 std::shared_ptr<const Matmul> cached_matmul(const MatmulKey& key) {
-  std::mutex& mutex = matmul_cache_mutex();
-  auto& cache = matmul_cache();
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
-  }
-  // Created outside the lock (it JIT-compiles kernels); a racing thread may build the same one.
-  auto mm = make_matmul(key);
-  std::lock_guard<std::mutex> lock(mutex);
-  return cache.emplace(key, std::move(mm)).first->second;
+  if (auto mm = matmul_cache().find(key)) return mm;
+  // Made outside the lock (it JIT-compiles kernels); a racing thread may make the same one.
+  return matmul_cache().keep(key, make_matmul(key));
 }
 
 // One product on its own primitive (M, N, K > 0).
@@ -267,10 +300,11 @@ template void native_bf16_gemm<bf16>(bool, bool, int64_t, int64_t, int64_t, floa
 
 void plan_onednn_gemm(ScratchPlan& plan, const GemmShape& g) {
   if (g.M == 0 || g.N == 0 || g.K == 0) return;  // no primitive runs (onednn_gemm)
-  const auto plan_piece = [&](int64_t rows, int64_t depth) {
+  const auto plan_piece = [&](int64_t rows, int64_t k0, int64_t depth) {
     GemmShape piece = g;
     piece.M = rows;
     piece.K = depth;
+    piece.beta = k0 == 0 ? g.beta : 1.0f;  // as onednn_gemm accumulates the later depth pieces
     const MatmulKey key = matmul_key(piece, g.threads);
     const TeamScope team(key.threads);
     const size_t bytes = cached_matmul(key)->scratchpad_bytes;
@@ -279,14 +313,16 @@ void plan_onednn_gemm(ScratchPlan& plan, const GemmShape& g) {
     plan.grow(std::string("oneDNN scratchpad ") + dtype_name(g.a) + ">" + dtype_name(g.c),
               static_cast<int64_t>(bytes));
   };
-  if (!detail::token_counts_vary()) return plan_piece(g.M, g.K);
+  if (!detail::token_counts_vary()) return plan_piece(g.M, 0, g.K);
   // The pieces onednn_gemm runs inside a VaryingTokenCounts scope.
   for_each_bounded_piece(
       g.M, g.K, g.c == DType::kF32,
-      [&](int64_t, int64_t rows, int64_t, int64_t depth) { plan_piece(rows, depth); });
+      [&](int64_t, int64_t rows, int64_t k0, int64_t depth) { plan_piece(rows, k0, depth); });
 }
 
-size_t onednn_primitives_cached() { return matmul_cache_size(); }
+size_t onednn_primitives_cached() { return matmul_cache().size(); }
+
+void set_kept_primitives(size_t capacity) { matmul_cache().set_capacity(capacity); }
 
 }  // namespace detail
 

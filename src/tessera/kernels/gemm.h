@@ -61,19 +61,21 @@ void gemm_fp32_a(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
 bool gemm_widens(DType dtype);
 
 // Declares, on the calling thread and for the scope's lifetime, that the products made meanwhile
-// have token counts that change from call to call: dropless MoE experts' rows
-// (model/moe_layer.cc), an inference step's rows (inference/engine.cc). oneDNN builds and
-// JIT-compiles a primitive for each shape, which gemm keeps for the next call of that shape
-// (0.2-0.7 ms and about 80 KiB each on an AMD EPYC, docs/performance.md): such callers created one
-// for every new count, without bound (a dropless MoE run's resident set grew by 1.2 GiB in 60
-// steps). Inside the scope a oneDNN product runs as pieces whose M, and K where C is fp32 (a weight
-// gradient's depth is its token count), have at most kBoundedShapeBits significant bits: the
-// largest such size first, then the rest the same way (M 1213 = 1152 + 60 + 1). Depth pieces
-// accumulate into C in order (the first with beta, the rest with 1); a 16-bit C's K is not split,
-// since each piece would round it. So the sizes are bounded (every size below 2^bits, then
-// 2^(bits-1) between one power of two and the next), and the bits are still a function of the
-// call's shape alone: the same rows give the same result in any layout. Scopes nest; products
-// outside one, and those on the blocked GEMM (which keeps nothing per shape), are unchanged.
+// have token counts that change from call to call, as a dropless MoE layer's experts' rows do
+// (model/moe_layer.cc). oneDNN builds and JIT-compiles a primitive for each shape, which gemm
+// keeps for the next call of that shape (0.7 ms and 84 KiB each, measured on an AMD EPYC,
+// docs/performance.md): such a caller made one for nearly every call, 13% of a small dropless
+// MoE model's step. Inside the scope a oneDNN product runs as pieces whose M, and K where C is
+// fp32 (a weight gradient's depth is its token count), have at most kBoundedShapeBits significant
+// bits: the largest such size first, then the rest the same way (M 1213 = 1152 + 60 + 1). Depth
+// pieces accumulate into C in order (the first with beta, the rest with 1). A 16-bit C's K is not
+// split, since each piece would round it (on the widened path the fp32 product it is rounded from
+// is). So the sizes are bounded (every size below 2^bits, then 2^(bits-1) between one power of two
+// and the next) and soon all made; a product's bits are a function of its call's shape alone.
+// Each piece reads the whole op(B) again, so the scope is for compute-bound products: an inference
+// step (often a few rows, bound by reading the weights) is not in one, and relies on the bound on
+// the primitives kept (gemm_widened.h, kKeptPrimitives). Scopes nest; products outside one, and
+// those on the blocked GEMM (which keeps nothing per shape), are unchanged.
 class VaryingTokenCounts {
  public:
   VaryingTokenCounts();

@@ -50,6 +50,7 @@ template void native_bf16_gemm<bf16>(bool, bool, int64_t, int64_t, int64_t, floa
 // The loops above take no scratch.
 void plan_onednn_gemm(ScratchPlan&, const GemmShape&) {}
 size_t onednn_primitives_cached() { return 0; }
+void set_kept_primitives(size_t) {}
 
 }  // namespace detail
 

@@ -37,8 +37,12 @@ void native_bf16_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
 bool token_counts_vary();
 // The largest size <= n (n > 0) with at most kBoundedShapeBits significant bits (gemm.h).
 int64_t bounded_size(int64_t n);
-// oneDNN primitives gemm keeps (0 without oneDNN): what VaryingTokenCounts bounds, for tests.
+// oneDNN primitives gemm keeps (0 without oneDNN), for tests. At most kKeptPrimitives, the least
+// recently used given up first (oneDNN keeps 1024 in its own primitive cache by default, too);
+// set_kept_primitives changes that bound (tests; no effect without oneDNN).
+constexpr size_t kKeptPrimitives = 1024;
 size_t onednn_primitives_cached();
+void set_kept_primitives(size_t capacity);
 
 // plan_gemm (gemm.h) for the widened path: the fp32 copies of 16-bit operands (one buffer each per
 // calling thread and widened_gemm<TA, TB> instantiation), of a 16-bit output (per

@@ -257,7 +257,7 @@ TEST(Gemm, BoundedSizeKeepsFourSignificantBits) {
 
 TEST(Gemm, VaryingTokenCountsGivesTheProductOnEveryPath) {
   // Rows and depths that split into several pieces (37 = 36 + 1, 83 = 80 + 3, 150 = 144 + 6),
-  // every transpose, alpha and beta: the pieces make the whole product.
+  // every transpose, a beta of 0 (C not read) and of 0.5: the pieces make the whole product.
   const VaryingTokenCounts varying;
   const int64_t shapes[][3] = {{37, 19, 83}, {150, 33, 37}, {1, 5, 150}};
   for (const auto& s : shapes)
@@ -280,8 +280,8 @@ TEST(Gemm, VaryingTokenCountsBoundsThePrimitivesCreated) {
   GTEST_SKIP() << "the build without oneDNN keeps no primitives";
 #endif
   // A forward product's rows and a weight gradient's depth taking every count from 1 to 200, as
-  // an expert's rows do. Sizes up to 200 with at most four significant bits: 1-16, then 8 an
-  // octave (18-30, 32-60, 64-120) and 128-192 (5): 44.
+  // an expert's rows do. Sizes up to 200 with at most four significant bits: 1-16 (16), 18-30
+  // (7), 32-60 and 64-120 (8 each), 128-192 (5): 44.
   const int64_t N = 24, K = 8, counts = 200;
   std::vector<float> a(counts * K, 0.5f), b(counts * N, 0.25f), c(counts * N), w(K * N);
   const auto sweep = [&](int64_t n_offset) {
@@ -296,12 +296,36 @@ TEST(Gemm, VaryingTokenCountsBoundsThePrimitivesCreated) {
   {
     const VaryingTokenCounts varying;
     EXPECT_LE(sweep(0), 2 * 44u);
+    // Values after the last count: every forward row holds K * 0.5 * 0.25; the weight gradient
+    // summed every depth from 1 to 200 (beta 1) from zero, 0.125 * 200 * 201 / 2.
+    for (int64_t m = 0; m < counts; ++m) ASSERT_EQ(c[m * N + N - 1], 1.0f) << m;
+    EXPECT_EQ(w[N - 1], 0.125f * counts * (counts + 1) / 2);
   }
-  EXPECT_GT(sweep(1), 4 * 44u);  // outside the scope, one a shape (400 unless cached before)
-  // Values at the last count: the forward rows hold K * 0.5 * 0.25; the weight gradient summed
-  // every depth from 1 to 200 (beta 1) from zero: 0.125 * 200 * 201 / 2 in each sweep.
-  EXPECT_EQ(c[(counts - 1) * N], 1.0f);
-  EXPECT_EQ(w[0], 2 * 0.125f * counts * (counts + 1) / 2);
+  EXPECT_GT(sweep(1), 4 * 44u);  // outside the scope, one a shape (400 unless kept before)
+}
+
+TEST(Gemm, KeptPrimitivesAreBoundedAndMadeAgainGiveTheSameBits) {
+#if defined(TESSERA_WITHOUT_ONEDNN)
+  GTEST_SKIP() << "the build without oneDNN keeps no primitives";
+#endif
+  const Problem p = make_problem(true, false, 45, 29, 77, 0.75f, 0.5f);
+  const Operands x(p, 5);
+  const auto product = [&] {
+    std::vector<float> c = x.c0;
+    gemm(p.trans_a, p.trans_b, p.M, p.N, p.K, p.alpha, x.a.data(), p.lda, x.b.data(), p.ldb, p.beta,
+         c.data(), p.ldc);
+    return c;
+  };
+  detail::set_kept_primitives(8);
+  const std::vector<float> first = product();
+  // 40 other shapes push it out; then it is made again.
+  std::vector<float> a(64 * 64, 1.0f), c(64 * 64);
+  for (int64_t m = 1; m <= 40; ++m)
+    gemm(false, false, m, 3, 5, 1.0f, a.data(), 5, a.data(), 3, 0.0f, c.data(), 3);
+  EXPECT_LE(detail::onednn_primitives_cached(), 8u);
+  const std::vector<float> again = product();
+  detail::set_kept_primitives(detail::kKeptPrimitives);
+  for (size_t i = 0; i < first.size(); ++i) ASSERT_EQ(first[i], again[i]) << i;  // bit for bit
 }
 
 TEST(Gemm, MeasurePeakRejectsDtypesWithoutGemm) {
