@@ -167,7 +167,7 @@ class MatmulCache {
     if (it != entries_.end()) return it->second.first;
     order_.push_front(key);
     entries_.emplace(key, std::make_pair(mm, order_.begin()));
-    evict_beyond(capacity_);
+    evict_beyond_capacity();
     return mm;
   }
   size_t size() {
@@ -177,13 +177,13 @@ class MatmulCache {
   void set_capacity(size_t capacity) {
     std::lock_guard<std::mutex> lock(mutex_);
     capacity_ = capacity;
-    evict_beyond(capacity_);
+    evict_beyond_capacity();
   }
 
  private:
   // A primitive given up while another thread runs it lives on in that thread's shared_ptr.
-  void evict_beyond(size_t capacity) {
-    while (entries_.size() > capacity) {
+  void evict_beyond_capacity() {
+    while (entries_.size() > capacity_) {
       entries_.erase(order_.back());
       order_.pop_back();
     }
