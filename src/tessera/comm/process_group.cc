@@ -10,6 +10,7 @@
 #include "tessera/comm/counted_mpi.h"
 #include "tessera/comm/flight_recorder.h"
 #include "tessera/comm/runtime.h"
+#include "tessera/comm/sixteen_bit_reduction.h"
 
 namespace tessera::comm {
 
@@ -131,7 +132,8 @@ std::string describe(const Descriptor& d) {
                   dtype_name(static_cast<DType>(d.dtype));
   if (d.count >= 0) s += ", count " + std::to_string(d.count);
   if (d.root >= 0) s += ", root " + std::to_string(d.root);
-  if (d.reduce >= 0) s += std::string(", ") + reduce_name(static_cast<ReduceOp>(d.reduce));
+  if (d.reduce >= 0) s += std::string(", ") + reduce_name(static_cast<ReduceOp>(d.reduce % 16));
+  if (d.reduce >= 16) s += d.reduce / 16 == 1 ? " in bf16" : " in fp16";
   return s + ") at " + d.site;
 }
 
@@ -164,6 +166,23 @@ void require_defined(const Tensor& t, const char* what, const char* op) {
 
 void require_reducible(DType d, const char* op) {
   REQUIRE(d != DType::kU16, std::string(op) + ": no reductions on uint16 tensors");
+}
+
+// A reduction in 16 bits: an fp32 tensor summed in bf16 or fp16, or a 16-bit one in its own type.
+void require_sum_dtype(DType tensor, DType sum_dtype, const char* op) {
+  REQUIRE((sum_dtype == DType::kBF16 || sum_dtype == DType::kF16) &&
+              (tensor == DType::kF32 || tensor == sum_dtype),
+          std::string(op) + ": a " + dtype_name(tensor) + " tensor cannot be summed in " +
+              dtype_name(sum_dtype) +
+              " (an fp32 tensor in bf16 or fp16; a 16-bit one in its own "
+              "type)");
+}
+
+// The consistency check's `reduce` field: the operation, and the 16-bit type it sums in.
+int reduce_code(ReduceOp op, DType sum_dtype) {
+  return static_cast<int>(op) + 16 * (sum_dtype == DType::kF32    ? 0
+                                      : sum_dtype == DType::kBF16 ? 1
+                                                                  : 2);
 }
 
 }  // namespace
@@ -289,6 +308,24 @@ Work ProcessGroup::all_reduce(Tensor& t, ReduceOp op, std::source_location where
                             where, std::move(run));
 }
 
+Work ProcessGroup::all_reduce(Tensor& t, ReduceOp op, DType sum_dtype, std::source_location where) {
+  if (sum_dtype == DType::kF32) return all_reduce(t, op, where);
+  require_defined(t, "input", "all_reduce");
+  require_sum_dtype(t.dtype(), sum_dtype, "all_reduce");
+  const int count = detail::mpi_count(t.numel(), "all_reduce");
+  MPI_Comm comm = impl_->comm;
+  const int n = size();
+  Tensor tt = t;
+  auto run = [=, c = impl_->counters]() mutable {
+    if (tt.dtype() == sum_dtype)
+      detail::all_reduce_sixteen_bit(*c, tt.raw(), count, sum_dtype, op, n, comm);
+    else
+      detail::all_reduce_fp32_in_sixteen_bits(*c, tt.data<float>(), count, sum_dtype, op, n, comm);
+  };
+  return enqueue_collective(OpType::kAllReduce, t.dtype(), t.numel(), -1,
+                            reduce_code(op, sum_dtype), where, std::move(run));
+}
+
 Work ProcessGroup::all_gather(const Tensor& in, Tensor& out, std::source_location where) {
   require_defined(in, "input", "all_gather");
   require_defined(out, "output", "all_gather");
@@ -337,6 +374,34 @@ Work ProcessGroup::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op,
   };
   return enqueue_collective(OpType::kReduceScatter, in.dtype(), out.numel(), -1,
                             static_cast<int>(op), where, std::move(run));
+}
+
+Work ProcessGroup::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op, DType sum_dtype,
+                                  std::source_location where) {
+  if (sum_dtype == DType::kF32) return reduce_scatter(in, out, op, where);
+  require_defined(in, "input", "reduce_scatter");
+  require_defined(out, "output", "reduce_scatter");
+  require_sum_dtype(in.dtype(), sum_dtype, "reduce_scatter");
+  REQUIRE(in.dtype() == out.dtype(), "reduce_scatter: input is " +
+                                         std::string(dtype_name(in.dtype())) + " but output is " +
+                                         dtype_name(out.dtype()));
+  REQUIRE(in.numel() == size() * out.numel(),
+          "reduce_scatter: input has " + std::to_string(in.numel()) + " elements, expected " +
+              std::to_string(size()) + " x " + std::to_string(out.numel()) + " on group '" +
+              name() + "'");
+  const int count = detail::mpi_count(out.numel(), "reduce_scatter");
+  const int n = size();
+  MPI_Comm comm = impl_->comm;
+  Tensor a = in, b = out;
+  auto run = [=, c = impl_->counters]() mutable {
+    if (a.dtype() == sum_dtype)
+      detail::reduce_scatter_sixteen_bit(*c, a.raw(), b.raw(), count, sum_dtype, op, n, comm);
+    else
+      detail::reduce_scatter_fp32_in_sixteen_bits(*c, a.data<float>(), b.data<float>(), count,
+                                                  sum_dtype, op, n, comm);
+  };
+  return enqueue_collective(OpType::kReduceScatter, in.dtype(), out.numel(), -1,
+                            reduce_code(op, sum_dtype), where, std::move(run));
 }
 
 Work ProcessGroup::all_to_all(const Tensor& in, Tensor& out, std::source_location where) {

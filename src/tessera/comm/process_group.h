@@ -29,6 +29,16 @@
 //    fp32 and converted back (round to nearest even), so the result is the correctly rounded
 //    fp32 sum/max and does not depend on the reduction order beyond fp32 rounding. Such a
 //    reduction hands MPI fp32 buffers (twice the tensor's bytes; see CommStats).
+//  - Reductions in 16 bits, asked for by the `sum_dtype` overloads of all_reduce and
+//    reduce_scatter (DeepSpeed's communication_data_type, Megatron's --grad-reduce-in-bf16 and
+//    its 16-bit tensor-parallel reductions): the values are sent as bf16 or fp16 and every
+//    partial sum the reduction forms is rounded to that type (nearest even), as NCCL does. Half
+//    the bytes of an fp32 reduction; the result depends on MPI's reduction order and, for more
+//    than two members, is not the correctly rounded sum. A 16-bit tensor is reduced in place in
+//    its own type; an fp32 one goes through 16-bit copies of at most kSixteenBitPieceElements
+//    elements at a time (MemoryCategory::kComm, sixteen_bit_reduction_scratch_bytes) and gets
+//    the 16-bit result widened back exactly. With two members every element is round(round(a) +
+//    round(b)): the bits do not depend on the algorithm.
 //  - Supported dtypes: fp32, bf16, fp16 for everything; int32 and int64 for everything
 //    (reductions in integer arithmetic); uint16 for data movement only (no reductions).
 //  - Bad arguments (mismatched sizes or dtypes, a peer or root out of range) throw
@@ -140,6 +150,12 @@ struct CommStats {
 // volumes.
 int64_t ring_bytes(OpType op, int n, int64_t full_bytes);
 
+// Elements of an fp32 tensor reduced in 16 bits per piece (one MPI call each; see the contract
+// above), and the kComm scratch such a reduction takes: an all_reduce of `numel` elements, or a
+// reduce_scatter of an input of `numel` on a group of n (for the memory report's theory).
+inline constexpr int64_t kSixteenBitPieceElements = int64_t{1} << 20;
+int64_t sixteen_bit_reduction_scratch_bytes(OpType op, int n, int64_t numel);
+
 // Entries the flight recorder keeps by default (PyTorch's flight recorder is commonly run with
 // TORCH_NCCL_TRACE_BUFFER_SIZE=2000).
 inline constexpr int64_t kDefaultFlightRecorderEntries = 2000;
@@ -168,11 +184,17 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // In place over all members.
   Work all_reduce(Tensor& t, ReduceOp op,
                   std::source_location where = std::source_location::current());
+  // The same, sent and summed in `sum_dtype` (see "Reductions in 16 bits" above): for an fp32
+  // tensor kF32, kBF16 or kF16; for a 16-bit tensor kF32 (the overload above) or its own type.
+  Work all_reduce(Tensor& t, ReduceOp op, DType sum_dtype,
+                  std::source_location where = std::source_location::current());
   // out = concatenation of every member's `in`, in rank order; out.numel() == size()*in.numel().
   Work all_gather(const Tensor& in, Tensor& out,
                   std::source_location where = std::source_location::current());
   // out = block rank() of the reduction of every member's `in`; in.numel() == size()*out.numel().
   Work reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op,
+                      std::source_location where = std::source_location::current());
+  Work reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op, DType sum_dtype,
                       std::source_location where = std::source_location::current());
   // Block j of `in` goes to member j, block i of `out` comes from member i; in and out have the
   // same numel, divisible by size().
