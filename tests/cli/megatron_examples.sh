@@ -85,7 +85,9 @@ check "  3 iterations" iterations 3
 check "  warmup in samples: the peak lr at 8 samples (iteration 2)" \
   grep -q "iteration        2/       3 |.*learning rate: 1.500000E-04" "$TMP/out"
 check "  the profile window's timeline (profile.json)" grep -q traceEvents "$TMP/profile.json"
-for flag in --use-mcore-models --fp8-format --grad-reduce-in-bf16 --manual-gc \
+check "  --grad-reduce-in-bf16: the gradients reduced in bf16" \
+  grep -q "overlap on, reduced in bf16" "$TMP/out"
+for flag in --use-mcore-models --fp8-format --manual-gc \
             --overlap-param-gather --ckpt-format --num-workers; do
   check "  $flag noted" noted "$flag"
 done

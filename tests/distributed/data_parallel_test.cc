@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -200,6 +201,66 @@ void check_embedding_rows(bool tied) {
   EXPECT_LE(max_err, 1e-5 * max_ref);
   EXPECT_GT(max_ref, 0.0);
 }
+
+// Gradients reduced in bf16 (ShardingPlan::grad_reduce_dtype; --grad-reduce-in-bf16): after one
+// micro-batch per rank each owned element is the bf16 sum of the ranks' local gradients rounded to
+// bf16 (two ranks: round(round(a) + round(b)) exactly; four: within one bf16 rounding per
+// addition of the exact sum), half the bytes reach MPI, and the result is not the fp32 one.
+void check_bf16_reduction(int stage) {
+  auto world = ProcessGroup::world();
+  comm::ParallelState mesh(world, comm::MeshLayout(world->size(), {}));
+  auto dp = mesh.group(comm::GroupKind::kData);
+  const int n = dp->size(), d = dp->rank();
+  const model::ModelConfig cfg = testing::small_model_config();
+  const float scale = 1.0f / (n * cfg.seq_length);
+  // Every rank's local gradient, computed here alone.
+  std::vector<std::vector<float>> local;
+  for (int r = 0; r < n; ++r) {
+    model::GPTModel ref(cfg, DType::kF32, 11);
+    ref.params().zero_grads();
+    testing::small_model_micro_batch(ref, r, 1, scale);
+    const float* g = ref.params().flat_grads().data<float>();
+    local.emplace_back(g, g + ref.params().numel());
+  }
+  model::GPTModel model(cfg, DType::kF32, 11, {}, n);
+  model::ChunkRunner runner(model);
+  ShardingPlan plan = ShardingPlan::for_stage(stage, 65536, true);
+  plan.grad_reduce_dtype = DType::kBF16;
+  DataParallelGrads grads(model.params(), dp, plan);
+  grads.start_iteration();
+  dp->reset_stats();
+  runner.set_grads_ready_hook([&](int64_t offset) { grads.grads_ready(offset); });
+  testing::small_model_micro_batch(runner, d, 1, scale);
+  runner.set_grads_ready_hook(nullptr);
+  grads.finish();
+  const OpType reduction = stage >= 1 ? OpType::kReduceScatter : OpType::kAllReduce;
+  EXPECT_EQ(dp->stats().sent_bytes_of(reduction), 2 * model.params().numel());
+
+  const auto bf16_of = [](float x) { return to_f32(bf16(x)); };
+  const float* got = model.params().flat_grads().data<float>();
+  int64_t wrong = 0, checked = 0, unlike_fp32 = 0;
+  for (const FlatRange& r : grads.owned())
+    for (int64_t i = r.begin; i < std::min<int64_t>(r.end, local[0].size()); ++i, ++checked) {
+      double exact = 0, magnitude = 0, fp32 = 0;
+      for (int k = 0; k < n; ++k) {
+        exact += bf16_of(local[k][i]);
+        magnitude += std::fabs(bf16_of(local[k][i]));
+        fp32 += local[k][i];
+      }
+      unlike_fp32 += got[i] != static_cast<float>(fp32);
+      if (n == 2)
+        wrong += got[i] != bf16_of(bf16_of(local[0][i]) + bf16_of(local[1][i]));
+      else
+        wrong += std::fabs(got[i] - exact) > 1.01 * (n - 1) * 0x1p-8 * magnitude ||
+                 bf16_of(got[i]) != got[i];
+    }
+  EXPECT_GT(checked, 1000);
+  EXPECT_EQ(wrong, 0);
+  EXPECT_GT(unlike_fp32, checked / 10);  // the reduction really ran in bf16
+}
+
+TEST(DataParallelGrads, AllReduceInBf16) { check_bf16_reduction(0); }
+TEST(DataParallelGrads, ReduceScatterInBf16) { check_bf16_reduction(1); }
 
 TEST(DataParallelGrads, TiedEmbeddingByRowsMatchesSingleProcess) { check_embedding_rows(true); }
 TEST(DataParallelGrads, UntiedEmbeddingByRowsMatchesSingleProcess) { check_embedding_rows(false); }

@@ -22,15 +22,19 @@ int64_t sixteen_bit_reduction_scratch_bytes(OpType op, int n, int64_t numel) {
 namespace detail {
 namespace {
 
-// MPI_User_function: inout[i] = in[i] (+ or max) inout[i], in fp32, rounded once to T.
-template <typename T, bool kMax>
-void combine(void* in, void* inout, int* len, MPI_Datatype*) {
+// MPI_User_function: inout[i] = in[i] + inout[i] in fp32, rounded once to T (kernels::add: the
+// vectorised widen, add and round to nearest even), or the larger of the two (exact).
+template <typename T>
+void sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  kernels::add(static_cast<T*>(inout), static_cast<const T*>(in), static_cast<const T*>(inout),
+               *len);
+}
+template <typename T>
+void max(void* in, void* inout, int* len, MPI_Datatype*) {
   const T* a = static_cast<const T*>(in);
   T* b = static_cast<T*>(inout);
-  for (int i = 0; i < *len; ++i) {
-    const float x = to_f32(a[i]), y = to_f32(b[i]);
-    b[i] = T(kMax ? (x > y ? x : y) : x + y);
-  }
+  for (int i = 0; i < *len; ++i)
+    if (to_f32(a[i]) > to_f32(b[i])) b[i] = a[i];
 }
 
 // Rounds n floats into a 16-bit buffer of `dtype`, or widens one back.
@@ -56,10 +60,10 @@ MPI_Op sixteen_bit_op(DType dtype, ReduceOp op) {
                     "sixteen_bit_op: bf16 or fp16 only");
   static const std::array<MPI_Op, 4> ops = [] {
     std::array<MPI_Op, 4> made{};
-    MPI_Op_create(&combine<bf16, false>, 1, &made[0]);
-    MPI_Op_create(&combine<bf16, true>, 1, &made[1]);
-    MPI_Op_create(&combine<fp16, false>, 1, &made[2]);
-    MPI_Op_create(&combine<fp16, true>, 1, &made[3]);
+    MPI_Op_create(&sum<bf16>, 1, &made[0]);
+    MPI_Op_create(&max<bf16>, 1, &made[1]);
+    MPI_Op_create(&sum<fp16>, 1, &made[2]);
+    MPI_Op_create(&max<fp16>, 1, &made[3]);
     return made;
   }();
   return ops[(dtype == DType::kF16 ? 2 : 0) + (op == ReduceOp::kMax ? 1 : 0)];

@@ -139,13 +139,14 @@ void DataParallelGrads::launch(size_t b) {
   const FlatRange r = buckets_[b];
   Tensor grads = params_.flat_grads().slice_rows(r.begin, r.end);
   if (!sharded()) {
-    work_[b] = group->all_reduce(grads, comm::ReduceOp::kSum);
+    work_[b] = group->all_reduce(grads, comm::ReduceOp::kSum, plan_.grad_reduce_dtype);
     return;
   }
   // The output may not alias the input (MPI): this rank's part lands in a side buffer and is
   // copied into place by complete().
   scatter_out_[b] = Tensor::empty({r.size() / size_of(b)}, DType::kF32, MemoryCategory::kComm);
-  work_[b] = group->reduce_scatter(grads, scatter_out_[b], comm::ReduceOp::kSum);
+  work_[b] =
+      group->reduce_scatter(grads, scatter_out_[b], comm::ReduceOp::kSum, plan_.grad_reduce_dtype);
 }
 
 void DataParallelGrads::complete(size_t b) {
@@ -225,7 +226,7 @@ void DataParallelGrads::reduce_embedding_rows() {
     const int64_t at = std::lower_bound(rows.begin(), rows.end(), rows_.rows[i]) - rows.begin();
     std::copy(local + i * C, local + (i + 1) * C, sums + at * C);
   }
-  group.all_reduce(sum, comm::ReduceOp::kSum).wait();
+  group.all_reduce(sum, comm::ReduceOp::kSum, plan_.grad_reduce_dtype).wait();
 
   // Added to the reduced rest (ZeRO 0: every rank holds all of it).
   float* grads = params_.flat_grads().data<float>() + rows_range_.begin;

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
 
 namespace tessera::distributed {
@@ -26,6 +27,9 @@ struct ShardingPlan {
   int64_t bucket_elems = 40'000'000;
   // Reduce buckets while backward runs (as soon as their gradients are final).
   bool overlap_grad_reduce = true;
+  // The type the buckets' reductions send and sum in: kF32, or kBF16 / kF16 (each partial sum
+  // rounded to it; comm/process_group.h "Reductions in 16 bits"). Accumulation stays fp32.
+  DType grad_reduce_dtype = DType::kF32;
   // Stage 3 (DeepSpeed's stage3_* settings, distributed/zero3_params.h): units smaller than
   // persistence_threshold stay whole; prefetch_elems bounds the units gathered ahead;
   // max_live_elems bounds all gathered units.

@@ -23,7 +23,8 @@ RankMemoryPrediction predict_rank_memory(const model::ModelConfig& cfg,
                train::theoretical_backward_peak(cfg, r)) +
       other + (train::theoretical_backward_comm_buffers(cfg, r) - zero);
   // After backward: the embedding's rows while they are reduced (ZeRO 0), then the step.
-  const double before_step = zero + other + train::theoretical_embedding_rows_buffers(cfg, r);
+  const double before_step = zero + other + train::theoretical_embedding_rows_buffers(cfg, r) +
+                             train::theoretical_reduction_scratch(cfg, r);
   p.kept_activations = train::theoretical_kept_activations(cfg, r);
   p.peak_bytes = p.allocated_parameters + r.param_offload_buffer_bytes + p.allocated_gradients +
                  states.optimizer + std::max(during_backward, before_step);

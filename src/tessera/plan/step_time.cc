@@ -505,27 +505,36 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
         // backward is (taken as backward's start); after backward the ranks exchange their rows'
         // indices and all-reduce the union of the rows their tokens touched.
         const double C = static_cast<double>(cfg.hidden_size);
+        // A bucket of n elements: n values of the reduction's type on the wire; in 16 bits, also
+        // its rounding to the 16-bit copies and the widening back on the communication thread
+        // (together the bytes of one fp32 add, priced at its rate).
+        const double wire = dtype_size(r.grad_reduce_dtype);
+        const auto reduction = [&](CollectiveKind kind, double n) {
+          const double convert = r.grad_reduce_dtype == DType::kF32
+                                     ? 0.0
+                                     : price.kernel(KernelKind::kAdd, DType::kF32, n, n);
+          return price.collective(kind, part.group, wire * n, rank) + convert;
+        };
         const train::EmbeddingRowsTheory rows =
             part.group == GroupKind::kDataContext && reduces_during_backward(r)
                 ? train::embedding_rows_theory(cfg, r)
                 : train::EmbeddingRowsTheory{};
         const double embedding = rows.vocab_rows * C;
         for (double n : buckets_from_end(embedding, bucket))
-          queue.emplace_back(0.0, price.collective(reduce, part.group, 4 * n, rank));
+          queue.emplace_back(0.0, reduction(reduce, n));
         const double rest = part.elements - embedding;
         double done = 0;
         for (double n : buckets_from_end(rest, bucket)) {
           done += n;
-          queue.emplace_back(done / rest, price.collective(reduce, part.group, 4 * n, rank));
+          queue.emplace_back(done / rest, reduction(reduce, n));
         }
         // The rows: every rank's count, their indices padded to the longest list, their union.
         if (rows.applies)
-          queue.emplace_back(
-              1.0,
-              price.collective(CollectiveKind::kAllGather, part.group, 8.0 * part.ranks, rank) +
-                  price.collective(CollectiveKind::kAllGather, part.group,
-                                   4 * rows.mine * part.ranks, rank) +
-                  price.collective(CollectiveKind::kAllReduce, part.group, 4 * rows.all * C, rank));
+          queue.emplace_back(1.0, price.collective(CollectiveKind::kAllGather, part.group,
+                                                   8.0 * part.ranks, rank) +
+                                      price.collective(CollectiveKind::kAllGather, part.group,
+                                                       4 * rows.mine * part.ranks, rank) +
+                                      reduction(CollectiveKind::kAllReduce, rows.all * C));
       }
       std::stable_sort(queue.begin(), queue.end(),
                        [](const auto& a, const auto& b) { return a.first < b.first; });

@@ -288,6 +288,15 @@ void add_data_parallel_flags(FlagTable& t) {
          "Megatron's default is off, Tessera's on: the buckets are reduced while backward runs, "
          "with the same sums (the bits do not change), so there is no reason to wait; "
          "--no-overlap-grad-reduce turns it off");
+  t.flag("--grad-reduce-in-bf16", &TrainArgs::grad_reduce_in_bf16,
+         "send and sum the gradients' data-parallel reductions in bf16: half the bytes, each "
+         "partial sum rounded to bf16 (gradients still accumulate in fp32)");
+  t.note("--grad-reduce-in-bf16",
+         "Megatron's flag makes its gradient buffer bf16, so micro-batches also accumulate in "
+         "bf16; Tessera keeps accumulating in fp32 and rounds only what it sends and sums (as "
+         "DeepSpeed's communication_data_type; under ZeRO 2-3, which reduce every micro-batch, the "
+         "running sum is among what is sent); layouts then differ from the one-process run in "
+         "the last bits of bf16");
   t.option("--ddp-bucket-size", &TrainArgs::ddp_bucket_size,
            "gradient bucket size in elements (default: max(40M, 1M x data-parallel size))")
       ->check(CLI::NonNegativeNumber);

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "tessera/core/dtype.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/model/config.h"
 #include "tessera/optim/deepspeed_lr_schedule.h"
@@ -147,6 +148,10 @@ struct TrainArgs {
   bool use_distributed_optimizer = false;  // --use-distributed-optimizer
   bool overlap_grad_reduce = true;         // --overlap-grad-reduce / --no-overlap-grad-reduce
   int64_t ddp_bucket_size = 0;             // --ddp-bucket-size elements (0: max(40M, 1M x DP))
+  // The type the gradients' data-parallel reductions send and sum in: Megatron's
+  // --grad-reduce-in-bf16, or DeepSpeed's communication_data_type (kF32, kBF16, kF16).
+  bool grad_reduce_in_bf16 = false;
+  DType communication_data_type = DType::kF32;
   // ZeRO 3 (DeepSpeed's zero_optimization keys and defaults).
   int64_t stage3_prefetch_bucket_size = 50'000'000;      // elements
   int64_t stage3_param_persistence_threshold = 100'000;  // elements

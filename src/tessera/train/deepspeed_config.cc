@@ -178,23 +178,30 @@ void apply_precision(Section& top, TrainArgs& args, const std::string& file) {
     throw Error(file + ": fp16 and bf16 are both enabled (with the flags): pick one");
 }
 
-// communication_data_type and data_types.grad_accum_dtype: Tessera accumulates and reduces
-// gradients in fp32 whatever the compute dtype, so "fp32" is what it does and the lower
-// precisions are refused rather than run in fp32 under a label that says otherwise.
-void apply_gradient_dtypes(Section& top) {
-  const auto fp32_only = [](Section& s, const char* key, const std::string& what) {
+// communication_data_type: the type the gradients' reductions send and sum in (DeepSpeed casts
+// the gradients to it for the reduction and back; Tessera rounds each piece it sends, and every
+// partial sum, to it). data_types.grad_accum_dtype: Tessera accumulates gradients in fp32 whatever
+// the compute dtype, so "fp32" is what it does and the lower precisions are refused rather than
+// run in fp32 under a label that says otherwise.
+void apply_gradient_dtypes(Section& top, TrainArgs& args, const std::string& file) {
+  const auto dtype_of = [](Section& s, const char* key) {
     const std::string dtype = s.string(key, "fp32");
     if (dtype != "fp32" && dtype != "fp16" && dtype != "bf16")
       s.fail(s.name(key), "must be \"fp32\", \"fp16\" or \"bf16\", got \"" + dtype + "\"");
-    if (dtype != "fp32")
-      s.fail(s.name(key), "\"" + dtype + "\" is not supported: " + what + " (only \"fp32\")");
+    return dtype;
   };
-  fp32_only(top, "communication_data_type",
-            "Tessera reduces gradients in fp32; reducing them in 16 bits (Megatron's "
-            "--grad-reduce-in-bf16) is not implemented");
+  const std::string comm = dtype_of(top, "communication_data_type");
+  const DType reduce = comm == "bf16" ? DType::kBF16 : comm == "fp16" ? DType::kF16 : DType::kF32;
+  if (args.grad_reduce_in_bf16 && top.contains("communication_data_type") && reduce != DType::kBF16)
+    throw Error(file + ": " + top.name("communication_data_type") + " \"" + comm +
+                "\" contradicts --grad-reduce-in-bf16");
+  args.communication_data_type = reduce;
   Section types = top.section("data_types");
-  fp32_only(types, "grad_accum_dtype",
-            "Tessera accumulates gradients in fp32 whatever the compute dtype");
+  if (dtype_of(types, "grad_accum_dtype") != "fp32")
+    types.fail(types.name("grad_accum_dtype"),
+               "\"" + types.string("grad_accum_dtype", "fp32") +
+                   "\" is not supported: Tessera accumulates gradients in fp32 whatever the "
+                   "compute dtype (only \"fp32\")");
   types.check_read();
   // No effect (deepspeed_keys.cc says why), but a factor DeepSpeed would reject is still bad input.
   if (top.number("gradient_predivide_factor", 1.0) <= 0)
@@ -273,7 +280,7 @@ DeepSpeedApplied apply_deepspeed_config(TrainArgs& args, int64_t data_parallel) 
   apply_batch(top, args, data_parallel, file);
   apply_zero(top.section("zero_optimization"), top, args, file);
   apply_precision(top, args, file);
-  apply_gradient_dtypes(top);
+  apply_gradient_dtypes(top, args, file);
   deepspeed::apply_optimizer(top, args);  // before the scheduler: WarmupCosineLR uses lr
   deepspeed::apply_scheduler(top, args, autos.paths, out.warnings);
   apply_activation_checkpointing(top, args, out.info);

@@ -133,8 +133,9 @@ const std::vector<DeepSpeedKey> kTable = {
     {"scheduler.params.lr_range_test_staircase", kRefuse, kLrRange},
     // Communication.
     {"communication_data_type", kImpl,
-     "\"fp32\": what Tessera does (gradients are reduced in fp32); \"fp16\"/\"bf16\" are refused "
-     "(reducing in low precision, Megatron's --grad-reduce-in-bf16, is not implemented)"},
+     "the gradients' data-parallel reductions send and sum in this type (\"fp32\", the "
+     "default; \"bf16\" or \"fp16\": half the bytes, every partial sum rounded to it, as "
+     "Megatron's --grad-reduce-in-bf16); accumulation stays fp32"},
     {"prescale_gradients", kNone,
      "Tessera differentiates the loss already divided by the global batch's token count and sums "
      "fp32 gradients over DP, so the average is formed before the reduction either way; "

@@ -42,9 +42,6 @@ constexpr AcceptedMegatronFlag kNoEffect[] = {
      "the parameter all-gather runs right after the step (ZeRO 1-2), "
      "not under the next forward"},
     {"--overlap-param-gather-with-optimizer-step", 0, "see --overlap-param-gather"},
-    {"--grad-reduce-in-bf16", 0,
-     "gradients are reduced in fp32, the more precise choice; bf16 "
-     "reduction saves NVLink bandwidth"},
     {"--manual-gc", 0, "Python's garbage collector: there is none"},
     {"--manual-gc-interval", 1, "Python's garbage collector: there is none"},
     {"--empty-unused-memory-level", 1, "PyTorch's CUDA caching allocator"},

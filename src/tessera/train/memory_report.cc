@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <numeric>
 
+#include "tessera/comm/process_group.h"
 #include "tessera/distributed/data_parallel_grads.h"
 #include "tessera/distributed/zero3_params.h"
 #include "tessera/kernels/scratch_plan.h"
@@ -354,13 +355,24 @@ double theoretical_backward_peak(const model::ModelConfig& c, const RankLayout& 
   if (r.chunk_layers.empty()) return -1;
   const ActivationParts held = activation_parts(c, r);
   const double activations = held.total();
-  if (r.zero_stage < 1) return activations;
+  // A reduction's 16-bit copies, while one runs (0 in fp32).
+  const double scratch = theoretical_reduction_scratch(c, r);
+  if (r.zero_stage < 1) {
+    // ZeRO 0 reduces during backward when overlapped on one chunk and a bucket is final before
+    // backward ends: the embedding's rows-first buckets, or any bucket but the last.
+    const bool during =
+        r.overlap_grad_reduce && r.chunk_layers.size() == 1 &&
+        (embedding_rows_theory(c, r).applies ||
+         allocated_parameter_elements(c, r) > static_cast<double>(r.bucket_elements));
+    return activations + (during ? scratch : 0.0);
+  }
   // ZeRO 2-3 under a pipeline complete the reduction after every micro-batch's backward (ZeRO 1
   // only after the last, in the cool-down), launching the buckets not yet launched all at once
   // while the stage's other micro-batches still keep their activations.
   const double at_finish =
-      r.pp > 1 && r.zero_stage >= 2 ? held.others + held.buffers + theoretical_zero_buffers(c, r)
-                                    : 0.0;
+      r.pp > 1 && r.zero_stage >= 2
+          ? held.others + held.buffers + theoretical_zero_buffers(c, r) + scratch
+          : 0.0;
   // Buckets reduced while backward runs: only with overlap, and only when a chunk's backward
   // reports its units (one chunk a rank: no virtual stages); ZeRO 1 reduces in the last
   // micro-batch alone, which under a pipeline runs after the others have let go.
@@ -408,7 +420,7 @@ double theoretical_backward_peak(const model::ModelConfig& c, const RankLayout& 
     if (open_elements > 0 && open_elements + u.elements > bucket) {
       parts += open_bytes;
       open_elements = open_bytes = 0;
-      most = std::max(most, total + parts);
+      most = std::max(most, total + parts + scratch);
     }
     // A layer's activations go once its backward is done (with its dense unit, the first); an
     // earlier recompute group is rerun when backward reaches its last layer.
@@ -556,6 +568,44 @@ EmbeddingRowsTheory embedding_rows_theory(const model::ModelConfig& c, const Ran
           static_cast<double>(distributed::embedding_rows_bound(vocab_rows, r.tokens, r.dp))};
 }
 
+double theoretical_reduction_scratch(const model::ModelConfig& c, const RankLayout& r) {
+  if (r.grad_reduce_dtype == DType::kF32) return 0;
+  const comm::OpType op =
+      r.zero_stage == 0 ? comm::OpType::kAllReduce : comm::OpType::kReduceScatter;
+  const auto scratch = [&](double elements, int sharers) {
+    const int64_t n = static_cast<int64_t>(elements) / sharers * sharers;
+    return static_cast<double>(comm::sixteen_bit_reduction_scratch_bytes(op, sharers, n));
+  };
+  // Buckets: ZeRO 3's one per unit; otherwise about bucket_elements of each group's elements.
+  double most = 0, dense = 0, experts = 0;
+  int dense_sharers = 1, expert_sharers = 1;
+  for (const Unit& u : rank_units(c, r)) {
+    const int sharers = unit_sharers(u, r);
+    if (sharers < 2) continue;
+    const double elements = padded_unit_elements(u, r);
+    if (r.zero_stage == 3) most = std::max(most, scratch(elements, sharers));
+    if (u.experts) {
+      experts += elements;
+      expert_sharers = sharers;
+    } else {
+      dense += elements;
+      dense_sharers = sharers;
+    }
+  }
+  const double bucket = static_cast<double>(r.bucket_elements);
+  if (r.zero_stage < 3) {
+    if (dense > 0) most = std::max(most, scratch(std::min(dense, bucket), dense_sharers));
+    if (experts > 0) most = std::max(most, scratch(std::min(experts, bucket), expert_sharers));
+  }
+  // ZeRO 0's embedding rows: one all-reduce of the union's rows.
+  const EmbeddingRowsTheory rows = embedding_rows_theory(c, r);
+  if (rows.applies)
+    most = std::max(
+        most, static_cast<double>(comm::sixteen_bit_reduction_scratch_bytes(
+                  comm::OpType::kAllReduce, r.dp, static_cast<int64_t>(rows.all) * c.hidden_size)));
+  return most;
+}
+
 double theoretical_embedding_rows_buffers(const model::ModelConfig& c, const RankLayout& r) {
   const EmbeddingRowsTheory rows = embedding_rows_theory(c, r);
   // Rows of fp32 (this rank's and the union's); the count, every rank's count, this rank's
@@ -567,7 +617,8 @@ double theoretical_embedding_rows_buffers(const model::ModelConfig& c, const Ran
 
 double theoretical_comm_buffers(const model::ModelConfig& c, const RankLayout& r) {
   return std::max(theoretical_backward_comm_buffers(c, r),
-                  theoretical_zero_buffers(c, r) + theoretical_embedding_rows_buffers(c, r));
+                  theoretical_zero_buffers(c, r) + theoretical_embedding_rows_buffers(c, r) +
+                      theoretical_reduction_scratch(c, r));
 }
 
 double theoretical_backward_comm_buffers(const model::ModelConfig& c, const RankLayout& r) {

@@ -91,6 +91,7 @@ struct RankLayout {
   int64_t prefetch_elements = 50'000'000;  // ZeRO 3's units gathered ahead
   int64_t max_live_elements = 1'000'000'000;  // ZeRO 3's units whole at once, at most
   bool overlap_grad_reduce = true;
+  DType grad_reduce_dtype = DType::kF32;  // the buckets' reductions send and sum in it
 };
 
 struct ModelStateBytes {
@@ -158,6 +159,12 @@ EmbeddingRowsTheory embedding_rows_theory(const model::ModelConfig& cfg, const R
 // The buffers that takes at the end of backward: this rank's rows and the union's, both C fp32
 // elements a row, and the row indices exchanged.
 double theoretical_embedding_rows_buffers(const model::ModelConfig& cfg, const RankLayout& r);
+
+// The 16-bit copies a gradient bucket's reduction goes through while it runs, with
+// --grad-reduce-in-bf16 or a 16-bit communication_data_type (comm::
+// sixteen_bit_reduction_scratch_bytes of the largest bucket, or of the embedding rows' sum); 0
+// when gradients are reduced in fp32 or there is no data parallelism.
+double theoretical_reduction_scratch(const model::ModelConfig& cfg, const RankLayout& r);
 
 // The ZeRO 1-3 part of theoretical_comm_buffers alone: every unit's reduce-scattered gradient
 // part, 4 x elements / sharers, which fills up as backward reduces buckets and is held until the

@@ -20,6 +20,7 @@ distributed::ShardingPlan sharding_plan(const TrainArgs& args, int data_parallel
                           ? args.ddp_bucket_size
                           : std::max<int64_t>(40'000'000, int64_t{1'000'000} * data_parallel);
   plan.overlap_grad_reduce = args.overlap_grad_reduce;
+  plan.grad_reduce_dtype = args.grad_reduce_in_bf16 ? DType::kBF16 : args.communication_data_type;
   plan.persistence_threshold = args.stage3_param_persistence_threshold;
   plan.prefetch_elems = args.stage3_prefetch_bucket_size;
   plan.max_live_elems = args.stage3_max_live_parameters;

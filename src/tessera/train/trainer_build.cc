@@ -480,7 +480,7 @@ void Trainer::print_setup(const distributed::ShardingPlan& sharding) const {
   if (dp_size_ > 1)
     std::printf(
         "> data parallel: %d ranks%s, %lld micro-batches of %lld per rank per iteration, "
-        "ZeRO stage %d, %d gradient bucket(s), overlap %s\n",
+        "ZeRO stage %d, %d gradient bucket(s), overlap %s%s\n",
         data_size_,
         cp_size_ > 1 ? (" (gradients reduced and sharded over data x context = " +
                         std::to_string(dp_size_) + " ranks)")
@@ -490,7 +490,10 @@ void Trainer::print_setup(const distributed::ShardingPlan& sharding) const {
         static_cast<long long>(a.micro_batch_size), sharding.zero_stage(), dp_grads_->num_buckets(),
         !a.overlap_grad_reduce          ? "off"
         : partition_.virtual_stages > 1 ? "off (virtual stages: after each micro-batch)"
-                                        : "on");
+                                        : "on",
+        sharding.grad_reduce_dtype == DType::kF32
+            ? ""
+            : (std::string(", reduced in ") + dtype_name(sharding.grad_reduce_dtype)).c_str());
   if (pp_size_ > 1) {
     std::string layers;
     for (int n : chunk_layers_) {

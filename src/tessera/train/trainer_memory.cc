@@ -49,6 +49,9 @@ void Trainer::report_memory() {
   r.recompute = runner_->recompute();
   r.zero_stage = static_cast<int>(sharding.stage);
   r.persistence_threshold = sharding.persistence_threshold;
+  r.bucket_elements = sharding.bucket_elems;
+  r.overlap_grad_reduce = sharding.overlap_grad_reduce;
+  r.grad_reduce_dtype = sharding.grad_reduce_dtype;
   if (optimizer_nvme_) r.optimizer_offload_buffer_bytes = optimizer_nvme_->buffer_bytes();
   if (param_swap_) {
     r.param_offload_kept_elements = static_cast<double>(param_swap_->kept_elems());

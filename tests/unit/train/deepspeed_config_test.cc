@@ -320,13 +320,26 @@ TEST(DeepSpeedConfig, ActivationCheckpointingTurnsOnFullRecompute) {
             std::string::npos);
 }
 
-TEST(DeepSpeedConfig, GradientDtypesAreFp32Only) {
+// communication_data_type is the type the gradients' reductions send and sum in
+// (ShardingPlan::grad_reduce_dtype; train/sharding.cc takes --grad-reduce-in-bf16 first);
+// accumulation stays fp32, so grad_accum_dtype is fp32 only.
+TEST(DeepSpeedConfig, CommunicationDataTypeIsTheReductionsTypeAccumulationIsFp32) {
   EXPECT_EQ(error_of(R"({"communication_data_type": "fp32", "data_types": {"grad_accum_dtype":
                          "fp32"}, "prescale_gradients": true, "gradient_predivide_factor": 2})"),
             "");
-  EXPECT_NE(error_of(R"({"communication_data_type": "bf16"})")
-                .find("communication_data_type \"bf16\" is not supported: Tessera reduces "
-                      "gradients in fp32"),
+  EXPECT_EQ(apply("{}").args.communication_data_type, DType::kF32);
+  EXPECT_EQ(apply(R"({"communication_data_type": "bf16"})").args.communication_data_type,
+            DType::kBF16);
+  EXPECT_EQ(apply(R"({"communication_data_type": "fp16"})").args.communication_data_type,
+            DType::kF16);
+  EXPECT_EQ(apply(R"({"communication_data_type": "bf16"})", {"--grad-reduce-in-bf16"})
+                .args.communication_data_type,
+            DType::kBF16);
+  EXPECT_NE(error_of(R"({"communication_data_type": "fp16"})", {"--grad-reduce-in-bf16"})
+                .find("communication_data_type \"fp16\" contradicts --grad-reduce-in-bf16"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"communication_data_type": "int8"})")
+                .find("must be \"fp32\", \"fp16\" or \"bf16\", got \"int8\""),
             std::string::npos);
   EXPECT_NE(error_of(R"({"data_types": {"grad_accum_dtype": "fp16"}})")
                 .find("data_types.grad_accum_dtype \"fp16\" is not supported"),
