@@ -5,7 +5,8 @@
 # largest measured total; the report's "peak of all categories at once"), over layouts of GPT- and
 # LLaMA-style models: DP with ZeRO 0-3, TP with and without SP, PP (GPipe, 1F1B, interleaved),
 # their products, full (uniform, block) and selective recomputation, micro-batch sizes, context
-# parallelism, MoE with expert parallelism, optimizer state and parameters on NVMe. Memory is
+# parallelism, MoE with expert parallelism, optimizer state and parameters on NVMe, gradients
+# reduced in bf16. Memory is
 # deterministic, so the test asks what the plan promises: median error <= 3%, largest <= 8%.
 # Also: bad input is one line and exit code 2.
 # Usage: plan_memory.sh BUILD_BIN_DIR
@@ -123,6 +124,12 @@ layout "gpt PP 4 x DP 2, ZeRO 2, untied vocabulary of 32768" 8 "${GPT[@]}" \
   --untie-embeddings-and-output-weights --vocab-size 32768
 layout "gpt DP 2, ZeRO 3, full recomputation, uniform 2" 2 "${GPT[@]}" --micro-batch-size 2 \
   --zero-stage 3 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
+# Gradients reduced in bf16 (--grad-reduce-in-bf16): the 16-bit pieces each reduction goes
+# through, with buckets small enough that they run while backward keeps activations.
+layout "gpt DP 2, ZeRO 0, buckets of 300000, reduced in bf16" 2 "${GPT[@]}" --micro-batch-size 2 \
+  --zero-stage 0 --ddp-bucket-size 300000 --grad-reduce-in-bf16
+layout "llama DP 2, ZeRO 3, bf16, reduced in bf16" 2 "${LLAMA[@]}" --micro-batch-size 2 \
+  --zero-stage 3 --bf16 --grad-reduce-in-bf16
 # stage3_max_live_parameters below what prefetching would gather: backward's gathers ahead stop
 # at the limit (the plan without it predicted 53.2 MiB where 48.0 was measured).
 layout "gpt DP 2, ZeRO 3, at most 1000000 parameters live" 2 "${GPT[@]}" --micro-batch-size 2 \

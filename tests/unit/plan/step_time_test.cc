@@ -177,6 +177,14 @@ TEST(StepTime, DataParallelReductionByHand) {
                                        : kLink.seconds(CollectiveKind::kReduceScatter, 4 * P, 2) +
                                              kLink.seconds(CollectiveKind::kAllGather, 4 * P, 2);
     EXPECT_NEAR(t.components.dp_comm, expected, 1e-3 * expected) << "ZeRO " << stage;
+    // --grad-reduce-in-bf16: the reduction moves 2 bytes an element (the conversions run at the
+    // free element-wise rate here); the gathered values stay fp32.
+    const Planned bf16 = planned(2, {"--micro-batch-size", "2", "--zero-stage",
+                                     std::to_string(stage), "--grad-reduce-in-bf16"});
+    const double halved = stage == 0 ? kLink.seconds(CollectiveKind::kAllReduce, 2 * P, 2)
+                                     : kLink.seconds(CollectiveKind::kReduceScatter, 2 * P, 2) +
+                                           kLink.seconds(CollectiveKind::kAllGather, 4 * P, 2);
+    EXPECT_NEAR(predict(bf16).components.dp_comm, halved, 1e-3 * halved) << "ZeRO " << stage;
   }
 }
 
