@@ -6,7 +6,7 @@
 # LLaMA-style models: DP with ZeRO 0-3, TP with and without SP, PP (GPipe, 1F1B, interleaved),
 # their products, full (uniform, block) and selective recomputation, micro-batch sizes, context
 # parallelism, MoE with expert parallelism, optimizer state and parameters on NVMe, gradients
-# reduced in bf16. Memory is
+# and TP activations reduced in bf16. Memory is
 # deterministic, so the test asks what the plan promises: median error <= 3%, largest <= 8%.
 # Also: bad input is one line and exit code 2.
 # Usage: plan_memory.sh BUILD_BIN_DIR
@@ -130,6 +130,12 @@ layout "gpt DP 2, ZeRO 0, buckets of 300000, reduced in bf16" 2 "${GPT[@]}" --mi
   --zero-stage 0 --ddp-bucket-size 300000 --grad-reduce-in-bf16
 layout "llama DP 2, ZeRO 3, bf16, reduced in bf16" 2 "${LLAMA[@]}" --micro-batch-size 2 \
   --zero-stage 3 --bf16 --grad-reduce-in-bf16
+# TP sums of 16-bit activations in their own type (--tp-reduce-in-16-bit): no fp32 copies.
+layout "gpt TP 2 + SP, bf16, TP sums in bf16" 2 "${GPT[@]}" --micro-batch-size 2 \
+  --tensor-model-parallel-size 2 --sequence-parallel --bf16 --tp-reduce-in-16-bit
+layout "llama TP 2 + SP x DP 2, ZeRO 1, bf16, all sums in bf16" 4 "${LLAMA[@]}" \
+  --micro-batch-size 2 --tensor-model-parallel-size 2 --sequence-parallel --bf16 \
+  --tp-reduce-in-16-bit --zero-stage 1 --grad-reduce-in-bf16
 # stage3_max_live_parameters below what prefetching would gather: backward's gathers ahead stop
 # at the limit (the plan without it predicted 53.2 MiB where 48.0 was measured).
 layout "gpt DP 2, ZeRO 3, at most 1000000 parameters live" 2 "${GPT[@]}" --micro-batch-size 2 \

@@ -90,6 +90,56 @@ TEST(TensorParallelMappings, AllReduceMappings) {
   }
 }
 
+// SixteenBitSums::kInOwnType (--tp-reduce-in-16-bit): 16-bit tensors are sent and summed in their
+// own type, two bytes an element (the sums here are exact in bf16 and fp16 alike); fp32 tensors
+// are unaffected.
+TEST(TensorParallelMappings, SixteenBitSumsInTheirOwnType) {
+  const auto mesh = testing::tensor_parallel_world_mesh();
+  ProcessGroup& tp = *mesh->group(comm::GroupKind::kTensor);
+  const int n = tp.size(), me = tp.rank();
+  if (n == 1) GTEST_SKIP() << "no sums at one rank";
+  const SixteenBitSums own = SixteenBitSums::kInOwnType;
+  for (DType d : {DType::kBF16, DType::kF16, DType::kF32}) {
+    SCOPED_TRACE(dtype_name(d));
+    const int64_t element = d == DType::kF32 ? 4 : 2;
+    tp.reset_stats();
+    Tensor y = reduce_from_tp_region_forward(rank_input(d, me, {3, 5}), tp, own);
+    Tensor dx = copy_to_tp_region_backward(rank_input(d, me, {3, 5}, 100), tp, own);
+    EXPECT_EQ(tp.stats().sent_bytes_of(OpType::kAllReduce), 2 * 15 * element);
+    // Sequence parallelism: 2 samples of 2n tokens of width 3 reduce-scattered.
+    const Shape full = {2 * 2 * n, 3};
+    Tensor part =
+        reduce_scatter_to_sequence_parallel_region_forward(rank_input(d, me, full), tp, 2, own);
+    Tensor dpart =
+        gather_from_sequence_parallel_region_backward(rank_input(d, me, full, 50), tp, 2, own);
+    EXPECT_EQ(tp.stats().sent_bytes_of(OpType::kReduceScatter), 2 * 2 * 2 * n * 3 * element);
+    const std::vector<float> yv = as_f32(y), dxv = as_f32(dx), pv = as_f32(part),
+                             dpv = as_f32(dpart);
+    for (int64_t i = 0; i < 15; ++i) {
+      float sy = 0, sdx = 0;
+      for (int r = 0; r < n; ++r) {
+        sy += value(r, i);
+        sdx += value(r, 100 + i);
+      }
+      EXPECT_EQ(yv[i], sy) << i;
+      EXPECT_EQ(dxv[i], sdx) << i;
+    }
+    // This rank's 2 tokens of each sample: rows b * 2n + 2 me + t of the full tensor.
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t t = 0; t < 2; ++t)
+        for (int64_t c = 0; c < 3; ++c) {
+          const int64_t at = ((b * 2 * n) + 2 * me + t) * 3 + c, got = (b * 2 + t) * 3 + c;
+          float s = 0, ds = 0;
+          for (int r = 0; r < n; ++r) {
+            s += value(r, at);
+            ds += value(r, 50 + at);
+          }
+          EXPECT_EQ(pv[got], s) << at;
+          EXPECT_EQ(dpv[got], ds) << at;
+        }
+  }
+}
+
 TEST(TensorParallelMappings, SequenceParallelRoundTrip) {
   const auto mesh = testing::tensor_parallel_world_mesh();
   ProcessGroup& tp = *mesh->group(comm::GroupKind::kTensor);

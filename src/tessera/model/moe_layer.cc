@@ -242,7 +242,13 @@ Tensor MoeLayer::forward(const Tensor& x_local, Saved& s, const StepContext& ctx
     moe::unpermute(y.data<T>(), s.rows_out.data<T>(), s.routing.weights.data(), mine, C_);
   });
   // Each TP rank holds its share's rows of y (zero elsewhere); under SP it keeps just those.
-  if (fold_ && !tp_->sequence_parallel()) tp_->group()->all_reduce(y, comm::ReduceOp::kSum).wait();
+  // (Sums of a value and zeros: exact in either type; in y's own under --tp-reduce-in-16-bit.)
+  if (fold_ && !tp_->sequence_parallel())
+    tp_->group()
+        ->all_reduce(y, comm::ReduceOp::kSum,
+                     tp_->sixteen_bit_sums() == parallel::SixteenBitSums::kInOwnType ? y.dtype()
+                                                                                     : DType::kF32)
+        .wait();
   visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if (!shared_.empty()) {

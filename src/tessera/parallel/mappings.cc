@@ -17,10 +17,15 @@ void check_float(const Tensor& t, const char* what) {
   }
 }
 
-Tensor all_reduce_sum(Tensor t, comm::ProcessGroup& tp, const char* what) {
+// The type a sum of t is formed in (comm::ProcessGroup's sum_dtype).
+DType sum_dtype_of(const Tensor& t, SixteenBitSums sums) {
+  return sums == SixteenBitSums::kInOwnType ? t.dtype() : DType::kF32;
+}
+
+Tensor all_reduce_sum(Tensor t, comm::ProcessGroup& tp, const char* what, SixteenBitSums sums) {
   check_float(t, what);
   if (tp.size() == 1) return t;
-  tp.all_reduce(t, comm::ReduceOp::kSum).wait();
+  tp.all_reduce(t, comm::ReduceOp::kSum, sum_dtype_of(t, sums)).wait();
   return t;
 }
 
@@ -69,7 +74,7 @@ Tensor all_gather_sequence(const Tensor& x, comm::ProcessGroup& tp, int64_t batc
 
 // (batch, S, ...) on every member -> (batch, S/n, ...) = this member's slice of the sum.
 Tensor reduce_scatter_sequence(const Tensor& x, comm::ProcessGroup& tp, int64_t batch,
-                               const char* what) {
+                               const char* what, SixteenBitSums sums) {
   check_float(x, what);
   check_batch(x, batch, what);
   const int64_t S = x.dim(0) / batch;
@@ -84,23 +89,23 @@ Tensor reduce_scatter_sequence(const Tensor& x, comm::ProcessGroup& tp, int64_t 
   part[0] /= tp.size();
   Tensor out = Tensor::empty(part, x.dtype(), x.category());
   if (batch == 1) {
-    tp.reduce_scatter(x, out, comm::ReduceOp::kSum).wait();
+    tp.reduce_scatter(x, out, comm::ReduceOp::kSum, sum_dtype_of(x, sums)).wait();
     return out;
   }
   Tensor member_major = Tensor::empty(x.shape(), x.dtype(), MemoryCategory::kComm);
   permute_blocks(x, member_major, tp.size(), batch, /*to_sample_major=*/false);
-  tp.reduce_scatter(member_major, out, comm::ReduceOp::kSum).wait();
+  tp.reduce_scatter(member_major, out, comm::ReduceOp::kSum, sum_dtype_of(x, sums)).wait();
   return out;
 }
 
 }  // namespace
 
-Tensor copy_to_tp_region_backward(Tensor dx, comm::ProcessGroup& tp) {
-  return all_reduce_sum(std::move(dx), tp, "copy_to_tp_region_backward");
+Tensor copy_to_tp_region_backward(Tensor dx, comm::ProcessGroup& tp, SixteenBitSums sums) {
+  return all_reduce_sum(std::move(dx), tp, "copy_to_tp_region_backward", sums);
 }
 
-Tensor reduce_from_tp_region_forward(Tensor y, comm::ProcessGroup& tp) {
-  return all_reduce_sum(std::move(y), tp, "reduce_from_tp_region_forward");
+Tensor reduce_from_tp_region_forward(Tensor y, comm::ProcessGroup& tp, SixteenBitSums sums) {
+  return all_reduce_sum(std::move(y), tp, "reduce_from_tp_region_forward", sums);
 }
 
 Tensor gather_from_sequence_parallel_region_forward(const Tensor& x, comm::ProcessGroup& tp,
@@ -109,14 +114,15 @@ Tensor gather_from_sequence_parallel_region_forward(const Tensor& x, comm::Proce
 }
 
 Tensor gather_from_sequence_parallel_region_backward(const Tensor& dy, comm::ProcessGroup& tp,
-                                                     int64_t batch) {
-  return reduce_scatter_sequence(dy, tp, batch, "gather_from_sequence_parallel_region_backward");
+                                                     int64_t batch, SixteenBitSums sums) {
+  return reduce_scatter_sequence(dy, tp, batch, "gather_from_sequence_parallel_region_backward",
+                                 sums);
 }
 
 Tensor reduce_scatter_to_sequence_parallel_region_forward(const Tensor& y, comm::ProcessGroup& tp,
-                                                          int64_t batch) {
-  return reduce_scatter_sequence(y, tp, batch,
-                                 "reduce_scatter_to_sequence_parallel_region_forward");
+                                                          int64_t batch, SixteenBitSums sums) {
+  return reduce_scatter_sequence(y, tp, batch, "reduce_scatter_to_sequence_parallel_region_forward",
+                                 sums);
 }
 
 Tensor reduce_scatter_to_sequence_parallel_region_backward(const Tensor& dy,

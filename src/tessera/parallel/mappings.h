@@ -14,7 +14,10 @@
 //    calls the same mapping at the same point with tensors of the same shape and dtype (they are
 //    collectives). With a group of size 1 no collective is issued: the all-reduces leave the
 //    tensor as it is and the gather/scatter mappings return a copy of their input.
-//  - Tensors are fp32, bf16 or fp16 (16-bit sums accumulate in fp32, see comm/process_group.h).
+//  - Tensors are fp32, bf16 or fp16. 16-bit sums accumulate in fp32 and are rounded once
+//    (comm/process_group.h), unless the caller asks for SixteenBitSums::kInOwnType: then they are
+//    sent and summed in the tensor's own type, as Megatron's are (half the bytes; each partial sum
+//    rounded).
 //  - The sequence-parallel mappings see their tensor's rows as (batch, S, ...): `batch` samples
 //    of S tokens each (Tessera's activations are (B, T, C), batch first). Member r holds tokens
 //    [r * S/n, (r+1) * S/n) of every sample, i.e. a (batch, S/n, ...) tensor; the gathered tensor
@@ -34,13 +37,21 @@
 
 namespace tessera::parallel {
 
+// How the reducing mappings sum a 16-bit tensor (fp32 tensors are summed in fp32 either way).
+enum class SixteenBitSums {
+  kInFp32,     // widened, summed in fp32, rounded once: a TP layout reproduces one process's sums
+  kInOwnType,  // sent and summed in bf16/fp16 (Megatron's; --tp-reduce-in-16-bit)
+};
+
 // Forward: x is the replicated input of a column-parallel region; returned as is.
 inline Tensor copy_to_tp_region_forward(const Tensor& x, comm::ProcessGroup& /*tp*/) { return x; }
 // Backward: dx holds this rank's partial input gradient; all-reduced (SUM) in place.
-Tensor copy_to_tp_region_backward(Tensor dx, comm::ProcessGroup& tp);
+Tensor copy_to_tp_region_backward(Tensor dx, comm::ProcessGroup& tp,
+                                  SixteenBitSums sums = SixteenBitSums::kInFp32);
 
 // Forward: y holds this rank's partial output of a row-parallel region; all-reduced in place.
-Tensor reduce_from_tp_region_forward(Tensor y, comm::ProcessGroup& tp);
+Tensor reduce_from_tp_region_forward(Tensor y, comm::ProcessGroup& tp,
+                                     SixteenBitSums sums = SixteenBitSums::kInFp32);
 // Backward: dy is already the full (replicated) gradient; returned as is.
 inline Tensor reduce_from_tp_region_backward(const Tensor& dy, comm::ProcessGroup& /*tp*/) {
   return dy;
@@ -53,12 +64,14 @@ Tensor gather_from_sequence_parallel_region_forward(const Tensor& x, comm::Proce
 // Backward: dy (batch, S, ...) is this rank's partial gradient of the gathered tensor; returns
 // (batch, S/n, ...) = rank's slice of the sum over ranks.
 Tensor gather_from_sequence_parallel_region_backward(const Tensor& dy, comm::ProcessGroup& tp,
-                                                     int64_t batch = 1);
+                                                     int64_t batch = 1,
+                                                     SixteenBitSums sums = SixteenBitSums::kInFp32);
 
 // Forward: y (batch, S, ...) is this rank's partial output; returns (batch, S/n, ...) = rank's
 // slice of the sum.
-Tensor reduce_scatter_to_sequence_parallel_region_forward(const Tensor& y, comm::ProcessGroup& tp,
-                                                          int64_t batch = 1);
+Tensor reduce_scatter_to_sequence_parallel_region_forward(
+    const Tensor& y, comm::ProcessGroup& tp, int64_t batch = 1,
+    SixteenBitSums sums = SixteenBitSums::kInFp32);
 // Backward: dy (batch, S/n, ...) is the gradient of this rank's slice; returns the full
 // (batch, S, ...) gradient.
 Tensor reduce_scatter_to_sequence_parallel_region_backward(const Tensor& dy,

@@ -24,8 +24,9 @@ class ScopedTimer {
 
 }  // namespace
 
-TensorParallel::TensorParallel(std::shared_ptr<comm::ProcessGroup> group, bool sequence_parallel)
-    : group_(std::move(group)) {
+TensorParallel::TensorParallel(std::shared_ptr<comm::ProcessGroup> group, bool sequence_parallel,
+                               SixteenBitSums sums)
+    : group_(std::move(group)), sums_(sums) {
   if (group_) {
     size_ = group_->size();
     rank_ = group_->rank();
@@ -49,16 +50,17 @@ Tensor TensorParallel::column_input_forward(const Tensor& x, int64_t batch) cons
 Tensor TensorParallel::column_input_backward(Tensor dx, int64_t batch) const {
   if (size_ == 1) return dx;
   ScopedTimer t(comm_seconds_);
-  if (sequence_parallel_) return gather_from_sequence_parallel_region_backward(dx, *group_, batch);
-  return copy_to_tp_region_backward(std::move(dx), *group_);
+  if (sequence_parallel_)
+    return gather_from_sequence_parallel_region_backward(dx, *group_, batch, sums_);
+  return copy_to_tp_region_backward(std::move(dx), *group_, sums_);
 }
 
 Tensor TensorParallel::row_output_forward(Tensor y, int64_t batch) const {
   if (size_ == 1) return y;
   ScopedTimer t(comm_seconds_);
   if (sequence_parallel_)
-    return reduce_scatter_to_sequence_parallel_region_forward(y, *group_, batch);
-  return reduce_from_tp_region_forward(std::move(y), *group_);
+    return reduce_scatter_to_sequence_parallel_region_forward(y, *group_, batch, sums_);
+  return reduce_from_tp_region_forward(std::move(y), *group_, sums_);
 }
 
 Tensor TensorParallel::row_output_backward(const Tensor& dy, int64_t batch) const {

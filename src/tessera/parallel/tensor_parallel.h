@@ -22,6 +22,7 @@
 
 #include "tessera/comm/process_group.h"
 #include "tessera/core/tensor.h"
+#include "tessera/parallel/mappings.h"
 
 namespace tessera::parallel {
 
@@ -29,12 +30,15 @@ class TensorParallel {
  public:
   // One process: size 1, no group.
   TensorParallel() = default;
-  // The members of `group` (nullptr: size 1). sequence_parallel is ignored at size 1.
-  TensorParallel(std::shared_ptr<comm::ProcessGroup> group, bool sequence_parallel);
+  // The members of `group` (nullptr: size 1). sequence_parallel is ignored at size 1. `sums`: how
+  // the points' all-reduces and reduce-scatters sum 16-bit activations (parallel/mappings.h).
+  TensorParallel(std::shared_ptr<comm::ProcessGroup> group, bool sequence_parallel,
+                 SixteenBitSums sums = SixteenBitSums::kInFp32);
 
   int size() const { return size_; }
   int rank() const { return rank_; }
   bool sequence_parallel() const { return sequence_parallel_; }
+  SixteenBitSums sixteen_bit_sums() const { return sums_; }
   const std::shared_ptr<comm::ProcessGroup>& group() const { return group_; }
   // The [begin, begin + length) tokens of each sample this rank's residual stream holds.
   int64_t seq_begin(int64_t seq_length) const;
@@ -55,6 +59,7 @@ class TensorParallel {
   std::shared_ptr<comm::ProcessGroup> group_;
   int size_ = 1, rank_ = 0;
   bool sequence_parallel_ = false;
+  SixteenBitSums sums_ = SixteenBitSums::kInFp32;
   mutable double comm_seconds_ = 0;
 };
 

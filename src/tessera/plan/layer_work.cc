@@ -18,6 +18,10 @@ struct Shape {
   DType dtype;
   int tp;
   bool sp;
+  bool own_type_sums;  // 16-bit activations' TP sums sent in their own type (--tp-reduce-in-16-bit)
+  // Bytes an activation element takes in a TP all-reduce or reduce-scatter: fp32 copies of
+  // 16-bit activations by default, the activations themselves with own_type_sums.
+  double reduced_bytes() const { return own_type_sums ? dtype_size(dtype) : 4.0; }
 };
 
 Shape shape_of(const model::ModelConfig& c, const train::RankLayout& r) {
@@ -25,6 +29,7 @@ Shape shape_of(const model::ModelConfig& c, const train::RankLayout& r) {
   s.tp = r.tp;
   s.sp = r.sequence_parallel && r.tp > 1;
   s.dtype = r.compute;
+  s.own_type_sums = r.tp_reduce_in_16_bit && r.compute != DType::kF32;
   s.N = static_cast<double>(r.tokens);
   s.R = s.sp ? s.N / r.tp : s.N;
   s.C = c.hidden_size;
@@ -74,12 +79,13 @@ class PassBuilder {
                  s_.N * s_.C * dtype_size(s_.dtype));
   }
   // A row-parallel layer's partial sums reduced over TP (reduce-scattered into rows under
-  // sequence parallelism); 16-bit activations are reduced in fp32 copies (widened, then rounded).
+  // sequence parallelism); 16-bit activations are reduced in fp32 copies (widened, then rounded),
+  // or in their own type with --tp-reduce-in-16-bit.
   void reduce_rows() {
     if (s_.tp == 1) return;
     collective(s_.sp ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
-               GroupKind::kTensor, s_.N * s_.C * 4);
-    if (s_.dtype != DType::kF32) {
+               GroupKind::kTensor, s_.N * s_.C * s_.reduced_bytes());
+    if (s_.dtype != DType::kF32 && !s_.own_type_sums) {
       kernel(KernelKind::kAdd, s_.N * s_.C);
       kernel(KernelKind::kAdd, s_.R * s_.C);
     }
@@ -88,13 +94,15 @@ class PassBuilder {
   void append(const PassWork& other) { pass_.append(other); }
   // An MLP (model/mlp.h) over `rows` whole rows, `act` activation columns and `up` up-projection
   // columns on this rank, its output (forward) or input gradient (backward) all-reduced over
-  // `tp` > 1 ranks in fp32 copies: an expert's or the shared expert's, never sequence-parallel.
+  // `tp` > 1 ranks (in fp32 copies, or in their own type, as reduce_rows): an expert's or the
+  // shared expert's, never sequence-parallel.
   void mlp_forward(double rows, double act, double up, bool bias, int tp) {
     gemm(KernelKind::kGemmForward, rows, up, s_.C);
     if (bias) kernel(KernelKind::kAdd, rows * up);
     kernel(KernelKind::kActivationForward, rows * up);
     gemm(KernelKind::kGemmForward, rows, s_.C, act);
-    if (tp > 1) collective(CollectiveKind::kAllReduce, GroupKind::kTensor, rows * s_.C * 4);
+    if (tp > 1)
+      collective(CollectiveKind::kAllReduce, GroupKind::kTensor, rows * s_.C * s_.reduced_bytes());
     if (bias) kernel(KernelKind::kAdd, rows * s_.C);
   }
   void mlp_backward(double rows, double act, double up, bool bias, int tp) {
@@ -105,7 +113,8 @@ class PassBuilder {
     if (bias) kernel(KernelKind::kAdd, rows * up);
     gemm(KernelKind::kGemmInputGrad, rows, s_.C, up);
     gemm(KernelKind::kGemmWeightGrad, up, s_.C, rows);
-    if (tp > 1) collective(CollectiveKind::kAllReduce, GroupKind::kTensor, rows * s_.C * 4);
+    if (tp > 1)
+      collective(CollectiveKind::kAllReduce, GroupKind::kTensor, rows * s_.C * s_.reduced_bytes());
   }
   void dropout_add(double dropout) {
     if (dropout > 0) kernel(KernelKind::kDropout, s_.R * s_.C);
@@ -255,7 +264,8 @@ MoeWork moe_work(const model::ModelConfig& c, const Shape& s, const train::RankL
     f.mlp_forward(rows.per_expert, act, up, bias, r.expert_tp);
   travel(f);
   f.kernel(KernelKind::kAdd, rows.permuted * C);  // the weighted sum
-  if (fold && !s.sp) f.collective(CollectiveKind::kAllReduce, GroupKind::kTensor, N * C * 4);
+  if (fold && !s.sp)
+    f.collective(CollectiveKind::kAllReduce, GroupKind::kTensor, N * C * s.reduced_bytes());
   if (m.shared_expert_size > 0) {
     const double shared = static_cast<double>(m.shared_expert_size) / r.tp;
     f.mlp_forward(N, shared, c.swiglu ? 2 * shared : shared, bias, r.tp);

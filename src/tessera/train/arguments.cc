@@ -215,6 +215,10 @@ void add_mesh_flags(FlagTable& t) {
       ->check(CLI::PositiveNumber);
   t.flag("--sequence-parallel", &TrainArgs::sequence_parallel,
          "split norms, dropout and residuals along the sequence across the TP group");
+  t.flag("--tp-reduce-in-16-bit", &TrainArgs::tp_reduce_in_16_bit,
+         "with --bf16/--fp16, send and sum the tensor-parallel all-reduces and reduce-scatters of "
+         "activations and their gradients in that type, as Megatron does: half the bytes; by "
+         "default they are summed in fp32 and rounded once, so TP layouts reproduce one process");
   t.option("--pipeline-model-parallel-size", &TrainArgs::pipeline_model_parallel_size)
       ->check(CLI::PositiveNumber);
   t.option("--pipeline-schedule", &TrainArgs::pipeline_schedule,

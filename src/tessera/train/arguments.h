@@ -118,6 +118,7 @@ struct TrainArgs {
   // --print-mesh, and arrive with their features.
   int tensor_model_parallel_size = 1;    // --tensor-model-parallel-size
   bool sequence_parallel = false;        // --sequence-parallel (off with a warning at TP 1)
+  bool tp_reduce_in_16_bit = false;      // --tp-reduce-in-16-bit (parallel/mappings.h)
   int pipeline_model_parallel_size = 1;  // --pipeline-model-parallel-size
   // Pipeline schedule and layer split (pipeline/schedule.h, pipeline/partition.h).
   std::string pipeline_schedule;               // --pipeline-schedule (default 1f1b, or interleaved)

@@ -639,8 +639,10 @@ double theoretical_backward_comm_buffers(const model::ModelConfig& c, const Rank
   }
   const double cp = r.cp > 1 ? context_parallel_buffers(c, r) : 0.0;
   if (r.tp == 1) return zero + std::max(moe, cp);
-  const bool half = r.compute != DType::kF32;
-  double collective = half ? 4 * N * C * (r.sequence_parallel ? 1.0 + 1.0 / r.tp : 1.0) : 0.0;
+  // 16-bit activations summed in fp32 go through fp32 copies (the input, and under SP the output);
+  // summed in their own type (--tp-reduce-in-16-bit) in place.
+  const bool copies = r.compute != DType::kF32 && !r.tp_reduce_in_16_bit;
+  double collective = copies ? 4 * N * C * (r.sequence_parallel ? 1.0 + 1.0 / r.tp : 1.0) : 0.0;
   if (r.sequence_parallel && r.micro_batch_size > 1) collective += elem * N * C;
   double replicated_sum = 0;
   if (r.sequence_parallel) {

@@ -92,6 +92,7 @@ struct RankLayout {
   int64_t max_live_elements = 1'000'000'000;  // ZeRO 3's units whole at once, at most
   bool overlap_grad_reduce = true;
   DType grad_reduce_dtype = DType::kF32;  // the buckets' reductions send and sum in it
+  bool tp_reduce_in_16_bit = false;       // 16-bit activations' TP sums in their own type
 };
 
 struct ModelStateBytes {

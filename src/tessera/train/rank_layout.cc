@@ -153,6 +153,7 @@ std::vector<RankLayout> rank_layouts(const TrainArgs& a, const comm::MeshLayout&
     r.bucket_elements = sharding.bucket_elems;
     r.overlap_grad_reduce = sharding.overlap_grad_reduce;
     r.grad_reduce_dtype = sharding.grad_reduce_dtype;
+    r.tp_reduce_in_16_bit = a.tp_reduce_in_16_bit;
     r.prefetch_elements = sharding.prefetch_elems;
     r.max_live_elements = sharding.max_live_elems;
     r.compute = compute_dtype_of(a);

@@ -89,7 +89,9 @@ int train_main(int argc, const char* const* argv) {
     {
       TrainerGroups groups;
       groups.tp =
-          parallel::TensorParallel(state->group(comm::GroupKind::kTensor), args.sequence_parallel);
+          parallel::TensorParallel(state->group(comm::GroupKind::kTensor), args.sequence_parallel,
+                                   args.tp_reduce_in_16_bit ? parallel::SixteenBitSums::kInOwnType
+                                                            : parallel::SixteenBitSums::kInFp32);
       // Gradients reduce over data x context parallel (= the data-parallel group at CP 1).
       groups.dp = state->group(comm::GroupKind::kDataContext);
       if (state->layout().context() > 1) groups.cp = state->group(comm::GroupKind::kContext);

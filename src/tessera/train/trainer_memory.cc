@@ -52,6 +52,7 @@ void Trainer::report_memory() {
   r.bucket_elements = sharding.bucket_elems;
   r.overlap_grad_reduce = sharding.overlap_grad_reduce;
   r.grad_reduce_dtype = sharding.grad_reduce_dtype;
+  r.tp_reduce_in_16_bit = args_.tp_reduce_in_16_bit;
   if (optimizer_nvme_) r.optimizer_offload_buffer_bytes = optimizer_nvme_->buffer_bytes();
   if (param_swap_) {
     r.param_offload_kept_elements = static_cast<double>(param_swap_->kept_elems());
