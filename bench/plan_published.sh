@@ -28,7 +28,11 @@ plan, machine = sys.argv[1], sys.argv[2]
 S, V = 2048, 51200
 COMMON = ["--mock-data", "--lr", "1e-4", "--train-iters", "1", "--eval-interval", "0",
           "--model", "gpt2-tiny", "--seq-length", str(S), "--max-position-embeddings", str(S),
-          "--vocab-size", str(V), "--fp16"]
+          "--vocab-size", str(V), "--fp16",
+          # Megatron reduces 16-bit activations over TP, and (without
+          # --accumulate-allreduce-grads-in-fp32) the gradients over DP, in 16 bits: Tessera's
+          # layouts that do the same (its bf16 gradient reduction moves the bytes fp16's would).
+          "--tp-reduce-in-16-bit", "--grad-reduce-in-bf16"]
 FULL = ["--recompute-granularity", "full", "--recompute-method", "uniform",
         "--recompute-num-layers", "1"]
 SEQSEL = ["--sequence-parallel", "--recompute-granularity", "selective"]
