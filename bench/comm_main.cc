@@ -3,7 +3,7 @@
 // next to the plain MPI call on the same buffers, measured in the same run, interleaved.
 //
 //   mpirun -np 2 build/bin/comm [--min-bytes 1024] [--max-bytes 268435456] [--rounds 7]
-//                               [--op all_reduce]
+//                               [--op all_reduce] [--sum-dtype bf16]
 //
 // Size S follows nccl-tests: the all_reduce buffer, the all_gather output, the reduce_scatter
 // input, the all_to_all input (fp32). Bus bandwidth = comm::ring_bytes(op, n, S) / time, i.e.
@@ -15,6 +15,10 @@
 // figure is the MEDIAN over the rounds: what a typical call costs, where the best round (used
 // before) rewards whichever path had one lucky round on a shared machine.
 // "ratio" = ProcessGroup bandwidth / MPI bandwidth (goal: >= 0.90 for S >= 1 MiB).
+// --sum-dtype bf16|fp16: ProcessGroup's all_reduce and reduce_scatter send and sum the same fp32
+// buffers in that type (comm/process_group.h, "Reductions in 16 bits": --grad-reduce-in-bf16's
+// path) while MPI's stay fp32, so "ratio" is what halving the bytes gains; bandwidths count the
+// fp32 buffer's bytes either way.
 // "cpu%": the process's CPU time (user + system, every thread) over the wall time while a path's
 // calls ran, in % of one core, the busiest rank's, median over the rounds: what moving the data
 // takes from computation that would share the cores (MPI's waits poll; between hosts the pair
@@ -88,12 +92,17 @@ int main(int argc, char** argv) {
   int64_t min_bytes = 1024, max_bytes = int64_t{256} << 20;
   int rounds = 7;
   std::string only;  // --op NAME: run one operation
+  DType sum_dtype = DType::kF32;
   tessera::bench::require_flag_pairs(argc, argv, "comm");
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--min-bytes")) min_bytes = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--max-bytes")) max_bytes = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--rounds")) rounds = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--op")) only = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--sum-dtype") && !std::strcmp(argv[i + 1], "bf16"))
+      sum_dtype = DType::kBF16;
+    else if (!std::strcmp(argv[i], "--sum-dtype") && !std::strcmp(argv[i + 1], "fp16"))
+      sum_dtype = DType::kF16;
     else {
       std::fprintf(stderr, "comm: unknown flag %s\n", argv[i]);
       return 2;
@@ -105,9 +114,15 @@ int main(int argc, char** argv) {
   MPI_Comm comm;  // the raw MPI path gets its own communicator, as the ProcessGroup has
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   if (me == 0) {
-    std::printf("comm bench: %d ranks, fp32, check_collectives=%d; bus bandwidth in GB/s "
-                "(1e9 B/s)\n",
-                n, ProcessGroup::check_collectives() ? 1 : 0);
+    std::printf(
+        "comm bench: %d ranks, fp32%s, check_collectives=%d; bus bandwidth in GB/s "
+        "(1e9 B/s)\n",
+        n,
+        sum_dtype == DType::kF32 ? ""
+                                 : (std::string(" (ProcessGroup's reductions summed in ") +
+                                    tessera::dtype_name(sum_dtype) + ")")
+                                       .c_str(),
+        ProcessGroup::check_collectives() ? 1 : 0);
     std::printf("%-15s %9s %12s %10s %12s %10s %7s %8s %8s\n", "op", "size", "MPI us", "MPI GB/s",
                 "PG us", "PG GB/s", "ratio", "MPI cpu%", "PG cpu%");
   }
@@ -127,7 +142,7 @@ int main(int argc, char** argv) {
         raw = [&] {
           MPI_Allreduce(MPI_IN_PLACE, a.raw(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm);
         };
-        pg = [&] { world->all_reduce(a, ReduceOp::kSum).wait(); };
+        pg = [&] { world->all_reduce(a, ReduceOp::kSum, sum_dtype).wait(); };
       } else if (name == "all_gather") {
         type = OpType::kAllGather;
         a = Tensor::zeros({block}, DType::kF32, MemoryCategory::kComm);
@@ -141,7 +156,7 @@ int main(int argc, char** argv) {
         raw = [&] {
           MPI_Reduce_scatter_block(a.raw(), b.raw(), block, MPI_FLOAT, MPI_SUM, comm);
         };
-        pg = [&] { world->reduce_scatter(a, b, ReduceOp::kSum).wait(); };
+        pg = [&] { world->reduce_scatter(a, b, ReduceOp::kSum, sum_dtype).wait(); };
       } else {
         a = Tensor::zeros({count}, DType::kF32, MemoryCategory::kComm);
         b = Tensor::zeros({count}, DType::kF32, MemoryCategory::kComm);

@@ -18,6 +18,7 @@
 
 #include "tessera/comm/pair_socket.h"
 #include "tessera/core/error.h"
+#include "tessera/kernels/elementwise.h"
 
 namespace tessera::comm::detail {
 namespace {
@@ -310,6 +311,51 @@ void pair_reduce_scatter_sum(const float* in, float* out, int64_t count, MPI_Com
   exchange_and_add(
       in + (1 - rank) * count, out, count, MPI_FLOAT, peer, pair,
       [out, mine](int64_t at, int64_t n, const float*) { add_into(out + at, mine + at, n); });
+}
+
+bool sixteen_bit_pair_applies(int group_size, int64_t count) {
+  return group_size == 2 && count * 2 >= kPairMinBytes;
+}
+
+namespace {
+
+// kernels::add on `dtype`'s values seen as 16-bit words: out = round(a + b).
+void add_sixteen_bit(uint16_t* out, const uint16_t* a, const uint16_t* b, int64_t n, DType dtype) {
+  if (dtype == DType::kBF16)
+    kernels::add(reinterpret_cast<bf16*>(out), reinterpret_cast<const bf16*>(a),
+                 reinterpret_cast<const bf16*>(b), n);
+  else
+    kernels::add(reinterpret_cast<fp16*>(out), reinterpret_cast<const fp16*>(a),
+                 reinterpret_cast<const fp16*>(b), n);
+}
+
+}  // namespace
+
+void pair_all_reduce_sum(void* buf, int64_t count, DType dtype, MPI_Comm group_comm) {
+  const PairComm& pair = pair_comm(group_comm);
+  const int peer = 1 - rank_in(pair.exchange);
+  auto* mine = static_cast<uint16_t*>(buf);
+  const std::unique_ptr<uint16_t[]> theirs(
+      pair.spans_hosts ? nullptr : new uint16_t[static_cast<size_t>(count)]);
+  exchange_and_add(mine, theirs.get(), count, MPI_UINT16_T, peer, pair,
+                   [mine, dtype](int64_t at, int64_t n, const uint16_t* received) {
+                     add_sixteen_bit(mine + at, mine + at, received, n, dtype);
+                   });
+}
+
+void pair_reduce_scatter_sum(const void* in, void* out, int64_t count, DType dtype,
+                             MPI_Comm group_comm) {
+  const auto* all = static_cast<const uint16_t*>(in);
+  auto* sum = static_cast<uint16_t*>(out);
+  if (sum < all + 2 * count && all < sum + count)
+    throw Error("reduce_scatter: the output overlaps the input");
+  const PairComm& pair = pair_comm(group_comm);
+  const int rank = rank_in(pair.exchange), peer = 1 - rank;
+  const uint16_t* mine = all + rank * count;
+  exchange_and_add(all + (1 - rank) * count, sum, count, MPI_UINT16_T, peer, pair,
+                   [sum, mine, dtype](int64_t at, int64_t n, const uint16_t*) {
+                     add_sixteen_bit(sum + at, sum + at, mine + at, n, dtype);
+                   });
 }
 
 void pair_all_gather(const void* in, void* out, int64_t bytes, MPI_Comm group_comm) {

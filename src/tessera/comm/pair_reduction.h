@@ -36,6 +36,8 @@
 
 #include <cstdint>
 
+#include "tessera/core/dtype.h"
+
 namespace tessera::comm::detail {
 
 constexpr int64_t kPairChunkBytes = int64_t{4} << 20;
@@ -63,5 +65,13 @@ void pair_all_gather(const void* in, void* out, int64_t bytes, MPI_Comm comm);
 // over MPI's transport; summed chunk by chunk as they arrive), allocated for the call and not
 // counted by the memory accountant (as MPI's own reductions allocate theirs).
 void pair_all_reduce_sum(float* buf, int64_t count, MPI_Comm comm);
+
+// The same two sums on `count` bf16 or fp16 values (`dtype`) a rank, each element round(a + b)
+// (kernels::add: widened, added in fp32, rounded to nearest even): the bits MPI's two-rank
+// reduction gives under comm's 16-bit sum operation (sixteen_bit_reduction.h), which takes these
+// on the same conditions as the fp32 ones (sixteen_bit_pair_applies).
+bool sixteen_bit_pair_applies(int group_size, int64_t count);
+void pair_all_reduce_sum(void* buf, int64_t count, DType dtype, MPI_Comm comm);
+void pair_reduce_scatter_sum(const void* in, void* out, int64_t count, DType dtype, MPI_Comm comm);
 
 }  // namespace tessera::comm::detail

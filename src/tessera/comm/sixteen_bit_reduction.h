@@ -6,7 +6,8 @@
 // takes the larger) and rounds the result to nearest even: every partial sum MPI's algorithm forms
 // is rounded to the 16-bit type, as NCCL's 16-bit reductions are. An fp32 tensor goes through
 // 16-bit copies of at most kSixteenBitPieceElements elements at a time (one MPI call a piece), so
-// its scratch stays a few MiB whatever the tensor's size (sixteen_bit_reduction_scratch_bytes).
+// its scratch stays under ~12 MiB whatever the tensor's size (sixteen_bit_reduction_scratch_bytes).
+// Two ranks' sums of 1 MiB or more take the pair exchanges where fp32 ones do (pair_reduction.h).
 // Nothing outside comm/ includes this header.
 #pragma once
 
