@@ -1,7 +1,8 @@
 #!/bin/bash
 # Runs across "hosts" (network namespaces, scripts/multihost.sh: each its own hostname and
 # address, TCP between them) against the same layout on one host:
-#   - 2 hosts x 1 rank, DP 2 (ZeRO 0, 1 and 3), 26 MB of gradients, the pair exchange's chunks;
+#   - 2 hosts x 1 rank, DP 2 (ZeRO 0, 1 and 3; ZeRO 0 and 1 with the gradients reduced in bf16),
+#     26 MB of gradients, the pair exchange's chunks;
 #   - 2 hosts x 2 ranks, TP 2 x DP 2, and 4 hosts x 2 ranks, TP 2 x PP 2 x DP 2 with ZeRO 1, bf16,
 #     20 iterations: losses and gradient norms of every iteration equal (tessera-compare with
 #     zero tolerances) and the exported weights byte for byte equal (cmp) to mpirun -np 4 / -np 8
@@ -106,6 +107,17 @@ for stage in 1 3; do
   train two-hosts-dp-zero$stage 2 1 "${FLAGS[@]}" "${PIN[@]}" "${WIDER[@]}" --zero-stage $stage
   check "2 hosts x 1 rank, DP 2, ZeRO $stage, 26 MB of gradients: bitwise equal to one host" \
     bitwise one-host-dp-zero$stage two-hosts-dp-zero$stage
+done
+# Gradients reduced in bf16 (--grad-reduce-in-bf16): between hosts the two ranks' 16-bit
+# all-reduce and reduce-scatter take the exchanges too (comm/sixteen_bit_reduction.h), on one host
+# the all-reduce is MPI's under Tessera's operation; each element is round(a + b) either way.
+for stage in 0 1; do
+  train one-host-dp-bf16-sums$stage 0 2 "${FLAGS[@]}" "${PIN[@]}" "${WIDER[@]}" \
+    --zero-stage $stage --grad-reduce-in-bf16
+  train two-hosts-dp-bf16-sums$stage 2 1 "${FLAGS[@]}" "${PIN[@]}" "${WIDER[@]}" \
+    --zero-stage $stage --grad-reduce-in-bf16
+  check "2 hosts x 1 rank, DP 2, ZeRO $stage, gradients reduced in bf16: bitwise equal to one host" \
+    bitwise one-host-dp-bf16-sums$stage two-hosts-dp-bf16-sums$stage
 done
 
 TP_PP_DP=(--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --zero-stage 1)

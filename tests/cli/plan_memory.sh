@@ -136,6 +136,8 @@ layout "gpt TP 2 + SP, bf16, TP sums in bf16" 2 "${GPT[@]}" --micro-batch-size 2
 layout "llama TP 2 + SP x DP 2, ZeRO 1, bf16, all sums in bf16" 4 "${LLAMA[@]}" \
   --micro-batch-size 2 --tensor-model-parallel-size 2 --sequence-parallel --bf16 \
   --tp-reduce-in-16-bit --zero-stage 1 --grad-reduce-in-bf16
+layout "moe TP 2, bf16, TP sums in bf16" 2 "${MOE[@]}" --micro-batch-size 2 \
+  --tensor-model-parallel-size 2 --bf16 --tp-reduce-in-16-bit
 # stage3_max_live_parameters below what prefetching would gather: backward's gathers ahead stop
 # at the limit (the plan without it predicted 53.2 MiB where 48.0 was measured).
 layout "gpt DP 2, ZeRO 3, at most 1000000 parameters live" 2 "${GPT[@]}" --micro-batch-size 2 \

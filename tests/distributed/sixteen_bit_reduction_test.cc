@@ -149,8 +149,9 @@ TEST(SixteenBitReduction, PartialSumsRoundToSixteenBits) {
 }
 
 // The two-rank all-reduce by exchange (comm/pair_reduction.h), which the runtime takes between
-// hosts (tests/cli/multihost.sh runs the 16-bit reductions there): called directly here, on one
-// host, against round(round(a) + round(b)). (The two-rank reduce-scatter of 1 MiB or more takes
+// hosts (cli.multihost trains with --grad-reduce-in-bf16 there, bitwise against one host): called
+// directly here, on one host (each rank's values received whole), against round(round(a) +
+// round(b)). (The two-rank reduce-scatter of 1 MiB or more takes
 // the exchanges on one host too: ReduceScatterOfFp32InPiecesIsTheSixteenBitSum covers it.)
 TEST(SixteenBitReduction, TwoRankAllReduceByExchange) {
   auto w = ProcessGroup::world();

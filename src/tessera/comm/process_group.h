@@ -153,8 +153,9 @@ int64_t ring_bytes(OpType op, int n, int64_t full_bytes);
 // Elements of an fp32 tensor reduced in 16 bits per piece (one MPI call each; see the contract
 // above), and the kComm scratch such a reduction takes: an all_reduce of `numel` elements, or a
 // reduce_scatter of an input of `numel` on a group of n (for the memory report's theory). 4 Mi
-// elements (8 MiB of bf16): between two hosts over a 1 Gbit/s link 1 Mi-element pieces left a
-// 40 MiB reduce-scatter at 0.5x fp32's speed, 4 Mi at 1.47x (bench/comm --sum-dtype bf16).
+// elements (8 MiB of bf16): between two hosts over a 1 Gbit/s link, pieces of 1 Mi elements made a
+// 40 MiB reduce-scatter in bf16 slower than the fp32 one (349 against 176 ms), 4 Mi faster (92-120
+// ms; bench/comm --sum-dtype bf16, docs/distributed.md).
 inline constexpr int64_t kSixteenBitPieceElements = int64_t{1} << 22;
 int64_t sixteen_bit_reduction_scratch_bytes(OpType op, int n, int64_t numel);
 

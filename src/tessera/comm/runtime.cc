@@ -1,5 +1,6 @@
 #include "tessera/comm/runtime.h"
 
+#include <omp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <unistd.h>
@@ -101,6 +102,11 @@ Runtime::Runtime() {
     sched_param param{};
     pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);  // best effort
 #endif
+    // Kernels this thread runs (a 16-bit reduction's conversions and sums, comm/
+    // sixteen_bit_reduction.h) stay on it: on a thread of its own an OpenMP parallel region
+    // would otherwise start a team of every core (OMP_NUM_THREADS, not the trainer's
+    // --num-threads), competing with backward's team on the same cores.
+    omp_set_num_threads(1);
     comm_loop();
   });
   watchdog_thread_ = std::thread([this] { watchdog_loop(); });

@@ -121,9 +121,12 @@ MoeLayer::MoeLayer(ParameterSet& params, const std::string& layer, const ModelCo
   TESSERA_CHECK(tp != nullptr);
   fold_ = experts_whole && tp->size() > 1;
   // The experts and the shared expert run on the whole micro-batch, not on a sequence slice.
-  shared_tp_ = std::make_unique<parallel::TensorParallel>(tp->group(), false);
+  // (Their sums of 16-bit activations as the layer's: --tp-reduce-in-16-bit.)
+  shared_tp_ =
+      std::make_unique<parallel::TensorParallel>(tp->group(), false, tp->sixteen_bit_sums());
   expert_tp_ = experts_whole ? std::make_unique<parallel::TensorParallel>()
-                             : std::make_unique<parallel::TensorParallel>(tp->group(), false);
+                             : std::make_unique<parallel::TensorParallel>(tp->group(), false,
+                                                                          tp->sixteen_bit_sums());
   const std::string block = block_prefix(layer, cfg);
   router_w_ = params.get(block + ".gate.weight").value;
   router_dw_ = params.get(block + ".gate.weight").grad;

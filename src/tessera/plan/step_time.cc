@@ -506,14 +506,17 @@ StepTimePrediction predict_step_time(const model::ModelConfig& cfg, const comm::
         // indices and all-reduce the union of the rows their tokens touched.
         const double C = static_cast<double>(cfg.hidden_size);
         // A bucket of n elements: n values of the reduction's type on the wire; in 16 bits, also
-        // its rounding to the 16-bit copies and the widening back on the communication thread:
-        // 12 bytes an element, priced at the compute dtype's add rate (an add of n elements of
-        // size e moves 3 e n bytes).
+        // the rounding of its n fp32 values to 16-bit copies and the widening back of the result
+        // (n, or this rank's n / ranks of a reduce-scatter) on the communication thread, 6 bytes
+        // an element each way, priced at the compute dtype's add rate (an add of m elements of
+        // size e moves 3 e m bytes).
         const double wire = dtype_size(r.grad_reduce_dtype), e = dtype_size(r.compute);
         const auto reduction = [&](CollectiveKind kind, double n) {
-          const double convert = r.grad_reduce_dtype == DType::kF32
-                                     ? 0.0
-                                     : price.kernel(KernelKind::kAdd, r.compute, n, 4 * n / e);
+          const double out = kind == CollectiveKind::kReduceScatter ? n / part.ranks : n;
+          const double convert =
+              r.grad_reduce_dtype == DType::kF32
+                  ? 0.0
+                  : price.kernel(KernelKind::kAdd, r.compute, n, 6 * (n + out) / (3 * e));
           return price.collective(kind, part.group, wire * n, rank) + convert;
         };
         const train::EmbeddingRowsTheory rows =

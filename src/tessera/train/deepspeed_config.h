@@ -16,7 +16,8 @@
 //   fp16: enabled, loss_scale (0 = dynamic), initial_scale_power (16), loss_scale_window (1000),
 //       hysteresis (2), min_loss_scale (1);  bf16.enabled, or its legacy spelling
 //       bfloat16.enabled (not both)
-//   communication_data_type, data_types.grad_accum_dtype: "fp32" (what Tessera does) only
+//   communication_data_type: "fp32" (Tessera's default), "bf16" or "fp16" (the type gradients
+//       are reduced in); data_types.grad_accum_dtype: "fp32" (what Tessera does) only
 //   optimizer: type Adam or AdamW (decoupled weight decay, DeepSpeed's default adam_w_mode),
 //       params lr (1e-3), betas ([0.9, 0.999]), eps (1e-8), weight_decay (0); or SGD
 //       (torch.optim.SGD: lr, momentum (0), weight_decay (0) as L2 on the gradient)

@@ -133,16 +133,18 @@ const std::vector<DeepSpeedKey> kTable = {
     {"scheduler.params.lr_range_test_staircase", kRefuse, kLrRange},
     // Communication.
     {"communication_data_type", kImpl,
-     "the gradients' data-parallel reductions send and sum in this type (\"fp32\", the "
-     "default; \"bf16\" or \"fp16\": half the bytes, every partial sum rounded to it, as "
-     "Megatron's --grad-reduce-in-bf16); accumulation stays fp32"},
+     "the gradients' data-parallel reductions send and sum in this type: \"bf16\" or \"fp16\" "
+     "halve the bytes, every partial sum rounded to it, as Megatron's --grad-reduce-in-bf16 "
+     "(accumulation stays fp32). Absent, DeepSpeed reduces in the model's 16-bit type under "
+     "fp16/bf16, Tessera in fp32 (exact sums, so layouts reproduce one process): give the key to "
+     "match DeepSpeed"},
     {"prescale_gradients", kNone,
      "Tessera differentiates the loss already divided by the global batch's token count and sums "
-     "fp32 gradients over DP, so the average is formed before the reduction either way; "
+     "gradients over DP, so the average is formed before the reduction either way; "
      "DeepSpeed's orders of scaling give the same fp32 values up to rounding (bitwise when the "
      "factors are powers of two)"},
     {"gradient_predivide_factor", kNone,
-     "as prescale_gradients: the division by DP happens before Tessera's fp32 reduction; moving "
+     "as prescale_gradients: the division by DP happens before Tessera's reduction; moving "
      "part of it after the sum changes only the rounding (must be > 0)"},
     {"sparse_gradients", kNone,
      "sparse embedding gradients change the message format only; Tessera's are dense"},

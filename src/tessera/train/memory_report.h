@@ -130,7 +130,8 @@ double theoretical_kept_activations(const model::ModelConfig& cfg, const RankLay
 // The communication buffers' peak: ZeRO 1-3's reduce-scattered gradient parts (4 P / DP, an
 // expert unit's over expert-DP; held until the step) plus the larger of a tensor-parallel
 // collective's staging (16-bit activations are reduced in fp32 copies: 4 N C for an all-reduce, 4 N
-// C (1 + 1/TP) for a sequence-parallel reduce-scatter; with several samples a micro-batch, the
+// C (1 + 1/TP) for a sequence-parallel reduce-scatter, none with tp_reduce_in_16_bit; with several
+// samples a micro-batch, the
 // sequence-parallel permutation's copy) and, under sequence parallelism, the fp32 sum of the
 // replicated parameters' gradients (norms, row-parallel biases, position embedding) and an MoE
 // layer's exchange buffers (the router logits' broadcast under TP without SP; the all-gather

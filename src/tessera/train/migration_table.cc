@@ -22,6 +22,7 @@ const std::set<std::string>& tessera_own() {
                                             "--flight-recorder-dir",
                                             "--flight-recorder-size",
                                             "--zero-stage",
+                                            "--tp-reduce-in-16-bit",
                                             "--stage3-prefetch-bucket-size",
                                             "--stage3-param-persistence-threshold",
                                             "--stage3-max-live-parameters",

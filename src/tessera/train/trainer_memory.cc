@@ -50,6 +50,8 @@ void Trainer::report_memory() {
   r.zero_stage = static_cast<int>(sharding.stage);
   r.persistence_threshold = sharding.persistence_threshold;
   r.bucket_elements = sharding.bucket_elems;
+  r.prefetch_elements = sharding.prefetch_elems;
+  r.max_live_elements = sharding.max_live_elems;
   r.overlap_grad_reduce = sharding.overlap_grad_reduce;
   r.grad_reduce_dtype = sharding.grad_reduce_dtype;
   r.tp_reduce_in_16_bit = args_.tp_reduce_in_16_bit;
