@@ -180,10 +180,12 @@ void apply_precision(Section& top, TrainArgs& args, const std::string& file) {
 
 // communication_data_type: the type the gradients' reductions send and sum in (DeepSpeed casts
 // the gradients to it for the reduction and back; Tessera rounds each piece it sends, and every
-// partial sum, to it). data_types.grad_accum_dtype: Tessera accumulates gradients in fp32 whatever
+// partial sum, to it). Absent: fp32, with a line in `info` when DeepSpeed would have used the
+// model's 16-bit type. data_types.grad_accum_dtype: Tessera accumulates gradients in fp32 whatever
 // the compute dtype, so "fp32" is what it does and the lower precisions are refused rather than
 // run in fp32 under a label that says otherwise.
-void apply_gradient_dtypes(Section& top, TrainArgs& args, const std::string& file) {
+void apply_gradient_dtypes(Section& top, TrainArgs& args, const std::string& file,
+                           std::vector<std::string>& info) {
   const auto dtype_of = [](Section& s, const char* key) {
     const std::string dtype = s.string(key, "fp32");
     if (dtype != "fp32" && dtype != "fp16" && dtype != "bf16")
@@ -196,6 +198,14 @@ void apply_gradient_dtypes(Section& top, TrainArgs& args, const std::string& fil
     throw Error(file + ": " + top.name("communication_data_type") + " \"" + comm +
                 "\" contradicts --grad-reduce-in-bf16");
   args.communication_data_type = reduce;
+  // DeepSpeed's default is the model's 16-bit type; Tessera's stays fp32 (exact sums). Said once,
+  // so that a migrated config's slower reductions are not a surprise.
+  if (!top.contains("communication_data_type") && !args.grad_reduce_in_bf16 &&
+      (args.fp16 || args.bf16))
+    info.push_back(std::string("communication_data_type: absent, so gradients are reduced in fp32 "
+                               "(DeepSpeed would reduce them in ") +
+                   (args.bf16 ? "bf16" : "fp16") + "); set it to \"" +
+                   (args.bf16 ? "bf16" : "fp16") + "\" for DeepSpeed's half-size reductions");
   Section types = top.section("data_types");
   if (dtype_of(types, "grad_accum_dtype") != "fp32")
     types.fail(types.name("grad_accum_dtype"),
@@ -280,7 +290,7 @@ DeepSpeedApplied apply_deepspeed_config(TrainArgs& args, int64_t data_parallel) 
   apply_batch(top, args, data_parallel, file);
   apply_zero(top.section("zero_optimization"), top, args, file);
   apply_precision(top, args, file);
-  apply_gradient_dtypes(top, args, file);
+  apply_gradient_dtypes(top, args, file, out.info);
   deepspeed::apply_optimizer(top, args);  // before the scheduler: WarmupCosineLR uses lr
   deepspeed::apply_scheduler(top, args, autos.paths, out.warnings);
   apply_activation_checkpointing(top, args, out.info);

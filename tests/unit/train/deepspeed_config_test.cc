@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <numbers>
@@ -328,6 +329,19 @@ TEST(DeepSpeedConfig, CommunicationDataTypeIsTheReductionsTypeAccumulationIsFp32
                          "fp32"}, "prescale_gradients": true, "gradient_predivide_factor": 2})"),
             "");
   EXPECT_EQ(apply("{}").args.communication_data_type, DType::kF32);
+  // Absent under bf16: fp32, and one line saying DeepSpeed would have reduced in bf16.
+  const auto absent = apply(R"({"bf16": {"enabled": true}})");
+  EXPECT_EQ(absent.args.communication_data_type, DType::kF32);
+  EXPECT_EQ(std::count_if(absent.info.begin(), absent.info.end(),
+                          [](const std::string& line) {
+                            return line.find(
+                                       "communication_data_type: absent, so gradients are "
+                                       "reduced in fp32 (DeepSpeed would reduce them in "
+                                       "bf16)") != std::string::npos;
+                          }),
+            1);
+  EXPECT_TRUE(
+      apply(R"({"bf16": {"enabled": true}, "communication_data_type": "fp32"})").info.empty());
   EXPECT_EQ(apply(R"({"communication_data_type": "bf16"})").args.communication_data_type,
             DType::kBF16);
   EXPECT_EQ(apply(R"({"communication_data_type": "fp16"})").args.communication_data_type,
