@@ -49,6 +49,13 @@ std::vector<float> to_vector(const Tensor& t) {
 // their sums over <= 4 ranks, so every expectation below is exact and compared with ==.
 float value(int r, int64_t i) { return 0.25f * static_cast<float>((r * 31 + i * 7) % 17 - 8); }
 
+// Element i summed over the n ranks' inputs (exact, see value()).
+float summed(int n, int64_t i) {
+  float s = 0;
+  for (int r = 0; r < n; ++r) s += value(r, i);
+  return s;
+}
+
 Tensor rank_input(DType d, int r, const Shape& shape, int64_t offset = 0) {
   Tensor f = Tensor::empty(shape, DType::kF32);
   for (int64_t i = 0; i < f.numel(); ++i) f.data<float>()[i] = value(r, offset + i);
@@ -77,13 +84,8 @@ TEST(TensorParallelMappings, AllReduceMappings) {
     EXPECT_EQ(tp.stats().sent_bytes_of(OpType::kAllReduce), n > 1 ? 2 * 15 * 4 : 0);
     const std::vector<float> yv = as_f32(y), dxv = as_f32(dx);
     for (int64_t i = 0; i < 15; ++i) {
-      float sy = 0, sdx = 0;
-      for (int r = 0; r < n; ++r) {
-        sy += value(r, i);
-        sdx += value(r, 100 + i);
-      }
-      EXPECT_EQ(yv[i], sy) << i;
-      EXPECT_EQ(dxv[i], sdx) << i;
+      EXPECT_EQ(yv[i], summed(n, i)) << i;
+      EXPECT_EQ(dxv[i], summed(n, 100 + i)) << i;
     }
     Tensor dy = rank_input(d, me, shape);
     EXPECT_EQ(reduce_from_tp_region_backward(dy, tp).raw(), dy.raw());
@@ -116,26 +118,16 @@ TEST(TensorParallelMappings, SixteenBitSumsInTheirOwnType) {
     const std::vector<float> yv = as_f32(y), dxv = as_f32(dx), pv = as_f32(part),
                              dpv = as_f32(dpart);
     for (int64_t i = 0; i < 15; ++i) {
-      float sy = 0, sdx = 0;
-      for (int r = 0; r < n; ++r) {
-        sy += value(r, i);
-        sdx += value(r, 100 + i);
-      }
-      EXPECT_EQ(yv[i], sy) << i;
-      EXPECT_EQ(dxv[i], sdx) << i;
+      EXPECT_EQ(yv[i], summed(n, i)) << i;
+      EXPECT_EQ(dxv[i], summed(n, 100 + i)) << i;
     }
     // This rank's 2 tokens of each sample: rows b * 2n + 2 me + t of the full tensor.
     for (int64_t b = 0; b < 2; ++b)
       for (int64_t t = 0; t < 2; ++t)
         for (int64_t c = 0; c < 3; ++c) {
           const int64_t at = ((b * 2 * n) + 2 * me + t) * 3 + c, got = (b * 2 + t) * 3 + c;
-          float s = 0, ds = 0;
-          for (int r = 0; r < n; ++r) {
-            s += value(r, at);
-            ds += value(r, 50 + at);
-          }
-          EXPECT_EQ(pv[got], s) << at;
-          EXPECT_EQ(dpv[got], ds) << at;
+          EXPECT_EQ(pv[got], summed(n, at)) << at;
+          EXPECT_EQ(dpv[got], summed(n, 50 + at)) << at;
         }
   }
 }
@@ -175,11 +167,7 @@ TEST(TensorParallelMappings, SequenceParallelRoundTrip) {
     Tensor partial = rank_input(d, me, {n * S_local, H}, 7);
     const std::vector<float> rv =
         as_f32(reduce_scatter_to_sequence_parallel_region_forward(partial, tp));
-    for (int64_t i = 0; i < slice; ++i) {
-      float s = 0;
-      for (int r = 0; r < n; ++r) s += value(r, 7 + me * slice + i);
-      EXPECT_EQ(rv[i], s) << i;
-    }
+    for (int64_t i = 0; i < slice; ++i) EXPECT_EQ(rv[i], summed(n, 7 + me * slice + i)) << i;
     // Its backward is the all-gather of the slices' gradients.
     Tensor dslice = rank_input(d, me, {S_local, H}, 50);
     Tensor dpartial = reduce_scatter_to_sequence_parallel_region_backward(dslice, tp);

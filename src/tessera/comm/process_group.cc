@@ -168,6 +168,17 @@ void require_reducible(DType d, const char* op) {
   REQUIRE(d != DType::kU16, std::string(op) + ": no reductions on uint16 tensors");
 }
 
+// reduce_scatter's input and output: one dtype, the input `n` times the output.
+void require_scatter_shapes(const Tensor& in, const Tensor& out, int n, const std::string& group) {
+  REQUIRE(in.dtype() == out.dtype(), "reduce_scatter: input is " +
+                                         std::string(dtype_name(in.dtype())) + " but output is " +
+                                         dtype_name(out.dtype()));
+  REQUIRE(in.numel() == n * out.numel(), "reduce_scatter: input has " + std::to_string(in.numel()) +
+                                             " elements, expected " + std::to_string(n) + " x " +
+                                             std::to_string(out.numel()) + " on group '" + group +
+                                             "'");
+}
+
 // A reduction in 16 bits: an fp32 tensor summed in bf16 or fp16, or a 16-bit one in its own type.
 void require_sum_dtype(DType tensor, DType sum_dtype, const char* op) {
   REQUIRE((sum_dtype == DType::kBF16 || sum_dtype == DType::kF16) &&
@@ -351,13 +362,7 @@ Work ProcessGroup::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op,
   require_defined(in, "input", "reduce_scatter");
   require_defined(out, "output", "reduce_scatter");
   require_reducible(in.dtype(), "reduce_scatter");
-  REQUIRE(in.dtype() == out.dtype(), "reduce_scatter: input is " +
-                                         std::string(dtype_name(in.dtype())) + " but output is " +
-                                         dtype_name(out.dtype()));
-  REQUIRE(in.numel() == size() * out.numel(),
-          "reduce_scatter: input has " + std::to_string(in.numel()) + " elements, expected " +
-              std::to_string(size()) + " x " + std::to_string(out.numel()) + " on group '" +
-              name() + "'");
+  require_scatter_shapes(in, out, size(), name());
   const int count = detail::mpi_count(out.numel(), "reduce_scatter");
   const int n = size();
   MPI_Comm comm = impl_->comm;
@@ -382,13 +387,7 @@ Work ProcessGroup::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op, DT
   require_defined(in, "input", "reduce_scatter");
   require_defined(out, "output", "reduce_scatter");
   require_sum_dtype(in.dtype(), sum_dtype, "reduce_scatter");
-  REQUIRE(in.dtype() == out.dtype(), "reduce_scatter: input is " +
-                                         std::string(dtype_name(in.dtype())) + " but output is " +
-                                         dtype_name(out.dtype()));
-  REQUIRE(in.numel() == size() * out.numel(),
-          "reduce_scatter: input has " + std::to_string(in.numel()) + " elements, expected " +
-              std::to_string(size()) + " x " + std::to_string(out.numel()) + " on group '" +
-              name() + "'");
+  require_scatter_shapes(in, out, size(), name());
   const int count = detail::mpi_count(out.numel(), "reduce_scatter");
   const int n = size();
   MPI_Comm comm = impl_->comm;

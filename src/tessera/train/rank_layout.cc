@@ -66,6 +66,17 @@ void check_expert_tensor_parallel_size(const TrainArgs& a) {
                 ", experts split like the dense MLP) or 1 (experts whole) is implemented");
 }
 
+void set_reductions(RankLayout& r, const distributed::ShardingPlan& sharding, const TrainArgs& a) {
+  r.zero_stage = static_cast<int>(sharding.stage);
+  r.persistence_threshold = sharding.persistence_threshold;
+  r.bucket_elements = sharding.bucket_elems;
+  r.prefetch_elements = sharding.prefetch_elems;
+  r.max_live_elements = sharding.max_live_elems;
+  r.overlap_grad_reduce = sharding.overlap_grad_reduce;
+  r.grad_reduce_dtype = sharding.grad_reduce_dtype;
+  r.tp_reduce_in_16_bit = a.tp_reduce_in_16_bit;
+}
+
 comm::ParallelConfig parallel_config(const TrainArgs& a) {
   comm::ParallelConfig cfg;
   cfg.tensor = a.tensor_model_parallel_size;
@@ -148,14 +159,7 @@ std::vector<RankLayout> rank_layouts(const TrainArgs& a, const comm::MeshLayout&
     r.cp_types = cp_types;
     if (cp > 1 && !a.hierarchical_cp_sizes.empty()) r.cp_a2a = a.hierarchical_cp_sizes[0];
     r.recompute = recompute_policy(a);
-    r.zero_stage = static_cast<int>(sharding.stage);
-    r.persistence_threshold = sharding.persistence_threshold;
-    r.bucket_elements = sharding.bucket_elems;
-    r.overlap_grad_reduce = sharding.overlap_grad_reduce;
-    r.grad_reduce_dtype = sharding.grad_reduce_dtype;
-    r.tp_reduce_in_16_bit = a.tp_reduce_in_16_bit;
-    r.prefetch_elements = sharding.prefetch_elems;
-    r.max_live_elements = sharding.max_live_elems;
+    set_reductions(r, sharding, a);
     r.compute = compute_dtype_of(a);
     r.sgd = a.optimizer == "sgd";
     r.threads = threads;

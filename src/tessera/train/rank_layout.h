@@ -13,6 +13,7 @@
 
 #include "tessera/comm/parallel_state.h"
 #include "tessera/context/context_parallel.h"
+#include "tessera/distributed/sharding_plan.h"
 #include "tessera/model/chunk_runner.h"
 #include "tessera/pipeline/schedule.h"
 #include "tessera/train/arguments.h"
@@ -37,6 +38,12 @@ void validate_pipeline_schedule(const TrainArgs& args, pipeline::ScheduleKind ki
 // --cp-comm-type as given: one type for every layer, or one per layer. tessera::Error naming the
 // flag for an unknown name.
 std::vector<context::CommType> cp_comm_types(const TrainArgs& args);
+
+// Sets the fields of `r` that follow the run's ShardingPlan and its reduction flags: ZeRO's stage,
+// persistence threshold, buckets, prefetch and live limits, overlap, the types gradients and TP
+// activations are summed in. One place for rank_layouts and the trainer's memory report.
+void set_reductions(RankLayout& r, const distributed::ShardingPlan& sharding,
+                    const TrainArgs& args);
 
 // The compute dtype of --bf16 / --fp16 (fp32 otherwise).
 DType compute_dtype_of(const TrainArgs& args);

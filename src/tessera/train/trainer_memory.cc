@@ -9,6 +9,7 @@
 #include "tessera/core/threads.h"
 #include "tessera/distributed/sum_scalars.h"
 #include "tessera/train/memory_report.h"
+#include "tessera/train/rank_layout.h"
 #include "tessera/train/sharding.h"
 #include "tessera/train/trainer.h"
 
@@ -47,14 +48,7 @@ void Trainer::report_memory() {
     if (!args_.hierarchical_cp_sizes.empty()) r.cp_a2a = args_.hierarchical_cp_sizes[0];
   }
   r.recompute = runner_->recompute();
-  r.zero_stage = static_cast<int>(sharding.stage);
-  r.persistence_threshold = sharding.persistence_threshold;
-  r.bucket_elements = sharding.bucket_elems;
-  r.prefetch_elements = sharding.prefetch_elems;
-  r.max_live_elements = sharding.max_live_elems;
-  r.overlap_grad_reduce = sharding.overlap_grad_reduce;
-  r.grad_reduce_dtype = sharding.grad_reduce_dtype;
-  r.tp_reduce_in_16_bit = args_.tp_reduce_in_16_bit;
+  set_reductions(r, sharding, args_);
   if (optimizer_nvme_) r.optimizer_offload_buffer_bytes = optimizer_nvme_->buffer_bytes();
   if (param_swap_) {
     r.param_offload_kept_elements = static_cast<double>(param_swap_->kept_elems());
