@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tessera/core/error.h"
+#include "tessera/core/page_pool.h"
 
 namespace tessera {
 namespace {
@@ -29,10 +30,10 @@ void raise_peak(std::atomic<int64_t>& peak, int64_t value) {
   }
 }
 
-// Activations are allocated and freed every micro-batch. glibc returns large blocks to the
-// kernel with munmap and faults them in again on the next allocation, which costs more than
-// the kernels touching them. Keeping freed memory in the heap makes the steady state free of
-// page faults, the same trade-off a caching allocator makes.
+// The accountant's large blocks live in the page pool (page_pool.h), which keeps freed pages for
+// reuse. What is left on the heap — small blocks, MPI's and the libraries' own — is kept there
+// too: glibc would return large blocks to the kernel with munmap and fault them in again on the
+// next allocation, which costs more than the code touching them.
 //
 // One arena for the whole process, set here before main() because it only binds threads that
 // have not picked an arena yet (MPI_Init starts threads of its own). Open MPI allocates
@@ -99,8 +100,10 @@ void MemoryAccountant::reset_peaks() {
 
 void* tracked_alloc(size_t bytes, MemoryCategory category) {
   if (bytes == 0) return nullptr;
-  const size_t rounded = (bytes + 63) / 64 * 64;
-  void* ptr = std::aligned_alloc(64, rounded);
+  // Large blocks in whole pages of the pool (page_pool.h): the resident set then follows the
+  // accountant's peak instead of the heap's placement.
+  void* ptr = bytes >= kPooledBytes ? process_page_pool().acquire(bytes) : nullptr;
+  if (ptr == nullptr) ptr = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (ptr == nullptr) throw std::bad_alloc();
   MemoryAccountant::instance().on_alloc(category, static_cast<int64_t>(bytes));
   return ptr;
@@ -159,7 +162,7 @@ int64_t resident_bytes(const void* ptr, size_t bytes) {
 
 void tracked_free(void* ptr, size_t bytes, MemoryCategory category) {
   if (ptr == nullptr) return;
-  std::free(ptr);
+  if (bytes < kPooledBytes || !process_page_pool().release(ptr)) std::free(ptr);
   MemoryAccountant::instance().on_free(category, static_cast<int64_t>(bytes));
 }
 
@@ -170,6 +173,19 @@ int64_t process_resident_bytes() {
   const int n = std::fscanf(f, "%lld %lld", &size, &resident);
   std::fclose(f);
   return n == 2 ? resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
+
+int64_t process_baseline_bytes() {
+  const int64_t resident = process_resident_bytes();
+  if (resident == 0) return 0;
+  const PoolStats pool = process_page_pool().stats();
+  const struct mallinfo2 heap = mallinfo2();
+  // The accountant's blocks on the heap: its total less the pool's (those are whole pages, so
+  // this undercounts by at most a page a pooled block).
+  const int64_t on_heap =
+      std::max<int64_t>(0, MemoryAccountant::instance().snapshot().total_current - pool.live_bytes);
+  return std::max<int64_t>(0, resident - pool.live_bytes - pool.free_bytes -
+                                  static_cast<int64_t>(heap.fordblks) - on_heap);
 }
 
 double host_memory_bytes() {

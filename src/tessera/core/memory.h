@@ -33,6 +33,26 @@ class MemoryAccountant {
 void* tracked_alloc(size_t bytes, MemoryCategory category);
 void tracked_free(void* ptr, size_t bytes, MemoryCategory category);
 
+// A std::allocator through tracked_alloc, for buffers that should live where tensors do (the
+// page pool for large ones) and count in the accountant.
+template <typename T, MemoryCategory kCategory = MemoryCategory::kOther>
+struct TrackedAllocator {
+  using value_type = T;
+  template <typename U>
+  struct rebind {
+    using other = TrackedAllocator<U, kCategory>;
+  };
+  TrackedAllocator() = default;
+  template <typename U>
+  TrackedAllocator(const TrackedAllocator<U, kCategory>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(tracked_alloc(n * sizeof(T), kCategory)); }
+  void deallocate(T* p, size_t n) { tracked_free(p, n * sizeof(T), kCategory); }
+  template <typename U>
+  bool operator==(const TrackedAllocator<U, kCategory>&) const {
+    return true;
+  }
+};
+
 // Gives the physical pages of [ptr, ptr + bytes) back to the OS and leaves the range reading as
 // zeros (memset for the partial pages at either end, MADV_DONTNEED for the whole pages between);
 // the memory stays allocated and is faulted back in, zero-filled, when written. For scratch
@@ -53,6 +73,11 @@ void prefer_huge_pages(void* ptr, size_t bytes);
 int64_t resident_bytes(const void* ptr, size_t bytes);
 // The whole process's resident set in bytes (Linux /proc/self/statm), 0 where unreadable.
 int64_t process_resident_bytes();
+// What a process holds beside the accountant's blocks, in bytes (0 where unreadable): its
+// resident set less the pages of the page pool (core/page_pool.h), the heap's free chunks (glibc
+// keeps them, above) and the accountant's blocks on the heap. What is left is the binary's and
+// libraries' pages, and the memory of MPI, the runtime's threads and JIT-compiled kernels.
+int64_t process_baseline_bytes();
 // The memory this host gives the process, in bytes: its physical memory, or the control group's
 // limit where that is lower (cgroup v2 memory.max, v1 memory.limit_in_bytes: a container's, a
 // SLURM job's). 0 when it cannot be told.

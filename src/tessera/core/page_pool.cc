@@ -1,0 +1,227 @@
+#include "tessera/core/page_pool.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace tessera {
+namespace {
+
+size_t page_bytes() {
+  static const size_t bytes = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return bytes;
+}
+
+// A range of pages inside one kernel mapping: what one mremap may move.
+struct Piece {
+  uintptr_t begin;
+  size_t bytes;
+};
+
+// Contiguous pages made of pieces in address order (a block handed out, or a free run).
+struct Run {
+  std::vector<Piece> pieces;
+  size_t bytes = 0;
+  uintptr_t begin() const { return pieces.front().begin; }
+  uintptr_t end() const { return begin() + bytes; }
+};
+
+}  // namespace
+
+struct PagePool::State {
+  explicit State(int64_t max) : max_pieces(max) {}
+
+  void* acquire(size_t bytes) {
+    const size_t n = (bytes + page_bytes() - 1) / page_bytes() * page_bytes();
+    std::lock_guard<std::mutex> lock(mu_);
+    // The shortest free run that holds the block: its front, nothing moves.
+    if (auto fit = free_by_bytes_.lower_bound(n); fit != free_by_bytes_.end()) {
+      Run run = take_free(fit->second);
+      Run block = take_front(run, n);
+      if (run.bytes > 0) put_free(std::move(run));
+      return hand_out(std::move(block));
+    }
+    if (pieces_ > max_pieces) drop_free();
+    void* range = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (range == MAP_FAILED) return nullptr;
+    ++pieces_;  // the range, until pieces are moved over it
+    const uintptr_t dst = reinterpret_cast<uintptr_t>(range);
+    Run block;
+    block.bytes = n;
+    size_t filled = 0;
+    // The free runs, longest first, moved into the new range (a run longer than what is missing
+    // gives its front). Moving over the range replaces its untouched pages: nothing is freed
+    // twice, nothing faulted.
+    bool moving = true;
+    while (moving && filled < n && !free_by_bytes_.empty()) {
+      Run run = take_free(std::prev(free_by_bytes_.end())->second);
+      Run part = take_front(run, std::min(run.bytes, n - filled));
+      if (run.bytes > 0) put_free(std::move(run));
+      for (size_t i = 0; i < part.pieces.size(); ++i) {
+        const Piece p = part.pieces[i];
+        void* moved = mremap(reinterpret_cast<void*>(p.begin), p.bytes, p.bytes,
+                             MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(dst + filled));
+        if (moved == MAP_FAILED) {  // out of mappings: keep the rest free where it is
+          Run rest;
+          rest.pieces.assign(part.pieces.begin() + static_cast<std::ptrdiff_t>(i),
+                             part.pieces.end());
+          for (const Piece& q : rest.pieces) rest.bytes += q.bytes;
+          put_free(std::move(rest));
+          moving = false;
+          break;
+        }
+        block.pieces.push_back({dst + filled, p.bytes});
+        filled += p.bytes;
+        ++moves_;
+      }
+    }
+    if (filled < n)
+      block.pieces.push_back({dst + filled, n - filled});  // what the pool lacked: fresh pages
+    else
+      --pieces_;  // the range is all moved pieces now
+    return hand_out(std::move(block));
+  }
+
+  bool release(void* ptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = live_.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == live_.end()) return false;
+    Run run = std::move(it->second);
+    live_.erase(it);
+    live_bytes_ -= static_cast<int64_t>(run.bytes);
+    put_free(std::move(run));
+    return true;
+  }
+
+  PoolStats stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    PoolStats s;
+    s.live_bytes = live_bytes_;
+    s.free_bytes = free_bytes_;
+    s.pieces = pieces_;
+    s.moves = moves_;
+    s.dropped = dropped_;
+    return s;
+  }
+
+  void* hand_out(Run block) {
+    const uintptr_t begin = block.begin();
+    live_bytes_ += static_cast<int64_t>(block.bytes);
+    live_.emplace(begin, std::move(block));
+    return reinterpret_cast<void*>(begin);
+  }
+
+  // The first `bytes` of `run` (a whole number of pages), split off it; a piece across the cut
+  // becomes two.
+  Run take_front(Run& run, size_t bytes) {
+    Run front;
+    front.bytes = bytes;
+    size_t i = 0, taken = 0;
+    while (taken + run.pieces[i].bytes <= bytes) {
+      taken += run.pieces[i].bytes;
+      if (++i == run.pieces.size()) break;
+    }
+    front.pieces.assign(run.pieces.begin(), run.pieces.begin() + static_cast<std::ptrdiff_t>(i));
+    run.pieces.erase(run.pieces.begin(), run.pieces.begin() + static_cast<std::ptrdiff_t>(i));
+    if (taken < bytes) {
+      Piece& cut = run.pieces.front();
+      front.pieces.push_back({cut.begin, bytes - taken});
+      cut.begin += bytes - taken;
+      cut.bytes -= bytes - taken;
+      ++pieces_;
+    }
+    run.bytes -= bytes;
+    return front;
+  }
+
+  // Adds a run to the free ones, joined with the free runs just before and after it.
+  void put_free(Run run) {
+    free_bytes_ += static_cast<int64_t>(run.bytes);
+    if (auto next = free_by_begin_.find(run.end()); next != free_by_begin_.end()) {
+      Run after = take_free(next->first);
+      free_bytes_ += static_cast<int64_t>(after.bytes);
+      run.pieces.insert(run.pieces.end(), after.pieces.begin(), after.pieces.end());
+      run.bytes += after.bytes;
+    }
+    if (auto next = free_by_begin_.lower_bound(run.begin()); next != free_by_begin_.begin()) {
+      const auto before = std::prev(next);
+      if (before->second.end() == run.begin()) {
+        Run joined = take_free(before->first);
+        free_bytes_ += static_cast<int64_t>(joined.bytes);
+        joined.pieces.insert(joined.pieces.end(), run.pieces.begin(), run.pieces.end());
+        joined.bytes += run.bytes;
+        run = std::move(joined);
+      }
+    }
+    free_by_bytes_.emplace(run.bytes, run.begin());
+    free_by_begin_.emplace(run.begin(), std::move(run));
+  }
+
+  // Removes the free run starting at `begin` and returns it.
+  Run take_free(uintptr_t begin) {
+    const auto it = free_by_begin_.find(begin);
+    Run run = std::move(it->second);
+    free_by_begin_.erase(it);
+    auto [first, last] = free_by_bytes_.equal_range(run.bytes);
+    for (; first != last; ++first)
+      if (first->second == begin) {
+        free_by_bytes_.erase(first);
+        break;
+      }
+    free_bytes_ -= static_cast<int64_t>(run.bytes);
+    return run;
+  }
+
+  // Unmaps every free run: their pages go back to the kernel and the pieces' count falls to the
+  // live blocks'.
+  void drop_free() {
+    for (auto& [begin, run] : free_by_begin_) {
+      munmap(reinterpret_cast<void*>(begin), run.bytes);
+      pieces_ -= static_cast<int64_t>(run.pieces.size());
+    }
+    free_by_begin_.clear();
+    free_by_bytes_.clear();
+    free_bytes_ = 0;
+    ++dropped_;
+  }
+
+  // Unmaps every page (the pool's end).
+  void unmap_all() {
+    for (auto& [begin, run] : live_) munmap(reinterpret_cast<void*>(begin), run.bytes);
+    for (auto& [begin, run] : free_by_begin_) munmap(reinterpret_cast<void*>(begin), run.bytes);
+  }
+
+  const int64_t max_pieces;
+  mutable std::mutex mu_;
+  std::unordered_map<uintptr_t, Run> live_;
+  std::map<uintptr_t, Run> free_by_begin_;
+  std::multimap<size_t, uintptr_t> free_by_bytes_;
+  int64_t live_bytes_ = 0, free_bytes_ = 0, pieces_ = 0, moves_ = 0, dropped_ = 0;
+};
+
+PagePool::PagePool(int64_t max_pieces) : state_(new State(max_pieces)) {}
+
+PagePool::~PagePool() {
+  state_->unmap_all();
+  delete state_;
+}
+
+void* PagePool::acquire(size_t bytes) { return state_->acquire(bytes); }
+
+bool PagePool::release(void* ptr) { return state_->release(ptr); }
+
+PoolStats PagePool::stats() const { return state_->stats(); }
+
+PagePool& process_page_pool() {
+  static PagePool* const pool = new PagePool;
+  return *pool;
+}
+
+}  // namespace tessera
