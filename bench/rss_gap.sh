@@ -1,10 +1,11 @@
 #!/bin/bash
-# The resident set beside the memory accountant's peak (docs/planning.md, "Not built yet"): for
+# The resident set beside the memory accountant's peak: for
 # a few layouts of a small GPT-style model, one iteration of tessera-train each, the memory
-# report's "peak of all categories at once" (what tessera-plan predicts) and "peak resident set
-# of the process" of the rank it names, and their difference — what an RSS prediction would have
-# to add (the process's own baseline: libraries, MPI, threads, data) and take away (pages ZeRO
-# 2-3 give back).
+# report's "peak of all categories at once" (tessera-plan's peak_bytes) and "peak resident set
+# of the process" of the rank it names, and their difference: what tessera-plan's resident-set
+# prediction adds (the process's own baseline: libraries, MPI, threads, data; --calibrate
+# measures it) and takes away (pages ZeRO 3 gives back). docs/planning.md, "Memory: the
+# resident set".
 # Usage: bench/rss_gap.sh [BUILD_BIN_DIR]
 set -euo pipefail
 BIN="${1:-build/bin}/tessera-train"

@@ -20,11 +20,15 @@
 // --nvme-path DIR it also measures DIR's direct-I/O rates (the storage NVMe offload streams to).
 //
 // With --json the output is {"ranks": [{"rank": r, "coords": {...}, "memory_bytes": {category:
-// bytes}, "peak_bytes": n, "kept_activations_bytes": n, "step_time_s": t, "compute_gemm_s": t},
-// ...], "step_time_s": t, "components_s":
+// bytes}, "peak_bytes": n, "kept_activations_bytes": n, "resident_blocks_bytes": n,
+// "resident_bytes": n, "step_time_s": t, "compute_gemm_s": t}, ...], "step_time_s": t,
+// "components_s":
 // {...}, "compute_gemm_s": t, ...} (compute_gemm_s: the products' part of the compute component,
-// what tessera-train's metrics file measures as gemm_s); step_time_s is null without --machine. Bad
-// flags, files or sizes that do not fit: one line on stderr, exit code 2.
+// what tessera-train's metrics file measures as gemm_s); step_time_s is null without --machine.
+// resident_blocks_bytes: the accountant's blocks' pages resident at the peak; resident_bytes (with
+// a machine whose description has a resident baseline): the process's peak resident set, those
+// pages and the baseline, what the memory report measures as "peak resident set of the process".
+// Bad flags, files or sizes that do not fit: one line on stderr, exit code 2.
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -209,12 +213,17 @@ int evaluate(const PlanFlags& f) {
                                        machine, ranks[0].compute);
   }
 
+  // The resident set: the blocks' pages at the peak and what the machine's ranks hold beside
+  // them (its description's measured baseline; none: not predicted).
+  const double baseline =
+      f.machine.empty() ? 0 : machine.configuration_for_job(f.world_size).resident_baseline_bytes;
   nlohmann::json out;
   out["ranks"] = nlohmann::json::array();
   if (!f.json)
-    std::printf("%s; %d kernel thread(s) a rank\nrank  tp cp dp pp | MiB: %s | peak\n",
+    std::printf("%s; %d kernel thread(s) a rank\nrank  tp cp dp pp | MiB: %s | peak%s\n",
                 mesh.summary().c_str(), threads,
-                "parameters gradients optimizer activations buffers other");
+                "parameters gradients optimizer activations buffers other",
+                baseline > 0 ? " | resident set" : "");
   for (int rank = 0; rank < mesh.world_size(); ++rank) {
     const tessera::plan::RankMemoryPrediction& p = memory[rank];
     const tessera::comm::MeshCoords at = mesh.coords(rank);
@@ -226,6 +235,9 @@ int evaluate(const PlanFlags& f) {
         r["memory_bytes"][json_key(k)] = static_cast<int64_t>(p.categories[k]);
       r["peak_bytes"] = static_cast<int64_t>(p.peak_bytes);
       r["kept_activations_bytes"] = static_cast<int64_t>(p.kept_activations);
+      r["resident_blocks_bytes"] = static_cast<int64_t>(p.resident_blocks_bytes);
+      if (baseline > 0)
+        r["resident_bytes"] = static_cast<int64_t>(p.resident_blocks_bytes + baseline);
       if (!f.machine.empty()) {
         r["step_time_s"] = time.ranks[rank].total();
         r["compute_gemm_s"] = time.ranks[rank].compute_gemm;
@@ -235,8 +247,9 @@ int evaluate(const PlanFlags& f) {
     }
     std::string line;
     for (double bytes : p.categories) line += " " + mib(bytes);
-    std::printf("%4d %3d %2d %2d %2d |%s | %s\n", rank, at.tp, at.cp, at.dp, at.pp, line.c_str(),
-                mib(p.peak_bytes).c_str());
+    std::printf("%4d %3d %2d %2d %2d |%s | %s%s\n", rank, at.tp, at.cp, at.dp, at.pp, line.c_str(),
+                mib(p.peak_bytes).c_str(),
+                baseline > 0 ? (" | " + mib(p.resident_blocks_bytes + baseline)).c_str() : "");
   }
   if (f.machine.empty()) {
     if (f.json) {

@@ -10,6 +10,7 @@
 #include <functional>
 #include <utility>
 
+#include "tessera/core/memory.h"
 #include "tessera/core/tensor.h"
 #include "tessera/core/threads.h"
 #include "tessera/kernels/activations.h"
@@ -79,13 +80,17 @@ double seconds_per_fixed_calls(comm::ProcessGroup& world, const std::function<vo
   return seconds[rounds / 2];
 }
 
+// The operands and outputs the benchmarks touch: in the page pool, as a step's tensors are, so that
+// the heap is left as a step leaves it when the resident baseline is measured (calibrate_host).
+template <typename T>
+using Buffer = std::vector<T, TrackedAllocator<T>>;
+
 // Small values of both signs, away from zero and the subnormals (which some paths treat apart).
 template <typename T>
-std::vector<T> values(size_t n, float scale = 0.05f) {
-  std::vector<float> f(n);
-  for (size_t i = 0; i < n; ++i) f[i] = scale * (static_cast<float>(i % 97) / 48.5f - 1.0f) + 1e-3f;
-  std::vector<T> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(f[i]);
+Buffer<T> values(size_t n, float scale = 0.05f) {
+  Buffer<T> out(n);
+  for (size_t i = 0; i < n; ++i)
+    out[i] = static_cast<T>(scale * (static_cast<float>(i % 97) / 48.5f - 1.0f) + 1e-3f);
   return out;
 }
 
@@ -130,15 +135,15 @@ void measure_gemms(comm::ProcessGroup& world, Curves& c, const Limits& lim) {
     // GPT's products at 0.557 s a step where a profile of the step measured ~0.62 s;
     // docs/planning.md).
     struct Operands {
-      std::vector<T> x, w, dy;
-      std::vector<float> dw;
+      Buffer<T> x, w, dy;
+      Buffer<float> dw;
     };
     RotatingOperands<Operands> sets(
         static_cast<int64_t>(sizeof(T)) * (4 * C * C + 2 * M * 4 * C) + 4 * (4 * C * C), 2, [&] {
           return Operands{values<T>(M * 4 * C), values<T>(4 * C * C), values<T>(M * 4 * C),
-                          std::vector<float>(4 * C * C, 0.0f)};
+                          Buffer<float>(4 * C * C, 0.0f)};
         });
-    std::vector<T> y(M * 4 * C), dx(M * 4 * C);
+    Buffer<T> y(M * 4 * C), dx(M * 4 * C);
     double flops = 0;
     for (const auto& [in, out] : shapes) flops += 2.0 * M * in * out;
     const double fwd = seconds_per_call(world, lim, [&] {
@@ -171,9 +176,9 @@ template <typename T>
 void measure_attention(comm::ProcessGroup& world, Curves& c, const Limits& lim) {
   constexpr int NH = 8, HD = 64;
   for (int64_t len = 128; len <= lim.length; len *= 2) {
-    const std::vector<T> qkv = values<T>(len * 3 * NH * HD, 0.5f), dout = values<T>(len * NH * HD);
-    std::vector<T> out(len * NH * HD), dqkv(qkv.size());
-    std::vector<float> lse(NH * len);
+    const Buffer<T> qkv = values<T>(len * 3 * NH * HD, 0.5f), dout = values<T>(len * NH * HD);
+    Buffer<T> out(len * NH * HD), dqkv(qkv.size());
+    Buffer<float> lse(NH * len);
     const double flops = 2.0 * len * len * HD * NH;
     // Seconds of a forward and of a backward pass with `dropout`.
     const auto passes = [&](const kernels::AttentionDropout& dropout) {
@@ -208,19 +213,19 @@ void measure_elementwise(comm::ProcessGroup& world, Curves& c, bool fp32, const 
   for (int64_t n = int64_t{1} << 16; n <= lim.elements; n *= 4) {
     const int64_t N = n / C;
     const double size = static_cast<double>(n);
-    const std::vector<T> weight = values<T>(C, 1.0f);
+    const Buffer<T> weight = values<T>(C, 1.0f);
     // The activation kernels' operands rotate as the products' do (at most 64 copies: 32 MiB
     // for 16-bit values at 2^16 elements): in a step a norm, an activation, an add or a dropout
     // reads tensors written passes or kernels before.
     struct Operands {
-      std::vector<T> a, b, out, out2;
+      Buffer<T> a, b, out, out2;
     };
     RotatingOperands<Operands> sets(4 * n * static_cast<int64_t>(sizeof(T)), 1, [&] {
-      return Operands{values<T>(n), values<T>(n), std::vector<T>(n), std::vector<T>(n)};
+      return Operands{values<T>(n), values<T>(n), Buffer<T>(n), Buffer<T>(n)};
     });
-    const std::vector<T>& b = sets.first().b;
-    std::vector<T>& out = sets.first().out;
-    std::vector<float> mean(N), rstd(N), dweight(C), dbias(C);
+    const Buffer<T>& b = sets.first().b;
+    Buffer<T>& out = sets.first().out;
+    Buffer<float> mean(N), rstd(N), dweight(C), dbias(C);
     const auto rate = [&](KernelKind kind, double amount, const std::function<void()>& run) {
       add_point(c, kind, size, amount / seconds_per_call(world, lim, run));
     };
@@ -256,8 +261,8 @@ void measure_elementwise(comm::ProcessGroup& world, Curves& c, bool fp32, const 
     {
       constexpr int H = 8, HD = 64;
       const int64_t tokens = n / (2 * H * HD);
-      std::vector<T> qkv = values<T>(tokens * 3 * H * HD);
-      std::vector<int32_t> pos(tokens);
+      Buffer<T> qkv = values<T>(tokens * 3 * H * HD);
+      Buffer<int32_t> pos(tokens);
       for (int64_t t = 0; t < tokens; ++t) pos[t] = static_cast<int32_t>(t);
       rate(KernelKind::kRope, size,
            [&] { kernels::rope_forward(qkv.data(), pos.data(), 1, tokens, H, H, HD, 10000.0f); });
@@ -265,9 +270,9 @@ void measure_elementwise(comm::ProcessGroup& world, Curves& c, bool fp32, const 
     // The lookup of token and position rows, then their gradients' scatter-add (one rate).
     {
       constexpr int64_t V = 8192;
-      const std::vector<T> wte = values<T>(V * C), wpe = values<T>(N * C);
-      std::vector<float> dwte(V * C), dwpe(N * C);
-      std::vector<int32_t> tokens(N), pos(N);
+      const Buffer<T> wte = values<T>(V * C), wpe = values<T>(N * C);
+      Buffer<float> dwte(V * C), dwpe(N * C);
+      Buffer<int32_t> tokens(N), pos(N);
       for (int64_t i = 0; i < N; ++i)
         tokens[i] = static_cast<int32_t>((i * 7919) % V), pos[i] = static_cast<int32_t>(i);
       const double f = seconds_per_call(world, lim, [&] {
@@ -284,9 +289,9 @@ void measure_elementwise(comm::ProcessGroup& world, Curves& c, bool fp32, const 
     {
       constexpr int64_t V = 8192;
       const int64_t rows = n / V;
-      std::vector<T> logits = values<T>(n, 2.0f), dlogits(n);
-      std::vector<float> losses(rows);
-      std::vector<int32_t> targets(rows);
+      Buffer<T> logits = values<T>(n, 2.0f), dlogits(n);
+      Buffer<float> losses(rows);
+      Buffer<int32_t> targets(rows);
       for (int64_t i = 0; i < rows; ++i) targets[i] = static_cast<int32_t>((i * 31) % V);
       rate(KernelKind::kCrossEntropy, size, [&] {
         kernels::cross_entropy_forward_backward(losses.data(), dlogits.data(), logits.data(),
@@ -295,7 +300,7 @@ void measure_elementwise(comm::ProcessGroup& world, Curves& c, bool fp32, const 
     }
     // AdamW over fp32 master weights, writing the compute dtype's copy (none for fp32).
     {
-      std::vector<float> master = values<float>(n), m(n, 0.0f), v(n, 0.0f), grad = values<float>(n);
+      Buffer<float> master = values<float>(n), m(n, 0.0f), v(n, 0.0f), grad = values<float>(n);
       rate(KernelKind::kOptimizer, size, [&] {
         kernels::adamw_step(master.data(), m.data(), v.data(), fp32 ? nullptr : out.data(),
                             grad.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f);
@@ -412,8 +417,8 @@ void measure_page_refault(comm::ProcessGroup& world, Curves& c, const Limits& li
 // (a product much longer than the collective would make its noise the answer).
 double measure_overlap(comm::ProcessGroup& world, const Limits& lim) {
   constexpr int64_t D = 256;
-  const std::vector<float> a = values<float>(D * D), b = values<float>(D * D);
-  std::vector<float> out(D * D);
+  const Buffer<float> a = values<float>(D * D), b = values<float>(D * D);
+  Buffer<float> out(D * D);
   Tensor buffer = Tensor::zeros({int64_t{4} << 20}, DType::kF32);
   const auto timed = [&](const std::function<void()>& run) {
     return seconds_per_fixed_calls(world, run, 5, 5);
@@ -453,6 +458,11 @@ HostConfiguration calibrate_host(comm::ProcessGroup& world, int threads,
     if (d == DType::kF16) c.kernels[d] = measure_kernels<fp16>(world, false, lim);
   }
   measure_page_refault(world, c.kernels[DType::kF32], lim);
+  // After the kernels, as in a training step: their code is resident, MPI has set up its buffers
+  // to the other ranks (the barriers), the operands are back in the page pool. Before the
+  // collectives, whose temporaries (up to 64 MiB, MPI's own, on the heap) leave free chunks
+  // whose pages may not be resident: the baseline subtracts the heap's free bytes.
+  c.resident_baseline_bytes = static_cast<double>(process_baseline_bytes());
   c.intra_host = measure_collectives(world, lim);
   if (world.size() > 1) c.intra_host.overlap = measure_overlap(world, lim);
   set_num_threads(previous);

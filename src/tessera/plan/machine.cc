@@ -151,7 +151,9 @@ HostConfiguration read_configuration(const json& v, const std::string& where) {
     c.storage.write_bytes_per_s = st.positive("write_bytes_per_s");
     st.done("read_bytes_per_s, write_bytes_per_s");
   }
-  r.done("ranks_per_host, threads_per_rank, kernels, intra_host, storage");
+  if (r.has("resident_baseline_bytes"))
+    c.resident_baseline_bytes = r.positive("resident_baseline_bytes");
+  r.done("ranks_per_host, threads_per_rank, kernels, intra_host, storage, resident_baseline_bytes");
   return c;
 }
 
@@ -301,6 +303,7 @@ std::string machine_json(const MachineDescription& m) {
     if (c.storage.described())
       cj["storage"] = {{"read_bytes_per_s", c.storage.read_bytes_per_s},
                        {"write_bytes_per_s", c.storage.write_bytes_per_s}};
+    if (c.resident_baseline_bytes > 0) cj["resident_baseline_bytes"] = c.resident_baseline_bytes;
     o["configurations"].push_back(cj);
   }
   const json inter = links_json(m.inter_host);

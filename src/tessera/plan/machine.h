@@ -124,6 +124,10 @@ struct HostConfiguration {
   std::map<DType, std::array<RateCurve, kKernelKinds>> kernels;
   Links intra_host;
   StorageRates storage;
+  // What a rank holds resident beside the memory accountant's blocks (core/memory.h
+  // process_baseline_bytes, measured by --calibrate after its kernels and collectives); 0 when
+  // the description has none, and the resident set is then not predicted.
+  double resident_baseline_bytes = 0;
 };
 
 // A whole machine: its hosts (ranks fill them in rank order), their configurations, the links

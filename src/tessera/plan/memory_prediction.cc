@@ -28,6 +28,15 @@ RankMemoryPrediction predict_rank_memory(const model::ModelConfig& cfg,
   p.kept_activations = train::theoretical_kept_activations(cfg, r);
   p.peak_bytes = p.allocated_parameters + r.param_offload_buffer_bytes + p.allocated_gradients +
                  states.optimizer + std::max(during_backward, before_step);
+  // ZeRO 3 gives pages back: of the unowned parameter parts between their uses, so at
+  // backward's start, where its peak is, only those of the units whole then are resident; and of
+  // the unowned gradient parts when each iteration starts, so then only the head's, which backward
+  // writes first, are.
+  p.resident_blocks_bytes = p.peak_bytes;
+  if (r.zero_stage == 3)
+    p.resident_blocks_bytes -= p.allocated_parameters - states.parameters -
+                               train::theoretical_zero3_whole_unowned(cfg, r) +
+                               train::theoretical_zero3_unwritten_unowned_grads(cfg, r);
   return p;
 }
 

@@ -35,6 +35,9 @@ struct RankMemoryPrediction {
   std::array<double, train::kReportCategories> categories{};
   double allocated_parameters = 0, allocated_gradients = 0;  // the accountant's view
   double peak_bytes = 0;
+  // The pages of the accountant's blocks resident at that peak: peak_bytes less what ZeRO 3 has
+  // given back (core/page_pool.h keeps the blocks' pages at the live high-water).
+  double resident_blocks_bytes = 0;
   // Of the activations' peak, what the layers keep (train::theoretical_kept_activations).
   double kept_activations = 0;
 };

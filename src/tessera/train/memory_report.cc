@@ -468,8 +468,18 @@ void check_zero3_live_limit(const model::ModelConfig& c, const RankLayout& r) {
                                   static_cast<int64_t>(largest));
 }
 
-double theoretical_zero3_gather_sends(const model::ModelConfig& c, const RankLayout& r) {
-  if (r.zero_stage != 3) return 0;
+namespace {
+
+// ZeRO 3 when backward starts (theoretical_zero3_gather_sends, theoretical_zero3_whole_unowned).
+struct Zero3BackwardStart {
+  double sends = 0;          // bytes of the owned parts' send copies in flight
+  double whole_unowned = 0;  // bytes of unowned parts gathered (resident) in the flat values
+  double unwritten_unowned_grads = 0;  // fp32 bytes of unowned gradient parts not yet written
+};
+
+Zero3BackwardStart zero3_backward_start(const model::ModelConfig& c, const RankLayout& r) {
+  Zero3BackwardStart out;
+  if (r.zero_stage != 3) return out;
   // Backward's pass (model/chunk_runner.cc): the head's units (the output layer's, with the word
   // embedding when it is tied on this stage), then each layer's from the last; the embeddings'
   // backward reads no parameters. Its first acquisition waits for its own gathers, then the units
@@ -518,22 +528,52 @@ double theoretical_zero3_gather_sends(const model::ModelConfig& c, const RankLay
     if (!rerun.empty()) return u.role == Unit::Role::kLayer && rerun_before_peak(&u);
     return !pass.empty() && std::find(pass[0].begin(), pass[0].end(), &u) != pass[0].end();
   };
+  // A unit whole on this rank holds its unowned part's pages too.
+  const auto unowned = [&](const Unit& u) {
+    const double whole = padded_unit_elements(u, r);
+    return dtype_size(r.compute) * (whole - whole / unit_sharers(u, r));
+  };
+  // Gradients: every iteration starts with the unowned parts' pages given back
+  // (DataParallelGrads::start_iteration); backward writes the head's first, holding them until
+  // its bucket is reduced, the others' as it reaches them.
+  for (const Unit& u : units)
+    if (pass.empty() || std::find(pass[0].begin(), pass[0].end(), &u) == pass[0].end()) {
+      const double whole = padded_unit_elements(u, r);
+      out.unwritten_unowned_grads += 4.0 * (whole - whole / unit_sharers(u, r));
+    }
   double live = 0;
   for (const Unit& u : units)
-    if (zero3_persistent(u, r) || in_use(u)) live += padded_unit_elements(u, r);
-  double elements = 0, bytes = 0;
+    if (zero3_persistent(u, r) || in_use(u)) {
+      live += padded_unit_elements(u, r);
+      if (!zero3_persistent(u, r)) out.whole_unowned += unowned(u);
+    }
+  double elements = 0;
   for (size_t a = 1; a < pass.size(); ++a)
     for (const Unit* u : pass[a]) {
       if (rerun_before_peak(u) || zero3_persistent(*u, r)) continue;
       const double whole = padded_unit_elements(*u, r);
-      if (elements + whole > r.prefetch_elements || live + whole > r.max_live_elements)
-        return bytes;
+      if (elements + whole > r.prefetch_elements || live + whole > r.max_live_elements) return out;
       elements += whole;
       live += whole;
       const int sharers = unit_sharers(*u, r);
-      if (sharers > 1) bytes += dtype_size(r.compute) * u->elements / sharers;
+      if (sharers > 1) out.sends += dtype_size(r.compute) * u->elements / sharers;
+      out.whole_unowned += unowned(*u);
     }
-  return bytes;
+  return out;
+}
+
+}  // namespace
+
+double theoretical_zero3_gather_sends(const model::ModelConfig& c, const RankLayout& r) {
+  return zero3_backward_start(c, r).sends;
+}
+
+double theoretical_zero3_whole_unowned(const model::ModelConfig& c, const RankLayout& r) {
+  return zero3_backward_start(c, r).whole_unowned;
+}
+
+double theoretical_zero3_unwritten_unowned_grads(const model::ModelConfig& c, const RankLayout& r) {
+  return zero3_backward_start(c, r).unwritten_unowned_grads;
 }
 
 std::vector<int64_t> zero3_part_elements(const model::ModelConfig& c, const RankLayout& r) {

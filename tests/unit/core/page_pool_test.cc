@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -171,6 +172,21 @@ TEST(PagePool, TrackedAllocationsOfPoolSizeUseTheProcessPool) {
   tracked_free(small, kPooledBytes - 64, MemoryCategory::kOther);
   tracked_free(big, kPooledBytes, MemoryCategory::kOther);
   EXPECT_EQ(process_page_pool().stats().live_bytes, before.live_bytes);
+}
+
+// process_baseline_bytes leaves out the accountant's blocks: 64 MiB more of them, touched (fresh
+// pages, more than the pool had free), move the resident set by that much and the baseline by
+// little.
+TEST(ProcessBaseline, LeavesOutTheAccountantsBlocks) {
+  const int64_t bytes = 64 * kMiB;
+  ASSERT_LT(process_page_pool().stats().free_bytes, bytes / 2);
+  const int64_t rss = process_resident_bytes(), baseline = process_baseline_bytes();
+  ASSERT_GT(baseline, 0);
+  void* p = tracked_alloc(bytes, MemoryCategory::kOther);
+  fill(p, bytes, 9);
+  EXPECT_GT(process_resident_bytes() - rss, bytes / 2);
+  EXPECT_LT(std::abs(process_baseline_bytes() - baseline), 2 * kMiB);
+  tracked_free(p, bytes, MemoryCategory::kOther);
 }
 
 }  // namespace

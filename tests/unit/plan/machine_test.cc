@@ -90,6 +90,19 @@ TEST(MachineDescription, StorageRatesReadBackAndAreChecked) {
             "m.json.configurations[0].storage.read_bytes_per_s: expected a number > 0");
 }
 
+TEST(MachineDescription, ResidentBaselineReadsBackAndIsChecked) {
+  std::string text = kGood;
+  text.replace(text.find("\"threads_per_rank\": 4,"), 22,
+               "\"threads_per_rank\": 4, \"resident_baseline_bytes\": 25165824,");
+  const MachineDescription m = parse_machine(text, "m.json");
+  EXPECT_DOUBLE_EQ(m.configuration(2).resident_baseline_bytes, 25165824);
+  EXPECT_EQ(machine_json(parse_machine(machine_json(m), "again")), machine_json(m));
+  EXPECT_EQ(parse_machine(kGood, "good.json").configuration(2).resident_baseline_bytes, 0);
+  EXPECT_EQ(error_of("\"threads_per_rank\": 4,",
+                     "\"threads_per_rank\": 4, \"resident_baseline_bytes\": -1,"),
+            "m.json.configurations[0].resident_baseline_bytes: expected a number > 0");
+}
+
 TEST(MachineDescription, BadFilesAreOneLineNamingTheKey) {
   EXPECT_EQ(error_of("\"add\"", "\"addd\""),
             "m.json.configurations[0].kernels.fp32.addd: unknown key (expected gemm_forward, "
