@@ -49,6 +49,9 @@ struct PagePool::State {
       return hand_out(std::move(block));
     }
     if (pieces_ > max_pieces) drop_free();
+    // Still over: the live blocks alone hold that many mappings; the heap takes the block rather
+    // than the pool eating into the mappings MPI, threads and the libraries need.
+    if (pieces_ > max_pieces) return nullptr;
     void* range = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (range == MAP_FAILED) return nullptr;
     ++pieces_;  // the range, until pieces are moved over it

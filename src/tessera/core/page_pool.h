@@ -21,9 +21,10 @@
 // mremap may not move a range that spans two kernel mappings (before Linux 6.17), so the pool
 // keeps each run as the pieces it was made of (each inside one mapping) and moves them one by one.
 // Pieces only split, so their count is bounded by dropping every free run (munmap) once it passes
-// `max_pieces` (16384 by default), far below the kernel's 65530 mappings a process; a failed mremap
-// leaves the piece free where it was and fills the rest with fresh memory. Both cost faults, never
-// correctness.
+// `max_pieces` (16384 by default), far below the kernel's 65530 mappings a process; past it even
+// then (that many live blocks), a request the free runs cannot hold goes to the heap. A failed
+// mremap leaves the piece free where it was and fills the rest with fresh memory. All of these
+// cost faults or placement, never correctness.
 //
 // Thread-safe (one mutex). In a training step's steady state nothing moves: the same sizes come
 // back in the same order and find their runs (gpt2-124m, 2 micro-batches: 60 pieces moved in the
@@ -57,8 +58,8 @@ class PagePool {
   PagePool(const PagePool&) = delete;
   PagePool& operator=(const PagePool&) = delete;
 
-  // Whole pages for `bytes` (> 0), page-aligned, or nullptr where no pages can be mapped (the
-  // caller falls back to the heap).
+  // Whole pages for `bytes` (> 0), page-aligned, or nullptr where no pages can be mapped or the
+  // pool holds `max_pieces` mappings already (the caller falls back to the heap).
   void* acquire(size_t bytes);
   // Gives a block back to the pool; false if `ptr` is not a live block of this pool.
   bool release(void* ptr);
