@@ -29,7 +29,9 @@ class MemoryAccountant {
   void reset_peaks();
 };
 
-// Raw aligned allocation through the accountant (64-byte aligned, for AVX-512 loads).
+// Raw aligned allocation through the accountant (64-byte aligned, for AVX-512 loads); blocks of
+// kPooledBytes or more in the page pool (page_pool.h). tracked_free takes the size and category
+// tracked_alloc was given: the size says where the block lives.
 void* tracked_alloc(size_t bytes, MemoryCategory category);
 void tracked_free(void* ptr, size_t bytes, MemoryCategory category);
 
@@ -76,7 +78,9 @@ int64_t process_resident_bytes();
 // What a process holds beside the accountant's blocks, in bytes (0 where unreadable): its
 // resident set less the pages of the page pool (core/page_pool.h), the heap's free chunks (glibc
 // keeps them, above) and the accountant's blocks on the heap. What is left is the binary's and
-// libraries' pages, and the memory of MPI, the runtime's threads and JIT-compiled kernels.
+// libraries' pages, and the memory of MPI, the runtime's threads and JIT-compiled kernels. Pool
+// pages given back (release_pages) are counted as resident, so read it where the pool's pages are
+// all touched (tessera-plan --calibrate does, after its kernels). Needs glibc 2.33 (mallinfo2).
 int64_t process_baseline_bytes();
 // The memory this host gives the process, in bytes: its physical memory, or the control group's
 // limit where that is lower (cgroup v2 memory.max, v1 memory.limit_in_bytes: a container's, a

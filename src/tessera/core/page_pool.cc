@@ -36,7 +36,7 @@ struct Run {
 }  // namespace
 
 struct PagePool::State {
-  explicit State(int64_t max) : max_pieces(max) {}
+  State(int64_t max, PagePool::Mover move) : max_pieces(max), move_(move) {}
 
   void* acquire(size_t bytes) {
     const size_t n = (bytes + page_bytes() - 1) / page_bytes() * page_bytes();
@@ -69,14 +69,21 @@ struct PagePool::State {
       if (run.bytes > 0) put_free(std::move(run));
       for (size_t i = 0; i < part.pieces.size(); ++i) {
         const Piece p = part.pieces[i];
-        void* moved = mremap(reinterpret_cast<void*>(p.begin), p.bytes, p.bytes,
-                             MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(dst + filled));
-        if (moved == MAP_FAILED) {  // out of mappings: keep the rest free where it is
+        void* moved =
+            move_(reinterpret_cast<void*>(p.begin), p.bytes, reinterpret_cast<void*>(dst + filled));
+        if (moved == MAP_FAILED) {
+          // Out of mappings, or (Linux before 6.17) a piece that has come to span two mappings
+          // (madvise on part of a block splits its mapping): the move fails, on some kernels
+          // after unmapping the destination. The piece goes back to the kernel (it would
+          // fail again), the rest of the run stays free where it is, and the range's tail is
+          // mapped afresh below.
+          munmap(reinterpret_cast<void*>(p.begin), p.bytes);
+          --pieces_;
           Run rest;
-          rest.pieces.assign(part.pieces.begin() + static_cast<std::ptrdiff_t>(i),
+          rest.pieces.assign(part.pieces.begin() + static_cast<std::ptrdiff_t>(i) + 1,
                              part.pieces.end());
           for (const Piece& q : rest.pieces) rest.bytes += q.bytes;
-          put_free(std::move(rest));
+          if (rest.bytes > 0) put_free(std::move(rest));
           moving = false;
           break;
         }
@@ -85,10 +92,21 @@ struct PagePool::State {
         ++moves_;
       }
     }
-    if (filled < n)
-      block.pieces.push_back({dst + filled, n - filled});  // what the pool lacked: fresh pages
-    else
+    if (filled == n) {
       --pieces_;  // the range is all moved pieces now
+      return hand_out(std::move(block));
+    }
+    // What the pool lacked: fresh pages. After a failed move the tail may have been unmapped:
+    // it is mapped again in place (MAP_FIXED replaces what is left there, ours); if even that
+    // fails, the block is given up, moved pages with it, and the heap takes the request.
+    void* tail = reinterpret_cast<void*>(dst + filled);
+    if (!moving && mmap(tail, n - filled, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
+      munmap(range, n);
+      pieces_ -= static_cast<int64_t>(block.pieces.size()) + 1;
+      return nullptr;
+    }
+    block.pieces.push_back({dst + filled, n - filled});
     return hand_out(std::move(block));
   }
 
@@ -202,6 +220,7 @@ struct PagePool::State {
   }
 
   const int64_t max_pieces;
+  const PagePool::Mover move_;
   mutable std::mutex mu_;
   std::unordered_map<uintptr_t, Run> live_;
   std::map<uintptr_t, Run> free_by_begin_;
@@ -209,7 +228,11 @@ struct PagePool::State {
   int64_t live_bytes_ = 0, free_bytes_ = 0, pieces_ = 0, moves_ = 0, dropped_ = 0;
 };
 
-PagePool::PagePool(int64_t max_pieces) : state_(new State(max_pieces)) {}
+void* PagePool::move_pages(void* from, size_t bytes, void* to) {
+  return mremap(from, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+}
+
+PagePool::PagePool(int64_t max_pieces, Mover move) : state_(new State(max_pieces, move)) {}
 
 PagePool::~PagePool() {
   state_->unmap_all();

@@ -23,11 +23,13 @@
 // Pieces only split, so their count is bounded by dropping every free run (munmap) once it passes
 // `max_pieces` (16384 by default), far below the kernel's 65530 mappings a process; past it even
 // then (that many live blocks), a request the free runs cannot hold goes to the heap. A failed
-// mremap leaves the piece free where it was and fills the rest with fresh memory. All of these
-// cost faults or placement, never correctness.
+// mremap (out of mappings, or a piece that a madvise on part of its block has split across two
+// mappings, before 6.17; some kernels unmap the destination before they fail) unmaps the piece
+// and maps the rest of the block afresh. All of these cost faults or placement, never
+// correctness.
 //
 // Thread-safe (one mutex). In a training step's steady state nothing moves: the same sizes come
-// back in the same order and find their runs (gpt2-124m, 2 micro-batches: 60 pieces moved in the
+// back in the same order and find their runs (gpt2-124m, 2 micro-batches: 61 pieces moved in the
 // first iteration, 2 in the next four).
 #pragma once
 
@@ -52,14 +54,19 @@ struct PoolStats {
 
 class PagePool {
  public:
+  // Moves `bytes` of pages from `from` to `to` (replacing what is mapped there), returning `to`,
+  // or MAP_FAILED: mremap (move_pages), or for tests one that fails as older kernels do.
+  using Mover = void* (*)(void* from, size_t bytes, void* to);
+  static void* move_pages(void* from, size_t bytes, void* to);
+
   // `max_pieces`: the count of pieces past which every free run is unmapped (a test sets it low).
-  explicit PagePool(int64_t max_pieces = 16384);
+  explicit PagePool(int64_t max_pieces = 16384, Mover move = &move_pages);
   ~PagePool();  // unmaps every page, live or free
   PagePool(const PagePool&) = delete;
   PagePool& operator=(const PagePool&) = delete;
 
   // Whole pages for `bytes` (> 0), page-aligned, or nullptr where no pages can be mapped or the
-  // pool holds `max_pieces` mappings already (the caller falls back to the heap).
+  // pool holds more than `max_pieces` mappings already (the caller falls back to the heap).
   void* acquire(size_t bytes);
   // Gives a block back to the pool; false if `ptr` is not a live block of this pool.
   bool release(void* ptr);

@@ -125,8 +125,8 @@ struct HostConfiguration {
   Links intra_host;
   StorageRates storage;
   // What a rank holds resident beside the memory accountant's blocks (core/memory.h
-  // process_baseline_bytes, measured by --calibrate after its kernels and collectives); 0 when
-  // the description has none, and the resident set is then not predicted.
+  // process_baseline_bytes, measured by --calibrate after its kernels, before its collectives); 0
+  // when the description has none, and the resident set is then not predicted.
   double resident_baseline_bytes = 0;
 };
 

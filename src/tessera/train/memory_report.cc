@@ -470,10 +470,11 @@ void check_zero3_live_limit(const model::ModelConfig& c, const RankLayout& r) {
 
 namespace {
 
-// ZeRO 3 when backward starts (theoretical_zero3_gather_sends, theoretical_zero3_whole_unowned).
+// ZeRO 3 when backward starts (theoretical_zero3_gather_sends, theoretical_zero3_whole_unowned,
+// theoretical_zero3_unwritten_unowned_grads).
 struct Zero3BackwardStart {
   double sends = 0;          // bytes of the owned parts' send copies in flight
-  double whole_unowned = 0;  // bytes of unowned parts gathered (resident) in the flat values
+  double whole_unowned = 0;  // bytes of parts gathered (resident) in the flat values
   double unwritten_unowned_grads = 0;  // fp32 bytes of unowned gradient parts not yet written
 };
 
@@ -528,19 +529,23 @@ Zero3BackwardStart zero3_backward_start(const model::ModelConfig& c, const RankL
     if (!rerun.empty()) return u.role == Unit::Role::kLayer && rerun_before_peak(&u);
     return !pass.empty() && std::find(pass[0].begin(), pass[0].end(), &u) != pass[0].end();
   };
-  // A unit whole on this rank holds its unowned part's pages too.
-  const auto unowned = [&](const Unit& u) {
+  const auto unowned_elements = [&](const Unit& u) {
     const double whole = padded_unit_elements(u, r);
-    return dtype_size(r.compute) * (whole - whole / unit_sharers(u, r));
+    return whole - whole / unit_sharers(u, r);
+  };
+  // A unit whole on this rank holds its unowned part's pages too; with the parameters on NVMe its
+  // owned part's as well (read back into the flat buffer, which the theory's parameters leave out
+  // but for the parts max_in_cpu keeps: counted again here, on the safe side).
+  const bool offloaded = r.param_offload_kept_elements >= 0;
+  const auto unowned = [&](const Unit& u) {
+    return dtype_size(r.compute) * (offloaded ? padded_unit_elements(u, r) : unowned_elements(u));
   };
   // Gradients: every iteration starts with the unowned parts' pages given back
   // (DataParallelGrads::start_iteration); backward writes the head's first, holding them until
   // its bucket is reduced, the others' as it reaches them.
   for (const Unit& u : units)
-    if (pass.empty() || std::find(pass[0].begin(), pass[0].end(), &u) == pass[0].end()) {
-      const double whole = padded_unit_elements(u, r);
-      out.unwritten_unowned_grads += 4.0 * (whole - whole / unit_sharers(u, r));
-    }
+    if (pass.empty() || std::find(pass[0].begin(), pass[0].end(), &u) == pass[0].end())
+      out.unwritten_unowned_grads += 4.0 * unowned_elements(u);
   double live = 0;
   for (const Unit& u : units)
     if (zero3_persistent(u, r) || in_use(u)) {

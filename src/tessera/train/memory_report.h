@@ -187,7 +187,8 @@ double theoretical_backward_peak(const model::ModelConfig& cfg, const RankLayout
 // each gather sends a copy of the rank's owned part (compute dtype) until the unit is used.
 double theoretical_zero3_gather_sends(const model::ModelConfig& cfg, const RankLayout& r);
 // ZeRO 3's unowned parameter parts whole at that moment, in bytes: the units in use and those
-// gathered ahead (their pages resident; the other unowned parts' pages are given back).
+// gathered ahead (their pages resident; the other unowned parts' pages are given back). With the
+// parameters on NVMe, those units' owned parts too (read back into the flat buffer).
 double theoretical_zero3_whole_unowned(const model::ModelConfig& cfg, const RankLayout& r);
 // ZeRO 3's unowned gradient parts whose pages are not resident at that moment, in fp32 bytes:
 // every unit's but the head's (given back when the iteration starts; backward writes the head's

@@ -4,6 +4,7 @@
 #include "tessera/core/page_pool.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -95,6 +96,44 @@ TEST(PagePool, WhatThePoolLacksIsFreshMemory) {
   EXPECT_TRUE(holds(b, 3 * kMiB, 6));
   EXPECT_EQ(pool.stats().live_bytes, 3 * kMiB);
   EXPECT_EQ(pool.stats().free_bytes, 0);
+}
+
+// A mover that fails its second call as a kernel before Linux 6.17 fails to move a piece spanning
+// two mappings, after unmapping the destination (as some do).
+int g_moves = 0;
+void* second_move_fails(void* from, size_t bytes, void* to) {
+  if (++g_moves == 2) {
+    munmap(to, bytes);
+    return MAP_FAILED;
+  }
+  return PagePool::move_pages(from, bytes, to);
+}
+
+TEST(PagePool, AFailedMoveLeavesAWholeBlock) {
+  g_moves = 0;
+  PagePool pool(16384, &second_move_fails);
+  void* a = pool.acquire(kMiB);
+  void* keep = pool.acquire(kMiB);
+  void* c = pool.acquire(kMiB);
+  fill(a, kMiB, 1);
+  fill(keep, kMiB, 2);
+  fill(c, kMiB, 3);
+  ASSERT_TRUE(pool.release(a));
+  ASSERT_TRUE(pool.release(c));
+  void* both = pool.acquire(2 * kMiB);
+  ASSERT_NE(both, nullptr);
+  EXPECT_EQ(g_moves, 2);
+  // The first megabyte moved (resident), the second mapped afresh (not yet), and all of it
+  // writable: no hole where the failed move unmapped the destination.
+  EXPECT_EQ(resident_bytes(both, 2 * kMiB), kMiB);
+  fill(both, 2 * kMiB, 4);
+  EXPECT_TRUE(holds(both, 2 * kMiB, 4));
+  EXPECT_TRUE(holds(keep, kMiB, 2));
+  // The piece that failed went back to the kernel rather than failing again.
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.moves, 1);
+  EXPECT_EQ(s.live_bytes, 3 * kMiB);
+  EXPECT_EQ(s.free_bytes, 0);
 }
 
 TEST(PagePool, ReleaseRefusesWhatItDidNotHandOut) {
