@@ -109,18 +109,16 @@ void* tracked_alloc(size_t bytes, MemoryCategory category) {
   return ptr;
 }
 
-namespace {
-uintptr_t page_size() {
-  static const uintptr_t size = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  return size;
+size_t page_bytes() {
+  static const size_t bytes = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return bytes;
 }
-}  // namespace
 
 void release_pages(void* ptr, size_t bytes) {
   if (bytes == 0) return;
   const uintptr_t begin = reinterpret_cast<uintptr_t>(ptr), end = begin + bytes;
-  const uintptr_t first = (begin + page_size() - 1) / page_size() * page_size();
-  const uintptr_t last = end / page_size() * page_size();
+  const uintptr_t first = (begin + page_bytes() - 1) / page_bytes() * page_bytes();
+  const uintptr_t last = end / page_bytes() * page_bytes();
   if (first >= last) {  // no whole page inside
     std::memset(ptr, 0, bytes);
     return;
@@ -134,8 +132,8 @@ void release_pages(void* ptr, size_t bytes) {
 void prefer_huge_pages(void* ptr, size_t bytes) {
 #ifdef MADV_HUGEPAGE
   const uintptr_t begin = reinterpret_cast<uintptr_t>(ptr), end = begin + bytes;
-  const uintptr_t first = (begin + page_size() - 1) / page_size() * page_size();
-  const uintptr_t last = end / page_size() * page_size();
+  const uintptr_t first = (begin + page_bytes() - 1) / page_bytes() * page_bytes();
+  const uintptr_t last = end / page_bytes() * page_bytes();
   if (first < last) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
 #else
   (void)ptr;
@@ -146,15 +144,15 @@ void prefer_huge_pages(void* ptr, size_t bytes) {
 int64_t resident_bytes(const void* ptr, size_t bytes) {
   if (bytes == 0) return 0;
   const uintptr_t begin = reinterpret_cast<uintptr_t>(ptr), end = begin + bytes;
-  const uintptr_t first = begin / page_size() * page_size();
-  const size_t pages = (end - first + page_size() - 1) / page_size();
+  const uintptr_t first = begin / page_bytes() * page_bytes();
+  const size_t pages = (end - first + page_bytes() - 1) / page_bytes();
   std::vector<unsigned char> in_core(pages);
   if (mincore(reinterpret_cast<void*>(first), end - first, in_core.data()) != 0) return -1;
   int64_t total = 0;
   for (size_t i = 0; i < pages; ++i) {
     if (!(in_core[i] & 1)) continue;
-    const uintptr_t p0 = std::max(begin, first + i * page_size());
-    const uintptr_t p1 = std::min(end, first + (i + 1) * page_size());
+    const uintptr_t p0 = std::max(begin, first + i * page_bytes());
+    const uintptr_t p1 = std::min(end, first + (i + 1) * page_bytes());
     total += static_cast<int64_t>(p1 - p0);
   }
   return total;
@@ -172,7 +170,7 @@ int64_t process_resident_bytes() {
   long long size = 0, resident = 0;
   const int n = std::fscanf(f, "%lld %lld", &size, &resident);
   std::fclose(f);
-  return n == 2 ? resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE)) : 0;
+  return n == 2 ? resident * static_cast<int64_t>(page_bytes()) : 0;
 }
 
 int64_t process_baseline_bytes() {

@@ -73,6 +73,8 @@ void prefer_huge_pages(void* ptr, size_t bytes);
 // Bytes of [ptr, ptr + bytes) backed by physical memory right now (mincore), counted in whole
 // pages clipped to the range: the honest figure for buffers whose pages come and go.
 int64_t resident_bytes(const void* ptr, size_t bytes);
+// The system's page size in bytes (sysconf, read once).
+size_t page_bytes();
 // The whole process's resident set in bytes (Linux /proc/self/statm), 0 where unreadable.
 int64_t process_resident_bytes();
 // What a process holds beside the accountant's blocks, in bytes (0 where unreadable): its

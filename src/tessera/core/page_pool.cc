@@ -1,7 +1,6 @@
 #include "tessera/core/page_pool.h"
 
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <iterator>
@@ -11,13 +10,10 @@
 #include <utility>
 #include <vector>
 
+#include "tessera/core/memory.h"
+
 namespace tessera {
 namespace {
-
-size_t page_bytes() {
-  static const size_t bytes = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  return bytes;
-}
 
 // A range of pages inside one kernel mapping: what one mremap may move.
 struct Piece {
@@ -48,13 +44,13 @@ struct PagePool::State {
       if (run.bytes > 0) put_free(std::move(run));
       return hand_out(std::move(block));
     }
-    if (pieces_ > max_pieces) drop_free();
+    if (stats_.pieces > max_pieces) drop_free();
     // Still over: the live blocks alone hold that many mappings; the heap takes the block rather
     // than the pool eating into the mappings MPI, threads and the libraries need.
-    if (pieces_ > max_pieces) return nullptr;
+    if (stats_.pieces > max_pieces) return nullptr;
     void* range = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (range == MAP_FAILED) return nullptr;
-    ++pieces_;  // the range, until pieces are moved over it
+    ++stats_.pieces;  // the range, until pieces are moved over it
     const uintptr_t dst = reinterpret_cast<uintptr_t>(range);
     Run block;
     block.bytes = n;
@@ -78,7 +74,7 @@ struct PagePool::State {
           // fail again), the rest of the run stays free where it is, and the range's tail is
           // mapped afresh below.
           munmap(reinterpret_cast<void*>(p.begin), p.bytes);
-          --pieces_;
+          --stats_.pieces;
           Run rest;
           rest.pieces.assign(part.pieces.begin() + static_cast<std::ptrdiff_t>(i) + 1,
                              part.pieces.end());
@@ -89,11 +85,11 @@ struct PagePool::State {
         }
         block.pieces.push_back({dst + filled, p.bytes});
         filled += p.bytes;
-        ++moves_;
+        ++stats_.moves;
       }
     }
     if (filled == n) {
-      --pieces_;  // the range is all moved pieces now
+      --stats_.pieces;  // the range is all moved pieces now
       return hand_out(std::move(block));
     }
     // What the pool lacked: fresh pages. After a failed move the tail may have been unmapped:
@@ -103,7 +99,7 @@ struct PagePool::State {
     if (!moving && mmap(tail, n - filled, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
       munmap(range, n);
-      pieces_ -= static_cast<int64_t>(block.pieces.size()) + 1;
+      stats_.pieces -= static_cast<int64_t>(block.pieces.size()) + 1;
       return nullptr;
     }
     block.pieces.push_back({dst + filled, n - filled});
@@ -116,25 +112,19 @@ struct PagePool::State {
     if (it == live_.end()) return false;
     Run run = std::move(it->second);
     live_.erase(it);
-    live_bytes_ -= static_cast<int64_t>(run.bytes);
+    stats_.live_bytes -= static_cast<int64_t>(run.bytes);
     put_free(std::move(run));
     return true;
   }
 
   PoolStats stats() const {
     std::lock_guard<std::mutex> lock(mu_);
-    PoolStats s;
-    s.live_bytes = live_bytes_;
-    s.free_bytes = free_bytes_;
-    s.pieces = pieces_;
-    s.moves = moves_;
-    s.dropped = dropped_;
-    return s;
+    return stats_;
   }
 
   void* hand_out(Run block) {
     const uintptr_t begin = block.begin();
-    live_bytes_ += static_cast<int64_t>(block.bytes);
+    stats_.live_bytes += static_cast<int64_t>(block.bytes);
     live_.emplace(begin, std::move(block));
     return reinterpret_cast<void*>(begin);
   }
@@ -156,7 +146,7 @@ struct PagePool::State {
       front.pieces.push_back({cut.begin, bytes - taken});
       cut.begin += bytes - taken;
       cut.bytes -= bytes - taken;
-      ++pieces_;
+      ++stats_.pieces;
     }
     run.bytes -= bytes;
     return front;
@@ -164,10 +154,10 @@ struct PagePool::State {
 
   // Adds a run to the free ones, joined with the free runs just before and after it.
   void put_free(Run run) {
-    free_bytes_ += static_cast<int64_t>(run.bytes);
+    stats_.free_bytes += static_cast<int64_t>(run.bytes);
     if (auto next = free_by_begin_.find(run.end()); next != free_by_begin_.end()) {
       Run after = take_free(next->first);
-      free_bytes_ += static_cast<int64_t>(after.bytes);
+      stats_.free_bytes += static_cast<int64_t>(after.bytes);
       run.pieces.insert(run.pieces.end(), after.pieces.begin(), after.pieces.end());
       run.bytes += after.bytes;
     }
@@ -175,7 +165,7 @@ struct PagePool::State {
       const auto before = std::prev(next);
       if (before->second.end() == run.begin()) {
         Run joined = take_free(before->first);
-        free_bytes_ += static_cast<int64_t>(joined.bytes);
+        stats_.free_bytes += static_cast<int64_t>(joined.bytes);
         joined.pieces.insert(joined.pieces.end(), run.pieces.begin(), run.pieces.end());
         joined.bytes += run.bytes;
         run = std::move(joined);
@@ -196,7 +186,7 @@ struct PagePool::State {
         free_by_bytes_.erase(first);
         break;
       }
-    free_bytes_ -= static_cast<int64_t>(run.bytes);
+    stats_.free_bytes -= static_cast<int64_t>(run.bytes);
     return run;
   }
 
@@ -205,12 +195,12 @@ struct PagePool::State {
   void drop_free() {
     for (auto& [begin, run] : free_by_begin_) {
       munmap(reinterpret_cast<void*>(begin), run.bytes);
-      pieces_ -= static_cast<int64_t>(run.pieces.size());
+      stats_.pieces -= static_cast<int64_t>(run.pieces.size());
     }
     free_by_begin_.clear();
     free_by_bytes_.clear();
-    free_bytes_ = 0;
-    ++dropped_;
+    stats_.free_bytes = 0;
+    ++stats_.dropped;
   }
 
   // Unmaps every page (the pool's end).
@@ -225,7 +215,7 @@ struct PagePool::State {
   std::unordered_map<uintptr_t, Run> live_;
   std::map<uintptr_t, Run> free_by_begin_;
   std::multimap<size_t, uintptr_t> free_by_bytes_;
-  int64_t live_bytes_ = 0, free_bytes_ = 0, pieces_ = 0, moves_ = 0, dropped_ = 0;
+  PoolStats stats_;
 };
 
 void* PagePool::move_pages(void* from, size_t bytes, void* to) {

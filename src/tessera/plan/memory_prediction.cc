@@ -18,10 +18,10 @@ RankMemoryPrediction predict_rank_memory(const model::ModelConfig& cfg,
   p.allocated_parameters = allocated * dtype_size(r.compute);
   p.allocated_gradients = 4.0 * allocated;
   const double zero = train::theoretical_zero_buffers(cfg, r);
+  const train::Zero3BackwardStart zero3 = train::theoretical_zero3_backward_start(cfg, r);
   const double during_backward =
-      std::max(activations + train::theoretical_zero3_gather_sends(cfg, r),
-               train::theoretical_backward_peak(cfg, r)) +
-      other + (train::theoretical_backward_comm_buffers(cfg, r) - zero);
+      std::max(activations + zero3.sends, train::theoretical_backward_peak(cfg, r)) + other +
+      (train::theoretical_backward_comm_buffers(cfg, r) - zero);
   // After backward: the embedding's rows while they are reduced (ZeRO 0), then the step.
   const double before_step = zero + other + train::theoretical_embedding_rows_buffers(cfg, r) +
                              train::theoretical_reduction_scratch(cfg, r);
@@ -34,9 +34,8 @@ RankMemoryPrediction predict_rank_memory(const model::ModelConfig& cfg,
   // writes first, are.
   p.resident_blocks_bytes = p.peak_bytes;
   if (r.zero_stage == 3)
-    p.resident_blocks_bytes -= p.allocated_parameters - states.parameters -
-                               train::theoretical_zero3_whole_unowned(cfg, r) +
-                               train::theoretical_zero3_unwritten_unowned_grads(cfg, r);
+    p.resident_blocks_bytes -= p.allocated_parameters - states.parameters - zero3.whole_unowned +
+                               zero3.unwritten_unowned_grads;
   return p;
 }
 

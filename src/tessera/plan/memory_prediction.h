@@ -19,7 +19,7 @@
 //                kept activations + ZeRO parts launched so far, and under a pipeline at
 //                  ZeRO 2-3 the other micro-batches' activations + all parts,
 //                all ZeRO parts)
-// (train::theoretical_zero3_gather_sends, theoretical_backward_peak, theoretical_zero_buffers).
+// (train::theoretical_zero3_backward_start, theoretical_backward_peak, theoretical_zero_buffers).
 // The micro-batch count is the first global batch's; threads a rank as given.
 #pragma once
 

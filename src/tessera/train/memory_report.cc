@@ -468,17 +468,8 @@ void check_zero3_live_limit(const model::ModelConfig& c, const RankLayout& r) {
                                   static_cast<int64_t>(largest));
 }
 
-namespace {
-
-// ZeRO 3 when backward starts (theoretical_zero3_gather_sends, theoretical_zero3_whole_unowned,
-// theoretical_zero3_unwritten_unowned_grads).
-struct Zero3BackwardStart {
-  double sends = 0;          // bytes of the owned parts' send copies in flight
-  double whole_unowned = 0;  // bytes of parts gathered (resident) in the flat values
-  double unwritten_unowned_grads = 0;  // fp32 bytes of unowned gradient parts not yet written
-};
-
-Zero3BackwardStart zero3_backward_start(const model::ModelConfig& c, const RankLayout& r) {
+Zero3BackwardStart theoretical_zero3_backward_start(const model::ModelConfig& c,
+                                                    const RankLayout& r) {
   Zero3BackwardStart out;
   if (r.zero_stage != 3) return out;
   // Backward's pass (model/chunk_runner.cc): the head's units (the output layer's, with the word
@@ -565,20 +556,6 @@ Zero3BackwardStart zero3_backward_start(const model::ModelConfig& c, const RankL
       out.whole_unowned += unowned(*u);
     }
   return out;
-}
-
-}  // namespace
-
-double theoretical_zero3_gather_sends(const model::ModelConfig& c, const RankLayout& r) {
-  return zero3_backward_start(c, r).sends;
-}
-
-double theoretical_zero3_whole_unowned(const model::ModelConfig& c, const RankLayout& r) {
-  return zero3_backward_start(c, r).whole_unowned;
-}
-
-double theoretical_zero3_unwritten_unowned_grads(const model::ModelConfig& c, const RankLayout& r) {
-  return zero3_backward_start(c, r).unwritten_unowned_grads;
 }
 
 std::vector<int64_t> zero3_part_elements(const model::ModelConfig& c, const RankLayout& r) {

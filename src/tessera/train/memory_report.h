@@ -182,19 +182,22 @@ double theoretical_zero_buffers(const model::ModelConfig& cfg, const RankLayout&
 // overlap: theoretical_activations.
 double theoretical_backward_peak(const model::ModelConfig& cfg, const RankLayout& r);
 
-// ZeRO 3's gathers in flight when backward starts: each sharded unit that backward will use
-// (but the one forward used last, still whole) is gathered ahead up to the prefetch budget, and
-// each gather sends a copy of the rank's owned part (compute dtype) until the unit is used.
-double theoretical_zero3_gather_sends(const model::ModelConfig& cfg, const RankLayout& r);
-// ZeRO 3's unowned parameter parts whole at that moment, in bytes: the units in use and those
-// gathered ahead (their pages resident; the other unowned parts' pages are given back). With the
-// parameters on NVMe, those units' owned parts too (read back into the flat buffer).
-double theoretical_zero3_whole_unowned(const model::ModelConfig& cfg, const RankLayout& r);
-// ZeRO 3's unowned gradient parts whose pages are not resident at that moment, in fp32 bytes:
-// every unit's but the head's (given back when the iteration starts; backward writes the head's
-// gradient first).
-double theoretical_zero3_unwritten_unowned_grads(const model::ModelConfig& cfg,
-                                                 const RankLayout& r);
+// ZeRO 3 when backward starts (all 0 below ZeRO 3). Each sharded unit that backward will use (but
+// the one forward used last, still whole) is gathered ahead up to the prefetch budget.
+struct Zero3BackwardStart {
+  // The gathers in flight: each sends a copy of the rank's owned part (compute dtype) until the
+  // unit is used; bytes.
+  double sends = 0;
+  // The unowned parameter parts whole then, in bytes: the units in use and those gathered ahead
+  // (their pages resident; the other unowned parts' pages are given back). With the parameters on
+  // NVMe, those units' owned parts too (read back into the flat buffer).
+  double whole_unowned = 0;
+  // The unowned gradient parts whose pages are not resident then, in fp32 bytes: every unit's but
+  // the head's (given back when the iteration starts; backward writes the head's gradient first).
+  double unwritten_unowned_grads = 0;
+};
+Zero3BackwardStart theoretical_zero3_backward_start(const model::ModelConfig& cfg,
+                                                    const RankLayout& r);
 
 // tessera::Error, worded as the trainer's (distributed/zero3_params.h), when ZeRO 3's
 // --stage3-max-live-parameters is below what a step needs whole at once on this rank: its

@@ -91,11 +91,14 @@ TEST(ResidentBlocks, ZeroThreeAloneGivesPagesBack) {
   train::RankLayout no_prefetch = p.ranks[0];
   no_prefetch.prefetch_elements = 0;
   const RankMemoryPrediction n = predict_rank_memory(p.args.model, no_prefetch);
-  const double gathered = train::theoretical_zero3_whole_unowned(p.args.model, p.ranks[0]) -
-                          train::theoretical_zero3_whole_unowned(p.args.model, no_prefetch);
+  const train::Zero3BackwardStart start =
+      train::theoretical_zero3_backward_start(p.args.model, p.ranks[0]);
+  const double gathered =
+      start.whole_unowned -
+      train::theoretical_zero3_backward_start(p.args.model, no_prefetch).whole_unowned;
   EXPECT_GT(gathered, 0);
   // Each gathered unit's unowned part is its owned part (DP 2), sent while the unit is in flight.
-  EXPECT_DOUBLE_EQ(gathered, train::theoretical_zero3_gather_sends(p.args.model, p.ranks[0]));
+  EXPECT_DOUBLE_EQ(gathered, start.sends);
   EXPECT_DOUBLE_EQ(m.resident_blocks_bytes - m.peak_bytes,
                    n.resident_blocks_bytes - n.peak_bytes + gathered);
 }
